@@ -1,0 +1,3 @@
+"""gitsup: run coding agents unattended, one task per Git worktree."""
+
+__version__ = "0.1.0"

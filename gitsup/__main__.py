@@ -1,0 +1,3 @@
+from gitsup.cli.main import run
+
+run()

@@ -1,0 +1,60 @@
+"""Acceptance checks: argv (never a shell), in the worktree, with a timeout and bounded output."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from gitsup import proc
+from gitsup.errors import GitsupError
+from gitsup.record import CheckResult
+from gitsup.spec import Check
+
+OUTPUT_TAIL = 4000
+
+
+def run_check(
+    check: Check,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    round: int = 0,
+    wrap: Callable[[list[str]], list[str]] | None = None,
+) -> CheckResult:
+    argv = list(check.argv)
+    if wrap is not None:
+        argv = wrap(argv)
+    try:
+        res = proc.run(argv, cwd=cwd, env=env, timeout=check.timeout, max_output=256 * 1024)
+    except GitsupError as exc:
+        return CheckResult(
+            name=check.name,
+            argv=list(check.argv),
+            required=check.required,
+            exit_code=None,
+            passed=False,
+            output_tail=exc.message,
+            round=round,
+        )
+    tail = res.output[-OUTPUT_TAIL:]
+    if res.timed_out:
+        tail += f"\n[timed out after {check.timeout:g}s]"
+    return CheckResult(
+        name=check.name,
+        argv=list(check.argv),
+        required=check.required,
+        exit_code=res.returncode,
+        passed=res.ok,
+        timed_out=res.timed_out,
+        duration=round_(res.duration),
+        output_tail=tail,
+        round=round,
+    )
+
+
+def round_(x: float) -> float:
+    return float(f"{x:.3f}")
+
+
+def required_passed(results: Sequence[CheckResult]) -> bool:
+    return all(r.passed for r in results if r.required)

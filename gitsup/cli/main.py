@@ -1,0 +1,61 @@
+"""`git sup`: a thin typer layer. Each command parses, calls the core, renders."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from gitsup.errors import Exit, GitsupError
+
+app = typer.Typer(
+    name="git-sup",
+    help="Run coding agents unattended, one task per Git worktree.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _register() -> None:
+    # Command modules register themselves on `app` when imported.
+    import contextlib
+
+    from gitsup.cli import tasks_cmd  # noqa: F401
+
+    with contextlib.suppress(ImportError):
+        from gitsup.cli import policy_cmd  # noqa: F401
+    with contextlib.suppress(ImportError):
+        from gitsup.cli import demo_cmd  # noqa: F401
+
+
+def run() -> None:
+    """Console-script entry: one handler maps errors to exit codes."""
+    _register()
+    try:
+        rc = app(standalone_mode=False)
+    except GitsupError as exc:
+        sys.stderr.write(f"git sup: error: {exc.message}\n")
+        if exc.hint:
+            sys.stderr.write(f"hint: {exc.hint}\n")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("git sup: interrupted\n")
+        sys.exit(Exit.INTERRUPTED)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(Exit.INTERRUPTED)
+    except Exception as exc:  # click's usage errors and anything unforeseen
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(Exit.BAD_INPUT)
+        import traceback
+
+        sys.stderr.write("git sup: internal error (a bug in gitsup); details follow\n")
+        traceback.print_exc()
+        sys.exit(Exit.INTERNAL)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -1,0 +1,279 @@
+"""The per-task event log: an append-only JSONL write-ahead log, sealed into Git.
+
+Records are `{seq, ts, task, type, data}`. `seq` is strictly increasing even
+with several processes appending: each append takes an exclusive `flock` on
+the log and reads only its tail to learn the last seq, so an append costs
+O(1) in the size of the log. A torn last line (a writer killed mid-write) is
+moved aside to `events.torn` and cut off before the next append.
+Credential-shaped strings are redacted; one record is capped in size.
+
+Sealing writes the events since the last seal as one segment blob in a new
+commit on `refs/sup/<id>/log` (see `seal`). The seal position lives in the
+sealed commit's message, so a crash between writing the commit and anything
+else can never seal the same events twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gitsup.errors import GitsupError
+from gitsup.git import GitRepo
+from gitsup.ids import Oid, TaskId
+from gitsup.layout import task_refs
+from gitsup.redact import redact
+
+EVENT_TYPES = frozenset(
+    {
+        "task_started",
+        "state_changed",
+        "worker_started",
+        "worker_output",
+        "turn_completed",
+        "permission_decided",
+        "acceptance_started",
+        "acceptance_result",
+        "review_started",
+        "review_result",
+        "repair_requested",
+        "decision",
+        "watchdog_timeout",
+        "deadline_approaching",
+        "deadline_reached",
+        "budget_exceeded",
+        "protocol_noise",
+        "candidate_ready",
+        "candidate_parked",
+        "candidate_failed",
+        "wip_saved",
+        "worker_stopped",
+        "stop_requested",
+        "task_finished",
+        "integrated",
+        "human_input",
+        "human_takeover",
+        "recovered",
+    }
+)
+
+_TAIL_BLOCK = 64 * 1024
+_SEAL_TRAILER = re.compile(r"^Sup-Sealed: seq=(\d+) offset=(\d+)$", re.M)
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    ts: float
+    task: str
+    type: str
+    data: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "ts": self.ts, "task": self.task, "type": self.type, "data": self.data}
+
+
+def _cap(data: dict[str, Any], limit: int) -> dict[str, Any]:
+    """Shrink the longest strings of `data` so its JSON fits in about `limit` bytes."""
+    budget = max(256, limit // 2)
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        if isinstance(v, str) and len(v) > budget // max(1, len(data)):
+            keep = max(64, budget // max(1, len(data)))
+            out[k] = v[:keep] + f"… [{len(v) - keep} chars cut]"
+        elif isinstance(v, dict | list) and len(json.dumps(v, default=str)) > budget:
+            out[k] = "[cut: too large]"
+        else:
+            out[k] = v
+    out["_truncated"] = True
+    return out
+
+
+class EventLog:
+    def __init__(self, path: Path, task: TaskId, *, max_record_bytes: int = 64 * 1024) -> None:
+        self.path = path
+        self.task = task
+        self.max_record_bytes = max_record_bytes
+        self._fd: int | None = None
+
+    # --- file handling ----------------------------------------------------------------
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[int]:
+        fd = self._open()
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield fd
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _last_seq_and_repair(self, fd: int) -> int:
+        """Read the tail (under the lock) and return the last seq; cut a torn last line."""
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return 0
+        if os.pread(fd, 1, size - 1) != b"\n":
+            end = _rfind_newline(fd, size) + 1
+            self._move_torn(fd, end, size)
+            size = end
+        pos, partial, block = size, b"", 4096
+        while pos > 0:
+            start = max(0, pos - block)
+            block = min(block * 4, _TAIL_BLOCK)
+            chunk = os.pread(fd, pos - start, start) + partial
+            # Fast path: the last complete line is a well-formed record.
+            nl = chunk.rfind(b"\n", 0, len(chunk) - 1)
+            if nl >= 0 or start == 0:
+                seq = _seq_of(chunk[nl + 1 :].rstrip(b"\n"))
+                if seq is not None:
+                    return seq
+            lines = chunk.split(b"\n")
+            pos = start
+            partial = lines[0] if pos > 0 else b""
+            for line in reversed(lines[1:] if pos > 0 else lines):
+                if line:
+                    seq = _seq_of(line)
+                    if seq is not None:
+                        return seq
+        return 0
+
+    def _move_torn(self, fd: int, start: int, end: int) -> None:
+        fragment = os.pread(fd, end - start, start)
+        torn = self.path.with_name(self.path.name.replace(".jsonl", "") + ".torn")
+        with open(torn, "ab") as fh:
+            fh.write(fragment + b"\n")
+        os.ftruncate(fd, start)
+
+    # --- API --------------------------------------------------------------------------
+
+    def append(self, type: str, data: Mapping[str, Any] | None = None) -> Event:
+        payload = redact(dict(data or {}))
+        body = json.dumps(payload, separators=(",", ":"), default=str)
+        if len(body) > self.max_record_bytes:
+            payload = _cap(payload, self.max_record_bytes)
+            body = json.dumps(payload, separators=(",", ":"), default=str)
+        head = f',"ts":{time.time():.6f},"task":{json.dumps(self.task)},"type":{json.dumps(type)},"data":'
+        with self.locked() as fd:
+            seq = self._last_seq_and_repair(fd) + 1
+            os.write(fd, f'{{"seq":{seq}{head}{body}}}\n'.encode())
+        return Event(seq, time.time(), self.task, type, payload)
+
+    def last_seq(self) -> int:
+        with self.locked() as fd:
+            return self._last_seq_and_repair(fd)
+
+    def read(self, *, offset: int = 0) -> Iterator[Event]:
+        """Every complete, well-formed record from byte `offset` on."""
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as fh:
+            fh.seek(offset)
+            for line in fh:
+                if not line.endswith(b"\n"):
+                    break
+                ev = _parse(line)
+                if ev is not None:
+                    yield ev
+
+    def count(self) -> int:
+        return self.last_seq() if self.path.exists() else 0
+
+    # --- sealing into Git -------------------------------------------------------------
+
+    def seal(self, repo: GitRepo, reason: str) -> Oid | None:
+        """Seal the events since the last seal into `refs/sup/<id>/log`.
+
+        Returns the new log commit, or None when there was nothing new.
+        """
+        ref = task_refs(self.task)["log"]
+        with self.locked() as fd:
+            size = os.fstat(fd).st_size
+            tip = repo.ref_target(ref)
+            sealed_seq, sealed_offset = 0, 0
+            if tip is not None:
+                m = _SEAL_TRAILER.search(repo.commit_message(tip))
+                if m is None:
+                    raise GitsupError(f"{ref} has a commit without a seal trailer; not sealing onto it")
+                sealed_seq, sealed_offset = int(m.group(1)), int(m.group(2))
+            if sealed_offset > size:
+                raise GitsupError(
+                    f"{self.path} is shorter than what {ref} says was sealed; refusing to seal",
+                    hint="the event log was truncated or replaced; `git sup doctor` reports it",
+                )
+            data = os.pread(fd, size - sealed_offset, sealed_offset)
+            end = data.rfind(b"\n") + 1
+            data = data[:end]
+            if not data:
+                return None
+            first = _seq_of(data.split(b"\n", 1)[0]) or sealed_seq + 1
+            last = _seq_of(data.rstrip(b"\n").rsplit(b"\n", 1)[-1]) or first
+            name = f"{first:09d}-{last:09d}.jsonl"
+            message = (
+                f"{reason}\n\nevents {first}..{last} of task {self.task}\n\n"
+                f"Sup-Task: {self.task}\nSup-Sealed: seq={last} offset={sealed_offset + end}\n"
+            )
+            return repo.append_segment(ref, name=name, data=data, message=message, expected_old=tip)
+
+
+def _rfind_newline(fd: int, size: int) -> int:
+    pos = size
+    while pos > 0:
+        start = max(0, pos - _TAIL_BLOCK)
+        i = os.pread(fd, pos - start, start).rfind(b"\n")
+        if i >= 0:
+            return start + i
+        pos = start
+    return -1
+
+
+def _seq_of(line: bytes) -> int | None:
+    # Fast path: records start with {"seq":N,
+    if line.startswith(b'{"seq":'):
+        end = line.find(b",", 7)
+        if end > 7:
+            with contextlib.suppress(ValueError):
+                return int(line[7:end])
+    ev = _parse(line)
+    return ev.seq if ev else None
+
+
+def _parse(line: bytes) -> Event | None:
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("seq"), int):
+        return None
+    data = obj.get("data")
+    return Event(
+        seq=obj["seq"],
+        ts=float(obj.get("ts", 0.0)),
+        task=str(obj.get("task", "")),
+        type=str(obj.get("type", "")),
+        data=data if isinstance(data, dict) else {},
+    )

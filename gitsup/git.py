@@ -1,0 +1,561 @@
+"""The Git gateway: the only module that imports pygit2.
+
+Everything gitsup keeps in Git goes through here: refs under `refs/sup/`
+(compare-and-swap, with reflog messages), the `refs/notes/sup` notes, the
+sealed event-log commit chain, task worktrees, and the read-only views that
+make up a candidate's evidence. The user's own checkout and index are never
+touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pygit2
+from pygit2.enums import FileStatus, SortMode
+
+from gitsup.errors import GitsupError
+from gitsup.ids import Oid
+
+NOTES_REF = "refs/notes/sup"
+SUP_REF_PREFIX = "refs/sup/"
+_ZERO = "0" * 40
+
+
+class RefConflict(GitsupError):
+    """A compare-and-swap ref update found another value than expected."""
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    oid: Oid
+    summary: str
+    author: str
+    time: int
+    parents: tuple[Oid, ...]
+
+
+@dataclass(frozen=True)
+class UntrackedFile:
+    path: str
+    size: int
+    content: str | None  # None when skipped (too big, binary, not a regular file)
+    skipped: str | None = None
+
+
+@dataclass
+class Evidence:
+    """What a reviewer needs to judge a task's work, bounded."""
+
+    baseline: Oid
+    head: Oid | None
+    diff: str
+    diff_stat: str
+    commits: list[CommitInfo]
+    untracked: list[UntrackedFile]
+    complete: bool
+    truncated: list[str] = field(default_factory=list)
+
+
+def _sig(repo: pygit2.Repository) -> pygit2.Signature:
+    try:
+        return repo.default_signature
+    except (KeyError, pygit2.GitError):
+        return pygit2.Signature("gitsup", "gitsup@localhost", int(time.time()), 0)
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+class GitRepo:
+    """A non-bare repository (or one of its linked worktrees), opened with pygit2."""
+
+    def __init__(self, repo: pygit2.Repository) -> None:
+        self._repo = repo
+
+    # --- opening ------------------------------------------------------------------
+
+    @classmethod
+    def discover(cls, start: str | os.PathLike[str] = ".") -> GitRepo:
+        start_path = os.path.abspath(os.fspath(start))
+        found = pygit2.discover_repository(start_path)
+        if found is None:
+            raise GitsupError(
+                f"not a Git repository: {start_path}",
+                hint="run git sup inside a Git checkout, or `git init` one first",
+            )
+        return cls.open(found)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> GitRepo:
+        try:
+            repo = pygit2.Repository(os.fspath(path))
+        except pygit2.GitError as exc:
+            raise GitsupError(f"cannot open Git repository {os.fspath(path)}: {exc}") from exc
+        return cls(repo)
+
+    @classmethod
+    def open_bare_ok(cls, path: str | os.PathLike[str]) -> GitRepo:
+        return cls.open(path)
+
+    # --- locations ----------------------------------------------------------------
+
+    @property
+    def is_bare(self) -> bool:
+        return bool(self._repo.is_bare)
+
+    @property
+    def git_dir(self) -> Path:
+        return Path(self._repo.path).resolve()
+
+    @property
+    def common_dir(self) -> Path:
+        """$GIT_COMMON_DIR: shared by the main checkout and every linked worktree."""
+        git_dir = self.git_dir
+        commondir_file = git_dir / "commondir"
+        if commondir_file.is_file():
+            target = commondir_file.read_text().strip()
+            return (git_dir / target).resolve()
+        return git_dir
+
+    @property
+    def workdir(self) -> Path:
+        wd = self._repo.workdir
+        if wd is None:
+            raise GitsupError(f"{self.git_dir} is a bare repository; gitsup needs a checkout")
+        return Path(wd).resolve()
+
+    @property
+    def main_workdir(self) -> Path:
+        """The main checkout's top directory (not a linked worktree's)."""
+        common = self.common_dir
+        if common.name == ".git":
+            return common.parent
+        return Path(GitRepo.open(common).workdir)
+
+    def require_checkout(self) -> None:
+        if self.is_bare:
+            raise GitsupError(
+                f"{self.git_dir} is a bare repository",
+                hint="gitsup runs tasks in worktrees of a non-bare repository; clone it first",
+            )
+
+    # --- config -------------------------------------------------------------------
+
+    def config_get(self, key: str) -> str | None:
+        try:
+            value = self._repo.config[key]
+        except KeyError:
+            return None
+        return str(value)
+
+    def config_get_all(self, key: str) -> list[str]:
+        try:
+            return [str(v) for v in self._repo.config.get_multivar(key)]
+        except (KeyError, pygit2.GitError):
+            return []
+
+    def config_set(self, key: str, value: str) -> None:
+        self._repo.config[key] = value
+
+    def config_set_multi(self, key: str, values: Sequence[str]) -> None:
+        cfg = self._repo.config
+        try:
+            cfg.delete_multivar(key, ".*")
+        except (KeyError, pygit2.GitError):
+            pass
+        for v in values:
+            cfg.set_multivar(key, "^$", v)
+
+    def config_add(self, key: str, value: str) -> None:
+        self._repo.config.set_multivar(key, "^$", value)
+
+    # --- commits and refs -----------------------------------------------------------
+
+    def head_commit(self) -> Oid:
+        if self._repo.head_is_unborn:
+            raise GitsupError(
+                "HEAD has no commit yet (unborn branch)",
+                hint="commit something first; a task is anchored to a commit",
+            )
+        return Oid(str(self._repo.head.target))
+
+    def head_branch(self) -> str | None:
+        """Short name of the checked-out branch, or None when detached/unborn."""
+        if self._repo.head_is_unborn or self._repo.head_is_detached:
+            return None
+        return str(self._repo.head.shorthand)
+
+    def resolve_commit(self, rev: str) -> Oid:
+        if rev == "HEAD":
+            return self.head_commit()
+        try:
+            obj = self._repo.revparse_single(rev)
+            commit = obj.peel(pygit2.Commit)
+        except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError) as exc:
+            raise GitsupError(
+                f"cannot resolve {rev!r} to a commit",
+                hint="pass --base a branch, tag or commit id that exists in this repository",
+            ) from exc
+        return Oid(str(commit.id))
+
+    def ref_target(self, name: str) -> Oid | None:
+        try:
+            ref = self._repo.references[name]
+        except (KeyError, pygit2.InvalidSpecError):
+            return None
+        ref = ref.resolve()
+        return Oid(str(ref.target))
+
+    def update_ref(self, name: str, new: Oid, *, old: Oid | None, message: str) -> None:
+        """Compare-and-swap: move `name` from `old` (None: must not exist) to `new`."""
+        refs = self._repo.references
+        try:
+            if old is None:
+                try:
+                    self._repo.create_reference_direct(name, pygit2.Oid(hex=new), False, message=message)
+                except pygit2.AlreadyExistsError as exc:
+                    raise RefConflict(f"{name} already exists") from exc
+                return
+            try:
+                ref = refs[name]
+            except KeyError as exc:
+                raise RefConflict(f"{name} does not exist (expected {old[:12]})") from exc
+            if str(ref.target) != old:
+                raise RefConflict(f"{name} is at {str(ref.target)[:12]}, expected {old[:12]}")
+            # libgit2 re-checks the old value under the ref lock (conditional update).
+            ref.set_target(pygit2.Oid(hex=new), message)
+        except pygit2.GitError as exc:
+            raise RefConflict(f"cannot update {name}: {exc}") from exc
+
+    def delete_ref(self, name: str, *, old: Oid | None = None) -> None:
+        try:
+            ref = self._repo.references[name]
+        except KeyError:
+            return
+        if old is not None and str(ref.target) != old:
+            raise RefConflict(f"{name} moved to {str(ref.target)[:12]}; not deleting")
+        ref.delete()
+
+    def refs_under(self, prefix: str) -> dict[str, Oid]:
+        out: dict[str, Oid] = {}
+        for name in self._repo.references:
+            if name.startswith(prefix):
+                target = self.ref_target(name)
+                if target is not None:
+                    out[name] = target
+        return out
+
+    def is_ancestor(self, ancestor: Oid, descendant: Oid) -> bool:
+        if ancestor == descendant:
+            return True
+        return bool(
+            self._repo.descendant_of(pygit2.Oid(hex=descendant), pygit2.Oid(hex=ancestor))
+        )
+
+    def ahead_behind(self, local: Oid, upstream: Oid) -> tuple[int, int]:
+        a, b = self._repo.ahead_behind(pygit2.Oid(hex=local), pygit2.Oid(hex=upstream))
+        return int(a), int(b)
+
+    def commit_info(self, oid: Oid) -> CommitInfo:
+        c = self._repo[pygit2.Oid(hex=oid)].peel(pygit2.Commit)
+        return CommitInfo(
+            oid=Oid(str(c.id)),
+            summary=c.message.split("\n", 1)[0],
+            author=f"{c.author.name} <{c.author.email}>",
+            time=int(c.commit_time),
+            parents=tuple(Oid(str(p)) for p in c.parent_ids),
+        )
+
+    def commits_between(self, base: Oid, head: Oid, limit: int = 1000) -> list[CommitInfo]:
+        """Commits reachable from head and not from base, newest first."""
+        walker = self._repo.walk(pygit2.Oid(hex=head), SortMode.TOPOLOGICAL | SortMode.TIME)
+        walker.hide(pygit2.Oid(hex=base))
+        out: list[CommitInfo] = []
+        for c in walker:
+            if len(out) >= limit:
+                break
+            out.append(self.commit_info(Oid(str(c.id))))
+        return out
+
+    def branch_target(self, branch: str) -> Oid | None:
+        return self.ref_target(f"refs/heads/{branch}")
+
+    def create_branch(self, branch: str, target: Oid) -> None:
+        try:
+            self._repo.branches.local.create(branch, self._repo[pygit2.Oid(hex=target)])
+        except pygit2.AlreadyExistsError as exc:
+            raise GitsupError(f"branch {branch} already exists") from exc
+
+    def delete_branch(self, branch: str) -> None:
+        b = self._repo.branches.local.get(branch)
+        if b is not None:
+            b.delete()
+
+    # --- worktrees ----------------------------------------------------------------
+
+    def add_worktree(self, name: str, path: Path, branch: str) -> None:
+        """Check out `branch` into a new linked worktree at `path` (must not exist)."""
+        ref = self._repo.references[f"refs/heads/{branch}"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._repo.add_worktree(name, str(path), ref)
+        except (pygit2.GitError, ValueError) as exc:
+            raise GitsupError(f"cannot create worktree {path}: {exc}") from exc
+
+    def worktree_names(self) -> list[str]:
+        return list(self._repo.list_worktrees())
+
+    def worktree_path(self, name: str) -> Path | None:
+        try:
+            wt = self._repo.lookup_worktree(name)
+        except (KeyError, pygit2.GitError):
+            return None
+        return Path(wt.path)
+
+    def remove_worktree(self, name: str, path: Path | None) -> None:
+        """Delete the worktree's files and its administrative entry."""
+        if path is not None and path.exists():
+            shutil.rmtree(path)
+        try:
+            wt = self._repo.lookup_worktree(name)
+        except (KeyError, pygit2.GitError):
+            return
+        wt.prune(True)
+
+    # --- blobs, trees, commits for gitsup's own records ------------------------------
+
+    def append_segment(
+        self,
+        ref: str,
+        *,
+        name: str,
+        data: bytes,
+        message: str,
+        expected_old: Oid | None,
+    ) -> Oid:
+        """Add one blob `name` to the tree of `ref`'s tip as a new commit (CAS update).
+
+        Cost is one blob, one tree (entries = number of segments) and one commit.
+        """
+        repo = self._repo
+        blob = repo.create_blob(data)
+        if expected_old is not None:
+            parent = repo[pygit2.Oid(hex=expected_old)].peel(pygit2.Commit)
+            builder = repo.TreeBuilder(parent.tree)
+            parents = [parent.id]
+        else:
+            builder = repo.TreeBuilder()
+            parents = []
+        builder.insert(name, blob, pygit2.enums.FileMode.BLOB)
+        tree = builder.write()
+        sig = _sig(repo)
+        commit = repo.create_commit(None, sig, sig, message, tree, parents)
+        self.update_ref(ref, Oid(str(commit)), old=expected_old, message=message.split("\n")[0])
+        return Oid(str(commit))
+
+    def commit_message(self, oid: Oid) -> str:
+        return str(self._repo[pygit2.Oid(hex=oid)].peel(pygit2.Commit).message)
+
+    def read_tree_blobs(self, commit: Oid) -> Iterator[tuple[str, bytes]]:
+        tree = self._repo[pygit2.Oid(hex=commit)].peel(pygit2.Commit).tree
+        for entry in sorted(tree, key=lambda e: e.name or ""):
+            obj = self._repo[entry.id]
+            if isinstance(obj, pygit2.Blob):
+                yield entry.name or "", obj.data
+
+    # --- notes --------------------------------------------------------------------
+
+    def write_note(self, target: Oid, text: str) -> None:
+        sig = _sig(self._repo)
+        self._repo.create_note(text, sig, sig, target, NOTES_REF, True)
+
+    def read_note(self, target: Oid) -> str | None:
+        try:
+            return str(self._repo.lookup_note(target, NOTES_REF).message)
+        except (KeyError, pygit2.GitError):
+            return None
+
+    # --- working tree state (of a task worktree) ------------------------------------
+
+    def status_entries(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self._repo.status(untracked_files="all").items()}
+
+    def is_clean(self) -> bool:
+        for flags in self._repo.status(untracked_files="all").values():
+            if flags & FileStatus.IGNORED:
+                continue
+            if flags != FileStatus.CURRENT:
+                return False
+        return True
+
+    def snapshot_tree(
+        self, *, include_untracked: bool, max_file_bytes: int | None = None
+    ) -> Oid:
+        """A tree of the worktree as it is on disk (tracked files, optionally untracked
+        regular files and symlinks), written without touching the real index or files.
+
+        Untracked files above `max_file_bytes` are left out.
+        """
+        repo = self._repo
+        workdir = Path(self.workdir)
+        idx = pygit2.Index()
+        if not repo.head_is_unborn:
+            idx.read_tree(repo.head.peel(pygit2.Commit).tree)
+        real = repo.index
+        real.read()
+        for entry in real:
+            idx.add(pygit2.IndexEntry(entry.path, entry.id, entry.mode))
+        for rel, flags in repo.status(untracked_files="all").items():
+            if flags & FileStatus.IGNORED:
+                continue
+            if flags & FileStatus.WT_NEW and not include_untracked:
+                continue
+            if flags & (FileStatus.WT_DELETED | FileStatus.INDEX_DELETED) and not os.path.lexists(
+                workdir / rel
+            ):
+                if rel in idx:
+                    idx.remove(rel)
+                continue
+            if flags & (
+                FileStatus.WT_NEW
+                | FileStatus.WT_MODIFIED
+                | FileStatus.WT_TYPECHANGE
+                | FileStatus.WT_RENAMED
+                | FileStatus.INDEX_NEW
+                | FileStatus.INDEX_MODIFIED
+            ):
+                full = workdir / rel
+                try:
+                    st = os.lstat(full)
+                except OSError:
+                    continue
+                if stat.S_ISLNK(st.st_mode):
+                    blob = repo.create_blob(os.fsencode(os.readlink(full)))
+                    mode = pygit2.enums.FileMode.LINK
+                elif stat.S_ISREG(st.st_mode):
+                    if (
+                        flags & FileStatus.WT_NEW
+                        and max_file_bytes is not None
+                        and st.st_size > max_file_bytes
+                    ):
+                        continue
+                    blob = repo.create_blob_fromdisk(str(full))
+                    mode = (
+                        pygit2.enums.FileMode.BLOB_EXECUTABLE
+                        if st.st_mode & 0o111
+                        else pygit2.enums.FileMode.BLOB
+                    )
+                else:
+                    continue
+                idx.add(pygit2.IndexEntry(rel, blob, mode))
+        return Oid(str(idx.write_tree(repo)))
+
+    def commit_tree(self, tree: Oid, parents: Sequence[Oid], message: str) -> Oid:
+        sig = _sig(self._repo)
+        oid = self._repo.create_commit(
+            None, sig, sig, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=p) for p in parents]
+        )
+        return Oid(str(oid))
+
+    def tree_of(self, commit: Oid) -> Oid:
+        return Oid(str(self._repo[pygit2.Oid(hex=commit)].peel(pygit2.Commit).tree.id))
+
+    def untracked_paths(self) -> list[str]:
+        return sorted(
+            p for p, f in self._repo.status(untracked_files="all").items() if f & FileStatus.WT_NEW
+        )
+
+    def evidence(
+        self,
+        baseline: Oid,
+        *,
+        max_diff_bytes: int = 512 * 1024,
+        max_untracked_files: int = 50,
+        max_untracked_bytes: int = 64 * 1024,
+        max_commits: int = 200,
+    ) -> Evidence:
+        """Baseline-relative view of this worktree: committed + staged + unstaged changes,
+        commits since the baseline, untracked regular files. Bounded; `complete` says
+        whether anything was cut."""
+        repo = self._repo
+        truncated: list[str] = []
+        base_commit = repo[pygit2.Oid(hex=baseline)].peel(pygit2.Commit)
+        head = None if repo.head_is_unborn else Oid(str(repo.head.target))
+        # Baseline tree against a snapshot of the worktree's tracked files (committed,
+        # staged and unstaged at once); untracked files are listed separately, bounded.
+        snapshot = self.snapshot_tree(include_untracked=False)
+        diff = repo.diff(base_commit.tree, repo[pygit2.Oid(hex=snapshot)])
+        patch = diff.patch or ""
+        stats = diff.stats.format(pygit2.enums.DiffStatsFormat.FULL, 80) if diff.deltas else ""
+        raw = patch.encode("utf-8", "replace")
+        if len(raw) > max_diff_bytes:
+            patch = raw[:max_diff_bytes].decode("utf-8", "ignore") + "\n[diff truncated]\n"
+            truncated.append(f"diff: {len(raw)} bytes, kept {max_diff_bytes}")
+        commits: list[CommitInfo] = []
+        if head is not None:
+            commits = self.commits_between(baseline, head, limit=max_commits + 1)
+            if len(commits) > max_commits:
+                commits = commits[:max_commits]
+                truncated.append(f"commits: more than {max_commits}")
+        untracked: list[UntrackedFile] = []
+        workdir = Path(self.workdir)
+        paths = self.untracked_paths()
+        if len(paths) > max_untracked_files:
+            truncated.append(f"untracked: {len(paths)} files, kept {max_untracked_files}")
+            paths = paths[:max_untracked_files]
+        for rel in paths:
+            untracked.append(read_bounded_file(workdir, rel, max_untracked_bytes, truncated))
+        return Evidence(
+            baseline=baseline,
+            head=head,
+            diff=patch,
+            diff_stat=stats,
+            commits=commits,
+            untracked=untracked,
+            complete=not truncated,
+            truncated=truncated,
+        )
+
+
+def read_bounded_file(root: Path, rel: str, limit: int, truncated: list[str]) -> UntrackedFile:
+    """Read a file under root without following symlinks or escaping root."""
+    full = root / rel
+    if not _is_within(Path(os.path.normpath(full)), root):
+        truncated.append(f"{rel}: escapes the worktree")
+        return UntrackedFile(rel, 0, None, "escapes the worktree")
+    try:
+        st = os.lstat(full)
+    except OSError as exc:
+        return UntrackedFile(rel, 0, None, f"unreadable: {exc.strerror}")
+    if stat.S_ISLNK(st.st_mode):
+        return UntrackedFile(rel, 0, None, "symlink (not followed)")
+    if not stat.S_ISREG(st.st_mode):
+        return UntrackedFile(rel, 0, None, "not a regular file")
+    try:
+        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        return UntrackedFile(rel, st.st_size, None, f"unreadable: {exc.strerror}")
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        truncated.append(f"{rel}: {st.st_size} bytes, kept {limit}")
+        data = data[:limit]
+    if b"\0" in data:
+        return UntrackedFile(rel, st.st_size, None, "binary")
+    return UntrackedFile(rel, st.st_size, data.decode("utf-8", "replace"))
+
+
+def is_zero(oid: str) -> bool:
+    return oid == _ZERO

@@ -1,0 +1,201 @@
+"""The one helper that runs subprocesses, and the environment gitsup gives its children.
+
+Every child runs in its own process group so that a stop reaches all of it;
+output is captured with a bound (the tail is kept, which is what a reader of a
+failing check wants).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gitsup.errors import GitsupError
+
+# Variables that would point a child at another repository or index than the one it runs in.
+_GIT_LOCATION_VARS = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+    "GIT_QUARANTINE_PATH",
+)
+
+
+def child_env(
+    extra: Mapping[str, str] | None = None,
+    *,
+    base: Mapping[str, str] | None = None,
+    drop: Sequence[str] = (),
+) -> dict[str, str]:
+    """The environment for a child gitsup starts: no inherited repository location,
+    no terminal prompts, plus `extra`."""
+    env = dict(os.environ if base is None else base)
+    for name in (*_GIT_LOCATION_VARS, *drop):
+        env.pop(name, None)
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    if extra:
+        env.update(extra)
+    return env
+
+
+class BoundedBuffer:
+    """Keeps the first `head` and the last `limit - head` bytes; counts the rest."""
+
+    def __init__(self, limit: int, head: int | None = None) -> None:
+        self.limit = max(0, limit)
+        self.head_limit = self.limit // 4 if head is None else min(head, self.limit)
+        self._head = bytearray()
+        self._tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_limit - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+            data = data[room:]
+        if data:
+            self._tail += data
+            tail_limit = self.limit - self.head_limit
+            if len(self._tail) > tail_limit:
+                del self._tail[: len(self._tail) - tail_limit]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self._head) + len(self._tail)
+
+    def text(self) -> str:
+        if not self.truncated:
+            return (bytes(self._head) + bytes(self._tail)).decode("utf-8", "replace")
+        skipped = self.total - len(self._head) - len(self._tail)
+        return (
+            bytes(self._head).decode("utf-8", "replace")
+            + f"\n[... {skipped} bytes omitted ...]\n"
+            + bytes(self._tail).decode("utf-8", "replace")
+        )
+
+
+@dataclass(frozen=True)
+class ProcResult:
+    argv: tuple[str, ...]
+    returncode: int | None  # None when killed for the timeout
+    output: str  # stdout and stderr interleaved, bounded
+    truncated: bool
+    duration: float
+    timed_out: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+def kill_group(pgid: int, *, grace: float = 5.0, sig: int = signal.SIGTERM) -> None:
+    """SIGTERM the process group, wait up to `grace`, then SIGKILL it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not group_alive(pgid):
+            return
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    input: bytes | None = None,
+    max_output: int = 64 * 1024,
+    kill_grace: float = 2.0,
+    abort: threading.Event | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+) -> ProcResult:
+    """Run argv (never through a shell) in its own process group.
+
+    stdout and stderr are merged and bounded; on timeout (or when `abort` is set)
+    the whole group is stopped. A program that cannot be started is a GitsupError.
+    """
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env) if env is not None else child_env(),
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=preexec_fn,
+        )
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        raise GitsupError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from exc
+    buf = BoundedBuffer(max_output)
+    timed_out = False
+    if input is not None and proc.stdin is not None:
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(input)
+        proc.stdin.close()
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = None if timeout is None else start + timeout
+    fd = proc.stdout.fileno()
+    while True:
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if wait == 0.0 or (abort is not None and abort.is_set()):
+            timed_out = True
+            break
+        if abort is not None:
+            wait = 0.2 if wait is None else min(wait, 0.2)
+        if not sel.select(wait):
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buf.feed(chunk)
+    sel.close()
+    if timed_out:
+        kill_group(proc.pid, grace=kill_grace)
+    else:
+        # The direct child closed its output; reap it (descendants holding no pipe may linger).
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=kill_grace if deadline is None else max(0.1, deadline - time.monotonic()))
+        if proc.returncode is None:
+            timed_out = True
+            kill_group(proc.pid, grace=kill_grace)
+    proc.stdout.close()
+    proc.wait()
+    return ProcResult(
+        argv=tuple(argv),
+        returncode=None if timed_out else proc.returncode,
+        output=buf.text(),
+        truncated=buf.truncated,
+        duration=time.monotonic() - start,
+        timed_out=timed_out,
+    )

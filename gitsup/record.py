@@ -1,0 +1,216 @@
+"""Task records (`tasks/<id>/task.json`) and candidate notes (`refs/notes/sup`).
+
+Both are versioned; a newer version than this gitsup knows is a clear error.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gitsup.errors import GitsupError
+from gitsup.fsutil import atomic_write
+from gitsup.ids import TaskId, new_task_id, parse_task_id
+from gitsup.layout import Layout
+from gitsup.state import State, Status
+
+RECORD_VERSION = 1
+NOTE_SCHEMA = "gitsup.candidate/1"
+
+
+class CheckResult(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    argv: list[str]
+    required: bool = True
+    exit_code: int | None = None
+    passed: bool = False
+    timed_out: bool = False
+    duration: float = 0.0
+    output_tail: str = ""
+    round: int = 0
+
+
+class ReviewResult(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    kind: str
+    verdict: str | None = None  # pass | revise | human | None (not run / failed)
+    findings: list[dict[str, Any]] = Field(default_factory=list)
+    attempts: int = 0
+    error: str | None = None
+
+
+class TaskRecord(BaseModel):
+    """The durable state of one task. `git sup show --json` prints this (plus `events`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    version: int = RECORD_VERSION
+    id: str
+    state: State = State.IDLE
+    status: Status = Status.PENDING
+    goal: str = ""
+    baseline: str = ""
+    base_rev: str = "HEAD"
+    source_branch: str | None = None
+    branch: str = ""
+    worktree: str = ""
+    candidate: str | None = None
+    head: str | None = None
+    wip: str | None = None
+    checks: list[CheckResult] = Field(default_factory=list)
+    review: ReviewResult | None = None
+    turns: int = 0
+    cost_usd: float = 0.0
+    repair_rounds: int = 0
+    reasons: list[str] = Field(default_factory=list)
+    decisions: list[dict[str, Any]] = Field(default_factory=list)
+    worker_kind: str = ""
+    supervisor: dict[str, Any] | None = None
+    worker: dict[str, Any] | None = None
+    spawn_pending: bool = False
+    detached: bool = False
+    created_at: float = Field(default_factory=time.time)
+    updated_at: float = Field(default_factory=time.time)
+    finished_at: float | None = None
+    discarded_at: float | None = None
+    exit_code: int | None = None
+
+    def touch(self) -> None:
+        self.updated_at = time.time()
+
+
+class CandidateNote(BaseModel):
+    """The JSON note on a candidate commit in `refs/notes/sup`."""
+
+    schema_: str = Field(default=NOTE_SCHEMA, alias="schema")
+    task: str
+    status: Status
+    baseline: str
+    candidate: str
+    branch: str
+    goal: str
+    checks: list[CheckResult]
+    review: ReviewResult | None
+    turns: int
+    cost_usd: float
+    repair_rounds: int = 0
+    reasons: list[str] = Field(default_factory=list)
+    decisions: list[dict[str, Any]] = Field(default_factory=list)
+    created_at: float
+    finished_at: float | None
+    integrated_into: str | None = None
+    integrated_at: float | None = None
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    def to_text(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True), indent=2) + "\n"
+
+    @classmethod
+    def parse(cls, text: str) -> CandidateNote:
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise GitsupError(f"candidate note is not JSON: {exc}") from None
+        schema = str(raw.get("schema", "")) if isinstance(raw, dict) else ""
+        if not schema.startswith("gitsup.candidate/"):
+            raise GitsupError("not a gitsup candidate note")
+        if int(schema.rsplit("/", 1)[1] or 0) > 1:
+            raise GitsupError(
+                f"candidate note schema {schema} is newer than this gitsup understands",
+                hint="upgrade gitsup",
+            )
+        return cls.model_validate(raw)
+
+
+class TaskStore:
+    """Task directories under `$GIT_COMMON_DIR/sup/tasks/`."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+
+    def create(self) -> TaskId:
+        self.layout.ensure()
+        for _ in range(64):
+            tid = new_task_id()
+            try:
+                self.layout.task_dir(tid).mkdir()
+            except FileExistsError:
+                continue
+            return tid
+        raise GitsupError("could not allocate a unique task id")
+
+    def exists(self, task: TaskId) -> bool:
+        return self.layout.record(task).exists()
+
+    def load(self, task: str) -> TaskRecord:
+        tid = parse_task_id(task)
+        path = self.layout.record(tid)
+        try:
+            raw = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            raise GitsupError(
+                f"no task {task} in this repository", hint="`git sup ls` lists the tasks"
+            ) from None
+        except ValueError as exc:
+            raise GitsupError(f"task record {path} is corrupt: {exc}") from None
+        if isinstance(raw, dict) and int(raw.get("version", 1)) > RECORD_VERSION:
+            raise GitsupError(
+                f"task {task} was written by a newer gitsup (record version {raw['version']})",
+                hint="upgrade gitsup",
+            )
+        try:
+            return TaskRecord.model_validate(raw)
+        except ValidationError as exc:
+            raise GitsupError(f"task record {path} is invalid: {exc.errors()[0]['msg']}") from None
+
+    def save(self, record: TaskRecord) -> None:
+        record.touch()
+        path = self.layout.record(TaskId(record.id))
+        atomic_write(path, record.model_dump_json(indent=1).encode())
+
+    def ids(self) -> list[TaskId]:
+        if not self.layout.tasks.exists():
+            return []
+        return sorted(
+            TaskId(p.name) for p in self.layout.tasks.iterdir() if (p / "task.json").exists()
+        )
+
+    def iter_records(self) -> Iterator[TaskRecord]:
+        for tid in self.ids():
+            try:
+                yield self.load(tid)
+            except GitsupError:
+                continue
+
+    def lock(self, task: TaskId) -> TaskLock:
+        return TaskLock(self.layout.task_dir(task) / "lock")
+
+
+class TaskLock:
+    """Serializes lifecycle operations on one task across processes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def __enter__(self) -> TaskLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

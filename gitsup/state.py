@@ -1,0 +1,108 @@
+"""The task state machine (DESIGN.md), and how a final state maps to a candidate status.
+
+    idle -> starting -> running <-> waiting -> verifying -> completed   (candidate ready)
+                          |   ^        |          |  |
+                          v   |        v          |  +--> running        (repair round)
+                        paused+      failed       +-----> blocked        (candidate parked)
+       stop from starting | running | waiting | paused | verifying -> stopped
+
+One addition: starting -> failed, for a worker that cannot be spawned.
+Invalid transitions raise; a terminal state is entered once.
+"""
+
+from __future__ import annotations
+
+import threading
+from enum import StrEnum
+
+from gitsup.errors import Exit
+
+
+class State(StrEnum):
+    IDLE = "idle"
+    STARTING = "starting"
+    RUNNING = "running"
+    WAITING = "waiting"
+    PAUSED = "paused"
+    VERIFYING = "verifying"
+    COMPLETED = "completed"
+    BLOCKED = "blocked"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+class Status(StrEnum):
+    """A candidate's status (the user-facing outcome)."""
+
+    PENDING = "pending"
+    READY = "ready"
+    PARKED = "parked"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    INTEGRATED = "integrated"
+
+
+TERMINAL = frozenset({State.COMPLETED, State.BLOCKED, State.FAILED, State.STOPPED})
+
+_STOPPABLE = {State.STARTING, State.RUNNING, State.WAITING, State.PAUSED, State.VERIFYING}
+
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.IDLE: frozenset({State.STARTING}),
+    State.STARTING: frozenset({State.RUNNING, State.FAILED, State.STOPPED}),
+    State.RUNNING: frozenset({State.WAITING, State.PAUSED, State.STOPPED}),
+    State.WAITING: frozenset({State.RUNNING, State.VERIFYING, State.FAILED, State.STOPPED}),
+    State.PAUSED: frozenset({State.RUNNING, State.STOPPED}),
+    State.VERIFYING: frozenset({State.COMPLETED, State.RUNNING, State.BLOCKED, State.STOPPED}),
+    State.COMPLETED: frozenset(),
+    State.BLOCKED: frozenset(),
+    State.FAILED: frozenset(),
+    State.STOPPED: frozenset(),
+}
+assert all(State.STOPPED in TRANSITIONS[s] for s in _STOPPABLE)
+
+STATUS_OF: dict[State, Status] = {
+    State.COMPLETED: Status.READY,
+    State.BLOCKED: Status.PARKED,
+    State.FAILED: Status.FAILED,
+    State.STOPPED: Status.STOPPED,
+}
+
+EXIT_OF: dict[Status, int] = {
+    Status.READY: Exit.READY,
+    Status.INTEGRATED: Exit.READY,
+    Status.PARKED: Exit.PARKED,
+    Status.FAILED: Exit.FAILED,
+    Status.STOPPED: Exit.STOPPED,
+}
+
+
+class InvalidTransition(Exception):
+    """A bug: the supervisor asked for a transition the state machine does not have."""
+
+
+class StateMachine:
+    """Thread-safe; lifecycle operations are serialized by one lock."""
+
+    def __init__(self, state: State = State.IDLE) -> None:
+        self._state = state
+        self._lock = threading.RLock()
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def terminal(self) -> bool:
+        return self._state in TERMINAL
+
+    def can(self, target: State) -> bool:
+        return target in TRANSITIONS[self._state]
+
+    def transition(self, target: State) -> State:
+        """Move to `target`; returns the previous state. Raises InvalidTransition."""
+        with self._lock:
+            if target not in TRANSITIONS[self._state]:
+                raise InvalidTransition(f"{self._state} -> {target} is not a valid transition")
+            previous = self._state
+            self._state = target
+            return previous

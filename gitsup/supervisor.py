@@ -1,0 +1,708 @@
+"""The supervisor: owns one task's state machine, event log, watchdog, policy gate,
+decider and verifier, and drives one worker through them.
+
+It runs in one thread. Workers report through the inbox (a SimpleQueue);
+timers are computed, never polled: the loop blocks on the inbox until the next
+deadline. The terminal transition happens once, in `_finish`, which stops the
+worker, snapshots uncommitted work, writes the candidate ref and note, seals the
+event log and releases the lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from gitsup.checks import required_passed, run_check
+from gitsup.decider import RulesDecider, TurnContext, TurnDecision
+from gitsup.errors import GitsupError
+from gitsup.events import Event, EventLog
+from gitsup.git import GitRepo, RefConflict
+from gitsup.ids import Oid, TaskId
+from gitsup.layout import Layout, task_refs
+from gitsup.lease import Lease, LeaseStore
+from gitsup.procid import ProcessId
+from gitsup.record import CandidateNote, CheckResult, TaskRecord, TaskStore
+from gitsup.spec import TaskSpec
+from gitsup.state import EXIT_OF, STATUS_OF, State, StateMachine, Status
+from gitsup.workers.base import (
+    Inbox,
+    PermissionAnswer,
+    PermissionCancelled,
+    PermissionRequest,
+    ProtocolNoise,
+    TurnCompleted,
+    WorkerAdapter,
+    WorkerContext,
+    WorkerError,
+    WorkerExited,
+    WorkerIdentity,
+    WorkerOutput,
+)
+
+EventSink = Callable[[Event], None]
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Timer:
+    name: str
+
+
+WorkerFactory = Callable[[TaskSpec, WorkerContext], WorkerAdapter]
+
+
+def default_worker_factory(spec: TaskSpec, ctx: WorkerContext) -> WorkerAdapter:
+    kind = spec.worker.kind
+    if kind == "process":
+        from gitsup.workers.process import ProcessWorker
+
+        return ProcessWorker(ctx)
+    if kind == "claude":
+        try:
+            from gitsup.workers.claude import ClaudeWorker
+        except ImportError as exc:  # pragma: no cover - depends on build stage
+            raise GitsupError("the claude worker is not available in this build") from exc
+        return ClaudeWorker(ctx)
+    if kind == "tmux":
+        try:
+            from gitsup.workers.tmux import TmuxWorker  # type: ignore[import-not-found,unused-ignore]
+        except ImportError as exc:
+            raise GitsupError(
+                "the tmux worker is not available yet",
+                hint="use [worker] kind = \"claude\" or \"process\"",
+            ) from exc
+        worker: WorkerAdapter = TmuxWorker(ctx)
+        return worker
+    raise GitsupError(f"unknown worker kind {kind!r}")
+
+
+class Supervisor:
+    def __init__(
+        self,
+        repo: GitRepo,
+        layout: Layout,
+        record: TaskRecord,
+        spec: TaskSpec,
+        lease: Lease,
+        *,
+        on_event: EventSink | None = None,
+        worker_factory: WorkerFactory = default_worker_factory,
+    ) -> None:
+        self.repo = repo
+        self.layout = layout
+        self.store = TaskStore(layout)
+        self.record = record
+        self.spec = spec
+        self.lease = lease
+        self.task = TaskId(record.id)
+        self.worktree = Path(record.worktree)
+        self.on_event = on_event
+        self.worker_factory = worker_factory
+        self.sm = StateMachine(State(record.state))
+        self.log = EventLog(
+            layout.events(self.task), self.task, max_record_bytes=spec.events.max_record_bytes
+        )
+        self.inbox: Inbox = queue.SimpleQueue()
+        self.worker: WorkerAdapter | None = None
+        self.decider = RulesDecider()
+        self._policy: Any = None
+        self._abort = threading.Event()
+        self._stop_reason: str | None = None
+        self._started = time.monotonic()
+        self._last_progress = time.monotonic()
+        self._phases_done: set[str] = set()
+        self._pending: dict[str, PermissionRequest] = {}
+        self._turn_active = False
+        self._worker_gone = False
+        self._verified_head: Oid | None = None
+        self._seen_findings: set[str] = set()
+
+    # --- events and state ---------------------------------------------------------
+
+    def emit(self, type: str, data: Mapping[str, Any] | None = None) -> Event:
+        ev = self.log.append(type, data)
+        if self.on_event is not None:
+            with contextlib.suppress(Exception):
+                self.on_event(ev)
+        return ev
+
+    def save(self) -> None:
+        self.record.state = self.sm.state
+        self.store.save(self.record)
+
+    def transition(self, target: State, reason: str = "") -> None:
+        previous = self.sm.transition(target)
+        self.record.state = target
+        self.emit("state_changed", {"from": previous.value, "to": target.value, "reason": reason})
+        self.save()
+        self._seal(f"{previous.value} -> {target.value}" + (f": {reason}" if reason else ""))
+
+    def _seal(self, reason: str) -> None:
+        try:
+            self.log.seal(self.repo, reason)
+        except (GitsupError, RefConflict) as exc:
+            # Sealing is retried at the next transition; the WAL keeps every event.
+            self.log.append("protocol_noise", {"error": f"seal failed: {exc}"})
+
+    # --- signals ------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._abort.set()
+        self.inbox.put(StopRequest(f"signal {signal.Signals(signum).name}"))
+
+    @contextlib.contextmanager
+    def _signals(self) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def request_stop(self, reason: str) -> None:
+        self._abort.set()
+        self.inbox.put(StopRequest(reason))
+
+    # --- the run ------------------------------------------------------------------
+
+    def run(self) -> TaskRecord:
+        with self._signals():
+            try:
+                self._run()
+            except BaseException as exc:
+                if not self.sm.terminal:
+                    self.record.reasons.append(f"internal error: {type(exc).__name__}: {exc}")
+                    self._finish_failed_internal()
+                raise
+        return self.record
+
+    def _run(self) -> None:
+        self.record.supervisor = {**ProcessId.current().as_dict(), "host_pid": os.getpid()}
+        self.transition(State.STARTING, "spawning worker")
+        if not self._spawn():
+            return
+        self.transition(State.RUNNING, "worker started")
+        self._loop()
+
+    def _worker_env(self) -> dict[str, str]:
+        from gitsup.proc import child_env
+
+        env = child_env(
+            {
+                "GITSUP_TASK": self.task,
+                "GITSUP_WORKTREE": str(self.worktree),
+                "GITSUP_BASELINE": self.record.baseline,
+            },
+            drop=("CLAUDECODE",),
+        )
+        env.update(self.spec.worker.env)
+        return env
+
+    def _spawn(self) -> bool:
+        # Preflight: the baseline the task was validated against is still what it is.
+        current = self.repo.ref_target(task_refs(self.task)["baseline"])
+        if current != self.record.baseline:
+            self.record.reasons.append("baseline ref changed between validation and spawn")
+            self._finish(State.FAILED)
+            return False
+        ctx = WorkerContext(
+            task_id=self.task,
+            worktree=self.worktree,
+            task_dir=self.layout.task_dir(self.task),
+            env=self._worker_env(),
+            argv=tuple(self.spec.worker.argv),
+            inbox=self.inbox,
+            options={"spec": self.spec},
+        )
+        self.record.spawn_pending = True
+        self.save()
+        try:
+            self.worker = self.worker_factory(self.spec, ctx)
+            ident = self.worker.start(self.spec.prompt())
+        except (WorkerError, GitsupError) as exc:
+            msg = exc.message if isinstance(exc, GitsupError) else str(exc)
+            self.record.reasons.append(f"worker could not start: {msg}")
+            self.record.spawn_pending = False
+            self.emit("candidate_failed", {"reason": msg})
+            self._finish(State.FAILED)
+            return False
+        self._record_worker(ident)
+        self._turn_active = True
+        self._last_progress = time.monotonic()
+        return True
+
+    def _record_worker(self, ident: WorkerIdentity) -> None:
+        self.record.worker = ident.as_dict()
+        self.record.spawn_pending = False
+        self.record.worker_kind = self.spec.worker.kind
+        self.emit(
+            "worker_started",
+            {"kind": self.spec.worker.kind, "argv": list(self.spec.worker.argv), **ident.as_dict()},
+        )
+        self.save()
+
+    # --- timers -------------------------------------------------------------------
+
+    def _deadline_at(self) -> float:
+        return self._started + self.spec.budget.deadline
+
+    def _next_timer(self) -> tuple[float, str] | None:
+        now = time.monotonic()
+        b = self.spec.budget
+        cands: list[tuple[float, str]] = []
+        dl = self._deadline_at()
+        if "deadline_approaching" not in self._phases_done and b.deadline_warning < b.deadline:
+            cands.append((dl - b.deadline_warning, "deadline_approaching"))
+        if "deadline_reached" not in self._phases_done:
+            cands.append((dl, "deadline_reached"))
+        elif "watchdog_timeout" not in self._phases_done:
+            cands.append((dl + b.closeout_grace, "deadline_closeout"))
+        if self.sm.state == State.RUNNING:
+            cands.append((self._last_progress + b.no_output_timeout, "no_output"))
+        if not cands:
+            return None
+        at, name = min(cands)
+        return max(0.0, at - now), name
+
+    def _on_timer(self, name: str) -> None:
+        b = self.spec.budget
+        if name == "deadline_approaching":
+            self._phases_done.add(name)
+            left = max(0.0, self._deadline_at() - time.monotonic())
+            self.emit("deadline_approaching", {"seconds_left": round(left, 1)})
+            if self.worker is not None and self.worker.capabilities.repairable and not self._turn_active:
+                self._send(
+                    f"{int(left)} seconds are left before the deadline. Integrate what you have and "
+                    "commit it locally now.",
+                    key="deadline_approaching",
+                )
+        elif name == "deadline_reached":
+            self._phases_done.add(name)
+            self.emit("deadline_reached", {"closeout_grace": b.closeout_grace, "busy": self._turn_active})
+            if not self._turn_active or b.closeout_grace <= 0:
+                self._watchdog("deadline")
+        elif name == "deadline_closeout":
+            self._watchdog("deadline")
+        elif name == "no_output":
+            self._watchdog("no_output")
+
+    def _watchdog(self, kind: str) -> None:
+        self._phases_done.add("watchdog_timeout")
+        limit = self.spec.budget.no_output_timeout if kind == "no_output" else self.spec.budget.deadline
+        self.emit("watchdog_timeout", {"kind": kind, "limit": limit})
+        reason = (
+            f"no output for {limit:g}s" if kind == "no_output" else f"deadline of {limit:g}s reached"
+        )
+        self.record.reasons.append(f"watchdog: {reason}")
+        self._stop_worker(f"watchdog: {reason}")
+        self._verify_and_conclude(park_reason=f"watchdog: {reason}")
+
+    # --- main loop ----------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self.sm.terminal:
+            nxt = self._next_timer()
+            try:
+                item = self.inbox.get(timeout=None if nxt is None else max(nxt[0], 0.0))
+            except queue.Empty:
+                if nxt is not None:
+                    self._on_timer(nxt[1])
+                continue
+            self._dispatch(item)
+
+    def _dispatch(self, item: object) -> None:
+        if isinstance(item, StopRequest):
+            self._stop(item.reason)
+        elif isinstance(item, WorkerOutput):
+            self._last_progress = time.monotonic()
+            self.emit("worker_output", {"stream": item.stream, "text": item.text, **dict(item.data)})
+        elif isinstance(item, PermissionRequest):
+            self._on_permission(item)
+        elif isinstance(item, PermissionCancelled):
+            self._pending.pop(item.request_id, None)
+            self.emit("permission_decided", {"request_id": item.request_id, "cancelled": True})
+        elif isinstance(item, TurnCompleted):
+            self._on_turn_completed(item)
+        elif isinstance(item, ProtocolNoise):
+            self.emit("protocol_noise", {"line": item.line[:2000], "error": item.error})
+        elif isinstance(item, WorkerExited):
+            self._on_worker_exit(item)
+
+    # --- permissions --------------------------------------------------------------
+
+    def _policy_obj(self) -> Any:
+        if self._policy is None:
+            from gitsup.policy import Policy
+
+            self._policy = Policy.load(
+                self.repo.main_workdir, extra_protected=self.repo.config_get_all("sup.protected")
+            )
+        return self._policy
+
+    def _on_permission(self, req: PermissionRequest) -> None:
+        from gitsup.policy import decide_tool, unattended_denial
+
+        self._pending[req.request_id] = req
+        decision = decide_tool(
+            req.tool_name,
+            req.tool_input,
+            worktree=str(self.worktree),
+            policy=self._policy_obj(),
+            git_common_dir=str(self.repo.common_dir),
+        )
+        if decision.verdict == "allow":
+            answer = PermissionAnswer(True, updated_input=req.tool_input)
+        elif req.tool_name == "AskUserQuestion":
+            answer = PermissionAnswer(False, self.decider.answer_question(req.tool_input))
+        elif decision.verdict == "ask":
+            answer = PermissionAnswer(False, self.decider.answer_ask(unattended_denial(decision)))
+        else:
+            answer = PermissionAnswer(False, unattended_denial(decision))
+        if self._pending.pop(req.request_id, None) is None:
+            return  # cancelled meanwhile
+        if self.worker is not None:
+            with contextlib.suppress(WorkerError, OSError):
+                self.worker.answer(req.request_id, answer)
+        self.emit(
+            "permission_decided",
+            {
+                "request_id": req.request_id,
+                "tool": req.tool_name,
+                "input": _summarize_input(req.tool_input),
+                **decision.as_dict(),
+                "answer": "allow" if answer.allow else "deny",
+                "message": answer.message,
+            },
+        )
+
+    # --- turns --------------------------------------------------------------------
+
+    def _on_turn_completed(self, tc: TurnCompleted) -> None:
+        self._turn_active = False
+        self._last_progress = time.monotonic()
+        self.record.turns += int(tc.num_turns or 1)
+        if tc.cost_usd:
+            self.record.cost_usd = round(self.record.cost_usd + float(tc.cost_usd), 6)
+        self.emit(
+            "turn_completed",
+            {
+                "subtype": tc.subtype,
+                "is_error": tc.is_error,
+                "result": (tc.result or "")[:4000],
+                "cost_usd": tc.cost_usd,
+                "num_turns": tc.num_turns,
+                "session_id": tc.session_id,
+                "usage": dict(tc.usage),
+            },
+        )
+        if self.sm.state == State.RUNNING:
+            self.transition(State.WAITING, "turn completed")
+        elif self.sm.state != State.WAITING:
+            return
+        over = self._budget_exceeded()
+        if over:
+            self.record.reasons.append(over)
+            self.emit("budget_exceeded", {"reason": over})
+            self._stop_worker(over)
+            self._verify_and_conclude(park_reason=over)
+            return
+        decision = self._decide_turn(tc)
+        self.record.decisions.append({"on": "turn_completed", **decision.as_dict()})
+        self.emit("decision", decision.as_dict())
+        if decision.action == "verify":
+            self._verify_and_conclude()
+        elif decision.action == "continue" and decision.message:
+            if not self._send(decision.message, key=f"continue-{self.record.turns}"):
+                self._verify_and_conclude(park_reason="worker cannot take another turn")
+        else:
+            self._verify_and_conclude(park_reason=decision.reason or "decider parked the task")
+
+    def _decide_turn(self, tc: TurnCompleted) -> TurnDecision:
+        ctx = TurnContext(
+            task=self.task,
+            goal=self.spec.goal,
+            turns=self.record.turns,
+            last_result=tc.result,
+            is_error=tc.is_error,
+            subtype=tc.subtype,
+            worker_alive=self.worker is not None and self.worker.alive,
+        )
+        return self.decider.on_turn_completed(ctx)
+
+    def _budget_exceeded(self) -> str | None:
+        b = self.spec.budget
+        if self.record.turns > b.max_turns:
+            return f"budget: {self.record.turns} turns exceed max_turns {b.max_turns}"
+        if b.max_cost_usd is not None and self.record.cost_usd > b.max_cost_usd:
+            return f"budget: cost ${self.record.cost_usd:.4f} exceeds max_cost_usd ${b.max_cost_usd:g}"
+        return None
+
+    def _send(self, message: str, *, key: str) -> bool:
+        w = self.worker
+        if w is None or not w.capabilities.repairable or not w.alive:
+            return False
+        try:
+            sent = w.send_turn(message, key=key)
+        except WorkerError as exc:
+            self.emit("protocol_noise", {"error": f"send failed: {exc}"})
+            return False
+        if sent:
+            self._turn_active = True
+            self._last_progress = time.monotonic()
+        return True
+
+    def _on_worker_exit(self, ex: WorkerExited) -> None:
+        self._worker_gone = True
+        self.emit(
+            "worker_stopped",
+            {"returncode": ex.returncode, "signal": ex.signal, "classification": ex.classification},
+        )
+        if self.sm.state == State.RUNNING:
+            # Gone without ending its turn: classified, never taken as completion.
+            reason = f"worker exited without completing its turn ({ex.classification}, rc={ex.returncode})"
+            self.record.reasons.append(reason)
+            self.transition(State.WAITING, reason)
+            self._verify_and_conclude(park_reason=reason)
+
+    # --- verification -------------------------------------------------------------
+
+    def _verify_and_conclude(self, *, park_reason: str | None = None) -> None:
+        if self.sm.terminal:
+            return
+        if self.sm.state == State.RUNNING:
+            self.transition(State.WAITING, park_reason or "verifying")
+        if self.sm.state in (State.PAUSED,):
+            self.transition(State.RUNNING, "resuming to verify")
+            self.transition(State.WAITING, "verifying")
+        self.transition(State.VERIFYING, park_reason or "turn completed")
+        results = self._run_checks()
+        if self._stop_reason is not None:
+            self._stop(self._stop_reason)
+            return
+        problems = self._candidate_problems(results)
+        if park_reason:
+            problems.insert(0, park_reason)
+        if not problems:
+            self._finish(State.COMPLETED)
+            return
+        for p in problems:
+            if p not in self.record.reasons:
+                self.record.reasons.append(p)
+        self._finish(State.BLOCKED)
+
+    def _run_checks(self) -> list[CheckResult]:
+        results: list[CheckResult] = []
+        env = self._worker_env()
+        for check in self.spec.checks:
+            if self._abort.is_set():
+                self._stop_reason = self._stop_reason or "stop requested"
+                break
+            self.emit("acceptance_started", {"name": check.name, "argv": check.argv})
+            r = run_check(check, cwd=self.worktree, env=env, round=self.record.repair_rounds)
+            results.append(r)
+            self.emit("acceptance_result", r.model_dump(mode="json"))
+        self.record.checks = results
+        self.save()
+        if self._abort.is_set() and self._stop_reason is None:
+            self._stop_reason = "stop requested"
+        return results
+
+    def _candidate_problems(self, results: list[CheckResult]) -> list[str]:
+        problems = []
+        failed = [r.name for r in results if r.required and not r.passed]
+        if failed:
+            problems.append("required checks failed: " + ", ".join(failed))
+        if not required_passed(results):
+            pass
+        head = self._branch_head()
+        self.record.head = head
+        if self.spec.autonomy.require_local_commit:
+            if head is None or head == self.record.baseline:
+                problems.append("no local commit after the baseline")
+            elif not self.repo.is_ancestor(Oid(self.record.baseline), head):
+                problems.append("branch head does not descend from the baseline")
+        wt = self._worktree_repo()
+        if wt is not None and not wt.is_clean():
+            problems.append("worktree has uncommitted changes")
+        if self.spec.review.kind != "none":
+            problems.append(f"review kind {self.spec.review.kind!r} is not available in this build")
+        self._verified_head = head
+        return problems
+
+    def _branch_head(self) -> Oid | None:
+        return self.repo.branch_target(self.record.branch)
+
+    def _worktree_repo(self) -> GitRepo | None:
+        try:
+            return GitRepo.open(self.worktree)
+        except GitsupError:
+            return None
+
+    # --- stopping and finishing -----------------------------------------------------
+
+    def _stop(self, reason: str) -> None:
+        if self.sm.terminal:
+            return
+        self._stop_reason = reason
+        self.emit("stop_requested", {"reason": reason})
+        self.record.reasons.append(f"stopped: {reason}")
+        self._finish(State.STOPPED)
+
+    def _stop_worker(self, why: str) -> None:
+        w = self.worker
+        if w is None:
+            return
+        try:
+            how = w.stop(grace=self.spec.worker.stop_grace)
+        except (WorkerError, OSError) as exc:
+            how = f"stop failed: {exc}"
+        if not self._worker_gone:
+            self.emit("worker_stopped", {"reason": why, "how": how})
+        self._worker_gone = True
+
+    def _finish_failed_internal(self) -> None:
+        final = State.BLOCKED if self.sm.state == State.VERIFYING else State.FAILED
+        with contextlib.suppress(BaseException):
+            self._finish(final)
+
+    def _finish(self, final: State) -> None:
+        """The one idempotent finalizer."""
+        if self.sm.terminal:
+            return
+        self._stop_worker(f"task {final.value}")
+        status = STATUS_OF[final]
+        head = self._branch_head()
+        self.record.head = head
+        if final == State.COMPLETED and head != self._verified_head:
+            # The branch moved after verification: not what was verified.
+            final, status = State.BLOCKED, Status.PARKED
+            self.record.reasons.append("branch moved after verification")
+        if status != Status.READY:
+            self._save_wip(head)
+        if head is not None and head != self.record.baseline and self.repo.is_ancestor(
+            Oid(self.record.baseline), head
+        ):
+            self._write_candidate(head, status)
+        self.record.status = status
+        self.record.finished_at = time.time()
+        self.record.exit_code = EXIT_OF[status]
+        kind = {
+            Status.READY: "candidate_ready",
+            Status.PARKED: "candidate_parked",
+            Status.STOPPED: "candidate_parked",
+        }.get(status, "candidate_failed")
+        self.emit(kind, {"candidate": self.record.candidate, "reasons": self.record.reasons})
+        path = shortest_path(self.sm.state, final)
+        for step in path[:-1]:
+            self.transition(step, "on the way to " + final.value)
+        self.transition(final, "; ".join(self.record.reasons[-3:]))
+        self.emit("task_finished", {"state": final.value, "status": status.value, "exit_code": self.record.exit_code})
+        self.save()
+        self._seal(f"task finished: {status.value}")
+        self.log.close()
+        with contextlib.suppress(Exception):
+            LeaseStore(self.layout.leases).release(self.lease)
+
+    def _save_wip(self, head: Oid | None) -> None:
+        wt = self._worktree_repo()
+        if wt is None or wt.is_clean():
+            return
+        try:
+            tree = wt.snapshot_tree(include_untracked=True, max_file_bytes=8 * 1024 * 1024)
+            parent = head or Oid(self.record.baseline)
+            commit = wt.commit_tree(
+                tree,
+                [parent],
+                f"gitsup: work in progress of task {self.task}\n\n"
+                "Uncommitted changes (tracked and untracked) saved when the task ended.\n",
+            )
+            ref = task_refs(self.task)["wip"]
+            old = self.repo.ref_target(ref)
+            self.repo.update_ref(ref, commit, old=old, message=f"gitsup: wip of {self.task}")
+        except (GitsupError, OSError) as exc:
+            self.emit("protocol_noise", {"error": f"wip snapshot failed: {exc}"})
+            return
+        self.record.wip = commit
+        self.emit("wip_saved", {"ref": ref, "commit": commit})
+
+    def _write_candidate(self, head: Oid, status: Status) -> None:
+        ref = task_refs(self.task)["candidate"]
+        old = self.repo.ref_target(ref)
+        try:
+            if old != head:
+                self.repo.update_ref(ref, head, old=old, message=f"gitsup: candidate {status.value}")
+        except RefConflict as exc:
+            self.record.reasons.append(f"candidate ref not written: {exc}")
+            return
+        self.record.candidate = head
+        note = CandidateNote(
+            task=self.task,
+            status=status,
+            baseline=self.record.baseline,
+            candidate=head,
+            branch=self.record.branch,
+            goal=self.spec.goal,
+            checks=self.record.checks,
+            review=self.record.review,
+            turns=self.record.turns,
+            cost_usd=self.record.cost_usd,
+            repair_rounds=self.record.repair_rounds,
+            reasons=self.record.reasons,
+            decisions=self.record.decisions,
+            created_at=self.record.created_at,
+            finished_at=time.time(),
+        )
+        self.repo.write_note(head, note.to_text())
+
+
+def shortest_path(start: State, goal: State) -> list[State]:
+    """The legal states from `start` (exclusive) to `goal` (inclusive), fewest steps."""
+    from collections import deque
+
+    from gitsup.state import TRANSITIONS
+
+    prev: dict[State, State] = {}
+    todo = deque([start])
+    while todo:
+        cur = todo.popleft()
+        if cur == goal:
+            break
+        for nxt in sorted(TRANSITIONS[cur]):
+            if nxt not in prev and nxt != start:
+                prev[nxt] = cur
+                todo.append(nxt)
+    if goal not in prev:
+        from gitsup.state import InvalidTransition
+
+        raise InvalidTransition(f"no path from {start} to {goal}")
+    out = [goal]
+    while out[-1] in prev and prev[out[-1]] != start:
+        out.append(prev[out[-1]])
+    return list(reversed(out))
+
+
+def _summarize_input(tool_input: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tool_input.items():
+        if isinstance(v, str) and len(v) > 2000:
+            out[k] = v[:2000] + f"… [{len(v) - 2000} chars cut]"
+        else:
+            out[k] = v
+    return out

@@ -1,0 +1,384 @@
+"""Task-level operations behind the CLI: init, start, show, ls, stop, discard."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gitsup.errors import Exit, GitsupError
+from gitsup.events import Event, EventLog
+from gitsup.git import GitRepo
+from gitsup.ids import Oid, TaskId, parse_task_id
+from gitsup.layout import Layout, task_branch, task_refs
+from gitsup.lease import LeaseStore
+from gitsup.procid import ProcessId
+from gitsup.record import TaskRecord, TaskStore
+from gitsup.spec import TaskSpec
+from gitsup.state import TERMINAL, State, Status
+from gitsup.supervisor import EventSink, Supervisor, WorkerFactory, default_worker_factory
+
+DEFAULT_PROTECTED = ("main", "master", "trunk", "develop", "integration")
+
+
+@dataclass(frozen=True)
+class Context:
+    """The repository a command works on, and where gitsup keeps its state for it."""
+
+    repo: GitRepo
+    layout: Layout
+
+    @classmethod
+    def discover(cls, cwd: str | os.PathLike[str] = ".") -> Context:
+        repo = GitRepo.discover(cwd)
+        repo.require_checkout()
+        return cls(repo, Layout(repo.common_dir))
+
+    @property
+    def store(self) -> TaskStore:
+        return TaskStore(self.layout)
+
+    @property
+    def leases(self) -> LeaseStore:
+        return LeaseStore(self.layout.leases)
+
+
+# --- init ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InitResult:
+    sup_dir: str
+    protected: list[str]
+    display_ref: bool
+    changed: list[str]
+    hooks: list[str]
+
+
+def init_repo(ctx: Context, *, protected: list[str] | None = None) -> InitResult:
+    """Idempotent: state dir, notes display ref, protected branches, boundary hooks."""
+    changed: list[str] = []
+    if not ctx.layout.root.exists():
+        changed.append(f"created {ctx.layout.root}")
+    ctx.layout.ensure()
+    repo = ctx.repo
+    refs = repo.config_get_all("notes.displayRef")
+    if "refs/notes/sup" not in refs:
+        if not refs:
+            # git shows refs/notes/commits by default only while displayRef is unset; keep it.
+            repo.config_add("notes.displayRef", "refs/notes/commits")
+        repo.config_add("notes.displayRef", "refs/notes/sup")
+        changed.append("notes.displayRef += refs/notes/sup")
+    current = repo.config_get_all("sup.protected")
+    wanted = list(protected) if protected else (current or list(DEFAULT_PROTECTED))
+    if current != wanted:
+        repo.config_set_multi("sup.protected", wanted)
+        changed.append("sup.protected = " + " ".join(wanted))
+    hooks: list[str] = []
+    with contextlib.suppress(ImportError):
+        from gitsup.boundary.install import install_pre_push  # type: ignore[import-not-found,unused-ignore]
+
+        hooks = install_pre_push(repo)  # type: ignore[no-untyped-call,unused-ignore]
+        changed.extend(f"installed {h}" for h in hooks)
+    return InitResult(str(ctx.layout.root), wanted, True, changed, hooks)
+
+
+def protected_branches(repo: GitRepo) -> list[str]:
+    return repo.config_get_all("sup.protected") or list(DEFAULT_PROTECTED)
+
+
+# --- start --------------------------------------------------------------------------
+
+
+def worktree_root(ctx: Context) -> Path:
+    configured = ctx.repo.config_get("sup.worktreeRoot")
+    main = ctx.repo.main_workdir
+    if configured:
+        root = Path(os.path.expanduser(configured))
+        return root if root.is_absolute() else (main / root)
+    return main.parent / f"{main.name}.sup"
+
+
+def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tuple[TaskRecord, Any]:
+    """Validate, allocate the task, take the lease, create branch, worktree and baseline ref.
+
+    Returns the record (state idle) and the lease. Undoes its own steps on failure.
+    """
+    init_repo(ctx)
+    repo = ctx.repo
+    baseline = repo.resolve_commit(spec.base)
+    source_branch = repo.head_branch() if spec.base == "HEAD" else _branch_name(repo, spec.base)
+    store = ctx.store
+    task = store.create()
+    task_dir = ctx.layout.task_dir(task)
+    wt_path = worktree_root(ctx) / task
+    branch = task_branch(task)
+    refs = task_refs(task)
+    undo: list[Any] = [lambda: _rmtree(task_dir)]
+    try:
+        if wt_path.exists():
+            raise GitsupError(f"worktree path {wt_path} already exists")
+        lease = ctx.leases.acquire(wt_path, task)
+        undo.append(lambda: ctx.leases.release(lease))
+        (task_dir / "spec.json").write_text(spec.model_dump_json(indent=1))
+        repo.create_branch(branch, baseline)
+        undo.append(lambda: repo.delete_branch(branch))
+        repo.add_worktree(task, wt_path, branch)
+        undo.append(lambda: repo.remove_worktree(task, wt_path))
+        repo.update_ref(refs["baseline"], baseline, old=None, message=f"gitsup: baseline of {task}")
+        undo.append(lambda: repo.delete_ref(refs["baseline"]))
+        record = TaskRecord(
+            id=task,
+            goal=spec.goal,
+            baseline=baseline,
+            base_rev=spec.base,
+            source_branch=source_branch,
+            branch=branch,
+            worktree=str(wt_path),
+            worker_kind=spec.worker.kind,
+            detached=detached,
+        )
+        store.save(record)
+        with EventLog(ctx.layout.events(task), task) as log:
+            log.append(
+                "task_started",
+                {
+                    "goal": spec.goal,
+                    "baseline": baseline,
+                    "base": spec.base,
+                    "branch": branch,
+                    "worktree": str(wt_path),
+                    "worker": spec.worker.kind,
+                    "checks": [c.name for c in spec.checks],
+                },
+            )
+        return record, lease
+    except BaseException:
+        for step in reversed(undo):
+            with contextlib.suppress(Exception):
+                step()
+        raise
+
+
+def _branch_name(repo: GitRepo, rev: str) -> str | None:
+    for cand in (rev, rev.removeprefix("refs/heads/")):
+        if repo.branch_target(cand) is not None:
+            return cand
+    return None
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def run_task(
+    ctx: Context,
+    spec: TaskSpec,
+    *,
+    on_event: EventSink | None = None,
+    on_prepared: Any = None,
+    worker_factory: WorkerFactory = default_worker_factory,
+) -> TaskRecord:
+    record, lease = prepare_task(ctx, spec)
+    if on_prepared is not None:
+        on_prepared(record)
+    sup = Supervisor(
+        ctx.repo, ctx.layout, record, spec, lease, on_event=on_event, worker_factory=worker_factory
+    )
+    return sup.run()
+
+
+# --- show / ls / log -------------------------------------------------------------------
+
+
+def show_dict(ctx: Context, record: TaskRecord) -> dict[str, Any]:
+    d = record.model_dump(mode="json")
+    d["events"] = EventLog(ctx.layout.events(TaskId(record.id)), TaskId(record.id)).count()
+    d["refs"] = {k: v for k, v in task_refs(TaskId(record.id)).items()}
+    d["owner_alive"] = _owner_alive(record)
+    return d
+
+
+def _owner_alive(record: TaskRecord) -> bool:
+    pid = ProcessId.from_dict(record.supervisor)
+    return bool(pid and pid.alive())
+
+
+@dataclass(frozen=True)
+class LsRow:
+    id: str
+    state: str
+    status: str
+    age: float
+    branch: str
+    source_branch: str | None
+    behind: int | None
+    goal: str
+    candidate: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def list_tasks(ctx: Context) -> list[LsRow]:
+    now = time.time()
+    rows: list[LsRow] = []
+    cache: dict[tuple[str, str], int | None] = {}
+    tips: dict[str, Oid | None] = {}
+    for rec in ctx.store.iter_records():
+        behind: int | None = None
+        if rec.source_branch:
+            if rec.source_branch not in tips:
+                tips[rec.source_branch] = ctx.repo.branch_target(rec.source_branch)
+            tip = tips[rec.source_branch]
+            if tip is not None and rec.baseline:
+                key = (rec.baseline, tip)
+                if key not in cache:
+                    try:
+                        cache[key] = ctx.repo.ahead_behind(Oid(rec.baseline), tip)[1]
+                    except Exception:
+                        cache[key] = None
+                behind = cache[key]
+        rows.append(
+            LsRow(
+                id=rec.id,
+                state=rec.state.value,
+                status=rec.status.value,
+                age=round(now - rec.created_at, 1),
+                branch=rec.branch,
+                source_branch=rec.source_branch,
+                behind=behind,
+                goal=rec.goal.splitlines()[0][:80] if rec.goal else "",
+                candidate=rec.candidate,
+            )
+        )
+    return rows
+
+
+def read_events(ctx: Context, task: str) -> Iterator[Event]:
+    tid = parse_task_id(task)
+    ctx.store.load(tid)
+    return EventLog(ctx.layout.events(tid), tid).read()
+
+
+# --- stop / discard ----------------------------------------------------------------------
+
+
+def stop_task(ctx: Context, task: str, *, wait: float = 60.0) -> TaskRecord:
+    record = ctx.store.load(task)
+    if record.state in TERMINAL:
+        raise GitsupError(f"task {task} already ended ({record.state.value}, {record.status.value})")
+    owner = ProcessId.from_dict(record.supervisor)
+    if owner is None or not owner.alive():
+        raise GitsupError(
+            f"task {task} is {record.state.value} but its supervisor is not running",
+            hint=f"`git sup recover {task} --takeover` continues or parks it; `git sup doctor` lists such tasks",
+        )
+    os.kill(owner.pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        record = ctx.store.load(task)
+        if record.state in TERMINAL:
+            return record
+        if not owner.alive():
+            break
+        time.sleep(0.05)
+    record = ctx.store.load(task)
+    if record.state not in TERMINAL:
+        raise GitsupError(
+            f"task {task} did not stop within {wait:g}s (state {record.state.value})",
+            exit_code=Exit.INTERNAL,
+        )
+    return record
+
+
+@dataclass(frozen=True)
+class DiscardResult:
+    task: str
+    removed: list[str]
+    kept: list[str]
+
+
+def discard_task(ctx: Context, task: str, *, force: bool = False) -> DiscardResult:
+    """Remove the task's worktree and lease. Its refs (branch, baseline, candidate,
+    wip, log) stay: they are the record. Refuses while a live supervisor owns it,
+    and when uncommitted work is not captured in a ref (unless `force`)."""
+    record = ctx.store.load(task)
+    tid = TaskId(record.id)
+    repo = ctx.repo
+    lease = ctx.leases.get(record.worktree) if record.worktree else None
+    if lease is not None and lease.owner_alive:
+        raise GitsupError(
+            f"task {task} is owned by a running supervisor (pid {lease.owner.pid})",
+            hint=f"`git sup stop {task}` first",
+        )
+    if not force:
+        uncaptured = _uncaptured_work(ctx, record)
+        if uncaptured:
+            raise GitsupError(
+                f"refusing to discard task {task}: {uncaptured} are not captured in any ref",
+                hint="commit them on the task branch, or pass --force to discard them",
+            )
+    removed: list[str] = []
+    wt = Path(record.worktree) if record.worktree else None
+    if wt is not None and (wt.exists() or repo.worktree_path(tid) is not None):
+        repo.remove_worktree(tid, wt)
+        removed.append(f"worktree {wt}")
+    if lease is not None:
+        ctx.leases.break_lease(lease.path)
+        removed.append("stale lease")
+    if record.state not in TERMINAL:
+        record.reasons.append("discarded before it ended")
+        record.state = State.STOPPED
+        record.status = Status.STOPPED
+        record.finished_at = time.time()
+    record.discarded_at = time.time()
+    ctx.store.save(record)
+    kept = [f"refs/heads/{record.branch}"] if repo.branch_target(record.branch) else []
+    kept += [n for n in task_refs(tid).values() if repo.ref_target(n) is not None]
+    return DiscardResult(record.id, removed, kept)
+
+
+def _uncaptured_work(ctx: Context, record: TaskRecord) -> str | None:
+    """Uncommitted changes in the worktree that no wip ref holds."""
+    repo = ctx.repo
+    wt = Path(record.worktree) if record.worktree else None
+    if wt is None or not wt.exists():
+        return None
+    try:
+        wrepo = GitRepo.open(wt)
+    except GitsupError:
+        return None
+    if wrepo.is_clean():
+        return None
+    wip = repo.ref_target(task_refs(TaskId(record.id))["wip"])
+    if wip is not None and repo.tree_of(wip) == wrepo.snapshot_tree(include_untracked=True):
+        return None
+    n = len([p for p in wrepo.status_entries()])
+    return f"uncommitted changes ({n} path(s)) in {wt}"
+
+
+def status_exit(record: TaskRecord) -> int:
+    from gitsup.state import EXIT_OF
+
+    if record.state not in TERMINAL:
+        return Exit.OK
+    return EXIT_OF.get(record.status, Exit.INTERNAL)
+
+
+def is_terminal(record: TaskRecord) -> bool:
+    return record.state in TERMINAL
+
+
+__all__ = [
+    "Context",
+    "State",
+    "Status",
+]

@@ -1,0 +1,1 @@
+"""Worker adapters: process lifecycle and transport of one agent, nothing else."""

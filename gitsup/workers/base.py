@@ -1,0 +1,169 @@
+"""The worker interface the supervisor drives.
+
+A worker adapter owns only the process lifecycle and the transport. It reports
+what happens as small immutable events put on the supervisor's inbox (a
+`queue.SimpleQueue`, safe to feed from reader threads and signal handlers);
+the supervisor decides everything (policy, verification, state).
+
+Capabilities are explicit and never inferred from each other:
+`repairable` (can take another turn after verification) and `persistent`
+(survives a supervisor restart and can be re-adopted).
+"""
+
+from __future__ import annotations
+
+import queue
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+Inbox = queue.SimpleQueue[object]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    repairable: bool
+    persistent: bool
+
+
+# --- events a worker puts on the inbox ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerOutput:
+    """Something the worker said (bounded by the adapter). `stream` is stdout/stderr/assistant/user/…"""
+
+    stream: str
+    text: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PermissionRequest:
+    """The worker asks to use a tool. Answer exactly once with `WorkerAdapter.answer`."""
+
+    request_id: str
+    tool_name: str
+    tool_input: Mapping[str, Any]
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PermissionCancelled:
+    """The worker no longer needs the answer to `request_id`."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class TurnCompleted:
+    """The worker ended a turn (a `result` record, a Stop hook, or a process exit)."""
+
+    subtype: str = "success"
+    is_error: bool = False
+    result: str | None = None
+    cost_usd: float | None = None
+    num_turns: int | None = None
+    session_id: str | None = None
+    usage: Mapping[str, Any] = field(default_factory=dict)
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProtocolNoise:
+    """A malformed or unexpected record, recorded and otherwise ignored."""
+
+    line: str
+    error: str
+
+
+@dataclass(frozen=True)
+class WorkerExited:
+    """The worker process is gone. `classification` says how (see adapters)."""
+
+    returncode: int | None
+    signal: int | None = None
+    classification: str = "exited"
+
+
+# --- answers the supervisor gives -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PermissionAnswer:
+    allow: bool
+    message: str = ""
+    updated_input: Mapping[str, Any] | None = None
+    interrupt: bool = False
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    """What is persisted to prove later which process this was."""
+
+    pid: int
+    start_time: float
+    pgid: int
+    cgroup: str | None = None
+    cgroup_inode: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "start_time": self.start_time,
+            "pgid": self.pgid,
+            "cgroup": self.cgroup,
+            "cgroup_inode": self.cgroup_inode,
+        }
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """What an adapter gets from the supervisor. Adapters never create these themselves."""
+
+    task_id: str
+    worktree: Path
+    task_dir: Path  # $GIT_COMMON_DIR/sup/tasks/<id>/, for logs and per-task files
+    env: Mapping[str, str]  # the child environment, already cleaned by the supervisor
+    argv: tuple[str, ...]  # worker.argv from the spec (may be empty: adapter default)
+    inbox: Inbox
+    options: Mapping[str, Any] = field(default_factory=dict)  # adapter-specific spec fields
+    max_output_bytes: int = 16 * 1024  # bound for one WorkerOutput text
+
+
+class WorkerError(Exception):
+    """Raised by adapters for a worker that cannot be started or driven (not user-facing)."""
+
+
+class WorkerAdapter(ABC):
+    kind: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+
+    @abstractmethod
+    def start(self, goal: str) -> WorkerIdentity:
+        """Spawn the worker and begin the first turn with `goal`. Raises WorkerError."""
+
+    @abstractmethod
+    def send_turn(self, message: str, *, key: str) -> bool:
+        """Begin another turn. Returns False if a turn with `key` was already sent
+        (idempotent retry). Raises WorkerError if a turn is active or the worker
+        is not repairable/alive."""
+
+    def answer(self, request_id: str, answer: PermissionAnswer) -> None:  # noqa: B027
+        """Answer a PermissionRequest (adapters without permission requests ignore this)."""
+
+    def interrupt(self) -> None:  # noqa: B027
+        """Abort the current turn but keep the worker (if the transport supports it)."""
+
+    @abstractmethod
+    def stop(self, *, grace: float = 5.0) -> str:
+        """Stop the worker and everything it started; returns how it ended."""
+
+    @property
+    @abstractmethod
+    def alive(self) -> bool: ...
