@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from gitsup import proc
@@ -20,12 +21,15 @@ def run_check(
     env: Mapping[str, str],
     round: int = 0,
     wrap: Callable[[list[str]], list[str]] | None = None,
+    abort: threading.Event | None = None,
 ) -> CheckResult:
     argv = list(check.argv)
     if wrap is not None:
         argv = wrap(argv)
     try:
-        res = proc.run(argv, cwd=cwd, env=env, timeout=check.timeout, max_output=256 * 1024)
+        res = proc.run(
+            argv, cwd=cwd, env=env, timeout=check.timeout, max_output=256 * 1024, abort=abort
+        )
     except GitsupError as exc:
         return CheckResult(
             name=check.name,
@@ -54,7 +58,3 @@ def run_check(
 
 def round_(x: float) -> float:
     return float(f"{x:.3f}")
-
-
-def required_passed(results: Sequence[CheckResult]) -> bool:
-    return all(r.passed for r in results if r.required)

@@ -22,9 +22,15 @@ class TurnDecision:
     message: str = ""
     reason: str = ""
     source: str = "rules"
+    noop: bool = False
 
     def as_dict(self) -> dict[str, str]:
-        return {"action": self.action, "message": self.message, "reason": self.reason, "source": self.source}
+        return {
+            "action": self.action,
+            "message": self.message,
+            "reason": self.reason,
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True)
@@ -69,3 +75,179 @@ class RulesDecider:
 
     def answer_ask(self, denial_message: str) -> str:
         return denial_message
+
+
+class DeciderError(Exception):
+    """One decider call failed (invalid output, timeout, error)."""
+
+
+_ACTIONS = ("verify", "continue", "park")
+
+
+def _parse_turn_decision(text: str, source: str) -> TurnDecision:
+    import json
+
+    text = text.strip()
+    if not text:
+        return TurnDecision(
+            "park", reason="the decider gave an empty answer", source=source, noop=True
+        )
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        # a model may wrap its JSON in prose; take the last object with an action
+        import re
+
+        found = None
+        for m in reversed(list(re.finditer(r"\{[^{}]*\}", text))):
+            try:
+                cand = json.loads(m.group(0))
+            except ValueError:
+                continue
+            if isinstance(cand, dict) and "action" in cand:
+                found = cand
+                break
+        if found is None:
+            raise DeciderError(f"decider output is not JSON: {exc}") from exc
+        obj = found
+    if not isinstance(obj, dict):
+        raise DeciderError("decider output is not a JSON object")
+    action = obj.get("action")
+    if action in (None, "", "noop"):
+        return TurnDecision("park", reason="the decider answered noop", source=source, noop=True)
+    if action not in _ACTIONS:
+        raise DeciderError(f"unknown decider action {action!r}")
+    message = str(obj.get("message") or "")
+    if action == "continue" and not message:
+        raise DeciderError("a `continue` decision needs a message")
+    return TurnDecision(
+        action, message=message[:8000], reason=str(obj.get("reason") or ""), source=source
+    )
+
+
+def _parse_answer(text: str) -> str:
+    import json
+
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise DeciderError(f"decider output is not JSON: {exc}") from exc
+    if (
+        not isinstance(obj, dict)
+        or not isinstance(obj.get("answer"), str)
+        or not obj["answer"].strip()
+    ):
+        raise DeciderError('decider output needs {"answer": "..."}')
+    return str(obj["answer"])
+
+
+class CommandDecider(RulesDecider):
+    """argv with JSON in (stdin) and JSON out (stdout)."""
+
+    kind = "command"
+
+    def __init__(
+        self, argv: list[str], *, cwd: str, env: Mapping[str, str], timeout: float
+    ) -> None:
+        self.argv, self.cwd, self.env, self.timeout = argv, cwd, dict(env), timeout
+
+    def _call(self, payload: Mapping[str, Any]) -> str:
+        import json
+
+        from gitsup import proc
+        from gitsup.errors import GitsupError
+
+        try:
+            res = proc.run(
+                self.argv,
+                cwd=self.cwd,
+                env=self.env,
+                timeout=self.timeout,
+                input=json.dumps(payload).encode(),
+                merge_stderr=False,
+            )
+        except GitsupError as exc:
+            raise DeciderError(exc.message) from exc
+        if res.timed_out:
+            raise DeciderError(f"decider timed out after {self.timeout:g}s")
+        if res.returncode != 0:
+            raise DeciderError(f"decider exited {res.returncode}")
+        return res.output
+
+    def on_turn_completed(self, ctx: TurnContext) -> TurnDecision:
+        out = self._call({"event": "turn_completed", **ctx.__dict__})
+        return _parse_turn_decision(out, "command")
+
+    def answer_question(self, tool_input: Mapping[str, Any]) -> str:
+        ans = _parse_answer(self._call({"event": "question", "input": dict(tool_input)}))
+        return ans if ans.startswith(SUPERVISOR_ANSWER) else f"{SUPERVISOR_ANSWER} {ans}"
+
+    def answer_ask(self, denial_message: str) -> str:
+        return _parse_answer(self._call({"event": "ask", "denial": denial_message}))
+
+
+class ClaudeDecider(RulesDecider):
+    """A read-only Claude Code call returning JSON."""
+
+    kind = "claude"
+
+    PROMPT = (
+        "You supervise an unattended coding worker. You cannot run tools that change anything. "
+        "Answer with ONLY a JSON object.\n"
+    )
+
+    def __init__(
+        self, *, cwd: str, env: Mapping[str, str], timeout: float, argv: list[str]
+    ) -> None:
+        self.cwd, self.env, self.timeout, self.argv = cwd, dict(env), timeout, argv
+
+    def _ask(self, text: str) -> str:
+        from pathlib import Path
+
+        from gitsup.claude_call import ClaudeCallError, claude_call
+
+        try:
+            return claude_call(
+                self.PROMPT + text,
+                label="decider",
+                cwd=Path(self.cwd),
+                env=self.env,
+                timeout=self.timeout,
+                argv=self.argv,
+            )
+        except ClaudeCallError as exc:
+            raise DeciderError(str(exc)) from exc
+
+    def on_turn_completed(self, ctx: TurnContext) -> TurnDecision:
+        import json
+
+        out = self._ask(
+            'The worker finished a turn. Decide {"action": "verify"|"continue"|"park", "message": '
+            '"what to tell the worker if continue", "reason": "..."}.\nTurn: '
+            + json.dumps(ctx.__dict__)
+        )
+        return _parse_turn_decision(out, "claude")
+
+    def answer_question(self, tool_input: Mapping[str, Any]) -> str:
+        import json
+
+        out = self._ask(
+            'The worker asks a question; answer it within the task\'s scope as {"answer": "..."}.\n'
+            + json.dumps(dict(tool_input))
+        )
+        ans = _parse_answer(out)
+        return ans if ans.startswith(SUPERVISOR_ANSWER) else f"{SUPERVISOR_ANSWER} {ans}"
+
+
+def make_decider(spec: Any, *, cwd: str, env: Mapping[str, str]) -> RulesDecider:
+    d = spec.decider
+    if d.kind == "command":
+        if not d.argv:
+            from gitsup.errors import GitsupError
+
+            raise GitsupError('[decider] kind = "command" needs argv')
+        return CommandDecider(list(d.argv), cwd=cwd, env=env, timeout=d.timeout)
+    if d.kind == "claude":
+        argv = list(spec.worker.argv) if spec.worker.kind == "claude" else []
+        return ClaudeDecider(cwd=cwd, env=env, timeout=d.timeout, argv=argv)
+    return RulesDecider()

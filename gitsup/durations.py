@@ -6,6 +6,8 @@ import re
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+# Longer waits overflow the timers of the supervisor loop and of subprocess polling.
+MAX_SECONDS = 366 * 86400.0
 
 
 def parse_duration(value: object) -> float:
@@ -13,13 +15,17 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("a duration is a number of seconds or a string like '90s', '10m', '4h'")
     if isinstance(value, int | float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"a duration must be a finite number of seconds, not {value!r}")
         if value < 0:
             raise ValueError("a duration cannot be negative")
+        if value > MAX_SECONDS:
+            raise ValueError(f"a duration cannot exceed 366d ({int(MAX_SECONDS)}s)")
         return float(value)
     if isinstance(value, str):
         text = value.strip().lower()
         if re.fullmatch(r"\d+(?:\.\d+)?", text):
-            return float(text)
+            return parse_duration(float(text))
         pos = 0
         total = 0.0
         for m in _PART.finditer(text):
@@ -28,14 +34,14 @@ def parse_duration(value: object) -> float:
             total += float(m.group(1)) * _UNITS[m.group(2)]
             pos = m.end()
         if text and pos == len(text):
-            return total
+            return parse_duration(total)
     raise ValueError(
         f"not a duration: {value!r} (use seconds or a string like '90s', '10m', '4h', '1h30m')"
     )
 
 
 def format_duration(seconds: float) -> str:
-    s = int(round(seconds))
+    s = round(seconds)
     if s < 60:
         return f"{s}s"
     if s < 3600:

@@ -78,7 +78,13 @@ class Event:
     data: dict[str, Any]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"seq": self.seq, "ts": self.ts, "task": self.task, "type": self.type, "data": self.data}
+        return {
+            "seq": self.seq,
+            "ts": self.ts,
+            "task": self.task,
+            "type": self.type,
+            "data": self.data,
+        }
 
 
 def _cap(data: dict[str, Any], limit: int) -> dict[str, Any]:
@@ -218,7 +224,9 @@ class EventLog:
             if tip is not None:
                 m = _SEAL_TRAILER.search(repo.commit_message(tip))
                 if m is None:
-                    raise GitsupError(f"{ref} has a commit without a seal trailer; not sealing onto it")
+                    raise GitsupError(
+                        f"{ref} has a commit without a seal trailer; not sealing onto it"
+                    )
                 sealed_seq, sealed_offset = int(m.group(1)), int(m.group(2))
             if sealed_offset > size:
                 raise GitsupError(

@@ -9,6 +9,7 @@ touched.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -171,10 +172,8 @@ class GitRepo:
 
     def config_set_multi(self, key: str, values: Sequence[str]) -> None:
         cfg = self._repo.config
-        try:
+        with contextlib.suppress(KeyError, pygit2.GitError):
             cfg.delete_multivar(key, ".*")
-        except (KeyError, pygit2.GitError):
-            pass
         for v in values:
             cfg.set_multivar(key, "^$", v)
 
@@ -224,7 +223,9 @@ class GitRepo:
         try:
             if old is None:
                 try:
-                    self._repo.create_reference_direct(name, pygit2.Oid(hex=new), False, message=message)
+                    self._repo.create_reference_direct(
+                        name, pygit2.Oid(hex=new), False, message=message
+                    )
                 except pygit2.AlreadyExistsError as exc:
                     raise RefConflict(f"{name} already exists") from exc
                 return
@@ -260,9 +261,7 @@ class GitRepo:
     def is_ancestor(self, ancestor: Oid, descendant: Oid) -> bool:
         if ancestor == descendant:
             return True
-        return bool(
-            self._repo.descendant_of(pygit2.Oid(hex=descendant), pygit2.Oid(hex=ancestor))
-        )
+        return bool(self._repo.descendant_of(pygit2.Oid(hex=descendant), pygit2.Oid(hex=ancestor)))
 
     def ahead_behind(self, local: Oid, upstream: Oid) -> tuple[int, int]:
         a, b = self._repo.ahead_behind(pygit2.Oid(hex=local), pygit2.Oid(hex=upstream))
@@ -294,7 +293,9 @@ class GitRepo:
 
     def create_branch(self, branch: str, target: Oid) -> None:
         try:
-            self._repo.branches.local.create(branch, self._repo[pygit2.Oid(hex=target)])
+            self._repo.branches.local.create(
+                branch, self._repo[pygit2.Oid(hex=target)].peel(pygit2.Commit)
+            )
         except pygit2.AlreadyExistsError as exc:
             raise GitsupError(f"branch {branch} already exists") from exc
 
@@ -400,9 +401,7 @@ class GitRepo:
                 return False
         return True
 
-    def snapshot_tree(
-        self, *, include_untracked: bool, max_file_bytes: int | None = None
-    ) -> Oid:
+    def snapshot_tree(self, *, include_untracked: bool, max_file_bytes: int | None = None) -> Oid:
         """A tree of the worktree as it is on disk (tracked files, optionally untracked
         regular files and symlinks), written without touching the real index or files.
 
@@ -496,7 +495,7 @@ class GitRepo:
         # Baseline tree against a snapshot of the worktree's tracked files (committed,
         # staged and unstaged at once); untracked files are listed separately, bounded.
         snapshot = self.snapshot_tree(include_untracked=False)
-        diff = repo.diff(base_commit.tree, repo[pygit2.Oid(hex=snapshot)])
+        diff = base_commit.tree.diff_to_tree(repo[pygit2.Oid(hex=snapshot)].peel(pygit2.Tree))
         patch = diff.patch or ""
         stats = diff.stats.format(pygit2.enums.DiffStatsFormat.FULL, 80) if diff.deltas else ""
         raw = patch.encode("utf-8", "replace")

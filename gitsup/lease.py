@@ -166,7 +166,9 @@ class LeaseStore:
 
     def update_extra(self, lease: Lease, extra: dict[str, Any]) -> Lease:
         with self._locked():
-            new = Lease(lease.path, lease.task, lease.owner, lease.acquired_at, {**lease.extra, **extra})
+            new = Lease(
+                lease.path, lease.task, lease.owner, lease.acquired_at, {**lease.extra, **extra}
+            )
             atomic_write(self._file(lease.path), json.dumps(new.as_dict(), indent=1).encode())
             return new
 

@@ -135,10 +135,11 @@ def run(
     kill_grace: float = 2.0,
     abort: threading.Event | None = None,
     preexec_fn: Callable[[], None] | None = None,
+    merge_stderr: bool = True,
 ) -> ProcResult:
     """Run argv (never through a shell) in its own process group.
 
-    stdout and stderr are merged and bounded; on timeout (or when `abort` is set)
+    stdout and stderr are merged (stderr dropped with merge_stderr=False) and bounded; on timeout (or when `abort` is set)
     the whole group is stopped. A program that cannot be started is a GitsupError.
     """
     start = time.monotonic()
@@ -149,7 +150,7 @@ def run(
             env=dict(env) if env is not None else child_env(),
             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
             start_new_session=True,
             preexec_fn=preexec_fn,
         )
@@ -185,7 +186,9 @@ def run(
     else:
         # The direct child closed its output; reap it (descendants holding no pipe may linger).
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=kill_grace if deadline is None else max(0.1, deadline - time.monotonic()))
+            proc.wait(
+                timeout=kill_grace if deadline is None else max(0.1, deadline - time.monotonic())
+            )
         if proc.returncode is None:
             timed_out = True
             kill_group(proc.pid, grace=kill_grace)

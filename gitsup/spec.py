@@ -132,7 +132,9 @@ class TaskSpec(_Strict):
     @classmethod
     def _known_version(cls, v: int) -> int:
         if v > SPEC_VERSION:
-            raise ValueError(f"spec version {v} is newer than this gitsup understands ({SPEC_VERSION})")
+            raise ValueError(
+                f"spec version {v} is newer than this gitsup understands ({SPEC_VERSION})"
+            )
         return v
 
     @field_validator("checks")

@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
-from gitsup.checks import required_passed, run_check
-from gitsup.decider import RulesDecider, TurnContext, TurnDecision
+from gitsup.checks import run_check
+from gitsup.decider import DeciderError, RulesDecider, TurnContext, TurnDecision, make_decider
 from gitsup.errors import GitsupError
 from gitsup.events import Event, EventLog
 from gitsup.git import GitRepo, RefConflict
@@ -31,7 +31,8 @@ from gitsup.ids import Oid, TaskId
 from gitsup.layout import Layout, task_refs
 from gitsup.lease import Lease, LeaseStore
 from gitsup.procid import ProcessId
-from gitsup.record import CandidateNote, CheckResult, TaskRecord, TaskStore
+from gitsup.record import CandidateNote, CheckResult, ReviewResult, TaskRecord, TaskStore
+from gitsup.review import Attempt, Finding, ReviewContext, evidence_bundle, run_review
 from gitsup.spec import TaskSpec
 from gitsup.state import EXIT_OF, STATUS_OF, State, StateMachine, Status
 from gitsup.workers.base import (
@@ -50,6 +51,7 @@ from gitsup.workers.base import (
 )
 
 EventSink = Callable[[Event], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ def default_worker_factory(spec: TaskSpec, ctx: WorkerContext) -> WorkerAdapter:
         except ImportError as exc:
             raise GitsupError(
                 "the tmux worker is not available yet",
-                hint="use [worker] kind = \"claude\" or \"process\"",
+                hint='use [worker] kind = "claude" or "process"',
             ) from exc
         worker: WorkerAdapter = TmuxWorker(ctx)
         return worker
@@ -101,7 +103,9 @@ class Supervisor:
         *,
         on_event: EventSink | None = None,
         worker_factory: WorkerFactory = default_worker_factory,
+        review_attempt: Attempt | None = None,
     ) -> None:
+        self.review_attempt = review_attempt
         self.repo = repo
         self.layout = layout
         self.store = TaskStore(layout)
@@ -118,7 +122,7 @@ class Supervisor:
         )
         self.inbox: Inbox = queue.SimpleQueue()
         self.worker: WorkerAdapter | None = None
-        self.decider = RulesDecider()
+        self.decider: RulesDecider = RulesDecider()
         self._policy: Any = None
         self._abort = threading.Event()
         self._stop_reason: str | None = None
@@ -169,7 +173,10 @@ class Supervisor:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        old = {
+            s: signal.signal(s, self._on_signal)
+            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        }
         try:
             yield
         finally:
@@ -194,6 +201,7 @@ class Supervisor:
         return self.record
 
     def _run(self) -> None:
+        self.decider = make_decider(self.spec, cwd=str(self.worktree), env=self._worker_env())
         self.record.supervisor = {**ProcessId.current().as_dict(), "host_pid": os.getpid()}
         self.transition(State.STARTING, "spawning worker")
         if not self._spawn():
@@ -287,7 +295,11 @@ class Supervisor:
             self._phases_done.add(name)
             left = max(0.0, self._deadline_at() - time.monotonic())
             self.emit("deadline_approaching", {"seconds_left": round(left, 1)})
-            if self.worker is not None and self.worker.capabilities.repairable and not self._turn_active:
+            if (
+                self.worker is not None
+                and self.worker.capabilities.repairable
+                and not self._turn_active
+            ):
                 self._send(
                     f"{int(left)} seconds are left before the deadline. Integrate what you have and "
                     "commit it locally now.",
@@ -295,7 +307,9 @@ class Supervisor:
                 )
         elif name == "deadline_reached":
             self._phases_done.add(name)
-            self.emit("deadline_reached", {"closeout_grace": b.closeout_grace, "busy": self._turn_active})
+            self.emit(
+                "deadline_reached", {"closeout_grace": b.closeout_grace, "busy": self._turn_active}
+            )
             if not self._turn_active or b.closeout_grace <= 0:
                 self._watchdog("deadline")
         elif name == "deadline_closeout":
@@ -305,10 +319,14 @@ class Supervisor:
 
     def _watchdog(self, kind: str) -> None:
         self._phases_done.add("watchdog_timeout")
-        limit = self.spec.budget.no_output_timeout if kind == "no_output" else self.spec.budget.deadline
+        limit = (
+            self.spec.budget.no_output_timeout if kind == "no_output" else self.spec.budget.deadline
+        )
         self.emit("watchdog_timeout", {"kind": kind, "limit": limit})
         reason = (
-            f"no output for {limit:g}s" if kind == "no_output" else f"deadline of {limit:g}s reached"
+            f"no output for {limit:g}s"
+            if kind == "no_output"
+            else f"deadline of {limit:g}s reached"
         )
         self.record.reasons.append(f"watchdog: {reason}")
         self._stop_worker(f"watchdog: {reason}")
@@ -332,7 +350,9 @@ class Supervisor:
             self._stop(item.reason)
         elif isinstance(item, WorkerOutput):
             self._last_progress = time.monotonic()
-            self.emit("worker_output", {"stream": item.stream, "text": item.text, **dict(item.data)})
+            self.emit(
+                "worker_output", {"stream": item.stream, "text": item.text, **dict(item.data)}
+            )
         elif isinstance(item, PermissionRequest):
             self._on_permission(item)
         elif isinstance(item, PermissionCancelled):
@@ -367,14 +387,27 @@ class Supervisor:
             policy=self._policy_obj(),
             git_common_dir=str(self.repo.common_dir),
         )
+        park: str | None = None
         if decision.verdict == "allow":
             answer = PermissionAnswer(True, updated_input=req.tool_input)
-        elif req.tool_name == "AskUserQuestion":
-            answer = PermissionAnswer(False, self.decider.answer_question(req.tool_input))
-        elif decision.verdict == "ask":
-            answer = PermissionAnswer(False, self.decider.answer_ask(unattended_denial(decision)))
-        else:
+        elif decision.verdict == "deny":
             answer = PermissionAnswer(False, unattended_denial(decision))
+        else:
+            is_question = req.tool_name == "AskUserQuestion"
+            text = self._with_retries(
+                "question" if is_question else "ask",
+                (lambda: self.decider.answer_question(req.tool_input))
+                if is_question
+                else (lambda: self.decider.answer_ask(unattended_denial(decision))),
+            )
+            if text is None:
+                park = "decider failed to answer a permission request"
+                text = (
+                    RulesDecider().answer_question(req.tool_input)
+                    if is_question
+                    else unattended_denial(decision)
+                )
+            answer = PermissionAnswer(False, text)
         if self._pending.pop(req.request_id, None) is None:
             return  # cancelled meanwhile
         if self.worker is not None:
@@ -391,6 +424,10 @@ class Supervisor:
                 "message": answer.message,
             },
         )
+        if park is not None:
+            self.record.reasons.append(park)
+            self._stop_worker(park)
+            self._verify_and_conclude(park_reason=park)
 
     # --- turns --------------------------------------------------------------------
 
@@ -423,7 +460,20 @@ class Supervisor:
             self._stop_worker(over)
             self._verify_and_conclude(park_reason=over)
             return
-        decision = self._decide_turn(tc)
+        decision = self._with_retries("turn_completed", lambda: self._decide_turn(tc))
+        if decision is None:
+            decision = TurnDecision(
+                "park", reason="decider failed; parking", source=self.decider.kind
+            )
+        elif (
+            decision.noop
+            and tc.subtype == "exit"
+            and not tc.is_error
+            and not (self.worker and self.worker.alive)
+        ):
+            decision = TurnDecision(
+                "verify", reason="noop decision after a clean worker exit", source=decision.source
+            )
         self.record.decisions.append({"on": "turn_completed", **decision.as_dict()})
         self.emit("decision", decision.as_dict())
         if decision.action == "verify":
@@ -433,6 +483,15 @@ class Supervisor:
                 self._verify_and_conclude(park_reason="worker cannot take another turn")
         else:
             self._verify_and_conclude(park_reason=decision.reason or "decider parked the task")
+
+    def _with_retries(self, what: str, fn: Callable[[], T]) -> T | None:
+        tries = 1 + self.spec.autonomy.max_decision_retries
+        for n in range(1, tries + 1):
+            try:
+                return fn()
+            except DeciderError as exc:
+                self.emit("decision", {"on": what, "attempt": n, "error": str(exc)[:500]})
+        return None
 
     def _decide_turn(self, tc: TurnCompleted) -> TurnDecision:
         ctx = TurnContext(
@@ -451,7 +510,9 @@ class Supervisor:
         if self.record.turns > b.max_turns:
             return f"budget: {self.record.turns} turns exceed max_turns {b.max_turns}"
         if b.max_cost_usd is not None and self.record.cost_usd > b.max_cost_usd:
-            return f"budget: cost ${self.record.cost_usd:.4f} exceeds max_cost_usd ${b.max_cost_usd:g}"
+            return (
+                f"budget: cost ${self.record.cost_usd:.4f} exceeds max_cost_usd ${b.max_cost_usd:g}"
+            )
         return None
 
     def _send(self, message: str, *, key: str) -> bool:
@@ -484,28 +545,119 @@ class Supervisor:
     # --- verification -------------------------------------------------------------
 
     def _verify_and_conclude(self, *, park_reason: str | None = None) -> None:
+        """Checks, then review, then a repair round or a conclusion (ready / parked)."""
         if self.sm.terminal:
             return
+        if self.sm.state == State.PAUSED:
+            self.transition(State.RUNNING, "resuming to verify")
         if self.sm.state == State.RUNNING:
             self.transition(State.WAITING, park_reason or "verifying")
-        if self.sm.state in (State.PAUSED,):
-            self.transition(State.RUNNING, "resuming to verify")
-            self.transition(State.WAITING, "verifying")
         self.transition(State.VERIFYING, park_reason or "turn completed")
         results = self._run_checks()
         if self._stop_reason is not None:
             self._stop(self._stop_reason)
             return
-        problems = self._candidate_problems(results)
-        if park_reason:
-            problems.insert(0, park_reason)
-        if not problems:
+        fixable = self._candidate_problems(results)
+        hard: list[str] = [park_reason] if park_reason else []
+        findings: list[Finding] = []
+        if not fixable and not hard:
+            verdict_problems, hard_review, findings = self._review(results)
+            fixable += verdict_problems
+            hard += hard_review
+            if self._stop_reason is not None:
+                self._stop(self._stop_reason)
+                return
+        if not fixable and not hard:
             self._finish(State.COMPLETED)
             return
-        for p in problems:
+        if not hard:
+            why_not = self._repair(results, fixable, findings)
+            if why_not is None:
+                return
+            hard.append(why_not)
+        for p in [*hard, *fixable]:
             if p not in self.record.reasons:
                 self.record.reasons.append(p)
         self._finish(State.BLOCKED)
+
+    def _review(self, results: list[CheckResult]) -> tuple[list[str], list[str], list[Finding]]:
+        """Returns (fixable problems, park reasons, findings)."""
+        kind = self.spec.review.kind
+        if kind == "none":
+            self.record.review = ReviewResult(kind="none", verdict=None)
+            return [], [], []
+        wt = self._worktree_repo()
+        if wt is None:
+            return [], ["worktree is gone; nothing to review"], []
+        evidence = wt.evidence(Oid(self.record.baseline))
+        bundle = evidence_bundle(self.task, self.spec, results, evidence)
+        self.emit(
+            "review_started",
+            {
+                "kind": kind,
+                "round": self.record.repair_rounds,
+                "complete": evidence.complete,
+                "head": evidence.head,
+            },
+        )
+        ctx = ReviewContext(self.task, self.worktree, self._worker_env(), self.spec, bundle)
+
+        def on_attempt(n: int, err: str | None) -> None:
+            if err:
+                self.emit("review_result", {"attempt": n, "error": err})
+
+        result, verdict = run_review(ctx, on_attempt=on_attempt, attempt_fn=self.review_attempt)
+        self.record.review = result
+        self.emit("review_result", result.model_dump(mode="json"))
+        self.save()
+        if verdict is None:
+            return [], [f"review failed after {result.attempts} attempt(s): {result.error}"], []
+        serious = [f for f in verdict.findings if f.severity in ("P0", "P1")]
+        if serious:
+            return (
+                [],
+                [f"review: {f.severity} finding: {f.title}" for f in serious],
+                verdict.findings,
+            )
+        if verdict.verdict == "human":
+            return [], ["review: a person must decide (verdict human)"], verdict.findings
+        if verdict.verdict == "pass":
+            return [], [], verdict.findings
+        repeated = [f for f in verdict.findings if f.key() in self._seen_findings]
+        if repeated:
+            return (
+                [],
+                [f"review: finding repeated from an earlier round: {f.title}" for f in repeated],
+                verdict.findings,
+            )
+        self._seen_findings.update(f.key() for f in verdict.findings)
+        titles = "; ".join(f.title for f in verdict.findings) or "no findings given"
+        return [f"review asked for revisions: {titles}"], [], verdict.findings
+
+    def _repair(
+        self, results: list[CheckResult], problems: list[str], findings: list[Finding]
+    ) -> str | None:
+        """Send one corrective turn to the same worker. Returns why not, or None if sent."""
+        w = self.worker
+        rounds = self.spec.autonomy.max_repair_rounds
+        if self.record.repair_rounds >= rounds:
+            return f"repair rounds exhausted ({rounds})"
+        if w is None or not w.capabilities.repairable:
+            return f"worker ({self.spec.worker.kind}) cannot take a repair turn"
+        if self._worker_gone or not w.alive:
+            return "worker is gone; a non-persistent worker is never restarted silently"
+        message = repair_message(problems, results, findings)
+        self.record.repair_rounds += 1
+        self.emit(
+            "repair_requested",
+            {"round": self.record.repair_rounds, "problems": problems, "message": message},
+        )
+        self.transition(State.RUNNING, f"repair round {self.record.repair_rounds}")
+        if not self._send(message, key=f"repair-{self.record.repair_rounds}"):
+            self.transition(State.WAITING, "repair turn could not be sent")
+            self.transition(State.VERIFYING, "concluding")
+            return "repair turn could not be sent to the worker"
+        return None
 
     def _run_checks(self) -> list[CheckResult]:
         results: list[CheckResult] = []
@@ -515,7 +667,13 @@ class Supervisor:
                 self._stop_reason = self._stop_reason or "stop requested"
                 break
             self.emit("acceptance_started", {"name": check.name, "argv": check.argv})
-            r = run_check(check, cwd=self.worktree, env=env, round=self.record.repair_rounds)
+            r = run_check(
+                check,
+                cwd=self.worktree,
+                env=env,
+                round=self.record.repair_rounds,
+                abort=self._abort,
+            )
             results.append(r)
             self.emit("acceptance_result", r.model_dump(mode="json"))
         self.record.checks = results
@@ -529,8 +687,6 @@ class Supervisor:
         failed = [r.name for r in results if r.required and not r.passed]
         if failed:
             problems.append("required checks failed: " + ", ".join(failed))
-        if not required_passed(results):
-            pass
         head = self._branch_head()
         self.record.head = head
         if self.spec.autonomy.require_local_commit:
@@ -541,8 +697,6 @@ class Supervisor:
         wt = self._worktree_repo()
         if wt is not None and not wt.is_clean():
             problems.append("worktree has uncommitted changes")
-        if self.spec.review.kind != "none":
-            problems.append(f"review kind {self.spec.review.kind!r} is not available in this build")
         self._verified_head = head
         return problems
 
@@ -596,8 +750,10 @@ class Supervisor:
             self.record.reasons.append("branch moved after verification")
         if status != Status.READY:
             self._save_wip(head)
-        if head is not None and head != self.record.baseline and self.repo.is_ancestor(
-            Oid(self.record.baseline), head
+        if (
+            head is not None
+            and head != self.record.baseline
+            and self.repo.is_ancestor(Oid(self.record.baseline), head)
         ):
             self._write_candidate(head, status)
         self.record.status = status
@@ -613,7 +769,10 @@ class Supervisor:
         for step in path[:-1]:
             self.transition(step, "on the way to " + final.value)
         self.transition(final, "; ".join(self.record.reasons[-3:]))
-        self.emit("task_finished", {"state": final.value, "status": status.value, "exit_code": self.record.exit_code})
+        self.emit(
+            "task_finished",
+            {"state": final.value, "status": status.value, "exit_code": self.record.exit_code},
+        )
         self.save()
         self._seal(f"task finished: {status.value}")
         self.log.close()
@@ -647,7 +806,9 @@ class Supervisor:
         old = self.repo.ref_target(ref)
         try:
             if old != head:
-                self.repo.update_ref(ref, head, old=old, message=f"gitsup: candidate {status.value}")
+                self.repo.update_ref(
+                    ref, head, old=old, message=f"gitsup: candidate {status.value}"
+                )
         except RefConflict as exc:
             self.record.reasons.append(f"candidate ref not written: {exc}")
             return
@@ -670,6 +831,29 @@ class Supervisor:
             finished_at=time.time(),
         )
         self.repo.write_note(head, note.to_text())
+
+
+def repair_message(
+    problems: list[str], results: list[CheckResult], findings: list[Finding], limit: int = 8000
+) -> str:
+    """One bounded corrective message: what failed, the failing output tails, the findings."""
+    parts = ["The supervisor verified your work and it is not ready yet.", ""]
+    parts += [f"- {p}" for p in problems]
+    for r in results:
+        if r.required and not r.passed:
+            parts += [
+                "",
+                f"Check {r.name!r} ({' '.join(r.argv)}) failed with exit {r.exit_code}. Output tail:",
+                r.output_tail[-1500:],
+            ]
+    if findings:
+        parts += ["", "Reviewer findings:"]
+        for f in findings:
+            where = f" ({f.path}{':' + str(f.line) if f.line else ''})" if f.path else ""
+            parts.append(f"- [{f.severity}] {f.title}{where}: {f.detail[:600]}")
+    parts += ["", "Fix these, run the checks, and commit your work locally. Do not push."]
+    text = "\n".join(parts)
+    return text if len(text) <= limit else text[: limit - 20] + "\n[message cut]"
 
 
 def shortest_path(start: State, goal: State) -> list[State]:

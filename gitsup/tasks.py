@@ -274,7 +274,9 @@ def read_events(ctx: Context, task: str) -> Iterator[Event]:
 def stop_task(ctx: Context, task: str, *, wait: float = 60.0) -> TaskRecord:
     record = ctx.store.load(task)
     if record.state in TERMINAL:
-        raise GitsupError(f"task {task} already ended ({record.state.value}, {record.status.value})")
+        raise GitsupError(
+            f"task {task} already ended ({record.state.value}, {record.status.value})"
+        )
     owner = ProcessId.from_dict(record.supervisor)
     if owner is None or not owner.alive():
         raise GitsupError(

@@ -47,11 +47,10 @@ def run() -> None:
         sys.exit(exc.exit_code)
     except typer.Abort:
         sys.exit(Exit.INTERRUPTED)
-    except Exception as exc:  # click's usage errors and anything unforeseen
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
+    except Exception as exc:  # usage errors of the (vendored) click parser, and anything unforeseen
+        show = getattr(exc, "show", None)
+        if callable(show) and isinstance(getattr(exc, "exit_code", None), int):
+            show()
             sys.exit(Exit.BAD_INPUT)
         import traceback
 

@@ -36,7 +36,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")
 def init_cmd(
     protected: Annotated[
         list[str] | None,
-        typer.Option("--protected", help="A protected branch (repeat); default main master trunk develop integration."),
+        typer.Option(
+            "--protected",
+            help="A protected branch (repeat); default main master trunk develop integration.",
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -101,7 +104,10 @@ def _spec_from_cli(
     if spec_file is not None:
         return load_spec(spec_file, over)
     if goal is None:
-        raise GitsupError("a task needs a goal", hint='git sup start "what to do" --check "pytest -q", or --spec task.toml')
+        raise GitsupError(
+            "a task needs a goal",
+            hint='git sup start "what to do" --check "pytest -q", or --spec task.toml',
+        )
     return spec_from_mapping(over, "command line")
 
 
@@ -123,21 +129,29 @@ def _render_progress(ev: Event) -> None:
                 progress(f"  | {line[:160]}")
         return
     if t == "state_changed":
-        progress(f"{d.get('from')} -> {d.get('to')}" + (f" ({d['reason']})" if d.get("reason") else ""))
+        progress(
+            f"{d.get('from')} -> {d.get('to')}" + (f" ({d['reason']})" if d.get("reason") else "")
+        )
     elif t == "worker_started":
         progress(f"worker started: {d.get('kind')} pid {d.get('pid')}")
     elif t == "permission_decided":
         if d.get("cancelled"):
             return
-        progress(f"permission {d.get('tool')}: {d.get('verdict')} [{d.get('rule')}] -> {d.get('answer')}")
+        progress(
+            f"permission {d.get('tool')}: {d.get('verdict')} [{d.get('rule')}] -> {d.get('answer')}"
+        )
     elif t == "acceptance_started":
         progress(f"check {d.get('name')}: running")
     elif t == "acceptance_result":
-        progress(f"check {d.get('name')}: {'passed' if d.get('passed') else 'FAILED'} ({d.get('duration')}s)")
+        progress(
+            f"check {d.get('name')}: {'passed' if d.get('passed') else 'FAILED'} ({d.get('duration')}s)"
+        )
     elif t == "turn_completed":
         progress(f"turn completed ({d.get('subtype')})")
     elif t in ("candidate_ready", "candidate_parked", "candidate_failed"):
-        progress(f"{t.replace('_', ' ')}" + (f": {d['candidate'][:12]}" if d.get("candidate") else ""))
+        progress(
+            f"{t.replace('_', ' ')}" + (f": {d['candidate'][:12]}" if d.get("candidate") else "")
+        )
     elif t not in ("task_finished",):
         progress(t.replace("_", " ") + (f": {json.dumps(d)[:160]}" if d else ""))
 
@@ -146,16 +160,26 @@ def _render_progress(ev: Event) -> None:
 def start_cmd(
     goal: Annotated[str | None, typer.Argument(help="What the worker should do.")] = None,
     spec_file: Annotated[Path | None, typer.Option("--spec", help="A task.toml spec file.")] = None,
-    base: Annotated[str | None, typer.Option("--base", help="Baseline revision (default HEAD).")] = None,
+    base: Annotated[
+        str | None, typer.Option("--base", help="Baseline revision (default HEAD).")
+    ] = None,
     check: Annotated[
-        list[str] | None, typer.Option("--check", help="An acceptance check command (repeat); run as argv, no shell.")
+        list[str] | None,
+        typer.Option(
+            "--check", help="An acceptance check command (repeat); run as argv, no shell."
+        ),
     ] = None,
     worker: Annotated[
-        str | None, typer.Option("--worker", help="Worker command (a process worker unless --worker-kind).")
+        str | None,
+        typer.Option("--worker", help="Worker command (a process worker unless --worker-kind)."),
     ] = None,
-    worker_kind: Annotated[str | None, typer.Option("--worker-kind", help="process | claude | tmux")] = None,
+    worker_kind: Annotated[
+        str | None, typer.Option("--worker-kind", help="process | claude | tmux")
+    ] = None,
     review: Annotated[str | None, typer.Option("--review", help="claude | command | none")] = None,
-    deadline: Annotated[str | None, typer.Option("--deadline", help="Wall-clock limit, e.g. 4h.")] = None,
+    deadline: Annotated[
+        str | None, typer.Option("--deadline", help="Wall-clock limit, e.g. 4h.")
+    ] = None,
     no_output_timeout: Annotated[
         str | None, typer.Option("--no-output-timeout", help="Stop after this long without output.")
     ] = None,
@@ -164,7 +188,9 @@ def start_cmd(
     no_commit: Annotated[
         bool, typer.Option("--no-commit-required", help="Do not require a local commit.")
     ] = False,
-    detach: Annotated[bool, typer.Option("--detach", help="Run the supervisor in the background.")] = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="Run the supervisor in the background.")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -173,8 +199,18 @@ def start_cmd(
     Exit codes: 0 ready, 3 parked, 4 failed, 5 stopped, 2 bad input, 1 internal error.
     """
     spec = _spec_from_cli(
-        goal, spec_file, base, check, worker, worker_kind, review, deadline, no_output_timeout,
-        max_turns, max_cost, no_commit,
+        goal,
+        spec_file,
+        base,
+        check,
+        worker,
+        worker_kind,
+        review,
+        deadline,
+        no_output_timeout,
+        max_turns,
+        max_cost,
+        no_commit,
     )
     ctx = Context.discover()
     if detach:
@@ -185,12 +221,16 @@ def start_cmd(
             emit_json(show_dict(ctx, record))
         else:
             out(record.id)
-            progress(f"task {record.id} runs in the background; `git sup wait {record.id}` waits for it")
+            progress(
+                f"task {record.id} runs in the background; `git sup wait {record.id}` waits for it"
+            )
         return
 
     def prepared(rec: TaskRecord) -> None:
         if not quiet:
-            progress(f"task {rec.id}: worktree {rec.worktree} on {rec.branch} at {rec.baseline[:12]}")
+            progress(
+                f"task {rec.id}: worktree {rec.worktree} on {rec.branch} at {rec.baseline[:12]}"
+            )
 
     record = run_task(ctx, spec, on_event=None if quiet else _render_progress, on_prepared=prepared)
     if json_out:
@@ -213,7 +253,9 @@ def _print_summary(ctx: Context, record: TaskRecord) -> None:
 
 
 @app.command("show")
-def show_cmd(task: Annotated[str, typer.Argument(help="Task id.")], json_out: JsonOpt = False) -> None:
+def show_cmd(
+    task: Annotated[str, typer.Argument(help="Task id.")], json_out: JsonOpt = False
+) -> None:
     """Show one task: state, status, baseline, candidate, checks, review, turns, cost."""
     ctx = Context.discover()
     record = ctx.store.load(task)
@@ -224,20 +266,27 @@ def show_cmd(task: Annotated[str, typer.Argument(help="Task id.")], json_out: Js
     out(f"task      {record.id}")
     out(f"state     {record.state.value}   status {record.status.value}")
     out(f"goal      {record.goal.splitlines()[0] if record.goal else ''}")
-    out(f"baseline  {record.baseline}" + (f"  (from {record.source_branch})" if record.source_branch else ""))
+    out(
+        f"baseline  {record.baseline}"
+        + (f"  (from {record.source_branch})" if record.source_branch else "")
+    )
     out(f"branch    {record.branch}")
     out(f"worktree  {record.worktree}")
     out(f"candidate {record.candidate or '-'}")
     if record.wip:
         out(f"wip       {record.wip}  (refs/sup/{record.id}/wip: uncommitted work saved)")
-    out(f"turns     {record.turns}   cost ${record.cost_usd:.4f}   repair rounds {record.repair_rounds}")
+    out(
+        f"turns     {record.turns}   cost ${record.cost_usd:.4f}   repair rounds {record.repair_rounds}"
+    )
     out(f"events    {d['events']}")
     if record.checks:
         out("checks")
         for c in record.checks:
             mark = "pass" if c.passed else ("TIMEOUT" if c.timed_out else "FAIL")
             req = "required" if c.required else "optional"
-            out(f"  {mark:7} {c.name} ({req}, exit {c.exit_code}, {c.duration:.2f}s): {' '.join(c.argv)}")
+            out(
+                f"  {mark:7} {c.name} ({req}, exit {c.exit_code}, {c.duration:.2f}s): {' '.join(c.argv)}"
+            )
     if record.review:
         out(f"review    {record.review.kind}: {record.review.verdict or '-'}")
     for r in record.reasons:
@@ -266,7 +315,9 @@ def ls_cmd(json_out: JsonOpt = False) -> None:
 
 
 @app.command("log")
-def log_cmd(task: Annotated[str, typer.Argument(help="Task id.")], json_out: JsonOpt = False) -> None:
+def log_cmd(
+    task: Annotated[str, typer.Argument(help="Task id.")], json_out: JsonOpt = False
+) -> None:
     """Print the task's events, one per line."""
     ctx = Context.discover()
     for ev in read_events(ctx, task):
@@ -284,7 +335,9 @@ def log_cmd(task: Annotated[str, typer.Argument(help="Task id.")], json_out: Jso
 @app.command("stop")
 def stop_cmd(
     task: Annotated[str, typer.Argument(help="Task id.")],
-    wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for the task to stop.")] = 60.0,
+    wait: Annotated[
+        float, typer.Option("--wait", help="Seconds to wait for the task to stop.")
+    ] = 60.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Stop a running task (its supervisor stops the worker and parks the work)."""
@@ -301,7 +354,9 @@ def stop_cmd(
 @app.command("discard")
 def discard_cmd(
     task: Annotated[str, typer.Argument(help="Task id.")],
-    force: Annotated[bool, typer.Option("--force", help="Discard even uncaptured uncommitted work.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Discard even uncaptured uncommitted work.")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Remove a task's worktree; its refs stay. Refuses to lose uncaptured work without --force."""

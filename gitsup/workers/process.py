@@ -54,7 +54,7 @@ class ProcessWorker(WorkerAdapter):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=self.ctx.options.get("preexec"),  # type: ignore[arg-type]
+                preexec_fn=self.ctx.options.get("preexec"),
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError, OSError) as exc:
             raise WorkerError(f"cannot start worker {argv[0]!r}: {exc.strerror or exc}") from exc

@@ -1,0 +1,519 @@
+"""The `claude` worker: Claude Code headless over stream-json.
+
+    claude -p --input-format stream-json --output-format stream-json --verbose
+           --permission-prompt-tool stdio --permission-mode default
+           --settings <gitsup's: every Bash/Write/Edit call asks>
+
+Every permission request arrives as a `can_use_tool` control request and is
+answered exactly once from the supervisor's decision. Configuration that
+pre-authorizes Bash (arguments or loaded settings), and `bypassPermissions`,
+are refused before anything is spawned.
+
+Repairable (another user turn can be sent after verification), not persistent.
+One writer owns stdin; a turn is refused while another is active; a retried
+send with the same idempotency key is not sent twice. Stop escalates:
+interrupt -> close stdin -> SIGTERM -> SIGKILL of the whole process group,
+each with a bounded wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from gitsup.procid import ProcessId
+from gitsup.workers import stream_json as sj
+from gitsup.workers.base import (
+    Capabilities,
+    PermissionAnswer,
+    PermissionCancelled,
+    PermissionRequest,
+    ProtocolNoise,
+    TurnCompleted,
+    WorkerAdapter,
+    WorkerContext,
+    WorkerError,
+    WorkerExited,
+    WorkerIdentity,
+    WorkerOutput,
+)
+
+BASE_FLAGS = (
+    "-p",
+    "--input-format",
+    "stream-json",
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--permission-prompt-tool",
+    "stdio",
+    "--permission-mode",
+    "default",
+)
+# Tools whose every call must reach the supervisor as a can_use_tool request.
+ASK_TOOLS = ("Bash", "Write", "Edit", "MultiEdit", "NotebookEdit", "WebFetch", "WebSearch")
+
+_FORBIDDEN_FLAGS = {
+    "--dangerously-skip-permissions": "skips every permission check",
+    "--allow-dangerously-skip-permissions": "allows skipping every permission check",
+    "--permission-prompt-tool": "gitsup answers permission prompts itself (stdio)",
+    "--input-format": "gitsup drives the worker over stream-json",
+    "--output-format": "gitsup reads the worker's stream-json",
+}
+_ALLOW_FLAGS = ("--allowedTools", "--allowed-tools")
+_BAD_MODES = {"bypassPermissions", "dontAsk", "acceptEdits", "auto", "plan"}
+
+
+def find_claude(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """The CLI to run: worker.argv, else GITSUP_CLAUDE_BIN, else `claude` on PATH."""
+    if argv:
+        exe = argv[0]
+        resolved = exe if os.sep in exe else shutil.which(exe, path=env.get("PATH"))
+        if resolved is None or not os.path.exists(resolved):
+            raise WorkerError(f"worker.argv names {exe!r}, which is not an executable on PATH")
+        return [resolved, *argv[1:]]
+    from_env = env.get("GITSUP_CLAUDE_BIN")
+    if from_env and os.path.exists(from_env):
+        return [from_env]
+    found = shutil.which("claude", path=env.get("PATH"))
+    if found is None:
+        raise WorkerError(
+            "the Claude Code CLI (`claude`) is not on PATH; install @anthropic-ai/claude-code, "
+            "set GITSUP_CLAUDE_BIN, or name it in [worker] argv"
+        )
+    return [found]
+
+
+def _rule_tool(rule: str) -> str:
+    return rule.split("(", 1)[0].strip()
+
+
+def _preauthorizes_bash(rules: Iterable[Any]) -> list[str]:
+    bad = []
+    for r in rules:
+        if isinstance(r, str) and _rule_tool(r) in ("Bash", "*"):
+            bad.append(r)
+    return bad
+
+
+def check_arguments(args: Sequence[str]) -> None:
+    """Refuse worker arguments that would hide Bash from the supervisor."""
+    i = 0
+    while i < len(args):
+        a = args[i]
+        name, _, inline = a.partition("=")
+        if name in _FORBIDDEN_FLAGS:
+            raise WorkerError(f"worker argument {a!r} is refused: {_FORBIDDEN_FLAGS[name]}")
+        if name in _ALLOW_FLAGS:
+            values = [inline] if inline else []
+            j = i + 1
+            while not inline and j < len(args) and not args[j].startswith("-"):
+                values.append(args[j])
+                j += 1
+            rules = [r for v in values for r in v.replace(",", " ").split() if r]
+            bad = _preauthorizes_bash(rules)
+            if bad:
+                raise WorkerError(
+                    f"worker argument {name} {' '.join(values)!r} pre-authorizes Bash ({', '.join(bad)}); "
+                    "gitsup must see every Bash call"
+                )
+        if name == "--permission-mode":
+            mode = inline or (args[i + 1] if i + 1 < len(args) else "")
+            if mode in _BAD_MODES:
+                raise WorkerError(
+                    f"--permission-mode {mode} is refused: it hides permission requests from gitsup"
+                )
+        if name == "--settings":
+            value = inline or (args[i + 1] if i + 1 < len(args) else "")
+            check_settings_value(value, "--settings")
+        i += 1
+
+
+def check_settings_value(value: str, where: str) -> None:
+    text = value
+    if not value.lstrip().startswith("{"):
+        try:
+            text = Path(value).read_text()
+        except OSError as exc:
+            raise WorkerError(f"{where} {value!r} cannot be read: {exc.strerror}") from exc
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return  # the CLI ignores settings it cannot parse in -p mode
+    check_settings(data, where)
+
+
+def check_settings(data: Any, where: str) -> None:
+    if not isinstance(data, Mapping):
+        return
+    perms = data.get("permissions")
+    if isinstance(perms, Mapping):
+        allow = perms.get("allow")
+        if isinstance(allow, list):
+            bad = _preauthorizes_bash(allow)
+            if bad:
+                raise WorkerError(
+                    f"{where} pre-authorizes Bash with permissions.allow {bad}; "
+                    "remove it (gitsup's policy gate answers every Bash call)"
+                )
+        mode = perms.get("defaultMode")
+        if isinstance(mode, str) and mode in _BAD_MODES:
+            raise WorkerError(
+                f"{where} sets permissions.defaultMode = {mode!r}, which hides permission requests"
+            )
+
+
+def loaded_settings_files(worktree: Path, env: Mapping[str, str]) -> list[Path]:
+    """The settings files Claude Code loads for this worktree (user, project, local)."""
+    config = env.get("CLAUDE_CONFIG_DIR")
+    home = env.get("HOME") or os.path.expanduser("~")
+    user_dir = Path(config) if config else Path(home) / ".claude"
+    return [
+        user_dir / "settings.json",
+        user_dir / "settings.local.json",
+        worktree / ".claude" / "settings.json",
+        worktree / ".claude" / "settings.local.json",
+    ]
+
+
+def preflight(ctx: WorkerContext, extra_args: Sequence[str]) -> None:
+    check_arguments(list(ctx.argv[1:]) + list(extra_args))
+    for f in loaded_settings_files(ctx.worktree, ctx.env):
+        try:
+            text = f.read_text()
+        except OSError:
+            continue
+        try:
+            data = json.loads(text)
+        except ValueError:
+            continue
+        check_settings(data, str(f))
+
+
+class ClaudeWorker(WorkerAdapter):
+    kind = "claude"
+    capabilities = Capabilities(repairable=True, persistent=False)
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        super().__init__(ctx)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._write_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._turn_active = False
+        self._sent_keys: set[str] = set()
+        self._pending: dict[str, Mapping[str, Any]] = {}
+        self._session_id: str | None = None
+        self._last_total_cost = 0.0
+        self._last_num_turns = 0
+        self._stopping = False
+        self._result_seen = threading.Event()
+        self._exited = threading.Event()
+        self._stdin_closed = False
+        self._req_counter = 0
+
+    # --- spawning -----------------------------------------------------------------
+
+    def _argv(self) -> list[str]:
+        spec = self.ctx.options.get("spec")
+        extra: list[str] = []
+        model = None
+        max_turns = None
+        max_cost = None
+        if spec is not None:
+            extra = list(spec.worker.extra_args)
+            model = spec.worker.model
+            max_turns = spec.budget.max_turns
+            max_cost = spec.budget.max_cost_usd
+        preflight(self.ctx, extra)
+        base = find_claude(self.ctx.argv, self.ctx.env)
+        ask = list(self.ctx.options.get("ask_tools", ASK_TOOLS))
+        settings = {"permissions": {"ask": ask}} if ask else {}
+        argv = [*base, *BASE_FLAGS, "--settings", json.dumps(settings)]
+        tools = self.ctx.options.get("tools")
+        if tools is not None:
+            argv += ["--tools", str(tools)]
+        if model:
+            argv += ["--model", model]
+        # A second line behind the supervisor's own budget enforcement.
+        if max_turns is not None:
+            argv += ["--max-turns", str(max_turns)]
+        if max_cost is not None:
+            argv += ["--max-budget-usd", f"{max_cost:g}"]
+        return argv + extra
+
+    def start(self, goal: str) -> WorkerIdentity:
+        argv = self._argv()
+        env = {k: v for k, v in self.ctx.env.items() if k != "CLAUDECODE"}
+        env["GITSUP_TASK"] = self.ctx.task_id
+        env.setdefault("CLAUDE_CODE_ENTRYPOINT", "sdk-cli")
+        try:
+            self._proc = subprocess.Popen(
+                argv,
+                cwd=self.ctx.worktree,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise WorkerError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
+        p = self._proc
+        assert p.stdout is not None and p.stderr is not None
+        out_done, err_done = threading.Event(), threading.Event()
+        threading.Thread(target=self._read_stdout, args=(p.stdout, out_done), daemon=True).start()
+        threading.Thread(target=self._read_stderr, args=(p.stderr, err_done), daemon=True).start()
+        threading.Thread(target=self._wait, args=(out_done, err_done), daemon=True).start()
+        try:
+            start_time = ProcessId.of(p.pid).start_time
+        except Exception:
+            start_time = 0.0
+        self.send_turn(goal, key="goal")
+        return WorkerIdentity(pid=p.pid, start_time=start_time, pgid=p.pid)
+
+    # --- stdin (one writer) -----------------------------------------------------------
+
+    def _write(self, data: bytes) -> None:
+        p = self._proc
+        if p is None or p.stdin is None:
+            raise WorkerError("the worker is not running")
+        with self._write_lock:
+            if self._stdin_closed:
+                raise WorkerError("the worker's input is closed")
+            try:
+                p.stdin.write(data)
+                p.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError) as exc:
+                raise WorkerError(f"cannot write to the worker: {exc}") from exc
+
+    def send_turn(self, message: str, *, key: str) -> bool:
+        with self._state_lock:
+            if key in self._sent_keys:
+                return False
+            if self._turn_active:
+                raise WorkerError("a turn is active; a new one can be sent only after its result")
+            if not self.alive:
+                raise WorkerError("the worker is gone")
+            self._sent_keys.add(key)
+            self._turn_active = True
+        msg_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"gitsup:{self.ctx.task_id}:{key}"))
+        try:
+            self._write(sj.user_message(message, msg_uuid))
+        except WorkerError:
+            with self._state_lock:
+                self._turn_active = False
+                self._sent_keys.discard(key)
+            raise
+        return True
+
+    def answer(self, request_id: str, answer: PermissionAnswer) -> None:
+        with self._state_lock:
+            original = self._pending.pop(request_id, None)
+        if original is None:
+            return  # cancelled, or already answered: answer once
+        self._write(sj.permission_response(request_id, answer, original))
+
+    def interrupt(self) -> None:
+        self._req_counter += 1
+        with contextlib.suppress(WorkerError):
+            self._write(
+                sj.interrupt_request(f"gitsup_int_{self._req_counter}_{os.urandom(4).hex()}")
+            )
+
+    def _close_stdin(self) -> None:
+        p = self._proc
+        with self._write_lock:
+            if self._stdin_closed or p is None or p.stdin is None:
+                return
+            self._stdin_closed = True
+            with contextlib.suppress(OSError, ValueError):
+                p.stdin.close()
+
+    # --- stdout / stderr --------------------------------------------------------------
+
+    def _read_stdout(self, stream: IO[bytes], done: threading.Event) -> None:
+        framer = sj.LineFramer()
+        fd = stream.fileno()
+        try:
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                for line in framer.feed(chunk):
+                    self._on_line(line)
+            for line in framer.finish():
+                self._on_line(line)
+        except (OSError, ValueError):
+            pass
+        finally:
+            done.set()
+
+    def _on_line(self, line: str) -> None:
+        ev = sj.parse_record(line, max_text=self.ctx.max_output_bytes)
+        inbox = self.ctx.inbox
+        if ev is None:
+            return
+        if isinstance(ev, PermissionRequest):
+            with self._state_lock:
+                self._pending[ev.request_id] = ev.tool_input
+            inbox.put(ev)
+        elif isinstance(ev, PermissionCancelled):
+            with self._state_lock:
+                self._pending.pop(ev.request_id, None)
+            inbox.put(ev)
+        elif isinstance(ev, sj.ControlRequest):
+            with contextlib.suppress(WorkerError):
+                self._write(
+                    sj.control_error(
+                        ev.request_id, f"gitsup does not handle {ev.subtype or 'this'} requests"
+                    )
+                )
+            inbox.put(
+                WorkerOutput(
+                    "control",
+                    f"refused control request {ev.subtype!r}",
+                    {"request_id": ev.request_id},
+                )
+            )
+        elif isinstance(ev, sj.SessionInit):
+            self._session_id = ev.session_id or self._session_id
+        elif isinstance(ev, sj.ControlResponse):
+            return
+        elif isinstance(ev, TurnCompleted):
+            inbox.put(self._per_turn(ev))
+            with self._state_lock:
+                self._turn_active = False
+                # Requests of a finished turn can no longer be answered.
+                self._pending.clear()
+            self._result_seen.set()
+        elif isinstance(ev, WorkerOutput | ProtocolNoise):
+            inbox.put(ev)
+
+    def _per_turn(self, tc: TurnCompleted) -> TurnCompleted:
+        """Cost and turn counts in result records are per session; report per-turn deltas."""
+        cost = tc.cost_usd
+        if cost is not None:
+            delta = cost - self._last_total_cost if cost >= self._last_total_cost else cost
+            self._last_total_cost = cost
+            cost = round(max(0.0, delta), 8)
+        turns = tc.num_turns
+        if turns is not None:
+            delta_t = turns - self._last_num_turns if turns >= self._last_num_turns else turns
+            self._last_num_turns = turns
+            turns = max(0, delta_t)
+        return TurnCompleted(
+            subtype=tc.subtype,
+            is_error=tc.is_error,
+            result=tc.result,
+            cost_usd=cost,
+            num_turns=turns,
+            session_id=tc.session_id or self._session_id,
+            usage=tc.usage,
+            data={
+                **tc.data,
+                "session_total_cost_usd": tc.cost_usd,
+                "session_num_turns": tc.num_turns,
+            },
+        )
+
+    def _read_stderr(self, stream: IO[bytes], done: threading.Event) -> None:
+        limit = self.ctx.max_output_bytes
+        try:
+            for raw in iter(
+                lambda: stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536), b""
+            ):
+                text = raw.decode("utf-8", "replace")
+                self.ctx.inbox.put(WorkerOutput("stderr", text[:limit]))
+        except (OSError, ValueError):
+            pass
+        finally:
+            done.set()
+
+    def _wait(self, out_done: threading.Event, err_done: threading.Event) -> None:
+        p = self._proc
+        assert p is not None
+        rc = p.wait()
+        out_done.wait(timeout=5.0)
+        err_done.wait(timeout=1.0)
+        sig = -rc if rc < 0 else None
+        with self._state_lock:
+            mid_turn = self._turn_active
+            self._turn_active = False
+        if self._stopping:
+            how = "stopped"
+        elif mid_turn:
+            how = "exited_without_result"
+        else:
+            how = "exited" if rc == 0 else "error"
+        self.ctx.inbox.put(
+            WorkerExited(returncode=rc if rc >= 0 else None, signal=sig, classification=how)
+        )
+        self._exited.set()
+
+    # --- stopping ---------------------------------------------------------------------
+
+    def stop(self, *, grace: float = 5.0) -> str:
+        p = self._proc
+        if p is None:
+            return "not started"
+        self._stopping = True
+        if p.poll() is not None:
+            _kill_group(p.pid, signal.SIGKILL)
+            return "already exited"
+        with self._state_lock:
+            busy = self._turn_active
+        if busy:
+            self._result_seen.clear()
+            self.interrupt()
+            self._result_seen.wait(timeout=grace)
+        self._close_stdin()
+        if self._wait_exit(p, grace):
+            _kill_group(p.pid, signal.SIGKILL)  # Bash-tool children left in the group
+            return "closed input" if not busy else "interrupted and closed input"
+        _kill_group(p.pid, signal.SIGTERM)
+        if self._wait_exit(p, grace):
+            _kill_group(p.pid, signal.SIGKILL)
+            return "terminated"
+        _kill_group(p.pid, signal.SIGKILL)
+        self._wait_exit(p, grace)
+        return "killed"
+
+    @staticmethod
+    def _wait_exit(p: subprocess.Popen[bytes], timeout: float) -> bool:
+        try:
+            p.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None and not self._stdin_closed
+
+    @property
+    def session_id(self) -> str | None:
+        return self._session_id
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def wait_until(pred: Any, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return bool(pred())
