@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import shutil
 import signal
 import threading
 import time
@@ -23,6 +24,14 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from gitsup.checks import run_check
+from gitsup.contain import (
+    Cgroup,
+    bootstrap_argv,
+    create_cgroup,
+    executable_problems,
+    isolated_netns,
+    resolve_mode,
+)
 from gitsup.decider import DeciderError, RulesDecider, TurnContext, TurnDecision, make_decider
 from gitsup.errors import GitsupError
 from gitsup.events import Event, EventLog
@@ -33,7 +42,7 @@ from gitsup.lease import Lease, LeaseStore
 from gitsup.procid import ProcessId
 from gitsup.record import CandidateNote, CheckResult, ReviewResult, TaskRecord, TaskStore
 from gitsup.review import Attempt, Finding, ReviewContext, evidence_bundle, run_review
-from gitsup.spec import TaskSpec
+from gitsup.spec import Check, TaskSpec
 from gitsup.state import EXIT_OF, STATUS_OF, State, StateMachine, Status
 from gitsup.workers.base import (
     Inbox,
@@ -134,6 +143,11 @@ class Supervisor:
         self._worker_gone = False
         self._verified_head: Oid | None = None
         self._seen_findings: set[str] = set()
+        self._spawns = 0
+        self._cg_base: Path | None = None
+        self._cgroup: Cgroup | None = None
+        self._resume_prompt = ""
+        self._exit_stack = contextlib.ExitStack()
 
     # --- events and state ---------------------------------------------------------
 
@@ -223,13 +237,69 @@ class Supervisor:
         env.update(self.spec.worker.env)
         return env
 
-    def _spawn(self) -> bool:
-        # Preflight: the baseline the task was validated against is still what it is.
+    def _preflight(self) -> list[str]:
+        """Everything that must hold before anything runs. Returns the failures."""
+        problems: list[str] = []
+        for d in (self.layout.task_dir(self.task), self.layout.leases):
+            if not os.access(d, os.W_OK):
+                problems.append(f"state directory {d} is not writable")
         current = self.repo.ref_target(task_refs(self.task)["baseline"])
         if current != self.record.baseline:
-            self.record.reasons.append("baseline ref changed between validation and spawn")
+            problems.append("baseline ref changed between validation and spawn")
+        head = self.repo.branch_target(self.record.branch)
+        if head != self.record.baseline and self.record.turns == 0:
+            problems.append(f"{self.record.branch} moved between validation and spawn")
+        try:
+            self._cg_base = resolve_mode(self.spec.isolation.cgroup)
+        except GitsupError as exc:
+            problems.append(exc.message)
+        exe = self._worker_executable()
+        if exe is not None:
+            problems += executable_problems(exe)
+        return problems
+
+    def _worker_executable(self) -> str | None:
+        argv = list(self.spec.worker.argv)
+        if self.spec.worker.kind == "claude":
+            from gitsup.workers.claude import find_claude
+
+            try:
+                return find_claude(argv, self._worker_env())[0]
+            except WorkerError:
+                return None  # reported by the adapter at start, with its own message
+        if not argv:
+            return None
+        first = argv[0]
+        if os.sep in first:
+            return first if os.path.isabs(first) else str(self.worktree / first)
+        return shutil.which(first, path=self._worker_env().get("PATH")) or first
+
+    def _spawn(self) -> bool:
+        problems = self._preflight()
+        if problems:
+            self.record.reasons += [f"preflight: {p}" for p in problems]
+            self.emit("candidate_failed", {"reason": "preflight failed", "problems": problems})
             self._finish(State.FAILED)
             return False
+        self._spawns += 1
+        cg = None
+        if self._cg_base is not None:
+            try:
+                cg = create_cgroup(f"{self.task}-w{self._spawns}", self._cg_base)
+            except (GitsupError, OSError) as exc:
+                if self.spec.isolation.cgroup == "required":
+                    self.record.reasons.append(f"preflight: cannot create the worker cgroup: {exc}")
+                    self._finish(State.FAILED)
+                    return False
+        self._cgroup = cg
+        netns: str | None = None
+        if self.spec.isolation.network == "none" and self.spec.worker.kind == "process":
+            try:
+                netns = self._exit_stack.enter_context(isolated_netns(self.task[-6:]))
+            except GitsupError as exc:
+                self.record.reasons.append(f"preflight: {exc.message}")
+                self._finish(State.FAILED)
+                return False
         ctx = WorkerContext(
             task_id=self.task,
             worktree=self.worktree,
@@ -237,24 +307,50 @@ class Supervisor:
             env=self._worker_env(),
             argv=tuple(self.spec.worker.argv),
             inbox=self.inbox,
-            options={"spec": self.spec},
+            options={
+                "spec": self.spec,
+                "wrap": (lambda argv: bootstrap_argv(argv, cgroup=cg, netns=netns))
+                if (cg or netns)
+                else None,
+            },
         )
+        # Crash window marker: a record with spawn_pending and no worker identity means
+        # "a worker may have been spawned"; recover/doctor look for it in the cgroup.
         self.record.spawn_pending = True
+        self.record.worker = {"cgroup": cg.as_dict() if cg else None, "pid": None}
         self.save()
         try:
             self.worker = self.worker_factory(self.spec, ctx)
-            ident = self.worker.start(self.spec.prompt())
+            ident = self.worker.start(
+                self.spec.prompt() if self._spawns == 1 else self._resume_prompt
+            )
         except (WorkerError, GitsupError) as exc:
             msg = exc.message if isinstance(exc, GitsupError) else str(exc)
             self.record.reasons.append(f"worker could not start: {msg}")
             self.record.spawn_pending = False
             self.emit("candidate_failed", {"reason": msg})
+            self._cleanup_cgroup()
             self._finish(State.FAILED)
             return False
+        if cg is not None:
+            ident = WorkerIdentity(ident.pid, ident.start_time, ident.pgid, str(cg.path), cg.inode)
         self._record_worker(ident)
         self._turn_active = True
         self._last_progress = time.monotonic()
         return True
+
+    def _cleanup_cgroup(self) -> None:
+        cg = self._cgroup
+        if cg is None:
+            return
+        empty = cg.kill(timeout=self.spec.worker.stop_grace + 5)
+        removed = cg.remove() if empty else False
+        self.emit(
+            "worker_stopped", {"cgroup": str(cg.path), "verified_empty": empty, "removed": removed}
+        )
+        if not empty:
+            self.record.reasons.append(f"cgroup {cg.path} could not be emptied")
+        self._cgroup = None
 
     def _record_worker(self, ident: WorkerIdentity) -> None:
         self.record.worker = ident.as_dict()
@@ -682,6 +778,34 @@ class Supervisor:
             self._stop_reason = "stop requested"
         return results
 
+    def _run_one_check(self, check: Check, env: dict[str, str]) -> CheckResult:
+        """One check, in its own cgroup (when available) and network namespace (if asked)."""
+        with contextlib.ExitStack() as stack:
+            cg = None
+            if self._cg_base is not None:
+                with contextlib.suppress(GitsupError, OSError):
+                    cg = create_cgroup(f"{self.task}-c{os.urandom(3).hex()}", self._cg_base)
+            netns = None
+            if self.spec.isolation.network == "none":
+                netns = stack.enter_context(isolated_netns(self.task[-6:]))
+
+            def wrap(argv: list[str]) -> list[str]:
+                return bootstrap_argv(argv, cgroup=cg, netns=netns)
+
+            try:
+                return run_check(
+                    check,
+                    cwd=self.worktree,
+                    env=env,
+                    round=self.record.repair_rounds,
+                    abort=self._abort,
+                    wrap=wrap if (cg or netns) else None,
+                )
+            finally:
+                if cg is not None:
+                    cg.kill(timeout=5.0)
+                    cg.remove()
+
     def _candidate_problems(self, results: list[CheckResult]) -> list[str]:
         problems = []
         failed = [r.name for r in results if r.required and not r.passed]
@@ -730,6 +854,8 @@ class Supervisor:
         if not self._worker_gone:
             self.emit("worker_stopped", {"reason": why, "how": how})
         self._worker_gone = True
+        self._cleanup_cgroup()
+        self._exit_stack.close()
 
     def _finish_failed_internal(self) -> None:
         final = State.BLOCKED if self.sm.state == State.VERIFYING else State.FAILED

@@ -253,6 +253,9 @@ class ClaudeWorker(WorkerAdapter):
 
     def start(self, goal: str) -> WorkerIdentity:
         argv = self._argv()
+        wrap = self.ctx.options.get("wrap")
+        if wrap is not None:
+            argv = wrap(argv)
         env = {k: v for k, v in self.ctx.env.items() if k != "CLAUDECODE"}
         env["GITSUP_TASK"] = self.ctx.task_id
         env.setdefault("CLAUDE_CODE_ENTRYPOINT", "sdk-cli")
@@ -470,6 +473,12 @@ class ClaudeWorker(WorkerAdapter):
         if p.poll() is not None:
             _kill_group(p.pid, signal.SIGKILL)
             return "already exited"
+        try:
+            import psutil
+
+            kids = psutil.Process(p.pid).children(recursive=True)
+        except Exception:
+            kids = []
         with self._state_lock:
             busy = self._turn_active
         if busy:
@@ -477,16 +486,20 @@ class ClaudeWorker(WorkerAdapter):
             self.interrupt()
             self._result_seen.wait(timeout=grace)
         self._close_stdin()
+        how = "killed"
         if self._wait_exit(p, grace):
-            _kill_group(p.pid, signal.SIGKILL)  # Bash-tool children left in the group
-            return "closed input" if not busy else "interrupted and closed input"
-        _kill_group(p.pid, signal.SIGTERM)
-        if self._wait_exit(p, grace):
-            _kill_group(p.pid, signal.SIGKILL)
-            return "terminated"
+            how = "closed input" if not busy else "interrupted and closed input"
+        else:
+            _kill_group(p.pid, signal.SIGTERM)
+            if self._wait_exit(p, grace):
+                how = "terminated"
+        # Bash-tool children may be left in the group, or reparented (setsid).
         _kill_group(p.pid, signal.SIGKILL)
+        for k in kids:
+            with contextlib.suppress(Exception):
+                k.kill()
         self._wait_exit(p, grace)
-        return "killed"
+        return how
 
     @staticmethod
     def _wait_exit(p: subprocess.Popen[bytes], timeout: float) -> bool:

@@ -45,6 +45,9 @@ class ProcessWorker(WorkerAdapter):
             raise WorkerError("the process worker needs worker.argv (the command to run)")
         env = dict(self.ctx.env)
         env["GITSUP_GOAL"] = goal
+        wrap = self.ctx.options.get("wrap")
+        if wrap is not None:
+            argv = wrap(argv)
         try:
             self._proc = subprocess.Popen(
                 argv,
@@ -54,7 +57,6 @@ class ProcessWorker(WorkerAdapter):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=self.ctx.options.get("preexec"),
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError, OSError) as exc:
             raise WorkerError(f"cannot start worker {argv[0]!r}: {exc.strerror or exc}") from exc
@@ -142,7 +144,15 @@ class ProcessWorker(WorkerAdapter):
         if p.poll() is not None:
             proc.kill_group(p.pid, grace=0.5)  # descendants left in the group
             return "already exited"
+        # Collect descendants first: once the leader dies they are reparented and lost.
+        with contextlib.suppress(Exception):
+            import psutil
+
+            self._descendants = psutil.Process(p.pid).children(recursive=True)
         proc.kill_group(p.pid, grace=grace, sig=signal.SIGTERM)
+        for d in getattr(self, "_descendants", []):
+            with contextlib.suppress(Exception):
+                d.kill()
         try:
             p.wait(timeout=2.0)
         except subprocess.TimeoutExpired:

@@ -1,0 +1,289 @@
+"""Containment: cgroup v2 per worker, network namespaces for checks and process workers.
+
+cgroup v2 (Linux): gitsup finds the writable v2 hierarchy (`/sys/fs/cgroup`, or the hybrid
+mount at `/sys/fs/cgroup/unified`), creates one cgroup per worker below its own cgroup, and
+the worker joins it *before* it executes: the argv is prefixed with the bootstrap
+(`python -m gitsup.bootstrap`), which writes its own pid to `cgroup.procs` (and enters the
+network namespace, if any) and then execs the real command. Nothing the worker starts,
+`setsid()` daemons included, can leave the cgroup. Cleanup writes `cgroup.kill` (fallback:
+freeze, SIGKILL every pid, thaw), verifies `cgroup.procs` is empty, then removes the cgroups
+bottom-up.
+
+Without cgroups (mode `off`, or `auto` on a host without a writable v2 tree) a worker is
+contained by its process group plus a psutil sweep of its descendants. That is weaker:
+a descendant that calls `setsid()` and is reparented to init escapes both.
+
+Network namespaces (pyroute2): `[isolation] network = "none"` runs acceptance checks and
+process workers in a fresh namespace with only loopback up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gitsup.errors import GitsupError
+
+_CANDIDATE_MOUNTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
+
+
+@dataclass(frozen=True)
+class Cgroup:
+    path: Path
+    inode: int
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def procs(self) -> list[int]:
+        """Every pid in this cgroup and its descendants."""
+        pids: list[int] = []
+        for d in self._tree():
+            with contextlib.suppress(OSError):
+                pids += [int(x) for x in (d / "cgroup.procs").read_text().split()]
+        return pids
+
+    def _tree(self) -> list[Path]:
+        out: list[Path] = []
+        if not self.path.exists():
+            return out
+        for root, dirs, _files in os.walk(self.path, topdown=True):
+            out.append(Path(root))
+            dirs[:] = [d for d in dirs]
+        return out
+
+    def exists(self) -> bool:
+        try:
+            return os.stat(self.path).st_ino == self.inode
+        except OSError:
+            return False
+
+    def empty(self) -> bool:
+        return not self.procs()
+
+    def kill(self, *, timeout: float = 5.0) -> bool:
+        """Kill everything inside; True when verified empty."""
+        if not self.path.exists():
+            return True
+        killfile = self.path / "cgroup.kill"
+        if killfile.exists():
+            with contextlib.suppress(OSError):
+                killfile.write_text("1")
+        else:  # kernels before 5.14: freeze, kill every pid, thaw
+            freeze = self.path / "cgroup.freeze"
+            with contextlib.suppress(OSError):
+                freeze.write_text("1")
+            for pid in self.procs():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                freeze.write_text("0")
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.empty():
+                return True
+            for pid in self.procs():  # stragglers that raced the kill
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.02)
+        return self.empty()
+
+    def remove(self) -> bool:
+        """rmdir bottom-up; only empty cgroups can be removed."""
+        ok = True
+        for d in sorted(self._tree(), key=lambda p: len(p.parts), reverse=True):
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                ok = False
+        return ok
+
+    def as_dict(self) -> dict[str, object]:
+        return {"path": str(self.path), "inode": self.inode}
+
+
+def _own_cgroup_v2() -> str | None:
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                return line[3:] or "/"
+    except OSError:
+        return None
+    return None
+
+
+def _cgroup2_mounts() -> list[str]:
+    mounts: list[str] = []
+    try:
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            left, _, right = line.partition(" - ")
+            if right.split(" ", 1)[0] == "cgroup2":
+                mounts.append(left.split(" ")[4])
+    except OSError:
+        pass
+    return mounts or [m for m in _CANDIDATE_MOUNTS if Path(m, "cgroup.controllers").exists()]
+
+
+def find_cgroup_base() -> Path | None:
+    """A writable directory in the cgroup v2 tree where gitsup may create worker cgroups."""
+    own = _own_cgroup_v2()
+    if own is None:
+        return None
+    for mount in _cgroup2_mounts():
+        base = Path(mount) / own.lstrip("/")
+        if not (base / "cgroup.procs").exists():
+            continue
+        probe = base / f"gitsup-probe-{os.getpid()}"
+        try:
+            probe.mkdir()
+            probe.rmdir()
+        except OSError:
+            continue
+        return base
+    return None
+
+
+class CgroupUnavailable(GitsupError):
+    pass
+
+
+def _base_dir(base: Path) -> Path:
+    d = base / "gitsup"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def create_cgroup(name: str, base: Path | None = None) -> Cgroup:
+    b = base or find_cgroup_base()
+    if b is None:
+        raise CgroupUnavailable("no writable cgroup v2 hierarchy on this host")
+    path = _base_dir(b) / name
+    path.mkdir()
+    return Cgroup(path, os.stat(path).st_ino)
+
+
+def resolve_mode(mode: str) -> Path | None:
+    """The cgroup base for `mode` (auto|required|off); raises for required-but-missing."""
+    if mode == "off":
+        return None
+    base = find_cgroup_base()
+    if base is None and mode == "required":
+        raise CgroupUnavailable(
+            'cgroup containment is required ([isolation] cgroup = "required") but this host has '
+            "no writable cgroup v2 hierarchy",
+            hint='run as a user allowed to create cgroups, or set [isolation] cgroup = "auto"',
+        )
+    return base
+
+
+def list_gitsup_cgroups(base: Path | None = None) -> list[Cgroup]:
+    b = base or find_cgroup_base()
+    if b is None or not (b / "gitsup").is_dir():
+        return []
+    out = []
+    for d in sorted((b / "gitsup").iterdir()):
+        if d.is_dir():
+            with contextlib.suppress(OSError):
+                out.append(Cgroup(d, os.stat(d).st_ino))
+    return out
+
+
+def cgroup_from_dict(d: object) -> Cgroup | None:
+    if isinstance(d, dict) and isinstance(d.get("path"), str) and isinstance(d.get("inode"), int):
+        return Cgroup(Path(d["path"]), int(d["inode"]))
+    return None
+
+
+# --- the bootstrap argv ---------------------------------------------------------------------
+
+
+def bootstrap_argv(argv: list[str], *, cgroup: Cgroup | None, netns: str | None) -> list[str]:
+    if cgroup is None and netns is None:
+        return argv
+    pre = [sys.executable, "-m", "gitsup.bootstrap"]
+    if cgroup is not None:
+        pre += ["--cgroup", str(cgroup.path)]
+    if netns is not None:
+        pre += ["--netns", netns]
+    return [*pre, "--", *argv]
+
+
+# --- process-group fallback ----------------------------------------------------------------
+
+
+def sweep_descendants(root_pid: int, *, grace: float = 2.0) -> list[int]:
+    """Kill the descendants of root_pid that psutil can still see. Returns the pids killed."""
+    import psutil
+
+    try:
+        kids = psutil.Process(root_pid).children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+    for k in kids:
+        with contextlib.suppress(psutil.Error):
+            k.terminate()
+    _gone, alive = psutil.wait_procs(kids, timeout=grace)
+    for k in alive:
+        with contextlib.suppress(psutil.Error):
+            k.kill()
+    return [k.pid for k in kids]
+
+
+# --- network namespaces ----------------------------------------------------------------------
+
+
+NETNS_DIR = "/var/run/netns"
+
+
+@contextlib.contextmanager
+def isolated_netns(label: str) -> Iterator[str]:
+    """A fresh network namespace with only loopback up; yields its path; removed afterwards."""
+    try:
+        from pyroute2 import NetNS, netns
+    except ImportError as exc:  # pragma: no cover - dependency
+        raise GitsupError("network isolation needs pyroute2") from exc
+    name = f"gitsup-{label}-{os.getpid()}-{os.urandom(3).hex()}"
+    try:
+        netns.create(name)
+    except (OSError, Exception) as exc:
+        raise GitsupError(
+            f"cannot create a network namespace: {exc}",
+            hint='network = "none" needs CAP_SYS_ADMIN; use network = "host" here',
+        ) from exc
+    try:
+        ns = NetNS(name)
+        try:
+            idx = ns.link_lookup(ifname="lo")
+            if idx:
+                ns.link("set", index=idx[0], state="up")
+        finally:
+            ns.close()
+        yield os.path.join(NETNS_DIR, name)
+    finally:
+        with contextlib.suppress(Exception):
+            netns.remove(name)
+
+
+def executable_problems(path: str) -> list[str]:
+    """A worker executable must exist, be executable, and not be writable by everyone."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [f"worker executable {path} not found"]
+    problems = []
+    if not os.access(path, os.X_OK):
+        problems.append(f"worker executable {path} is not executable")
+    if st.st_mode & stat.S_IWOTH:
+        problems.append(f"worker executable {path} is world-writable")
+    return problems
