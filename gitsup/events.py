@@ -100,6 +100,10 @@ def _cap(data: dict[str, Any], limit: int) -> dict[str, Any]:
         else:
             out[k] = v
     out["_truncated"] = True
+    if len(json.dumps(out, separators=(",", ":"), default=str)) > limit:
+        # Too many keys for per-value cuts to help: keep only what the record was.
+        keys = [str(k)[:40] for k in list(data)[:10]]
+        out = {"_truncated": True, "_cut": f"{len(data)} keys over the size cap", "keys": keys}
     return out
 
 
@@ -183,11 +187,12 @@ class EventLog:
         if len(body) > self.max_record_bytes:
             payload = _cap(payload, self.max_record_bytes)
             body = json.dumps(payload, separators=(",", ":"), default=str)
-        head = f',"ts":{time.time():.6f},"task":{json.dumps(self.task)},"type":{json.dumps(type)},"data":'
+        head = f',"task":{json.dumps(self.task)},"type":{json.dumps(type)},"data":'
         with self.locked() as fd:
             seq = self._last_seq_and_repair(fd) + 1
-            os.write(fd, f'{{"seq":{seq}{head}{body}}}\n'.encode())
-        return Event(seq, time.time(), self.task, type, payload)
+            ts = round(time.time(), 6)  # under the lock: ts never goes back as seq goes up
+            os.write(fd, f'{{"seq":{seq},"ts":{ts:.6f}{head}{body}}}\n'.encode())
+        return Event(seq, ts, self.task, type, payload)
 
     def last_seq(self) -> int:
         with self.locked() as fd:

@@ -172,6 +172,16 @@ class LeaseStore:
             atomic_write(self._file(lease.path), json.dumps(new.as_dict(), indent=1).encode())
             return new
 
+    def transfer(self, lease: Lease, to: ProcessId) -> Lease:
+        """Hand a lease to another process (the detached supervisor), atomically."""
+        with self._locked():
+            current = self._read(self._file(lease.path))
+            if current is None or current.owner != lease.owner:
+                raise GitsupError(f"lease on {lease.path} is no longer held by pid {lease.owner.pid}")
+            new = Lease(lease.path, lease.task, to, time.time(), lease.extra)
+            atomic_write(self._file(lease.path), json.dumps(new.as_dict(), indent=1).encode())
+            return new
+
     def break_lease(self, path: str) -> None:
         with self._locked():
             self._file(path).unlink(missing_ok=True)

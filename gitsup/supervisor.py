@@ -214,6 +214,65 @@ class Supervisor:
                 raise
         return self.record
 
+    def resume(self, *, park: bool, previous: Mapping[str, Any]) -> TaskRecord:
+        """Continue (or park) a task whose supervisor died, after its old worker is
+        provably gone. A new worker gets an explicit recovery turn; nothing is re-sent
+        silently."""
+        with self._signals():
+            try:
+                self._resume(park=park, previous=previous)
+            except BaseException as exc:
+                if not self.sm.terminal:
+                    self.record.reasons.append(f"internal error: {type(exc).__name__}: {exc}")
+                    self._finish_failed_internal()
+                raise
+        return self.record
+
+    def _resume(self, *, park: bool, previous: Mapping[str, Any]) -> None:
+        self.decider = make_decider(self.spec, cwd=str(self.worktree), env=self._worker_env())
+        self.record.supervisor = {**ProcessId.current().as_dict(), "host_pid": os.getpid()}
+        state = self.sm.state
+        self.emit(
+            "recovered",
+            {
+                "previous": dict(previous),
+                "state": state.value,
+                "turns_before": self.record.turns,
+                "action": "park" if park else ("verify" if state == State.VERIFYING else "new worker turn"),
+            },
+        )
+        self.record.reasons.append(f"recovered after the supervisor died in state {state.value}")
+        self.save()
+        self._worker_gone = True
+        if park or not os.path.isdir(self.worktree):
+            reason = "recovered: parked on request" if park else "recovered: worktree is missing"
+            self.record.reasons.append(reason)
+            self._finish(State.BLOCKED if state != State.STARTING else State.FAILED)
+            return
+        if state == State.VERIFYING:
+            self._verify_and_conclude()
+            if not self.sm.terminal:
+                self._loop()
+            return
+        self._spawns = max(self._spawns, 1)
+        self._resume_prompt = (
+            self.spec.prompt()
+            + "\n\nNote from the supervisor: an earlier worker on this task was interrupted "
+            "(its supervisor stopped). Its work is in this worktree: look at `git status` and "
+            "`git log` first, keep what is right, then finish the task and commit locally."
+        )
+        if state == State.STARTING:
+            self._spawns = 0
+        if state == State.WAITING:
+            self.transition(State.RUNNING, "recovery: new worker")
+        elif state == State.PAUSED:
+            self.transition(State.RUNNING, "recovery: new worker")
+        if not self._spawn():
+            return
+        if self.sm.state == State.STARTING:
+            self.transition(State.RUNNING, "worker started")
+        self._loop()
+
     def _run(self) -> None:
         self.decider = make_decider(self.spec, cwd=str(self.worktree), env=self._worker_env())
         self.record.supervisor = {**ProcessId.current().as_dict(), "host_pid": os.getpid()}
@@ -648,7 +707,8 @@ class Supervisor:
             self.transition(State.RUNNING, "resuming to verify")
         if self.sm.state == State.RUNNING:
             self.transition(State.WAITING, park_reason or "verifying")
-        self.transition(State.VERIFYING, park_reason or "turn completed")
+        if self.sm.state != State.VERIFYING:
+            self.transition(State.VERIFYING, park_reason or "turn completed")
         results = self._run_checks()
         if self._stop_reason is not None:
             self._stop(self._stop_reason)

@@ -68,6 +68,7 @@ _FORBIDDEN_FLAGS = {
     "--allow-dangerously-skip-permissions": "allows skipping every permission check",
     "--permission-prompt-tool": "gitsup answers permission prompts itself (stdio)",
     "--input-format": "gitsup drives the worker over stream-json",
+    "--setting-sources": "gitsup loads no settings files but its own",
     "--output-format": "gitsup reads the worker's stream-json",
 }
 _ALLOW_FLAGS = ("--allowedTools", "--allowed-tools")
@@ -187,17 +188,23 @@ def loaded_settings_files(worktree: Path, env: Mapping[str, str]) -> list[Path]:
 
 
 def preflight(ctx: WorkerContext, extra_args: Sequence[str]) -> None:
+    """Refuse, before spawning, configuration that would pre-authorize Bash.
+
+    The headless worker passes `--setting-sources ""`, so no settings file is loaded and
+    only arguments are checked; a transport that loads the user's and the worktree's
+    settings files (option `loads_settings_files`) has those checked too."""
     check_arguments(list(ctx.argv[1:]) + list(extra_args))
-    for f in loaded_settings_files(ctx.worktree, ctx.env):
-        try:
-            text = f.read_text()
-        except OSError:
-            continue
-        try:
-            data = json.loads(text)
-        except ValueError:
-            continue
-        check_settings(data, str(f))
+    if ctx.options.get("loads_settings_files", False):
+        for f in loaded_settings_files(ctx.worktree, ctx.env):
+            try:
+                text = f.read_text()
+            except OSError:
+                continue
+            try:
+                data = json.loads(text)
+            except ValueError:
+                continue
+            check_settings(data, str(f))
 
 
 class ClaudeWorker(WorkerAdapter):
@@ -214,7 +221,6 @@ class ClaudeWorker(WorkerAdapter):
         self._pending: dict[str, Mapping[str, Any]] = {}
         self._session_id: str | None = None
         self._last_total_cost = 0.0
-        self._last_num_turns = 0
         self._stopping = False
         self._result_seen = threading.Event()
         self._exited = threading.Event()
@@ -238,7 +244,9 @@ class ClaudeWorker(WorkerAdapter):
         base = find_claude(self.ctx.argv, self.ctx.env)
         ask = list(self.ctx.options.get("ask_tools", ASK_TOOLS))
         settings = {"permissions": {"ask": ask}} if ask else {}
-        argv = [*base, *BASE_FLAGS, "--settings", json.dumps(settings)]
+        # No settings file is loaded but gitsup's own: a worktree's .claude/settings*.json
+        # could otherwise pre-allow tools or run hooks before any permission check.
+        argv = [*base, *BASE_FLAGS, "--setting-sources", "", "--settings", json.dumps(settings)]
         tools = self.ctx.options.get("tools")
         if tools is not None:
             argv += ["--tools", str(tools)]
@@ -403,17 +411,14 @@ class ClaudeWorker(WorkerAdapter):
             inbox.put(ev)
 
     def _per_turn(self, tc: TurnCompleted) -> TurnCompleted:
-        """Cost and turn counts in result records are per session; report per-turn deltas."""
+        """`total_cost_usd` in result records is per session (cumulative): report the
+        per-turn delta. `num_turns` is already per turn (model calls in that turn)."""
         cost = tc.cost_usd
         if cost is not None:
             delta = cost - self._last_total_cost if cost >= self._last_total_cost else cost
             self._last_total_cost = cost
             cost = round(max(0.0, delta), 8)
         turns = tc.num_turns
-        if turns is not None:
-            delta_t = turns - self._last_num_turns if turns >= self._last_num_turns else turns
-            self._last_num_turns = turns
-            turns = max(0, delta_t)
         return TurnCompleted(
             subtype=tc.subtype,
             is_error=tc.is_error,

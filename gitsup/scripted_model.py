@@ -1,0 +1,740 @@
+"""A scripted stand-in for the Anthropic Messages API, on 127.0.0.1 only.
+
+Claude Code talks to it when `ANTHROPIC_BASE_URL` points here: every step of
+its agent loop is one `POST /v1/messages` carrying the whole conversation, and
+the answer is streamed as server-sent events exactly like the real API. Used
+by the tests and by `git sup demo`; standard library only.
+
+A *script* is a list of *steps*; each step is one assistant API response:
+
+* a list of content blocks, or ``{"content": [...], "stop_reason"?: ...}``.
+  Blocks are ``{"type": "text", "text": ...}`` or
+  ``{"type": "tool_use", "name": "Bash", "input": {...}}`` (ids are generated).
+  Shorthands: ``{"text": "..."}`` for one text block, ``{"bash": "cmd"}`` for
+  one Bash call. `stop_reason` is `tool_use` if any block is a tool_use, else
+  `end_turn`.
+* ``{"hang": seconds, "content"|"text"|"bash": ...}``: the same, answered late.
+
+Fault steps produce no assistant message, so Claude Code asks again; each
+answers `times` requests (default 1, ``"forever"`` for unlimited), then the
+next step applies:
+
+* ``{"http_error": 529, "body"?: {...}, "headers"?: {...}}``
+* ``{"garbage": "text", "mode"?: "delta"|"raw"|"truncate"}``: `delta` sends a
+  valid start then the text as the JSON of a `content_block_delta` and closes;
+  `raw` sends the text as the whole event-stream body; `truncate` stops the
+  stream after the first delta.
+* ``{"hang": seconds}`` alone: wait, then drop the connection unanswered.
+
+Strings in tool inputs may use ``${CWD}`` (the worker's working directory, as
+Claude Code states it in the request: Write/Edit need absolute paths) and
+``${NAME}`` for any `variables` given to `ScriptedModel`.
+
+Which step comes next is counted from the assistant messages already in the
+request. A script is chosen by its `match` substring in the first user
+message (then in the system prompt), else the ``"default"`` script. A request
+without tools (housekeeping such as title generation) gets a short text and
+consumes no step. A script that has run out of steps answers "done"
+(`end_turn`), and the overrun is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "RecordedRequest",
+    "Script",
+    "ScriptError",
+    "ScriptedModel",
+    "Step",
+    "load_scenario",
+]
+
+JsonObject = dict[str, Any]
+Step = Mapping[str, Any] | Sequence[Mapping[str, Any]]
+"""One scripted answer (see the module docstring)."""
+
+MODEL_ID = "claude-scripted-1"
+DELTA_CHUNK = 24  # characters of tool input JSON per input_json_delta
+OVERRUN_TEXT = "done"
+HOUSEKEEPING_TEXT = "Scripted session"
+_FAULT_KEYS = ("http_error", "garbage")
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+class ScriptError(ValueError):
+    """A script or scenario that cannot be served."""
+
+
+@dataclass(frozen=True)
+class Script:
+    """A named list of steps, chosen for a conversation whose prompt contains `match`."""
+
+    name: str
+    steps: tuple[Mapping[str, Any], ...]
+    match: str | None = None
+
+    @classmethod
+    def from_value(cls, name: str, value: Script | Mapping[str, Any] | Sequence[Any]) -> Script:
+        if isinstance(value, Script):
+            return value
+        if isinstance(value, Mapping):
+            raw_steps = value.get("steps")
+            match = value.get("match")
+            if match is not None and not isinstance(match, str):
+                raise ScriptError(f"script {name!r}: match must be a string")
+        else:
+            raw_steps, match = value, None
+        if not isinstance(raw_steps, Sequence) or isinstance(raw_steps, str | bytes):
+            raise ScriptError(f"script {name!r}: steps must be a list")
+        steps = tuple(_normalise_step(name, i, s) for i, s in enumerate(raw_steps))
+        return cls(name=name, steps=steps, match=match)
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the server saw. `kind`: step, fault, overrun, housekeeping,
+    count_tokens, bad_request or not_found."""
+
+    path: str
+    body: Any
+    headers: Mapping[str, str]
+    kind: str
+    script: str | None = None
+    step: int | None = None
+    time: float = field(default_factory=time.time)
+
+
+def _normalise_step(script: str, index: int, step: Any) -> Mapping[str, Any]:
+    where = f"script {script!r} step {index}"
+    if isinstance(step, Sequence) and not isinstance(step, str | bytes):
+        step = {"content": list(step)}
+    if not isinstance(step, Mapping):
+        raise ScriptError(f"{where}: a step is a list of blocks or an object")
+    out = dict(step)
+    if "text" in out:
+        out.setdefault("content", []).append({"type": "text", "text": str(out.pop("text"))})
+    if "bash" in out:
+        command = out.pop("bash")
+        out.setdefault("content", []).append(
+            {"type": "tool_use", "name": "Bash", "input": {"command": command}}
+        )
+    faults = [k for k in _FAULT_KEYS if k in out]
+    if len(faults) > 1 or (faults and "content" in out):
+        raise ScriptError(f"{where}: combine at most one of http_error, garbage, content")
+    if not faults and "content" not in out and "hang" not in out:
+        raise ScriptError(f"{where}: no content, http_error, garbage or hang")
+    times = out.get("times", 1)
+    if times != "forever" and (not isinstance(times, int) or times < 1):
+        raise ScriptError(f"{where}: times must be a positive integer or 'forever'")
+    for block in out.get("content", []):
+        if not isinstance(block, Mapping) or block.get("type") not in ("text", "tool_use"):
+            raise ScriptError(f"{where}: blocks are text or tool_use objects")
+        if block["type"] == "tool_use" and not isinstance(block.get("name"), str):
+            raise ScriptError(f"{where}: a tool_use block needs a name")
+    return out
+
+
+def _is_fault(step: Mapping[str, Any]) -> bool:
+    return "content" not in step
+
+
+def _groups(steps: Sequence[Mapping[str, Any]]) -> list[tuple[list[int], int | None]]:
+    """Per assistant turn: the fault steps that precede its response, and the response."""
+    groups: list[tuple[list[int], int | None]] = []
+    faults: list[int] = []
+    for i, step in enumerate(steps):
+        if _is_fault(step):
+            faults.append(i)
+        else:
+            groups.append((faults, i))
+            faults = []
+    if faults:
+        groups.append((faults, None))
+    return groups
+
+
+def load_scenario(source: str | Path | Mapping[str, Any]) -> dict[str, Script]:
+    """Scripts from a scenario (a JSON file path or an already parsed object).
+
+    Shapes: ``{"scripts": {name: script}}`` where a script is a list of steps
+    or ``{"match": ..., "steps": [...]}``; or one script ``{"steps": [...]}``
+    (named "default"). Other top-level keys (`description`, ...) are ignored.
+    """
+    if isinstance(source, str | Path):
+        try:
+            data = json.loads(Path(source).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ScriptError(f"cannot read scenario {source}: {exc}") from exc
+    else:
+        data = source
+    if not isinstance(data, Mapping):
+        raise ScriptError("a scenario is a JSON object")
+    scripts = data.get("scripts")
+    if scripts is None:
+        return {"default": Script.from_value("default", data)}
+    if not isinstance(scripts, Mapping) or not scripts:
+        raise ScriptError("scenario 'scripts' must be a non-empty object")
+    return {str(name): Script.from_value(str(name), value) for name, value in scripts.items()}
+
+
+# --- reading requests ------------------------------------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"
+        ]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    return ""
+
+
+def _first_user_text(body: Mapping[str, Any]) -> str:
+    for message in body.get("messages") or []:
+        if isinstance(message, dict) and message.get("role") == "user":
+            return _text_of(message.get("content"))
+    return ""
+
+
+def _assistant_count(body: Mapping[str, Any]) -> int:
+    messages = body.get("messages") or []
+    return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+
+
+_CWD_RE = re.compile(r"Primary working directory: (\S+)")
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _request_cwd(body: Mapping[str, Any]) -> str | None:
+    """The working directory Claude Code announces in its environment section."""
+    texts = [_text_of(body.get("system"))]
+    texts += [_text_of(m.get("content")) for m in body.get("messages") or [] if isinstance(m, dict)]
+    for text in texts:
+        found = _CWD_RE.search(text)
+        if found:
+            return found.group(1)
+    return None
+
+
+def _substitute(value: Any, variables: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        return _VAR_RE.sub(lambda m: variables.get(m.group(1), m.group(0)), value)
+    if isinstance(value, list):
+        return [_substitute(v, variables) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute(v, variables) for k, v in value.items()}
+    return value
+
+
+def _estimate_tokens(value: Any) -> int:
+    return max(1, len(json.dumps(value, separators=(",", ":"))) // 4)
+
+
+# --- writing answers -------------------------------------------------------------------
+
+
+def _sse(event: str, data: Mapping[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _tool_id(seed: str) -> str:
+    return "toolu_01" + hashlib.sha256(seed.encode()).hexdigest()[:22]
+
+
+def _chunks(text: str, size: int) -> Iterator[str]:
+    if not text:
+        yield ""
+    for i in range(0, len(text), size):
+        yield text[i : i + size]
+
+
+def _message_events(
+    content: Sequence[Mapping[str, Any]],
+    *,
+    message_id: str,
+    input_tokens: int,
+    stop_reason: str | None = None,
+    id_seed: str = "",
+) -> Iterator[bytes]:
+    """The SSE events of one complete assistant message."""
+    blocks = [dict(b) for b in content]
+    if stop_reason is None:
+        stop_reason = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
+    usage = {
+        "input_tokens": input_tokens,
+        "output_tokens": 1,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
+    yield _sse(
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {
+                "id": message_id,
+                "type": "message",
+                "role": "assistant",
+                "model": MODEL_ID,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": usage,
+            },
+        },
+    )
+    output_tokens = 0
+    for index, block in enumerate(blocks):
+        if block["type"] == "text":
+            text = str(block.get("text", ""))
+            start: JsonObject = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": t} for t in _chunks(text, DELTA_CHUNK * 2)]
+        else:
+            raw = json.dumps(block.get("input") or {})
+            text = raw
+            start = {
+                "type": "tool_use",
+                "id": str(block.get("id") or _tool_id(f"{id_seed}:{index}")),
+                "name": block["name"],
+                "input": {},
+            }
+            deltas = [
+                {"type": "input_json_delta", "partial_json": t} for t in _chunks(raw, DELTA_CHUNK)
+            ]
+        output_tokens += _estimate_tokens(text)
+        yield _sse(
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": start},
+        )
+        for delta in deltas:
+            yield _sse(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": delta},
+            )
+        yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+    yield _sse(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "usage": {"output_tokens": max(1, output_tokens)},
+        },
+    )
+    yield _sse("message_stop", {"type": "message_stop"})
+
+
+# --- the server ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Answer:
+    kind: str  # step, fault, overrun, housekeeping
+    script: str | None
+    step_index: int | None
+    step: Mapping[str, Any] | None
+
+
+class ScriptedModel:
+    """Serves `scripts` on ``http://127.0.0.1:<port>`` (port chosen by the OS).
+
+    Use as a context manager, or `start()`/`stop()`. `requests` lists what was
+    received; `overruns` the script names that ran out of steps.
+    """
+
+    def __init__(
+        self,
+        scripts: Mapping[str, Any] | Sequence[Any] | Script,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        variables: Mapping[str, str] | None = None,
+    ) -> None:
+        if not host.startswith("127."):
+            raise ScriptError("the scripted model only listens on 127.0.0.0/8")
+        if isinstance(scripts, Script):
+            table = {scripts.name: scripts}
+        elif isinstance(scripts, Mapping) and ("scripts" in scripts or "steps" in scripts):
+            table = load_scenario(scripts)
+        elif isinstance(scripts, Mapping):
+            table = {str(k): Script.from_value(str(k), v) for k, v in scripts.items()}
+        else:
+            table = {"default": Script.from_value("default", scripts)}
+        self.scripts: dict[str, Script] = table
+        self.host = host
+        self.variables = dict(variables or {})
+        self._port = port
+        self._lock = threading.Lock()
+        self._served: dict[tuple[str, str, int], int] = {}
+        self._stopping = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.requests: list[RecordedRequest] = []
+        self.overruns: list[str] = []
+
+    # lifecycle
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise ScriptError("the scripted model is not running")
+        return f"http://{self.host}:{self._server.server_address[1]}"
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise ScriptError("the scripted model is not running")
+        return int(self._server.server_address[1])
+
+    def start(self) -> ScriptedModel:
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        server = ThreadingHTTPServer((self.host, self._port), _make_handler(self))
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, name="scripted-model", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> ScriptedModel:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # views for tests
+
+    def step_requests(self, script: str | None = None) -> list[RecordedRequest]:
+        """Requests answered from a script (steps, faults and overruns)."""
+        with self._lock:
+            return [
+                r
+                for r in self.requests
+                if r.kind in ("step", "fault", "overrun") and script in (None, r.script)
+            ]
+
+    # answering (called from handler threads)
+
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def _choose_script(self, body: Mapping[str, Any]) -> Script | None:
+        first = _first_user_text(body)
+        system = _text_of(body.get("system"))
+        for haystack in (first, system):
+            for script in self.scripts.values():
+                if script.match and script.match in haystack:
+                    return script
+        return self.scripts.get("default")
+
+    def _plan(self, body: Mapping[str, Any], conversation: str) -> _Answer:
+        if not body.get("tools"):
+            return _Answer("housekeeping", None, None, None)
+        script = self._choose_script(body)
+        if script is None:
+            return _Answer("overrun", None, None, None)
+        turn = _assistant_count(body)
+        groups = _groups(script.steps)
+        if turn >= len(groups):
+            return self._overrun(script)
+        faults, response = groups[turn]
+        with self._lock:
+            key = (script.name, conversation, turn)
+            attempt = self._served.get(key, 0)
+            self._served[key] = attempt + 1
+        for i in faults:  # each fault answers `times` attempts, then the next applies
+            times = script.steps[i].get("times", 1)
+            if times == "forever" or attempt < times:
+                return _Answer("fault", script.name, i, script.steps[i])
+            attempt -= times
+        if response is None:
+            return self._overrun(script)
+        return _Answer("step", script.name, response, script.steps[response])
+
+    def _overrun(self, script: Script) -> _Answer:
+        with self._lock:
+            self.overruns.append(script.name)
+        return _Answer("overrun", script.name, None, None)
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleeps; False if the server is stopping."""
+        return not self._stopping.wait(max(0.0, seconds))
+
+
+def _make_handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "ScriptedModel/1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _read_json(self) -> Any:
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                return json.loads(raw or b"null")
+            except ValueError:
+                return None
+
+        def _send_json(
+            self, status: int, payload: Any, headers: Mapping[str, str] | None = None
+        ) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.send_header("request-id", "req_scripted")
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _start_stream(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream; charset=utf-8")
+            self.send_header("cache-control", "no-cache")
+            self.send_header("request-id", "req_scripted")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+
+        def _chunk(self, data: bytes) -> None:
+            if data:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+        def _end_stream(self) -> None:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        def do_GET(self) -> None:
+            model._record(RecordedRequest(self.path, None, dict(self.headers), "not_found"))
+            self._send_json(
+                404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}}
+            )
+
+        def do_HEAD(self) -> None:
+            self.send_response(200)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def do_POST(self) -> None:
+            path = self.path.split("?", 1)[0]
+            body = self._read_json()
+            headers = dict(self.headers)
+            if path.endswith("/v1/messages/count_tokens"):
+                model._record(RecordedRequest(self.path, body, headers, "count_tokens"))
+                self._send_json(200, {"input_tokens": _estimate_tokens(body)})
+                return
+            if not path.endswith("/v1/messages"):
+                model._record(RecordedRequest(self.path, body, headers, "not_found"))
+                self._send_json(
+                    404,
+                    {"type": "error", "error": {"type": "not_found_error", "message": path}},
+                )
+                return
+            if not isinstance(body, dict):
+                model._record(RecordedRequest(self.path, body, headers, "bad_request"))
+                self._send_json(
+                    400,
+                    {
+                        "type": "error",
+                        "error": {"type": "invalid_request_error", "message": "not JSON"},
+                    },
+                )
+                return
+            conversation = str(
+                self.headers.get("x-claude-code-session-id") or _first_user_text(body)[:200]
+            )
+            answer = model._plan(body, conversation)
+            model._record(
+                RecordedRequest(
+                    self.path, body, headers, answer.kind, answer.script, answer.step_index
+                )
+            )
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self._answer(body, answer)
+
+        def _answer(self, body: JsonObject, answer: _Answer) -> None:
+            tokens = _estimate_tokens(body)
+            message_id = (
+                "msg_01"
+                + hashlib.sha256(
+                    f"{answer.script}:{answer.step_index}:{len(model.requests)}".encode()
+                ).hexdigest()[:22]
+            )
+            step = answer.step or {}
+            # Tool ids are stable per script step, so a retried request gets the same ids.
+            id_seed = f"{answer.script}:{answer.step_index}"
+            if "hang" in step and not model._wait(float(step["hang"])):
+                self.close_connection = True
+                return
+            if answer.kind == "fault":
+                self._fault(step, message_id, tokens)
+                return
+            if answer.kind == "step":
+                variables = dict(model.variables)
+                cwd = _request_cwd(body)
+                if cwd is not None:
+                    variables.setdefault("CWD", cwd)
+                content = _substitute(step["content"], variables)
+                stop_reason = step.get("stop_reason")
+            elif answer.kind == "housekeeping":
+                content, stop_reason = [{"type": "text", "text": HOUSEKEEPING_TEXT}], None
+            else:
+                content, stop_reason = [{"type": "text", "text": OVERRUN_TEXT}], None
+            if not body.get("stream"):
+                self._send_json(
+                    200, _whole_message(content, message_id, tokens, stop_reason, id_seed)
+                )
+                return
+            self._start_stream()
+            for event in _message_events(
+                content,
+                message_id=message_id,
+                input_tokens=tokens,
+                stop_reason=stop_reason,
+                id_seed=id_seed,
+            ):
+                self._chunk(event)
+            self._end_stream()
+
+        def _fault(self, step: Mapping[str, Any], message_id: str, tokens: int) -> None:
+            if "http_error" in step:
+                status = int(step["http_error"])
+                payload = step.get("body") or {
+                    "type": "error",
+                    "error": {
+                        "type": _ERROR_TYPES.get(status, "api_error"),
+                        "message": f"Scripted error {status}",
+                    },
+                }
+                self._send_json(status, payload, step.get("headers") or {})
+                return
+            if "garbage" in step:
+                garbage = str(step["garbage"])
+                mode = step.get("mode", "delta")
+                self.close_connection = True
+                self._start_stream()
+                if mode == "raw":
+                    self._chunk(garbage.encode())
+                    self._end_stream()
+                    return
+                events = _message_events(
+                    [{"type": "text", "text": "partial answer"}],
+                    message_id=message_id,
+                    input_tokens=tokens,
+                )
+                for _ in range(3):  # message_start, content_block_start, first delta
+                    self._chunk(next(events))
+                if mode != "truncate":
+                    self._chunk(f"event: content_block_delta\ndata: {garbage}\n\n".encode())
+                    self._end_stream()
+                return
+            # a bare hang: drop the connection without an answer
+            self.close_connection = True
+
+    return Handler
+
+
+def _whole_message(
+    content: Sequence[Mapping[str, Any]],
+    message_id: str,
+    tokens: int,
+    stop_reason: str | None,
+    id_seed: str = "",
+) -> JsonObject:
+    blocks: list[JsonObject] = []
+    for index, block in enumerate(content):
+        if block["type"] == "text":
+            blocks.append({"type": "text", "text": str(block.get("text", ""))})
+        else:
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": str(block.get("id") or _tool_id(f"{id_seed}:{index}")),
+                    "name": block["name"],
+                    "input": dict(block.get("input") or {}),
+                }
+            )
+    if stop_reason is None:
+        stop_reason = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": MODEL_ID,
+        "content": blocks,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": tokens, "output_tokens": 1},
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m gitsup.scripted_model",
+        description="Serve a scripted Messages API on 127.0.0.1 until killed.",
+    )
+    parser.add_argument("scenario", type=Path, help="scenario JSON file")
+    parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
+    args = parser.parse_args(argv)
+    try:
+        model = ScriptedModel(load_scenario(args.scenario), port=args.port)
+        model.start()
+    except (ScriptError, OSError) as exc:
+        sys.stderr.write(f"scripted_model: {exc}\n")
+        return 2
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    sys.stdout.write(model.url + "\n")
+    sys.stdout.flush()
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        model.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
