@@ -33,8 +33,13 @@ def start_detached(ctx: Context, spec: TaskSpec, *, wait_started: float = 15.0) 
     with open(task_dir / "supervisor.log", "ab") as log:
         subprocess.Popen(
             [
-                sys.executable, "-m", "gitsup.detach",
-                str(ctx.layout.common_dir), record.id, str(me.pid), repr(me.start_time),
+                sys.executable,
+                "-m",
+                "gitsup.detach",
+                str(ctx.layout.common_dir),
+                record.id,
+                str(me.pid),
+                repr(me.start_time),
             ],
             cwd=str(ctx.repo.main_workdir),
             env=child_env(),
@@ -81,7 +86,10 @@ def wait_task(ctx: Context, task: str, *, timeout: float | None = None) -> TaskR
                 exit_code=Exit.INTERNAL,
             )
         if end is not None and time.monotonic() > end:
-            raise GitsupError(f"task {task} is still {rec.state.value} after {timeout:g}s", exit_code=Exit.INTERNAL)
+            raise GitsupError(
+                f"task {task} is still {rec.state.value} after {timeout:g}s",
+                exit_code=Exit.INTERNAL,
+            )
         time.sleep(delay)
         delay = min(0.5, delay * 1.5)
 

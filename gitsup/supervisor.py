@@ -230,7 +230,7 @@ class Supervisor:
 
     def _resume(self, *, park: bool, previous: Mapping[str, Any]) -> None:
         self.decider = make_decider(self.spec, cwd=str(self.worktree), env=self._worker_env())
-        self.record.supervisor = {**ProcessId.current().as_dict(), "host_pid": os.getpid()}
+        self.record.supervisor = supervisor_identity()
         state = self.sm.state
         self.emit(
             "recovered",
@@ -238,7 +238,9 @@ class Supervisor:
                 "previous": dict(previous),
                 "state": state.value,
                 "turns_before": self.record.turns,
-                "action": "park" if park else ("verify" if state == State.VERIFYING else "new worker turn"),
+                "action": "park"
+                if park
+                else ("verify" if state == State.VERIFYING else "new worker turn"),
             },
         )
         self.record.reasons.append(f"recovered after the supervisor died in state {state.value}")
@@ -263,9 +265,7 @@ class Supervisor:
         )
         if state == State.STARTING:
             self._spawns = 0
-        if state == State.WAITING:
-            self.transition(State.RUNNING, "recovery: new worker")
-        elif state == State.PAUSED:
+        if state == State.WAITING or state == State.PAUSED:
             self.transition(State.RUNNING, "recovery: new worker")
         if not self._spawn():
             return
@@ -275,7 +275,7 @@ class Supervisor:
 
     def _run(self) -> None:
         self.decider = make_decider(self.spec, cwd=str(self.worktree), env=self._worker_env())
-        self.record.supervisor = {**ProcessId.current().as_dict(), "host_pid": os.getpid()}
+        self.record.supervisor = supervisor_identity()
         self.transition(State.STARTING, "spawning worker")
         if not self._spawn():
             return
@@ -376,7 +376,11 @@ class Supervisor:
         # Crash window marker: a record with spawn_pending and no worker identity means
         # "a worker may have been spawned"; recover/doctor look for it in the cgroup.
         self.record.spawn_pending = True
-        self.record.worker = {"cgroup": cg.as_dict() if cg else None, "pid": None}
+        self.record.worker = {
+            "pid": None,
+            "cgroup": str(cg.path) if cg else None,
+            "cgroup_inode": cg.inode if cg else None,
+        }
         self.save()
         try:
             self.worker = self.worker_factory(self.spec, ctx)
@@ -1017,6 +1021,12 @@ class Supervisor:
             finished_at=time.time(),
         )
         self.repo.write_note(head, note.to_text())
+
+
+def supervisor_identity() -> dict[str, Any]:
+    from gitsup.contain import _own_cgroup_v2
+
+    return {**ProcessId.current().as_dict(), "cgroup": _own_cgroup_v2()}
 
 
 def repair_message(

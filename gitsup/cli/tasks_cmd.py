@@ -214,7 +214,7 @@ def start_cmd(
     )
     ctx = Context.discover()
     if detach:
-        from gitsup.detach import start_detached  # type: ignore[import-not-found,unused-ignore]
+        from gitsup.detach import start_detached
 
         record = start_detached(ctx, spec)
         if json_out:
@@ -369,3 +369,75 @@ def discard_cmd(
         out(f"removed {r}")
     for k in res.kept:
         out(f"kept    {k}")
+
+
+@app.command("wait")
+def wait_cmd(
+    task: Annotated[str, typer.Argument(help="Task id.")],
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Give up after this many seconds.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Block until the task ends; exit with the same code as `start`."""
+    from gitsup.detach import wait_task
+
+    ctx = Context.discover()
+    record = wait_task(ctx, task, timeout=timeout)
+    if json_out:
+        emit_json(show_dict(ctx, record))
+    else:
+        _print_summary(ctx, record)
+    raise typer.Exit(status_exit(record))
+
+
+@app.command("recover")
+def recover_cmd(
+    task: Annotated[str, typer.Argument(help="Task id.")],
+    takeover: Annotated[
+        bool,
+        typer.Option(
+            "--takeover", help="Take the task over (its supervisor must be provably dead)."
+        ),
+    ] = False,
+    park: Annotated[
+        bool, typer.Option("--park", help="Park the task instead of continuing it.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Continue (or park) a task whose supervisor died."""
+    from gitsup.recovery import recover_task
+
+    ctx = Context.discover()
+    record = recover_task(
+        ctx, task, takeover=takeover, park=park, on_event=None if quiet else _render_progress
+    )
+    if json_out:
+        emit_json(show_dict(ctx, record))
+    else:
+        _print_summary(ctx, record)
+    raise typer.Exit(status_exit(record))
+
+
+@app.command("doctor")
+def doctor_cmd(
+    fix: Annotated[bool, typer.Option("--fix", help="Park or clean what is proven safe.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Reconcile task records and leases with processes, cgroups, worktrees and refs."""
+    from gitsup.recovery import doctor
+
+    ctx = Context.discover()
+    findings = doctor(ctx, fix=fix)
+    if json_out:
+        emit_json([f.as_dict() for f in findings])
+        return
+    if not findings:
+        out("nothing to report: every task, lease and cgroup is accounted for")
+        return
+    for f in findings:
+        line = f"{f.kind:18} {f.task or '-':16} {f.detail}"
+        if f.fixed:
+            line += f"  -> {f.fixed}"
+        out(line)

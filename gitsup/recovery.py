@@ -1,0 +1,235 @@
+"""After a supervisor died: prove what is gone, then continue or park (`recover`), and
+reconcile desired state with actual state (`doctor`).
+
+Nothing here deletes uncommitted work: a task that is parked by `doctor --fix` has its
+worktree snapshotted to `refs/sup/<id>/wip` first (the finalizer does it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from gitsup.contain import Cgroup, cgroup_from_dict, find_cgroup_base, list_gitsup_cgroups
+from gitsup.errors import GitsupError
+from gitsup.events import Event
+from gitsup.ids import TaskId
+from gitsup.procid import ProcessId
+from gitsup.record import TaskRecord
+from gitsup.spec import TaskSpec
+from gitsup.state import TERMINAL, State
+from gitsup.supervisor import Supervisor
+from gitsup.tasks import Context
+
+
+@dataclass
+class WorkerProof:
+    gone: bool
+    how: str
+    killed: list[int] = field(default_factory=list)
+
+
+def _worker_cgroup(record: TaskRecord) -> Cgroup | None:
+    w = record.worker or {}
+    path, inode = w.get("cgroup"), w.get("cgroup_inode")
+    if isinstance(path, str) and isinstance(inode, int):
+        return Cgroup(Path(path), inode)
+    if isinstance(path, dict):
+        return cgroup_from_dict(path)
+    return None
+
+
+def _task_processes(task: str) -> list[psutil.Process]:
+    """Processes carrying the task's marker in their environment (GITSUP_TASK)."""
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        with contextlib.suppress(psutil.Error):
+            if p.pid == os.getpid():
+                continue
+            if p.environ().get("GITSUP_TASK") == task:
+                found.append(p)
+    return found
+
+
+def prove_worker_gone(record: TaskRecord, *, kill: bool) -> WorkerProof:
+    """The old worker is provably gone: its cgroup is empty (or was killed empty), or its
+    pid is gone / belongs to another process, and no process carries the task's marker."""
+    cg = _worker_cgroup(record)
+    killed: list[int] = []
+    if cg is not None and cg.path.exists():
+        if not cg.exists():
+            return WorkerProof(False, f"cgroup {cg.path} was replaced (inode differs)")
+        procs = cg.procs()
+        if procs:
+            if not kill:
+                return WorkerProof(False, f"cgroup {cg.path} still has {len(procs)} process(es)")
+            killed += procs
+            if not cg.kill(timeout=10.0):
+                return WorkerProof(False, f"cgroup {cg.path} could not be emptied", killed)
+        cg.remove()
+    w = record.worker or {}
+    ident = ProcessId.from_dict(w) if isinstance(w.get("pid"), int) else None
+    if ident is not None and ident.alive():
+        if not kill:
+            return WorkerProof(False, f"worker pid {ident.pid} is alive")
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(w.get("pgid") or ident.pid), signal.SIGKILL)
+        killed.append(ident.pid)
+        end = time.monotonic() + 5
+        while ident.alive() and time.monotonic() < end:
+            time.sleep(0.02)
+        if ident.alive():
+            return WorkerProof(False, f"worker pid {ident.pid} survived SIGKILL", killed)
+    marked = _task_processes(record.id)
+    if marked:
+        if not kill:
+            return WorkerProof(
+                False, f"{len(marked)} process(es) still carry GITSUP_TASK={record.id}"
+            )
+        for p in marked:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+                killed.append(p.pid)
+        _gone, alive = psutil.wait_procs(marked, timeout=5)
+        if alive:
+            return WorkerProof(False, f"{len(alive)} marked process(es) survived SIGKILL", killed)
+    how = "cgroup empty" if cg is not None else "pid gone (no cgroup: weaker proof)"
+    return WorkerProof(True, how, killed)
+
+
+def _owner(record: TaskRecord) -> ProcessId | None:
+    return ProcessId.from_dict(record.supervisor)
+
+
+def recover_task(
+    ctx: Context,
+    task: str,
+    *,
+    takeover: bool,
+    park: bool = False,
+    on_event: Callable[[Event], None] | None = None,
+) -> TaskRecord:
+    record = ctx.store.load(task)
+    if record.state in TERMINAL:
+        raise GitsupError(
+            f"task {task} already ended ({record.state.value}, {record.status.value}); nothing to recover"
+        )
+    owner = _owner(record)
+    if owner is not None and owner.alive():
+        raise GitsupError(
+            f"task {task} is owned by a live supervisor (pid {owner.pid})",
+            hint=f"`git sup stop {task}` stops it; recover is for tasks whose supervisor died",
+        )
+    if not takeover:
+        raise GitsupError(
+            f"the supervisor of task {task} is dead (state {record.state.value})",
+            hint=f"`git sup recover {task} --takeover` continues it with a new worker; add --park to park it",
+        )
+    proof = prove_worker_gone(record, kill=True)
+    if not proof.gone:
+        raise GitsupError(
+            f"cannot take over task {task}: the old worker is not provably gone ({proof.how})",
+            hint="`git sup doctor` lists what is running",
+        )
+    spec = TaskSpec.model_validate_json(
+        (ctx.layout.task_dir(TaskId(task)) / "spec.json").read_text()
+    )
+    lease = ctx.leases.acquire(record.worktree, record.id, steal_dead=True)
+    previous = {
+        "supervisor": record.supervisor,
+        "worker": record.worker,
+        "spawn_pending": record.spawn_pending,
+        "worker_proof": proof.how,
+        "killed": proof.killed,
+    }
+    sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
+    return sup.resume(park=park, previous=previous)
+
+
+# --- doctor --------------------------------------------------------------------------------
+
+
+@dataclass
+class Finding:
+    kind: str
+    detail: str
+    task: str | None = None
+    fixed: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "task": self.task, "detail": self.detail, "fixed": self.fixed}
+
+
+def doctor(ctx: Context, *, fix: bool) -> list[Finding]:
+    findings: list[Finding] = []
+    records = {r.id: r for r in ctx.store.iter_records()}
+    # Tasks whose supervisor died.
+    for rec in records.values():
+        if rec.state in TERMINAL:
+            continue
+        owner = _owner(rec)
+        if owner is not None and owner.alive():
+            continue
+        f = Finding(
+            "orphaned-task",
+            f"state {rec.state.value} but supervisor "
+            + (f"pid {owner.pid} is gone" if owner else "never recorded")
+            + (", spawn was pending" if rec.spawn_pending else ""),
+            rec.id,
+        )
+        if not Path(rec.worktree).exists():
+            f.detail += "; worktree is missing"
+        if fix:
+            try:
+                recover_task(ctx, rec.id, takeover=True, park=True)
+                f.fixed = "parked (work saved to refs/sup/<id>/wip when uncommitted)"
+            except GitsupError as exc:
+                f.fixed = f"not fixed: {exc.message}"
+        findings.append(f)
+    # Leases whose owner is dead.
+    for lease in ctx.leases.all():
+        if lease.owner_alive:
+            continue
+        held_by = records.get(lease.task)
+        f = Finding("stale-lease", f"{lease.path} held by dead pid {lease.owner.pid}", lease.task)
+        if fix and (held_by is None or ctx.store.load(held_by.id).state in TERMINAL):
+            ctx.leases.break_lease(lease.path)
+            f.fixed = "released"
+        findings.append(f)
+    # cgroups that belong to no running task.
+    if find_cgroup_base() is not None:
+        for cg in list_gitsup_cgroups():
+            task = cg.name[:15]  # <task id>-w<n> or <task id>-c<hex>
+            owner_rec = records.get(task)
+            if owner_rec is None:
+                continue  # another repository's task: not ours to judge
+            owner = _owner(owner_rec)
+            if owner_rec.state not in TERMINAL and owner is not None and owner.alive():
+                continue
+            procs = cg.procs()
+            f = Finding("orphan-cgroup", f"{cg.path} with {len(procs)} process(es)", task)
+            if fix:
+                empty = cg.kill()
+                f.fixed = "killed and removed" if empty and cg.remove() else "could not empty"
+            findings.append(f)
+    # Worktrees that are gone, or left behind.
+    for rec in list(records.values()):
+        if rec.discarded_at is None and rec.worktree and not Path(rec.worktree).exists():
+            findings.append(Finding("missing-worktree", rec.worktree, rec.id))
+    for name in ctx.repo.worktree_names():
+        if len(name) == 15 and name[8] == "-" and name not in records:
+            findings.append(
+                Finding("unknown-worktree", f"git worktree {name} has no task record", name)
+            )
+    return findings
+
+
+__all__ = ["Finding", "State", "WorkerProof", "doctor", "prove_worker_gone", "recover_task"]
