@@ -121,7 +121,20 @@ def group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # killpg(0) also succeeds for zombies: members that already exited and wait for a parent
+    # (or a lazy init, for orphans) to reap them. They are gone; do not wait the grace out.
+    try:
+        import psutil
+
+        for p in psutil.process_iter():
+            try:
+                if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                    return True
+            except (psutil.Error, OSError):
+                continue
+    except Exception:
+        return True
+    return False
 
 
 def run(

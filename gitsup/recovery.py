@@ -133,6 +133,26 @@ def recover_task(
             f"the supervisor of task {task} is dead (state {record.state.value})",
             hint=f"`git sup recover {task} --takeover` continues it with a new worker; add --park to park it",
         )
+    spec = TaskSpec.model_validate_json(
+        (ctx.layout.task_dir(TaskId(task)) / "spec.json").read_text()
+    )
+    if not park and spec.worker.kind == "tmux" and (record.worker or {}).get("pid"):
+        # A persistent worker survives its supervisor: re-adopt it when its identity
+        # still matches; a replaced process is refused and the task is parked.
+        from gitsup.workers.base import WorkerError
+
+        lease = ctx.leases.acquire(record.worktree, record.id, steal_dead=True)
+        sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
+        try:
+            return sup.adopt({"supervisor": record.supervisor, "worker": record.worker})
+        except WorkerError as exc:
+            record = ctx.store.load(task)
+            if record.state in TERMINAL:
+                return record
+            ctx.leases.release(lease)
+            park = True
+            record.reasons.append(f"worker not re-adopted: {exc}")
+            ctx.store.save(record)
     proof = prove_worker_gone(record, kill=True)
     if not proof.gone:
         raise GitsupError(

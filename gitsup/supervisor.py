@@ -54,8 +54,10 @@ from gitsup.workers.base import (
     WorkerAdapter,
     WorkerContext,
     WorkerError,
+    HumanInput,
     WorkerExited,
     WorkerIdentity,
+    WorkerNote,
     WorkerOutput,
 )
 
@@ -66,6 +68,11 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class StopRequest:
     reason: str
+
+
+@dataclass(frozen=True)
+class ResumeAuto:
+    """`git sup resume-auto`: automatic turns continue after a human takeover."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +186,9 @@ class Supervisor:
     # --- signals ------------------------------------------------------------------
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGUSR1:
+            self.inbox.put(ResumeAuto())
+            return
         self._abort.set()
         self.inbox.put(StopRequest(f"signal {signal.Signals(signum).name}"))
 
@@ -189,7 +199,7 @@ class Supervisor:
             return
         old = {
             s: signal.signal(s, self._on_signal)
-            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
         }
         try:
             yield
@@ -213,6 +223,52 @@ class Supervisor:
                     self._finish_failed_internal()
                 raise
         return self.record
+
+    def adopt(self, previous: Mapping[str, Any]) -> TaskRecord:
+        """Re-adopt a persistent worker that survived its supervisor, then supervise on."""
+        with self._signals():
+            try:
+                self.decider = make_decider(
+                    self.spec, cwd=str(self.worktree), env=self._worker_env()
+                )
+                self.record.supervisor = supervisor_identity()
+                ident = self._adopt_worker()
+                self.emit(
+                    "recovered",
+                    {
+                        "previous": dict(previous),
+                        "state": self.sm.state.value,
+                        "action": "re-adopted",
+                        **ident.as_dict(),
+                    },
+                )
+                self.save()
+                self._loop()
+            except BaseException as exc:
+                if not self.sm.terminal:
+                    self.record.reasons.append(f"internal error: {type(exc).__name__}: {exc}")
+                    self._finish_failed_internal()
+                raise
+        return self.record
+
+    def _adopt_worker(self) -> WorkerIdentity:
+        ctx = WorkerContext(
+            task_id=self.task,
+            worktree=self.worktree,
+            task_dir=self.layout.task_dir(self.task),
+            env=self._worker_env(),
+            argv=tuple(self.spec.worker.argv),
+            inbox=self.inbox,
+            options={"spec": self.spec},
+        )
+        worker = self.worker_factory(self.spec, ctx)
+        ident = worker.adopt(self.record.worker or {})
+        self.worker = worker
+        self._worker_gone = False
+        self._spawns = max(self._spawns, 1)
+        self._last_progress = time.monotonic()
+        self._turn_active = self.sm.state in (State.RUNNING, State.PAUSED)
+        return ident
 
     def resume(self, *, park: bool, previous: Mapping[str, Any]) -> TaskRecord:
         """Continue (or park) a task whose supervisor died, after its old worker is
@@ -523,6 +579,38 @@ class Supervisor:
             self.emit("protocol_noise", {"line": item.line[:2000], "error": item.error})
         elif isinstance(item, WorkerExited):
             self._on_worker_exit(item)
+        elif isinstance(item, HumanInput):
+            self._on_human_input(item)
+        elif isinstance(item, ResumeAuto):
+            self._on_resume_auto()
+        elif isinstance(item, WorkerNote):
+            self.emit(item.type, dict(item.data))
+
+    # --- human takeover (tmux) ---------------------------------------------------------
+
+    def _on_human_input(self, item: HumanInput) -> None:
+        self._last_progress = time.monotonic()
+        self._turn_active = True
+        self.emit("human_input", {"text": item.text})
+        if self.sm.state in (State.RUNNING, State.WAITING):
+            if self.sm.state == State.WAITING:
+                self.transition(State.RUNNING, "a person typed into the worker")
+            self.emit("human_takeover", {"resume_with": f"git sup resume-auto {self.task}"})
+            self.transition(State.PAUSED, "human takeover: automatic turns pause")
+
+    def _on_resume_auto(self) -> None:
+        if self.sm.state != State.PAUSED:
+            self.emit("resume_auto", {"ignored": True, "state": self.sm.state.value})
+            return
+        self.emit("resume_auto", {"turn_active": self._turn_active})
+        self.transition(State.RUNNING, "automatic turns resume")
+        self._last_progress = time.monotonic()
+        if not self._turn_active:
+            self._on_turn_completed(
+                TurnCompleted(
+                    subtype="resumed", result="resumed after a human takeover", num_turns=0
+                )
+            )
 
     # --- permissions --------------------------------------------------------------
 
@@ -592,6 +680,14 @@ class Supervisor:
 
     def _on_turn_completed(self, tc: TurnCompleted) -> None:
         self._turn_active = False
+        if self.sm.state == State.PAUSED:
+            # A person drives the worker: record the turn, decide nothing.
+            self.record.turns += int(tc.num_turns or 0)
+            self.emit(
+                "turn_completed",
+                {"subtype": tc.subtype, "result": (tc.result or "")[:4000], "paused": True},
+            )
+            return
         self._last_progress = time.monotonic()
         self.record.turns += int(tc.num_turns or 1)
         if tc.cost_usd:

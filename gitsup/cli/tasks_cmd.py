@@ -441,3 +441,25 @@ def doctor_cmd(
         if f.fixed:
             line += f"  -> {f.fixed}"
         out(line)
+
+
+@app.command("resume-auto")
+def resume_auto_cmd(task: Annotated[str, typer.Argument(help="Task id.")]) -> None:
+    """Let automatic turns continue after a person typed into the worker."""
+    import os
+    import signal
+
+    from gitsup.procid import ProcessId
+    from gitsup.state import State
+
+    ctx = Context.discover()
+    record = ctx.store.load(task)
+    owner = ProcessId.from_dict(record.supervisor)
+    if owner is None or not owner.alive():
+        raise GitsupError(
+            f"task {task} has no running supervisor", hint=f"`git sup recover {task} --takeover`"
+        )
+    if record.state != State.PAUSED:
+        raise GitsupError(f"task {task} is {record.state.value}, not paused")
+    os.kill(owner.pid, signal.SIGUSR1)
+    out(f"task {task}: automatic turns resume")

@@ -88,6 +88,21 @@ class WorkerExited:
     classification: str = "exited"
 
 
+@dataclass(frozen=True)
+class HumanInput:
+    """Somebody typed into the worker's terminal (a prompt the supervisor did not send)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class WorkerNote:
+    """Something the adapter did or saw that belongs in the event log (`type`, `data`)."""
+
+    type: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
 # --- answers the supervisor gives -----------------------------------------------------
 
 
@@ -156,6 +171,15 @@ class WorkerAdapter(ABC):
 
     def answer(self, request_id: str, answer: PermissionAnswer) -> None:  # noqa: B027
         """Answer a PermissionRequest (adapters without permission requests ignore this)."""
+
+    def adopt(self, identity: Mapping[str, Any]) -> WorkerIdentity:
+        """Re-attach to a worker that survived its supervisor (persistent workers only).
+        Raises WorkerError when the persisted identity does not match what runs."""
+        raise WorkerError(f"the {self.kind} worker is not persistent; it cannot be re-adopted")
+
+    def detach(self) -> str:
+        """Let go of an adopted worker without stopping it."""
+        return self.stop()
 
     def interrupt(self) -> None:  # noqa: B027
         """Abort the current turn but keep the worker (if the transport supports it)."""

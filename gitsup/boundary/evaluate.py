@@ -1,0 +1,211 @@
+"""The one ref-update evaluator: (pusher, destination, policy, updates) -> verdict per ref.
+
+Pure: everything it needs from Git comes through a `CandidateLookup`, so the
+client `pre-push` hook and the server `pre-receive` gate call exactly this
+function with their own lookup. Standard library only (it runs on every push).
+
+Rules, in order, for each update:
+1. nothing is pushed from inside a task, to any remote, any ref;
+2. a protected branch moves only to a commit whose candidate note says
+   `integrated`, never by deletion or a non-fast-forward;
+3. `refs/sup/*` and `refs/notes/sup` go only to the review remote, never
+   deleted or rewritten there;
+4. tags and everything else follow the policy (default: allowed).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+ZERO = "0" * 40
+NOTES_REF = "refs/notes/sup"
+SUP_PREFIX = "refs/sup/"
+DEFAULT_PROTECTED: tuple[str, ...] = ("main", "master", "trunk", "develop", "integration")
+
+Allowance = Literal["allow", "deny"]
+
+
+def is_zero(oid: str) -> bool:
+    return not oid or oid.strip("0") == ""
+
+
+@dataclass(frozen=True)
+class RefUpdate:
+    """One ref the push would change on the destination: `ref` from `old` to `new`.
+
+    `old`/`new` are the all-zero id for "does not exist" (create / delete).
+    `local_ref` is the pusher's ref name (pre-push only), for messages.
+    """
+
+    ref: str
+    old: str
+    new: str
+    local_ref: str | None = None
+
+    @property
+    def is_delete(self) -> bool:
+        return is_zero(self.new)
+
+    @property
+    def is_create(self) -> bool:
+        return is_zero(self.old)
+
+
+@dataclass(frozen=True)
+class Pusher:
+    """Who pushes: a task (its worktree, its worker, anything carrying its marker) or not."""
+
+    task: str | None = None
+    why: str = ""
+
+    @property
+    def in_task(self) -> bool:
+        return self.task is not None
+
+
+@dataclass(frozen=True)
+class Policy:
+    protected: tuple[str, ...] = DEFAULT_PROTECTED
+    tags: Allowance = "allow"
+    other: Allowance = "allow"
+
+
+@dataclass(frozen=True)
+class GateContext:
+    pusher: Pusher
+    destination: str  # remote name / URL, or "this repository" in pre-receive
+    to_review_remote: bool
+    policy: Policy = field(default_factory=Policy)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ref: str
+    accepted: bool
+    reason: str
+
+
+class CandidateLookup(Protocol):
+    """What the evaluator asks Git. Implementations may batch in `prefetch`."""
+
+    def prefetch(self, notes: Iterable[str], ancestry: Iterable[tuple[str, str]]) -> None: ...
+
+    def note_status(self, oid: str) -> str | None:
+        """The `status` of the candidate note on `oid` in refs/notes/sup, or None."""
+        ...
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool | None:
+        """True/False, or None when it cannot be decided (an object is missing)."""
+        ...
+
+
+def protected_branch(ref: str, patterns: Sequence[str]) -> bool:
+    if not ref.startswith("refs/heads/"):
+        return False
+    short = ref[len("refs/heads/") :]
+    for p in patterns:
+        p = p.strip()
+        if not p:
+            continue
+        if p.startswith("refs/"):
+            if fnmatch.fnmatchcase(ref, p):
+                return True
+        elif fnmatch.fnmatchcase(short, p):
+            return True
+    return False
+
+
+def is_review_ref(ref: str) -> bool:
+    return ref.startswith(SUP_PREFIX) or ref == NOTES_REF
+
+
+def _kind(ref: str, policy: Policy) -> str:
+    if protected_branch(ref, policy.protected):
+        return "protected"
+    if is_review_ref(ref):
+        return "review"
+    if ref.startswith("refs/tags/"):
+        return "tag"
+    return "other"
+
+
+def evaluate(
+    ctx: GateContext, updates: Sequence[RefUpdate], lookup: CandidateLookup
+) -> list[Verdict]:
+    """Accept or reject every update, with a reason. Never raises for odd input."""
+    if ctx.pusher.in_task:
+        why = f" ({ctx.pusher.why})" if ctx.pusher.why else ""
+        reason = (
+            f"pushing from inside task {ctx.pusher.task}{why} is not allowed; "
+            f"`git sup integrate {ctx.pusher.task} --into <branch>` from outside the task, "
+            "then push from there"
+        )
+        return [Verdict(u.ref, False, reason) for u in updates]
+
+    kinds = [_kind(u.ref, ctx.policy) for u in updates]
+    notes: list[str] = []
+    ancestry: list[tuple[str, str]] = []
+    for u, k in zip(updates, kinds, strict=True):
+        if k in ("protected", "review") and not u.is_delete and not u.is_create and u.old != u.new:
+            ancestry.append((u.old, u.new))
+        if k == "protected" and not u.is_delete:
+            notes.append(u.new)
+    if notes or ancestry:
+        lookup.prefetch(notes, ancestry)
+    return [_one(ctx, u, k, lookup) for u, k in zip(updates, kinds, strict=True)]
+
+
+def _fast_forward(u: RefUpdate, lookup: CandidateLookup) -> str | None:
+    """None if `u` is a fast-forward (or a no-op); else why not."""
+    if u.is_create or u.old == u.new:
+        return None
+    ff = lookup.is_ancestor(u.old, u.new)
+    if ff is None:
+        return (
+            f"cannot verify a fast-forward from {u.old[:12]} (not present here); "
+            "fetch first, then push again"
+        )
+    if not ff:
+        return f"non-fast-forward from {u.old[:12]} to {u.new[:12]} (force update)"
+    return None
+
+
+def _one(ctx: GateContext, u: RefUpdate, kind: str, lookup: CandidateLookup) -> Verdict:
+    if kind == "protected":
+        if u.is_delete:
+            return Verdict(u.ref, False, "protected branch: deletion is not allowed")
+        status = lookup.note_status(u.new)
+        if status != "integrated":
+            have = f"its candidate note says {status!r}" if status else "it has no candidate note"
+            return Verdict(
+                u.ref,
+                False,
+                f"protected branch: {u.new[:12]} is not an integrated candidate ({have}); "
+                "use `git sup integrate <id> --into <branch>` and push refs/notes/sup with it",
+            )
+        problem = _fast_forward(u, lookup)
+        if problem:
+            return Verdict(u.ref, False, f"protected branch: {problem}")
+        return Verdict(u.ref, True, "integrated candidate")
+    if kind == "review":
+        if not ctx.to_review_remote:
+            return Verdict(
+                u.ref,
+                False,
+                f"gitsup refs go only to the review remote, not to {ctx.destination} "
+                "(set `git config sup.reviewRemote <remote>`)",
+            )
+        if u.is_delete:
+            return Verdict(u.ref, False, "gitsup refs are never deleted on the review remote")
+        problem = _fast_forward(u, lookup)
+        if problem:
+            return Verdict(u.ref, False, f"gitsup refs are never rewritten: {problem}")
+        return Verdict(u.ref, True, "review ref")
+    allowance = ctx.policy.tags if kind == "tag" else ctx.policy.other
+    if allowance != "allow":
+        what, key = ("tags", "sup.pushTags") if kind == "tag" else ("this ref", "sup.pushOther")
+        return Verdict(u.ref, False, f"policy denies pushing {what} ({key} = {allowance})")
+    return Verdict(u.ref, True, "allowed by policy")

@@ -1,0 +1,147 @@
+"""Hook entry points: `python -m gitsup.boundary.hook pre-push|pre-receive [args]`.
+
+Standard library and the boundary's hook modules only (no pygit2, typer or
+pydantic): this runs on every push. Rejections print one line per rejected ref
+on stderr (`gitsup: rejected <ref>: <reason>`) and exit 1; acceptance is silent.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TextIO
+
+from gitsup.boundary.evaluate import NOTES_REF, GateContext, Pusher, RefUpdate, Verdict, evaluate
+from gitsup.boundary.gitcmd import GitCli, GitLookup, RepoConfig, is_review_remote
+from gitsup.boundary.hookio import (
+    HookInputError,
+    format_rejection,
+    parse_pre_push,
+    parse_pre_receive,
+    pre_commit_update,
+)
+from gitsup.boundary.pusher import client_pusher, server_pusher
+
+USAGE = "usage: python -m gitsup.boundary.hook pre-push REMOTE URL | pre-receive"
+
+
+def _report(verdicts: Sequence[Verdict], err: TextIO) -> int:
+    rejected = [v for v in verdicts if not v.accepted]
+    for v in rejected:
+        err.write(format_rejection(v.ref, v.reason) + "\n")
+    err.flush()
+    return 1 if rejected else 0
+
+
+def _locations(git: GitCli, cwd: str) -> tuple[str, str] | None:
+    out = git.out("rev-parse", "--absolute-git-dir", "--git-common-dir")
+    if out is None:
+        return None
+    lines = out.splitlines()
+    if len(lines) != 2:
+        return None
+    git_dir, common = lines
+    if not os.path.isabs(common):
+        common = os.path.normpath(os.path.join(cwd, common))
+    return git_dir, common
+
+
+def pre_push(
+    remote: str,
+    url: str,
+    lines: Iterable[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    err: TextIO = sys.stderr,
+) -> int:
+    """The client-side gate (git runs it in the pushing repository)."""
+    env = os.environ if env is None else env
+    cwd = os.getcwd() if cwd is None else cwd
+    try:
+        updates = parse_pre_push(lines)
+    except HookInputError as exc:
+        err.write(f"gitsup: rejected push: {exc}\n")
+        return 1
+    if not updates:
+        from_env = pre_commit_update(env)
+        if from_env is not None:
+            updates = [from_env]
+            remote = remote or env.get("PRE_COMMIT_REMOTE_NAME", "")
+            url = url or env.get("PRE_COMMIT_REMOTE_URL", "")
+    if not updates:
+        return 0
+    git = GitCli(cwd=cwd, env=env)
+    locations = _locations(git, cwd)
+    if locations is None:
+        err.write("gitsup: rejected push: cannot locate the repository (git rev-parse failed)\n")
+        return 1
+    git_dir, common = locations
+    pusher = client_pusher(git_dir=git_dir, common_dir=common, env=env, cwd=cwd)
+    return _report(decide_client(git, pusher, remote, url, updates), err)
+
+
+def decide_client(
+    git: GitCli, pusher: Pusher, remote: str, url: str, updates: Sequence[RefUpdate]
+) -> list[Verdict]:
+    cfg = RepoConfig.read(git)
+    ctx = GateContext(
+        pusher=pusher,
+        destination=remote or url,
+        to_review_remote=is_review_remote(cfg, remote, url),
+        policy=cfg.policy(),
+    )
+    return evaluate(ctx, updates, GitLookup(git))
+
+
+def pre_receive(
+    lines: Iterable[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    err: TextIO = sys.stderr,
+) -> int:
+    """The server-side gate (git runs it in the receiving repository, usually bare)."""
+    env = os.environ if env is None else env
+    cwd = os.getcwd() if cwd is None else cwd
+    try:
+        updates = parse_pre_receive(lines)
+    except HookInputError as exc:
+        err.write(f"gitsup: rejected push: {exc}\n")
+        return 1
+    if not updates:
+        return 0
+    git = GitCli(cwd=cwd, env=env)
+    cfg = RepoConfig.read(git)
+    # NB: the pushed notes are not in refs/notes/sup yet; read them from the new notes
+    # commit of this push (its objects sit in the quarantine that plain git sees).
+    notes_commit = next((u.new for u in updates if u.ref == NOTES_REF and not u.is_delete), None)
+    ctx = GateContext(
+        pusher=server_pusher(env=env),
+        destination="this repository",
+        to_review_remote=cfg.is_true("sup.gateReview"),
+        policy=cfg.policy(),
+    )
+    verdicts = evaluate(ctx, updates, GitLookup(git, notes_commit=notes_commit))
+    return _report(verdicts, err)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        sys.stderr.write(USAGE + "\n")
+        return 2
+    kind, rest = args[0], args[1:]
+    if kind == "pre-push":
+        remote = rest[0] if rest else ""
+        url = rest[1] if len(rest) > 1 else remote
+        return pre_push(remote, url, sys.stdin)
+    if kind == "pre-receive":
+        return pre_receive(sys.stdin)
+    sys.stderr.write(USAGE + "\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
