@@ -1,0 +1,63 @@
+"""`git sup demo` with the real Claude Code CLI and the bundled scripted model on 127.0.0.1."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gitsup.demo import DemoResult
+from gitsup.events import Event
+from gitsup.scripted_model import ScriptedModel, load_scenario
+from gitsup.spec import spec_from_mapping
+from gitsup.tasks import Context, run_task
+
+
+def run_claude_demo(
+    repo: Path, data: dict[str, Any], claude_bin: str, on_event: Callable[[Event], None] | None
+) -> DemoResult:
+    import json
+
+    scenario = load_scenario(
+        json.loads((resources.files("gitsup.data") / "demo_scenario.json").read_text())
+    )
+    version = _version(claude_bin)
+    config_dir = tempfile.mkdtemp(prefix="gitsup-demo-claude-")
+    with ScriptedModel(scenario) as model:
+        env = {
+            "ANTHROPIC_BASE_URL": model.url,
+            "ANTHROPIC_API_KEY": "sk-demo-not-a-key",
+            "CLAUDE_CONFIG_DIR": config_dir,
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "CLAUDE_CODE_MAX_RETRIES": "1",
+            "API_TIMEOUT_MS": "30000",
+        }
+        spec = spec_from_mapping(
+            {
+                **data,
+                "worker": {"kind": "claude", "argv": [claude_bin], "env": env},
+                "review": {"kind": "claude", "timeout": "2m"},
+            },
+            "demo",
+        )
+        record = run_task(Context.discover(repo), spec, on_event=on_event)
+    return DemoResult(
+        repo,
+        record,
+        f"Claude Code {version} (the real CLI) with gitsup's bundled scripted model on 127.0.0.1",
+        "",
+    )
+
+
+def _version(claude_bin: str) -> str:
+    try:
+        out = subprocess.run([claude_bin, "--version"], capture_output=True, text=True, timeout=30)
+        return out.stdout.strip().split(" ")[0] or "?"
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
