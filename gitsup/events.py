@@ -30,7 +30,7 @@ from gitsup.errors import GitsupError
 from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import task_refs
-from gitsup.redact import redact
+from gitsup.redact import needs_redaction, redact
 
 EVENT_TYPES = frozenset(
     {
@@ -113,6 +113,8 @@ class EventLog:
         self.task = task
         self.max_record_bytes = max_record_bytes
         self._fd: int | None = None
+        self._known_seq: int | None = None  # seq and file size right after our last append
+        self._known_size = -1
 
     # --- file handling ----------------------------------------------------------------
 
@@ -182,16 +184,26 @@ class EventLog:
     # --- API --------------------------------------------------------------------------
 
     def append(self, type: str, data: Mapping[str, Any] | None = None) -> Event:
-        payload = redact(dict(data or {}))
+        payload = dict(data or {})
         body = json.dumps(payload, separators=(",", ":"), default=str)
+        if needs_redaction(body):
+            payload = redact(payload)
+            body = json.dumps(payload, separators=(",", ":"), default=str)
         if len(body) > self.max_record_bytes:
             payload = _cap(payload, self.max_record_bytes)
             body = json.dumps(payload, separators=(",", ":"), default=str)
         head = f',"task":{json.dumps(self.task)},"type":{json.dumps(type)},"data":'
         with self.locked() as fd:
-            seq = self._last_seq_and_repair(fd) + 1
+            size = os.fstat(fd).st_size
+            if size == self._known_size and self._known_seq is not None:
+                # Nobody wrote since our own last append (we hold the lock): no tail read.
+                seq = self._known_seq + 1
+            else:
+                seq = self._last_seq_and_repair(fd) + 1
             ts = round(time.time(), 6)  # under the lock: ts never goes back as seq goes up
-            os.write(fd, f'{{"seq":{seq},"ts":{ts:.6f}{head}{body}}}\n'.encode())
+            line = f'{{"seq":{seq},"ts":{ts:.6f}{head}{body}}}\n'.encode()
+            os.write(fd, line)
+            self._known_seq, self._known_size = seq, os.fstat(fd).st_size
         return Event(seq, ts, self.task, type, payload)
 
     def last_seq(self) -> int:

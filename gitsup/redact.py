@@ -34,6 +34,46 @@ _SCREEN = re.compile(
 )
 
 
+# A screen over a serialized JSON body that matches whenever `redact` could change anything
+# in it (and, rarely, more). Most bodies do not match, and then one search is all it costs.
+_BODY_SCREEN = re.compile(
+    r"sk-|gh[pousr]_|github_pat_|glpat-|xox[abprs]-|AKIA|AIza|PRIVATE KEY|://[^/\s\"]*@"
+    r"|(?i:bearer |basic |authorization)"
+    r"|(?i:(?:api[_-]?key|apikey|secret|passw|credential|token|auth)[a-z0-9_]*"
+    r"(?:\\?\"\s*:\s*\\?\"[^\"\\]|\s*[:=]\s*[\"']?[^\s\"',;]{6,}))"
+)
+
+
+_KEYWORDS = (
+    "sk-",
+    "gh",
+    "github_pat_",
+    "glpat-",
+    "xox",
+    "akia",
+    "aiza",
+    "private key",
+    "://",
+    "bearer",
+    "basic ",
+    "auth",
+    "api_key",
+    "api-key",
+    "apikey",
+    "secret",
+    "passw",
+    "credential",
+    "token",
+)
+
+
+def needs_redaction(serialized: str) -> bool:
+    lower = serialized.lower()
+    if not any(k in lower for k in _KEYWORDS):
+        return False
+    return _BODY_SCREEN.search(serialized) is not None
+
+
 def redact_text(text: str) -> str:
     if not text or not _SCREEN.search(text):
         return text

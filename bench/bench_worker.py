@@ -1,0 +1,154 @@
+"""Supervisor overhead per stream-json record, and supervisor CPU while the worker is idle.
+
+    .venv/bin/python bench/bench_worker.py [--records N]
+
+1. Replays a recorded Claude Code transcript (tests/claude/data/transcript-2.1.328.ndjson),
+   repeated to N records (default 100,000), through the supervisor's per-record path:
+   framing, parsing, the policy decision for permission requests, and the event append
+   (what `Supervisor._dispatch` does for each record). Prints mean µs per record
+   (goal < 50 µs) next to a baseline measured in the same run: `json.loads` of the same lines.
+2. Runs a real supervisor with a process worker that sleeps silently for a few seconds and
+   reports the supervisor's CPU time over that idle window (goal ≈ 0: no busy polling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from gitsup.events import EventLog  # noqa: E402
+from gitsup.ids import TaskId  # noqa: E402
+from gitsup.policy import Policy, decide_tool  # noqa: E402
+from gitsup.workers import stream_json as sj  # noqa: E402
+from gitsup.workers.base import PermissionRequest, TurnCompleted, WorkerOutput  # noqa: E402
+
+
+def load_stream(n: int) -> bytes:
+    src = REPO / "tests" / "claude" / "data" / "transcript-2.1.328.ndjson"
+    lines = [ln for ln in src.read_bytes().splitlines() if ln.strip()]
+    # Add permission requests like the ones a real turn carries.
+    perm = json.dumps(
+        {
+            "type": "control_request",
+            "request_id": "r1",
+            "request": {
+                "subtype": "can_use_tool",
+                "tool_name": "Bash",
+                "input": {"command": "git add -A && git commit -m 'x'", "description": "c"},
+            },
+        }
+    ).encode()
+    base = [*lines, perm]
+    out = []
+    while len(out) < n:
+        out.extend(base)
+    return b"\n".join(out[:n]) + b"\n"
+
+
+def bench_records(n: int) -> None:
+    data = load_stream(n)
+    chunks = [data[i : i + 65536] for i in range(0, len(data), 65536)]
+    # baseline: json.loads of every line
+    t = time.perf_counter()
+    for line in data.splitlines():
+        json.loads(line)
+    base = time.perf_counter() - t
+
+    d = Path(tempfile.mkdtemp())
+    log = EventLog(d / "events.jsonl", TaskId("20260101-000000"))
+    policy = Policy.load(None)
+    wt = str(d)
+    framer = sj.LineFramer()
+    counts = {"records": 0, "permission": 0, "output": 0, "turns": 0}
+    t = time.perf_counter()
+    for chunk in chunks:
+        for line in framer.feed(chunk):
+            counts["records"] += 1
+            ev = sj.parse_record(line)
+            if isinstance(ev, PermissionRequest):
+                counts["permission"] += 1
+                dec = decide_tool(ev.tool_name, ev.tool_input, worktree=wt, policy=policy)
+                log.append("permission_decided", {"tool": ev.tool_name, **dec.as_dict()})
+            elif isinstance(ev, WorkerOutput):
+                counts["output"] += 1
+                log.append("worker_output", {"stream": ev.stream, "text": ev.text, **dict(ev.data)})
+            elif isinstance(ev, TurnCompleted):
+                counts["turns"] += 1
+                log.append("turn_completed", {"subtype": ev.subtype, "cost_usd": ev.cost_usd})
+    total = time.perf_counter() - t
+    n_rec = counts["records"]
+    print(f"records replayed            {n_rec:,} ({counts})")
+    print(f"baseline json.loads          {base / n_rec * 1e6:8.2f} µs/record")
+    print(f"supervisor per-record path   {total / n_rec * 1e6:8.2f} µs/record  (goal < 50)")
+    print(f"ratio to json.loads          {total / base:8.1f}x")
+    print(f"event log size               {log.path.stat().st_size / 1e6:.1f} MB")
+
+
+def bench_idle(seconds: float) -> None:
+    import psutil
+
+    d = Path(tempfile.mkdtemp())
+    repo = d / "repo"
+    repo.mkdir()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@x",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@x",
+    }
+    for cmd in (["git", "init", "-q"], ["git", "commit", "-q", "--allow-empty", "-m", "i"]):
+        subprocess.run(cmd, cwd=repo, check=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gitsup",
+            "start",
+            "idle",
+            "--worker",
+            f"sleep {seconds + 3}",
+            "--review",
+            "none",
+            "--no-commit-required",
+            "-q",
+        ],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    p = psutil.Process(proc.pid)
+    time.sleep(1.5)  # start-up (imports, worktree, spawn)
+    c0 = p.cpu_times()
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    c1 = p.cpu_times()
+    wall = time.monotonic() - t0
+    cpu = (c1.user - c0.user) + (c1.system - c0.system)
+    proc.wait(timeout=60)
+    print(
+        f"supervisor CPU while idle    {cpu * 1000:.1f} ms over {wall:.1f} s  ({cpu / wall * 100:.3f}% of a core)"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--idle", type=float, default=5.0)
+    a = ap.parse_args()
+    bench_records(a.records)
+    bench_idle(a.idle)
+
+
+if __name__ == "__main__":
+    main()
