@@ -27,8 +27,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gitsup.errors import GitsupError
+
+if TYPE_CHECKING:
+    import psutil
 
 _CANDIDATE_MOUNTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
 
@@ -134,7 +138,14 @@ def _cgroup2_mounts() -> list[str]:
 
 
 def find_cgroup_base() -> Path | None:
-    """A writable directory in the cgroup v2 tree where gitsup may create worker cgroups."""
+    """A writable directory in the cgroup v2 tree where gitsup may create worker cgroups.
+
+    GITSUP_CGROUP_ROOT overrides the search (a path, or "none" for a host without one)."""
+    forced = os.environ.get("GITSUP_CGROUP_ROOT")
+    if forced is not None:
+        if forced == "none" or not Path(forced, "cgroup.procs").exists():
+            return None
+        return Path(forced)
     own = _own_cgroup_v2()
     if own is None:
         return None
@@ -287,3 +298,31 @@ def executable_problems(path: str) -> list[str]:
     if st.st_mode & stat.S_IWOTH:
         problems.append(f"worker executable {path} is world-writable")
     return problems
+
+
+def sweep_marked(task: str, *, grace: float = 2.0) -> list[int]:
+    """Kill processes that carry the task's marker (GITSUP_TASK) in their environment:
+    the fallback that catches `setsid` descendants when there is no cgroup."""
+    import psutil
+
+    found = marked_processes(task)
+    for p in found:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(found, timeout=grace)
+    return [p.pid for p in found]
+
+
+def marked_processes(task: str) -> list[psutil.Process]:
+    """Processes (other than this one) whose environment carries GITSUP_TASK=<task>."""
+    import psutil
+
+    me = os.getpid()
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        if p.pid == me:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if p.environ().get("GITSUP_TASK") == task:
+                found.append(p)
+    return found

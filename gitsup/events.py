@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gitsup.errors import GitsupError
+from gitsup.faults import fault
 from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import task_refs
@@ -262,6 +263,7 @@ class EventLog:
                 f"{reason}\n\nevents {first}..{last} of task {self.task}\n\n"
                 f"Sup-Task: {self.task}\nSup-Sealed: seq={last} offset={sealed_offset + end}\n"
             )
+            fault("during_seal")
             return repo.append_segment(ref, name=name, data=data, message=message, expected_old=tip)
 
 

@@ -18,7 +18,13 @@ from typing import Any
 
 import psutil
 
-from gitsup.contain import Cgroup, cgroup_from_dict, find_cgroup_base, list_gitsup_cgroups
+from gitsup.contain import (
+    Cgroup,
+    cgroup_from_dict,
+    find_cgroup_base,
+    list_gitsup_cgroups,
+    marked_processes,
+)
 from gitsup.errors import GitsupError
 from gitsup.events import Event
 from gitsup.ids import TaskId
@@ -45,18 +51,6 @@ def _worker_cgroup(record: TaskRecord) -> Cgroup | None:
     if isinstance(path, dict):
         return cgroup_from_dict(path)
     return None
-
-
-def _task_processes(task: str) -> list[psutil.Process]:
-    """Processes carrying the task's marker in their environment (GITSUP_TASK)."""
-    found = []
-    for p in psutil.process_iter(["pid"]):
-        with contextlib.suppress(psutil.Error):
-            if p.pid == os.getpid():
-                continue
-            if p.environ().get("GITSUP_TASK") == task:
-                found.append(p)
-    return found
 
 
 def prove_worker_gone(record: TaskRecord, *, kill: bool) -> WorkerProof:
@@ -88,7 +82,7 @@ def prove_worker_gone(record: TaskRecord, *, kill: bool) -> WorkerProof:
             time.sleep(0.02)
         if ident.alive():
             return WorkerProof(False, f"worker pid {ident.pid} survived SIGKILL", killed)
-    marked = _task_processes(record.id)
+    marked = marked_processes(record.id)
     if marked:
         if not kill:
             return WorkerProof(

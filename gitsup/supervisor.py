@@ -31,9 +31,11 @@ from gitsup.contain import (
     executable_problems,
     isolated_netns,
     resolve_mode,
+    sweep_marked,
 )
 from gitsup.decider import DeciderError, RulesDecider, TurnContext, TurnDecision, make_decider
 from gitsup.errors import GitsupError
+from gitsup.faults import fault
 from gitsup.events import Event, EventLog
 from gitsup.git import GitRepo, RefConflict
 from gitsup.ids import Oid, TaskId
@@ -155,6 +157,7 @@ class Supervisor:
         self._cgroup: Cgroup | None = None
         self._resume_prompt = ""
         self._exit_stack = contextlib.ExitStack()
+        self._swept = False
 
     # --- events and state ---------------------------------------------------------
 
@@ -438,6 +441,7 @@ class Supervisor:
             "cgroup_inode": cg.inode if cg else None,
         }
         self.save()
+        fault("before_spawn")
         try:
             self.worker = self.worker_factory(self.spec, ctx)
             ident = self.worker.start(
@@ -452,7 +456,9 @@ class Supervisor:
             self._finish(State.FAILED)
             return False
         if cg is not None:
-            ident = WorkerIdentity(ident.pid, ident.start_time, ident.pgid, str(cg.path), cg.inode)
+            ident = WorkerIdentity(
+                ident.pid, ident.start_time, ident.pgid, str(cg.path), cg.inode, ident.extra
+            )
         self._record_worker(ident)
         self._turn_active = True
         self._last_progress = time.monotonic()
@@ -461,6 +467,18 @@ class Supervisor:
     def _cleanup_cgroup(self) -> None:
         cg = self._cgroup
         if cg is None:
+            if self._spawns and not self._swept:
+                self._swept = True
+                swept = sweep_marked(self.task)
+                self.emit(
+                    "worker_stopped",
+                    {
+                        "containment": "process group + descendant sweep",
+                        "guarantee": "weaker: a descendant that left the process group and "
+                        "cleared GITSUP_TASK from its environment can escape",
+                        "swept": swept,
+                    },
+                )
             return
         empty = cg.kill(timeout=self.spec.worker.stop_grace + 5)
         removed = cg.remove() if empty else False
@@ -810,6 +828,7 @@ class Supervisor:
         if self.sm.state != State.VERIFYING:
             self.transition(State.VERIFYING, park_reason or "turn completed")
         results = self._run_checks()
+        fault("after_checks")
         if self._stop_reason is not None:
             self._stop(self._stop_reason)
             return
