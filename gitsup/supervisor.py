@@ -455,6 +455,7 @@ class Supervisor:
             self._cleanup_cgroup()
             self._finish(State.FAILED)
             return False
+        fault("after_spawn")
         if cg is not None:
             ident = WorkerIdentity(
                 ident.pid, ident.start_time, ident.pgid, str(cg.path), cg.inode, ident.extra
@@ -942,13 +943,7 @@ class Supervisor:
                 self._stop_reason = self._stop_reason or "stop requested"
                 break
             self.emit("acceptance_started", {"name": check.name, "argv": check.argv})
-            r = run_check(
-                check,
-                cwd=self.worktree,
-                env=env,
-                round=self.record.repair_rounds,
-                abort=self._abort,
-            )
+            r = self._run_one_check(check, env)
             results.append(r)
             self.emit("acceptance_result", r.model_dump(mode="json"))
         self.record.checks = results

@@ -1,0 +1,166 @@
+"""Policy-gate benchmark: classifier throughput and latency, and the CLI batch mode end to end.
+
+Run: .venv/bin/python bench/bench_policy.py [--n 20000]
+Prints numbers only (no asserts). The corpus is the labelled test corpus plus realistic routine
+commands; "uncached" makes every command unique (varying a path or a message) and clears the
+per-policy decision cache, so every decision parses and classifies from scratch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gitsup.policy import Policy, classify_command
+
+ROOT = Path(__file__).resolve().parent.parent
+W = "/home/dev/repo"
+HOME = "/home/dev"
+
+ROUTINE = [
+    "git status",
+    "git diff",
+    "git diff --stat",
+    "git log --oneline -10",
+    "ls -la src",
+    "cat src/{f}.py",
+    "rg -n {f} src",
+    "grep -rn {f} tests",
+    "pytest -q tests/test_{f}.py",
+    "python -m pytest -x -k {f}",
+    "git add src/{f}.py && git commit -m 'Update {f}'",
+    "git commit -m \"$(cat <<'EOF'\nFix {f}\n\nCo-Authored-By: Claude <noreply@anthropic.com>\nEOF\n)\"",
+    "sed -n '1,80p' src/{f}.py",
+    "head -50 src/{f}.py",
+    "find . -name '{f}*.py'",
+    "ruff check src/{f}.py",
+    "mypy src/{f}.py",
+    "npm test -- {f}",
+    "cd src && ls {f}",
+    "git show HEAD:src/{f}.py | head",
+    "timeout 300 pytest tests/{f}",
+    "python -c 'import {f}'",
+    "curl -s https://example.com/{f}",
+    "rm -rf build/{f}",
+]
+
+
+def corpus() -> list[str]:
+    rows = []
+    for line in (ROOT / "tests" / "policy" / "corpus.jsonl").read_text().splitlines():
+        if line.strip():
+            rows.append(json.loads(line)[2])
+    return rows
+
+
+def mixed(n: int, unique: bool, seed: int = 7) -> list[str]:
+    rnd = random.Random(seed)
+    labelled = corpus()
+    out: list[str] = []
+    for i in range(n):
+        if rnd.random() < 0.75:
+            tpl = rnd.choice(ROUTINE)
+            name = f"mod{i}" if unique else rnd.choice(["app", "cli", "core", "util"])
+            out.append(tpl.replace("{f}", name))
+        else:
+            cmd = rnd.choice(labelled)
+            out.append(f"{cmd} # {i}" if unique and "\n" not in cmd else cmd)
+    return out
+
+
+def throughput(cmds: list[str], policy: Policy, *, cache: bool) -> float:
+    policy._cache.clear()
+    start = time.perf_counter()
+    for c in cmds:
+        if not cache:
+            policy._cache.clear()
+        classify_command(c, worktree=W, policy=policy, home=HOME)
+    return len(cmds) / (time.perf_counter() - start)
+
+
+def latencies(cmds: list[str], policy: Policy) -> list[float]:
+    out = []
+    for c in cmds:
+        policy._cache.clear()
+        t = time.perf_counter_ns()
+        classify_command(c, worktree=W, policy=policy, home=HOME)
+        out.append((time.perf_counter_ns() - t) / 1000.0)
+    return out
+
+
+def cli_batch(cmds: list[str]) -> tuple[float, float]:
+    exe = str(Path(sys.executable).parent / "git-sup")
+    data = "".join(json.dumps(c) + "\n" for c in cmds)
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, HOME=d)
+        start = time.perf_counter()
+        res = subprocess.run(
+            [exe, "policy", "check", "--json", "--cwd", d, "-"],
+            input=data,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        wall = time.perf_counter() - start
+        lines = res.stdout.count("\n")
+        if res.returncode != 0 or lines != len(cmds):
+            sys.stderr.write(
+                f"cli batch failed: rc={res.returncode} lines={lines}\n{res.stderr[-2000:]}\n"
+            )
+        # start-up cost: one command
+        start = time.perf_counter()
+        subprocess.run(
+            [exe, "policy", "check", "--json", "--cwd", d, "-"],
+            input='"ls"\n',
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        startup = time.perf_counter() - start
+    return len(cmds) / wall, startup
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=20000)
+    args = ap.parse_args()
+    policy = Policy.load()
+    classify_command("git status", worktree=W, policy=policy, home=HOME)  # warm up
+    realistic = mixed(args.n, unique=False)
+    unique = mixed(args.n, unique=True)
+    print(f"commands: {args.n} (75% routine templates, 25% labelled corpus)")
+    print(f"realistic mix, with cache:   {throughput(realistic, policy, cache=True):>10,.0f} cmd/s")
+    print(
+        f"realistic mix, cache off:    {throughput(realistic, policy, cache=False):>10,.0f} cmd/s"
+    )
+    print(f"all-unique commands:         {throughput(unique, policy, cache=True):>10,.0f} cmd/s")
+    lat = latencies(unique[:5000], policy)
+    q = statistics.quantiles(lat, n=100)
+    print(
+        f"latency of one uncached decision: p50 {q[49]:.0f} us, p99 {q[98]:.0f} us, "
+        f"max {max(lat):.0f} us"
+    )
+    policy._cache.clear()
+    classify_command("git status", worktree=W, policy=policy, home=HOME)
+    t = time.perf_counter_ns()
+    classify_command("git status", worktree=W, policy=policy, home=HOME)
+    print(f"latency of one cached decision: {(time.perf_counter_ns() - t) / 1000:.1f} us")
+    rate, startup = cli_batch(realistic)
+    print(
+        f"`git sup policy check --json -` end to end: {rate:,.0f} cmd/s "
+        f"({args.n} lines; process start-up {startup * 1000:.0f} ms)"
+    )
+
+
+if __name__ == "__main__":
+    main()

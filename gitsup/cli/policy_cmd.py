@@ -1,0 +1,158 @@
+"""`git sup policy check|show`: ask the policy gate about commands; print the effective policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gitsup.cli.main import app
+from gitsup.cli.output import emit_json, out
+from gitsup.errors import GitsupError
+from gitsup.policy import Decision, Policy, classify_command
+
+policy_app = typer.Typer(
+    no_args_is_help=True,
+    help="Ask the policy gate about shell commands; show the effective policy.",
+)
+app.add_typer(policy_app, name="policy")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+CwdOpt = Annotated[
+    Path | None,
+    typer.Option("--cwd", help="Worktree to judge against (default: top of the current one)."),
+]
+
+
+def find_worktree(start: Path) -> Path:
+    """The top of the worktree containing `start` (walk up to a `.git` file or directory),
+    else `start` itself."""
+    start = start.absolute()
+    for d in (start, *start.parents):
+        if (d / ".git").exists():
+            return d
+    return start
+
+
+def git_protected(worktree: Path) -> list[str]:
+    """Values of `git config --get-all sup.protected` (absent: empty)."""
+    from gitsup import proc
+
+    try:
+        res = proc.run(["git", "config", "--get-all", "sup.protected"], cwd=worktree, timeout=10)
+    except GitsupError:
+        return []
+    if not res.ok:
+        return []
+    return [line.strip() for line in res.output.splitlines() if line.strip()]
+
+
+def _context(cwd: Path | None) -> tuple[str, Policy]:
+    if cwd is not None:
+        if not cwd.is_dir():
+            raise GitsupError(f"--cwd {cwd}: not a directory")
+        worktree = cwd.absolute()
+    else:
+        worktree = find_worktree(Path.cwd())
+    policy = Policy.load(worktree, extra_protected=git_protected(worktree))
+    return os.path.normpath(str(worktree)), policy
+
+
+def _render(d: Decision) -> None:
+    out(f"{d.verdict}  {d.rule}")
+    out(f"  reason: {d.reason}")
+    out(f"  part:   {d.part}")
+
+
+def _batch(worktree: str, policy: Policy) -> None:
+    commands: list[str] = []
+    for n, line in enumerate(sys.stdin, start=1):
+        if not line.strip():
+            continue
+        try:
+            value: Any = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise GitsupError(
+                f"stdin line {n}: not valid JSON ({exc.msg})",
+                hint='each line is a JSON string or an object {"cmd": "..."}',
+            ) from exc
+        if isinstance(value, dict):
+            value = value.get("cmd")
+        if not isinstance(value, str):
+            raise GitsupError(
+                f'stdin line {n}: expected a JSON string or an object with a string "cmd"',
+                hint='each line is a JSON string or an object {"cmd": "..."}',
+            )
+        commands.append(value)
+    write = sys.stdout.write
+    chunk: list[str] = []
+    for cmd in commands:
+        d = classify_command(cmd, worktree=worktree, policy=policy)
+        chunk.append(json.dumps(d.as_dict(), separators=(",", ":")))
+        if len(chunk) >= 512:
+            write("\n".join(chunk) + "\n")
+            chunk = []
+    if chunk:
+        write("\n".join(chunk) + "\n")
+    sys.stdout.flush()
+
+
+@policy_app.command("check")
+def check_cmd(
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="The command, after `--` (words are joined by spaces); `-` reads "
+            "JSON Lines from stdin."
+        ),
+    ] = None,
+    cwd: CwdOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the verdict, the rule that decided, and the reason. Exit 0 whatever the verdict."""
+    words = command or []
+    if not words:
+        raise GitsupError("no command given", hint="git sup policy check -- git push origin main")
+    worktree, policy = _context(cwd)
+    if words == ["-"]:
+        _batch(worktree, policy)
+        return
+    d = classify_command(" ".join(words), worktree=worktree, policy=policy)
+    if as_json:
+        sys.stdout.write(json.dumps(d.as_dict()) + "\n")
+    else:
+        _render(d)
+
+
+@policy_app.command("show")
+def show_cmd(cwd: CwdOpt = None, as_json: JsonOpt = False) -> None:
+    """Print the effective policy (packaged default + .gitsup/policy.toml + sup.protected)."""
+    worktree, policy = _context(cwd)
+    summary = {"worktree": worktree, **policy.summary()}
+    if as_json:
+        emit_json(summary)
+        return
+    out(f"worktree:   {worktree}")
+    out(f"sources:    {', '.join(policy.sources)}")
+    out(f"protected:  {', '.join(policy.protected)}")
+    out(f"inert vars: {', '.join(sorted(policy.inert_vars))}")
+    out("runners:")
+    for r in summary["runners"]:
+        extra = "".join(f"  {k}={','.join(v)}" for k, v in r.items() if k != "argv" and v)
+        out(f"  {' '.join(r['argv'])}{extra}")
+    out(f"utilities:  {', '.join(summary['utilities'])}")
+    out(f"wrappers:   {', '.join(summary['wrappers'])}")
+    out("publish:")
+    for prog, verbs in summary["publish"].items():
+        out(f"  {prog}: {'; '.join(verbs)}")
+    out("forge:")
+    for prog, verbs in summary["forge"].items():
+        out(f"  {prog}: {'; '.join(verbs)}")
+    if summary["ask"]:
+        out(f"ask (repo):  {'; '.join(summary['ask'])}")
+    if summary["deny"]:
+        out(f"deny (repo): {'; '.join(summary['deny'])}")

@@ -1,0 +1,20 @@
+"""The policy gate: every permission request of a worker gets `allow`, `ask` or `deny` and the
+rule that decided (docs/POLICY.md, docs/policy.md). Pure: no Git, no subprocesses, no I/O
+beyond reading policy files and (for file tools) resolving symlinks."""
+
+from __future__ import annotations
+
+from gitsup.policy.classify import classify_command
+from gitsup.policy.config import Policy
+from gitsup.policy.decision import Decision, Verdict
+from gitsup.policy.messages import unattended_denial
+from gitsup.policy.tools import decide_tool
+
+__all__ = [
+    "Decision",
+    "Policy",
+    "Verdict",
+    "classify_command",
+    "decide_tool",
+    "unattended_denial",
+]

@@ -1,0 +1,309 @@
+"""The effective policy: packaged `policies/default.toml` plus a repository's `.gitsup/policy.toml`.
+
+Both files are validated at the boundary (pydantic); a malformed file is a `GitsupError` naming the
+file, the key and the problem. The repository file can only *add*: protected branches, test
+runners, and rules that tighten (`ask`, `deny`). Deny detection (D1-D3) is code, run before the
+allow list, and no key turns it off.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.resources
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gitsup.errors import GitsupError
+
+REPO_POLICY = Path(".gitsup") / "policy.toml"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class UtilitySpec(_Model):
+    operands: Literal["files", "data", "pattern", "filter", "none"] = "files"
+    arg_opts: tuple[str, ...] = ()
+    path_opts: tuple[str, ...] = ()
+    two_value_opts: tuple[str, ...] = ()
+    forbid: tuple[str, ...] = ()
+    require: tuple[str, ...] = ()
+    allowed_opts: tuple[str, ...] | None = None
+    create: bool = False
+
+
+class RunnerSpec(_Model):
+    argv: tuple[str, ...] = Field(min_length=1)
+    forbid: tuple[str, ...] = ()
+    require: tuple[str, ...] = ()
+    only: tuple[str, ...] = ()
+
+    @field_validator("argv")
+    @classmethod
+    def _words(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not w or any(c.isspace() for c in w) for w in v):
+            raise ValueError("argv items must be non-empty words without spaces")
+        return v
+
+
+class WrapperSpec(_Model):
+    opts_with_arg: tuple[str, ...] = ()
+    positionals: int = Field(default=0, ge=0, le=4)
+    joined: bool = False
+
+
+class AllowSection(_Model):
+    utility: dict[str, UtilitySpec] = Field(default_factory=dict)
+    runner: tuple[RunnerSpec, ...] = ()
+
+
+class DefaultFile(_Model):
+    version: Literal[1]
+    protected: tuple[str, ...]
+    inert_vars: tuple[str, ...]
+    shells: tuple[str, ...]
+    interpreters: tuple[str, ...]
+    downloaders: tuple[str, ...]
+    network: tuple[str, ...]
+    installers: tuple[str, ...]
+    python_m_tools: tuple[str, ...] = ()
+    git_publish: tuple[str, ...]
+    git_publish_nested: tuple[str, ...]
+    forge: dict[str, tuple[str, ...]]
+    publish: dict[str, tuple[str, ...]]
+    wrappers: dict[str, WrapperSpec]
+    allow: AllowSection
+
+
+class RepoAllow(_Model):
+    runner: tuple[RunnerSpec, ...] = ()
+
+
+class RepoFile(_Model):
+    """`.gitsup/policy.toml`: additive only."""
+
+    version: Literal[1] = 1
+    protected: tuple[str, ...] = ()
+    allow: RepoAllow = RepoAllow()
+    ask: tuple[str, ...] = ()  # command prefixes that always ask ("cargo build")
+    deny: tuple[str, ...] = ()  # command prefixes that are denied ("terraform apply")
+
+    @field_validator("protected")
+    @classmethod
+    def _names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for name in v:
+            if not name or name.startswith("-") or any(c.isspace() for c in name):
+                raise ValueError(f"not a branch name: {name!r}")
+        return v
+
+    @field_validator("ask", "deny")
+    @classmethod
+    def _prefixes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not s.split() for s in v):
+            raise ValueError("each entry is a non-empty command prefix such as 'cargo build'")
+        return v
+
+
+def _format_validation(path: str, exc: ValidationError) -> GitsupError:
+    first = exc.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    problem = first["msg"]
+    more = len(exc.errors()) - 1
+    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return GitsupError(
+        f"invalid policy file {path}: key {key!r}: {problem}{suffix}",
+        hint="fix the file; see docs/policy.md for the schema",
+    )
+
+
+def _read_toml(path: str, text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise GitsupError(
+            f"invalid policy file {path}: key '(syntax)': {exc}",
+            hint="the file must be valid TOML; see docs/policy.md",
+        ) from exc
+
+
+@dataclass(frozen=True, eq=False)
+class Policy:
+    """The immutable effective policy. Build it with `Policy.load`."""
+
+    protected: tuple[str, ...]
+    inert_vars: frozenset[str]
+    shells: frozenset[str]
+    interpreters: frozenset[str]
+    downloaders: frozenset[str]
+    network: frozenset[str]
+    installers: frozenset[str]
+    git_publish: frozenset[str]
+    git_publish_nested: frozenset[tuple[str, str]]
+    forge: Mapping[str, frozenset[tuple[str, str]]]
+    publish: Mapping[str, tuple[tuple[str, ...], ...]]
+    wrappers: Mapping[str, WrapperSpec]
+    utilities: Mapping[str, UtilitySpec]
+    runners: tuple[RunnerSpec, ...]
+    ask_prefixes: tuple[tuple[str, ...], ...] = ()
+    deny_prefixes: tuple[tuple[str, ...], ...] = ()
+    sources: tuple[str, ...] = ()
+    _cache: dict[tuple[str, str, str], Any] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+    _runner_index: dict[str, tuple[RunnerSpec, ...]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+
+    @classmethod
+    def load(cls, repo_root: Path | None = None, *, extra_protected: Sequence[str] = ()) -> Policy:
+        """Default policy, plus `<repo_root>/.gitsup/policy.toml` if present, plus
+        `extra_protected` (e.g. from `git config sup.protected`)."""
+        repo_text: tuple[str, str] | None = None
+        if repo_root is not None:
+            path = Path(repo_root) / REPO_POLICY
+            try:
+                repo_text = (str(path), path.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                repo_text = None
+            except (OSError, UnicodeDecodeError) as exc:
+                raise GitsupError(f"cannot read policy file {path}: {exc}") from exc
+        return _build(repo_text, tuple(extra_protected))
+
+    def runners_for(self, prog: str) -> tuple[RunnerSpec, ...]:
+        """Runners whose first word is `prog` (or a glob)."""
+        index = self._runner_index
+        if not index:
+            built: dict[str, list[RunnerSpec]] = {}
+            for r in self.runners:
+                built.setdefault(r.argv[0], []).append(r)
+            index.update({k: tuple(v) for k, v in built.items()})
+            index.setdefault("", ())
+        found: tuple[RunnerSpec, ...] = index.get(prog, ())
+        globbed = tuple(
+            r for r in self.runners if "*" in r.argv[0] and fnmatch.fnmatchcase(prog, r.argv[0])
+        )
+        return found + globbed
+
+    def is_protected(self, ref: str) -> bool:
+        """True when `ref` names a protected branch (`main`, `refs/heads/main`)."""
+        return _protected_match(self.protected, ref)
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able view of the effective policy (for `git sup policy show`)."""
+        return {
+            "sources": list(self.sources),
+            "protected": list(self.protected),
+            "inert_vars": sorted(self.inert_vars),
+            "shells": sorted(self.shells),
+            "interpreters": sorted(self.interpreters),
+            "network": sorted(self.network),
+            "installers": sorted(self.installers),
+            "git_publish": sorted(self.git_publish),
+            "git_publish_nested": sorted(" ".join(p) for p in self.git_publish_nested),
+            "forge": {k: sorted(" ".join(p) for p in v) for k, v in sorted(self.forge.items())},
+            "publish": {k: [" ".join(p) for p in v] for k, v in sorted(self.publish.items())},
+            "wrappers": sorted(self.wrappers),
+            "utilities": sorted(self.utilities),
+            "runners": [
+                {
+                    "argv": list(r.argv),
+                    "forbid": list(r.forbid),
+                    "require": list(r.require),
+                    "only": list(r.only),
+                }
+                for r in self.runners
+            ],
+            "ask": [" ".join(p) for p in self.ask_prefixes],
+            "deny": [" ".join(p) for p in self.deny_prefixes],
+        }
+
+
+@cache
+def _protected_match(patterns: tuple[str, ...], ref: str) -> bool:
+    ref = ref.lstrip("+")
+    names = {ref}
+    if ref.startswith("refs/heads/"):
+        names.add(ref[len("refs/heads/") :])
+    for pat in patterns:
+        for name in names:
+            if name == pat or (any(c in pat for c in "*?[") and fnmatch.fnmatchcase(name, pat)):
+                return True
+    return False
+
+
+@cache
+def _default_file() -> DefaultFile:
+    res = importlib.resources.files("gitsup.policies") / "default.toml"
+    text = res.read_text(encoding="utf-8")
+    path = "gitsup/policies/default.toml"
+    try:
+        return DefaultFile.model_validate(_read_toml(path, text))
+    except ValidationError as exc:
+        raise _format_validation(path, exc) from exc
+
+
+def _python_m(runners: Sequence[RunnerSpec], tools: Sequence[str]) -> list[RunnerSpec]:
+    out: list[RunnerSpec] = []
+    for r in runners:
+        if r.argv[0] in tools:
+            for py in ("python", "python3"):
+                out.append(r.model_copy(update={"argv": (py, "-m", *r.argv)}))
+    return out
+
+
+@cache
+def _build(repo: tuple[str, str] | None, extra_protected: tuple[str, ...]) -> Policy:
+    d = _default_file()
+    repo_file = RepoFile()
+    sources = ["gitsup/policies/default.toml"]
+    if repo is not None:
+        path, text = repo
+        try:
+            repo_file = RepoFile.model_validate(_read_toml(path, text))
+        except ValidationError as exc:
+            raise _format_validation(path, exc) from exc
+        sources.append(path)
+    for name in extra_protected:
+        if not name or name.startswith("-") or any(c.isspace() for c in name):
+            raise GitsupError(f"invalid protected branch from git config sup.protected: {name!r}")
+    if extra_protected:
+        sources.append("git config sup.protected")
+    protected: list[str] = []
+    for name in (*d.protected, *repo_file.protected, *extra_protected):
+        if name.startswith("refs/heads/"):
+            name = name[len("refs/heads/") :]
+        if name not in protected:
+            protected.append(name)
+    runners = [*d.allow.runner, *repo_file.allow.runner]
+    runners += _python_m(runners, d.python_m_tools)
+    return Policy(
+        protected=tuple(protected),
+        inert_vars=frozenset(d.inert_vars),
+        shells=frozenset(d.shells),
+        interpreters=frozenset(d.interpreters),
+        downloaders=frozenset(d.downloaders),
+        network=frozenset(d.network),
+        installers=frozenset(d.installers),
+        git_publish=frozenset(d.git_publish),
+        git_publish_nested=frozenset(_pair(s) for s in d.git_publish_nested),
+        forge={k: frozenset(_pair(s) for s in v) for k, v in d.forge.items()},
+        publish={k: tuple(tuple(s.split()) for s in v) for k, v in d.publish.items()},
+        wrappers=dict(d.wrappers),
+        utilities=dict(d.allow.utility),
+        runners=tuple(runners),
+        ask_prefixes=tuple(tuple(s.split()) for s in repo_file.ask),
+        deny_prefixes=tuple(tuple(s.split()) for s in repo_file.deny),
+        sources=tuple(sources),
+    )
+
+
+def _pair(s: str) -> tuple[str, str]:
+    words = s.split()
+    return (words[0], words[1] if len(words) > 1 else "")

@@ -1,0 +1,51 @@
+"""The value every policy question returns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+Verdict = Literal["allow", "ask", "deny"]
+
+SEVERITY: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A verdict, the stable id of the rule that decided, a human reason, and the part of the
+    command (or tool target) the rule applies to."""
+
+    verdict: Verdict
+    rule: str
+    reason: str
+    part: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "verdict": self.verdict,
+            "rule": self.rule,
+            "reason": self.reason,
+            "part": self.part,
+        }
+
+
+def allow(rule: str, reason: str, part: str) -> Decision:
+    return Decision("allow", rule, reason, part)
+
+
+def ask(rule: str, reason: str, part: str) -> Decision:
+    return Decision("ask", rule, reason, part)
+
+
+def deny(rule: str, reason: str, part: str) -> Decision:
+    return Decision("deny", rule, reason, part)
+
+
+def worst(decisions: Iterable[Decision]) -> Decision | None:
+    """The most severe decision; the first one among equals (source order)."""
+    best: Decision | None = None
+    for d in decisions:
+        if best is None or SEVERITY[d.verdict] > SEVERITY[best.verdict]:
+            best = d
+    return best

@@ -1,0 +1,546 @@
+"""Git invocations: global options, aliases, and the git parts of D1 (push), D2 (protected refs)
+and D3 (core.hooksPath)."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gitsup.policy.config import Policy
+from gitsup.policy.normalise import basename
+
+# Global options of git that take a separate value.
+_GLOBAL_WITH_ARG = frozenset(
+    {
+        "-C",
+        "-c",
+        "--git-dir",
+        "--work-tree",
+        "--namespace",
+        "--super-prefix",
+        "--config-env",
+        "--attr-source",
+        "--list-cmds",
+        "--exec-path",
+    }
+)
+_GLOBAL_NO_SEPARATE = frozenset({"--exec-path"})  # `--exec-path` alone prints the path
+
+HEAD_WRITERS = frozenset(
+    {"merge", "pull", "rebase", "reset", "cherry-pick", "revert", "commit", "am"}
+)
+
+# Subcommands git implements itself: aliases cannot shadow them.
+BUILTINS = frozenset(
+    [
+        "add",
+        "am",
+        "annotate",
+        "apply",
+        "archive",
+        "bisect",
+        "blame",
+        "branch",
+        "bundle",
+        "cat-file",
+        "check-attr",
+        "check-ignore",
+        "check-mailmap",
+        "check-ref-format",
+        "checkout",
+        "checkout-index",
+        "cherry",
+        "cherry-pick",
+        "citool",
+        "clean",
+        "clone",
+        "column",
+        "commit",
+        "commit-graph",
+        "commit-tree",
+        "config",
+        "count-objects",
+        "credential",
+        "describe",
+        "diff",
+        "diff-files",
+        "diff-index",
+        "diff-tree",
+        "difftool",
+        "fast-export",
+        "fast-import",
+        "fetch",
+        "fetch-pack",
+        "filter-branch",
+        "for-each-ref",
+        "for-each-repo",
+        "format-patch",
+        "fsck",
+        "gc",
+        "get-tar-commit-id",
+        "grep",
+        "hash-object",
+        "help",
+        "http-push",
+        "index-pack",
+        "init",
+        "interpret-trailers",
+        "log",
+        "ls-files",
+        "ls-remote",
+        "ls-tree",
+        "mailinfo",
+        "mailsplit",
+        "maintenance",
+        "merge",
+        "merge-base",
+        "merge-file",
+        "merge-index",
+        "merge-tree",
+        "mktag",
+        "mktree",
+        "multi-pack-index",
+        "mv",
+        "name-rev",
+        "notes",
+        "pack-objects",
+        "pack-refs",
+        "patch-id",
+        "prune",
+        "prune-packed",
+        "pull",
+        "push",
+        "range-diff",
+        "read-tree",
+        "rebase",
+        "receive-pack",
+        "reflog",
+        "remote",
+        "repack",
+        "replace",
+        "request-pull",
+        "rerere",
+        "reset",
+        "restore",
+        "rev-list",
+        "rev-parse",
+        "revert",
+        "rm",
+        "send-email",
+        "send-pack",
+        "shortlog",
+        "show",
+        "show-branch",
+        "show-index",
+        "show-ref",
+        "sparse-checkout",
+        "stash",
+        "status",
+        "stripspace",
+        "submodule",
+        "switch",
+        "symbolic-ref",
+        "tag",
+        "unpack-file",
+        "unpack-objects",
+        "update-index",
+        "update-ref",
+        "update-server-info",
+        "upload-archive",
+        "upload-pack",
+        "var",
+        "verify-commit",
+        "verify-pack",
+        "verify-tag",
+        "version",
+        "whatchanged",
+        "worktree",
+        "write-tree",
+    ]
+)
+
+
+@dataclass
+class GitCall:
+    """A parsed git invocation."""
+
+    argv: list[str]
+    options: list[tuple[str, str | None]] = field(default_factory=list)  # global options
+    sub: str | None = None
+    args: list[str] = field(default_factory=list)
+    by_path_verb: bool = False  # git-push by path
+
+    def config(self) -> list[tuple[str, str]]:
+        """`-c key=value` settings (key lower-cased), plus `--config-env` keys."""
+        out: list[tuple[str, str]] = []
+        for name, value in self.options:
+            if name == "-c" and value is not None:
+                key, _, val = value.partition("=")
+                out.append((key.lower(), val if "=" in value else "true"))
+            elif name == "--config-env" and value is not None:
+                key, _, env = value.partition("=")
+                out.append((key.lower(), "$" + env))
+        return out
+
+
+def parse_git(argv: Sequence[str]) -> GitCall:
+    prog = basename(argv[0])
+    call = GitCall(list(argv))
+    if prog.startswith("git-") and prog != "git-upload-pack":
+        call.sub = prog[4:]
+        call.args = list(argv[1:])
+        call.by_path_verb = True
+        return call
+    i = 1
+    n = len(argv)
+    while i < n:
+        a = argv[i]
+        if a == "--":
+            i += 1
+            break
+        if not a.startswith("-"):
+            break
+        name, eq, value = a.partition("=")
+        if eq and name.startswith("--"):
+            call.options.append((name, value))
+        elif a in _GLOBAL_WITH_ARG and a not in _GLOBAL_NO_SEPARATE:
+            call.options.append((a, argv[i + 1] if i + 1 < n else None))
+            i += 1
+        elif a.startswith("-c") and len(a) > 2:
+            call.options.append(("-c", a[2:]))
+        elif a.startswith("-C") and len(a) > 2:
+            call.options.append(("-C", a[2:]))
+        else:
+            call.options.append((a, None))
+        i += 1
+    if i < n:
+        call.sub = argv[i]
+        call.args = list(argv[i + 1 :])
+    return call
+
+
+def positionals(args: Sequence[str], with_arg: frozenset[str] = frozenset()) -> list[str]:
+    """Non-option words (options listed in `with_arg` swallow the next word)."""
+    out: list[str] = []
+    skip = False
+    after_dd = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if after_dd:
+            out.append(a)
+            continue
+        if a == "--":
+            after_dd = True
+            continue
+        if a.startswith("-") and a != "-":
+            if a in with_arg:
+                skip = True
+            continue
+        out.append(a)
+    return out
+
+
+def split_before_dd(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    if "--" in args:
+        k = list(args).index("--")
+        return list(args[:k]), list(args[k + 1 :])
+    return list(args), []
+
+
+def has_flag(args: Sequence[str], shorts: str = "", longs: Sequence[str] = ()) -> bool:
+    """True when a short flag letter (possibly clustered) or a long flag occurs before `--`."""
+    for a in args:
+        if a == "--":
+            return False
+        if a.startswith("--"):
+            name = a.split("=", 1)[0]
+            if any(name == lng or (len(name) > 3 and lng.startswith(name)) for lng in longs):
+                return True
+        elif a.startswith("-") and len(a) > 1 and shorts and any(c in shorts for c in a[1:]):
+            return True
+    return False
+
+
+def short_value(args: Sequence[str], letters: str, longs: Sequence[str] = ()) -> list[str]:
+    """Values given to a short option (`-B name`, `-Bname`) or its long forms."""
+    out: list[str] = []
+    n = len(args)
+    for i, a in enumerate(args):
+        if a == "--":
+            break
+        if a.startswith("--"):
+            name, eq, val = a.partition("=")
+            if name in longs:
+                out.append(val if eq else (args[i + 1] if i + 1 < n else ""))
+            continue
+        if a.startswith("-") and len(a) > 1:
+            for k, c in enumerate(a[1:], start=1):
+                if c in letters:
+                    rest = a[k + 1 :]
+                    out.append(rest if rest else (args[i + 1] if i + 1 < n else ""))
+                    break
+    return out
+
+
+# -- alias handling --------------------------------------------------------------------------
+def alias_definitions(call: GitCall, env: Mapping[str, Sequence[str]]) -> list[tuple[str, str]]:
+    """Aliases defined for this invocation: `-c alias.x=..`, `GIT_CONFIG_KEY_n` pairs,
+    `--config-env`, `GIT_CONFIG_PARAMETERS`."""
+    out: list[tuple[str, str]] = []
+    for key, value in call.config():
+        if key.startswith("alias."):
+            if value.startswith("$"):
+                for v in env.get(value[1:], ()):
+                    out.append((key[6:], v))
+            else:
+                out.append((key[6:], value))
+    for key, value in config_env_pairs(env):
+        if key.startswith("alias."):
+            out.append((key[6:], value))
+    return out
+
+
+def config_env_pairs(env: Mapping[str, Sequence[str]]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for name, keys in env.items():
+        if name.startswith("GIT_CONFIG_KEY_"):
+            idx = name[len("GIT_CONFIG_KEY_") :]
+            values = env.get("GIT_CONFIG_VALUE_" + idx, ()) or ("",)
+            for k in keys:
+                for v in values:
+                    out.append((k.lower(), v))
+    for params in env.get("GIT_CONFIG_PARAMETERS", ()):
+        for item in params.replace("'", " ").split():
+            key, _, value = item.partition("=")
+            out.append((key.lower(), value))
+    return out
+
+
+def sets_hooks_path(call: GitCall, env: Mapping[str, Sequence[str]]) -> bool:
+    keys = [k for k, _ in call.config()] + [k for k, _ in config_env_pairs(env)]
+    if any(k == "core.hookspath" for k in keys):
+        return True
+    return any("hookspath" in p.lower() for p in env.get("GIT_CONFIG_PARAMETERS", ()))
+
+
+_CONFIG_WITH_ARG = frozenset(
+    {"-f", "--file", "--blob", "--type", "--default", "--comment", "--value", "--regexp"}
+)
+_CONFIG_WRITE_FLAGS = frozenset(
+    {
+        "--unset",
+        "--unset-all",
+        "--add",
+        "--replace-all",
+        "--rename-section",
+        "--remove-section",
+        "--edit",
+        "-e",
+    }
+)
+_CONFIG_READ_FLAGS = frozenset(
+    {
+        "--get",
+        "--get-all",
+        "--get-regexp",
+        "--get-urlmatch",
+        "--get-color",
+        "--get-colorbool",
+        "-l",
+        "--list",
+        "--show-origin",
+        "--show-scope",
+    }
+)
+
+
+@dataclass
+class ConfigWrite:
+    key: str  # lower-cased; a section name for --rename/--remove-section
+    value: str | None
+    action: str
+
+
+def config_writes(args: Sequence[str]) -> list[ConfigWrite]:
+    """Writes performed by `git config <args>` (empty for reads)."""
+    sub = ""
+    rest = list(args)
+    if rest and rest[0] in (
+        "set",
+        "unset",
+        "get",
+        "list",
+        "rename-section",
+        "remove-section",
+        "edit",
+    ):
+        sub, rest = rest[0], rest[1:]
+    flags = [a.split("=", 1)[0] for a in rest if a.startswith("-")]
+    pos = positionals(rest, _CONFIG_WITH_ARG)
+    write_flag = next((f for f in flags if f in _CONFIG_WRITE_FLAGS), "")
+    if sub in ("get", "list", "edit") or (
+        not sub and not write_flag and any(f in _CONFIG_READ_FLAGS for f in flags)
+    ):
+        return []
+    action = sub or write_flag
+    if action in ("rename-section", "remove-section", "--rename-section", "--remove-section"):
+        return [ConfigWrite(p.lower(), None, action) for p in pos[:1]]
+    if action in ("unset", "--unset", "--unset-all"):
+        return [ConfigWrite(p.lower(), None, action) for p in pos[:1]]
+    if action in ("set", "--add", "--replace-all") or len(pos) >= 2:
+        if not pos:
+            return []
+        return [ConfigWrite(pos[0].lower(), pos[1] if len(pos) > 1 else None, action or "set")]
+    return []
+
+
+def protected_ref(policy: Policy, ref: str) -> bool:
+    return bool(ref) and policy.is_protected(ref)
+
+
+def fetch_dest_protected(policy: Policy, refspec: str) -> bool:
+    spec = refspec.lstrip("+")
+    if ":" not in spec or spec.startswith("^"):
+        return False
+    dst = spec.split(":", 1)[1]
+    if not dst:
+        return False
+    if "*" in dst:
+        for name in policy.protected:
+            if "*" in name:
+                continue
+            if fnmatch.fnmatchcase("refs/heads/" + name, dst) or fnmatch.fnmatchcase(name, dst):
+                return True
+        return False
+    return protected_ref(policy, dst)
+
+
+_REBASE_WITH_ARG = frozenset(
+    {"--onto", "-s", "--strategy", "-X", "--strategy-option", "-x", "--exec", "-C", "--whitespace"}
+)
+_BRANCH_WITH_ARG = frozenset(
+    {
+        "-u",
+        "--set-upstream-to",
+        "--contains",
+        "--no-contains",
+        "--merged",
+        "--no-merged",
+        "--points-at",
+        "--sort",
+        "--format",
+        "--color",
+        "--column",
+        "-t",
+        "--track",
+    }
+)
+
+
+def d2_reason(call: GitCall, policy: Policy, head_protected: bool, stdin: str | None) -> str | None:
+    """Why this git call rewrites a protected branch (D2), or None."""
+    sub = call.sub or ""
+    args = call.args
+    before, _ = split_before_dd(args)
+    if head_protected and sub in HEAD_WRITERS:
+        return f"`git {sub}` while HEAD is a protected branch (checked out earlier)"
+    if sub == "rebase":
+        pos = positionals(before, _REBASE_WITH_ARG)
+        branch = pos[1] if len(pos) >= 2 else (pos[0] if pos and "--root" in before else None)
+        if branch and protected_ref(policy, branch):
+            return f"`git rebase` rewrites the protected branch {branch!r}"
+    if sub == "branch":
+        pos = positionals(before, _BRANCH_WITH_ARG)
+        force = has_flag(before, "f", ("--force",))
+        delete = has_flag(before, "dD", ("--delete",))
+        move = has_flag(before, "mMcC", ("--move", "--copy"))
+        targets = pos if (delete or move) else (pos[:1] if force else [])
+        for t in targets:
+            if protected_ref(policy, t):
+                return f"`git branch` forces, deletes, renames or copies onto protected {t!r}"
+    if sub in ("checkout", "switch"):
+        letters = "B" if sub == "checkout" else "C"
+        longs = ("--force-create",) if sub == "switch" else ()
+        for v in short_value(before, letters, longs):
+            if protected_ref(policy, v):
+                return f"`git {sub} -{letters}` resets the protected branch {v!r}"
+    if sub == "worktree" and before[:1] == ["add"]:
+        for v in short_value(before[1:], "B"):
+            if protected_ref(policy, v):
+                return f"`git worktree add -B` resets the protected branch {v!r}"
+    if sub == "update-ref":
+        pos = positionals(before, frozenset({"-m", "--create-reflog"}) - {"--create-reflog"})
+        if pos and protected_ref(policy, pos[0]):
+            return f"`git update-ref` writes the protected ref {pos[0]!r}"
+        if "--stdin" in before and stdin is not None:
+            for tok in stdin.split():
+                if protected_ref(policy, tok) and tok.startswith("refs/heads/"):
+                    return f"`git update-ref --stdin` writes the protected ref {tok!r}"
+    if sub == "symbolic-ref":
+        for p in positionals(before, frozenset({"-m"})):
+            if p.startswith("refs/heads/") and protected_ref(policy, p):
+                return f"`git symbolic-ref` points at or rewrites protected {p!r}"
+    if sub in ("fetch", "pull"):
+        pos = positionals(
+            before,
+            frozenset(
+                {
+                    "--depth",
+                    "--deepen",
+                    "--shallow-since",
+                    "--shallow-exclude",
+                    "-j",
+                    "--jobs",
+                    "--refmap",
+                    "--upload-pack",
+                    "-o",
+                    "--server-option",
+                    "--negotiation-tip",
+                    "--recurse-submodules-default",
+                    "--filter",
+                    "-s",
+                    "--strategy",
+                    "-X",
+                    "--strategy-option",
+                }
+            ),
+        )
+        for spec in pos[1:]:
+            if fetch_dest_protected(policy, spec):
+                return f"`git {sub}` refspec {spec!r} writes a protected branch"
+    if sub == "filter-branch" and (
+        "--all" in args or "--branches" in args or any(protected_ref(policy, a) for a in args)
+    ):
+        return "`git filter-branch` rewrites protected branches"
+    if sub == "filter-repo":
+        if "--analyze" in args:
+            return None
+        refs = short_value(args, "", ("--refs",))
+        if not refs or "--all" in args or any(protected_ref(policy, r) for r in refs):
+            return "`git filter-repo` rewrites every branch, protected ones included"
+    return None
+
+
+def switches_to(call: GitCall, policy: Policy) -> bool | None:
+    """After this call HEAD is protected (True), not protected (False), or unchanged (None)."""
+    sub = call.sub
+    before, after = split_before_dd(call.args)
+    if sub not in ("checkout", "switch"):
+        return None
+    created = short_value(before, "bBcC", ("--orphan", "--create", "--force-create"))
+    if created:
+        return protected_ref(policy, created[0])
+    if has_flag(before, "", ("--detach",)):
+        return False
+    pos = positionals(before, frozenset({"--conflict", "-t", "--track"}))
+    if after and sub == "checkout":
+        return None  # `git checkout <tree-ish> -- paths`: no switch
+    if pos:
+        if protected_ref(policy, pos[0]):
+            return True
+        if sub == "switch":
+            return False
+    return None

@@ -1,0 +1,15 @@
+"""Shared fixtures for the policy tests: the fixed context of docs/POLICY.md section 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from gitsup.policy import Policy
+
+W = "/home/dev/repo"
+HOME = "/home/dev"
+
+
+@pytest.fixture(scope="session")
+def policy() -> Policy:
+    return Policy.load()
