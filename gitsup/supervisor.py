@@ -491,9 +491,16 @@ class Supervisor:
         self._cgroup = None
 
     def _record_worker(self, ident: WorkerIdentity) -> None:
+        """Persist the worker's identity (record and lease) before clearing spawn_pending,
+        so every crash window leaves a recognizable trace."""
         self.record.worker = ident.as_dict()
-        self.record.spawn_pending = False
         self.record.worker_kind = self.spec.worker.kind
+        self.save()
+        with contextlib.suppress(GitsupError, OSError):
+            self.lease = LeaseStore(self.layout.leases).update_extra(
+                self.lease, {"supervisor": self.record.supervisor, "worker": ident.as_dict()}
+            )
+        self.record.spawn_pending = False
         self.emit(
             "worker_started",
             {"kind": self.spec.worker.kind, "argv": list(self.spec.worker.argv), **ident.as_dict()},
