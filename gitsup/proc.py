@@ -172,9 +172,17 @@ def run(
     buf = BoundedBuffer(max_output)
     timed_out = False
     if input is not None and proc.stdin is not None:
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write(input)
-        proc.stdin.close()
+        # A writer thread: a child that prints before it reads (or never reads) cannot
+        # deadlock us, and its early exit (EPIPE) is not an error of ours.
+        stdin = proc.stdin
+
+        def feed() -> None:
+            with contextlib.suppress(OSError, ValueError):
+                stdin.write(input)
+            with contextlib.suppress(OSError, ValueError):
+                stdin.close()
+
+        threading.Thread(target=feed, daemon=True).start()
     assert proc.stdout is not None
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)

@@ -80,7 +80,9 @@ def test_setsid_daemon_and_grandchild_are_reaped_with_cgroups(repo: Path, tmp_pa
     assert not Path(rec["worker"]["cgroup"]).exists(), "worker cgroup not removed"
     assert _marked(rec["id"]) == []
     events = [json.loads(x) for x in run_sup(repo, "log", rec["id"], "--json").stdout.splitlines()]
-    stopped = [e["data"] for e in events if e["type"] == "worker_stopped" and "verified_empty" in e["data"]]
+    stopped = [
+        e["data"] for e in events if e["type"] == "worker_stopped" and "verified_empty" in e["data"]
+    ]
     assert stopped and stopped[0]["verified_empty"] is True and stopped[0]["removed"] is True
 
 
@@ -101,13 +103,17 @@ def test_required_cgroup_mode_fails_before_spawn(repo: Path, tmp_path: Path) -> 
     marker = tmp_path / "ran"
     w = _script(tmp_path / "w.sh", f"touch {marker}\n")
     spec = _spec(tmp_path / "t.toml", w, '[isolation]\ncgroup = "required"\n')
-    res = run_sup(repo, "start", "--spec", str(spec), "--json", "-q", env={"GITSUP_CGROUP_ROOT": "none"})
+    res = run_sup(
+        repo, "start", "--spec", str(spec), "--json", "-q", env={"GITSUP_CGROUP_ROOT": "none"}
+    )
     assert res.returncode == 4, res.stderr
     rec = json.loads(res.stdout)
     assert rec["status"] == "failed"
     assert any("cgroup" in r and "required" in r for r in rec["reasons"]), rec["reasons"]
     assert not marker.exists()
-    events = [json.loads(x)["type"] for x in run_sup(repo, "log", rec["id"], "--json").stdout.splitlines()]
+    events = [
+        json.loads(x)["type"] for x in run_sup(repo, "log", rec["id"], "--json").stdout.splitlines()
+    ]
     assert "worker_started" not in events
 
 
@@ -129,7 +135,9 @@ def _serve_once() -> tuple[socket.socket, int]:
     return srv, srv.getsockname()[1]
 
 
-def test_network_none_check_cannot_reach_host_loopback_but_has_its_own(repo: Path, tmp_path: Path) -> None:
+def test_network_none_check_cannot_reach_host_loopback_but_has_its_own(
+    repo: Path, tmp_path: Path
+) -> None:
     srv, port = _serve_once()
     try:
         probe = tmp_path / "probe.py"
@@ -145,7 +153,10 @@ def test_network_none_check_cannot_reach_host_loopback_but_has_its_own(repo: Pat
             "print('own', mine, 'host', host)\n"
             "sys.exit(0 if (mine and not host) else 1)\n"
         )
-        w = _script(tmp_path / "w.sh", "echo 'def add(a, b):\n    return a + b' > calc.py\ngit commit -qam fix\n")
+        w = _script(
+            tmp_path / "w.sh",
+            "echo 'def add(a, b):\n    return a + b' > calc.py\ngit commit -qam fix\n",
+        )
         spec = tmp_path / "t.toml"
         spec.write_text(
             f'goal = "g"\n[worker]\nkind = "process"\nargv = ["{w}"]\n[review]\nkind = "none"\n'
@@ -199,7 +210,9 @@ def _check_after_recovery(repo: Path, task: str) -> dict[str, Any]:
     seqs = _seqs(repo, task)
     assert seqs == list(range(1, len(seqs) + 1)), "event log seq has gaps or duplicates"
     common = Path(git(repo, "rev-parse", "--git-common-dir"))
-    leases = list(((common if common.is_absolute() else repo / common) / "sup" / "leases").glob("*.json"))
+    leases = list(
+        ((common if common.is_absolute() else repo / common) / "sup" / "leases").glob("*.json")
+    )
     assert leases == [], "lease leaked"
     return rec
 
@@ -210,7 +223,7 @@ WORKER_EDITS_THEN_SLEEPS = "echo 'def add(a, b):\n    return a + b' > calc.py\ne
 @pytest.mark.parametrize("point", ["before_spawn", "after_spawn", "during_seal"])
 def test_kill9_at_fault_point_then_recover(repo: Path, tmp_path: Path, point: str) -> None:
     w = _script(tmp_path / "w.sh", WORKER_EDITS_THEN_SLEEPS)
-    spec = _spec(tmp_path / "t.toml", w, "[budget]\nno_output_timeout = \"60s\"\n")
+    spec = _spec(tmp_path / "t.toml", w, '[budget]\nno_output_timeout = "60s"\n')
     p = _start_bg(repo, spec, {"GITSUP_FAULT": point})
     p.wait(timeout=60)
     assert p.returncode == -signal.SIGKILL, p.stderr.read() if p.stderr else ""
@@ -235,15 +248,22 @@ def test_kill9_mid_phase_then_recover_or_doctor(repo: Path, tmp_path: Path, phas
         ready = lambda rec: rec["state"] == "running" and rec["worker"] and rec["worker"].get("pid")  # noqa: E731
     else:
         keep = "echo untracked > notes.txt\n" if phase == "during_checks" else ""
-        w = _script(tmp_path / "w.sh", "echo 'def add(a, b):\n    return a + b' > calc.py\ngit commit -qam fix\n" + keep)
+        w = _script(
+            tmp_path / "w.sh",
+            "echo 'def add(a, b):\n    return a + b' > calc.py\ngit commit -qam fix\n" + keep,
+        )
         slow = _script(tmp_path / "slow.sh", "sleep 300\n")
         if phase == "during_checks":
             extra = f'[[checks]]\nname = "slow"\nargv = ["{slow}"]\n'
         else:
-            extra = f'[[checks]]\nname = "ok"\nargv = ["true"]\n'
+            extra = '[[checks]]\nname = "ok"\nargv = ["true"]\n'
         ready = lambda rec: rec["state"] == "verifying"  # noqa: E731
     spec = tmp_path / "t.toml"
-    review = f'[review]\nkind = "command"\nargv = ["{tmp_path / "slow.sh"}"]\n' if phase == "during_review" else '[review]\nkind = "none"\n'
+    review = (
+        f'[review]\nkind = "command"\nargv = ["{tmp_path / "slow.sh"}"]\n'
+        if phase == "during_review"
+        else '[review]\nkind = "none"\n'
+    )
     spec.write_text(f'goal = "g"\n[worker]\nkind = "process"\nargv = ["{w}"]\n{review}{extra}')
     p = _start_bg(repo, spec)
     task = _wait_for(lambda: (_task_ids(repo) or [None])[0])
@@ -271,7 +291,10 @@ def test_kill9_mid_phase_then_recover_or_doctor(repo: Path, tmp_path: Path, phas
 
 
 def test_recover_refuses_a_live_owner_and_continues_a_dead_one(repo: Path, tmp_path: Path) -> None:
-    w = _script(tmp_path / "w.sh", 'if [ -f .second ]; then git add -A && git commit -qm done; exit 0; fi\nsleep 300\n')
+    w = _script(
+        tmp_path / "w.sh",
+        "if [ -f .second ]; then git add -A && git commit -qm done; exit 0; fi\nsleep 300\n",
+    )
     spec = _spec(tmp_path / "t.toml", w)
     p = _start_bg(repo, spec)
     task = _wait_for(lambda: (_task_ids(repo) or [None])[0])
@@ -296,8 +319,15 @@ def test_recover_refuses_a_live_owner_and_continues_a_dead_one(repo: Path, tmp_p
 
 
 def test_detach_and_wait_return_the_start_exit_code(repo: Path, tmp_path: Path) -> None:
-    w = _script(tmp_path / "w.sh", "echo 'def add(a, b):\n    return a + b' > calc.py\ngit commit -qam fix\n")
-    spec = _spec(tmp_path / "t.toml", w, f'[[checks]]\nname = "t"\nargv = ["{sys.executable}", "-m", "pytest", "-q", "-p", "no:cacheprovider"]\n')
+    w = _script(
+        tmp_path / "w.sh",
+        "echo 'def add(a, b):\n    return a + b' > calc.py\ngit commit -qam fix\n",
+    )
+    spec = _spec(
+        tmp_path / "t.toml",
+        w,
+        f'[[checks]]\nname = "t"\nargv = ["{sys.executable}", "-m", "pytest", "-q", "-p", "no:cacheprovider"]\n',
+    )
     res = run_sup(repo, "start", "--spec", str(spec), "--detach")
     assert res.returncode == 0, res.stderr
     task = res.stdout.strip()
@@ -311,7 +341,10 @@ def test_detach_and_wait_return_the_start_exit_code(repo: Path, tmp_path: Path) 
 
 
 def test_sixteen_concurrent_tasks(repo: Path, tmp_path: Path) -> None:
-    w = _script(tmp_path / "w.sh", "echo \"$GITSUP_TASK\" > done.txt\ngit add done.txt\ngit commit -qm done\necho ok\n")
+    w = _script(
+        tmp_path / "w.sh",
+        'echo "$GITSUP_TASK" > done.txt\ngit add done.txt\ngit commit -qm done\necho ok\n',
+    )
     spec = _spec(tmp_path / "t.toml", w, '[[checks]]\nname = "t"\nargv = ["true"]\n')
     t0 = time.monotonic()
     procs = [_start_bg(repo, spec) for _ in range(16)]
