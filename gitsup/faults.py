@@ -11,5 +11,5 @@ _POINT = os.environ.get("GITSUP_FAULT")
 
 
 def fault(point: str) -> None:
-    if _POINT is not None and _POINT == point:
+    if _POINT is not None and point == _POINT:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -35,8 +35,8 @@ from gitsup.contain import (
 )
 from gitsup.decider import DeciderError, RulesDecider, TurnContext, TurnDecision, make_decider
 from gitsup.errors import GitsupError
-from gitsup.faults import fault
 from gitsup.events import Event, EventLog
+from gitsup.faults import fault
 from gitsup.git import GitRepo, RefConflict
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import Layout, task_refs
@@ -47,6 +47,7 @@ from gitsup.review import Attempt, Finding, ReviewContext, evidence_bundle, run_
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import EXIT_OF, STATUS_OF, State, StateMachine, Status
 from gitsup.workers.base import (
+    HumanInput,
     Inbox,
     PermissionAnswer,
     PermissionCancelled,
@@ -56,7 +57,6 @@ from gitsup.workers.base import (
     WorkerAdapter,
     WorkerContext,
     WorkerError,
-    HumanInput,
     WorkerExited,
     WorkerIdentity,
     WorkerNote,
@@ -65,6 +65,10 @@ from gitsup.workers.base import (
 
 EventSink = Callable[[Event], None]
 T = TypeVar("T")
+
+
+class _AdoptRefused(WorkerError):
+    """A persisted worker identity did not match: not re-adopted, nothing changed."""
 
 
 @dataclass(frozen=True)
@@ -235,7 +239,13 @@ class Supervisor:
                     self.spec, cwd=str(self.worktree), env=self._worker_env()
                 )
                 self.record.supervisor = supervisor_identity()
-                ident = self._adopt_worker()
+                try:
+                    ident = self._adopt_worker()
+                except WorkerError as exc:
+                    # Refused (identity mismatch): nothing was taken over; the caller
+                    # (recover_task) parks the task after proving the old worker gone.
+                    self.record = self.store.load(self.task)
+                    raise _AdoptRefused(str(exc)) from exc
                 self.emit(
                     "recovered",
                     {
@@ -248,7 +258,7 @@ class Supervisor:
                 self.save()
                 self._loop()
             except BaseException as exc:
-                if not self.sm.terminal:
+                if not self.sm.terminal and not isinstance(exc, _AdoptRefused):
                     self.record.reasons.append(f"internal error: {type(exc).__name__}: {exc}")
                     self._finish_failed_internal()
                 raise
@@ -468,7 +478,9 @@ class Supervisor:
     def _cleanup_cgroup(self) -> None:
         cg = self._cgroup
         if cg is None:
-            if self._spawns and not self._swept:
+            # A worker that was only detached (a re-adopted tmux session) keeps running.
+            detached = bool(getattr(self.worker, "detached", False))
+            if self._spawns and not self._swept and not detached:
                 self._swept = True
                 swept = sweep_marked(self.task)
                 self.emit(

@@ -123,6 +123,7 @@ class WorkerIdentity:
     pgid: int
     cgroup: str | None = None
     cgroup_inode: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)  # transport-specific (tmux pane …)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -131,6 +132,7 @@ class WorkerIdentity:
             "pgid": self.pgid,
             "cgroup": self.cgroup,
             "cgroup_inode": self.cgroup_inode,
+            "extra": dict(self.extra),
         }
 
 
