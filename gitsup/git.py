@@ -10,6 +10,7 @@ touched.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import stat
@@ -220,6 +221,13 @@ class GitRepo:
     def update_ref(self, name: str, new: Oid, *, old: Oid | None, message: str) -> None:
         """Compare-and-swap: move `name` from `old` (None: must not exist) to `new`."""
         refs = self._repo.references
+        if name.startswith(SUP_REF_PREFIX):
+            # core.logAllRefUpdates logs only heads/remotes/notes; an existing log file
+            # makes libgit2 keep the reflog message of refs/sup/ too.
+            with contextlib.suppress(OSError):
+                log = self.common_dir / "logs" / name
+                log.parent.mkdir(parents=True, exist_ok=True)
+                log.touch(exist_ok=True)
         try:
             if old is None:
                 try:
@@ -237,7 +245,7 @@ class GitRepo:
                 raise RefConflict(f"{name} is at {str(ref.target)[:12]}, expected {old[:12]}")
             # libgit2 re-checks the old value under the ref lock (conditional update).
             ref.set_target(pygit2.Oid(hex=new), message)
-        except pygit2.GitError as exc:
+        except (pygit2.GitError, OSError) as exc:  # OSError: another writer holds the ref lock
             raise RefConflict(f"cannot update {name}: {exc}") from exc
 
     def delete_ref(self, name: str, *, old: Oid | None = None) -> None:
@@ -335,6 +343,76 @@ class GitRepo:
             return
         wt.prune(True)
 
+    # --- integration (the person/CI side of the boundary) ------------------------------
+
+    def checked_out_branches(self) -> dict[str, Path]:
+        """Branch short name -> top directory of every checkout (main + linked) that has it."""
+        out: dict[str, Path] = {}
+        tops: list[Path] = []
+        common = self.common_dir
+        main = GitRepo.open(common)
+        if not main.is_bare:
+            tops.append(main.workdir)
+        for name in self.worktree_names():
+            p = self.worktree_path(name)
+            if p is not None and p.exists():
+                tops.append(p)
+        for top in tops:
+            try:
+                branch = GitRepo.open(top).head_branch()
+            except GitsupError:
+                continue
+            if branch is not None:
+                out.setdefault(branch, top.resolve())
+        return out
+
+    def merge_tree(self, ours: Oid, theirs: Oid) -> tuple[Oid | None, list[str]]:
+        """Merge two commits in memory: (tree, []) when clean, (None, conflicted paths) otherwise."""
+        index = self._repo.merge_commits(pygit2.Oid(hex=ours), pygit2.Oid(hex=theirs))
+        if index.conflicts is not None:
+            paths = sorted({e.path for entry in index.conflicts for e in entry if e is not None})
+            return None, paths
+        return Oid(str(index.write_tree(self._repo))), []
+
+    def add_detached_worktree(self, path: Path, commit: Oid) -> None:
+        """A throw-away linked worktree at `commit` (no branch), e.g. for integration checks."""
+        from gitsup import proc
+
+        res = proc.run(
+            ["git", "worktree", "add", "--detach", "--quiet", str(path), commit],
+            cwd=self.common_dir,
+            env=proc.child_env(),
+            timeout=300,
+        )
+        if not res.ok:
+            raise GitsupError(f"cannot create worktree {path}: {res.output.strip()}")
+
+    def remove_detached_worktree(self, path: Path) -> None:
+        from gitsup import proc
+
+        proc.run(
+            ["git", "worktree", "remove", "--force", str(path)],
+            cwd=self.common_dir,
+            env=proc.child_env(),
+            timeout=120,
+        )
+        if path.exists():
+            shutil.rmtree(path, ignore_errors=True)
+        proc.run(["git", "worktree", "prune"], cwd=self.common_dir, env=proc.child_env())
+
+    def advance_checkout(self, old: Oid, new: Oid) -> None:
+        """Move this (clean) checkout's index and files from `old` to `new` the way
+        `git merge --ff-only` does (`read-tree -m -u`: refuses to lose local changes)."""
+        from gitsup import proc
+
+        env = proc.child_env()
+        proc.run(["git", "update-index", "-q", "--refresh"], cwd=self.workdir, env=env)
+        res = proc.run(
+            ["git", "read-tree", "-m", "-u", old, new], cwd=self.workdir, env=env, timeout=300
+        )
+        if not res.ok:
+            raise GitsupError(f"cannot update the checkout {self.workdir}: {res.output.strip()}")
+
     # --- blobs, trees, commits for gitsup's own records ------------------------------
 
     def append_segment(
@@ -380,7 +458,27 @@ class GitRepo:
 
     def write_note(self, target: Oid, text: str) -> None:
         sig = _sig(self._repo)
-        self._repo.create_note(text, sig, sig, target, NOTES_REF, True)
+        # libgit2 reads the notes tip, commits and moves the ref without compare-and-swap:
+        # concurrent writers (tasks finishing together) silently lose notes or fail on the
+        # ref lock. Serialize this repository's writers and check that the note landed.
+        lock = self.common_dir / "sup" / "notes.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            for attempt in range(1, 6):
+                try:
+                    self._repo.create_note(text, sig, sig, target, NOTES_REF, True)
+                except (OSError, pygit2.GitError):
+                    if attempt == 5:
+                        raise
+                else:
+                    if self.read_note(target) == text:
+                        return
+                time.sleep(0.05 * attempt)
+            raise GitsupError(f"the note on {target[:12]} did not stick: {NOTES_REF} kept moving")
+        finally:
+            os.close(fd)
 
     def read_note(self, target: Oid) -> str | None:
         try:

@@ -177,7 +177,9 @@ class LeaseStore:
         with self._locked():
             current = self._read(self._file(lease.path))
             if current is None or current.owner != lease.owner:
-                raise GitsupError(f"lease on {lease.path} is no longer held by pid {lease.owner.pid}")
+                raise GitsupError(
+                    f"lease on {lease.path} is no longer held by pid {lease.owner.pid}"
+                )
             new = Lease(lease.path, lease.task, to, time.time(), lease.extra)
             atomic_write(self._file(lease.path), json.dumps(new.as_dict(), indent=1).encode())
             return new

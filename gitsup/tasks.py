@@ -18,7 +18,7 @@ from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import Layout, task_branch, task_refs
 from gitsup.lease import LeaseStore
 from gitsup.procid import ProcessId
-from gitsup.record import TaskRecord, TaskStore
+from gitsup.record import TaskLock, TaskRecord, TaskStore
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL, State, Status
 from gitsup.supervisor import EventSink, Supervisor, WorkerFactory, default_worker_factory
@@ -61,7 +61,20 @@ class InitResult:
 
 
 def init_repo(ctx: Context, *, protected: list[str] | None = None) -> InitResult:
-    """Idempotent: state dir, notes display ref, protected branches, boundary hooks."""
+    """Idempotent: state dir, notes display ref, protected branches, boundary hooks.
+
+    Serialized across processes: several first `git sup start`s at once must neither fail
+    on libgit2's .git/config lock nor add the same values twice."""
+    created = not ctx.layout.root.exists()
+    ctx.layout.ensure()
+    with TaskLock(ctx.layout.root / "init.lock"):
+        res = _init_repo_locked(ctx, protected=protected)
+    if created and f"created {ctx.layout.root}" not in res.changed:
+        res.changed.insert(0, f"created {ctx.layout.root}")
+    return res
+
+
+def _init_repo_locked(ctx: Context, *, protected: list[str] | None = None) -> InitResult:
     changed: list[str] = []
     if not ctx.layout.root.exists():
         changed.append(f"created {ctx.layout.root}")
@@ -232,7 +245,8 @@ def list_tasks(ctx: Context) -> list[LsRow]:
     rows: list[LsRow] = []
     cache: dict[tuple[str, str], int | None] = {}
     tips: dict[str, Oid | None] = {}
-    for rec in ctx.store.iter_records():
+    # Ids sort by day only (random within a day): list in creation order.
+    for rec in sorted(ctx.store.iter_records(), key=lambda r: (r.created_at, r.id)):
         behind: int | None = None
         if rec.source_branch:
             if rec.source_branch not in tips:

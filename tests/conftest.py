@@ -37,7 +37,9 @@ def hermetic_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
         monkeypatch.delenv(var, raising=False)
     # the console scripts of this interpreter come first
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[user]\n\tname = Test\n\temail = t@example.invalid\n")
+    (home / ".gitconfig").write_text(
+        "[init]\n\tdefaultBranch = main\n[user]\n\tname = Test\n\temail = t@example.invalid\n"
+    )
     return home
 
 
@@ -63,16 +65,29 @@ def repo(tmp: Path) -> Path:
     r.mkdir()
     git(r, "init", "-q", "-b", "main")
     (r / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (r / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n")
+    (r / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+    )
     git(r, "add", ".")
     git(r, "commit", "-q", "-m", "initial")
     return r
 
 
-def run_sup(cwd: Path | str, *args: str, input: str | None = None, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_sup(
+    cwd: Path | str,
+    *args: str,
+    input: str | None = None,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run the real `git sup` console script."""
     return subprocess.run(
-        [GIT_SUP, *args], cwd=cwd, capture_output=True, text=True, input=input, timeout=timeout,
+        [GIT_SUP, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=timeout,
         env={**os.environ, **(env or {})},
     )
 

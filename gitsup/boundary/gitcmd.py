@@ -9,20 +9,17 @@ evaluator's questions with few processes: one `ls-tree` of the notes tree, one
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from gitsup.boundary.evaluate import DEFAULT_PROTECTED, NOTES_REF, Allowance, Policy, is_zero
 
 
-@dataclass(frozen=True)
 class GitCli:
-    cwd: str | None = None
-    env: Mapping[str, str] | None = None
+    def __init__(self, cwd: str | None = None, env: Mapping[str, str] | None = None) -> None:
+        self.cwd = cwd
+        self.env = env
 
     def run(self, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
@@ -55,11 +52,11 @@ class GitCli:
         return values
 
 
-@dataclass(frozen=True)
 class RepoConfig:
     """The boundary's settings: `sup.*` plus remote URLs (for review-remote matching)."""
 
-    values: Mapping[str, Sequence[str]]
+    def __init__(self, values: Mapping[str, Sequence[str]]) -> None:
+        self.values = values
 
     @classmethod
     def read(cls, git: GitCli) -> RepoConfig:
@@ -129,17 +126,85 @@ class GitLookup:
         wanted = [o for o in dict.fromkeys(notes) if o not in self._status]
         pairs = [p for p in dict.fromkeys(ancestry) if p not in self._ancestry]
         if pairs:
-            workers = min(8, len(pairs))
-            if workers == 1:
-                self._ancestry[pairs[0]] = self._is_ancestor(*pairs[0])
-            else:
-                with ThreadPoolExecutor(max_workers=workers) as pool:
+            # Fast-forwards are usually a few commits long: walk parents through one
+            # `cat-file --batch`; only what that cannot settle costs a merge-base each.
+            self._ancestry.update(self._walk(pairs))
+            rest = [p for p in pairs if p not in self._ancestry]
+            if len(rest) == 1:
+                self._ancestry[rest[0]] = self._is_ancestor(*rest[0])
+            elif rest:
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(max_workers=min(8, len(rest))) as pool:
                     for pair, result in zip(
-                        pairs, pool.map(lambda p: self._is_ancestor(*p), pairs), strict=True
+                        rest, pool.map(lambda p: self._is_ancestor(*p), rest), strict=True
                     ):
                         self._ancestry[pair] = result
         if wanted:
             self._status.update(self._read_statuses(wanted))
+
+    def _walk(
+        self, pairs: Sequence[tuple[str, str]], max_steps: int = 64
+    ) -> dict[tuple[str, str], bool]:
+        """Pairs proven fast-forward by walking at most `max_steps` commits back from new."""
+        found: dict[tuple[str, str], bool] = {}
+        try:
+            cat = subprocess.Popen(
+                ["git", "cat-file", "--batch"],
+                cwd=self.git.cwd,
+                env=None if self.git.env is None else dict(self.git.env),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError:
+            return found
+        assert cat.stdin is not None and cat.stdout is not None
+        stdin, stdout = cat.stdin, cat.stdout
+        parents: dict[str, list[str] | None] = {}
+
+        def parents_of(oid: str) -> list[str] | None:
+            if oid not in parents:
+                stdin.write(f"{oid}\n".encode())
+                stdin.flush()
+                header = stdout.readline().split()
+                if len(header) != 3:
+                    parents[oid] = None  # missing
+                else:
+                    body = stdout.read(int(header[2]) + 1)
+                    if header[1] != b"commit":
+                        parents[oid] = None
+                    else:
+                        head = body.split(b"\n\n", 1)[0]
+                        parents[oid] = [
+                            line[7:].decode()
+                            for line in head.split(b"\n")
+                            if line.startswith(b"parent ")
+                        ]
+            return parents[oid]
+
+        try:
+            for old, new in pairs:
+                todo, seen, steps = [new], {new}, 0
+                while todo and steps < max_steps:
+                    oid = todo.pop(0)
+                    steps += 1
+                    ps = parents_of(oid)
+                    if ps is None:
+                        break
+                    if old in ps:
+                        found[(old, new)] = True
+                        break
+                    for p in ps:
+                        if p not in seen:
+                            seen.add(p)
+                            todo.append(p)
+        except (OSError, ValueError):
+            pass
+        finally:
+            stdin.close()
+            cat.wait()
+        return found
 
     def note_status(self, oid: str) -> str | None:
         if oid not in self._status:
@@ -160,52 +225,40 @@ class GitLookup:
             return False
         return None  # 128: an object is missing here
 
-    def _notes_tree_entries(self) -> dict[str, str]:
-        """annotated object id -> note blob id, for the notes commit in use."""
-        commit = self.notes_commit or NOTES_REF
-        if self.notes_commit is not None and is_zero(self.notes_commit):
-            return {}
-        res = self.git.run("ls-tree", "-r", "-z", commit)
-        entries: dict[str, str] = {}
-        if res.returncode != 0:
-            return entries
-        for item in res.stdout.decode("utf-8", "replace").split("\0"):
-            if not item:
-                continue
-            meta, _, path = item.partition("\t")
-            parts = meta.split()
-            if len(parts) == 3 and parts[1] == "blob":
-                entries[path.replace("/", "")] = parts[2]
-        return entries
-
     def _read_statuses(self, oids: Sequence[str]) -> dict[str, str | None]:
-        entries = self._notes_tree_entries()
+        """One `cat-file --batch` for every note needed: each note is looked up at the
+        paths notes fan-out may put it (flat, `ab/cdef...`, `ab/cd/ef...`)."""
         out: dict[str, str | None] = dict.fromkeys(oids)
-        blobs = {o: entries[o] for o in oids if o in entries}
-        if not blobs:
+        commit = self.notes_commit or NOTES_REF
+        if is_zero(commit):
             return out
-        order = list(blobs.items())
+        queries: list[tuple[str, str]] = []
+        for oid in oids:
+            for path in (oid, f"{oid[:2]}/{oid[2:]}", f"{oid[:2]}/{oid[2:4]}/{oid[4:]}"):
+                queries.append((oid, f"{commit}:{path}"))
         res = self.git.run(
-            "cat-file", "--batch", input="".join(f"{b}\n" for _, b in order).encode()
+            "cat-file", "--batch", input="".join(f"{q}\n" for _, q in queries).encode()
         )
-        data = res.stdout
-        pos = 0
-        for oid, _blob in order:
+        data, pos = res.stdout, 0
+        for oid, _query in queries:
             nl = data.find(b"\n", pos)
             if nl < 0:
                 break
             header = data[pos:nl].split()
             pos = nl + 1
-            if len(header) != 3:  # "<oid> missing"
+            if len(header) != 3:  # "<query> missing"
                 continue
             size = int(header[2])
             body = data[pos : pos + size]
             pos += size + 1
-            out[oid] = _status_of(body)
+            if header[1] == b"blob" and out[oid] is None:
+                out[oid] = _status_of(body)
         return out
 
 
 def _status_of(body: bytes) -> str | None:
+    import json
+
     try:
         obj = json.loads(body)
     except ValueError:

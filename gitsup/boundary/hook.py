@@ -127,6 +127,14 @@ def pre_receive(
     return _report(verdicts, err)
 
 
+def stdin_lines(stream: TextIO = sys.stdin) -> Iterable[str]:
+    """Hook input; nothing when stdin is a terminal (a person running the hook by hand)."""
+    try:
+        return [] if stream.isatty() else stream
+    except (AttributeError, ValueError):
+        return []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
@@ -136,9 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if kind == "pre-push":
         remote = rest[0] if rest else ""
         url = rest[1] if len(rest) > 1 else remote
-        return pre_push(remote, url, sys.stdin)
+        return pre_push(remote, url, stdin_lines())
     if kind == "pre-receive":
-        return pre_receive(sys.stdin)
+        return pre_receive(stdin_lines())
     sys.stderr.write(USAGE + "\n")
     return 2
 

@@ -15,21 +15,30 @@ environment (inherited over local transports) and, on Linux, the cwd of the
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from typing import NamedTuple
 
 from gitsup.boundary.evaluate import Pusher
 
-TASK_ID_RE = re.compile(r"^[0-9]{8}-[0-9a-f]{6}$")
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_task_id(name: str) -> bool:
+    """`YYYYMMDD-xxxxxx` (gitsup.ids), checked without importing `re`."""
+    return (
+        len(name) == 15
+        and name[8] == "-"
+        and name[:8].isdigit()
+        and name[:8].isascii()
+        and set(name[9:]) <= _HEX
+    )
+
+
 _SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "busybox"})
 
 
-@dataclass(frozen=True)
-class TaskRef:
+class TaskRef(NamedTuple):
     id: str
     worktree: str
     worker_pid: int | None
@@ -59,8 +68,10 @@ def task_records(common_dir: str) -> list[TaskRef]:
         return []
     out: list[TaskRef] = []
     for name in names:
-        if not TASK_ID_RE.match(name):
+        if not is_task_id(name):
             continue
+        import json
+
         try:
             with open(os.path.join(tasks, name, "task.json"), "rb") as fh:
                 raw = json.load(fh)
@@ -85,45 +96,43 @@ def task_records(common_dir: str) -> list[TaskRef]:
 
 def task_of_git_dir(git_dir: str, common_dir: str) -> str | None:
     """The task whose linked worktree `git_dir` is (`<common>/worktrees/<task id>`)."""
-    gd = Path(git_dir)
-    if gd.parent.name != "worktrees" or not TASK_ID_RE.match(gd.name):
+    parent, name = os.path.split(os.path.normpath(git_dir))
+    if os.path.basename(parent) != "worktrees" or not is_task_id(name):
         return None
-    if os.path.exists(os.path.join(common_dir, "sup", "tasks", gd.name, "task.json")):
-        return gd.name
+    if os.path.exists(os.path.join(common_dir, "sup", "tasks", name, "task.json")):
+        return name
     return None
 
 
 def task_of_path(path: str) -> str | None:
     """Is `path` inside a gitsup task worktree (of any repository)? Reads `.git` files only."""
-    p = Path(path)
-    for d in (p, *p.parents):
-        dotgit = d / ".git"
-        try:
-            if dotgit.is_dir():
-                return None  # a main checkout
-            if not dotgit.is_file():
-                continue
-            text = dotgit.read_text(errors="replace").strip()
-        except OSError:
+    d = os.path.abspath(path)
+    while True:
+        dotgit = os.path.join(d, ".git")
+        if os.path.isdir(dotgit):
+            return None  # a main checkout
+        if os.path.isfile(dotgit):
+            try:
+                with open(dotgit, encoding="utf-8", errors="replace") as fh:
+                    text = fh.read().strip()
+                if not text.startswith("gitdir:"):
+                    return None
+                gd = os.path.join(d, text[len("gitdir:") :].strip())
+                with open(os.path.join(gd, "commondir"), encoding="utf-8") as fh:
+                    common = os.path.realpath(os.path.join(gd, fh.read().strip()))
+            except OSError:
+                return None
+            return task_of_git_dir(os.path.realpath(gd), common)
+        parent = os.path.dirname(d)
+        if parent == d:
             return None
-        if not text.startswith("gitdir:"):
-            return None
-        gd = Path(text[len("gitdir:") :].strip())
-        if not gd.is_absolute():
-            gd = d / gd
-        try:
-            common = (gd / (gd / "commondir").read_text().strip()).resolve()
-        except OSError:
-            return None
-        return task_of_git_dir(str(gd.resolve()), str(common))
-    return None
+        d = parent
 
 
 # --- processes (Linux /proc) -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Proc:
+class Proc(NamedTuple):
     pid: int
     ppid: int
     comm: str
@@ -225,9 +234,7 @@ def client_pusher(
         for p in ancestors():
             r_w = workers.get(p.pid)
             if r_w is not None and (
-                r_w.worker_start is None
-                or p.start is None
-                or abs(p.start - r_w.worker_start) < 1.0
+                r_w.worker_start is None or p.start is None or abs(p.start - r_w.worker_start) < 1.0
             ):
                 return Pusher(r_w.id, f"process {p.pid} is the task's worker")
             cwd_p = _real(p.cwd) if p.cwd else ""

@@ -28,6 +28,10 @@ def _register() -> None:
         from gitsup.cli import policy_cmd  # noqa: F401
     with contextlib.suppress(ImportError):
         from gitsup.cli import demo_cmd  # noqa: F401
+    with contextlib.suppress(ImportError):
+        from gitsup.cli import tmux_cmd  # noqa: F401
+    with contextlib.suppress(ImportError):
+        from gitsup.cli import boundary_cmd  # noqa: F401
 
 
 def run() -> None:

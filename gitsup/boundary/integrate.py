@@ -1,0 +1,347 @@
+"""`git sup integrate ID --into BRANCH`: the person/CI side of the boundary.
+
+It refuses to run inside a task (its worktree, its worker's process tree, or
+anything carrying `GITSUP_TASK`). It needs a `ready` candidate, re-runs the
+task's required checks on the exact commit the target will point to in a fresh
+temporary worktree (removed afterwards), then moves the target branch with a
+compare-and-swap: a fast-forward to the candidate, or a merge commit written with
+pygit2 (no checkout, no index touched). If the target is checked out somewhere
+it must be clean; that checkout is then advanced like `git merge --ff-only`
+would (`read-tree -m -u`). Afterwards the candidate note (and the merge commit's
+note) say `integrated`, the task's event log records and seals it, and the task
+record's status is `integrated`. It never pushes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from gitsup import proc
+from gitsup.boundary.pusher import task_of_git_dir
+from gitsup.checks import run_check
+from gitsup.errors import Exit, GitsupError
+from gitsup.events import EventLog
+from gitsup.git import GitRepo, RefConflict
+from gitsup.ids import Oid, TaskId, parse_task_id
+from gitsup.layout import task_refs
+from gitsup.procid import ProcessId
+from gitsup.record import CandidateNote, CheckResult, TaskRecord
+from gitsup.spec import Check, TaskSpec
+from gitsup.state import Status
+from gitsup.tasks import Context
+
+EXIT_CHECKS_FAILED = Exit.PARKED  # 3: integration checks failed, target untouched
+
+
+class Strategy(StrEnum):
+    AUTO = "auto"  # fast-forward when possible, else merge
+    FF = "ff"
+    MERGE = "merge"
+
+
+class IntegrationRefused(GitsupError):
+    """Integration was refused before anything changed (exit 2)."""
+
+
+@dataclass
+class IntegrateResult:
+    task: str
+    candidate: str
+    into: str
+    strategy: str  # "ff" | "merge" (what was or would have been done)
+    target_before: str
+    result: str  # the commit the target points (or would point) to
+    integrated: bool
+    checks: list[CheckResult] = field(default_factory=list)
+    checkout_updated: str | None = None
+    reason: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return Exit.OK if self.integrated else EXIT_CHECKS_FAILED
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["checks"] = [c.model_dump(mode="json") for c in self.checks]
+        d["exit_code"] = int(self.exit_code)
+        return d
+
+
+# --- who is calling ----------------------------------------------------------------------
+
+
+def inside_task(ctx: Context, *, env: Mapping[str, str], cwd: str) -> str | None:
+    """Why the caller counts as inside a task (None: a person or CI outside any task)."""
+    marker = env.get("GITSUP_TASK", "").strip()
+    if marker:
+        return f"GITSUP_TASK={marker} is set: this process belongs to task {marker}'s worker"
+    task = task_of_git_dir(str(ctx.repo.git_dir), str(ctx.repo.common_dir))
+    if task:
+        return f"the current directory is task {task}'s worktree"
+    here = os.path.realpath(cwd)
+    records = list(ctx.store.iter_records())
+    for rec in records:
+        wt = os.path.realpath(rec.worktree) if rec.worktree else ""
+        if wt and (here == wt or here.startswith(wt.rstrip("/") + "/")):
+            return f"the current directory is inside task {rec.id}'s worktree {wt}"
+    workers = {
+        pid.pid: (rec.id, pid)
+        for rec in records
+        if (pid := ProcessId.from_dict(rec.worker)) is not None
+    }
+    if workers:
+        try:
+            parents = psutil.Process().parents()
+        except psutil.Error:
+            parents = []
+        for p in parents:
+            hit = workers.get(p.pid)
+            if hit is None:
+                continue
+            try:
+                same = abs(p.create_time() - hit[1].start_time) < 0.01
+            except psutil.Error:
+                continue
+            if same:
+                return f"process {p.pid} above this one is task {hit[0]}'s worker"
+    return None
+
+
+# --- the integration ---------------------------------------------------------------------
+
+
+def _required_checks(ctx: Context, task: TaskId, note: CandidateNote) -> list[Check]:
+    spec_path = ctx.layout.task_dir(task) / "spec.json"
+    try:
+        spec = TaskSpec.model_validate_json(spec_path.read_bytes())
+        return [c for c in spec.checks if c.required]
+    except (OSError, ValueError):
+        # No spec on disk (e.g. a fetched candidate): the checks the note records.
+        seen: dict[str, Check] = {}
+        for c in note.checks:
+            if c.required and c.argv:
+                seen[c.name] = Check(name=c.name, argv=c.argv, required=True)
+        return list(seen.values())
+
+
+def _refuse(message: str, hint: str | None = None) -> IntegrationRefused:
+    return IntegrationRefused(message, hint=hint)
+
+
+def integrate(
+    ctx: Context,
+    task: str,
+    into: str,
+    *,
+    strategy: Strategy = Strategy.AUTO,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> IntegrateResult:
+    env = os.environ if env is None else env
+    cwd = os.getcwd() if cwd is None else cwd
+    say = on_progress or (lambda _m: None)
+    tid = parse_task_id(task)
+    why = inside_task(ctx, env=env, cwd=cwd)
+    if why:
+        raise _refuse(
+            f"refusing to integrate from inside a task: {why}",
+            hint="integration is a person's or CI's act: run `git sup integrate` from the "
+            "main checkout, outside any worker",
+        )
+    repo = ctx.repo
+    with ctx.store.lock(tid):
+        record = ctx.store.load(tid)
+        return _integrate_locked(ctx, repo, record, tid, into, strategy, say)
+
+
+def _integrate_locked(
+    ctx: Context,
+    repo: GitRepo,
+    record: TaskRecord,
+    tid: TaskId,
+    into: str,
+    strategy: Strategy,
+    say: Callable[[str], None],
+) -> IntegrateResult:
+    refs = task_refs(tid)
+    candidate = repo.ref_target(refs["candidate"])
+    if candidate is None:
+        raise _refuse(
+            f"task {tid} has no candidate ({record.status.value})",
+            hint=f"`git sup show {tid}` says why",
+        )
+    text = repo.read_note(candidate)
+    if text is None:
+        raise _refuse(f"candidate {candidate[:12]} of task {tid} has no note in refs/notes/sup")
+    note = CandidateNote.parse(text)
+    if note.status == Status.INTEGRATED:
+        raise _refuse(
+            f"candidate {candidate[:12]} of task {tid} is already integrated"
+            + (f" into {note.integrated_into}" if note.integrated_into else "")
+        )
+    if note.status != Status.READY:
+        reasons = "; ".join(note.reasons[-3:]) or "no reason recorded"
+        raise _refuse(
+            f"candidate {candidate[:12]} of task {tid} is {note.status.value}, not ready ({reasons})",
+            hint="only a ready candidate crosses the boundary; start a new task to finish the work",
+        )
+
+    branch = into.removeprefix("refs/heads/")
+    target_ref = f"refs/heads/{branch}"
+    old = repo.ref_target(target_ref)
+    if old is None:
+        raise _refuse(f"no branch {branch} to integrate into")
+    if repo.is_ancestor(candidate, old):
+        raise _refuse(f"{branch} already contains candidate {candidate[:12]}")
+    checkout = repo.checked_out_branches().get(branch)
+    if checkout is not None:
+        _require_clean(checkout, branch)
+
+    can_ff = repo.is_ancestor(old, candidate)
+    if strategy == Strategy.FF and not can_ff:
+        raise _refuse(
+            f"{branch} ({old[:12]}) is not an ancestor of candidate {candidate[:12]}: "
+            "a fast-forward is impossible",
+            hint="`--strategy merge` (or the default `auto`) merges instead",
+        )
+    if can_ff and strategy != Strategy.MERGE:
+        how, result = "ff", candidate
+    else:
+        how = "merge"
+        tree, conflicts = repo.merge_tree(old, candidate)
+        if tree is None:
+            shown = ", ".join(conflicts[:10]) + (" ..." if len(conflicts) > 10 else "")
+            raise _refuse(
+                f"candidate {candidate[:12]} does not merge cleanly into {branch}: "
+                f"conflicts in {shown}",
+                hint=f"start a new task based on {branch} to redo the work",
+            )
+        result = repo.commit_tree(
+            tree,
+            [old, candidate],
+            f"Merge gitsup candidate {tid} into {branch}\n\n"
+            f"{note.goal.splitlines()[0] if note.goal else ''}\n\n"
+            f"Sup-Task: {tid}\nSup-Candidate: {candidate}\n",
+        )
+
+    checks = _required_checks(ctx, tid, note)
+    res = IntegrateResult(
+        task=str(tid),
+        candidate=candidate,
+        into=branch,
+        strategy=how,
+        target_before=old,
+        result=result,
+        integrated=False,
+    )
+    res.checks = _run_integration_checks(repo, tid, result, checks, say)
+    failed = [c.name for c in res.checks if c.required and not c.passed]
+    if failed:
+        res.reason = f"integration checks failed: {', '.join(failed)}; {branch} untouched"
+        return res
+
+    # The target may have moved, or its checkout become dirty, while the checks ran.
+    if checkout is not None:
+        _require_clean(checkout, branch)
+    message = f"gitsup integrate {tid} ({how}) into {branch}"
+    try:
+        repo.update_ref(target_ref, result, old=old, message=message)
+    except RefConflict as exc:
+        raise _refuse(
+            f"{branch} moved during integration ({exc}); nothing was changed",
+            hint=f"run `git sup integrate {tid} --into {branch}` again",
+        ) from None
+    if checkout is not None:
+        try:
+            GitRepo.open(checkout).advance_checkout(old, result)
+        except GitsupError as exc:
+            with contextlib.suppress(RefConflict):
+                repo.update_ref(target_ref, old, old=result, message=f"{message}: undone")
+            raise _refuse(f"{branch} left at {old[:12]}: {exc.message}") from None
+        res.checkout_updated = str(checkout)
+    _record(ctx, repo, record, tid, note, res)
+    res.integrated = True
+    return res
+
+
+def _require_clean(checkout: Path, branch: str) -> None:
+    if not GitRepo.open(checkout).is_clean():
+        raise _refuse(
+            f"{branch} is checked out in {checkout} with uncommitted changes (or untracked files)",
+            hint=f"commit, stash or remove them, or switch that checkout away from {branch}",
+        )
+
+
+def _run_integration_checks(
+    repo: GitRepo, tid: TaskId, commit: Oid, checks: list[Check], say: Callable[[str], None]
+) -> list[CheckResult]:
+    if not checks:
+        return []
+    tmp = Path(tempfile.mkdtemp(prefix=f"gitsup-integrate-{tid}-"))
+    wt = tmp / "worktree"
+    try:
+        repo.add_detached_worktree(wt, commit)
+        env = proc.child_env({"GITSUP_INTEGRATION": str(tid)}, drop=("GITSUP_TASK",))
+        results = []
+        for check in checks:
+            say(f"check {check.name}: running on {commit[:12]}")
+            r = run_check(check, cwd=wt, env=env)
+            say(f"check {check.name}: {'passed' if r.passed else 'FAILED'}")
+            results.append(r)
+        return results
+    finally:
+        repo.remove_detached_worktree(wt)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _record(
+    ctx: Context,
+    repo: GitRepo,
+    record: TaskRecord,
+    tid: TaskId,
+    note: CandidateNote,
+    res: IntegrateResult,
+) -> None:
+    now = time.time()
+    done = note.model_copy(
+        update={"status": Status.INTEGRATED, "integrated_into": res.into, "integrated_at": now}
+    )
+    extra = {"integration_commit": res.result, "integration_strategy": res.strategy}
+    repo.write_note(Oid(res.candidate), _with(done, extra))
+    if res.result != res.candidate:
+        repo.write_note(Oid(res.result), _with(done, extra))
+    with EventLog(ctx.layout.events(tid), tid) as log:
+        log.append(
+            "integrated",
+            {
+                "candidate": res.candidate,
+                "into": res.into,
+                "strategy": res.strategy,
+                "target_before": res.target_before,
+                "result": res.result,
+                "checks": [{"name": c.name, "passed": c.passed} for c in res.checks],
+            },
+        )
+        log.seal(repo, f"integrated into {res.into}")
+    record = ctx.store.load(tid)
+    record.status = Status.INTEGRATED
+    ctx.store.save(record)
+
+
+def _with(note: CandidateNote, extra: dict[str, Any]) -> str:
+    data = note.model_dump(mode="json", by_alias=True)
+    data.update(extra)
+    return json.dumps(data, indent=2) + "\n"

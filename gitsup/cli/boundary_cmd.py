@@ -1,0 +1,119 @@
+"""Boundary commands: `git sup hook pre-push|pre-receive`, `git sup gate install`,
+`git sup integrate`.
+
+`hook_app` is the `git sup hook` group; other hook entry points (e.g. `claude`)
+register on it with `@hook_app.command(...)` after importing this module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gitsup.cli.main import app
+from gitsup.cli.output import emit_json, out, progress
+
+hook_app = typer.Typer(
+    name="hook",
+    help="Git hook entry points (run by Git, not by hand).",
+    no_args_is_help=True,
+)
+gate_app = typer.Typer(
+    name="gate",
+    help="The server-side gate for a shared (bare) repository.",
+    no_args_is_help=True,
+)
+app.add_typer(hook_app, name="hook")
+app.add_typer(gate_app, name="gate")
+
+
+@hook_app.command("pre-push")
+def hook_pre_push(
+    remote: Annotated[str, typer.Argument(help="Remote name (or URL) git passes.")] = "",
+    url: Annotated[str, typer.Argument(help="Remote URL git passes.")] = "",
+) -> None:
+    """Evaluate the ref updates on stdin; reject (exit 1) what may not cross."""
+    from gitsup.boundary.hook import pre_push, stdin_lines
+
+    raise typer.Exit(pre_push(remote, url or remote, stdin_lines()))
+
+
+@hook_app.command("pre-receive")
+def hook_pre_receive() -> None:
+    """Server side: evaluate `<old> <new> <ref>` lines on stdin."""
+    from gitsup.boundary.hook import pre_receive, stdin_lines
+
+    raise typer.Exit(pre_receive(stdin_lines()))
+
+
+@gate_app.command("install")
+def gate_install(
+    path: Annotated[Path, typer.Argument(help="The (bare) repository people and CI push to.")],
+    review_remote: Annotated[
+        bool,
+        typer.Option(
+            "--review-remote",
+            help="This repository is the review remote: accept refs/sup/* and refs/notes/sup "
+            "(never deleted or rewritten). Needed to push protected branches here.",
+        ),
+    ] = False,
+    protected: Annotated[
+        list[str] | None,
+        typer.Option("--protected", help="A protected branch (repeat); default: the usual five."),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Install the ref-update gate as a pre-receive hook (idempotent)."""
+    from gitsup.boundary.install import install_gate
+
+    res = install_gate(path, review_remote=review_remote, protected=protected)
+    if json_out:
+        emit_json(res.__dict__)
+        return
+    out(f"gate: {res.hook}")
+    for w in res.written:
+        out(f"  wrote {w}")
+    if not res.written:
+        out("  (already installed; hook unchanged)")
+    out("protected branches: " + " ".join(res.protected))
+    out(f"review remote: {'yes' if res.review_remote else 'no'}")
+
+
+@app.command("integrate")
+def integrate_cmd(
+    task: Annotated[str, typer.Argument(help="Task id.")],
+    into: Annotated[str, typer.Option("--into", help="Target branch, e.g. main.")],
+    strategy: Annotated[
+        str, typer.Option("--strategy", help="ff | merge | auto (ff when possible, else merge).")
+    ] = "auto",
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Integrate a ready candidate into a branch: re-run its required checks, then
+    fast-forward or merge. Never pushes.
+
+    Exit codes: 0 integrated, 2 refused (nothing changed), 3 checks failed (target untouched).
+    """
+    from gitsup.boundary.integrate import Strategy, integrate
+    from gitsup.errors import GitsupError
+    from gitsup.tasks import Context
+
+    try:
+        strat = Strategy(strategy)
+    except ValueError:
+        raise GitsupError(
+            f"unknown strategy {strategy!r}", hint="--strategy ff, merge or auto"
+        ) from None
+    ctx = Context.discover()
+    res = integrate(ctx, task, into, strategy=strat, on_progress=None if json_out else progress)
+    if json_out:
+        emit_json(res.as_dict())
+    elif res.integrated:
+        out(f"integrated {res.task} into {res.into} ({res.strategy}): {res.result}")
+        if res.checkout_updated:
+            out(f"updated the checkout {res.checkout_updated}")
+        out(f"publish through the gate: git push <remote> {res.into} refs/notes/sup")
+    else:
+        out(f"not integrated: {res.reason}")
+    raise typer.Exit(int(res.exit_code))

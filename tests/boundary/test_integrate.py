@@ -1,0 +1,222 @@
+"""`git sup integrate ID --into BRANCH`: the person/CI side of the boundary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.boundary.conftest import Setup, make_task, start_task
+from tests.conftest import PYTHON, git, run_sup
+from tests.helpers.sup import common_dir, read_record, run_cli_inproc
+
+
+def _note(repo: Path, commit: str) -> dict[str, Any]:
+    note: dict[str, Any] = json.loads(git(repo, "notes", "--ref=sup", "show", commit))
+    return note
+
+
+def _integration_worktrees(repo: Path) -> list[str]:
+    return [
+        line
+        for line in git(repo, "worktree", "list", "--porcelain").splitlines()
+        if "gitsup-integrate" in line
+    ]
+
+
+def test_fast_forward_integration(setup: Setup, ready: dict[str, Any]) -> None:
+    repo, tid, cand = setup.repo, ready["id"], ready["candidate"]
+    res = run_sup(repo, "integrate", tid, "--into", "main", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["integrated"] is True and out["strategy"] == "ff" and out["result"] == cand
+    assert [c["name"] for c in out["checks"]] == ["pytest"] and out["checks"][0]["passed"]
+    assert git(repo, "rev-parse", "main") == cand
+    note = _note(repo, cand)
+    assert note["status"] == "integrated" and note["integrated_into"] == "main"
+    assert isinstance(note["integrated_at"], float)
+    assert read_record(repo, tid)["status"] == "integrated"
+    events = [json.loads(x) for x in (common_dir(repo) / "sup/tasks" / tid / "events.jsonl").open()]
+    assert events[-1]["type"] == "integrated" and events[-1]["data"]["result"] == cand
+    assert "integrated into main" in git(repo, "log", "-1", "--format=%s", f"refs/sup/{tid}/log")
+    # The user's checkout of main was clean and follows the branch; the temp worktree is gone.
+    assert "a + b" in (repo / "calc.py").read_text()
+    assert git(repo, "status", "--porcelain") == ""
+    assert _integration_worktrees(repo) == []
+    # Integrating twice is refused.
+    again = run_sup(repo, "integrate", tid, "--into", "main")
+    assert again.returncode == 2 and "already integrated" in again.stderr
+
+
+def test_merge_when_target_moved_on(setup: Setup, ready: dict[str, Any]) -> None:
+    repo, tid, cand = setup.repo, ready["id"], ready["candidate"]
+    (repo / "README").write_text("readme\n")
+    git(repo, "add", "README")
+    git(repo, "commit", "-q", "-m", "readme")
+    moved = git(repo, "rev-parse", "main")
+    rc, _, err = run_cli_inproc(repo, "integrate", tid, "--into", "main", "--strategy", "ff")
+    assert rc == 2 and "fast-forward is impossible" in err
+    assert git(repo, "rev-parse", "main") == moved
+    rc, _, err = run_cli_inproc(repo, "integrate", tid, "--into", "main")
+    assert rc == 0, err
+    merge = git(repo, "rev-parse", "main")
+    assert git(repo, "rev-parse", "main^1", "main^2").split() == [moved, cand]
+    assert _note(repo, merge)["status"] == "integrated"
+    assert _note(repo, merge)["integration_commit"] == merge
+    assert _note(repo, cand)["status"] == "integrated"
+    assert (repo / "README").exists() and "a + b" in (repo / "calc.py").read_text()
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_merge_strategy_even_when_ff_is_possible(setup: Setup, ready: dict[str, Any]) -> None:
+    rc, out, err = run_cli_inproc(
+        setup.repo, "integrate", ready["id"], "--into", "main", "--strategy", "merge", "--json"
+    )
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["strategy"] == "merge" and res["result"] != ready["candidate"]
+    assert git(setup.repo, "rev-parse", "main^2") == ready["candidate"]
+
+
+def test_target_not_checked_out_is_updated_without_touching_the_checkout(
+    setup: Setup, ready: dict[str, Any]
+) -> None:
+    git(setup.repo, "switch", "-q", "-c", "elsewhere")
+    (setup.repo / "scratch.txt").write_text("my own untracked work\n")
+    rc, _, err = run_cli_inproc(setup.repo, "integrate", ready["id"], "--into", "main")
+    assert rc == 0, err
+    assert git(setup.repo, "rev-parse", "main") == ready["candidate"]
+    assert git(setup.repo, "rev-parse", "--abbrev-ref", "HEAD") == "elsewhere"
+    assert "a - b" in (setup.repo / "calc.py").read_text()
+    assert git(setup.repo, "status", "--porcelain") == "?? scratch.txt"
+
+
+@pytest.mark.parametrize("status", ["parked", "failed", "stopped"])
+def test_refuses_candidates_that_are_not_ready(setup: Setup, status: str) -> None:
+    rec = make_task(setup, status=status)
+    before = git(setup.repo, "rev-parse", "main")
+    rc, _, err = run_cli_inproc(setup.repo, "integrate", rec["id"], "--into", "main")
+    assert rc == 2 and f"is {status}, not ready" in err, err
+    assert git(setup.repo, "rev-parse", "main") == before
+    assert _note(setup.repo, rec["candidate"])["status"] == status
+
+
+def test_refuses_a_real_parked_task(setup: Setup) -> None:
+    from tests.helpers.sup import COMMIT_WITHOUT_FIX, PYTEST_CHECK
+
+    rec = start_task(setup, COMMIT_WITHOUT_FIX, "--check", PYTEST_CHECK)
+    assert rec["status"] in ("parked", "failed"), rec
+    res = run_sup(setup.repo, "integrate", rec["id"], "--into", "main")
+    assert res.returncode == 2 and "not ready" in res.stderr, res.stderr
+
+
+def test_refuses_a_dirty_target_checkout(setup: Setup, ready: dict[str, Any]) -> None:
+    before = git(setup.repo, "rev-parse", "main")
+    (setup.repo / "test_calc.py").write_text("# local edit\n")
+    rc, _, err = run_cli_inproc(setup.repo, "integrate", ready["id"], "--into", "main")
+    assert rc == 2 and "uncommitted changes" in err, err
+    assert git(setup.repo, "rev-parse", "main") == before
+    assert (setup.repo / "test_calc.py").read_text() == "# local edit\n"
+    assert _note(setup.repo, ready["candidate"])["status"] == "ready"
+
+
+def test_refuses_when_the_target_moves_during_integration(setup: Setup) -> None:
+    repo = setup.repo
+    git(repo, "switch", "-q", "-c", "elsewhere")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "someone else's commit")
+    other = git(repo, "rev-parse", "HEAD")
+    git(repo, "switch", "-q", "main")
+    # The integration check itself moves main (as a concurrent push/merge would).
+    mover = f"import subprocess; subprocess.run(['git', '-C', {str(repo)!r}, 'update-ref', 'refs/heads/main', {other!r}], check=True)"
+    rec = make_task(setup, checks=[{"name": "mover", "argv": [PYTHON, "-c", mover]}])
+    git(repo, "switch", "-q", "elsewhere")  # main is not checked out: only the CAS guards it
+    rc, _, err = run_cli_inproc(repo, "integrate", rec["id"], "--into", "main")
+    assert rc == 2 and "moved during integration" in err, err
+    assert git(repo, "rev-parse", "main") == other
+    assert _note(repo, rec["candidate"])["status"] == "ready"
+    assert read_record(repo, rec["id"])["status"] == "ready"
+
+
+def test_failing_integration_checks_leave_the_target_untouched(setup: Setup) -> None:
+    code = "import os, sys; sys.exit(3 if 'GITSUP_INTEGRATION' in os.environ else 0)"
+    rec = make_task(setup, checks=[{"name": "strict", "argv": [PYTHON, "-c", code]}])
+    before = git(setup.repo, "rev-parse", "main")
+    res = run_sup(setup.repo, "integrate", rec["id"], "--into", "main", "--json")
+    assert res.returncode == 3, res.stderr
+    out = json.loads(res.stdout)
+    assert out["integrated"] is False and "strict" in out["reason"]
+    assert out["checks"][0]["exit_code"] == 3
+    assert git(setup.repo, "rev-parse", "main") == before
+    assert _note(setup.repo, rec["candidate"])["status"] == "ready"
+    assert read_record(setup.repo, rec["id"])["status"] == "ready"
+    assert _integration_worktrees(setup.repo) == []
+
+
+def test_checks_run_on_the_exact_commit_in_a_fresh_worktree(setup: Setup, tmp: Path) -> None:
+    seen = tmp / "seen.txt"
+    code = (
+        "import os, subprocess, pathlib; "
+        f"pathlib.Path({str(seen)!r}).write_text(os.getcwd() + ' ' + "
+        "subprocess.run(['git', 'rev-parse', 'HEAD'], capture_output=True, text=True).stdout)"
+    )
+    rec = make_task(setup, checks=[{"name": "where", "argv": [PYTHON, "-c", code]}])
+    rc, _, err = run_cli_inproc(setup.repo, "integrate", rec["id"], "--into", "main")
+    assert rc == 0, err
+    where, head = seen.read_text().split()
+    assert head == rec["candidate"]
+    assert "gitsup-integrate" in where and where != rec["worktree"]
+    assert not Path(where).exists()
+
+
+def test_refuses_a_conflicting_merge(setup: Setup, ready: dict[str, Any]) -> None:
+    (setup.repo / "calc.py").write_text("def add(a, b):\n    return b + a\n")
+    git(setup.repo, "commit", "-q", "-am", "conflicting fix")
+    before = git(setup.repo, "rev-parse", "main")
+    rc, _, err = run_cli_inproc(setup.repo, "integrate", ready["id"], "--into", "main")
+    assert rc == 2 and "conflicts in calc.py" in err, err
+    assert git(setup.repo, "rev-parse", "main") == before
+
+
+def test_refuses_inside_a_worker_by_marker(
+    setup: Setup, ready: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITSUP_TASK", ready["id"])
+    rc, _, err = run_cli_inproc(setup.repo, "integrate", ready["id"], "--into", "main")
+    assert rc == 2 and "GITSUP_TASK" in err and "inside a task" in err
+
+
+@pytest.mark.parametrize("sub", ["", "deeper"])
+def test_refuses_inside_a_task_worktree(setup: Setup, ready: dict[str, Any], sub: str) -> None:
+    cwd = Path(ready["worktree"]) / sub
+    cwd.mkdir(exist_ok=True)
+    before = git(setup.repo, "rev-parse", "main")
+    res = run_sup(cwd, "integrate", ready["id"], "--into", "main")
+    assert res.returncode == 2 and "worktree" in res.stderr, res.stderr
+    assert git(setup.repo, "rev-parse", "main") == before
+
+
+def test_refuses_under_a_workers_process_tree(setup: Setup, ready: dict[str, Any]) -> None:
+    """A worker that drops its marker and leaves its worktree is still found: it is an
+    ancestor process recorded as a task's worker."""
+    out = setup.tmp / "integrate-from-worker.txt"
+    git_sup = repr(str(Path(PYTHON).parent / "git-sup"))
+    body = f"""
+import json, os, pathlib, subprocess, time
+record = pathlib.Path({str(common_dir(setup.repo))!r}) / "sup" / "tasks" / os.environ["GITSUP_TASK"] / "task.json"
+for _ in range(500):
+    if json.loads(record.read_text()).get("worker"):
+        break
+    time.sleep(0.02)
+env = dict(os.environ); env.pop("GITSUP_TASK")
+res = subprocess.run([{git_sup}, "integrate", {ready["id"]!r}, "--into", "main"],
+                     cwd={str(setup.repo)!r}, env=env, capture_output=True, text=True)
+pathlib.Path({str(out)!r}).write_text(f"{{res.returncode}}\\n{{res.stderr}}")
+"""
+    before = git(setup.repo, "rev-parse", "main")
+    rec = start_task(setup, body, "--no-commit-required")
+    assert rec["_rc"] in (0, 3, 4), rec
+    rc, err = out.read_text().split("\n", 1)
+    assert rc == "2" and f"is task {rec['id']}'s worker" in err, err
+    assert git(setup.repo, "rev-parse", "main") == before

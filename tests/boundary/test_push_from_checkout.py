@@ -1,0 +1,144 @@
+"""Pushes by a person or CI from the user's checkout: protected branches take only
+integrated candidates; gitsup refs go only to the review remote and are never deleted
+or rewritten there. Each rule is checked at the client hook and (with --no-verify) at
+the server gate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.boundary.conftest import Setup, accepted, push, refs_of, rejected
+from tests.conftest import git, run_sup
+
+
+def _commit(setup: Setup, name: str = "direct.txt") -> str:
+    (setup.repo / name).write_text("typed by hand\n")
+    git(setup.repo, "add", name)
+    git(setup.repo, "commit", "-q", "-m", f"add {name}")
+    return git(setup.repo, "rev-parse", "HEAD")
+
+
+@pytest.mark.parametrize("verify", [True, False], ids=["hook", "server"])
+def test_non_integrated_commit_to_main_is_rejected(setup: Setup, verify: bool) -> None:
+    _commit(setup)
+    before = refs_of(setup.origin)
+    res = push(setup.repo, *([] if verify else ["--no-verify"]), "origin", "main")
+    rejected(res, "refs/heads/main", "not an integrated candidate")
+    assert refs_of(setup.origin) == before
+
+
+@pytest.mark.parametrize("verify", [True, False], ids=["hook", "server"])
+def test_deleting_or_forcing_main_is_rejected(setup: Setup, verify: bool) -> None:
+    before = refs_of(setup.origin)
+    flag = [] if verify else ["--no-verify"]
+    rejected(push(setup.repo, *flag, "origin", ":main"), "deletion is not allowed")
+    # Even a commit the notes call integrated may not replace main by force.
+    tree = git(setup.repo, "rev-parse", "HEAD^{tree}")
+    orphan = git(setup.repo, "commit-tree", "-m", "unrelated", tree)
+    note = '{"schema": "gitsup.candidate/1", "status": "integrated"}'
+    git(setup.repo, "notes", "--ref=sup", "add", "-m", note, orphan)
+    res = push(
+        setup.repo, *flag, "--force", "origin", f"{orphan}:refs/heads/main", "refs/notes/sup"
+    )
+    rejected(res, "refs/heads/main", "non-fast-forward")
+    assert refs_of(setup.origin) == before
+
+
+def test_configured_protected_branches_and_patterns(setup: Setup) -> None:
+    git(setup.repo, "config", "--replace-all", "sup.protected", "main")
+    git(setup.repo, "config", "--add", "sup.protected", "release/*")
+    git(setup.repo, "switch", "-q", "-c", "release/1.0")
+    _commit(setup)
+    rejected(push(setup.repo, "origin", "release/1.0"), "protected branch")
+    accepted(push(setup.repo, "origin", "release/1.0:refs/heads/topic"))
+    # develop is no longer protected here, but the server gate has its own list (the default).
+    res = push(setup.repo, "origin", "release/1.0:refs/heads/develop")
+    rejected(res, "remote: gitsup: rejected refs/heads/develop")
+
+
+def test_ordinary_branches_and_tags_are_allowed_outside_tasks(setup: Setup) -> None:
+    git(setup.repo, "switch", "-q", "-c", "feature")
+    _commit(setup)
+    git(setup.repo, "tag", "v1")
+    accepted(push(setup.repo, "origin", "feature", "v1"))
+    accepted(push(setup.repo, "other", "feature", "v1"))
+    accepted(push(setup.repo, "origin", ":feature"))  # deleting an ordinary branch
+    assert "refs/heads/feature" not in refs_of(setup.origin)
+
+
+def test_tag_and_other_policy_can_deny(setup: Setup) -> None:
+    git(setup.repo, "config", "sup.pushTags", "deny")
+    git(setup.repo, "config", "sup.pushOther", "nonsense")  # unknown values deny
+    git(setup.repo, "tag", "v1")
+    rejected(push(setup.repo, "origin", "v1"), "sup.pushTags")
+    rejected(push(setup.repo, "origin", "main:refs/heads/feature"), "sup.pushOther")
+
+
+def test_after_integrate_main_is_accepted(setup: Setup, ready: dict[str, Any]) -> None:
+    res = run_sup(setup.repo, "integrate", ready["id"], "--into", "main")
+    assert res.returncode == 0, res.stderr
+    main = git(setup.repo, "rev-parse", "main")
+    assert main == ready["candidate"]
+    # The server needs the candidate notes: pushing main alone is refused there ...
+    res = push(setup.repo, "origin", "main")
+    rejected(res, "not an integrated candidate")
+    # ... and accepted when refs/notes/sup travels with it.
+    accepted(push(setup.repo, "origin", "main", "refs/notes/sup"))
+    assert git(setup.origin, "rev-parse", "main") == main
+    # Now that the server has the notes, main alone is fine too (after another integrate).
+
+
+def test_integrated_merge_commit_is_accepted(setup: Setup, ready: dict[str, Any]) -> None:
+    git(setup.repo, "commit", "-q", "--allow-empty", "-m", "main moved on")
+    accepted_main_moves = git(setup.repo, "rev-parse", "main")
+    res = run_sup(setup.repo, "integrate", ready["id"], "--into", "main")
+    assert res.returncode == 0, res.stderr
+    merge = git(setup.repo, "rev-parse", "main")
+    assert git(setup.repo, "rev-parse", "main^1") == accepted_main_moves
+    assert git(setup.repo, "rev-parse", "main^2") == ready["candidate"]
+    # main was moved by hand before integration: that commit is not integrated, but the
+    # merge on top is; protected branches are judged by their new tip.
+    accepted(push(setup.repo, "origin", "main", "refs/notes/sup"))
+    assert git(setup.origin, "rev-parse", "main") == merge
+
+
+@pytest.mark.parametrize("verify", [True, False], ids=["hook", "server"])
+def test_sup_refs_go_only_to_the_review_remote(
+    setup: Setup, ready: dict[str, Any], verify: bool
+) -> None:
+    flag = [] if verify else ["--no-verify"]
+    before = refs_of(setup.other)
+    rejected(push(setup.repo, *flag, "other", "refs/sup/*:refs/sup/*"), "review remote")
+    rejected(push(setup.repo, *flag, "other", "refs/notes/sup"), "review remote")
+    assert refs_of(setup.other) == before
+    accepted(push(setup.repo, *flag, "origin", "refs/sup/*:refs/sup/*", "refs/notes/sup"))
+    assert f"refs/sup/{ready['id']}/candidate {ready['candidate']}" in refs_of(setup.origin)
+
+
+def test_review_remote_by_url(setup: Setup, ready: dict[str, Any]) -> None:
+    git(setup.repo, "config", "sup.reviewRemote", str(setup.origin))
+    accepted(push(setup.repo, "origin", "refs/sup/*:refs/sup/*"))
+    git(setup.repo, "config", "--unset", "sup.reviewRemote")
+    rejected(push(setup.repo, "origin", "refs/notes/sup"), "sup.reviewRemote")
+
+
+@pytest.mark.parametrize("verify", [True, False], ids=["hook", "server"])
+def test_sup_refs_are_never_deleted_or_rewritten_on_the_review_remote(
+    setup: Setup, ready: dict[str, Any], verify: bool
+) -> None:
+    accepted(push(setup.repo, "origin", "refs/sup/*:refs/sup/*", "refs/notes/sup"))
+    before = refs_of(setup.origin)
+    flag = [] if verify else ["--no-verify"]
+    cand = f"refs/sup/{ready['id']}/candidate"
+    rejected(push(setup.repo, *flag, "origin", f":{cand}"), "never deleted")
+    rejected(push(setup.repo, *flag, "--force", "origin", f"main:{cand}"), "never rewritten")
+    # --mirror from a checkout that lacks a gitsup ref the remote has would delete it.
+    git(setup.repo, "update-ref", "-d", cand)
+    rejected(push(setup.repo, *flag, "--mirror", "origin"), "never deleted")
+    git(setup.repo, "update-ref", cand, ready["candidate"])
+    assert refs_of(setup.origin) == before
+    # A fast-forward of a gitsup ref is fine (e.g. the notes after another candidate).
+    git(setup.repo, "notes", "--ref=sup", "add", "-m", "{}", "main")
+    accepted(push(setup.repo, *flag, "origin", "refs/notes/sup"))
