@@ -454,3 +454,82 @@ def test_noop_after_worker_is_paused_does_not_fire(repo: Path) -> None:
     assert "human_takeover" in types and "resume_auto" in types
     assert "watchdog_timeout" not in types, types
     assert rec.status.value == "ready", rec.reasons
+
+
+def test_worker_killed_mid_turn_is_classified_not_completed(
+    supervise: Callable[..., Run], repo: Path
+) -> None:
+    """A worker that dies without a `result` is never taken as a completed turn."""
+    killer_done: list[int] = []
+    pids: list[int] = []
+
+    def kill_when_running(ev: Event) -> None:
+        if ev.type == "worker_started" and ev.data.get("pid"):
+            pids.append(int(ev.data["pid"]))
+        if ev.type == "permission_decided" and ev.data.get("tool") == "Write":
+            # the Write runs after this answer; the model then hangs mid-turn
+
+            def later() -> None:
+                time.sleep(1.5)
+                os.kill(pids[0], 9)
+                killer_done.append(pids[0])
+
+            threading.Thread(target=later, daemon=True).start()
+
+    from gitsup import supervisor as sup_mod
+
+    original = sup_mod.Supervisor.emit
+
+    def emit(self: Any, type: str, data: Any = None) -> Event:
+        ev = original(self, type, data)
+        kill_when_running(ev)
+        return ev
+
+    sup_mod.Supervisor.emit = emit  # type: ignore[method-assign]
+    try:
+        r = supervise({"default": [step(FIX_CALC), {"hang": 60}]})
+    finally:
+        sup_mod.Supervisor.emit = original  # type: ignore[method-assign]
+    assert killer_done
+    assert r.record.status.value == "parked"
+    assert r.of("turn_completed") == []
+    stopped = [d for d in r.of("worker_stopped") if "classification" in d]
+    assert stopped and stopped[0]["classification"] == "exited_without_result"
+    assert any("without completing its turn" in x for x in r.record.reasons)
+    assert r.record.wip is not None  # the Write that happened is kept
+
+
+def test_one_turn_at_a_time_and_idempotent_sends(
+    claude_bin: str, scripted_model: Callable[..., ScriptedModel], tmp_path: Path
+) -> None:
+    import queue
+
+    from gitsup.workers.base import (
+        PermissionAnswer,
+        PermissionRequest,
+        TurnCompleted,
+        WorkerContext,
+        WorkerError,
+    )
+    from gitsup.workers.claude import ClaudeWorker
+
+    model = scripted_model({"default": [{"hang": 2}, step(text("one")), step(text("two"))]})
+    env = claude_env(model.url, tmp_path / "cfg", {"GITSUP_CLAUDE_BIN": claude_bin})
+    inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+    w = ClaudeWorker(WorkerContext("20260101-abcdef", tmp_path, tmp_path, env, (), inbox))
+    w.start("first")
+    with pytest.raises(WorkerError, match="turn is active"):
+        w.send_turn("second", key="k2")
+    while True:
+        ev = inbox.get(timeout=60)
+        if isinstance(ev, PermissionRequest):
+            w.answer(ev.request_id, PermissionAnswer(False, "no"))
+        if isinstance(ev, TurnCompleted):
+            break
+    assert w.send_turn("second", key="k2") is True
+    assert w.send_turn("second again", key="k2") is False  # a retried send is not a new turn
+    while not isinstance(ev := inbox.get(timeout=60), TurnCompleted):
+        pass
+    assert ev.result == "two"
+    assert w.stop(grace=2.0) in ("closed input", "terminated", "killed")
+    assert not w.alive
