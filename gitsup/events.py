@@ -67,7 +67,7 @@ EVENT_TYPES = frozenset(
 )
 
 _TAIL_BLOCK = 64 * 1024
-_SEAL_TRAILER = re.compile(r"^Sup-Sealed: seq=(\d+) offset=(\d+)$", re.M)
+_SEAL_TRAILER = re.compile(r"^Sup-Sealed: seq=(\d+) offset=(\d+)(?: file=(\d+))?$", re.M)
 
 
 @dataclass(frozen=True)
@@ -109,10 +109,20 @@ def _cap(data: dict[str, Any], limit: int) -> dict[str, Any]:
 
 
 class EventLog:
-    def __init__(self, path: Path, task: TaskId, *, max_record_bytes: int = 64 * 1024) -> None:
+    def __init__(
+        self,
+        path: Path,
+        task: TaskId,
+        *,
+        max_record_bytes: int = 64 * 1024,
+        rotate_bytes: int = 64 * 1024 * 1024,
+        keep_files: int = 5,
+    ) -> None:
         self.path = path
         self.task = task
         self.max_record_bytes = max_record_bytes
+        self.rotate_bytes = rotate_bytes
+        self.keep_files = keep_files
         self._fd: int | None = None
         self._known_seq: int | None = None  # seq and file size right after our last append
         self._known_size = -1
@@ -138,18 +148,51 @@ class EventLog:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[int]:
-        fd = self._open()
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        """The log file, exclusively locked. If another process rotated the file while we
+        waited for the lock, reopen the new one (the classic rotate-safe lock pattern)."""
+        while True:
+            fd = self._open()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.stat(self.path).st_ino
+            except FileNotFoundError:
+                current = -1
+            if current == os.fstat(fd).st_ino:
+                break
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            self.close()
+            self._known_seq, self._known_size = None, -1
         try:
             yield fd
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
 
+    def rotated(self) -> list[Path]:
+        """Rotated files, oldest first (events.N.jsonl … events.1.jsonl)."""
+        out = []
+        for i in range(1, self.keep_files + 1):
+            p = self.path.with_name(f"events.{i}.jsonl")
+            if p.exists():
+                out.append(p)
+        return list(reversed(out))
+
+    def _rotate(self) -> None:
+        """Under the lock, right after a seal that covers the whole file."""
+        for i in range(self.keep_files, 0, -1):
+            src = self.path.with_name(f"events.{i}.jsonl")
+            if src.exists():
+                if i == self.keep_files:
+                    src.unlink()
+                else:
+                    os.replace(src, self.path.with_name(f"events.{i + 1}.jsonl"))
+        os.replace(self.path, self.path.with_name("events.1.jsonl"))
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
+
     def _last_seq_and_repair(self, fd: int) -> int:
         """Read the tail (under the lock) and return the last seq; cut a torn last line."""
         size = os.fstat(fd).st_size
         if size == 0:
-            return 0
+            return self._last_rotated_seq()
         if os.pread(fd, 1, size - 1) != b"\n":
             end = _rfind_newline(fd, size) + 1
             self._move_torn(fd, end, size)
@@ -173,6 +216,20 @@ class EventLog:
                     seq = _seq_of(line)
                     if seq is not None:
                         return seq
+        return 0
+
+    def _last_rotated_seq(self) -> int:
+        """After a rotation the current file is empty; seq goes on from the last file."""
+        newest = self.path.with_name("events.1.jsonl")
+        if not newest.exists():
+            return 0
+        with open(newest, "rb") as fh:
+            fh.seek(max(0, newest.stat().st_size - _TAIL_BLOCK))
+            lines = fh.read().rstrip(b"\n").split(b"\n")
+        for line in reversed(lines):
+            seq = _seq_of(line)
+            if seq is not None:
+                return seq
         return 0
 
     def _move_torn(self, fd: int, start: int, end: int) -> None:
@@ -212,17 +269,21 @@ class EventLog:
             return self._last_seq_and_repair(fd)
 
     def read(self, *, offset: int = 0) -> Iterator[Event]:
-        """Every complete, well-formed record from byte `offset` on."""
-        if not self.path.exists():
-            return
-        with open(self.path, "rb") as fh:
-            fh.seek(offset)
-            for line in fh:
-                if not line.endswith(b"\n"):
-                    break
-                ev = _parse(line)
-                if ev is not None:
-                    yield ev
+        """Every complete, well-formed record: the rotated files, then the current one
+        from byte `offset` on (an offset applies to the current file only)."""
+        files = ([] if offset else self.rotated()) + [self.path]
+        for path in files:
+            if not path.exists():
+                continue
+            with open(path, "rb") as fh:
+                if path == self.path:
+                    fh.seek(offset)
+                for line in fh:
+                    if not line.endswith(b"\n"):
+                        break
+                    ev = _parse(line)
+                    if ev is not None:
+                        yield ev
 
     def count(self) -> int:
         return self.last_seq() if self.path.exists() else 0
@@ -238,6 +299,7 @@ class EventLog:
         with self.locked() as fd:
             size = os.fstat(fd).st_size
             tip = repo.ref_target(ref)
+            inode = os.fstat(fd).st_ino
             sealed_seq, sealed_offset = 0, 0
             if tip is not None:
                 m = _SEAL_TRAILER.search(repo.commit_message(tip))
@@ -246,6 +308,10 @@ class EventLog:
                         f"{ref} has a commit without a seal trailer; not sealing onto it"
                     )
                 sealed_seq, sealed_offset = int(m.group(1)), int(m.group(2))
+                if m.group(3) is not None and int(m.group(3)) != inode:
+                    # The file was rotated after that seal (rotation happens only when
+                    # everything in it is sealed): this file is new, seal it from 0.
+                    sealed_offset = 0
             if sealed_offset > size:
                 raise GitsupError(
                     f"{self.path} is shorter than what {ref} says was sealed; refusing to seal",
@@ -255,16 +321,27 @@ class EventLog:
             end = data.rfind(b"\n") + 1
             data = data[:end]
             if not data:
+                self._maybe_rotate(size, sealed_offset)
                 return None
             first = _seq_of(data.split(b"\n", 1)[0]) or sealed_seq + 1
             last = _seq_of(data.rstrip(b"\n").rsplit(b"\n", 1)[-1]) or first
             name = f"{first:09d}-{last:09d}.jsonl"
             message = (
                 f"{reason}\n\nevents {first}..{last} of task {self.task}\n\n"
-                f"Sup-Task: {self.task}\nSup-Sealed: seq={last} offset={sealed_offset + end}\n"
+                f"Sup-Task: {self.task}\n"
+                f"Sup-Sealed: seq={last} offset={sealed_offset + end} file={inode}\n"
             )
             fault("during_seal")
-            return repo.append_segment(ref, name=name, data=data, message=message, expected_old=tip)
+            commit = repo.append_segment(
+                ref, name=name, data=data, message=message, expected_old=tip
+            )
+            self._maybe_rotate(size, sealed_offset + end)
+            return commit
+
+    def _maybe_rotate(self, size: int, sealed_to: int) -> None:
+        if size > self.rotate_bytes and sealed_to == size:
+            self._rotate()
+            self._known_seq, self._known_size = None, -1
 
 
 def _rfind_newline(fd: int, size: int) -> int:

@@ -140,7 +140,11 @@ class Supervisor:
         self.worker_factory = worker_factory
         self.sm = StateMachine(State(record.state))
         self.log = EventLog(
-            layout.events(self.task), self.task, max_record_bytes=spec.events.max_record_bytes
+            layout.events(self.task),
+            self.task,
+            max_record_bytes=spec.events.max_record_bytes,
+            rotate_bytes=spec.events.rotate_bytes,
+            keep_files=spec.events.keep_files,
         )
         self.inbox: Inbox = queue.SimpleQueue()
         self.worker: WorkerAdapter | None = None
