@@ -18,20 +18,15 @@ app = typer.Typer(
 )
 
 
+COMMAND_MODULES = ("tasks_cmd", "policy_cmd", "demo_cmd", "boundary_cmd")
+
+
 def _register() -> None:
-    # Command modules register themselves on `app` when imported.
-    import contextlib
+    """Command modules register themselves on `app` when imported."""
+    import importlib
 
-    from gitsup.cli import tasks_cmd  # noqa: F401
-
-    with contextlib.suppress(ImportError):
-        from gitsup.cli import policy_cmd  # noqa: F401
-    with contextlib.suppress(ImportError):
-        from gitsup.cli import demo_cmd  # noqa: F401
-    with contextlib.suppress(ImportError):
-        from gitsup.cli import tmux_cmd  # noqa: F401
-    with contextlib.suppress(ImportError):
-        from gitsup.cli import boundary_cmd  # noqa: F401
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"gitsup.cli.{name}")
 
 
 def run() -> None:
