@@ -166,6 +166,7 @@ class Supervisor:
         self._resume_prompt = ""
         self._exit_stack = contextlib.ExitStack()
         self._swept = False
+        self._clean_before_checks = True
 
     # --- events and state ---------------------------------------------------------
 
@@ -961,6 +962,10 @@ class Supervisor:
     def _run_checks(self) -> list[CheckResult]:
         results: list[CheckResult] = []
         env = self._worker_env()
+        # The worker's result is judged as it was before the checks ran: what the checks
+        # write themselves (__pycache__, .pytest_cache, build output) is not its change.
+        wt = self._worktree_repo()
+        self._clean_before_checks = wt is None or wt.is_clean()
         for check in self.spec.checks:
             if self._abort.is_set():
                 self._stop_reason = self._stop_reason or "stop requested"
@@ -1015,8 +1020,7 @@ class Supervisor:
                 problems.append("no local commit after the baseline")
             elif not self.repo.is_ancestor(Oid(self.record.baseline), head):
                 problems.append("branch head does not descend from the baseline")
-        wt = self._worktree_repo()
-        if wt is not None and not wt.is_clean():
+        if not self._clean_before_checks:
             problems.append("worktree has uncommitted changes")
         self._verified_head = head
         return problems

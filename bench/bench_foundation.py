@@ -1,0 +1,495 @@
+"""Foundation benchmark: task start latency, event-log append rate, `git sup ls` at scale.
+
+    .venv/bin/python bench/bench_foundation.py [--quick] [--keep]
+
+Prints numbers and ratios; asserts nothing. Everything happens in a temporary directory
+with a hermetic Git environment (no user or system config).
+
+1. task start -> worker's first instruction, on a generated repository (20k files), against
+   a plain `git worktree add` measured in the same run (goal: ratio <= 0.8), with a breakdown
+   of where the time of `prepare_task` + spawn goes.
+2. event append rate with the log at 1 MB and at 100 MB (goal: >= 20k/s, flat).
+3. `git sup ls` with 2,000 tasks: the console script and in-process `list_tasks` (goal < 0.5 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+BIN = Path(sys.executable).parent
+GIT_SUP = str(BIN / "git-sup")
+
+
+# --- environment ------------------------------------------------------------------------
+
+
+def hermetic_env(home: Path) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / ".gitconfig").write_text(
+        "[init]\n\tdefaultBranch = main\n[user]\n\tname = Bench\n\temail = bench@example.invalid\n"
+    )
+    os.environ.update(
+        {
+            "HOME": str(home),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"),
+            "GIT_TERMINAL_PROMPT": "0",
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+    )
+    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GITSUP_TASK"):
+        os.environ.pop(var, None)
+
+
+def git(cwd: Path, *args: str, input: bytes | None = None) -> str:
+    res = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)}: {res.stderr.decode()}")
+    return res.stdout.decode().strip()
+
+
+def fmt_s(x: float) -> str:
+    return f"{x * 1000:8.1f} ms" if x < 10 else f"{x:8.2f} s "
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+# --- 1. task start vs git worktree add ----------------------------------------------------
+
+
+def make_repo(root: Path, files: int) -> Path:
+    """A repository with `files` small source files in nested directories, checked out.
+
+    Built with `git fast-import` (seconds, not minutes)."""
+    repo = root / "big"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    chunks: list[bytes] = []
+    per_dir = 100
+    body = "".join(f"def f{i}(x):\n    return x * {i} + 1\n\n" for i in range(25))  # ~800 B
+    chunks.append(b"commit refs/heads/main\n")
+    chunks.append(b"committer Bench <bench@example.invalid> 1767225600 +0000\n")
+    msg = b"generated tree"
+    chunks.append(b"data %d\n%s\n" % (len(msg), msg))
+    for n in range(files):
+        d = n // per_dir
+        path = f"src/pkg{d // 20:03d}/mod{d:04d}/file{n:05d}.py"
+        data = f"# {path}\n{body}".encode()
+        chunks.append(b"M 100644 inline %s\ndata %d\n%s\n" % (path.encode(), len(data), data))
+    git(repo, "fast-import", "--quiet", input=b"".join(chunks))
+    git(repo, "reset", "-q", "--hard", "main")
+    return repo
+
+
+class Phases:
+    """Wall time spent in selected functions (wrapped in place while benchmarking)."""
+
+    def __init__(self) -> None:
+        self.t: dict[str, list[tuple[float, float]]] = defaultdict(list)  # (wall start, duration)
+        self.before: dict[str, list[float]] = defaultdict(list)  # per run, before a cut
+        self.counts: dict[str, int] = {}
+        self._undo: list[Callable[[], None]] = []
+
+    def mark(self) -> None:
+        self.t.clear()
+
+    def cut(self, wall: float) -> None:
+        """Per run, the time of the calls that started before `wall` (the worker's first
+        instruction), and how many there were."""
+        for label, calls in self.t.items():
+            mine = [min(d, wall - t0) for t0, d in calls if t0 < wall]
+            self.before[label].append(sum(mine))
+            self.counts[label] = len(mine)
+
+    def wrap(self, owner: Any, attr: str, label: str) -> None:
+        orig = getattr(owner, attr)
+
+        @functools.wraps(orig)
+        def timed(*a: Any, **k: Any) -> Any:
+            w0, t0 = time.time(), time.perf_counter()
+            try:
+                return orig(*a, **k)
+            finally:
+                self.t[label].append((w0, time.perf_counter() - t0))
+
+        setattr(owner, attr, timed)
+        self._undo.append(lambda: setattr(owner, attr, orig))
+
+    def restore(self) -> None:
+        for u in reversed(self._undo):
+            u()
+        self._undo.clear()
+
+
+def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
+    from gitsup import supervisor as sup_mod
+    from gitsup import tasks as tasks_mod
+    from gitsup.git import GitRepo
+    from gitsup.lease import LeaseStore
+    from gitsup.record import TaskStore
+    from gitsup.spec import spec_from_mapping
+    from gitsup.tasks import Context
+
+    print(f"\n== 1. task start -> worker's first instruction ({files:,} files, {reps} runs each)")
+    t0 = time.perf_counter()
+    repo = make_repo(root, files)
+    head = git(repo, "rev-parse", "HEAD")
+    size = sum(f.stat().st_size for f in (repo / "src").rglob("*.py"))
+    print(
+        f"   generated repository in {time.perf_counter() - t0:.1f} s ({files:,} files, {size / 1e6:.1f} MB)"
+    )
+
+    # gitsup in process: prepare_task + Supervisor spawn -> worker's first instruction.
+    # The worker is `sh -c 'date +%s.%N > stamp'`: its first instruction records the time.
+    stamp = root / "stamp"
+    spec = spec_from_mapping(
+        {
+            "goal": "bench",
+            "worker": {"kind": "process", "argv": ["sh", "-c", f"date +%s.%N > {stamp}"]},
+            "review": {"kind": "none"},
+            "autonomy": {"require_local_commit": False},
+        }
+    )
+    phases = Phases()
+    phases.wrap(tasks_mod, "init_repo", "init_repo (config, hooks)")
+    phases.wrap(GitRepo, "resolve_commit", "resolve baseline")
+    phases.wrap(TaskStore, "create", "allocate task id/dir")
+    phases.wrap(LeaseStore, "acquire", "lease acquire")
+    phases.wrap(GitRepo, "create_branch", "create branch")
+    phases.wrap(GitRepo, "add_worktree", "add_worktree (libgit2 checkout)")
+    phases.wrap(GitRepo, "update_ref", "update_ref")
+    phases.wrap(TaskStore, "save", "save record (fsync)")
+    phases.wrap(sup_mod.Supervisor, "_seal", "seal event log")
+    phases.wrap(sup_mod.Supervisor, "_spawn", "_spawn (preflight .. exec)")
+
+    def plain_add(i: int) -> float:
+        dest = root / "plain" / f"wt{i}"
+        t = time.perf_counter()
+        subprocess.run(
+            ["git", "worktree", "add", "-q", "-b", f"plain{i}", str(dest), head],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+        )
+        return time.perf_counter() - t
+
+    def ours_start() -> tuple[float, float]:
+        stamp.unlink(missing_ok=True)
+        ctx = Context.discover(repo)
+        phases.mark()
+        t_wall = time.time()
+        t_perf = time.perf_counter()
+        prepared_at: list[float] = []
+        tasks_mod.run_task(ctx, spec, on_prepared=lambda r: prepared_at.append(time.perf_counter()))
+        started = float(stamp.read_text().strip())
+        phases.cut(started)
+        return started - t_wall, prepared_at[0] - t_perf
+
+    # interleaved, so that load from elsewhere hits both sides alike
+    plain: list[float] = []
+    ours: list[float] = []
+    to_prepared: list[float] = []
+    try:
+        for i in range(reps):
+            plain.append(plain_add(i))
+            o, p = ours_start()
+            ours.append(o)
+            to_prepared.append(p)
+    finally:
+        phases.restore()
+
+    # the same through the console script (adds interpreter start-up and CLI import)
+    cli: list[float] = []
+    for _ in range(max(2, reps // 2)):
+        stamp.unlink(missing_ok=True)
+        t_wall = time.time()
+        subprocess.run(
+            [
+                GIT_SUP,
+                "start",
+                "bench",
+                "--worker",
+                f"sh -c 'date +%s.%N > {stamp}'",
+                "--review",
+                "none",
+                "--no-commit-required",
+                "--quiet",
+            ],
+            cwd=repo,
+            capture_output=True,
+        )
+        cli.append(float(stamp.read_text().strip()) - t_wall)
+
+    # the checkout alone, and what the alternatives cost (interleaved)
+    r = GitRepo.open(repo)
+    alt: dict[str, list[float]] = defaultdict(list)
+    variants: list[tuple[str, list[str], bool]] = [
+        ("git worktree add", [], True),
+        (
+            "git worktree add, checkout.workers=0",
+            ["-c", "checkout.workers=0", "-c", "checkout.thresholdForParallelism=1"],
+            True,
+        ),
+        ("git worktree add --no-checkout", [], False),
+    ]
+    for i in range(max(2, reps // 2)):
+        r.create_branch(f"alt{i}", head)  # type: ignore[arg-type]
+        t = time.perf_counter()
+        r.add_worktree(f"alt{i}", root / "alt" / f"lib{i}", f"alt{i}")
+        alt["libgit2 add_worktree (gitsup today)"].append(time.perf_counter() - t)
+        for n, (label, extra, checkout) in enumerate(variants):
+            argv = ["git", *extra, "worktree", "add", "-q", "--force"]
+            if not checkout:
+                argv.append("--no-checkout")
+            t = time.perf_counter()
+            subprocess.run(
+                [*argv, str(root / "alt" / f"v{n}-{i}"), f"alt{i}"],
+                cwd=repo,
+                check=True,
+                capture_output=True,
+            )
+            alt[label].append(time.perf_counter() - t)
+
+    # what a pool of ready checkouts would cost at start: move one into place, point it at
+    # a new branch (no file is written: the pool checkout is already at the baseline)
+    for i in range(max(2, reps // 2)):
+        pool = root / "pool" / f"p{i}"
+        subprocess.run(
+            ["git", "worktree", "add", "-q", "--detach", str(pool), head],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+        )
+        dest = root / "alt" / f"pooled{i}"
+        t = time.perf_counter()
+        subprocess.run(
+            ["git", "worktree", "move", str(pool), str(dest)],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            ["git", "checkout", "-q", "-b", f"pooled{i}"], cwd=dest, check=True, capture_output=True
+        )
+        alt["pool: git worktree move + checkout -b"].append(time.perf_counter() - t)
+
+    m_plain, m_ours, m_cli = median(plain), median(ours), median(cli)
+    print(
+        f"   git worktree add (plain)          {fmt_s(m_plain)}   (min {fmt_s(min(plain)).strip()})"
+    )
+    print(
+        f"   gitsup prepare+spawn (in process) {fmt_s(m_ours)}   (min {fmt_s(min(ours)).strip()})"
+        f"   ratio {m_ours / m_plain:.2f}x  (goal <= 0.80x; min/min {min(ours) / min(plain):.2f}x)"
+    )
+    print(f"     of which prepare_task           {fmt_s(median(to_prepared))}")
+    print(f"   git sup start (console script)    {fmt_s(m_cli)}   ratio {m_cli / m_plain:.2f}x")
+    print("   where the time to the worker's first instruction goes (median per task):")
+    for label, xs in sorted(phases.before.items(), key=lambda kv: -median(kv[1])):
+        print(f"     {label:34} {fmt_s(median(xs))}  ({phases.counts.get(label, 0)} call(s))")
+    print("   the checkout alone (same commit, fresh path each):")
+    base_alt = median(alt["git worktree add"])
+    for label, xs in alt.items():
+        print(f"     {label:40} {fmt_s(median(xs))}  {median(xs) / base_alt:.2f}x")
+    return {
+        "plain_s": m_plain,
+        "ours_s": m_ours,
+        "ratio": m_ours / m_plain,
+        "cli_s": m_cli,
+        "checkout": {k: median(v) for k, v in alt.items()},
+        "phases_before_spawn": {k: median(v) for k, v in phases.before.items()},
+    }
+
+
+# --- 2. event append rate ----------------------------------------------------------------
+
+
+def prefill(path: Path, size: int) -> int:
+    """Write valid records until the log is `size` bytes; return the last seq."""
+    line_tpl = '{"seq":%d,"ts":1767225600.000000,"task":"20260101-abcdef","type":"worker_output","data":{"stream":"stdout","text":"%s"}}\n'
+    pad = "x" * 120
+    seq = 0
+    written = 0
+    with open(path, "wb") as fh:
+        buf: list[bytes] = []
+        while written < size:
+            seq += 1
+            b = (line_tpl % (seq, pad)).encode()
+            buf.append(b)
+            written += len(b)
+            if len(buf) >= 10_000:
+                fh.write(b"".join(buf))
+                buf.clear()
+        fh.write(b"".join(buf))
+    return seq
+
+
+def bench_events(root: Path, sizes: list[int], n: int) -> dict[str, float]:
+    from gitsup.events import EventLog
+    from gitsup.ids import TaskId
+
+    print(f"\n== 2. event append rate ({n:,} appends of ~200 B, one process)")
+    out: dict[str, float] = {}
+    for size in sizes:
+        path = root / f"events-{size}.jsonl"
+        last = prefill(path, size)
+        log = EventLog(path, TaskId("20260101-abcdef"))
+        data = {"stream": "stdout", "text": "compiling module 42 of 97 ... ok " * 3}
+        t = time.perf_counter()
+        for _ in range(n):
+            log.append("worker_output", data)
+        dt = time.perf_counter() - t
+        assert log.last_seq() == last + n
+        log.close()
+        rate = n / dt
+        out[f"{size / 1e6:g}MB"] = rate
+        print(
+            f"   log at {size / 1e6:6.0f} MB: {rate:10,.0f} appends/s   ({dt / n * 1e6:.1f} us each)   goal >= 20,000/s"
+        )
+        path.unlink()
+    rates = list(out.values())
+    print(f"   largest / smallest log rate: {rates[-1] / rates[0]:.2f}x  (flat = ~1.0)")
+    return out
+
+
+# --- 3. ls with 2,000 tasks ------------------------------------------------------------------
+
+
+def bench_ls(root: Path, count: int) -> dict[str, float]:
+    from gitsup.record import TaskRecord
+    from gitsup.state import State, Status
+    from gitsup.tasks import Context, list_tasks
+
+    print(f"\n== 3. git sup ls with {count:,} tasks")
+    repo = root / "lsrepo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "a.txt").write_text("a\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "one")
+    git(repo, "branch", "other")
+    bases = [git(repo, "rev-parse", "HEAD")]
+    for i in range(5):  # baselines at different depths: behind counts differ
+        (repo / "a.txt").write_text(f"{i}\n")
+        git(repo, "commit", "-q", "-am", f"c{i}")
+        bases.append(git(repo, "rev-parse", "HEAD"))
+    ctx = Context.discover(repo)
+    store = ctx.store
+    states = [
+        (State.COMPLETED, Status.READY),
+        (State.BLOCKED, Status.PARKED),
+        (State.FAILED, Status.FAILED),
+        (State.STOPPED, Status.STOPPED),
+    ]
+    t = time.perf_counter()
+    now = time.time()
+    for i in range(count):
+        tid = store.create()
+        st, status = states[i % len(states)]
+        store.save(
+            TaskRecord(
+                id=tid,
+                state=st,
+                status=status,
+                goal=f"task number {i}\nwith details",
+                baseline=bases[i % len(bases)],
+                source_branch="main" if i % 7 else "other",
+                branch=f"sup/{tid}",
+                worktree=str(root / "wts" / tid),
+                worker_kind="process",
+                created_at=now - (count - i),
+            )
+        )
+    print(f"   created {count:,} task records in {time.perf_counter() - t:.1f} s")
+
+    inproc: list[float] = []
+    for _ in range(5):
+        t = time.perf_counter()
+        rows = list_tasks(ctx)
+        inproc.append(time.perf_counter() - t)
+    assert len(rows) == count
+
+    def run(*args: str) -> float:
+        t = time.perf_counter()
+        res = subprocess.run([GIT_SUP, *args], cwd=repo, capture_output=True)
+        dt = time.perf_counter() - t
+        assert res.returncode == 0, res.stderr
+        return dt
+
+    cli_text = [run("ls") for _ in range(3)]
+    cli_json = [run("ls", "--json") for _ in range(3)]
+    startup = [run("--help") for _ in range(3)]
+    print(f"   list_tasks (in process)      {fmt_s(median(inproc))}   goal < 500 ms")
+    print(f"   git sup ls (console script)  {fmt_s(median(cli_text))}")
+    print(f"   git sup ls --json            {fmt_s(median(cli_json))}")
+    print(
+        f"   git sup --help (start-up)    {fmt_s(median(startup))}   (interpreter + CLI import, no work)"
+    )
+    return {
+        "list_tasks_s": median(inproc),
+        "cli_ls_s": median(cli_text),
+        "cli_ls_json_s": median(cli_json),
+        "cli_startup_s": median(startup),
+    }
+
+
+# --- main ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def workdir(keep: bool) -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="gitsup-bench-"))
+    try:
+        yield d
+    finally:
+        if keep:
+            print(f"\n(kept {d})")
+        else:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer runs")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--json", action="store_true", help="also print all numbers as JSON")
+    args = ap.parse_args()
+    files, reps = (5_000, 3) if args.quick else (20_000, 7)
+    sizes = [1_000_000, 10_000_000] if args.quick else [1_000_000, 100_000_000]
+    appends = 5_000 if args.quick else 20_000
+    tasks = 500 if args.quick else 2_000
+    print(
+        f"gitsup foundation benchmark{' (quick)' if args.quick else ''}: python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} CPU(s), git {git(Path('.'), '--version').split()[-1]}"
+    )
+    results: dict[str, Any] = {}
+    with workdir(args.keep) as root:
+        hermetic_env(root / "home")
+        results["start"] = bench_start(root, files, reps)
+        results["events"] = bench_events(root, sizes, appends)
+        results["ls"] = bench_ls(root, tasks)
+    if args.json:
+        print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

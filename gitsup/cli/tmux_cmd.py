@@ -1,0 +1,86 @@
+"""tmux transport commands: `git sup attach ID [--read-only]`, `git sup hook claude`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gitsup.cli.main import app
+from gitsup.errors import GitsupError
+
+
+def attach_argv(socket: str, *, read_only: bool) -> list[str]:
+    tmux = shutil.which("tmux") or "tmux"
+    argv = [tmux, "-S", socket, "attach-session", "-t", "gitsup"]
+    if read_only:
+        argv.append("-r")
+    return argv
+
+
+def task_socket(task: str) -> str:
+    from gitsup.state import TERMINAL
+    from gitsup.tasks import Context
+
+    ctx = Context.discover()
+    record = ctx.store.load(task)
+    if record.worker_kind != "tmux":
+        raise GitsupError(
+            f"task {task} runs a {record.worker_kind} worker; only tmux workers can be attached"
+        )
+    extra = (record.worker or {}).get("extra") or {}
+    socket = extra.get("socket") if isinstance(extra, dict) else None
+    if not socket or not Path(socket).exists():
+        state = record.state.value
+        hint = "the task has ended" if record.state in TERMINAL else "its tmux server is gone"
+        raise GitsupError(f"task {task} ({state}) has no tmux session to attach to: {hint}")
+    return str(socket)
+
+
+@app.command("attach")
+def attach_cmd(
+    task: Annotated[str, typer.Argument(help="Task id.")],
+    read_only: Annotated[
+        bool, typer.Option("--read-only", "-r", help="Watch only; keys are not sent to the pane.")
+    ] = False,
+) -> None:
+    """Attach this terminal to the task's Claude Code pane (tmux workers).
+
+    Typing into the pane is a human takeover: automatic turns pause until
+    `git sup resume-auto ID`. Detach with the tmux prefix key, then d (C-b d)."""
+    socket = task_socket(task)
+    argv = attach_argv(socket, read_only=read_only)
+    if not sys.stdin.isatty():
+        raise GitsupError("attach needs a terminal", hint=" ".join(argv))
+    os.execvp(argv[0], argv)
+
+
+def _hook_app() -> typer.Typer:
+    """The `hook` sub-app: the one the boundary commands registered, else our own."""
+    with contextlib.suppress(ImportError):
+        from gitsup.cli import boundary_cmd  # type: ignore[attr-defined,unused-ignore]  # noqa: F401
+    for group in app.registered_groups:
+        if group.name == "hook" and isinstance(group.typer_instance, typer.Typer):
+            return group.typer_instance
+    hook = typer.Typer(help="Git and Claude Code hooks (run by hooks, not by people).")
+    app.add_typer(hook, name="hook")
+    return hook
+
+
+hook_app = _hook_app()
+
+
+@hook_app.command("claude")
+def hook_claude_cmd() -> None:
+    """Claude Code command hook: forward the hook JSON on stdin to the supervisor owning
+    the session's directory and print its answer (nothing when no supervisor owns it).
+
+    Faster, for registering in Claude Code settings: `python3 -m gitsup.hookrelay`."""
+    from gitsup.hookrelay import main
+
+    raise typer.Exit(main())

@@ -1,0 +1,1 @@
+"""Shared helpers for the foundation tests (workers, specs, waiting, process checks)."""
