@@ -13,6 +13,7 @@ Capabilities are explicit and never inferred from each other:
 from __future__ import annotations
 
 import queue
+import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -193,3 +194,19 @@ class WorkerAdapter(ABC):
     @property
     @abstractmethod
     def alive(self) -> bool: ...
+
+
+def spawn_piped(argv: list[str], *, cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """Start a worker with stdin/stdout/stderr pipes in its own session (process group)."""
+    try:
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise WorkerError(f"cannot start worker {argv[0]!r}: {exc.strerror or exc}") from exc

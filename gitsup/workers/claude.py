@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,6 +46,7 @@ from gitsup.workers.base import (
     WorkerExited,
     WorkerIdentity,
     WorkerOutput,
+    spawn_piped,
 )
 
 BASE_FLAGS = (
@@ -195,16 +196,17 @@ def preflight(ctx: WorkerContext, extra_args: Sequence[str]) -> None:
     settings files (option `loads_settings_files`) has those checked too."""
     check_arguments(list(ctx.argv[1:]) + list(extra_args))
     if ctx.options.get("loads_settings_files", False):
-        for f in loaded_settings_files(ctx.worktree, ctx.env):
-            try:
-                text = f.read_text()
-            except OSError:
-                continue
-            try:
-                data = json.loads(text)
-            except ValueError:
-                continue
+        for f, data in read_settings_files(loaded_settings_files(ctx.worktree, ctx.env)):
             check_settings(data, str(f))
+
+
+def read_settings_files(paths: Iterable[Path]) -> Iterator[tuple[Path, Any]]:
+    """(path, parsed JSON) of the settings files that exist and parse."""
+    for f in paths:
+        try:
+            yield f, json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
 
 
 class ClaudeWorker(WorkerAdapter):
@@ -267,18 +269,7 @@ class ClaudeWorker(WorkerAdapter):
         env = {k: v for k, v in self.ctx.env.items() if k != "CLAUDECODE"}
         env["GITSUP_TASK"] = self.ctx.task_id
         env.setdefault("CLAUDE_CODE_ENTRYPOINT", "sdk-cli")
-        try:
-            self._proc = subprocess.Popen(
-                argv,
-                cwd=self.ctx.worktree,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise WorkerError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
+        self._proc = spawn_piped(argv, cwd=self.ctx.worktree, env=env)
         p = self._proc
         assert p.stdout is not None and p.stderr is not None
         out_done, err_done = threading.Event(), threading.Event()

@@ -25,6 +25,7 @@ from gitsup.workers.base import (
     WorkerExited,
     WorkerIdentity,
     WorkerOutput,
+    spawn_piped,
 )
 
 
@@ -48,18 +49,7 @@ class ProcessWorker(WorkerAdapter):
         wrap = self.ctx.options.get("wrap")
         if wrap is not None:
             argv = wrap(argv)
-        try:
-            self._proc = subprocess.Popen(
-                argv,
-                cwd=self.ctx.worktree,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except (FileNotFoundError, PermissionError, NotADirectoryError, OSError) as exc:
-            raise WorkerError(f"cannot start worker {argv[0]!r}: {exc.strerror or exc}") from exc
+        self._proc = spawn_piped(argv, cwd=self.ctx.worktree, env=env)
         p = self._proc
         assert p.stdin is not None and p.stdout is not None and p.stderr is not None
         threading.Thread(target=self._feed_stdin, args=(p.stdin, goal), daemon=True).start()

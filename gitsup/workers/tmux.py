@@ -55,7 +55,7 @@ from gitsup.workers.base import (
     WorkerNote,
     WorkerOutput,
 )
-from gitsup.workers.claude import find_claude, loaded_settings_files
+from gitsup.workers.claude import find_claude, loaded_settings_files, read_settings_files
 from gitsup.workers.hooks import (
     DEFAULT_BOUND,
     SECRET_ENV,
@@ -310,15 +310,9 @@ class TmuxWorker(WorkerAdapter):
         # Only the user's settings files load (`--setting-sources user`): a worktree's
         # .claude/settings*.json can set disableAllHooks, which switches gitsup's hooks off,
         # and the worker could write one during the session (measured with 2.1.328).
-        for f in loaded_settings_files(self.ctx.worktree, self.ctx.env)[:2]:
-            try:
-                text = f.read_text()
-            except OSError:
-                continue
-            try:
-                data = json.loads(text)
-            except ValueError:
-                continue
+        for f, data in read_settings_files(
+            loaded_settings_files(self.ctx.worktree, self.ctx.env)[:2]
+        ):
             check_tmux_settings(data, str(f))
         return rest, user_settings
 
