@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitsup.errors import Exit, GitsupError
 from gitsup.events import Event, EventLog
@@ -21,7 +21,9 @@ from gitsup.procid import ProcessId
 from gitsup.record import TaskLock, TaskRecord, TaskStore
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL, State, Status
-from gitsup.supervisor import EventSink, Supervisor, WorkerFactory, default_worker_factory
+
+if TYPE_CHECKING:
+    from gitsup.supervisor import EventSink, WorkerFactory
 
 DEFAULT_PROTECTED = ("main", "master", "trunk", "develop", "integration")
 
@@ -197,13 +199,21 @@ def run_task(
     *,
     on_event: EventSink | None = None,
     on_prepared: Any = None,
-    worker_factory: WorkerFactory = default_worker_factory,
+    worker_factory: WorkerFactory | None = None,
 ) -> TaskRecord:
     record, lease = prepare_task(ctx, spec)
     if on_prepared is not None:
         on_prepared(record)
+    from gitsup.supervisor import Supervisor, default_worker_factory
+
     sup = Supervisor(
-        ctx.repo, ctx.layout, record, spec, lease, on_event=on_event, worker_factory=worker_factory
+        ctx.repo,
+        ctx.layout,
+        record,
+        spec,
+        lease,
+        on_event=on_event,
+        worker_factory=worker_factory or default_worker_factory,
     )
     return sup.run()
 

@@ -10,7 +10,6 @@ import typer
 from gitsup.cli.main import app
 from gitsup.cli.output import emit_json, out, progress
 from gitsup.cli.tasks_cmd import _render_progress
-from gitsup.demo import run_demo
 from gitsup.tasks import Context, show_dict, status_exit
 
 
@@ -24,6 +23,8 @@ def demo_cmd(
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Run one scripted task through the whole loop in a throwaway repo (no network, no API key)."""
+    from gitsup.demo import run_demo
+
     if directory is not None:
         directory = directory.resolve()
     if not quiet:

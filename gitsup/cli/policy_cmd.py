@@ -6,14 +6,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gitsup.cli.main import app
 from gitsup.cli.output import emit_json, out
 from gitsup.errors import GitsupError
-from gitsup.policy import Decision, Policy, classify_command
+
+if TYPE_CHECKING:
+    from gitsup.policy import Decision, Policy
 
 policy_app = typer.Typer(
     no_args_is_help=True,
@@ -52,6 +54,8 @@ def git_protected(worktree: Path) -> list[str]:
 
 
 def _context(cwd: Path | None) -> tuple[str, Policy]:
+    from gitsup.policy import Policy
+
     if cwd is not None:
         if not cwd.is_dir():
             raise GitsupError(f"--cwd {cwd}: not a directory")
@@ -69,6 +73,8 @@ def _render(d: Decision) -> None:
 
 
 def _batch(worktree: str, policy: Policy) -> None:
+    from gitsup.policy import classify_command
+
     commands: list[str] = []
     for n, line in enumerate(sys.stdin, start=1):
         if not line.strip():
@@ -121,6 +127,8 @@ def check_cmd(
     if words == ["-"]:
         _batch(worktree, policy)
         return
+    from gitsup.policy import classify_command
+
     d = classify_command(" ".join(words), worktree=worktree, policy=policy)
     if as_json:
         sys.stdout.write(json.dumps(d.as_dict()) + "\n")
