@@ -126,6 +126,8 @@ class EventLog:
         self._fd: int | None = None
         self._known_seq: int | None = None  # seq and file size right after our last append
         self._known_size = -1
+        self._locked_size = 0
+        self._heads: dict[str, str] = {}
 
     # --- file handling ----------------------------------------------------------------
 
@@ -157,7 +159,9 @@ class EventLog:
                 current = os.stat(self.path).st_ino
             except FileNotFoundError:
                 current = -1
-            if current == os.fstat(fd).st_ino:
+            st = os.fstat(fd)
+            if current == st.st_ino:
+                self._locked_size = st.st_size
                 break
             fcntl.flock(fd, fcntl.LOCK_UN)
             self.close()
@@ -250,18 +254,26 @@ class EventLog:
         if len(body) > self.max_record_bytes:
             payload = _cap(payload, self.max_record_bytes)
             body = json.dumps(payload, separators=(",", ":"), default=str)
-        head = f',"task":{json.dumps(self.task)},"type":{json.dumps(type)},"data":'
+        head = self._heads.get(type)
+        if head is None:
+            head = self._heads[type] = (
+                f',"task":{json.dumps(self.task)},"type":{json.dumps(type)},"data":'
+            )
         with self.locked() as fd:
-            size = os.fstat(fd).st_size
+            size = self._locked_size
             if size == self._known_size and self._known_seq is not None:
                 # Nobody wrote since our own last append (we hold the lock): no tail read.
                 seq = self._known_seq + 1
             else:
                 seq = self._last_seq_and_repair(fd) + 1
+                size = os.fstat(fd).st_size  # the repair may have cut a torn line
             ts = round(time.time(), 6)  # under the lock: ts never goes back as seq goes up
             line = f'{{"seq":{seq},"ts":{ts:.6f}{head}{body}}}\n'.encode()
-            os.write(fd, line)
-            self._known_seq, self._known_size = seq, os.fstat(fd).st_size
+            written = os.write(fd, line)
+            # O_APPEND under our lock: the file is exactly `line` longer (a short write
+            # would leave a torn line, repaired by the next append's tail read).
+            self._known_seq = seq if written == len(line) else None
+            self._known_size = size + written
         return Event(seq, ts, self.task, type, payload)
 
     def last_seq(self) -> int:
