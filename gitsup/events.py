@@ -155,13 +155,17 @@ class EventLog:
         while True:
             fd = self._open()
             fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            self._locked_size = st.st_size
+            if st.st_size == self._known_size:
+                # Unchanged since our own last append: not rotated either, because a
+                # rotation always appends a marker line to the file it renames away.
+                break
             try:
                 current = os.stat(self.path).st_ino
             except FileNotFoundError:
                 current = -1
-            st = os.fstat(fd)
             if current == st.st_ino:
-                self._locked_size = st.st_size
                 break
             fcntl.flock(fd, fcntl.LOCK_UN)
             self.close()
@@ -181,7 +185,10 @@ class EventLog:
         return list(reversed(out))
 
     def _rotate(self) -> None:
-        """Under the lock, right after a seal that covers the whole file."""
+        """Under the lock, right after a seal that covers the whole file. The marker line
+        (not an event: no seq) tells other writers holding this file that it moved."""
+        with open(self.path, "ab") as fh:
+            fh.write(b'{"rotated":true}\n')
         for i in range(self.keep_files, 0, -1):
             src = self.path.with_name(f"events.{i}.jsonl")
             if src.exists():
