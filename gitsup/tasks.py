@@ -124,10 +124,10 @@ def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tup
 
     Returns the record (state idle) and the lease. Undoes its own steps on failure.
     """
-    init_repo(ctx)
     repo = ctx.repo
-    baseline = repo.resolve_commit(spec.base)
+    baseline = repo.resolve_commit(spec.base)  # validate before writing anything
     source_branch = repo.head_branch() if spec.base == "HEAD" else _branch_name(repo, spec.base)
+    init_repo(ctx)
     store = ctx.store
     task = store.create()
     task_dir = ctx.layout.task_dir(task)
@@ -225,7 +225,7 @@ def show_dict(ctx: Context, record: TaskRecord) -> dict[str, Any]:
     d = record.model_dump(mode="json")
     d["events"] = EventLog(ctx.layout.events(TaskId(record.id)), TaskId(record.id)).count()
     d["refs"] = {k: v for k, v in task_refs(TaskId(record.id)).items()}
-    d["owner_alive"] = _owner_alive(record)
+    d["owner_alive"] = record.state not in TERMINAL and _owner_alive(record)
     return d
 
 
