@@ -228,27 +228,6 @@ def bootstrap_argv(argv: list[str], *, cgroup: Cgroup | None, netns: str | None)
     return [*pre, "--", *argv]
 
 
-# --- process-group fallback ----------------------------------------------------------------
-
-
-def sweep_descendants(root_pid: int, *, grace: float = 2.0) -> list[int]:
-    """Kill the descendants of root_pid that psutil can still see. Returns the pids killed."""
-    import psutil
-
-    try:
-        kids = psutil.Process(root_pid).children(recursive=True)
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return []
-    for k in kids:
-        with contextlib.suppress(psutil.Error):
-            k.terminate()
-    _gone, alive = psutil.wait_procs(kids, timeout=grace)
-    for k in alive:
-        with contextlib.suppress(psutil.Error):
-            k.kill()
-    return [k.pid for k in kids]
-
-
 # --- network namespaces ----------------------------------------------------------------------
 
 

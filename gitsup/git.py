@@ -107,10 +107,6 @@ class GitRepo:
             raise GitsupError(f"cannot open Git repository {os.fspath(path)}: {exc}") from exc
         return cls(repo)
 
-    @classmethod
-    def open_bare_ok(cls, path: str | os.PathLike[str]) -> GitRepo:
-        return cls.open(path)
-
     # --- locations ----------------------------------------------------------------
 
     @property
@@ -256,15 +252,6 @@ class GitRepo:
         if old is not None and str(ref.target) != old:
             raise RefConflict(f"{name} moved to {str(ref.target)[:12]}; not deleting")
         ref.delete()
-
-    def refs_under(self, prefix: str) -> dict[str, Oid]:
-        out: dict[str, Oid] = {}
-        for name in self._repo.references:
-            if name.startswith(prefix):
-                target = self.ref_target(name)
-                if target is not None:
-                    out[name] = target
-        return out
 
     def is_ancestor(self, ancestor: Oid, descendant: Oid) -> bool:
         if ancestor == descendant:

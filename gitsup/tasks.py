@@ -103,10 +103,6 @@ def _init_repo_locked(ctx: Context, *, protected: list[str] | None = None) -> In
     return InitResult(str(ctx.layout.root), wanted, True, changed, hooks)
 
 
-def protected_branches(repo: GitRepo) -> list[str]:
-    return repo.config_get_all("sup.protected") or list(DEFAULT_PROTECTED)
-
-
 # --- start --------------------------------------------------------------------------
 
 
@@ -397,14 +393,3 @@ def status_exit(record: TaskRecord) -> int:
     if record.state not in TERMINAL:
         return Exit.OK
     return EXIT_OF.get(record.status, Exit.INTERNAL)
-
-
-def is_terminal(record: TaskRecord) -> bool:
-    return record.state in TERMINAL
-
-
-__all__ = [
-    "Context",
-    "State",
-    "Status",
-]
