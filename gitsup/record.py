@@ -5,20 +5,13 @@ Both are versioned; a newer version than this gitsup knows is a clear error.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from gitsup.errors import GitsupError
-from gitsup.fsutil import atomic_write
-from gitsup.ids import TaskId, new_task_id, parse_task_id
-from gitsup.layout import Layout
 from gitsup.state import State, Status
 
 RECORD_VERSION = 1
@@ -133,84 +126,7 @@ class CandidateNote(BaseModel):
         return cls.model_validate(raw)
 
 
-class TaskStore:
-    """Task directories under `$GIT_COMMON_DIR/sup/tasks/`."""
+# The store lives in gitsup.store (no pydantic import for listings); re-exported here.
+from gitsup.store import TaskLock, TaskStore  # noqa: E402
 
-    def __init__(self, layout: Layout) -> None:
-        self.layout = layout
-
-    def create(self) -> TaskId:
-        self.layout.ensure()
-        for _ in range(64):
-            tid = new_task_id()
-            try:
-                self.layout.task_dir(tid).mkdir()
-            except FileExistsError:
-                continue
-            return tid
-        raise GitsupError("could not allocate a unique task id")
-
-    def exists(self, task: TaskId) -> bool:
-        return self.layout.record(task).exists()
-
-    def load(self, task: str) -> TaskRecord:
-        tid = parse_task_id(task)
-        path = self.layout.record(tid)
-        try:
-            raw = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            raise GitsupError(
-                f"no task {task} in this repository", hint="`git sup ls` lists the tasks"
-            ) from None
-        except ValueError as exc:
-            raise GitsupError(f"task record {path} is corrupt: {exc}") from None
-        if isinstance(raw, dict) and int(raw.get("version", 1)) > RECORD_VERSION:
-            raise GitsupError(
-                f"task {task} was written by a newer gitsup (record version {raw['version']})",
-                hint="upgrade gitsup",
-            )
-        try:
-            return TaskRecord.model_validate(raw)
-        except ValidationError as exc:
-            raise GitsupError(f"task record {path} is invalid: {exc.errors()[0]['msg']}") from None
-
-    def save(self, record: TaskRecord) -> None:
-        record.touch()
-        path = self.layout.record(TaskId(record.id))
-        atomic_write(path, record.model_dump_json(indent=1).encode())
-
-    def ids(self) -> list[TaskId]:
-        if not self.layout.tasks.exists():
-            return []
-        return sorted(
-            TaskId(p.name) for p in self.layout.tasks.iterdir() if (p / "task.json").exists()
-        )
-
-    def iter_records(self) -> Iterator[TaskRecord]:
-        for tid in self.ids():
-            try:
-                yield self.load(tid)
-            except GitsupError:
-                continue
-
-    def lock(self, task: TaskId) -> TaskLock:
-        return TaskLock(self.layout.task_dir(task) / "lock")
-
-
-class TaskLock:
-    """Serializes lifecycle operations on one task across processes."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    def __enter__(self) -> TaskLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+__all__ = ["CandidateNote", "CheckResult", "ReviewResult", "TaskLock", "TaskRecord", "TaskStore"]

@@ -6,17 +6,15 @@ import json
 import sys
 from typing import Any
 
-from pydantic import BaseModel
-
 
 def emit_json(value: Any) -> None:
-    if isinstance(value, BaseModel):
+    if hasattr(value, "model_dump"):  # a pydantic model (not imported for fast commands)
         value = value.model_dump(mode="json")
     sys.stdout.write(json.dumps(value, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def emit_jsonl(value: Any) -> None:
-    if isinstance(value, BaseModel):
+    if hasattr(value, "model_dump"):  # a pydantic model (not imported for fast commands)
         value = value.model_dump(mode="json")
     sys.stdout.write(json.dumps(value, separators=(",", ":"), default=str) + "\n")
     sys.stdout.flush()

@@ -6,7 +6,7 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,9 +14,6 @@ from gitsup.cli.main import app
 from gitsup.cli.output import emit_json, emit_jsonl, out, progress
 from gitsup.durations import format_duration
 from gitsup.errors import GitsupError
-from gitsup.events import Event
-from gitsup.record import TaskRecord
-from gitsup.spec import TaskSpec, load_spec, spec_from_mapping
 from gitsup.tasks import (
     Context,
     discard_task,
@@ -28,6 +25,11 @@ from gitsup.tasks import (
     status_exit,
     stop_task,
 )
+
+if TYPE_CHECKING:
+    from gitsup.events import Event
+    from gitsup.record import TaskRecord
+    from gitsup.spec import TaskSpec
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
@@ -71,6 +73,8 @@ def _spec_from_cli(
     max_cost: float | None,
     no_commit: bool,
 ) -> TaskSpec:
+    from gitsup.spec import load_spec, spec_from_mapping
+
     over: dict[str, Any] = {}
     if goal is not None:
         over["goal"] = goal
