@@ -320,8 +320,16 @@ class GitRepo:
             return None
         return Path(wt.path)
 
+    def set_head_branch(self, branch: str) -> None:
+        """Point HEAD at refs/heads/<branch> without touching the index or the files."""
+        self._repo.set_head(f"refs/heads/{branch}")
+
     def remove_worktree(self, name: str, path: Path | None) -> None:
-        """Delete the worktree's files and its administrative entry."""
+        """Delete the worktree's files and its administrative entry (found from the
+        worktree's .git file when it has another name, e.g. a pooled worktree)."""
+        if path is not None and (path / ".git").is_file():
+            gitdir = (path / ".git").read_text().strip().removeprefix("gitdir:").strip()
+            name = Path(gitdir).name or name
         if path is not None and path.exists():
             shutil.rmtree(path)
         try:

@@ -140,8 +140,20 @@ def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tup
         (task_dir / "spec.json").write_text(spec.model_dump_json(indent=1))
         repo.create_branch(branch, baseline)
         undo.append(lambda: repo.delete_branch(branch))
-        repo.add_worktree(task, wt_path, branch)
-        undo.append(lambda: repo.remove_worktree(task, wt_path))
+        spare = None
+        from gitsup import pool
+
+        use_pool = pool.pool_size(ctx) > 0
+        if use_pool:
+            spare = pool.take(ctx, baseline)
+        if spare is not None:
+            undo.append(lambda: repo.remove_worktree(task, wt_path))
+            pool.install_spare(ctx, spare, wt_path, branch, baseline)
+        else:
+            repo.add_worktree(task, wt_path, branch)
+            undo.append(lambda: repo.remove_worktree(task, wt_path))
+        if use_pool:
+            pool.refill_in_background(ctx)
         repo.update_ref(refs["baseline"], baseline, old=None, message=f"gitsup: baseline of {task}")
         undo.append(lambda: repo.delete_ref(refs["baseline"]))
         from gitsup.record import TaskRecord

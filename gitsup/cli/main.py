@@ -18,7 +18,7 @@ app = typer.Typer(
 )
 
 
-COMMAND_MODULES = ("tasks_cmd", "policy_cmd", "demo_cmd", "boundary_cmd", "tmux_cmd")
+COMMAND_MODULES = ("tasks_cmd", "policy_cmd", "demo_cmd", "boundary_cmd", "tmux_cmd", "pool_cmd")
 
 
 def _register() -> None:
