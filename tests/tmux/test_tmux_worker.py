@@ -177,7 +177,9 @@ def test_typing_into_the_pane_pauses_until_resume_auto(
     scripted_model: Callable[..., ScriptedModel],
     tmux_sockets: list[Path],
 ) -> None:
-    steps = [{"bash": "sleep 3"}, {"text": "Slept."}, *COMMIT_STEPS]
+    # The tool runs long enough that the typing surely lands while it runs, even on a
+    # loaded machine (the TUI submits the typed prompt when the running step ends).
+    steps = [{"bash": "sleep 10"}, {"text": "Slept."}, *COMMIT_STEPS]
     model = scripted_model({"default": {"steps": steps}})
     config = seed_config(tmp / "claude-config")
     task = start_detached(repo, tmp, tmux_spec(claude_bin, model, config))
@@ -185,9 +187,17 @@ def test_typing_into_the_pane_pauses_until_resume_auto(
     tmux_sockets.append(Path(extra["socket"]))
     wait_for(lambda: "permission_decided" in task_types(repo, task), 60, "the first tool call")
     # A person types into the pane while the worker runs its tool.
-    tmux(extra["socket"], "send-keys", "-t", extra["pane_id"], "-l", "please fix add as well")
-    tmux(extra["socket"], "send-keys", "-t", extra["pane_id"], "Enter")
-    wait_for(lambda: "human_takeover" in task_types(repo, task), 60, "the takeover")
+    # Keystrokes can be lost while the TUI redraws on a loaded machine: a person would
+    # type again, and so does the test (at most three times).
+    for _attempt in range(3):
+        tmux(extra["socket"], "send-keys", "-t", extra["pane_id"], "-l", "please fix add as well")
+        tmux(extra["socket"], "send-keys", "-t", extra["pane_id"], "Enter")
+        try:
+            wait_for(lambda: "human_takeover" in task_types(repo, task), 20, "the takeover")
+            break
+        except AssertionError:
+            continue
+    wait_for(lambda: "human_takeover" in task_types(repo, task), 1, "the takeover")
     rec = TaskStore(Context.discover(repo).layout).load(task)
     assert rec.state == State.PAUSED
     # Turns that end while paused are recorded, nothing is decided.
@@ -212,7 +222,7 @@ def test_typing_into_the_pane_pauses_until_resume_auto(
     evs = events_of(repo, task)
     assert res.returncode == 0, (res.stdout, res.stderr, evs[-10:])
     human = [e["data"]["text"] for e in evs if e["type"] == "human_input"]
-    assert human == ["please fix add as well"]
+    assert human and set(human) == {"please fix add as well"}
     assert "resume_auto" in [e["type"] for e in evs]
 
 
