@@ -11,7 +11,9 @@ from tests.conftest import git, run_sup
 
 def _worker(tmp: Path) -> str:
     w = tmp / "w.sh"
-    w.write_text("#!/bin/sh\nprintf 'def add(a, b):\\n    return a + b\\n' > calc.py\ngit commit -qam fix\n")
+    w.write_text(
+        "#!/bin/sh\nprintf 'def add(a, b):\\n    return a + b\\n' > calc.py\ngit commit -qam fix\n"
+    )
     w.chmod(0o755)
     return str(w)
 
@@ -37,7 +39,9 @@ def test_start_takes_a_spare_and_the_pool_refills(repo: Path, tmp_path: Path) ->
     head = git(repo, "rev-parse", "HEAD")
     assert spare["commit"] == head
     status_before = git(repo, "status", "--porcelain")
-    res = run_sup(repo, "start", "fix", "--worker", _worker(tmp_path), "--review", "none", "--json", "-q")
+    res = run_sup(
+        repo, "start", "fix", "--worker", _worker(tmp_path), "--review", "none", "--json", "-q"
+    )
     rec = json.loads(res.stdout)
     assert res.returncode == 0 and rec["status"] == "ready", rec["reasons"]
     wt = Path(rec["worktree"])
@@ -61,7 +65,9 @@ def test_a_spare_at_an_older_commit_is_brought_to_the_baseline(repo: Path, tmp_p
     (repo / "README.md").write_text("newer\n")
     git(repo, "add", "README.md")
     git(repo, "commit", "-qm", "newer")
-    res = run_sup(repo, "start", "fix", "--worker", _worker(tmp_path), "--review", "none", "--json", "-q")
+    res = run_sup(
+        repo, "start", "fix", "--worker", _worker(tmp_path), "--review", "none", "--json", "-q"
+    )
     rec = json.loads(res.stdout)
     assert rec["status"] == "ready", rec["reasons"]
     assert rec["baseline"] != old
@@ -76,7 +82,9 @@ def test_unfinished_spares_are_never_used_and_clear_removes_all(repo: Path, tmp_
     spare = Path(_spares(repo)[0]["path"])
     (spare.parent / f"{spare.name}.ready").unlink()  # as if the fill had died half-way
     assert _spares(repo) == []
-    res = run_sup(repo, "start", "fix", "--worker", _worker(tmp_path), "--review", "none", "--json", "-q")
+    res = run_sup(
+        repo, "start", "fix", "--worker", _worker(tmp_path), "--review", "none", "--json", "-q"
+    )
     rec = json.loads(res.stdout)
     assert rec["status"] == "ready"
     assert "pool-" not in (Path(rec["worktree"]) / ".git").read_text()
