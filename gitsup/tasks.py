@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gitsup.errors import Exit, GitsupError
 from gitsup.events import Event, EventLog
-from gitsup.git import GitRepo
+from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo
 from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import Layout, task_branch, task_refs
 from gitsup.lease import LeaseStore
@@ -124,6 +124,9 @@ def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tup
     repo = ctx.repo
     baseline = repo.resolve_commit(spec.base)  # validate before writing anything
     source_branch = repo.head_branch() if spec.base == "HEAD" else _branch_name(repo, spec.base)
+    from gitsup.preflight import preflight_start
+
+    preflight_start(ctx, spec, baseline)  # refuses before anything is written
     init_repo(ctx)
     store = ctx.store
     task = store.create()
@@ -180,7 +183,7 @@ def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tup
                     "branch": branch,
                     "worktree": str(wt_path),
                     "worker": spec.worker.kind,
-                    "checks": [c.name for c in spec.checks],
+                    "checks": [c.name for c in spec.effective_checks(baseline)],
                 },
             )
         return record, lease
@@ -256,6 +259,7 @@ class LsRow:
     behind: int | None
     goal: str
     candidate: str | None
+    discarded: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -296,6 +300,7 @@ def list_tasks(ctx: Context) -> list[LsRow]:
                 behind=behind,
                 goal=goal.splitlines()[0][:80] if goal else "",
                 candidate=rec.get("candidate"),
+                discarded=bool(rec.get("discarded_at")),
             )
         )
     return rows
@@ -321,6 +326,12 @@ def stop_task(ctx: Context, task: str, *, wait: float = 60.0) -> TaskRecord:
         raise GitsupError(
             f"task {task} is {record.state.value} but its supervisor is not running",
             hint=f"`git sup recover {task} --takeover` continues or parks it; `git sup doctor` lists such tasks",
+        )
+    from gitsup.supervisor import STOP_REQUEST_FILE
+
+    with contextlib.suppress(OSError):
+        (ctx.layout.task_dir(TaskId(record.id)) / STOP_REQUEST_FILE).write_text(
+            f"`git sup stop` (pid {os.getpid()})\n", encoding="utf-8"
         )
     os.kill(owner.pid, signal.SIGTERM)
     deadline = time.monotonic() + wait
@@ -397,10 +408,26 @@ def _uncaptured_work(ctx: Context, record: TaskRecord) -> str | None:
         wrepo = GitRepo.open(wt)
     except GitsupError:
         return None
-    if wrepo.is_clean():
-        return None
     wip = repo.ref_target(task_refs(TaskId(record.id))["wip"])
-    if wip is not None and repo.tree_of(wip) == wrepo.snapshot_tree(include_untracked=True):
+    try:
+        head: Oid | None = wrepo.head_commit()
+    except GitsupError:
+        head = None
+    omitted: list[dict[str, object]] = []
+    tree = wrepo.snapshot_tree(
+        include_untracked=True,
+        max_file_bytes=WIP_MAX_FILE_BYTES,
+        baseline=Oid(record.baseline) if record.baseline else None,
+        omitted=omitted,
+    )
+    lost = [i for i in omitted if i.get("blocks_discard", True)]
+    if lost:
+        return "not saved by a snapshot: " + ", ".join(
+            f"{i.get('path')} ({i.get('bytes')} bytes: {i.get('why')})" for i in lost
+        )
+    if head is not None and tree == repo.tree_of(head):
+        return None
+    if wip is not None and repo.tree_of(wip) == tree:
         return None
     n = len([p for p in wrepo.status_entries()])
     return f"uncommitted changes ({n} path(s)) in {wt}"
