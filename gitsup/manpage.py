@@ -92,9 +92,9 @@ def _walk(cmd: Any, ctx: Any, path: list[str]) -> list[str]:
 
 def render() -> str:
     import typer
+    from typer._click import Context
 
     from gitsup.cli.main import _register, app
-    from typer._click import Context
 
     _register()
     root = typer.main.get_command(app)
