@@ -294,6 +294,9 @@ class GitRepo:
         except pygit2.AlreadyExistsError as exc:
             raise GitsupError(f"branch {branch} already exists") from exc
 
+    def local_branches(self) -> list[str]:
+        return list(self._repo.branches.local)
+
     def delete_branch(self, branch: str) -> None:
         b = self._repo.branches.local.get(branch)
         if b is not None:

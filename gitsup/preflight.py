@@ -54,8 +54,13 @@ def preflight_start(ctx: Context, spec: TaskSpec, baseline: Oid) -> None:
         why = _unresolved(argv[0], env, ctx, baseline)
         if why:
             problems.append(f"{role}: {why}")
-    if spec.worker.kind == "process" and not spec.worker.argv:
-        problems.append('worker: kind = "process" needs an argv (--worker "command")')
+    if spec.worker.kind == "process":
+        if not spec.worker.argv:
+            problems.append('worker: kind = "process" needs an argv (--worker "command")')
+        else:
+            why = _unresolved(spec.worker.argv[0], env, ctx, baseline)
+            if why:
+                problems.append(f"worker: {why}")
     root_problem = worktree_root_problem(ctx)
     if root_problem:
         problems.append(root_problem)

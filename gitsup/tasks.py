@@ -229,7 +229,41 @@ def run_task(
         on_event=on_event,
         worker_factory=worker_factory or default_worker_factory,
     )
-    return sup.run()
+    return remove_unstarted(ctx, sup.run())
+
+
+def remove_unstarted(ctx: Context, record: TaskRecord) -> TaskRecord:
+    """A task whose worker never started leaves no worktree or branch behind (its record,
+    event log and baseline ref stay: they say what happened)."""
+    if record.state != State.FAILED or (record.worker or {}).get("pid") is not None:
+        return record
+    if record.turns or record.candidate or record.wip:
+        return record
+    repo = ctx.repo
+    tid = TaskId(record.id)
+    wt = Path(record.worktree) if record.worktree else None
+    if repo.branch_target(record.branch) not in (None, record.baseline):
+        return record
+    removed = []
+    try:
+        if wt is not None and (wt.exists() or repo.worktree_path(tid) is not None):
+            wrepo = GitRepo.open(wt) if wt.exists() else None
+            if wrepo is not None and not wrepo.is_clean():
+                return record
+            repo.remove_worktree(tid, wt)
+            removed.append("worktree")
+        if repo.branch_target(record.branch) is not None:
+            repo.delete_branch(record.branch)
+            removed.append("branch")
+    except (GitsupError, OSError):
+        return record
+    if removed:
+        record.reasons.append(
+            f"the worker never started: its {' and '.join(removed)} were removed"
+        )
+        record.discarded_at = time.time()
+        ctx.store.save(record)
+    return record
 
 
 # --- show / ls / log -------------------------------------------------------------------
@@ -439,3 +473,77 @@ def status_exit(record: TaskRecord) -> int:
     if record.state not in TERMINAL:
         return Exit.OK
     return EXIT_OF.get(record.status, Exit.INTERNAL)
+
+
+# --- prune ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    dry_run: bool
+    removed: list[dict[str, str]]
+    kept: list[dict[str, str]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"dry_run": self.dry_run, "removed": self.removed, "kept": self.kept}
+
+
+def prune_tasks(ctx: Context, *, force: bool = False, dry_run: bool = False) -> PruneResult:
+    """Remove the worktrees and branches of tasks that ended. The task's refs under
+    refs/sup/ stay. A worktree with uncommitted work no ref holds, and a branch whose
+    commits no other ref reaches, are kept unless `force`."""
+    repo = ctx.repo
+    removed: list[dict[str, str]] = []
+    kept: list[dict[str, str]] = []
+    for record in sorted(ctx.store.iter_records(), key=lambda r: (r.created_at, r.id)):
+        if record.state not in TERMINAL:
+            continue
+        tid = TaskId(record.id)
+        wt = Path(record.worktree) if record.worktree else None
+        wt_present = wt is not None and (wt.exists() or repo.worktree_path(tid) is not None)
+        lease = ctx.leases.get(record.worktree) if record.worktree else None
+        if lease is not None and lease.owner_alive:
+            kept.append({"task": record.id, "what": "task", "why": "a running process owns it"})
+            continue
+        if wt_present and wt is not None:
+            why = None if force else _uncaptured_work(ctx, record)
+            if why:
+                kept.append({"task": record.id, "what": f"worktree {wt}", "why": why})
+                continue
+            if not dry_run:
+                repo.remove_worktree(tid, wt)
+                if lease is not None:
+                    ctx.leases.break_lease(lease.path)
+                record.discarded_at = record.discarded_at or time.time()
+                ctx.store.save(record)
+            removed.append({"task": record.id, "what": f"worktree {wt}"})
+        tip = repo.branch_target(record.branch) if record.branch else None
+        if tip is None:
+            continue
+        held = _held_elsewhere(ctx, record, tip)
+        if not held and not force:
+            kept.append(
+                {
+                    "task": record.id,
+                    "what": f"branch {record.branch}",
+                    "why": f"its commit {tip[:12]} is on no other branch or task ref",
+                }
+            )
+            continue
+        if not dry_run:
+            repo.delete_branch(record.branch)
+        removed.append({"task": record.id, "what": f"branch {record.branch}"})
+    return PruneResult(dry_run, removed, kept)
+
+
+def _held_elsewhere(ctx: Context, record: TaskRecord, tip: Oid) -> bool:
+    """Whether another ref (a task ref of this task, or any other branch) reaches `tip`."""
+    repo = ctx.repo
+    refs = task_refs(TaskId(record.id))
+    others = [repo.ref_target(refs[k]) for k in ("candidate", "wip", "baseline") if k in refs]
+    others += [
+        t
+        for b in repo.local_branches()
+        if b != record.branch and (t := repo.branch_target(b)) is not None
+    ]
+    return any(o is not None and (o == tip or repo.is_ancestor(tip, o)) for o in others)

@@ -477,6 +477,36 @@ def discard_cmd(
         out(f"kept    {k}")
 
 
+@app.command("prune")
+def prune_cmd(
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Also remove uncaptured work and branches no other ref reaches."
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Remove ended tasks' worktrees and branches; their refs under refs/sup/ stay."""
+    from gitsup.tasks import prune_tasks
+
+    ctx = Context.discover()
+    res = prune_tasks(ctx, force=force, dry_run=dry_run)
+    if json_out:
+        emit_json(res.as_dict())
+        return
+    verb = "would remove" if dry_run else "removed"
+    for r in res.removed:
+        out(f"{verb} {r['task']}: {r['what']}")
+    for k in res.kept:
+        out(f"kept    {k['task']}: {k['what']} ({k['why']})")
+    if not res.removed and not res.kept:
+        out("nothing to prune")
+
+
 @app.command("wait")
 def wait_cmd(
     task: Annotated[str, typer.Argument(help="Task id.")],
