@@ -258,9 +258,7 @@ def remove_unstarted(ctx: Context, record: TaskRecord) -> TaskRecord:
     except (GitsupError, OSError):
         return record
     if removed:
-        record.reasons.append(
-            f"the worker never started: its {' and '.join(removed)} were removed"
-        )
+        record.reasons.append(f"the worker never started: its {' and '.join(removed)} were removed")
         record.discarded_at = time.time()
         ctx.store.save(record)
     return record
