@@ -375,7 +375,7 @@ def test_worker_that_cannot_start_fails_with_exit_4(repo: Path, tmp: Path) -> No
 
 
 def test_worker_program_that_does_not_resolve_is_refused_at_start(repo: Path, tmp: Path) -> None:
-    rc, rec, err = start_json(repo, "g", "--worker", str(tmp / "no-such-program"), *NO_REVIEW)
+    rc, _rec, err = start_json(repo, "g", "--worker", str(tmp / "no-such-program"), *NO_REVIEW)
     assert rc == 2, err
     assert "no-such-program" in err and "Traceback" not in err
     assert not (common_dir(repo) / "sup").exists()
