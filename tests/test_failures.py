@@ -550,7 +550,13 @@ def test_progress_on_a_terminal_has_colour_elapsed_time_and_no_duplicates(
     assert "[running took " in text
     assert "earlier line(s) folded" in text and "[+240 chars]" in text
     assert text.count("candidate ready") == 1
-    assert "weaker" not in text or "cgroup" not in text
+    assert text.count("worker stopped") == 1, text
+    tid = json.loads(run_sup(repo, "ls", "--json").stdout)[-1]["id"]
+    events = [json.loads(x) for x in run_sup(repo, "log", tid, "--json").stdout.splitlines()]
+    if any(e["type"] == "worker_stopped" and e["data"].get("cgroup") for e in events):
+        # the cgroup was used and proven empty: no "weaker guarantee" line, no sweep event
+        assert "weaker" not in text
+        assert not any(e["data"].get("guarantee") for e in events if e["type"] == "worker_stopped")
     rc, text = _run_on_a_terminal(
         repo, ["start", "g", "--worker", w, *NO_REVIEW], {"NO_COLOR": "1"}
     )
