@@ -5,6 +5,7 @@ naming what is missing and how to fix it; no task, branch, worktree or config is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -218,19 +219,35 @@ def missing_credentials(env: Mapping[str, str]) -> str | None:
 
 
 def worktree_root_problem(ctx: Context) -> str | None:
-    """The configured (or default) worktree root must be a directory gitsup can create in."""
+    """The configured (or default) worktree root must be a directory gitsup can create and
+    write in. Proven by doing it (root may write where permission bits say no, and /proc
+    or a read-only mount refuse what access() allows); what the probe created is removed."""
+    import tempfile
+
     from gitsup.tasks import worktree_root
 
     root = worktree_root(ctx)
+    missing: list[Path] = []
     probe = root
-    while not probe.exists():
-        if probe.parent == probe:
-            break
+    while not probe.exists() and probe.parent != probe:
+        missing.append(probe)
         probe = probe.parent
     if not probe.is_dir():
         return (
             f"worktree root {root} (sup.worktreeRoot) cannot be created: {probe} is not a directory"
         )
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"worktree root {root} (sup.worktreeRoot) is not writable ({probe})"
+    created: list[Path] = []
+    try:
+        for d in reversed(missing):
+            d.mkdir()
+            created.append(d)
+        fd, name = tempfile.mkstemp(prefix=".gitsup-probe-", dir=root)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        return f"worktree root {root} (sup.worktreeRoot) is not writable: {exc.strerror or exc}"
+    finally:
+        for d in reversed(created):
+            with contextlib.suppress(OSError):
+                d.rmdir()
     return None

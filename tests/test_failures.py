@@ -300,6 +300,13 @@ def test_unwritable_worktree_root_is_refused_before_anything_is_written(
     assert res.returncode == 2, res.stderr
     assert "sup.worktreeRoot" in res.stderr and "not a directory" in res.stderr
     _nothing_left(repo, before)
+    # permission bits do not stop root; /proc refuses a new directory even to root
+    git(repo, "config", "sup.worktreeRoot", "/proc/gitsup-trees")
+    before = _config(repo)
+    res = run_sup(repo, "start", "g", "--worker", "true", *NO_REVIEW)
+    assert res.returncode == 2, res.stderr
+    assert "/proc/gitsup-trees (sup.worktreeRoot) is not writable" in res.stderr
+    _nothing_left(repo, before)
 
 
 _pieces = st.sampled_from(
