@@ -1119,6 +1119,7 @@ class Supervisor:
             )
             parent = head or Oid(self.record.baseline)
             # What is not saved is said (event, record, `git sup show`), never dropped silently.
+            omitted = bound_not_captured(omitted)
             self.record.not_captured = omitted
             if tree == self.repo.tree_of(parent):
                 if omitted:
@@ -1169,6 +1170,25 @@ class Supervisor:
             finished_at=time.time(),
         )
         self.repo.write_note(head, note.to_text())
+
+
+NOT_CAPTURED_LIST_LIMIT = 200
+
+
+def bound_not_captured(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """At most NOT_CAPTURED_LIST_LIMIT entries (those that block a discard first); the rest
+    become one summary entry with their count and total size."""
+    if len(items) <= NOT_CAPTURED_LIST_LIMIT:
+        return items
+    ordered = sorted(items, key=lambda i: not i.get("blocks_discard", True))
+    keep, rest = ordered[: NOT_CAPTURED_LIST_LIMIT - 1], ordered[NOT_CAPTURED_LIST_LIMIT - 1 :]
+    summary = {
+        "path": f"({len(rest)} more paths)",
+        "bytes": sum(int(i.get("bytes") or 0) for i in rest),
+        "why": "; ".join(sorted({str(i.get("why")) for i in rest})),
+        "blocks_discard": any(i.get("blocks_discard", True) for i in rest),
+    }
+    return [*keep, summary]
 
 
 STOP_REQUEST_FILE = "stop-request"

@@ -622,3 +622,36 @@ def test_ls_marks_discarded_and_prune_removes_ended_worktrees_and_branches(
     forced = json.loads(run_sup(repo, "prune", "--force", "--json").stdout)
     assert (c, "branch") in {(r["task"], r["what"].split()[0]) for r in forced["removed"]}
     assert git(repo, "branch", "--list", "sup/*") == ""
+
+
+def test_a_long_not_captured_list_is_bounded_and_says_how_much_it_cut() -> None:
+    from gitsup.supervisor import NOT_CAPTURED_LIST_LIMIT, bound_not_captured
+
+    items = [
+        {
+            "path": f"log{i}.log",
+            "bytes": 10,
+            "why": "ignored by the baseline's ignore rules",
+            "blocks_discard": False,
+        }
+        for i in range(500)
+    ] + [{"path": "big.bin", "bytes": 1 << 30, "why": "larger", "blocks_discard": True}]
+    out = bound_not_captured(items)
+    assert len(out) == NOT_CAPTURED_LIST_LIMIT
+    assert out[0]["path"] == "big.bin"  # what blocks a discard is never cut
+    summary = out[-1]
+    n_rest = 501 - (NOT_CAPTURED_LIST_LIMIT - 1)
+    assert summary["path"] == f"({n_rest} more paths)" and summary["bytes"] == 10 * n_rest
+
+
+@pytest.mark.parametrize("value", ["relative/claude", "/", "/nonexistent/claude", "\t"])
+def test_a_bad_gitsup_claude_bin_is_a_one_line_refusal(repo: Path, tmp: Path, value: str) -> None:
+    before = _config(repo)
+    env = _no_claude_env(tmp)
+    env["GITSUP_CLAUDE_BIN"] = value
+    env["ANTHROPIC_API_KEY"] = "sk-test"
+    res = run_sup(repo, "start", "g", "--worker-kind", "claude", *NO_REVIEW, env=env)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("git sup: error: cannot start the task")
+    assert "Traceback" not in res.stderr
+    _nothing_left(repo, before)
