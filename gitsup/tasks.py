@@ -127,14 +127,24 @@ def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tup
     from gitsup.preflight import preflight_start
 
     preflight_start(ctx, spec, baseline)  # refuses before anything is written
-    init_repo(ctx)
-    store = ctx.store
-    task = store.create()
+    undo: list[Any] = []
+    if not ctx.layout.root.exists():
+        # The first start also sets the repository up; a start that fails takes that back.
+        undo.append(_init_undo(ctx))
+    try:
+        init_repo(ctx)
+        store = ctx.store
+        task = store.create()
+    except BaseException:
+        for step in reversed(undo):
+            with contextlib.suppress(Exception):
+                step()
+        raise
     task_dir = ctx.layout.task_dir(task)
     wt_path = worktree_root(ctx) / task
     branch = task_branch(task)
     refs = task_refs(task)
-    undo: list[Any] = [lambda: _rmtree(task_dir)]
+    undo.append(lambda: _rmtree(task_dir))
     try:
         if wt_path.exists():
             raise GitsupError(f"worktree path {wt_path} already exists")
@@ -192,6 +202,43 @@ def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tup
             with contextlib.suppress(Exception):
                 step()
         raise
+
+
+def _init_undo(ctx: Context) -> Any:
+    """A step that undoes a first `init` (state directory, config, pre-push hook) as long as
+    nothing else has used or changed them since; it never removes another task's state."""
+    config = ctx.repo.common_dir / "config"
+    config_before = config.read_bytes() if config.exists() else None
+    try:
+        from gitsup.boundary.install import hooks_dir
+
+        hooks = hooks_dir(ctx.repo)
+    except ImportError:  # pragma: no cover - a build without the boundary
+        hooks = ctx.repo.common_dir / "hooks"
+    hook_before = {
+        name: (hooks / name).read_bytes() if (hooks / name).is_file() else None
+        for name in ("pre-push", "pre-push.local")
+    }
+
+    def undo() -> None:
+        layout = ctx.layout
+        others = [p for p in layout.tasks.iterdir()] if layout.tasks.exists() else []
+        leases = list(layout.leases.glob("*.json")) if layout.leases.exists() else []
+        if others or leases:
+            return  # another task started meanwhile: the set-up is in use
+        _rmtree(layout.root)
+        if config_before is not None:
+            config.write_bytes(config_before)
+        for name, before in hook_before.items():
+            path = hooks / name
+            if before is None:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            elif not path.is_file() or path.read_bytes() != before:
+                path.write_bytes(before)
+                path.chmod(0o755)
+
+    return undo
 
 
 def _branch_name(repo: GitRepo, rev: str) -> str | None:

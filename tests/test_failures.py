@@ -655,3 +655,17 @@ def test_a_bad_gitsup_claude_bin_is_a_one_line_refusal(repo: Path, tmp: Path, va
     assert res.stderr.startswith("git sup: error: cannot start the task")
     assert "Traceback" not in res.stderr
     _nothing_left(repo, before)
+
+
+def test_a_start_that_fails_after_setting_up_takes_the_set_up_back(repo: Path) -> None:
+    # `init` refuses to chain a pre-push hook when pre-push.local exists too: the first start
+    # fails inside the set-up, after the state directory and config were written.
+    hooks = _common(repo) / "hooks"
+    (hooks / "pre-push").write_text("#!/bin/sh\nexit 0\n")
+    (hooks / "pre-push.local").write_text("#!/bin/sh\nexit 0\n")
+    before = _config(repo)
+    res = run_sup(repo, "start", "g", "--worker", "true", *NO_REVIEW)
+    assert res.returncode == 2, res.stderr
+    assert "pre-push" in res.stderr and "Traceback" not in res.stderr
+    _nothing_left(repo, before)
+    assert (hooks / "pre-push").read_text() == "#!/bin/sh\nexit 0\n"
