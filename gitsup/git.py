@@ -574,8 +574,9 @@ class GitRepo:
                     )
                     dirnames[:] = [d for d in dirnames if d != ".git"]
                     filenames = [f for f in filenames if f != ".git"]
-                dirnames.sort()
-                for name in sorted(filenames):
+                links = [d for d in dirnames if os.path.islink(here / d)]
+                dirnames[:] = sorted(d for d in dirnames if d not in links)
+                for name in sorted([*filenames, *links]):
                     full = here / name
                     try:
                         st = os.lstat(full)
