@@ -23,7 +23,7 @@ from gitsup.record import TaskRecord, TaskStore
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL
 from gitsup.supervisor import Supervisor
-from gitsup.tasks import Context, prepare_task, status_exit
+from gitsup.tasks import Context, prepare_task, remove_unstarted, status_exit
 
 
 def start_detached(ctx: Context, spec: TaskSpec, *, wait_started: float = 15.0) -> TaskRecord:
@@ -109,7 +109,7 @@ def _main(argv: list[str]) -> int:
     lease = leases.transfer(held, ProcessId.current())
     main_repo = GitRepo.open(common_dir)
     sup = Supervisor(main_repo, layout, record, spec, lease)
-    final = sup.run()
+    final = remove_unstarted(Context(main_repo, layout), sup.run())
     return status_exit(final)
 
 

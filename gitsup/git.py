@@ -294,6 +294,9 @@ class GitRepo:
         except pygit2.AlreadyExistsError as exc:
             raise GitsupError(f"branch {branch} already exists") from exc
 
+    def local_branches(self) -> list[str]:
+        return list(self._repo.branches.local)
+
     def delete_branch(self, branch: str) -> None:
         b = self._repo.branches.local.get(branch)
         if b is not None:
@@ -304,9 +307,11 @@ class GitRepo:
     def add_worktree(self, name: str, path: Path, branch: str) -> None:
         """Check out `branch` into a new linked worktree at `path` (must not exist)."""
         ref = self._repo.references[f"refs/heads/{branch}"]
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             self._repo.add_worktree(name, str(path), ref)
+        except OSError as exc:
+            raise GitsupError(f"cannot create worktree {path}: {exc.strerror or exc}") from exc
         except (pygit2.GitError, ValueError) as exc:
             raise GitsupError(f"cannot create worktree {path}: {exc}") from exc
 
@@ -442,6 +447,15 @@ class GitRepo:
     def commit_message(self, oid: Oid) -> str:
         return str(self._repo[pygit2.Oid(hex=oid)].peel(pygit2.Commit).message)
 
+    def tree_has_file(self, commit: Oid, path: str) -> bool:
+        """Whether `path` (relative, `/`-separated) names a file in the commit's tree."""
+        tree = self._repo[pygit2.Oid(hex=commit)].peel(pygit2.Commit).tree
+        try:
+            entry = tree[path]
+        except (KeyError, ValueError):
+            return False
+        return entry.type_str == "blob"
+
     def read_tree_blobs(self, commit: Oid) -> Iterator[tuple[str, bytes]]:
         tree = self._repo[pygit2.Oid(hex=commit)].peel(pygit2.Commit).tree
         for entry in sorted(tree, key=lambda e: e.name or ""):
@@ -494,11 +508,23 @@ class GitRepo:
                 return False
         return True
 
-    def snapshot_tree(self, *, include_untracked: bool, max_file_bytes: int | None = None) -> Oid:
+    def snapshot_tree(
+        self,
+        *,
+        include_untracked: bool,
+        max_file_bytes: int | None = None,
+        baseline: Oid | None = None,
+        omitted: list[dict[str, object]] | None = None,
+    ) -> Oid:
         """A tree of the worktree as it is on disk (tracked files, optionally untracked
         regular files and symlinks), written without touching the real index or files.
 
-        Untracked files above `max_file_bytes` are left out.
+        With `include_untracked`: the working files of nested repositories are captured
+        (their .git is not), and with `baseline` so are files ignored only by ignore rules
+        that are not in the baseline (a .gitignore the worker added or extended). What is
+        left out is appended to `omitted` as {"path", "bytes", "why", "blocks_discard"}:
+        untracked files over `max_file_bytes`, nested repositories' .git directories, and
+        files the baseline's own ignore rules (or info/exclude, core.excludesFile) ignore.
         """
         repo = self._repo
         workdir = Path(self.workdir)
@@ -509,8 +535,60 @@ class GitRepo:
         real.read()
         for entry in real:
             idx.add(pygit2.IndexEntry(entry.path, entry.id, entry.mode))
-        for rel, flags in repo.status(untracked_files="all").items():
+        skipped: list[dict[str, object]] = []
+
+        def add_file(rel: str, full: Path, st: os.stat_result, new: bool) -> None:
+            if stat.S_ISLNK(st.st_mode):
+                blob = repo.create_blob(os.fsencode(os.readlink(full)))
+                mode = pygit2.enums.FileMode.LINK
+            elif stat.S_ISREG(st.st_mode):
+                if new and max_file_bytes is not None and st.st_size > max_file_bytes:
+                    skipped.append(
+                        _omitted(rel, st.st_size, f"larger than the {max_file_bytes}-byte limit")
+                    )
+                    return
+                blob = repo.create_blob_fromdisk(str(full))
+                mode = (
+                    pygit2.enums.FileMode.BLOB_EXECUTABLE
+                    if st.st_mode & 0o111
+                    else pygit2.enums.FileMode.BLOB
+                )
+            else:
+                return
+            idx.add(pygit2.IndexEntry(rel, blob, mode))
+
+        def add_dir(rel: str) -> None:
+            """Every file under an untracked directory (a nested repository's, or an
+            ignored one's), without any .git inside it."""
+            base = workdir / rel
+            for dirpath, dirnames, filenames in os.walk(base):
+                here = Path(dirpath)
+                if ".git" in dirnames or ".git" in filenames:
+                    dot = here / ".git"
+                    skipped.append(
+                        _omitted(
+                            _rel(dot, workdir),
+                            _du(dot),
+                            "history of a nested repository (its .git)",
+                        )
+                    )
+                    dirnames[:] = [d for d in dirnames if d != ".git"]
+                    filenames = [f for f in filenames if f != ".git"]
+                links = [d for d in dirnames if os.path.islink(here / d)]
+                dirnames[:] = sorted(d for d in dirnames if d not in links)
+                for name in sorted([*filenames, *links]):
+                    full = here / name
+                    try:
+                        st = os.lstat(full)
+                    except OSError:
+                        continue
+                    add_file(_rel(full, workdir), full, st, True)
+
+        ignored: list[str] = []
+        statuses = repo.status(untracked_files="all", ignored=include_untracked)
+        for rel, flags in statuses.items():
             if flags & FileStatus.IGNORED:
+                ignored.append(rel)
                 continue
             if flags & FileStatus.WT_NEW and not include_untracked:
                 continue
@@ -528,31 +606,74 @@ class GitRepo:
                 | FileStatus.INDEX_NEW
                 | FileStatus.INDEX_MODIFIED
             ):
-                full = workdir / rel
+                full = workdir / rel.rstrip("/")
                 try:
                     st = os.lstat(full)
                 except OSError:
                     continue
-                if stat.S_ISLNK(st.st_mode):
-                    blob = repo.create_blob(os.fsencode(os.readlink(full)))
-                    mode = pygit2.enums.FileMode.LINK
-                elif stat.S_ISREG(st.st_mode):
-                    if (
-                        flags & FileStatus.WT_NEW
-                        and max_file_bytes is not None
-                        and st.st_size > max_file_bytes
-                    ):
-                        continue
-                    blob = repo.create_blob_fromdisk(str(full))
-                    mode = (
-                        pygit2.enums.FileMode.BLOB_EXECUTABLE
-                        if st.st_mode & 0o111
-                        else pygit2.enums.FileMode.BLOB
-                    )
+                if stat.S_ISDIR(st.st_mode):
+                    add_dir(rel.rstrip("/"))  # a nested repository
                 else:
+                    add_file(rel, full, st, bool(flags & FileStatus.WT_NEW))
+        if ignored:
+            for rel, by_baseline in self._ignore_sources(ignored, baseline):
+                path = rel.rstrip("/")
+                if by_baseline:
+                    item = _omitted(
+                        path, _du(workdir / path), "ignored by the baseline's ignore rules"
+                    )
+                    item["blocks_discard"] = False
+                    skipped.append(item)
                     continue
-                idx.add(pygit2.IndexEntry(rel, blob, mode))
+                try:
+                    st = os.lstat(workdir / path)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    add_dir(path)
+                else:
+                    add_file(path, workdir / path, st, True)
+        if omitted is not None:
+            omitted.extend(sorted(skipped, key=lambda i: str(i["path"])))
         return Oid(str(idx.write_tree(repo)))
+
+    def _ignore_sources(self, paths: Sequence[str], baseline: Oid | None) -> list[tuple[str, bool]]:
+        """For each ignored path: whether a rule the baseline already had ignores it.
+        Without a baseline every ignore counts as the baseline's."""
+        if baseline is None:
+            return [(p, True) for p in paths]
+        from gitsup import proc
+
+        res = proc.run(
+            ["git", "check-ignore", "-v", "-z", "--no-index", "--stdin"],
+            cwd=self.workdir,
+            env=proc.child_env(),
+            input=b"".join(os.fsencode(p) + b"\0" for p in paths),
+            max_output=16 * 1024 * 1024,
+            merge_stderr=False,
+        )
+        fields = res.output.split("\0")
+        source_of: dict[str, tuple[str, str]] = {}
+        for i in range(0, len(fields) - 3, 4):
+            src, _line, pattern, path = fields[i : i + 4]
+            source_of[path] = (src, pattern)
+        tree = self._repo[pygit2.Oid(hex=baseline)].peel(pygit2.Commit).tree
+        cache: dict[str, set[str]] = {}
+        out = []
+        for p in paths:
+            src, pattern = source_of.get(p, ("", ""))
+            if not src or os.path.isabs(src) or src.startswith(".git/"):
+                out.append((p, True))  # info/exclude, core.excludesFile, or unknown
+                continue
+            if src not in cache:
+                try:
+                    obj = self._repo[tree[src].id]
+                except (KeyError, ValueError):
+                    obj = None
+                text = obj.data.decode("utf-8", "replace") if isinstance(obj, pygit2.Blob) else ""
+                cache[src] = {ln.strip() for ln in text.splitlines()}
+            out.append((p, pattern.strip() in cache[src]))
+        return out
 
     def commit_tree(self, tree: Oid, parents: Sequence[Oid], message: str) -> Oid:
         sig = _sig(self._repo)
@@ -647,6 +768,36 @@ def read_bounded_file(root: Path, rel: str, limit: int, truncated: list[str]) ->
     if b"\0" in data:
         return UntrackedFile(rel, st.st_size, None, "binary")
     return UntrackedFile(rel, st.st_size, data.decode("utf-8", "replace"))
+
+
+WIP_MAX_FILE_BYTES = 8 * 1024 * 1024
+
+
+def _rel(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix()
+
+
+def _omitted(path: str, size: int, why: str) -> dict[str, object]:
+    return {"path": path, "bytes": size, "why": why, "blocks_discard": True}
+
+
+def _du(path: Path, limit: int = 100_000) -> int:
+    """Bytes under `path` (a file or a directory), counting at most `limit` entries."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size
+    total, seen = 0, 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            seen += 1
+            if seen > limit:
+                return total
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
 
 
 def is_zero(oid: str) -> bool:

@@ -76,6 +76,8 @@ class TaskRecord(BaseModel):
     updated_at: float = Field(default_factory=time.time)
     finished_at: float | None = None
     discarded_at: float | None = None
+    # What the wip snapshot could not hold: [{"path", "bytes", "why"}] (see docs/cli.md).
+    not_captured: list[dict[str, Any]] = Field(default_factory=list)
     exit_code: int | None = None
 
     def touch(self) -> None:

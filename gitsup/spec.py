@@ -13,12 +13,58 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gitsup.durations import parse_duration
 from gitsup.errors import GitsupError
 
 SPEC_VERSION = 1
+
+# Limits on what a spec may hold (docs/spec.md). The prompt goes to the worker as one
+# argument, and Linux refuses a single argument over 128 KiB (MAX_ARG_STRLEN).
+MAX_GOAL_BYTES = 64 * 1024
+MAX_PROMPT_BYTES = 100 * 1024
+MAX_STRING_BYTES = 64 * 1024
+MAX_LIST_ITEMS = 1000
+
+
+def check_text(value: str, what: str, limit: int = MAX_STRING_BYTES) -> str:
+    """Refuse text no child process can take: NUL bytes, lone surrogates, very large values."""
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL byte")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not valid UTF-8 (a lone surrogate)") from None
+    if size > limit:
+        raise ValueError(f"{what} is {size} bytes; the limit is {limit}")
+    return value
+
+
+def _check_tree(value: Any, where: str, depth: int = 0) -> None:
+    if depth > 20:
+        raise ValueError(f"{where or 'spec'} is nested too deeply")
+    if isinstance(value, str):
+        check_text(value, where or "value", MAX_GOAL_BYTES if where == "goal" else MAX_STRING_BYTES)
+    elif isinstance(value, Mapping):
+        if len(value) > MAX_LIST_ITEMS:
+            raise ValueError(f"{where or 'spec'} has more than {MAX_LIST_ITEMS} keys")
+        for k, v in value.items():
+            check_text(str(k), "a key")
+            _check_tree(v, f"{where}.{k}" if where else str(k), depth + 1)
+    elif isinstance(value, list | tuple):
+        if len(value) > MAX_LIST_ITEMS:
+            raise ValueError(f"{where} has more than {MAX_LIST_ITEMS} items")
+        for i, v in enumerate(value):
+            _check_tree(v, f"{where}.{i}", depth + 1)
 
 
 def _duration(value: object) -> float:
@@ -43,6 +89,75 @@ def _argv(value: object) -> list[str]:
 
 Argv = Annotated[list[str], BeforeValidator(_argv)]
 
+_OPERATORS = set("|&;<>()\n")
+_GLOBS = set("*?")
+
+
+def shell_syntax(command: str) -> str | None:
+    """What in a command string only a shell would understand, or None.
+
+    Outside quotes: the operators | & ; < > ( ) and newlines, the globs * and ?, a
+    leading ~ or #, a leading NAME=value assignment. Outside single quotes: $NAME, ${…},
+    $(…) and backticks. Single quotes, double quotes and backslashes quote as in sh.
+    """
+    quote: str | None = None
+    word_start = True
+    first_word = True
+    word = ""
+    i = 0
+    while i < len(command):
+        ch = command[i]
+        nxt = command[i + 1] if i + 1 < len(command) else ""
+        if quote == "'":
+            if ch == "'":
+                quote = None
+            word += ch
+            i += 1
+            continue
+        if ch == "\\":
+            word += ch + nxt
+            i += 2
+            word_start = False
+            continue
+        if ch == "`":
+            return "a backtick command substitution"
+        if ch == "$" and (nxt in "({" or nxt.isalnum() or nxt in "_?@*#!$-"):
+            return f"the expansion {'$' + nxt!r}"
+        if quote == '"':
+            if ch == '"':
+                quote = None
+            word += ch
+            i += 1
+            continue
+        if ch in "'\"":
+            quote = ch
+            word_start = False
+            word += ch
+            i += 1
+            continue
+        if ch in " \t":
+            if word and first_word and "=" in word and word.split("=", 1)[0].isidentifier():
+                return f"the variable assignment {word!r}"
+            if word:
+                first_word = False
+            word = ""
+            word_start = True
+            i += 1
+            continue
+        if ch in _OPERATORS:
+            op = ch + nxt if nxt in _OPERATORS and nxt != "\n" else ch
+            return "a newline" if ch == "\n" else f"the operator {op!r}"
+        if ch in _GLOBS:
+            return f"the glob {ch!r}"
+        if word_start and ch in "~#":
+            return f"a leading {ch!r}"
+        word += ch
+        word_start = False
+        i += 1
+    if word and first_word and "=" in word and word.split("=", 1)[0].isidentifier():
+        return f"the variable assignment {word!r}"
+    return None
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -53,6 +168,21 @@ class Check(_Strict):
     argv: Argv
     required: bool = True
     timeout: Duration = 120.0
+    # `sh`: argv is ["sh", "-c", script], written by `--check-sh` or `sh = "..."` in a spec.
+    shell: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_shell_in_strings(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and isinstance(data.get("argv"), str):
+            found = shell_syntax(data["argv"])
+            if found:
+                raise ValueError(
+                    f"check {data.get('name', '')!r}: {data['argv']!r} uses shell syntax "
+                    f"({found}) but checks run without a shell; use --check-sh "
+                    f'(`sh = "..."` in a spec) to run it with sh -c, or give an argv list'
+                )
+        return data
 
     @field_validator("argv")
     @classmethod
@@ -127,6 +257,15 @@ class TaskSpec(_Strict):
     decider: Decider = Field(default_factory=Decider)
     isolation: Isolation = Field(default_factory=Isolation)
     events: Events = Field(default_factory=Events)
+    # With no checks given, `git diff --check <baseline> HEAD` runs (whitespace errors,
+    # conflict markers); false turns it off.
+    default_check: bool = True
+
+    def effective_checks(self, baseline: str) -> list[Check]:
+        """The checks that run: the given ones, else the default diff check."""
+        if self.checks or not self.default_check:
+            return list(self.checks)
+        return [default_check(baseline)]
 
     @field_validator("version")
     @classmethod
@@ -160,12 +299,24 @@ class TaskSpec(_Strict):
                 "Acceptance checks the supervisor will run:\n"
                 + "\n".join(f"- {c.name}: {shlex.join(c.argv)}" for c in self.checks)
             )
+        elif self.default_check:
+            parts.append(
+                "Acceptance check the supervisor will run: `git diff --check` between the "
+                "baseline and your commit (no whitespace errors, no conflict markers)."
+            )
         if self.autonomy.require_local_commit:
             parts.append(
                 "Commit your work locally on the current branch when done. "
                 "Do not push; publishing happens outside this task."
             )
         return "\n\n".join(parts)
+
+
+DEFAULT_CHECK_NAME = "diff-check"
+
+
+def default_check(baseline: str) -> Check:
+    return Check(name=DEFAULT_CHECK_NAME, argv=["git", "diff", "--check", baseline, "HEAD"])
 
 
 def _format_errors(exc: ValidationError, source: str) -> GitsupError:
@@ -186,9 +337,46 @@ def _format_errors(exc: ValidationError, source: str) -> GitsupError:
 
 def spec_from_mapping(data: Mapping[str, Any], source: str = "spec") -> TaskSpec:
     try:
-        return TaskSpec.model_validate(dict(data))
+        _check_tree(data, "")
+    except ValueError as exc:
+        raise GitsupError(
+            f"invalid task spec ({source}): {exc}", hint="see docs/spec.md for the limits"
+        ) from None
+    data = _shell_checks(data)
+    try:
+        spec = TaskSpec.model_validate(dict(data))
     except ValidationError as exc:
         raise _format_errors(exc, source) from None
+    size = len(spec.prompt().encode("utf-8"))
+    if size > MAX_PROMPT_BYTES:
+        raise GitsupError(
+            f"invalid task spec ({source}): the prompt (goal, scope, constraints, checks) is "
+            f"{size} bytes; the limit is {MAX_PROMPT_BYTES}",
+            hint="put long instructions in a file in the repository and name it in the goal",
+        )
+    return spec
+
+
+def _shell_checks(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`[[checks]] sh = "script"` is `argv = ["sh", "-c", "script"]`, recorded as a shell check."""
+    checks = data.get("checks")
+    if not isinstance(checks, list) or not any(
+        isinstance(c, Mapping) and "sh" in c for c in checks
+    ):
+        return data
+    out = []
+    for c in checks:
+        if isinstance(c, Mapping) and "sh" in c:
+            c = dict(c)
+            script = c.pop("sh")
+            if "argv" in c:
+                raise GitsupError("a check has both `sh` and `argv`; give one")
+            if not isinstance(script, str) or not script.strip():
+                raise GitsupError("a check's `sh` must be a non-empty string")
+            c["argv"] = ["sh", "-c", script]
+            c["shell"] = True
+        out.append(c)
+    return {**data, "checks": out}
 
 
 def load_spec(path: Path, overrides: Mapping[str, Any] | None = None) -> TaskSpec:
@@ -196,10 +384,14 @@ def load_spec(path: Path, overrides: Mapping[str, Any] | None = None) -> TaskSpe
         raw = path.read_bytes()
     except OSError as exc:
         raise GitsupError(f"cannot read spec {path}: {exc.strerror}") from None
+    if len(raw) > 1024 * 1024:
+        raise GitsupError(f"spec {path} is {len(raw)} bytes; the limit is 1 MiB")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise GitsupError(f"spec {path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise GitsupError(f"spec {path} is nested too deeply to read") from None
     if overrides:
         data = _deep_merge(data, overrides)
     return spec_from_mapping(data, str(path))

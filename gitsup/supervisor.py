@@ -37,7 +37,7 @@ from gitsup.decider import DeciderError, RulesDecider, TurnContext, TurnDecision
 from gitsup.errors import GitsupError
 from gitsup.events import Event, EventLog
 from gitsup.faults import fault
-from gitsup.git import GitRepo, RefConflict
+from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo, RefConflict
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import Layout, task_refs
 from gitsup.lease import Lease, LeaseStore
@@ -202,7 +202,7 @@ class Supervisor:
             self.inbox.put(ResumeAuto())
             return
         self._abort.set()
-        self.inbox.put(StopRequest(f"signal {signal.Signals(signum).name}"))
+        self.inbox.put(StopRequest(stop_reason(self.layout.task_dir(self.task), signum)))
 
     @contextlib.contextmanager
     def _signals(self) -> Any:
@@ -411,7 +411,6 @@ class Supervisor:
         problems = self._preflight()
         if problems:
             self.record.reasons += [f"preflight: {p}" for p in problems]
-            self.emit("candidate_failed", {"reason": "preflight failed", "problems": problems})
             self._finish(State.FAILED)
             return False
         self._spawns += 1
@@ -466,7 +465,6 @@ class Supervisor:
             msg = exc.message if isinstance(exc, GitsupError) else str(exc)
             self.record.reasons.append(f"worker could not start: {msg}")
             self.record.spawn_pending = False
-            self.emit("candidate_failed", {"reason": msg})
             self._cleanup_cgroup()
             self._finish(State.FAILED)
             return False
@@ -500,6 +498,7 @@ class Supervisor:
             return
         empty = cg.kill(timeout=self.spec.worker.stop_grace + 5)
         removed = cg.remove() if empty else False
+        self._swept = True  # the cgroup, proven empty, is the stronger guarantee
         self.emit(
             "worker_stopped", {"cgroup": str(cg.path), "verified_empty": empty, "removed": removed}
         )
@@ -966,7 +965,7 @@ class Supervisor:
         # write themselves (__pycache__, .pytest_cache, build output) is not its change.
         wt = self._worktree_repo()
         self._clean_before_checks = wt is None or wt.is_clean()
-        for check in self.spec.checks:
+        for check in self.spec.effective_checks(self.record.baseline):
             if self._abort.is_set():
                 self._stop_reason = self._stop_reason or "stop requested"
                 break
@@ -1108,11 +1107,24 @@ class Supervisor:
 
     def _save_wip(self, head: Oid | None) -> None:
         wt = self._worktree_repo()
-        if wt is None or wt.is_clean():
+        if wt is None:
             return
+        omitted: list[dict[str, Any]] = []
         try:
-            tree = wt.snapshot_tree(include_untracked=True, max_file_bytes=8 * 1024 * 1024)
+            tree = wt.snapshot_tree(
+                include_untracked=True,
+                max_file_bytes=WIP_MAX_FILE_BYTES,
+                baseline=Oid(self.record.baseline),
+                omitted=omitted,
+            )
             parent = head or Oid(self.record.baseline)
+            # What is not saved is said (event, record, `git sup show`), never dropped silently.
+            omitted = bound_not_captured(omitted)
+            self.record.not_captured = omitted
+            if tree == self.repo.tree_of(parent):
+                if omitted:
+                    self.emit("wip_saved", {"ref": None, "commit": None, "not_captured": omitted})
+                return
             commit = wt.commit_tree(
                 tree,
                 [parent],
@@ -1126,7 +1138,7 @@ class Supervisor:
             self.emit("protocol_noise", {"error": f"wip snapshot failed: {exc}"})
             return
         self.record.wip = commit
-        self.emit("wip_saved", {"ref": ref, "commit": commit})
+        self.emit("wip_saved", {"ref": ref, "commit": commit, "not_captured": omitted})
 
     def _write_candidate(self, head: Oid, status: Status) -> None:
         ref = task_refs(self.task)["candidate"]
@@ -1158,6 +1170,38 @@ class Supervisor:
             finished_at=time.time(),
         )
         self.repo.write_note(head, note.to_text())
+
+
+NOT_CAPTURED_LIST_LIMIT = 200
+
+
+def bound_not_captured(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """At most NOT_CAPTURED_LIST_LIMIT entries (those that block a discard first); the rest
+    become one summary entry with their count and total size."""
+    if len(items) <= NOT_CAPTURED_LIST_LIMIT:
+        return items
+    ordered = sorted(items, key=lambda i: not i.get("blocks_discard", True))
+    keep, rest = ordered[: NOT_CAPTURED_LIST_LIMIT - 1], ordered[NOT_CAPTURED_LIST_LIMIT - 1 :]
+    summary = {
+        "path": f"({len(rest)} more paths)",
+        "bytes": sum(int(i.get("bytes") or 0) for i in rest),
+        "why": "; ".join(sorted({str(i.get("why")) for i in rest})),
+        "blocks_discard": any(i.get("blocks_discard", True) for i in rest),
+    }
+    return [*keep, summary]
+
+
+STOP_REQUEST_FILE = "stop-request"
+
+
+def stop_reason(task_dir: Path, signum: int) -> str:
+    """Who asked to stop: `git sup stop` leaves a note before it signals."""
+    name = signal.Signals(signum).name
+    try:
+        who = (task_dir / STOP_REQUEST_FILE).read_text(encoding="utf-8").strip()[:200]
+    except (OSError, UnicodeDecodeError):
+        who = ""
+    return f"requested by {who}" if who and signum == signal.SIGTERM else f"signal {name}"
 
 
 def supervisor_identity() -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gitsup.errors import Exit, GitsupError
 from gitsup.events import Event, EventLog
-from gitsup.git import GitRepo
+from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo
 from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import Layout, task_branch, task_refs
 from gitsup.lease import LeaseStore
@@ -124,14 +124,27 @@ def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tup
     repo = ctx.repo
     baseline = repo.resolve_commit(spec.base)  # validate before writing anything
     source_branch = repo.head_branch() if spec.base == "HEAD" else _branch_name(repo, spec.base)
-    init_repo(ctx)
-    store = ctx.store
-    task = store.create()
+    from gitsup.preflight import preflight_start
+
+    preflight_start(ctx, spec, baseline)  # refuses before anything is written
+    undo: list[Any] = []
+    if not ctx.layout.root.exists():
+        # The first start also sets the repository up; a start that fails takes that back.
+        undo.append(_init_undo(ctx))
+    try:
+        init_repo(ctx)
+        store = ctx.store
+        task = store.create()
+    except BaseException:
+        for step in reversed(undo):
+            with contextlib.suppress(Exception):
+                step()
+        raise
     task_dir = ctx.layout.task_dir(task)
     wt_path = worktree_root(ctx) / task
     branch = task_branch(task)
     refs = task_refs(task)
-    undo: list[Any] = [lambda: _rmtree(task_dir)]
+    undo.append(lambda: _rmtree(task_dir))
     try:
         if wt_path.exists():
             raise GitsupError(f"worktree path {wt_path} already exists")
@@ -180,7 +193,7 @@ def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tup
                     "branch": branch,
                     "worktree": str(wt_path),
                     "worker": spec.worker.kind,
-                    "checks": [c.name for c in spec.checks],
+                    "checks": [c.name for c in spec.effective_checks(baseline)],
                 },
             )
         return record, lease
@@ -189,6 +202,43 @@ def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tup
             with contextlib.suppress(Exception):
                 step()
         raise
+
+
+def _init_undo(ctx: Context) -> Any:
+    """A step that undoes a first `init` (state directory, config, pre-push hook) as long as
+    nothing else has used or changed them since; it never removes another task's state."""
+    config = ctx.repo.common_dir / "config"
+    config_before = config.read_bytes() if config.exists() else None
+    try:
+        from gitsup.boundary.install import hooks_dir
+
+        hooks = hooks_dir(ctx.repo)
+    except ImportError:  # pragma: no cover - a build without the boundary
+        hooks = ctx.repo.common_dir / "hooks"
+    hook_before = {
+        name: (hooks / name).read_bytes() if (hooks / name).is_file() else None
+        for name in ("pre-push", "pre-push.local")
+    }
+
+    def undo() -> None:
+        layout = ctx.layout
+        others = [p for p in layout.tasks.iterdir()] if layout.tasks.exists() else []
+        leases = list(layout.leases.glob("*.json")) if layout.leases.exists() else []
+        if others or leases:
+            return  # another task started meanwhile: the set-up is in use
+        _rmtree(layout.root)
+        if config_before is not None:
+            config.write_bytes(config_before)
+        for name, before in hook_before.items():
+            path = hooks / name
+            if before is None:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            elif not path.is_file() or path.read_bytes() != before:
+                path.write_bytes(before)
+                path.chmod(0o755)
+
+    return undo
 
 
 def _branch_name(repo: GitRepo, rev: str) -> str | None:
@@ -226,7 +276,39 @@ def run_task(
         on_event=on_event,
         worker_factory=worker_factory or default_worker_factory,
     )
-    return sup.run()
+    return remove_unstarted(ctx, sup.run())
+
+
+def remove_unstarted(ctx: Context, record: TaskRecord) -> TaskRecord:
+    """A task whose worker never started leaves no worktree or branch behind (its record,
+    event log and baseline ref stay: they say what happened)."""
+    if record.state != State.FAILED or (record.worker or {}).get("pid") is not None:
+        return record
+    if record.turns or record.candidate or record.wip:
+        return record
+    repo = ctx.repo
+    tid = TaskId(record.id)
+    wt = Path(record.worktree) if record.worktree else None
+    if repo.branch_target(record.branch) not in (None, record.baseline):
+        return record
+    removed = []
+    try:
+        if wt is not None and (wt.exists() or repo.worktree_path(tid) is not None):
+            wrepo = GitRepo.open(wt) if wt.exists() else None
+            if wrepo is not None and not wrepo.is_clean():
+                return record
+            repo.remove_worktree(tid, wt)
+            removed.append("worktree")
+        if repo.branch_target(record.branch) is not None:
+            repo.delete_branch(record.branch)
+            removed.append("branch")
+    except (GitsupError, OSError):
+        return record
+    if removed:
+        record.reasons.append(f"the worker never started: its {' and '.join(removed)} were removed")
+        record.discarded_at = time.time()
+        ctx.store.save(record)
+    return record
 
 
 # --- show / ls / log -------------------------------------------------------------------
@@ -256,6 +338,7 @@ class LsRow:
     behind: int | None
     goal: str
     candidate: str | None
+    discarded: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -296,6 +379,7 @@ def list_tasks(ctx: Context) -> list[LsRow]:
                 behind=behind,
                 goal=goal.splitlines()[0][:80] if goal else "",
                 candidate=rec.get("candidate"),
+                discarded=bool(rec.get("discarded_at")),
             )
         )
     return rows
@@ -321,6 +405,12 @@ def stop_task(ctx: Context, task: str, *, wait: float = 60.0) -> TaskRecord:
         raise GitsupError(
             f"task {task} is {record.state.value} but its supervisor is not running",
             hint=f"`git sup recover {task} --takeover` continues or parks it; `git sup doctor` lists such tasks",
+        )
+    from gitsup.supervisor import STOP_REQUEST_FILE
+
+    with contextlib.suppress(OSError):
+        (ctx.layout.task_dir(TaskId(record.id)) / STOP_REQUEST_FILE).write_text(
+            f"`git sup stop` (pid {os.getpid()})\n", encoding="utf-8"
         )
     os.kill(owner.pid, signal.SIGTERM)
     deadline = time.monotonic() + wait
@@ -397,10 +487,26 @@ def _uncaptured_work(ctx: Context, record: TaskRecord) -> str | None:
         wrepo = GitRepo.open(wt)
     except GitsupError:
         return None
-    if wrepo.is_clean():
-        return None
     wip = repo.ref_target(task_refs(TaskId(record.id))["wip"])
-    if wip is not None and repo.tree_of(wip) == wrepo.snapshot_tree(include_untracked=True):
+    try:
+        head: Oid | None = wrepo.head_commit()
+    except GitsupError:
+        head = None
+    omitted: list[dict[str, object]] = []
+    tree = wrepo.snapshot_tree(
+        include_untracked=True,
+        max_file_bytes=WIP_MAX_FILE_BYTES,
+        baseline=Oid(record.baseline) if record.baseline else None,
+        omitted=omitted,
+    )
+    lost = [i for i in omitted if i.get("blocks_discard", True)]
+    if lost:
+        return "not saved by a snapshot: " + ", ".join(
+            f"{i.get('path')} ({i.get('bytes')} bytes: {i.get('why')})" for i in lost
+        )
+    if head is not None and tree == repo.tree_of(head):
+        return None
+    if wip is not None and repo.tree_of(wip) == tree:
         return None
     n = len([p for p in wrepo.status_entries()])
     return f"uncommitted changes ({n} path(s)) in {wt}"
@@ -412,3 +518,77 @@ def status_exit(record: TaskRecord) -> int:
     if record.state not in TERMINAL:
         return Exit.OK
     return EXIT_OF.get(record.status, Exit.INTERNAL)
+
+
+# --- prune ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    dry_run: bool
+    removed: list[dict[str, str]]
+    kept: list[dict[str, str]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"dry_run": self.dry_run, "removed": self.removed, "kept": self.kept}
+
+
+def prune_tasks(ctx: Context, *, force: bool = False, dry_run: bool = False) -> PruneResult:
+    """Remove the worktrees and branches of tasks that ended. The task's refs under
+    refs/sup/ stay. A worktree with uncommitted work no ref holds, and a branch whose
+    commits no other ref reaches, are kept unless `force`."""
+    repo = ctx.repo
+    removed: list[dict[str, str]] = []
+    kept: list[dict[str, str]] = []
+    for record in sorted(ctx.store.iter_records(), key=lambda r: (r.created_at, r.id)):
+        if record.state not in TERMINAL:
+            continue
+        tid = TaskId(record.id)
+        wt = Path(record.worktree) if record.worktree else None
+        wt_present = wt is not None and (wt.exists() or repo.worktree_path(tid) is not None)
+        lease = ctx.leases.get(record.worktree) if record.worktree else None
+        if lease is not None and lease.owner_alive:
+            kept.append({"task": record.id, "what": "task", "why": "a running process owns it"})
+            continue
+        if wt_present and wt is not None:
+            why = None if force else _uncaptured_work(ctx, record)
+            if why:
+                kept.append({"task": record.id, "what": f"worktree {wt}", "why": why})
+                continue
+            if not dry_run:
+                repo.remove_worktree(tid, wt)
+                if lease is not None:
+                    ctx.leases.break_lease(lease.path)
+                record.discarded_at = record.discarded_at or time.time()
+                ctx.store.save(record)
+            removed.append({"task": record.id, "what": f"worktree {wt}"})
+        tip = repo.branch_target(record.branch) if record.branch else None
+        if tip is None:
+            continue
+        held = _held_elsewhere(ctx, record, tip)
+        if not held and not force:
+            kept.append(
+                {
+                    "task": record.id,
+                    "what": f"branch {record.branch}",
+                    "why": f"its commit {tip[:12]} is on no other branch or task ref",
+                }
+            )
+            continue
+        if not dry_run:
+            repo.delete_branch(record.branch)
+        removed.append({"task": record.id, "what": f"branch {record.branch}"})
+    return PruneResult(dry_run, removed, kept)
+
+
+def _held_elsewhere(ctx: Context, record: TaskRecord, tip: Oid) -> bool:
+    """Whether another ref (a task ref of this task, or any other branch) reaches `tip`."""
+    repo = ctx.repo
+    refs = task_refs(TaskId(record.id))
+    others = [repo.ref_target(refs[k]) for k in ("candidate", "wip", "baseline") if k in refs]
+    others += [
+        t
+        for b in repo.local_branches()
+        if b != record.branch and (t := repo.branch_target(b)) is not None
+    ]
+    return any(o is not None and (o == tip or repo.is_ancestor(tip, o)) for o in others)

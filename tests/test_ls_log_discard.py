@@ -9,7 +9,18 @@ from tests.conftest import git, run_sup
 from tests.helpers.sup import EDIT_ONLY, FIX_AND_COMMIT, common_dir, run_cli_inproc, write_worker
 
 NO_REVIEW = ("--review", "none")
-LS_KEYS = {"id", "state", "status", "age", "branch", "source_branch", "behind", "goal", "candidate"}
+LS_KEYS = {
+    "id",
+    "state",
+    "status",
+    "age",
+    "branch",
+    "source_branch",
+    "behind",
+    "goal",
+    "candidate",
+    "discarded",
+}
 
 
 def _start(repo: Path, *args: str) -> dict:

@@ -355,12 +355,31 @@ def test_worker_without_commit_parks_and_wip_holds_the_work(repo: Path, tmp: Pat
 
 
 def test_worker_that_cannot_start_fails_with_exit_4(repo: Path, tmp: Path) -> None:
-    rc, rec, err = start_json(repo, "g", "--worker", str(tmp / "no-such-program"), *NO_REVIEW)
+    # It resolves (so the start is accepted) but the supervisor refuses to run it: anyone
+    # could have rewritten it.
+    bad = tmp / "worker"
+    bad.write_text("#!/bin/sh\nexit 0\n")
+    bad.chmod(0o777)
+    rc, rec, err = start_json(repo, "g", "--worker", str(bad), *NO_REVIEW)
     assert rc == 4, err
     assert rec["state"] == "failed" and rec["status"] == "failed"
-    assert any("no-such-program" in r for r in rec["reasons"]), rec["reasons"]
+    assert any("world-writable" in r for r in rec["reasons"]), rec["reasons"]
+    assert err.count("candidate failed") == 1, err
     assert "Traceback" not in err
     assert not list((common_dir(repo) / "sup" / "leases").glob("*.json"))
+    # nothing is left behind but the record, its event log and its baseline ref
+    assert not Path(rec["worktree"]).exists()
+    assert git(repo, "branch", "--list", rec["branch"]) == ""
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert any("never started" in r for r in rec["reasons"]), rec["reasons"]
+
+
+def test_worker_program_that_does_not_resolve_is_refused_at_start(repo: Path, tmp: Path) -> None:
+    rc, _rec, err = start_json(repo, "g", "--worker", str(tmp / "no-such-program"), *NO_REVIEW)
+    assert rc == 2, err
+    assert "no-such-program" in err and "Traceback" not in err
+    assert not (common_dir(repo) / "sup").exists()
+    assert git(repo, "branch", "--list", "sup/*") == ""
 
 
 def test_exit_codes_without_json(repo: Path, tmp: Path) -> None:

@@ -9,7 +9,7 @@ import typer
 
 from gitsup.cli.main import app
 from gitsup.cli.output import emit_json, out, progress
-from gitsup.cli.tasks_cmd import _render_progress
+from gitsup.cli.tasks_cmd import ProgressRenderer
 from gitsup.tasks import Context, show_dict, status_exit
 
 
@@ -29,7 +29,7 @@ def demo_cmd(
         directory = directory.resolve()
     if not quiet:
         progress("creating a throwaway repository with a broken add() and a failing test")
-    res = run_demo(directory, worker=worker, on_event=None if quiet else _render_progress)
+    res = run_demo(directory, worker=worker, on_event=None if quiet else ProgressRenderer())
     rec = res.record
     if json_out:
         d = show_dict(Context.discover(res.repo), rec)

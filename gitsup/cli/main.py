@@ -18,6 +18,27 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from gitsup import __version__
+
+        sys.stdout.write(f"git-sup {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_version, help="Print the version and exit."
+    ),
+) -> None:
+    """Run coding agents unattended, one task per Git worktree.
+
+    `git sup --help` opens the manual (git runs `git help sup`, i.e. `man git-sup`);
+    `git sup -h` and `git sup COMMAND -h` print the usage.
+    """
+
+
 COMMAND_MODULES = ("tasks_cmd", "policy_cmd", "demo_cmd", "boundary_cmd", "tmux_cmd", "pool_cmd")
 
 

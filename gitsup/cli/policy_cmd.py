@@ -86,6 +86,8 @@ def _batch(worktree: str, policy: Policy) -> None:
                 f"stdin line {n}: not valid JSON ({exc.msg})",
                 hint='each line is a JSON string or an object {"cmd": "..."}',
             ) from exc
+        except RecursionError:
+            raise GitsupError(f"stdin line {n}: JSON nested too deeply") from None
         if isinstance(value, dict):
             value = value.get("cmd")
         if not isinstance(value, str):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gitsup.cli.main import app
-from gitsup.cli.output import emit_json, emit_jsonl, out, progress
+from gitsup.cli.output import emit_json, emit_jsonl, fold, out, paint, progress, use_colour
 from gitsup.durations import format_duration
 from gitsup.errors import GitsupError
 from gitsup.tasks import (
@@ -64,6 +64,8 @@ def _spec_from_cli(
     spec_file: Path | None,
     base: str | None,
     checks: list[str] | None,
+    check_sh: list[str] | None,
+    no_default_check: bool,
     worker: str | None,
     worker_kind: str | None,
     review: str | None,
@@ -80,8 +82,14 @@ def _spec_from_cli(
         over["goal"] = goal
     if base is not None:
         over["base"] = base
-    if checks:
-        over["checks"] = [{"name": _check_name(c, i), "argv": c} for i, c in enumerate(checks)]
+    given: list[dict[str, Any]] = [
+        {"name": _check_name(c, i), "argv": c} for i, c in enumerate(checks or [])
+    ]
+    given += [{"name": f"{len(given) + i + 1}-sh", "sh": c} for i, c in enumerate(check_sh or [])]
+    if given:
+        over["checks"] = given
+    if no_default_check:
+        over["default_check"] = False
     w: dict[str, Any] = {}
     if worker is not None:
         w["argv"] = worker
@@ -117,47 +125,112 @@ def _spec_from_cli(
 
 def _check_name(cmd: str, i: int) -> str:
     first = cmd.strip().split()[0] if cmd.strip() else f"check{i + 1}"
-    return f"{i + 1}-{Path(first).name}"
+    return f"{i + 1}-{Path(first).name or 'check'}"
 
 
 _QUIET_TYPES = {"worker_output", "protocol_noise"}
+_CHECK_TAIL_LINES = 12
 
 
-def _render_progress(ev: Event) -> None:
-    d = ev.data
-    t = ev.type
-    if t in _QUIET_TYPES:
-        if t == "worker_output":
-            text = str(d.get("text", "")).rstrip()
-            for line in text.splitlines()[-3:]:
-                progress(f"  | {line[:160]}")
-        return
-    if t == "state_changed":
-        progress(
-            f"{d.get('from')} -> {d.get('to')}" + (f" ({d['reason']})" if d.get("reason") else "")
-        )
-    elif t == "worker_started":
-        progress(f"worker started: {d.get('kind')} pid {d.get('pid')}")
-    elif t == "permission_decided":
-        if d.get("cancelled"):
+class ProgressRenderer:
+    """One line per event on stderr: elapsed time, how long each phase took, colour on a
+    terminal (NO_COLOR honoured), folded worker output that says how much was folded."""
+
+    def __init__(self) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self._t0 = self._clock()
+        self._phase_t0 = self._t0
+        self._stopped_shown = False
+        self._colour = use_colour()
+
+    def _line(self, text: str, colour: str | None = None) -> None:
+        el = self._clock() - self._t0
+        stamp = paint(f"[{format_duration(el) if el >= 60 else f'{el:.1f}s'}]", "dim", self._colour)
+        progress(f"{stamp} {paint(text, colour, self._colour) if colour else text}")
+
+    def __call__(self, ev: Event) -> None:
+        d = ev.data
+        t = ev.type
+        if t in _QUIET_TYPES:
+            if t == "worker_output":
+                for line in fold(str(d.get("text", ""))):
+                    progress(f"  | {line}")
             return
-        progress(
-            f"permission {d.get('tool')}: {d.get('verdict')} [{d.get('rule')}] -> {d.get('answer')}"
-        )
-    elif t == "acceptance_started":
-        progress(f"check {d.get('name')}: running")
-    elif t == "acceptance_result":
-        progress(
-            f"check {d.get('name')}: {'passed' if d.get('passed') else 'FAILED'} ({d.get('duration')}s)"
-        )
-    elif t == "turn_completed":
-        progress(f"turn completed ({d.get('subtype')})")
-    elif t in ("candidate_ready", "candidate_parked", "candidate_failed"):
-        progress(
-            f"{t.replace('_', ' ')}" + (f": {d['candidate'][:12]}" if d.get("candidate") else "")
-        )
-    elif t not in ("task_finished",):
-        progress(t.replace("_", " ") + (f": {json.dumps(d)[:160]}" if d else ""))
+        if t == "state_changed":
+            now = self._clock()
+            took = now - self._phase_t0
+            self._phase_t0 = now
+            text = f"{d.get('from')} -> {d.get('to')}" + (
+                f" ({d['reason']})" if d.get("reason") else ""
+            )
+            self._line(f"{text} [{d.get('from')} took {took:.1f}s]", "bold")
+        elif t == "worker_started":
+            self._stopped_shown = False
+            self._line(f"worker started: {d.get('kind')} pid {d.get('pid')}")
+        elif t == "worker_stopped":
+            if d.get("cgroup") and d.get("verified_empty") and self._stopped_shown:
+                return  # the same stop, its cgroup proved empty
+            if self._stopped_shown and not d.get("guarantee") and d.get("verified_empty") is None:
+                return
+            self._stopped_shown = True
+            self._line(
+                "worker stopped: " + _stopped_text(d), "yellow" if d.get("guarantee") else None
+            )
+        elif t == "permission_decided":
+            if d.get("cancelled"):
+                return
+            self._line(
+                f"permission {d.get('tool')}: {d.get('verdict')} [{d.get('rule')}] -> {d.get('answer')}"
+            )
+        elif t == "acceptance_started":
+            self._line(f"check {d.get('name')}: running")
+        elif t == "acceptance_result":
+            ok = bool(d.get("passed"))
+            self._line(
+                f"check {d.get('name')}: {'passed' if ok else 'FAILED'} "
+                f"(exit {d.get('exit_code')}, {d.get('duration')}s)",
+                "green" if ok else "red",
+            )
+            if not ok:
+                for line in check_tail(str(d.get("output_tail") or "")):
+                    progress(f"  | {line}")
+        elif t == "turn_completed":
+            self._line(f"turn completed ({d.get('subtype')})")
+        elif t in ("candidate_ready", "candidate_parked", "candidate_failed"):
+            colour = {"candidate_ready": "green", "candidate_failed": "red"}.get(t, "yellow")
+            self._line(
+                t.replace("_", " ") + (f": {d['candidate'][:12]}" if d.get("candidate") else ""),
+                colour,
+            )
+        elif t == "wip_saved" and d.get("not_captured"):
+            self._line(f"uncommitted work saved in {d.get('ref')}")
+            for item in d["not_captured"]:
+                self._line(f"  NOT captured: {_not_captured_text(item)}", "yellow")
+        elif t == "stop_requested":
+            self._line(f"stop requested: {d.get('reason')}", "yellow")
+        elif t not in ("task_finished",):
+            self._line(t.replace("_", " ") + (f": {json.dumps(d)[:160]}" if d else ""))
+
+
+def _stopped_text(d: dict[str, Any]) -> str:
+    if d.get("guarantee"):
+        return f"{d.get('containment')} ({d['guarantee']})"
+    if d.get("cgroup"):
+        return "cgroup " + ("verified empty" if d.get("verified_empty") else "NOT verified empty")
+    if d.get("reason"):
+        return f"{d['reason']} ({d.get('how')})"
+    rc, sig = d.get("returncode"), d.get("signal")
+    return f"exited ({d.get('classification')}, rc={rc}" + (f", signal {sig})" if sig else ")")
+
+
+def check_tail(text: str, lines: int = _CHECK_TAIL_LINES) -> list[str]:
+    return fold(text, lines=lines, width=200)
+
+
+def _not_captured_text(item: dict[str, Any]) -> str:
+    return f"{item.get('path')} ({item.get('bytes', '?')} bytes: {item.get('why')})"
 
 
 @app.command("start")
@@ -173,6 +246,17 @@ def start_cmd(
             "--check", help="An acceptance check command (repeat); run as argv, no shell."
         ),
     ] = None,
+    check_sh: Annotated[
+        list[str] | None,
+        typer.Option("--check-sh", help="An acceptance check run with `sh -c` (repeat)."),
+    ] = None,
+    no_default_check: Annotated[
+        bool,
+        typer.Option(
+            "--no-default-check",
+            help="Without checks, do not run the default `git diff --check <baseline> HEAD`.",
+        ),
+    ] = False,
     worker: Annotated[
         str | None,
         typer.Option("--worker", help="Worker command (a process worker unless --worker-kind)."),
@@ -207,6 +291,8 @@ def start_cmd(
         spec_file,
         base,
         check,
+        check_sh,
+        no_default_check,
         worker,
         worker_kind,
         review,
@@ -236,7 +322,9 @@ def start_cmd(
                 f"task {rec.id}: worktree {rec.worktree} on {rec.branch} at {rec.baseline[:12]}"
             )
 
-    record = run_task(ctx, spec, on_event=None if quiet else _render_progress, on_prepared=prepared)
+    record = run_task(
+        ctx, spec, on_event=None if quiet else ProgressRenderer(), on_prepared=prepared
+    )
     if json_out:
         emit_json(show_dict(ctx, record))
     else:
@@ -250,6 +338,8 @@ def _print_summary(ctx: Context, record: TaskRecord) -> None:
         out(f"candidate: {record.candidate}  (refs/sup/{record.id}/candidate)")
     if record.wip:
         out(f"uncommitted work saved: {record.wip}  (refs/sup/{record.id}/wip)")
+    for item in record.not_captured:
+        out(f"  NOT saved: {_not_captured_text(item)}")
     for r in record.reasons:
         out(f"  reason: {r}")
     if record.candidate:
@@ -279,6 +369,12 @@ def show_cmd(
     out(f"candidate {record.candidate or '-'}")
     if record.wip:
         out(f"wip       {record.wip}  (refs/sup/{record.id}/wip: uncommitted work saved)")
+    for item in record.not_captured:
+        out(f"NOT saved {_not_captured_text(item)}")
+    if record.discarded_at:
+        out(
+            f"discarded {dt.datetime.fromtimestamp(record.discarded_at, dt.UTC):%Y-%m-%d %H:%M:%S} UTC (worktree removed)"
+        )
     out(
         f"turns     {record.turns}   cost ${record.cost_usd:.4f}   repair rounds {record.repair_rounds}"
     )
@@ -291,6 +387,9 @@ def show_cmd(
             out(
                 f"  {mark:7} {c.name} ({req}, exit {c.exit_code}, {c.duration:.2f}s): {' '.join(c.argv)}"
             )
+            if not c.passed:
+                for line in check_tail(c.output_tail):
+                    out(f"          | {line}")
     if record.review:
         out(f"review    {record.review.kind}: {record.review.verdict or '-'}")
     for r in record.reasons:
@@ -315,7 +414,10 @@ def ls_cmd(json_out: JsonOpt = False) -> None:
     out(f"{'ID':16} {'STATE':10} {'STATUS':10} {'AGE':>7} {'BEHIND':>12}  GOAL")
     for r in rows:
         behind = "-" if r.behind is None else f"{r.behind} {r.source_branch}"
-        out(f"{r.id:16} {r.state:10} {r.status:10} {_age(r.age):>7} {behind:>12}  {r.goal}")
+        status = f"{r.status}*" if r.discarded else r.status
+        out(f"{r.id:16} {r.state:10} {status:10} {_age(r.age):>7} {behind:>12}  {r.goal}")
+    if any(r.discarded for r in rows):
+        out("* discarded: worktree removed, refs kept")
 
 
 @app.command("log")
@@ -375,6 +477,36 @@ def discard_cmd(
         out(f"kept    {k}")
 
 
+@app.command("prune")
+def prune_cmd(
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Also remove uncaptured work and branches no other ref reaches."
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Remove ended tasks' worktrees and branches; their refs under refs/sup/ stay."""
+    from gitsup.tasks import prune_tasks
+
+    ctx = Context.discover()
+    res = prune_tasks(ctx, force=force, dry_run=dry_run)
+    if json_out:
+        emit_json(res.as_dict())
+        return
+    verb = "would remove" if dry_run else "removed"
+    for r in res.removed:
+        out(f"{verb} {r['task']}: {r['what']}")
+    for k in res.kept:
+        out(f"kept    {k['task']}: {k['what']} ({k['why']})")
+    if not res.removed and not res.kept:
+        out("nothing to prune")
+
+
 @app.command("wait")
 def wait_cmd(
     task: Annotated[str, typer.Argument(help="Task id.")],
@@ -415,7 +547,7 @@ def recover_cmd(
 
     ctx = Context.discover()
     record = recover_task(
-        ctx, task, takeover=takeover, park=park, on_event=None if quiet else _render_progress
+        ctx, task, takeover=takeover, park=park, on_event=None if quiet else ProgressRenderer()
     )
     if json_out:
         emit_json(show_dict(ctx, record))

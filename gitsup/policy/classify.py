@@ -33,7 +33,14 @@ def classify_command(
     hit = cache.get(key)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
-    decision = _classify(command, posixpath.normpath(worktree), policy, home_dir)
+    try:
+        decision = _classify(command, posixpath.normpath(worktree), policy, home_dir)
+    except RecursionError:
+        decision = ask("ask.unparseable", "the command is nested too deeply to analyse", command)
+    except UnicodeError:
+        decision = ask(
+            "ask.unparseable", "the command is not valid text (a lone surrogate)", command
+        )
     if len(cache) >= _CACHE_LIMIT:
         cache.clear()
     cache[key] = decision

@@ -86,13 +86,38 @@ def find_claude(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
     from_env = env.get("GITSUP_CLAUDE_BIN")
     if from_env and os.path.exists(from_env):
         return [from_env]
-    found = shutil.which("claude", path=env.get("PATH"))
+    found = shutil.which("claude", path=env.get("PATH")) or project_local_claude()
     if found is None:
         raise WorkerError(
             "the Claude Code CLI (`claude`) is not on PATH; install @anthropic-ai/claude-code, "
             "set GITSUP_CLAUDE_BIN, or name it in [worker] argv"
         )
     return [found]
+
+
+_LOCAL_INSTALLS = (
+    Path(".tools/claude/node_modules/.bin/claude"),
+    Path("node_modules/.bin/claude"),
+)
+
+
+def project_local_claude(start: Path | None = None) -> str | None:
+    """A Claude Code installed inside the project (npm install in the repository, or in
+    `.tools/claude/`), found from the current directory's repository, then from the
+    checkout gitsup itself runs from."""
+    roots: list[Path] = []
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / ".git").exists():
+            roots.append(d)
+            break
+    roots.append(Path(__file__).resolve().parent.parent.parent)
+    for root in roots:
+        for rel in _LOCAL_INSTALLS:
+            cand = root / rel
+            if cand.is_file() and os.access(cand, os.X_OK):
+                return str(cand)
+    return None
 
 
 def _rule_tool(rule: str) -> str:
