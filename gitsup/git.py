@@ -548,7 +548,11 @@ class GitRepo:
         return {k: int(v) for k, v in self._repo.status(untracked_files="all").items()}
 
     def is_clean(self) -> bool:
-        for flags in self._repo.status(untracked_files="all").values():
+        try:
+            status = self._repo.status(untracked_files="all")
+        except pygit2.GitError as exc:
+            raise GitsupError(f"cannot read the status of {self.workdir}: {exc}") from exc
+        for flags in status.values():
             if flags & FileStatus.IGNORED:
                 continue
             if flags != FileStatus.CURRENT:
@@ -561,6 +565,12 @@ class GitRepo:
 
         Untracked files above `max_file_bytes` are left out.
         """
+        try:
+            return self._snapshot_tree(include_untracked, max_file_bytes)
+        except pygit2.GitError as exc:  # e.g. a corrupt object in the HEAD tree
+            raise GitsupError(f"cannot snapshot {self.workdir}: {exc}") from exc
+
+    def _snapshot_tree(self, include_untracked: bool, max_file_bytes: int | None) -> Oid:
         repo = self._repo
         workdir = Path(self.workdir)
         idx = pygit2.Index()

@@ -8,7 +8,8 @@ user's repository. A task's worktree is instead connected to a private Git dir,
   `objects/info/alternates`;
 - refs: `HEAD` -> `refs/heads/sup/<id>` at the baseline, plus a `packed-refs` snapshot of
   the user's branches and tags (so `git log main` works inside the task);
-- config: minimal (identity copied from the user's repository, no hooks, no remotes);
+- config: minimal (identity copied from the user's repository, no remotes, no credential
+  helpers; `core.hooksPath` is its own `hooks/`, holding only gitsup's push gate);
 - index: the worktree's index, moved there from the worktree's registration.
 
 The worktree's `.git` file points at the private dir; the user's repository keeps the
@@ -94,7 +95,7 @@ def create(
     if not registration.is_absolute():
         registration = (worktree / registration).resolve()
     common = repo.common_dir
-    for d in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info"):
+    for d in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info", "hooks"):
         (git / d).mkdir(parents=True, exist_ok=True)
     (git / "objects" / "info" / "alternates").write_text(f"{common / 'objects'}\n")
     branch_ref = f"refs/heads/{branch}"
@@ -113,7 +114,7 @@ def create(
         "\tbare = false",
         "\tlogallrefupdates = true",
         f"\tworktree = {_quote(str(worktree))}",
-        "\thooksPath = /dev/null",
+        f"\thooksPath = {_quote(str(git / 'hooks'))}",
     ]
     sections: dict[str, list[str]] = {}
     for key in _COPIED_CONFIG:
@@ -133,11 +134,23 @@ def create(
         src = common / name
         if src.is_file():
             shutil.copyfile(src, git / name)
+    _install_gate(git / "hooks")
     index = registration / "index"
     if index.is_file():
         os.replace(index, git / "index")
     _write(gitfile, f"gitdir: {git}\n")
     return git
+
+
+def _install_gate(hooks: Path) -> None:
+    """The private hooks dir holds only gitsup's own client-side push gate (defence in
+    depth: a push from inside the task is refused before it leaves); none of the user's
+    hooks run in the task, and nothing there ever runs on the user's side."""
+    try:
+        from gitsup.boundary.install import install_hook  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return
+    install_hook(hooks, "pre-push", "start")  # type: ignore[no-untyped-call,unused-ignore]
 
 
 def open_worktree(layout: Layout, task: TaskId, worktree: Path) -> GitRepo:

@@ -41,7 +41,21 @@ def _prepare(setup: Setup, rec: dict[str, Any]) -> Path:
 
 
 def _argv(setup: Setup, attempt: list[str]) -> list[str]:
-    return [str(setup.origin) if a == "<origin-url>" else a for a in attempt]
+    # A task's private Git dir has no remotes: from inside a task, a remote is named by
+    # its URL (what a worker can always do).
+    urls = {
+        "<origin-url>": str(setup.origin),
+        "origin": str(setup.origin),
+        "other": str(setup.other),
+    }
+    return [urls.get(a, a) for a in attempt]
+
+
+def test_a_task_has_no_remotes(setup: Setup, ready: dict[str, Any]) -> None:
+    wt = _prepare(setup, ready)
+    assert git(wt, "remote") == ""
+    res = push(wt, "origin", "HEAD:refs/heads/main")
+    assert res.returncode != 0 and "does not appear to be a git repository" in res.stderr
 
 
 @pytest.mark.parametrize("name", sorted(ATTEMPTS))
