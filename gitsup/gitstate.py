@@ -122,6 +122,9 @@ def create(
         if value is not None:
             section, name = key.split(".", 1)
             sections.setdefault(section, []).append(f"\t{name} = {_quote(value)}")
+    protected = repo.config_get_all("sup.protected")
+    if protected:  # what `git sup policy` inside the task reads
+        sections["sup"] = [f"\tprotected = {_quote(b)}" for b in protected]
     fmt = repo.config_get("extensions.objectformat")
     if fmt is not None:
         config[1] = "\trepositoryformatversion = 1"
