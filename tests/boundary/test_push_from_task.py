@@ -37,6 +37,10 @@ def _prepare(setup: Setup, rec: dict[str, Any]) -> Path:
     # Something on the remote to delete, and a tag to push.
     git(setup.repo, "push", "-q", "origin", "main:refs/heads/feature")
     git(wt, "tag", "v1")
+    # The task's private Git dir has no gitsup refs or notes of its own: a worker that wants
+    # to push them makes them up first.
+    git(wt, "notes", "--ref=sup", "add", "-m", "forged", "HEAD")
+    git(wt, "update-ref", "refs/sup/forged", "HEAD")
     return wt
 
 
@@ -47,6 +51,9 @@ def _argv(setup: Setup, attempt: list[str]) -> list[str]:
         "<origin-url>": str(setup.origin),
         "origin": str(setup.origin),
         "other": str(setup.other),
+        # without a remote-tracking ref, a lease names the value it expects
+        "--force-with-lease": "--force-with-lease=refs/heads/main:"
+        + git(setup.origin, "rev-parse", "main"),
     }
     return [urls.get(a, a) for a in attempt]
 
