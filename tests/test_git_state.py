@@ -248,6 +248,16 @@ elif {mode!r} == "wrong-type":
     # a well-framed object of another type under the name: hashes differently
     loose.write_bytes(zlib.compress(b"commit 5\\0hello"))
     out("fake", hashlib.sha1(b"commit 5\\0hello").hexdigest())
+elif {mode!r} == "alternate":
+    # the object moved to a store of its own that the private dir lists as an alternate:
+    # Git in the task still finds it, the import (which reads only the private store) not
+    other = pathlib.Path({other!r})
+    (other / blob[:2]).mkdir(parents=True)
+    loose.rename(other / blob[:2] / blob[2:])
+    alternates = pathlib.Path(PRIVATE) / "objects" / "info" / "alternates"
+    alternates.write_text(alternates.read_text() + str(other) + "\\n")
+    sh("git", "cat-file", "-e", blob)
+    out("fake", None)
 else:
     loose.unlink()
     out("fake", None)
@@ -256,7 +266,9 @@ else:
 
 def _planted_run(repo: Path, tmp: Path, mode: str) -> None:
     objects_before = _object_files(common_dir(repo))
-    worker, seen_file = _worker(tmp, repo, PLANT.format(mode=mode))
+    worker, seen_file = _worker(
+        tmp, repo, PLANT.format(mode=mode, other=str(tmp / "other-objects"))
+    )
     rc, rec, err = start_json(repo, "g", "--check", QUICK_CHECK, "--worker", worker, *NO_REVIEW)
     assert rc == 3, (err, rec.get("reasons"))
     seen = json.loads(seen_file.read_text())
@@ -264,7 +276,7 @@ def _planted_run(repo: Path, tmp: Path, mode: str) -> None:
     assert rec["status"] == "parked" and rec["candidate"] is None
     reasons = " | ".join(rec["reasons"])
     assert "import refused" in reasons, reasons
-    if mode == "missing":
+    if mode in ("missing", "alternate"):
         assert f"object {seen['blob']} is missing" in reasons
     else:
         assert seen["blob"] in reasons
@@ -290,6 +302,35 @@ def test_an_object_of_another_type_under_the_name_is_refused(repo: Path, tmp: Pa
 
 def test_a_missing_object_is_refused_and_the_task_parks(repo: Path, tmp: Path) -> None:
     _planted_run(repo, tmp, "missing")
+
+
+def test_an_object_only_in_a_planted_alternate_is_refused(repo: Path, tmp: Path) -> None:
+    _planted_run(repo, tmp, "alternate")
+
+
+def test_packed_objects_are_imported(repo: Path, tmp: Path) -> None:
+    """The worker packs its store (`git gc`): the import reads packs as well."""
+    worker, seen_file = _worker(
+        tmp,
+        repo,
+        """
+        for i in range(3):
+            pathlib.Path(f"notes{i}.txt").write_text(f"{i}\\n")
+            sh("git", "add", f"notes{i}.txt")
+            sh("git", "commit", "-q", "-m", f"notes {i}")
+        out("commit", fix())
+        sh("git", "gc", "-q", "--prune=now")
+        out("loose", [str(p) for p in (pathlib.Path(PRIVATE) / "objects").glob("??/*")])
+        """,
+    )
+    rc, rec, err = start_json(repo, "g", "--check", QUICK_CHECK, "--worker", worker, *NO_REVIEW)
+    assert rc == 0, (err, rec.get("reasons"))
+    seen = json.loads(seen_file.read_text())
+    assert seen["loose"] == []
+    assert rec["candidate"] == seen["commit"]
+    assert len(git(repo, "rev-list", f"{rec['baseline']}..sup/{rec['id']}").split()) == 4
+    fsck = subprocess.run(["git", "fsck", "--no-dangling"], cwd=repo, capture_output=True)
+    assert fsck.returncode == 0, fsck.stderr
 
 
 # --- the worker's HEAD -----------------------------------------------------------------------
