@@ -69,8 +69,18 @@ class Imported:
         return self.previous != self.tip
 
 
+_MARKER = "private-git"
+
+
 def private_dir(layout: Layout, task: TaskId) -> Path:
     return layout.task_git_dir(task)
+
+
+def uses_private_dir(layout: Layout, task: TaskId) -> bool:
+    """Was the task made with a private Git dir? Told by a marker next to it (in the task
+    dir, which the worker cannot write), so a worker that deletes its private dir, or its
+    HEAD, is refused rather than taken for a task made before private dirs existed."""
+    return (layout.task_dir(task) / _MARKER).exists()
 
 
 def _quote(value: str) -> str:
@@ -141,6 +151,7 @@ def create(
     index = registration / "index"
     if index.is_file():
         os.replace(index, git / "index")
+    (layout.task_dir(task) / _MARKER).write_text(f"{git}\n")
     _write(gitfile, f"gitdir: {git}\n")
     return git
 
@@ -159,9 +170,8 @@ def _install_gate(hooks: Path) -> None:
 def open_worktree(layout: Layout, task: TaskId, worktree: Path) -> GitRepo:
     """The task's worktree with its Git state: the private dir when there is one (found
     by path, not through the worktree's `.git` file), else the linked worktree itself."""
-    git = private_dir(layout, task)
-    if (git / "HEAD").is_file():
-        return GitRepo.open_task(git, worktree)
+    if uses_private_dir(layout, task):
+        return GitRepo.open_task(private_dir(layout, task), worktree)
     return GitRepo.open(worktree)
 
 
@@ -305,9 +315,11 @@ def import_work(
 ) -> Imported | None:
     """Move the user's `branch` to the commit the worker's HEAD is at, after copying and
     verifying every object it needs. None when the task has no private Git dir."""
+    if not uses_private_dir(layout, task):
+        return None
     git = private_dir(layout, task)
     if not (git / "HEAD").is_file():
-        return None
+        raise ImportRefused(f"the task's Git dir {git} has no HEAD")
     try:
         ref, tip = GitRepo.open_task(git, None).head_ref()
     except GitsupError as exc:
@@ -335,10 +347,9 @@ def import_work(
 def import_tree(repo: GitRepo, layout: Layout, task: TaskId, tree: Oid) -> None:
     """Copy `tree` (e.g. a snapshot of the worktree) and what it reaches from the task's
     private Git dir into the user's repository, verified like `import_work`."""
-    git = private_dir(layout, task)
-    if not (git / "HEAD").is_file():
+    if not uses_private_dir(layout, task):
         return
-    staged = _Staged(repo, ObjectStore(git / "objects"))
+    staged = _Staged(repo, ObjectStore(private_dir(layout, task) / "objects"))
     staged.closure(tree, "tree")
     staged.write()
 

@@ -414,3 +414,23 @@ def test_a_rewritten_gitfile_does_not_redirect_the_supervisor(repo: Path, tmp: P
     assert rc == 0, (err, rec.get("reasons"))
     assert rec["candidate"] == seen["commit"]
     assert git(repo, "rev-parse", f"refs/heads/sup/{rec['id']}") == seen["commit"]
+
+
+def test_a_worker_that_deletes_its_git_dir_is_refused(repo: Path, tmp: Path) -> None:
+    """Not taken for a task made before private dirs existed: the import is refused."""
+    worker, seen_file = _worker(
+        tmp,
+        repo,
+        """
+        out("commit", fix())
+        import shutil
+        shutil.rmtree(PRIVATE)
+        """,
+    )
+    rc, rec, err = start_json(repo, "g", "--check", QUICK_CHECK, "--worker", worker, *NO_REVIEW)
+    assert rc == 3, (err, rec.get("reasons"))
+    reasons = " | ".join(rec["reasons"])
+    assert "import refused" in reasons and "has no HEAD" in reasons, reasons
+    assert git(repo, "rev-parse", f"refs/heads/sup/{rec['id']}") == rec["baseline"]
+    assert rec["candidate"] is None
+    assert not _has_object(repo, json.loads(seen_file.read_text())["commit"])
