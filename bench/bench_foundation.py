@@ -10,6 +10,8 @@ with a hermetic Git environment (no user or system config).
    of where the time of `prepare_task` + spawn goes.
 2. event append rate with the log at 1 MB and at 100 MB (goal: >= 20k/s, flat).
 3. `git sup ls` with 2,000 tasks: the console script and in-process `list_tasks` (goal < 0.5 s).
+4. importing a turn's commit from the task's private Git dir into `sup/<id>` (every new object
+   re-hashed), against the worker's own `git commit` of that turn measured in the same run.
 """
 
 from __future__ import annotations
@@ -175,6 +177,9 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
     phases.wrap(LeaseStore, "acquire", "lease acquire")
     phases.wrap(GitRepo, "create_branch", "create branch")
     phases.wrap(GitRepo, "add_worktree", "add_worktree (libgit2 checkout)")
+    from gitsup import gitstate
+
+    phases.wrap(gitstate, "create", "private Git dir (gitstate.create)")
     phases.wrap(GitRepo, "update_ref", "update_ref")
     phases.wrap(TaskStore, "save", "save record (fsync)")
     phases.wrap(sup_mod.Supervisor, "_seal", "seal event log")
@@ -352,6 +357,60 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
         "checkout": {k: median(v) for k, v in alt.items()},
         "phases_before_spawn": {k: median(v) for k, v in phases.before.items()},
     }
+
+
+# --- 4. import of a turn's commit ----------------------------------------------------------
+
+
+def bench_import(root: Path, files: int, reps: int) -> dict[str, Any]:
+    from gitsup import gitstate
+    from gitsup.ids import Oid, TaskId
+    from gitsup.spec import spec_from_mapping
+    from gitsup.tasks import Context, prepare_task
+
+    print(f"\n== 4. import of a turn's commit into sup/<id> ({files:,} files, {reps} turns each)")
+    base = root / "import"
+    base.mkdir()
+    repo = make_repo(base, files)
+    ctx = Context.discover(repo)
+    spec = spec_from_mapping(
+        {
+            "goal": "bench",
+            "worker": {"kind": "process", "argv": ["true"]},
+            "review": {"kind": "none"},
+        }
+    )
+    out: dict[str, Any] = {}
+    for changed in (1, 10, 100):
+        record, lease = prepare_task(ctx, spec)
+        ctx.leases.release(lease)
+        wt, tid, baseline = Path(record.worktree), TaskId(record.id), Oid(record.baseline)
+        sources = sorted((wt / "src").rglob("*.py"))
+        commit_t: list[float] = []
+        import_t: list[float] = []
+        noop_t: list[float] = []
+        objects = 0
+        for r in range(reps):
+            for f in sources[r * changed : (r + 1) * changed]:
+                f.write_text(f.read_text() + f"# turn {r}\n")
+            t = time.perf_counter()
+            git(wt, "commit", "-qam", f"turn {r}")
+            commit_t.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            res = gitstate.import_work(ctx.repo, ctx.layout, tid, baseline, record.branch)
+            import_t.append(time.perf_counter() - t)
+            assert res is not None and res.moved
+            objects = res.objects
+            t = time.perf_counter()
+            gitstate.import_work(ctx.repo, ctx.layout, tid, baseline, record.branch)
+            noop_t.append(time.perf_counter() - t)
+        m_c, m_i, m_n = median(commit_t), median(import_t), median(noop_t)
+        print(
+            f"   {changed:3} file(s) changed ({objects:3} objects): import {fmt_s(m_i)}   "
+            f"worker's git commit {fmt_s(m_c)}   ratio {m_i / m_c:.2f}x   nothing new {fmt_s(m_n)}"
+        )
+        out[str(changed)] = {"import_s": m_i, "commit_s": m_c, "noop_s": m_n, "objects": objects}
+    return out
 
 
 # --- 2. event append rate ----------------------------------------------------------------
@@ -533,6 +592,7 @@ def main() -> None:
         results["start"] = bench_start(root, files, reps)
         results["events"] = bench_events(root, sizes, appends)
         results["ls"] = bench_ls(root, tasks)
+        results["import"] = bench_import(root, min(files, 5_000), reps)
     if args.json:
         print(json.dumps(results, indent=2))
 

@@ -107,6 +107,21 @@ class GitRepo:
             raise GitsupError(f"cannot open Git repository {os.fspath(path)}: {exc}") from exc
         return cls(repo)
 
+    @classmethod
+    def open_task(cls, git_dir: Path, worktree: Path | None) -> GitRepo:
+        """A task's private repository with its files in `worktree`, opened from the path
+        the supervisor knows: the worktree's `.git` file (worker-writable) is not read.
+        Without a worktree: only its refs and objects."""
+        if worktree is not None and not worktree.is_dir():
+            raise GitsupError(f"worktree {worktree} does not exist")
+        try:
+            repo = pygit2.Repository(os.fspath(git_dir), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+            if worktree is not None:
+                repo.workdir = os.fspath(worktree)
+        except (pygit2.GitError, OSError) as exc:
+            raise GitsupError(f"cannot open the task's Git dir {git_dir}: {exc}") from exc
+        return cls(repo)
+
     # --- locations ----------------------------------------------------------------
 
     @property
@@ -325,6 +340,15 @@ class GitRepo:
             return None
         return Path(wt.path)
 
+    def worktree_name_of(self, path: Path) -> str | None:
+        """The administrative name of the linked worktree registered at `path`."""
+        want = os.path.realpath(path)
+        for name in self.worktree_names():
+            p = self.worktree_path(name)
+            if p is not None and os.path.realpath(p) == want:
+                return name
+        return None
+
     def set_head_branch(self, branch: str) -> None:
         """Point HEAD at refs/heads/<branch> without touching the index or the files."""
         self._repo.set_head(f"refs/heads/{branch}")
@@ -332,9 +356,10 @@ class GitRepo:
     def remove_worktree(self, name: str, path: Path | None) -> None:
         """Delete the worktree's files and its administrative entry (found from the
         worktree's .git file when it has another name, e.g. a pooled worktree)."""
-        if path is not None and (path / ".git").is_file():
-            gitdir = (path / ".git").read_text().strip().removeprefix("gitdir:").strip()
-            name = Path(gitdir).name or name
+        if path is not None:
+            # Found by its registered path: the worktree's `.git` file may point at the
+            # task's private Git dir rather than at the administrative entry.
+            name = self.worktree_name_of(path) or name
         if path is not None and path.exists():
             shutil.rmtree(path)
         try:
@@ -348,22 +373,24 @@ class GitRepo:
     def checked_out_branches(self) -> dict[str, Path]:
         """Branch short name -> top directory of every checkout (main + linked) that has it."""
         out: dict[str, Path] = {}
-        tops: list[Path] = []
         common = self.common_dir
         main = GitRepo.open(common)
         if not main.is_bare:
-            tops.append(main.workdir)
+            branch = main.head_branch()
+            if branch is not None:
+                out[branch] = main.workdir.resolve()
         for name in self.worktree_names():
             p = self.worktree_path(name)
-            if p is not None and p.exists():
-                tops.append(p)
-        for top in tops:
-            try:
-                branch = GitRepo.open(top).head_branch()
-            except GitsupError:
+            if p is None or not p.exists():
                 continue
-            if branch is not None:
-                out.setdefault(branch, top.resolve())
+            # The registration's HEAD, not the checkout's `.git` file: a task worktree's
+            # `.git` points at its private Git dir, whose HEAD the worker controls.
+            try:
+                head = (common / "worktrees" / name / "HEAD").read_text().strip()
+            except OSError:
+                continue
+            if head.startswith("ref: refs/heads/"):
+                out.setdefault(head.removeprefix("ref: refs/heads/"), p.resolve())
         return out
 
     def merge_tree(self, ours: Oid, theirs: Oid) -> tuple[Oid | None, list[str]]:
@@ -463,6 +490,40 @@ class GitRepo:
             if isinstance(obj, pygit2.Blob):
                 yield entry.name or "", obj.data
 
+    # --- raw objects and ref listings (a task's private Git dir, gitsup.gitstate) -------
+
+    def has_object(self, oid: str) -> bool:
+        return pygit2.Oid(hex=oid) in self._repo.odb
+
+    def write_object(self, kind: str, data: bytes) -> Oid:
+        return Oid(str(self._repo.odb.write(_OBJECT_TYPES[kind], data)))
+
+    def direct_refs(self, prefixes: Sequence[str]) -> list[tuple[str, Oid]]:
+        """(name, target) of every non-symbolic ref under `prefixes`, sorted by name."""
+        out: list[tuple[str, Oid]] = []
+        for name in self._repo.references:
+            if not name.startswith(tuple(prefixes)):
+                continue
+            with contextlib.suppress(KeyError, pygit2.GitError, pygit2.InvalidSpecError):
+                ref = self._repo.references[name]
+                if ref.type == pygit2.enums.ReferenceType.DIRECT:
+                    out.append((name, Oid(str(ref.target))))
+        return sorted(out, key=lambda r: r[0].encode())
+
+    def head_ref(self) -> tuple[str | None, Oid | None]:
+        """(the ref HEAD names, or None when detached; its commit, or None when unborn)."""
+        try:
+            head = self._repo.references["HEAD"]
+        except (KeyError, pygit2.GitError) as exc:
+            raise GitsupError(f"cannot read HEAD of {self.git_dir}: {exc}") from exc
+        if head.type == pygit2.enums.ReferenceType.DIRECT:
+            return None, Oid(str(head.target))
+        name = str(head.target)
+        try:
+            return name, Oid(str(head.resolve().target))
+        except (KeyError, pygit2.GitError):
+            return name, None
+
     # --- notes --------------------------------------------------------------------
 
     def write_note(self, target: Oid, text: str) -> None:
@@ -501,7 +562,11 @@ class GitRepo:
         return {k: int(v) for k, v in self._repo.status(untracked_files="all").items()}
 
     def is_clean(self) -> bool:
-        for flags in self._repo.status(untracked_files="all").values():
+        try:
+            status = self._repo.status(untracked_files="all")
+        except pygit2.GitError as exc:
+            raise GitsupError(f"cannot read the status of {self.workdir}: {exc}") from exc
+        for flags in status.values():
             if flags & FileStatus.IGNORED:
                 continue
             if flags != FileStatus.CURRENT:
@@ -526,6 +591,18 @@ class GitRepo:
         untracked files over `max_file_bytes`, nested repositories' .git directories, and
         files the baseline's own ignore rules (or info/exclude, core.excludesFile) ignore.
         """
+        try:
+            return self._snapshot_tree(include_untracked, max_file_bytes, baseline, omitted)
+        except pygit2.GitError as exc:  # e.g. a corrupt object in the HEAD tree
+            raise GitsupError(f"cannot snapshot {self.workdir}: {exc}") from exc
+
+    def _snapshot_tree(
+        self,
+        include_untracked: bool,
+        max_file_bytes: int | None,
+        baseline: Oid | None,
+        omitted: list[dict[str, object]] | None,
+    ) -> Oid:
         repo = self._repo
         workdir = Path(self.workdir)
         idx = pygit2.Index()
@@ -798,6 +875,44 @@ def _du(path: Path, limit: int = 100_000) -> int:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, name)).st_size
     return total
+
+
+_OBJECT_TYPES = {
+    "commit": pygit2.enums.ObjectType.COMMIT,
+    "tree": pygit2.enums.ObjectType.TREE,
+    "blob": pygit2.enums.ObjectType.BLOB,
+    "tag": pygit2.enums.ObjectType.TAG,
+}
+_OBJECT_NAMES = {int(v): k for k, v in _OBJECT_TYPES.items()}
+
+
+class ObjectStore:
+    """One objects directory (loose objects and packs) read on its own, without the
+    alternates it lists: where a task's worker wrote its new objects."""
+
+    def __init__(self, objects_dir: Path) -> None:
+        self.path = objects_dir
+        odb = pygit2.Odb()
+        try:
+            odb.add_backend(pygit2.OdbBackendLoose(os.fspath(objects_dir), 0, False), 2)
+            odb.add_backend(pygit2.OdbBackendPack(os.fspath(objects_dir)), 1)
+        except (pygit2.GitError, OSError) as exc:
+            raise GitsupError(f"cannot read objects in {objects_dir}: {exc}") from exc
+        self._odb = odb
+
+    def read(self, oid: str) -> tuple[str, bytes] | None:
+        """(kind, content) of `oid`, None when absent. Raises GitsupError for an object
+        that cannot be read (corrupt, or its content does not hash to its name)."""
+        try:
+            kind, data = self._odb.read(pygit2.Oid(hex=oid))
+        except KeyError:
+            return None
+        except (pygit2.GitError, OSError, ValueError) as exc:
+            raise GitsupError(f"object {oid} is unreadable: {exc}") from exc
+        name = _OBJECT_NAMES.get(int(kind))
+        if name is None:
+            raise GitsupError(f"object {oid} has an unknown type {int(kind)}")
+        return name, bytes(data)
 
 
 def is_zero(oid: str) -> bool:

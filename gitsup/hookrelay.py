@@ -57,6 +57,19 @@ def socket_path_for(common_dir: str, worktree: str) -> str:
     return os.path.join(_fallback_dir(), "h-" + name)
 
 
+def private_git_dir_owner(gitdir: str) -> str | None:
+    """The repository's common dir when `gitdir` is a task's private Git dir
+    (`<common>/sup/tasks/<id>/git`), else None."""
+    parts = os.path.normpath(gitdir).rsplit(os.sep, 4)
+    if (
+        len(parts) == 5
+        and parts[1:] == ["sup", "tasks", parts[3], "git"]
+        and os.path.isfile(os.path.join(gitdir, os.pardir, "task.json"))
+    ):
+        return parts[0]
+    return None
+
+
 def locate(cwd: str) -> tuple[str, str] | None:
     """(common git dir, worktree root) for `cwd`, or None outside a Git checkout."""
     d = os.path.realpath(cwd)
@@ -81,7 +94,7 @@ def locate(cwd: str) -> tuple[str, str] | None:
                     rel = f.read(4096).strip()
                 common = rel if os.path.isabs(rel) else os.path.join(gitdir, rel)
             except OSError:
-                pass
+                common = private_git_dir_owner(gitdir) or gitdir
             return os.path.realpath(common), d
         parent = os.path.dirname(d)
         if parent == d:

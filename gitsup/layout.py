@@ -27,6 +27,10 @@ class Layout:
     def task_dir(self, task: TaskId) -> Path:
         return self.tasks / task
 
+    def task_git_dir(self, task: TaskId) -> Path:
+        """The task's private Git dir: the worker's only writable Git state."""
+        return self.task_dir(task) / "git"
+
     def events(self, task: TaskId) -> Path:
         return self.task_dir(task) / "events.jsonl"
 

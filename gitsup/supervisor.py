@@ -38,6 +38,7 @@ from gitsup.errors import GitsupError
 from gitsup.events import Event, EventLog
 from gitsup.faults import fault
 from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo, RefConflict
+from gitsup.gitstate import ImportRefused, import_tree, import_work, open_worktree
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import Layout, task_refs
 from gitsup.lease import Lease, LeaseStore
@@ -167,6 +168,8 @@ class Supervisor:
         self._exit_stack = contextlib.ExitStack()
         self._swept = False
         self._clean_before_checks = True
+        self._worker_ref: str | None = f"refs/heads/{record.branch}"
+        self._import_refused: str | None = None
 
     # --- events and state ---------------------------------------------------------
 
@@ -750,6 +753,9 @@ class Supervisor:
             self.transition(State.WAITING, "turn completed")
         elif self.sm.state != State.WAITING:
             return
+        if self._import_work() is not None:
+            self._finish(State.BLOCKED)
+            return
         over = self._budget_exceeded()
         if over:
             self.record.reasons.append(over)
@@ -851,6 +857,9 @@ class Supervisor:
             self.transition(State.WAITING, park_reason or "verifying")
         if self.sm.state != State.VERIFYING:
             self.transition(State.VERIFYING, park_reason or "turn completed")
+        if self._import_work() is not None:
+            self._finish(State.BLOCKED)
+            return
         results = self._run_checks()
         fault("after_checks")
         if self._stop_reason is not None:
@@ -1029,9 +1038,46 @@ class Supervisor:
 
     def _worktree_repo(self) -> GitRepo | None:
         try:
-            return GitRepo.open(self.worktree)
+            return open_worktree(self.layout, self.task, self.worktree)
         except GitsupError:
             return None
+
+    def _import_work(self) -> str | None:
+        """Import the worker's commits into the task branch (verified). Returns why the
+        import was refused (also recorded as a reason), None when it went through."""
+        try:
+            res = import_work(
+                self.repo, self.layout, self.task, Oid(self.record.baseline), self.record.branch
+            )
+        except (ImportRefused, GitsupError) as exc:
+            reason = f"import refused: {exc.message}"
+            if reason != self._import_refused:
+                self._import_refused = reason
+                self.emit("import_refused", {"reason": exc.message})
+            if reason not in self.record.reasons:
+                self.record.reasons.append(reason)
+            return reason
+        self._import_refused = None
+        if res is None:
+            return None
+        if res.ref != self._worker_ref:
+            self.emit(
+                "worker_branch_changed",
+                {"from": self._worker_ref, "to": res.ref, "tip": res.tip},
+            )
+            self._worker_ref = res.ref
+        if res.moved:
+            self.emit(
+                "work_imported",
+                {
+                    "branch": self.record.branch,
+                    "from": res.previous,
+                    "to": res.tip,
+                    "objects": res.objects,
+                    "bytes": res.bytes,
+                },
+            )
+        return None
 
     # --- stopping and finishing -----------------------------------------------------
 
@@ -1067,6 +1113,8 @@ class Supervisor:
         if self.sm.terminal:
             return
         self._stop_worker(f"task {final.value}")
+        if self._import_work() is not None and final == State.COMPLETED:
+            final = State.BLOCKED
         status = STATUS_OF[final]
         head = self._branch_head()
         self.record.head = head
@@ -1111,6 +1159,8 @@ class Supervisor:
             return
         omitted: list[dict[str, Any]] = []
         try:
+            # The worker's state: its files, and its commits when they were not imported
+            # (e.g. on a branch that does not descend from the baseline).
             tree = wt.snapshot_tree(
                 include_untracked=True,
                 max_file_bytes=WIP_MAX_FILE_BYTES,
@@ -1125,7 +1175,8 @@ class Supervisor:
                 if omitted:
                     self.emit("wip_saved", {"ref": None, "commit": None, "not_captured": omitted})
                 return
-            commit = wt.commit_tree(
+            import_tree(self.repo, self.layout, self.task, tree)
+            commit = self.repo.commit_tree(
                 tree,
                 [parent],
                 f"gitsup: work in progress of task {self.task}\n\n"

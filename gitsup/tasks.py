@@ -165,6 +165,9 @@ def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tup
         else:
             repo.add_worktree(task, wt_path, branch)
             undo.append(lambda: repo.remove_worktree(task, wt_path))
+        from gitsup import gitstate
+
+        gitstate.create(repo, ctx.layout, task, wt_path, branch, baseline)
         if use_pool:
             pool.refill_in_background(ctx)
         repo.update_ref(refs["baseline"], baseline, old=None, message=f"gitsup: baseline of {task}")
@@ -462,6 +465,10 @@ def discard_task(ctx: Context, task: str, *, force: bool = False) -> DiscardResu
     if wt is not None and (wt.exists() or repo.worktree_path(tid) is not None):
         repo.remove_worktree(tid, wt)
         removed.append(f"worktree {wt}")
+    from gitsup import gitstate
+
+    if gitstate.remove(ctx.layout, tid):
+        removed.append(f"private Git dir {gitstate.private_dir(ctx.layout, tid)}")
     if lease is not None:
         ctx.leases.break_lease(lease.path)
         removed.append("stale lease")
@@ -483,8 +490,10 @@ def _uncaptured_work(ctx: Context, record: TaskRecord) -> str | None:
     wt = Path(record.worktree) if record.worktree else None
     if wt is None or not wt.exists():
         return None
+    from gitsup import gitstate
+
     try:
-        wrepo = GitRepo.open(wt)
+        wrepo = gitstate.open_worktree(ctx.layout, TaskId(record.id), wt)
     except GitsupError:
         return None
     wip = repo.ref_target(task_refs(TaskId(record.id))["wip"])

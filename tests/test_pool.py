@@ -45,8 +45,20 @@ def test_start_takes_a_spare_and_the_pool_refills(repo: Path, tmp_path: Path) ->
     rec = json.loads(res.stdout)
     assert res.returncode == 0 and rec["status"] == "ready", rec["reasons"]
     wt = Path(rec["worktree"])
-    # the spare was moved into place: its admin entry keeps the pool name
-    assert "pool-" in (wt / ".git").read_text()
+    # the spare was moved into place: its admin entry keeps the pool name; the claimed
+    # spare got the task's private Git dir
+    listing = git(repo, "worktree", "list", "--porcelain")
+    assert f"worktree {wt}" in listing
+    common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    admin = [
+        d.name
+        for d in (common / "worktrees").iterdir()
+        if (d / "gitdir").read_text().strip() == str(wt / ".git")
+    ]
+    assert len(admin) == 1 and admin[0].startswith("pool-")
+    private = common / "sup" / "tasks" / rec["id"] / "git"
+    assert (wt / ".git").read_text().strip() == f"gitdir: {private}"
+    assert git(repo, "rev-parse", f"refs/heads/{rec['branch']}") == rec["candidate"]
     assert not Path(spare["path"]).exists()
     assert git(wt, "rev-parse", "--abbrev-ref", "HEAD") == rec["branch"]
     assert git(repo, "status", "--porcelain") == status_before

@@ -95,8 +95,19 @@ def task_records(common_dir: str) -> list[TaskRef]:
 
 
 def task_of_git_dir(git_dir: str, common_dir: str) -> str | None:
-    """The task whose linked worktree `git_dir` is (`<common>/worktrees/<task id>`)."""
+    """The task whose linked worktree `git_dir` is (`<common>/worktrees/<task id>`), or
+    whose private Git dir it is (`<common>/sup/tasks/<task id>/git`)."""
     parent, name = os.path.split(os.path.normpath(git_dir))
+    if name == "git":
+        tasks, task = os.path.split(parent)
+        if (
+            os.path.basename(tasks) == "tasks"
+            and os.path.basename(os.path.dirname(tasks)) == "sup"
+            and is_task_id(task)
+            and os.path.exists(os.path.join(parent, "task.json"))
+        ):
+            return task
+        return None
     if os.path.basename(parent) != "worktrees" or not is_task_id(name):
         return None
     if os.path.exists(os.path.join(common_dir, "sup", "tasks", name, "task.json")):
@@ -118,8 +129,11 @@ def task_of_path(path: str) -> str | None:
                 if not text.startswith("gitdir:"):
                     return None
                 gd = os.path.join(d, text[len("gitdir:") :].strip())
-                with open(os.path.join(gd, "commondir"), encoding="utf-8") as fh:
-                    common = os.path.realpath(os.path.join(gd, fh.read().strip()))
+                try:
+                    with open(os.path.join(gd, "commondir"), encoding="utf-8") as fh:
+                        common = os.path.realpath(os.path.join(gd, fh.read().strip()))
+                except FileNotFoundError:
+                    common = os.path.realpath(gd)  # a task's private Git dir
             except OSError:
                 return None
             return task_of_git_dir(os.path.realpath(gd), common)

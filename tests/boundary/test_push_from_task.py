@@ -37,11 +37,32 @@ def _prepare(setup: Setup, rec: dict[str, Any]) -> Path:
     # Something on the remote to delete, and a tag to push.
     git(setup.repo, "push", "-q", "origin", "main:refs/heads/feature")
     git(wt, "tag", "v1")
+    # The task's private Git dir has no gitsup refs or notes of its own: a worker that wants
+    # to push them makes them up first.
+    git(wt, "notes", "--ref=sup", "add", "-m", "forged", "HEAD")
+    git(wt, "update-ref", "refs/sup/forged", "HEAD")
     return wt
 
 
 def _argv(setup: Setup, attempt: list[str]) -> list[str]:
-    return [str(setup.origin) if a == "<origin-url>" else a for a in attempt]
+    # A task's private Git dir has no remotes: from inside a task, a remote is named by
+    # its URL (what a worker can always do).
+    urls = {
+        "<origin-url>": str(setup.origin),
+        "origin": str(setup.origin),
+        "other": str(setup.other),
+        # without a remote-tracking ref, a lease names the value it expects
+        "--force-with-lease": "--force-with-lease=refs/heads/main:"
+        + git(setup.origin, "rev-parse", "main"),
+    }
+    return [urls.get(a, a) for a in attempt]
+
+
+def test_a_task_has_no_remotes(setup: Setup, ready: dict[str, Any]) -> None:
+    wt = _prepare(setup, ready)
+    assert git(wt, "remote") == ""
+    res = push(wt, "origin", "HEAD:refs/heads/main")
+    assert res.returncode != 0 and "does not appear to be a git repository" in res.stderr
 
 
 @pytest.mark.parametrize("name", sorted(ATTEMPTS))
