@@ -513,6 +513,8 @@ def _uncaptured_work(ctx: Context, record: TaskRecord) -> str | None:
         return "not saved by a snapshot: " + ", ".join(
             f"{i.get('path')} ({i.get('bytes')} bytes: {i.get('why')})" for i in lost
         )
+    if head is not None and not repo.has_object(head):
+        return f"commits in {wt} that were never imported into the repository (HEAD {head[:12]})"
     if head is not None and tree == repo.tree_of(head):
         return None
     if wip is not None and repo.tree_of(wip) == tree:
@@ -565,7 +567,10 @@ def prune_tasks(ctx: Context, *, force: bool = False, dry_run: bool = False) -> 
                 kept.append({"task": record.id, "what": f"worktree {wt}", "why": why})
                 continue
             if not dry_run:
+                from gitsup import gitstate
+
                 repo.remove_worktree(tid, wt)
+                gitstate.remove(ctx.layout, tid)
                 if lease is not None:
                     ctx.leases.break_lease(lease.path)
                 record.discarded_at = record.discarded_at or time.time()

@@ -602,10 +602,9 @@ def test_ls_marks_discarded_and_prune_removes_ended_worktrees_and_branches(
     assert "ready*" in line_a and "* discarded" in ls.stdout
     assert json.loads(run_sup(repo, "ls", "--json").stdout)[0]["discarded"] is True
     # c's branch gets a commit that no other ref holds: prune keeps it (and says why)
-    wt_c = Path(json.loads(run_sup(repo, "show", c, "--json").stdout)["worktree"])
-    (wt_c / "extra.txt").write_text("more\n")
-    git(wt_c, "add", "extra.txt")
-    git(wt_c, "commit", "-q", "-m", "after the task")
+    tip = git(repo, "rev-parse", f"sup/{c}")
+    after = git(repo, "commit-tree", f"{tip}^{{tree}}", "-p", tip, "-m", "after the task")
+    git(repo, "update-ref", f"refs/heads/sup/{c}", after, tip)
     dry = json.loads(run_sup(repo, "prune", "--dry-run", "--json").stdout)
     assert dry["dry_run"] is True
     assert git(repo, "branch", "--list", "sup/*").count("sup/") == 3  # nothing removed
@@ -622,6 +621,8 @@ def test_ls_marks_discarded_and_prune_removes_ended_worktrees_and_branches(
     forced = json.loads(run_sup(repo, "prune", "--force", "--json").stdout)
     assert (c, "branch") in {(r["task"], r["what"].split()[0]) for r in forced["removed"]}
     assert git(repo, "branch", "--list", "sup/*") == ""
+    for t in (a, b):
+        assert not (repo / ".git" / "sup" / "tasks" / t / "git").exists()
 
 
 def test_a_long_not_captured_list_is_bounded_and_says_how_much_it_cut() -> None:
@@ -669,3 +670,19 @@ def test_a_start_that_fails_after_setting_up_takes_the_set_up_back(repo: Path) -
     assert "pre-push" in res.stderr and "Traceback" not in res.stderr
     _nothing_left(repo, before)
     assert (hooks / "pre-push").read_text() == "#!/bin/sh\nexit 0\n"
+
+
+def test_prune_keeps_a_worktree_whose_commits_were_never_imported(repo: Path, tmp: Path) -> None:
+    w = write_worker(tmp, FIX_AND_COMMIT)
+    rc, rec, err = start_json(repo, "g", "--worker", w, *NO_REVIEW)
+    assert rc == 0, err
+    wt = Path(rec["worktree"])
+    (wt / "extra.txt").write_text("more\n")
+    git(wt, "add", "extra.txt")
+    git(wt, "commit", "-q", "-m", "after the task, in the task's own Git dir")
+    res = run_sup(repo, "prune", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert [k["task"] for k in out["kept"]] == [rec["id"]]
+    assert "never imported" in out["kept"][0]["why"]
+    assert wt.exists()

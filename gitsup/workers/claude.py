@@ -103,15 +103,13 @@ _LOCAL_INSTALLS = (
 
 def project_local_claude(start: Path | None = None) -> str | None:
     """A Claude Code installed inside the project (npm install in the repository, or in
-    `.tools/claude/`), found from the current directory's repository, then from the
-    checkout gitsup itself runs from."""
+    `.tools/claude/`), found from the current directory's repository."""
     roots: list[Path] = []
     here = (start or Path.cwd()).resolve()
     for d in (here, *here.parents):
         if (d / ".git").exists():
             roots.append(d)
             break
-    roots.append(Path(__file__).resolve().parent.parent.parent)
     for root in roots:
         for rel in _LOCAL_INSTALLS:
             cand = root / rel
