@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gitsup.redact import needs_redaction, redact, redact_text
 from gitsup.workers.base import (
     PermissionAnswer,
     PermissionCancelled,
@@ -178,7 +179,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _noise(line: str, error: str) -> ProtocolNoise:
-    return ProtocolNoise(line=_clip(line, MAX_NOISE_LINE), error=error)
+    return ProtocolNoise(line=_clip(redact_text(line), MAX_NOISE_LINE), error=error)
 
 
 def _str(value: Any) -> str | None:
@@ -370,6 +371,12 @@ def _api_retry(record: Mapping[str, Any]) -> WorkerOutput:
     return WorkerOutput(stream="api_retry", text=text, data=data)
 
 
+# Records whose content goes back to the worker (a tool input the supervisor allows is
+# returned as `updatedInput`) or is never recorded: not redacted here. The event log
+# redacts what it records of them.
+_VERBATIM = frozenset(("control_request", "control_response", "control_cancel_request"))
+
+
 def parse_record(line: str, *, max_text: int = DEFAULT_MAX_TEXT) -> object | None:
     """The event for one stdout line, or None for a record the supervisor ignores.
 
@@ -378,6 +385,8 @@ def parse_record(line: str, *, max_text: int = DEFAULT_MAX_TEXT) -> object | Non
     `PermissionRequest` (can_use_tool), `PermissionCancelled`,
     `ControlRequest` (any other worker request: answer it), `ControlResponse`,
     `SessionInit` (system/init) or `ProtocolNoise`. Never raises.
+    Credential-shaped strings in what it returns are redacted (gitsup.redact), except
+    in a permission request's tool input, which must reach the worker unchanged.
     """
     if isinstance(line, OversizedLine):
         return _noise(str(line), f"line of {line.size} bytes exceeds the framing limit")
@@ -390,6 +399,9 @@ def parse_record(line: str, *, max_text: int = DEFAULT_MAX_TEXT) -> object | Non
     kind = record.get("type")
     if not isinstance(kind, str):
         return _noise(line, "record without a type")
+    if kind not in _VERBATIM and needs_redaction(line):
+        # Once, on the whole record, before anything is cut or summarised.
+        record = redact(record)
     if kind in ("assistant", "user"):
         return _message_output(record, kind, max_text)
     if kind == "result":
