@@ -12,7 +12,12 @@ Standard library only: the event log and the worker adapters import this module.
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
+
+# ASCII semantics everywhere: a non-ASCII letter never matches [a-z] under (?i), so what
+# matches in a string matches the same in its ensure_ascii JSON serialization.
+_re = partial(re.compile, flags=re.ASCII)
 
 REDACTED = "[REDACTED]"
 
@@ -23,30 +28,30 @@ _B = r"(?:(?<![A-Za-z0-9_\-/+])|(?<=\\[nrt]))"
 
 _PATTERNS = [
     # provider keys and tokens with recognisable prefixes
-    re.compile(_B + r"sk-ant-[A-Za-z0-9_\-]{8,}"),  # Anthropic
-    re.compile(_B + r"sk-(?:proj-)?[A-Za-z0-9_\-]{20,}"),  # OpenAI
-    re.compile(_B + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe
-    re.compile(_B + r"gh[pousr]_[A-Za-z0-9]{20,}"),  # GitHub
-    re.compile(_B + r"github_pat_[A-Za-z0-9_]{20,}"),  # GitHub fine-grained
-    re.compile(_B + r"glpat-[A-Za-z0-9_\-]{16,}"),  # GitLab
-    re.compile(_B + r"xox[abprs]-[A-Za-z0-9\-]{10,}"),  # Slack
-    re.compile(_B + r"npm_[A-Za-z0-9]{30,}"),  # npm
-    re.compile(_B + r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Za-z])"),  # AWS access key id
-    re.compile(_B + r"AIza[0-9A-Za-z_\-]{30,}"),  # Google API key
+    _re(_B + r"sk-ant-[A-Za-z0-9_\-]{8,}"),  # Anthropic
+    _re(_B + r"sk-(?:proj-)?[A-Za-z0-9_\-]{20,}"),  # OpenAI
+    _re(_B + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe
+    _re(_B + r"gh[pousr]_[A-Za-z0-9]{20,}"),  # GitHub
+    _re(_B + r"github_pat_[A-Za-z0-9_]{20,}"),  # GitHub fine-grained
+    _re(_B + r"glpat-[A-Za-z0-9_\-]{16,}"),  # GitLab
+    _re(_B + r"xox[abprs]-[A-Za-z0-9\-]{10,}"),  # Slack
+    _re(_B + r"npm_[A-Za-z0-9]{30,}"),  # npm
+    _re(_B + r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Za-z])"),  # AWS access key id
+    _re(_B + r"AIza[0-9A-Za-z_\-]{30,}"),  # Google API key
     # JSON Web Tokens (header.payload.signature, both JSON parts start with '{"')
-    re.compile(_B + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+    _re(_B + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
     # PEM private keys: a whole block; an unterminated one up to where base64 ends;
     # the rest of a block whose beginning was cut off (a later chunk of a stream).
     # None crosses a quote: in JSON text a block never leaves its string.
-    re.compile(
+    _re(
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[^\"\\]|\\[nrt])*?-----END [A-Z0-9 ]*PRIVATE KEY-----"
     ),
-    re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[A-Za-z0-9+/=:,\- \t\r\n]|\\[nrt])*"),
-    re.compile(r"\A(?:[A-Za-z0-9+/= \t\r\n]|\\[nrt])*-----END [A-Z0-9 ]*PRIVATE KEY-----"),
+    _re(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:[A-Za-z0-9+/=:,\- \t\r\n]|\\[nrt])*"),
+    _re(r"\A(?:[A-Za-z0-9+/= \t\r\n]|\\[nrt])*-----END [A-Z0-9 ]*PRIVATE KEY-----"),
     # bearer / basic credentials in headers and URLs
-    re.compile(r"(?i)(?<=authorization: )(?:bearer|basic|token) [^\s\"'\\]+"),
-    re.compile(r"(?i)(?<=bearer )[A-Za-z0-9._\-~+/]{16,}=*"),
-    re.compile(r"(?<=://)[^/\s:@\"'\\]+:[^/\s@\"'\\]+(?=@)"),
+    _re(r"(?i)(?<=authorization: )(?:bearer|basic|token) [^\s\"'\\]+"),
+    _re(r"(?i)(?<=bearer )[A-Za-z0-9._\-~+/]{16,}=*"),
+    _re(r"(?<=://)[^/\s:@\"'\\]+:[^/\s@\"'\\]+(?=@)"),
 ]
 # The names that say "the value is a secret" in key = value forms (env, INI, YAML, JSON,
 # Python reprs): not "author", "authentication", "tokens", "tokenizer".
@@ -56,58 +61,65 @@ _SECRET_NAME = (
 )
 # key = value forms: keep the key, hide the value. The value stops at a quote or a
 # backslash, so redacting a JSON document as text keeps it valid JSON.
-_ASSIGN = re.compile(
+_ASSIGN = _re(
     r"(?i)\b([A-Z0-9_]*?" + _SECRET_NAME + r"[A-Z0-9_]*)"
     r"(\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?)([^\s\"'\\,;]{6,})"
 )
 # A JSON object key naming a secret, with any non-empty string value: what `redact`
 # replaces by the key's name alone (see `_secret_key`).
-_JSON_KEY = r"(?:api_key|apikey|secret|password|passwd|token)[A-Za-z0-9_]*\\?\"\s*:\s*\\?\"[^\"\\]"
+_JSON_KEY = (
+    r"(?:api_key|apikey|secret|password|passwd|token)(?:[^\"\\]|\\.)*"
+    r"\\?\"\s*:\s*\\?\"(?!\")"
+)
 
-# One screen that matches whenever any pattern above could change the text, or (over a
-# serialized JSON body) whenever `redact` could change the value. Most text has none of
-# these shapes, and then this search (after a cheaper substring test) is all it costs.
-_SCREEN = re.compile(
-    r"sk-|sk_|rk_|gh[pousr]_|github_pat_|glpat-|xox[abprs]-|npm_|AKIA|ASIA|AIza|eyJ"
-    r"|PRIVATE KEY|://[^/\s]*@|(?i:bearer |authorization: )"
-    r"|(?i:" + _SECRET_NAME + r"[A-Z0-9_]*\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?[^\s\"'\\,;]{6,})"
-    r"|(?i:" + _JSON_KEY + r")"
+# The screen: a lower-case keyword that every match of a pattern (or, in a serialized
+# JSON body, every value `redact` would change) contains, and a pattern anchored where the
+# keyword starts. Finding keywords is a few substring searches; the anchored pattern runs
+# only where a keyword is. Most text has none, and then that is all it costs.
+# (Screens are supersets: over a serialized body a tab is backslash-t, a non-ASCII
+# letter a \\uXXXX escape.)
+_ASSIGN_SRC = _SECRET_NAME + r"[A-Z0-9_]*(?:\\[a-z]|[\\\"' \t])*[:=]|" + _JSON_KEY
+_ASSIGN_AT = _re(r"(?i)" + _ASSIGN_SRC)
+_SCREEN: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("sk", _re(r"sk(?:-[A-Za-z0-9_\-]{8}|_(?:live|test)_[A-Za-z0-9]{16})")),
+    ("rk_", _re(r"rk_(?:live|test)_[A-Za-z0-9]{16}")),
+    ("gh", _re(r"gh[pousr]_[A-Za-z0-9]{20}")),
+    ("github_pat_", _re(r"github_pat_[A-Za-z0-9_]{20}")),
+    ("glpat-", _re(r"glpat-[A-Za-z0-9_\-]{16}")),
+    ("xox", _re(r"xox[abprs]-[A-Za-z0-9\-]{10}")),
+    ("npm_", _re(r"npm_[A-Za-z0-9]{30}")),
+    *((k, _re(r"(?:AKIA|ASIA)[0-9A-Z]{16}")) for k in ("akia", "asia")),
+    ("aiza", _re(r"AIza[0-9A-Za-z_\-]{30}")),
+    ("eyj", _re(r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ")),
+    ("private key", _re(r"PRIVATE KEY-----")),
+    ("://", _re(r"://[^/\s:@\"']+:[^/\s@\"']+@")),
+    ("bearer ", _re(r"(?i)bearer [A-Za-z0-9._\-~+/]{16}")),
+    ("auth", _re(r"(?i)authorization: (?:bearer|basic|token) |" + _ASSIGN_SRC)),
+    *((k, _ASSIGN_AT) for k in ("api", "secret", "token", "passw", "credential", "access")),
 )
-# Lower-case substrings of which at least one is in every text `_SCREEN` matches.
-_KEYWORDS = (
-    "sk-",
-    "sk_",
-    "rk_",
-    "gh",
-    "github_pat_",
-    "glpat-",
-    "xox",
-    "npm_",
-    "akia",
-    "asia",
-    "aiza",
-    "eyj",
-    "private key",
-    "://",
-    "bearer",
-    "authorization",
-    "api",
-    "secret",
-    "token",
-    "passw",
-    "credential",
-    "auth",
-    "access",
-)
+# Nothing shorter can hold a match: "://a:b@", or a JSON key like "token":"x".
+_MIN_LEN = 7
 
 
 def needs_redaction(text: str) -> bool:
     """False when neither `redact_text` nor (for a serialized JSON body) `redact` would
     change anything; True when they might."""
-    lower = text.lower()
-    if not any(k in lower for k in _KEYWORDS):
+    if len(text) < _MIN_LEN:
         return False
-    return _SCREEN.search(text) is not None
+    lower = text.lower()
+    if len(lower) != len(text):  # a few non-ASCII letters lower-case to two characters
+        lower = text.encode("ascii", "replace").decode("ascii").lower()
+    for key, pat in _SCREEN:
+        i = lower.find(key)
+        while i >= 0:
+            if pat.match(text, i):
+                return True
+            i = lower.find(key, i + 1)
+    return False
+
+
+class Redacted(dict[str, Any]):
+    """Event data redacted where it entered gitsup: the event log does not screen it again."""
 
 
 def redact_text(text: str) -> str:

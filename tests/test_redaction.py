@@ -170,7 +170,8 @@ FRAGMENTS = [
     *("AIza", "eyJ", ".", "-----BEGIN RSA PRIVATE KEY-----", "-----END PRIVATE KEY-----"),
     *("Authorization: ", "bearer ", "Basic ", "://", "@", "token", "Tokens", "api_key", "auth"),
     *("Author", "password", "SECRET", "access_key", "=", ":", " ", "\n", '"', "'", "\\"),
-    *("abcdefgh", "ABCDEFGHIJKLMNOP", "0123456789", "xY_-", "+/=="),
+    *("abcdefgh", "ABCDEFGHIJKLMNOP", "0123456789", "xY_-", "+/==", "live_", "sk_"),
+    *("\u0130", "\u00e9", "\u212a", "\\u00e9"),  # lower-case to two characters, escapes
 ]
 
 
@@ -184,6 +185,10 @@ def test_the_screen_never_hides_a_change(text: str) -> None:
         assert all(p.search(text) is None for p in _PATTERNS), text
         assert _ASSIGN.search(text) is None, text
         assert redact({"k": text}) == {"k": text}
+    for body in ({text: "v"}, {"k": {text: text}}, {"token": text}):
+        for dumped in (json.dumps(body), json.dumps(body, separators=(",", ":"))):
+            if not needs_redaction(dumped):
+                assert redact(body) == body, dumped
 
 
 # --- the entry points -----------------------------------------------------------------------

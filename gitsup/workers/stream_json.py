@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitsup.redact import needs_redaction, redact, redact_text
+from gitsup.redact import redact, redact_text
 from gitsup.workers.base import (
     PermissionAnswer,
     PermissionCancelled,
@@ -212,7 +212,7 @@ def _summarise(content: Any, limit: int) -> tuple[str, list[dict[str, Any]], lis
     uses: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
     if isinstance(content, str):
-        return _clip(content, limit), uses, results
+        return _clip(redact_text(content), limit), uses, results
     if not isinstance(content, list):
         return "", uses, results
     parts: list[str] = []
@@ -221,16 +221,17 @@ def _summarise(content: Any, limit: int) -> tuple[str, list[dict[str, Any]], lis
             continue
         kind = block.get("type")
         if kind == "text":
-            parts.append(str(block.get("text", "")))
+            parts.append(redact_text(str(block.get("text", ""))))
         elif kind in ("tool_use", "server_tool_use"):
             name = str(block.get("name", "?"))
             uses.append({"id": _str(block.get("id")), "name": name})
-            parts.append(f"[tool_use {name}] {_clip(_compact(block.get('input')), MAX_TOOL_INPUT)}")
+            shown = _clip(redact_text(_compact(block.get("input"))), MAX_TOOL_INPUT)
+            parts.append(f"[tool_use {name}] {shown}")
         elif kind == "tool_result":
             is_error = block.get("is_error") is True
             results.append({"tool_use_id": _str(block.get("tool_use_id")), "is_error": is_error})
             label = "tool_result error" if is_error else "tool_result"
-            text = _clip(_result_text(block.get("content")), MAX_TOOL_INPUT)
+            text = _clip(redact_text(_result_text(block.get("content"))), MAX_TOOL_INPUT)
             parts.append(f"[{label}] {text}")
         elif kind in ("thinking", "redacted_thinking"):
             parts.append("[thinking]")
@@ -255,7 +256,7 @@ def _message_output(record: Mapping[str, Any], kind: str, limit: int) -> WorkerO
     if results:
         data["tool_results"] = results
     if isinstance(record.get("error"), str):  # a synthetic API-error assistant message
-        data["error"] = record["error"]
+        data["error"] = redact_text(record["error"])
     if record.get("isReplay") is True:
         data["is_replay"] = True
     return WorkerOutput(stream=kind, text=text, data=data)
@@ -287,7 +288,7 @@ def _turn_completed(record: Mapping[str, Any], limit: int) -> TurnCompleted:
             data[key] = record[key]
     errors = record.get("errors")
     if isinstance(errors, list):
-        data["errors"] = [_clip(str(e), MAX_TOOL_INPUT) for e in errors[:20]]
+        data["errors"] = [_clip(redact_text(str(e)), MAX_TOOL_INPUT) for e in errors[:20]]
     denials = record.get("permission_denials")
     if isinstance(denials, list) and denials:
         data["permission_denials"] = [
@@ -298,7 +299,7 @@ def _turn_completed(record: Mapping[str, Any], limit: int) -> TurnCompleted:
     return TurnCompleted(
         subtype=subtype,
         is_error=is_error if isinstance(is_error, bool) else subtype != "success",
-        result=None if result is None else _clip(result, limit),
+        result=None if result is None else _clip(redact_text(result), limit),
         cost_usd=_number(record.get("total_cost_usd")),
         num_turns=num_turns
         if isinstance(num_turns, int) and not isinstance(num_turns, bool)
@@ -360,21 +361,15 @@ def _session_init(record: Mapping[str, Any]) -> SessionInit:
 def _api_retry(record: Mapping[str, Any]) -> WorkerOutput:
     """The worker is retrying a failed model call (HTTP 5xx/429, reset, timeout)."""
     keys = ("attempt", "max_retries", "retry_delay_ms", "error_status", "error", "session_id")
-    data = {k: record[k] for k in keys if k in record}
+    data = {k: redact(record[k]) for k in keys if k in record}
     status = record.get("error_status")
-    text = (
+    text = redact_text(
         f"API retry {record.get('attempt', '?')}/{record.get('max_retries', '?')}: "
         f"{record.get('error', 'error')}"
         + (f" (HTTP {status})" if status is not None else "")
         + f", next attempt in {record.get('retry_delay_ms', '?')} ms"
     )
     return WorkerOutput(stream="api_retry", text=text, data=data)
-
-
-# Records whose content goes back to the worker (a tool input the supervisor allows is
-# returned as `updatedInput`) or is never recorded: not redacted here. The event log
-# redacts what it records of them.
-_VERBATIM = frozenset(("control_request", "control_response", "control_cancel_request"))
 
 
 def parse_record(line: str, *, max_text: int = DEFAULT_MAX_TEXT) -> object | None:
@@ -385,8 +380,9 @@ def parse_record(line: str, *, max_text: int = DEFAULT_MAX_TEXT) -> object | Non
     `PermissionRequest` (can_use_tool), `PermissionCancelled`,
     `ControlRequest` (any other worker request: answer it), `ControlResponse`,
     `SessionInit` (system/init) or `ProtocolNoise`. Never raises.
-    Credential-shaped strings in what it returns are redacted (gitsup.redact), except
-    in a permission request's tool input, which must reach the worker unchanged.
+    Credential-shaped strings in the text it returns are redacted (gitsup.redact), each
+    piece before it is cut; a permission request's tool input is not: allowed, it goes
+    back to the worker unchanged (the event log redacts what it records of it).
     """
     if isinstance(line, OversizedLine):
         return _noise(str(line), f"line of {line.size} bytes exceeds the framing limit")
@@ -399,9 +395,6 @@ def parse_record(line: str, *, max_text: int = DEFAULT_MAX_TEXT) -> object | Non
     kind = record.get("type")
     if not isinstance(kind, str):
         return _noise(line, "record without a type")
-    if kind not in _VERBATIM and needs_redaction(line):
-        # Once, on the whole record, before anything is cut or summarised.
-        record = redact(record)
     if kind in ("assistant", "user"):
         return _message_output(record, kind, max_text)
     if kind == "result":
