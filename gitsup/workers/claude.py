@@ -383,7 +383,7 @@ class ClaudeWorker(WorkerAdapter):
             inbox.put(
                 WorkerOutput(
                     "control",
-                    f"refused control request {ev.subtype!r}",
+                    redact_text(f"refused control request {ev.subtype!r}"),
                     {"request_id": ev.request_id},
                 )
             )
