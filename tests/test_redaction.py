@@ -269,6 +269,31 @@ def test_process_worker_output_is_redacted_where_it_is_read(tmp_path: Path) -> N
     assert not [k for k, v in raw_values(s).items() if v in seen]
 
 
+def test_a_key_written_in_pieces_is_still_redacted(tmp_path: Path) -> None:
+    from gitsup.workers.process import ProcessWorker
+
+    tail = _rand(40)
+    inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+    ctx = WorkerContext(
+        task_id="t",
+        worktree=tmp_path,
+        task_dir=tmp_path,
+        env=dict(os.environ),
+        # two writes, a pause between them: two reads, one line
+        argv=("sh", "-c", f"printf 'key sk-ant-api03-'; sleep 0.5; printf '{tail} done\\n'"),
+        inbox=inbox,
+    )
+    ProcessWorker(ctx).start("goal")
+    seen = ""
+    while True:
+        item = inbox.get(timeout=30)
+        if isinstance(item, WorkerOutput):
+            seen += item.text
+        if type(item).__name__ == "WorkerExited":
+            break
+    assert seen == f"key {REDACTED} done\n"
+
+
 def test_hook_events_are_redacted_but_prompts_are_recognised() -> None:
     from gitsup.workers.hooks import HookBridge
 
