@@ -4,8 +4,8 @@
 
 1. Replays a recorded Claude Code transcript (tests/claude/data/transcript-2.1.328.ndjson),
    repeated to N records (default 100,000), through the supervisor's per-record path:
-   framing, parsing, the policy decision for permission requests, and the event append
-   (what `Supervisor._dispatch` does for each record). Prints mean µs per record
+   framing, parsing (with the redaction screen), the policy decision for permission
+   requests, and the event append (what `Supervisor._dispatch` does for each record). Prints mean µs per record
    (goal < 50 µs) next to a baseline measured in the same run: `json.loads` of the same lines.
 2. Runs a real supervisor with a process worker that sleeps silently for a few seconds and
    reports the supervisor's CPU time over that idle window (goal ≈ 0: no busy polling).
@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 from gitsup.events import EventLog  # noqa: E402
 from gitsup.ids import TaskId  # noqa: E402
 from gitsup.policy import Policy, decide_tool  # noqa: E402
+from gitsup.redact import Redacted  # noqa: E402
 from gitsup.workers import stream_json as sj  # noqa: E402
 from gitsup.workers.base import PermissionRequest, TurnCompleted, WorkerOutput  # noqa: E402
 
@@ -80,7 +81,9 @@ def bench_records(n: int) -> None:
                 log.append("permission_decided", {"tool": ev.tool_name, **dec.as_dict()})
             elif isinstance(ev, WorkerOutput):
                 counts["output"] += 1
-                log.append("worker_output", {"stream": ev.stream, "text": ev.text, **dict(ev.data)})
+                data = {"stream": ev.stream, "text": ev.text, **dict(ev.data)}
+                # parse_record redacted it, as in Supervisor._dispatch
+                log.append("worker_output", Redacted(data))
             elif isinstance(ev, TurnCompleted):
                 counts["turns"] += 1
                 log.append("turn_completed", {"subtype": ev.subtype, "cost_usd": ev.cost_usd})

@@ -28,7 +28,13 @@ def run_check(
         argv = wrap(argv)
     try:
         res = proc.run(
-            argv, cwd=cwd, env=env, timeout=check.timeout, max_output=256 * 1024, abort=abort
+            argv,
+            cwd=cwd,
+            env=env,
+            timeout=check.timeout,
+            max_output=256 * 1024,
+            abort=abort,
+            redact=True,
         )
     except GitsupError as exc:
         return CheckResult(

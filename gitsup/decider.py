@@ -165,6 +165,7 @@ class CommandDecider(RulesDecider):
                 timeout=self.timeout,
                 input=json.dumps(payload).encode(),
                 merge_stderr=False,
+                redact=True,
             )
         except GitsupError as exc:
             raise DeciderError(exc.message) from exc

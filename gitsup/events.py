@@ -31,7 +31,7 @@ from gitsup.faults import fault
 from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import task_refs
-from gitsup.redact import needs_redaction, redact
+from gitsup.redact import Redacted, needs_redaction, redact
 
 EVENT_TYPES = frozenset(
     {
@@ -258,7 +258,7 @@ class EventLog:
     def append(self, type: str, data: Mapping[str, Any] | None = None) -> Event:
         payload = dict(data or {})
         body = json.dumps(payload, separators=(",", ":"), default=str)
-        if needs_redaction(body):
+        if not isinstance(data, Redacted) and needs_redaction(body):
             payload = redact(payload)
             body = json.dumps(payload, separators=(",", ":"), default=str)
         if len(body) > self.max_record_bytes:

@@ -149,11 +149,14 @@ def run(
     abort: threading.Event | None = None,
     preexec_fn: Callable[[], None] | None = None,
     merge_stderr: bool = True,
+    redact: bool = False,
 ) -> ProcResult:
     """Run argv (never through a shell) in its own process group.
 
     stdout and stderr are merged (stderr dropped with merge_stderr=False) and bounded; on timeout (or when `abort` is set)
     the whole group is stopped. A program that cannot be started is a GitsupError.
+    With `redact`, credential-shaped strings in the output are replaced (gitsup.redact)
+    before anything else sees it: for output of programs gitsup does not control.
     """
     start = time.monotonic()
     try:
@@ -215,10 +218,15 @@ def run(
             kill_group(proc.pid, grace=kill_grace)
     proc.stdout.close()
     proc.wait()
+    output = buf.text()
+    if redact:
+        from gitsup.redact import redact_text
+
+        output = redact_text(output)
     return ProcResult(
         argv=tuple(argv),
         returncode=None if timed_out else proc.returncode,
-        output=buf.text(),
+        output=output,
         truncated=buf.truncated,
         duration=time.monotonic() - start,
         timed_out=timed_out,

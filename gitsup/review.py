@@ -210,6 +210,7 @@ def command_attempt(ctx: ReviewContext) -> Verdict:
         input=json.dumps(ctx.bundle).encode(),
         max_output=1024 * 1024,
         merge_stderr=False,
+        redact=True,
     )
     if res.timed_out:
         raise ReviewError(f"reviewer timed out after {ctx.spec.review.timeout:g}s")

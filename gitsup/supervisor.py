@@ -44,6 +44,7 @@ from gitsup.layout import Layout, task_refs
 from gitsup.lease import Lease, LeaseStore
 from gitsup.procid import ProcessId
 from gitsup.record import CandidateNote, CheckResult, ReviewResult, TaskRecord, TaskStore
+from gitsup.redact import Redacted
 from gitsup.review import Attempt, Finding, ReviewContext, evidence_bundle, run_review
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import EXIT_OF, STATUS_OF, State, StateMachine, Status
@@ -610,8 +611,9 @@ class Supervisor:
             self._stop(item.reason)
         elif isinstance(item, WorkerOutput):
             self._last_progress = time.monotonic()
-            self.emit(
-                "worker_output", {"stream": item.stream, "text": item.text, **dict(item.data)}
+            self.emit(  # redacted by the adapter where it read the output
+                "worker_output",
+                Redacted({"stream": item.stream, "text": item.text, **dict(item.data)}),
             )
         elif isinstance(item, PermissionRequest):
             self._on_permission(item)

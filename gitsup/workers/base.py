@@ -34,7 +34,10 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class WorkerOutput:
-    """Something the worker said (bounded by the adapter). `stream` is stdout/stderr/assistant/user/…"""
+    """Something the worker said (bounded by the adapter). `stream` is stdout/stderr/assistant/user/…
+
+    The adapter redacts `text` and `data` (gitsup.redact) where it reads them: the event
+    log does not screen worker output again."""
 
     stream: str
     text: str

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gitsup.procid import ProcessId
+from gitsup.redact import redact_text
 from gitsup.workers import stream_json as sj
 from gitsup.workers.base import (
     Capabilities,
@@ -405,7 +406,7 @@ class ClaudeWorker(WorkerAdapter):
             inbox.put(
                 WorkerOutput(
                     "control",
-                    f"refused control request {ev.subtype!r}",
+                    redact_text(f"refused control request {ev.subtype!r}"),
                     {"request_id": ev.request_id},
                 )
             )
@@ -453,7 +454,7 @@ class ClaudeWorker(WorkerAdapter):
             for raw in iter(
                 lambda: stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536), b""
             ):
-                text = raw.decode("utf-8", "replace")
+                text = redact_text(raw.decode("utf-8", "replace"))
                 self.ctx.inbox.put(WorkerOutput("stderr", text[:limit]))
         except (OSError, ValueError):
             pass

@@ -14,7 +14,9 @@
 `PermissionRequest` on the inbox and block (bounded) until `answer()`; Stop becomes
 `TurnCompleted`; a UserPromptSubmit whose prompt gitsup did not paste becomes
 `HumanInput`. A blocking event not answered within the bound gets "no decision"
-(fail open): a supervisor bug never wedges Claude Code.
+(fail open): a supervisor bug never wedges Claude Code. Text that becomes an event is
+redacted here (gitsup.redact); a tool input is passed on verbatim (the event log redacts
+it when it records the decision).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from gitsup.hookrelay import MAX_PAYLOAD
+from gitsup.redact import redact, redact_text
 from gitsup.workers.base import (
     HumanInput,
     Inbox,
@@ -360,7 +363,7 @@ class HookBridge:
             return None
         if event == "Notification":
             msg = payload.get("message")
-            self._note("notification", str(msg or "")[: self.max_text], payload)
+            self._note("notification", str(msg or ""), payload)
             return None
         if event in ("SessionStart", "SessionEnd"):
             why = payload.get("source") or payload.get("reason") or ""
@@ -369,7 +372,8 @@ class HookBridge:
         return None
 
     def _note(self, stream: str, text: str, data: Mapping[str, Any] | None = None) -> None:
-        self.inbox.put(WorkerOutput(stream, text, dict(data or {})))
+        text = redact_text(text)[: self.max_text]
+        self.inbox.put(WorkerOutput(stream, text, redact(dict(data or {}))))
 
     def _prompt(self, payload: Mapping[str, Any]) -> None:
         prompt = payload.get("prompt")
@@ -385,7 +389,7 @@ class HookBridge:
         if mine:
             self._note("hook", "UserPromptSubmit (gitsup's prompt)")
         else:
-            self.inbox.put(HumanInput(text[: self.max_text]))
+            self.inbox.put(HumanInput(redact_text(text)[: self.max_text]))
 
     def _stop(self, payload: Mapping[str, Any]) -> None:
         last = payload.get("last_assistant_message")
@@ -396,7 +400,7 @@ class HookBridge:
             TurnCompleted(
                 subtype="success",
                 is_error=False,
-                result=last[: self.max_text] if isinstance(last, str) else None,
+                result=redact_text(last)[: self.max_text] if isinstance(last, str) else None,
                 num_turns=1,
                 session_id=self.session_id,
                 data={"hook": "Stop", "stop_hook_active": bool(payload.get("stop_hook_active"))},

@@ -1,7 +1,7 @@
 """The `process` worker: any argv, goal on stdin and in GITSUP_GOAL; exit = turn end.
 
 Runs in its own process group; stdout/stderr are read by two threads and
-reported as bounded `WorkerOutput` events. Not repairable (a new turn would
+reported as bounded, redacted `WorkerOutput` events. Not repairable (a new turn would
 mean a new process), not persistent.
 """
 
@@ -16,6 +16,7 @@ from typing import IO
 
 from gitsup import proc
 from gitsup.procid import ProcessId
+from gitsup.redact import redact_text
 from gitsup.workers.base import (
     Capabilities,
     TurnCompleted,
@@ -90,9 +91,12 @@ class ProcessWorker(WorkerAdapter):
                         break
                     cut = nl + 1 if 0 <= nl < limit else min(len(pending), limit)
                     piece, pending = pending[:cut], pending[cut:]
-                    self.ctx.inbox.put(WorkerOutput(name, piece.decode("utf-8", "replace")))
+                    self.ctx.inbox.put(
+                        WorkerOutput(name, redact_text(piece.decode("utf-8", "replace")))
+                    )
             if pending:
-                self.ctx.inbox.put(WorkerOutput(name, pending.decode("utf-8", "replace")))
+                text = redact_text(pending.decode("utf-8", "replace"))
+                self.ctx.inbox.put(WorkerOutput(name, text))
         except (OSError, ValueError):
             pass
         finally:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gitsup.redact import redact, redact_text
 from gitsup.workers.base import (
     PermissionAnswer,
     PermissionCancelled,
@@ -178,7 +179,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _noise(line: str, error: str) -> ProtocolNoise:
-    return ProtocolNoise(line=_clip(line, MAX_NOISE_LINE), error=error)
+    return ProtocolNoise(line=_clip(redact_text(line), MAX_NOISE_LINE), error=error)
 
 
 def _str(value: Any) -> str | None:
@@ -211,7 +212,7 @@ def _summarise(content: Any, limit: int) -> tuple[str, list[dict[str, Any]], lis
     uses: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
     if isinstance(content, str):
-        return _clip(content, limit), uses, results
+        return _clip(redact_text(content), limit), uses, results
     if not isinstance(content, list):
         return "", uses, results
     parts: list[str] = []
@@ -220,16 +221,17 @@ def _summarise(content: Any, limit: int) -> tuple[str, list[dict[str, Any]], lis
             continue
         kind = block.get("type")
         if kind == "text":
-            parts.append(str(block.get("text", "")))
+            parts.append(redact_text(str(block.get("text", ""))))
         elif kind in ("tool_use", "server_tool_use"):
             name = str(block.get("name", "?"))
             uses.append({"id": _str(block.get("id")), "name": name})
-            parts.append(f"[tool_use {name}] {_clip(_compact(block.get('input')), MAX_TOOL_INPUT)}")
+            shown = _clip(redact_text(_compact(block.get("input"))), MAX_TOOL_INPUT)
+            parts.append(f"[tool_use {name}] {shown}")
         elif kind == "tool_result":
             is_error = block.get("is_error") is True
             results.append({"tool_use_id": _str(block.get("tool_use_id")), "is_error": is_error})
             label = "tool_result error" if is_error else "tool_result"
-            text = _clip(_result_text(block.get("content")), MAX_TOOL_INPUT)
+            text = _clip(redact_text(_result_text(block.get("content"))), MAX_TOOL_INPUT)
             parts.append(f"[{label}] {text}")
         elif kind in ("thinking", "redacted_thinking"):
             parts.append("[thinking]")
@@ -254,7 +256,7 @@ def _message_output(record: Mapping[str, Any], kind: str, limit: int) -> WorkerO
     if results:
         data["tool_results"] = results
     if isinstance(record.get("error"), str):  # a synthetic API-error assistant message
-        data["error"] = record["error"]
+        data["error"] = redact_text(record["error"])
     if record.get("isReplay") is True:
         data["is_replay"] = True
     return WorkerOutput(stream=kind, text=text, data=data)
@@ -286,7 +288,7 @@ def _turn_completed(record: Mapping[str, Any], limit: int) -> TurnCompleted:
             data[key] = record[key]
     errors = record.get("errors")
     if isinstance(errors, list):
-        data["errors"] = [_clip(str(e), MAX_TOOL_INPUT) for e in errors[:20]]
+        data["errors"] = [_clip(redact_text(str(e)), MAX_TOOL_INPUT) for e in errors[:20]]
     denials = record.get("permission_denials")
     if isinstance(denials, list) and denials:
         data["permission_denials"] = [
@@ -297,7 +299,7 @@ def _turn_completed(record: Mapping[str, Any], limit: int) -> TurnCompleted:
     return TurnCompleted(
         subtype=subtype,
         is_error=is_error if isinstance(is_error, bool) else subtype != "success",
-        result=None if result is None else _clip(result, limit),
+        result=None if result is None else _clip(redact_text(result), limit),
         cost_usd=_number(record.get("total_cost_usd")),
         num_turns=num_turns
         if isinstance(num_turns, int) and not isinstance(num_turns, bool)
@@ -359,9 +361,9 @@ def _session_init(record: Mapping[str, Any]) -> SessionInit:
 def _api_retry(record: Mapping[str, Any]) -> WorkerOutput:
     """The worker is retrying a failed model call (HTTP 5xx/429, reset, timeout)."""
     keys = ("attempt", "max_retries", "retry_delay_ms", "error_status", "error", "session_id")
-    data = {k: record[k] for k in keys if k in record}
+    data = {k: redact(record[k]) for k in keys if k in record}
     status = record.get("error_status")
-    text = (
+    text = redact_text(
         f"API retry {record.get('attempt', '?')}/{record.get('max_retries', '?')}: "
         f"{record.get('error', 'error')}"
         + (f" (HTTP {status})" if status is not None else "")
@@ -378,6 +380,9 @@ def parse_record(line: str, *, max_text: int = DEFAULT_MAX_TEXT) -> object | Non
     `PermissionRequest` (can_use_tool), `PermissionCancelled`,
     `ControlRequest` (any other worker request: answer it), `ControlResponse`,
     `SessionInit` (system/init) or `ProtocolNoise`. Never raises.
+    Credential-shaped strings in the text it returns are redacted (gitsup.redact), each
+    piece before it is cut; a permission request's tool input is not: allowed, it goes
+    back to the worker unchanged (the event log redacts what it records of it).
     """
     if isinstance(line, OversizedLine):
         return _noise(str(line), f"line of {line.size} bytes exceeds the framing limit")

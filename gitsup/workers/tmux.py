@@ -409,6 +409,8 @@ class TmuxWorker(WorkerAdapter):
         env["GITSUP_TASK"] = self.ctx.task_id
         env.setdefault("TERM", "xterm-256color")
         log = self._log_file()
+        # The raw terminal recording is not redacted (docs/tmux.md): only its owner reads it.
+        os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
         try:
             self._tmux_raw(
                 "start-server", ";",
