@@ -77,8 +77,7 @@ def test_concurrent_first_init_is_safe(repo: Path) -> None:
         p.join(30)
     assert results == ["ok"] * 8, results
     assert git(repo, "config", "--get-all", "notes.displayRef").splitlines() == [
-        "refs/notes/commits",
-        "refs/notes/sup",
+        "refs/notes/[s]up"
     ]
     assert git(repo, "config", "--get-all", "sup.protected").splitlines() == [
         "main",
