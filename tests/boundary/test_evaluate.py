@@ -34,9 +34,7 @@ class FakeLookup:
         self.ancestry = ancestry
         self.prefetched: list[tuple[list[tuple[str, str]], list[RefUpdate]]] = []
 
-    def prefetch(
-        self, ancestry: Iterable[tuple[str, str]], protected: Sequence[RefUpdate]
-    ) -> None:
+    def prefetch(self, ancestry: Iterable[tuple[str, str]], protected: Sequence[RefUpdate]) -> None:
         self.prefetched.append((list(ancestry), list(protected)))
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool | None:

@@ -41,7 +41,9 @@ def test_integration_is_a_signed_merge(setup: Setup, ready: dict[str, Any]) -> N
     assert git(repo, "rev-parse", "main^1", "main^2").split() == [before, cand]
     assert git(repo, "log", "--first-parent", "--format=%H", "main").split() == [merge, before]
     # Signed with the integrator's key; Git itself verifies it in this repository.
-    verify = subprocess.run(["git", "verify-commit", merge], cwd=repo, capture_output=True, text=True)
+    verify = subprocess.run(
+        ["git", "verify-commit", merge], cwd=repo, capture_output=True, text=True
+    )
     assert verify.returncode == 0 and 'Good "git" signature' in verify.stderr, verify.stderr
     body = git(repo, "log", "-1", "--format=%B", merge)
     for trailer in (
