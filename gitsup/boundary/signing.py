@@ -131,6 +131,7 @@ def verify(commits: Sequence[Commit], allowed_text: str, *, jobs: int = 8) -> se
     if not todo or not allowed:
         return set()
     import tempfile  # only when there is something to verify: it costs a push ~4 ms
+
     good: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="gitsup-verify-") as tmp:
         signers = os.path.join(tmp, "allowed")
