@@ -344,3 +344,26 @@ def test_a_task_still_pushes_nothing(setup: Setup, ready: dict[str, Any], verify
         env={"GITSUP_TASK": ready["id"]},
     )
     rejected(res, "inside task")
+
+
+def test_the_users_own_ssh_key_signs_when_configured(repo: Path, tmp: Path) -> None:
+    from gitsup.boundary.signing import default_signing_key
+    from tests.boundary.conftest import make_bare, make_task
+
+    key = tmp / "user_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    git(repo, "config", "gpg.format", "ssh")
+    git(repo, "config", "user.signingKey", str(key))
+    assert run_sup(repo, "init").returncode == 0
+    assert not Path(default_signing_key()).exists()  # no dedicated key needed
+    signers = Path(git(repo, "config", "gpg.ssh.allowedSignersFile")).read_text()
+    assert (tmp / "user_key.pub").read_text().split()[1] in signers
+    origin = make_bare(tmp, "origin", repo, review=True)
+    git(repo, "remote", "add", "origin", str(origin))
+    rec = make_task(Setup(repo, origin, origin, tmp))
+    _integrate(repo, rec["id"])
+    fingerprint = subprocess.run(
+        ["ssh-keygen", "-lf", str(key)], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
+    assert git(repo, "log", "-1", "--format=%G? %GF", "main") == f"G {fingerprint}"
+    accepted(push(repo, "origin", "main"))
