@@ -141,6 +141,27 @@ def _set_all(repo: GitRepo, key: str, values: list[str]) -> None:
             raise GitsupError(f"cannot set {key} in {cfg}: {res.output.strip()}")
 
 
+def _require_untampered(source: GitRepo, *, need_signers: bool) -> None:
+    """What a gate copies from `source` (its trust root, its allowed-signers file) must be
+    what `git sup init` recorded: a worker shares `.git/config` and must not be able to hand
+    the server its own key or its own commits as trusted."""
+    from gitsup.boundary.setup import snapshot_settings
+
+    recorded = snapshot_settings(source)
+    if recorded is None:
+        return  # never initialised with a snapshot: nothing gitsup-made to copy
+    now = snapshot_settings(source, current=True) or {}
+    keys = ["sup.trustroot", *(["gpg.ssh.allowedsignersfile"] if need_signers else [])]
+    changed = [k for k in keys if recorded.get(k) != now.get(k)]
+    if changed:
+        raise GitsupError(
+            f"{', '.join(changed)} changed in {source.common_dir} since `git sup init`; "
+            "the gate does not copy settings a task could have written",
+            hint="`git sup doctor` shows the change; if it is yours, run `git sup init` "
+            "again (or pass --allowed-signers FILE)",
+        )
+
+
 def install_gate(
     path: str | os.PathLike[str],
     *,
@@ -160,6 +181,10 @@ def install_gate(
     if not os.path.exists(path):
         raise GitsupError(f"no repository at {os.fspath(path)}")
     repo = GitRepo.open(path)
+    if source is not None and source.common_dir.resolve() != repo.common_dir.resolve():
+        _require_untampered(source, need_signers=allowed_signers is None)
+    else:
+        source = None
     if allowed_signers is not None:
         try:
             text = Path(allowed_signers).read_text()

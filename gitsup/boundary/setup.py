@@ -75,6 +75,19 @@ def write_snapshot(repo: GitRepo) -> None:
     os.replace(tmp, path)
 
 
+def snapshot_settings(repo: GitRepo, *, current: bool = False) -> dict[str, list[str]] | None:
+    """The watched settings recorded by `git sup init` (None: no snapshot), or, with
+    `current`, what they are now."""
+    if current:
+        return _settings(repo)
+    try:
+        snap = json.loads(snapshot_path(repo).read_text())
+    except (OSError, ValueError):
+        return None
+    settings = snap.get("settings") if isinstance(snap, dict) else None
+    return settings if isinstance(settings, dict) else None
+
+
 def _sha(path: Path) -> str | None:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()

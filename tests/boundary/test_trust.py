@@ -367,3 +367,25 @@ def test_the_users_own_ssh_key_signs_when_configured(repo: Path, tmp: Path) -> N
     ).stdout.split()[1]
     assert git(repo, "log", "-1", "--format=%G? %GF", "main") == f"G {fingerprint}"
     accepted(push(repo, "origin", "main"))
+
+
+def test_gate_install_does_not_copy_settings_a_task_could_have_written(
+    setup: Setup, tmp: Path
+) -> None:
+    """A worker shares .git/config: it may point the allowed-signers file at its own key or
+    add its commit as a trust root. `gate install` refuses to carry either to a server."""
+    bare = tmp / "new.git"
+    git(tmp, "init", "-q", "--bare", str(bare))
+    evil = tmp / "evil_signers"
+    evil.write_text("x@example.invalid ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBogus\n")
+    git(setup.repo, "config", "gpg.ssh.allowedSignersFile", str(evil))
+    res = run_sup(setup.repo, "gate", "install", str(bare))
+    assert res.returncode == 2 and "gpg.ssh.allowedsignersfile changed" in res.stderr, res.stderr
+    assert git(bare, "config", "--get-all", "sup.allowedSigner", check=False) == ""
+    git(setup.repo, "config", "--unset", "gpg.ssh.allowedSignersFile")
+    assert run_sup(setup.repo, "init").returncode == 0  # the person's own change: re-recorded
+    smuggled = _commit(setup.repo, "smuggled", "main")
+    git(setup.repo, "config", "--add", "sup.trustRoot", smuggled)
+    res = run_sup(setup.repo, "gate", "install", str(bare))
+    assert res.returncode == 2 and "sup.trustroot changed" in res.stderr, res.stderr
+    assert smuggled not in git(bare, "config", "--get-all", "sup.trustRoot", check=False)
