@@ -1,12 +1,24 @@
-"""Cost of the client-side pre-push gate: a push of 100 refs with the hook vs without.
+"""Cost of the gates: a push of 100 refs with the hooks vs without.
 
     .venv/bin/python bench/bench_boundary.py [--refs 100] [--runs 7]
 
-Scenarios (each timed with the hook and with `--no-verify`, same repository):
+Scenarios (each timed against the same push without the gate, alternating):
   branches  100 new branches to a plain remote (pusher outside any task; no lookups)
   review    100 fast-forwards of refs/sup/* to the review remote (100 ancestry checks)
-  protected main fast-forwarded to an integrated candidate (one notes lookup)
-Goal: the hook adds <= 100 ms. Everything happens in a temporary directory.
+  protected main fast-forwarded to one signed integration (client pre-push)
+  signed-*  100 protected branches (rel/*), each fast-forwarded to its own signed
+            integration: 100 signatures to verify.
+            -client  pre-push only (to an ungated remote), verified-ids cache cleared each run
+            -server  pre-receive only (`--no-verify` to a gated remote vs an ungated one)
+            -both    pre-push and pre-receive, caches cleared each run (the server gate runs as
+                     the same user here, so it finds what the client hook just verified)
+            -warm    pre-push and pre-receive, the integrations already verified on this
+                     machine (what `git sup integrate` leaves in the cache)
+  mixed     pre-push and pre-receive, caches cleared: main gains one signed integration,
+            99 new ordinary branches ride along (a typical publish of 100 refs)
+Goal: the gates add <= 100 ms. Wall times suffer from other load on the machine; the CPU
+column (user + system time of all the push's processes, hooks and ssh-keygen included) is
+what the gates cost. Everything happens in a temporary directory.
 """
 
 from __future__ import annotations
@@ -57,16 +69,28 @@ def timed_pair(
     without: Callable[[], None],
     runs: int,
 ) -> tuple[list[float], list[float]]:
-    """Alternate the two variants so that load on the machine hits both alike."""
+    """Alternate the two variants so that load on the machine hits both alike.
+    Records wall time, and in CPU_MS the CPU time (user + system) the push's processes used:
+    the cost the gates add, barely disturbed by other load on the machine."""
+    import resource
+
     a: list[float] = []
     b: list[float] = []
+    cpu: tuple[list[float], list[float]] = ([], [])
     for _ in range(runs):
-        for run, out in ((with_hook, a), (without, b)):
+        for run, out, c in ((with_hook, a, cpu[0]), (without, b, cpu[1])):
             prepare()
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             run()
             out.append((time.perf_counter() - t0) * 1000)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            c.append((r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1000)
+    CPU_MS.append(cpu)
     return a, b
+
+
+CPU_MS: list[tuple[list[float], list[float]]] = []
 
 
 def push(repo: Path, *args: str) -> Callable[[], None]:
@@ -82,10 +106,12 @@ def report(name: str, pair: tuple[list[float], list[float]]) -> float:
     with_hook, without = pair
     a, b = statistics.median(with_hook), statistics.median(without)
     best = min(with_hook) - min(without)
+    cpu_with, cpu_without = CPU_MS[-1]
+    cpu = statistics.median(cpu_with) - statistics.median(cpu_without)
     print(
-        f"{name:10} with hook {a:7.1f} ms (min {min(with_hook):6.1f})   "
+        f"{name:13} with hook {a:7.1f} ms (min {min(with_hook):6.1f})   "
         f"without {b:7.1f} ms (min {min(without):6.1f})   "
-        f"hook cost: median {a - b:+7.1f} ms, best {best:+7.1f} ms"
+        f"hook cost: median {a - b:+7.1f} ms, best {best:+7.1f} ms, CPU {cpu:+7.1f} ms"
     )
     return best
 
@@ -162,11 +188,20 @@ def main() -> int:
             )
         )
 
-        # main -> an integrated candidate (the note is what integrate writes).
-        cand = news[0]
-        note = '{"schema": "gitsup.candidate/1", "status": "integrated"}'
-        git(repo, "notes", "--ref=sup", "add", "-f", "-m", note, cand)
-        git(repo, "update-ref", "refs/heads/main", cand)
+        # main -> one signed integration of a candidate (what `git sup integrate` writes).
+        from gitsup.boundary.keys import signing_setup
+        from gitsup.git import GitRepo
+
+        sign = signing_setup(GitRepo.open(repo), create=False).git_config_args()
+
+        def integration(base: str, cand: str, i: int) -> str:
+            msg = (
+                f"Merge gitsup candidate 20260101-{i:06x}\n\nSup-Task: 20260101-{i:06x}\n"
+                f"Sup-Candidate: {cand}\nSup-Baseline: {base}\n"
+            )
+            return git(repo, *sign, "commit-tree", "-S", "-p", base, "-p", cand, tree, input=msg)
+
+        git(repo, "update-ref", "refs/heads/main", integration(root, news[0], 0))
 
         def reset_main() -> None:
             git(remote, "update-ref", "refs/heads/main", root)
@@ -178,6 +213,69 @@ def main() -> int:
                     reset_main,
                     push(repo, "origin", "main"),
                     push(repo, "--no-verify", "origin", "main"),
+                    runs,
+                ),
+            )
+        )
+        # 100 protected branches, each gaining its own signed integration.
+        from gitsup.boundary.install import install_gate
+        from gitsup.boundary.signing import config_dir
+
+        git(repo, "config", "--add", "sup.protected", "rel/*")
+        cands = [git(repo, "commit-tree", "-p", root, "-m", f"cand {i}", tree) for i in range(n)]
+        lines = [
+            f"create refs/heads/rel/{i:03d} {integration(root, cands[i], i)}" for i in range(n)
+        ]
+        git(repo, "update-ref", "--stdin", input="\n".join(lines) + "\n")
+        gated, plain = tmp / "gated.git", tmp / "plain.git"
+        for bare in (gated, plain):
+            git(tmp, "init", "-q", "--bare", str(bare))
+        install_gate(gated, review_remote=False, source=GitRepo.open(repo))
+        git(gated, "config", "--add", "sup.protected", "rel/*")
+        for bare in (gated, plain):
+            git(repo, "push", "-q", "--no-verify", str(bare), "main")
+        spec = "refs/heads/rel/*:refs/heads/rel/*"
+        cache = Path(config_dir()) / "verified"
+
+        def reset_rel(cold: bool) -> Callable[[], None]:
+            def go() -> None:
+                for bare in (gated, plain):
+                    stdin = "".join(f"delete refs/heads/rel/{i:03d}\n" for i in range(n))
+                    git(bare, "update-ref", "--stdin", input=stdin)
+                if cold and cache.exists():
+                    import shutil
+
+                    shutil.rmtree(cache)
+
+            return go
+
+        for name, prep, gated_push, plain_push in (
+            ("signed-client", reset_rel(True), (str(plain),), (str(plain),)),
+            ("signed-server", reset_rel(True), ("--no-verify", str(gated)), (str(plain),)),
+            ("signed-both", reset_rel(True), (str(gated),), (str(plain),)),
+            ("signed-warm", reset_rel(False), (str(gated),), (str(plain),)),
+        ):
+            with_gate = push(repo, *gated_push, spec)
+            without = push(repo, "--no-verify", *plain_push, spec)
+            costs.append(report(name, timed_pair(prep, with_gate, without, runs)))
+
+        def reset_mixed() -> None:
+            for bare in (gated, plain):
+                stdin = "".join(f"delete refs/heads/b{i:03d}\n" for i in range(n))
+                git(bare, "update-ref", "--stdin", input=stdin + f"update refs/heads/main {root}\n")
+            if cache.exists():
+                import shutil
+
+                shutil.rmtree(cache)
+
+        refs = ["main", *(f"refs/heads/b{i:03d}" for i in range(n - 1))]
+        costs.append(
+            report(
+                "mixed",
+                timed_pair(
+                    reset_mixed,
+                    push(repo, str(gated), *refs),
+                    push(repo, "--no-verify", str(plain), *refs),
                     runs,
                 ),
             )

@@ -243,6 +243,10 @@ def doctor(ctx: Context, *, fix: bool) -> list[Finding]:
             findings.append(
                 Finding("unknown-worktree", f"git worktree {name} has no task record", name)
             )
+    # The boundary: protected branches, integrations, the hook, the gate's settings.
+    from gitsup.boundary.setup import tampering
+
+    findings.extend(Finding(kind, detail) for kind, detail in tampering(ctx.repo))
     return findings
 
 

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from gitsup.spec import TaskSpec
     from gitsup.supervisor import EventSink, WorkerFactory
 
-DEFAULT_PROTECTED = ("main", "master", "trunk", "develop", "integration")
+
+SUP_NOTES_DISPLAY = "refs/notes/[s]up"  # exactly refs/notes/sup, quiet while it is missing
 
 
 @dataclass(frozen=True)
@@ -63,44 +64,54 @@ class InitResult:
     hooks: list[str]
 
 
-def init_repo(ctx: Context, *, protected: list[str] | None = None) -> InitResult:
-    """Idempotent: state dir, notes display ref, protected branches, boundary hooks.
+def init_repo(
+    ctx: Context, *, protected: list[str] | None = None, explicit: bool = False
+) -> InitResult:
+    """Idempotent: state dir, notes display ref, protected branches, the boundary (hook,
+    signing key, allowed signers, trust root; see gitsup/boundary/setup.py).
 
     Serialized across processes: several first `git sup start`s at once must neither fail
-    on libgit2's .git/config lock nor add the same values twice."""
+    on libgit2's .git/config lock nor add the same values twice. `explicit`: a person ran
+    `git sup init` (the boundary's settings snapshot is rewritten)."""
     created = not ctx.layout.root.exists()
     ctx.layout.ensure()
     with TaskLock(ctx.layout.root / "init.lock"):
-        res = _init_repo_locked(ctx, protected=protected)
+        res = _init_repo_locked(ctx, protected=protected, explicit=explicit)
     if created and f"created {ctx.layout.root}" not in res.changed:
         res.changed.insert(0, f"created {ctx.layout.root}")
     return res
 
 
-def _init_repo_locked(ctx: Context, *, protected: list[str] | None = None) -> InitResult:
+def _init_repo_locked(
+    ctx: Context, *, protected: list[str] | None = None, explicit: bool = False
+) -> InitResult:
     changed: list[str] = []
     if not ctx.layout.root.exists():
         changed.append(f"created {ctx.layout.root}")
     ctx.layout.ensure()
     repo = ctx.repo
     refs = repo.config_get_all("notes.displayRef")
-    if "refs/notes/sup" not in refs:
-        if not refs:
-            # git shows refs/notes/commits by default only while displayRef is unset; keep it.
-            repo.config_add("notes.displayRef", "refs/notes/commits")
-        repo.config_add("notes.displayRef", "refs/notes/sup")
-        changed.append("notes.displayRef += refs/notes/sup")
+    if "refs/notes/sup" not in refs and SUP_NOTES_DISPLAY not in refs:
+        # Only refs/notes/sup, as a pattern: a displayRef naming a ref that does not exist
+        # yet makes `git log` warn; a pattern that matches nothing does not.
+        repo.config_add("notes.displayRef", SUP_NOTES_DISPLAY)
+        changed.append(f"notes.displayRef += {SUP_NOTES_DISPLAY}")
+    # sup.protected adds to the defaults (gitsup/protected.py): what is configured is
+    # protected, and so are the defaults.
+    from gitsup.protected import DEFAULT_PROTECTED, effective
+
     current = repo.config_get_all("sup.protected")
-    wanted = list(protected) if protected else (current or list(DEFAULT_PROTECTED))
-    if current != wanted:
-        repo.config_set_multi("sup.protected", wanted)
-        changed.append("sup.protected = " + " ".join(wanted))
+    configured = list(protected) if protected else (current or list(DEFAULT_PROTECTED))
+    if current != configured:
+        repo.config_set_multi("sup.protected", configured)
+        changed.append("sup.protected = " + " ".join(configured))
+    wanted = list(effective(configured))
     hooks: list[str] = []
     with contextlib.suppress(ImportError):
-        from gitsup.boundary.install import install_pre_push  # type: ignore[import-not-found,unused-ignore]
+        from gitsup.boundary.setup import init_boundary  # type: ignore[import-not-found,unused-ignore]
 
-        hooks = install_pre_push(repo)  # type: ignore[no-untyped-call,unused-ignore]
-        changed.extend(f"installed {h}" for h in hooks)
+        hooks, more = init_boundary(repo, explicit=explicit)  # type: ignore[no-untyped-call,unused-ignore]
+        changed.extend(more)
     return InitResult(str(ctx.layout.root), wanted, True, changed, hooks)
 
 

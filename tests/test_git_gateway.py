@@ -76,10 +76,7 @@ def test_concurrent_first_init_is_safe(repo: Path) -> None:
     for p in procs:
         p.join(30)
     assert results == ["ok"] * 8, results
-    assert git(repo, "config", "--get-all", "notes.displayRef").splitlines() == [
-        "refs/notes/commits",
-        "refs/notes/sup",
-    ]
+    assert git(repo, "config", "--get-all", "notes.displayRef").splitlines() == ["refs/notes/[s]up"]
     assert git(repo, "config", "--get-all", "sup.protected").splitlines() == [
         "main",
         "master",

@@ -524,15 +524,17 @@ def test_init_is_idempotent(repo: Path) -> None:
     assert "nothing changed" in out
     assert (repo / ".git" / "config").read_bytes() == cfg_before
     refs = git(repo, "config", "--get-all", "notes.displayRef").splitlines()
-    assert refs.count("refs/notes/sup") == 1 and "refs/notes/review" in refs
+    assert refs.count("refs/notes/[s]up") == 1 and "refs/notes/review" in refs
     assert git(repo, "config", "--get-all", "sup.protected").splitlines() == res["protected"]
     third = json.loads(
         run_cli_inproc(repo, "init", "--protected", "release", "--protected", "main", "--json")[1]
     )
-    assert third["protected"] == ["release", "main"]
+    # sup.protected adds to the defaults
+    everything = ["main", "master", "trunk", "develop", "integration", "release"]
+    assert third["protected"] == everything
     assert git(repo, "config", "--get-all", "sup.protected").splitlines() == ["release", "main"]
     # a later plain init keeps what was configured
-    assert json.loads(run_cli_inproc(repo, "init", "--json")[1])["protected"] == ["release", "main"]
+    assert json.loads(run_cli_inproc(repo, "init", "--json")[1])["protected"] == everything
 
 
 def test_init_keeps_git_default_notes_visible(repo: Path) -> None:
@@ -616,7 +618,7 @@ def test_concurrent_starts_in_a_fresh_repository(repo: Path, tmp: Path) -> None:
         assert note["task"] == r["id"] and note["status"] == "ready"
         assert git(repo, "show", f"{r['candidate']}:mine.txt") == r["id"]
     assert (
-        git(repo, "config", "--get-all", "notes.displayRef").splitlines().count("refs/notes/sup")
+        git(repo, "config", "--get-all", "notes.displayRef").splitlines().count("refs/notes/[s]up")
         == 1
     )
     assert len(git(repo, "config", "--get-all", "sup.protected").splitlines()) == 5

@@ -6,10 +6,11 @@ function with their own lookup. Standard library only (it runs on every push).
 
 Rules, in order, for each update:
 1. nothing is pushed from inside a task, to any remote, any ref;
-2. a protected branch moves only to a commit whose candidate note says
-   `integrated`, never by deletion or a non-fast-forward;
-3. `refs/sup/*` and `refs/notes/sup` go only to the review remote, never
-   deleted or rewritten there;
+2. a protected branch only fast-forwards, and only when every commit it gains is a
+   signed integration or inside the candidate range one names (see `trust.py`);
+   never by deletion;
+3. `refs/notes/sup` (evidence, not proof) goes to any remote, fast-forward only, never
+   deleted; `refs/sup/*` goes only to the review remote, never deleted or rewritten;
 4. tags and everything else follow the policy (default: allowed).
 """
 
@@ -18,13 +19,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Literal, NamedTuple, Protocol
 
+from gitsup.protected import DEFAULT_PROTECTED as DEFAULT_PROTECTED
+from gitsup.protected import is_protected
+
 # NB: value types are NamedTuples, not dataclasses: `dataclasses` imports `inspect`,
 # which alone would cost a push ~20 ms of interpreter time.
 
 ZERO = "0" * 40
 NOTES_REF = "refs/notes/sup"
 SUP_PREFIX = "refs/sup/"
-DEFAULT_PROTECTED: tuple[str, ...] = ("main", "master", "trunk", "develop", "integration")
 
 Allowance = Literal["allow", "deny"]
 
@@ -76,6 +79,7 @@ class GateContext(NamedTuple):
     destination: str  # remote name / URL, or "this repository" in pre-receive
     to_review_remote: bool
     policy: Policy = Policy()
+    server: bool = False  # the pre-receive gate (messages name the server's configuration)
 
 
 class Verdict(NamedTuple):
@@ -84,38 +88,32 @@ class Verdict(NamedTuple):
     reason: str
 
 
+class Untrusted(NamedTuple):
+    """Why a protected branch may not gain its new commits: `commit` is one of `total`."""
+
+    commit: str
+    why: str
+    total: int
+
+
 class CandidateLookup(Protocol):
-    """What the evaluator asks Git. Implementations may batch in `prefetch`."""
+    """What the evaluator asks Git. Implementations batch in `prefetch`."""
 
-    def prefetch(self, notes: Iterable[str], ancestry: Iterable[tuple[str, str]]) -> None: ...
-
-    def note_status(self, oid: str) -> str | None:
-        """The `status` of the candidate note on `oid` in refs/notes/sup, or None."""
-        ...
+    def prefetch(
+        self, ancestry: Iterable[tuple[str, str]], protected: Sequence[RefUpdate]
+    ) -> None: ...
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool | None:
         """True/False, or None when it cannot be decided (an object is missing)."""
         ...
 
+    def untrusted(self, update: RefUpdate) -> Untrusted | None:
+        """None when every commit `update` adds is integrated; else why not."""
+        ...
+
 
 def protected_branch(ref: str, patterns: Sequence[str]) -> bool:
-    if not ref.startswith("refs/heads/"):
-        return False
-    short = ref[len("refs/heads/") :]
-    for p in patterns:
-        p = p.strip()
-        if not p:
-            continue
-        name = ref if p.startswith("refs/") else short
-        if name == p or (any(c in p for c in "*?[") and _glob(name, p)):
-            return True
-    return False
-
-
-def _glob(name: str, pattern: str) -> bool:
-    import fnmatch  # only for patterns: it imports `re`
-
-    return fnmatch.fnmatchcase(name, pattern)
+    return ref.startswith("refs/heads/") and is_protected(ref, patterns)
 
 
 def is_review_ref(ref: str) -> bool:
@@ -125,7 +123,9 @@ def is_review_ref(ref: str) -> bool:
 def _kind(ref: str, policy: Policy) -> str:
     if protected_branch(ref, policy.protected):
         return "protected"
-    if is_review_ref(ref):
+    if ref == NOTES_REF:
+        return "notes"
+    if ref.startswith(SUP_PREFIX):
         return "review"
     if ref.startswith("refs/tags/"):
         return "tag"
@@ -146,15 +146,17 @@ def evaluate(
         return [Verdict(u.ref, False, reason) for u in updates]
 
     kinds = [_kind(u.ref, ctx.policy) for u in updates]
-    notes: list[str] = []
+    protected: list[RefUpdate] = []
     ancestry: list[tuple[str, str]] = []
     for u, k in zip(updates, kinds, strict=True):
-        if k in ("protected", "review") and not u.is_delete and not u.is_create and u.old != u.new:
+        if k == "review" and not ctx.to_review_remote:
+            continue
+        if k != "other" and k != "tag" and not u.is_delete and not u.is_create and u.old != u.new:
             ancestry.append((u.old, u.new))
-        if k == "protected" and not u.is_delete:
-            notes.append(u.new)
-    if notes or ancestry:
-        lookup.prefetch(notes, ancestry)
+        if k == "protected" and not u.is_delete and u.old != u.new:
+            protected.append(u)
+    if protected or ancestry:
+        lookup.prefetch(ancestry, protected)
     return [_one(ctx, u, k, lookup) for u, k in zip(updates, kinds, strict=True)]
 
 
@@ -173,23 +175,42 @@ def _fast_forward(u: RefUpdate, lookup: CandidateLookup) -> str | None:
     return None
 
 
+def _not_integrated(ctx: GateContext, u: RefUpdate, bad: Untrusted) -> str:
+    branch = u.ref.removeprefix("refs/heads/")
+    n = f"{bad.total} commit{'s' if bad.total != 1 else ''}"
+    trust = (
+        f"`git config --add sup.trustRoot {u.new}` in this repository (its administrator)"
+        if ctx.server
+        else f"`git config --add sup.trustRoot {u.new}` (and on a gated remote: "
+        f"`git sup gate install <path>` again)"
+    )
+    return (
+        f"protected branch: {n} not integrated; {bad.commit[:12]} {bad.why}. "
+        f"Work reaches {branch} as a task: `git sup start ...`, then "
+        f"`git sup integrate <id> --into {branch}`; to trust history from before gitsup: {trust}"
+    )
+
+
 def _one(ctx: GateContext, u: RefUpdate, kind: str, lookup: CandidateLookup) -> Verdict:
     if kind == "protected":
         if u.is_delete:
             return Verdict(u.ref, False, "protected branch: deletion is not allowed")
-        status = lookup.note_status(u.new)
-        if status != "integrated":
-            have = f"its candidate note says {status!r}" if status else "it has no candidate note"
-            return Verdict(
-                u.ref,
-                False,
-                f"protected branch: {u.new[:12]} is not an integrated candidate ({have}); "
-                "use `git sup integrate <id> --into <branch>` and push refs/notes/sup with it",
-            )
         problem = _fast_forward(u, lookup)
         if problem:
             return Verdict(u.ref, False, f"protected branch: {problem}")
-        return Verdict(u.ref, True, "integrated candidate")
+        if u.old == u.new:
+            return Verdict(u.ref, True, "unchanged")
+        bad = lookup.untrusted(u)
+        if bad is not None:
+            return Verdict(u.ref, False, _not_integrated(ctx, u, bad))
+        return Verdict(u.ref, True, "every new commit is integrated")
+    if kind == "notes":
+        if u.is_delete:
+            return Verdict(u.ref, False, f"{NOTES_REF} is evidence: it is never deleted")
+        problem = _fast_forward(u, lookup)
+        if problem:
+            return Verdict(u.ref, False, f"{NOTES_REF} is never rewritten: {problem}")
+        return Verdict(u.ref, True, "notes fast-forward")
     if kind == "review":
         if not ctx.to_review_remote:
             return Verdict(

@@ -2,9 +2,9 @@
 
 `GitCli` runs plain `git` in the hook's environment, so in a `pre-receive` hook
 it sees the quarantined objects of the push under way. `GitLookup` answers the
-evaluator's questions with few processes: one `ls-tree` of the notes tree, one
-`cat-file --batch` for the notes needed, and `merge-base --is-ancestor` per pair
-(run concurrently).
+evaluator's questions with few processes: one `cat-file --batch` walk for
+fast-forwards (`merge-base --is-ancestor` only for what it cannot settle), and
+`trust.TrustCheck` for what protected branches gain.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import os
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 
-from gitsup.boundary.evaluate import DEFAULT_PROTECTED, NOTES_REF, Allowance, Policy, is_zero
+from gitsup.boundary.evaluate import Allowance, Policy, RefUpdate, Untrusted
+from gitsup.boundary.trust import TrustCheck
+from gitsup.protected import effective
 
 
 class GitCli:
@@ -60,7 +62,9 @@ class RepoConfig:
 
     @classmethod
     def read(cls, git: GitCli) -> RepoConfig:
-        return cls(git.config(r"^(sup\..*|remote\..*\.(url|pushurl))$"))
+        return cls(
+            git.config(r"^(sup\..*|remote\..*\.(url|pushurl)|gpg\.ssh\.allowedsignersfile)$")
+        )
 
     def get(self, key: str) -> str | None:
         vals = self.values.get(key.lower())
@@ -70,15 +74,17 @@ class RepoConfig:
         return list(self.values.get(key.lower(), []))
 
     def policy(self) -> Policy:
-        protected = tuple(self.get_all("sup.protected")) or DEFAULT_PROTECTED
         return Policy(
-            protected=protected,
+            protected=effective(self.get_all("sup.protected")),
             tags=_allowance(self.get("sup.pushTags")),
             other=_allowance(self.get("sup.pushOther")),
         )
 
     def is_true(self, key: str) -> bool:
         return (self.get(key) or "").strip().lower() in ("true", "yes", "on", "1")
+
+    def trust_roots(self) -> list[str]:
+        return [r.strip() for r in self.get_all("sup.trustRoot") if r.strip()]
 
     def remote_urls(self, name: str) -> list[str]:
         return self.get_all(f"remote.{name}.url") + self.get_all(f"remote.{name}.pushurl")
@@ -113,17 +119,15 @@ def is_review_remote(cfg: RepoConfig, remote: str, url: str) -> bool:
 
 
 class GitLookup:
-    """`CandidateLookup` over plain git. `notes_commit` overrides refs/notes/sup
-    (pre-receive: the notes commit arriving in the same push)."""
+    """`CandidateLookup` over plain git; `trust` judges what protected branches gain."""
 
-    def __init__(self, git: GitCli, notes_commit: str | None = None) -> None:
+    def __init__(self, git: GitCli, trust: TrustCheck) -> None:
         self.git = git
-        self.notes_commit = notes_commit
-        self._status: dict[str, str | None] = {}
+        self.trust = trust
         self._ancestry: dict[tuple[str, str], bool | None] = {}
+        self._untrusted: dict[str, Untrusted | None] = {}
 
-    def prefetch(self, notes: Iterable[str], ancestry: Iterable[tuple[str, str]]) -> None:
-        wanted = [o for o in dict.fromkeys(notes) if o not in self._status]
+    def prefetch(self, ancestry: Iterable[tuple[str, str]], protected: Sequence[RefUpdate]) -> None:
         pairs = [p for p in dict.fromkeys(ancestry) if p not in self._ancestry]
         if pairs:
             # Fast-forwards are usually a few commits long: walk parents through one
@@ -140,8 +144,19 @@ class GitLookup:
                         rest, pool.map(lambda p: self._is_ancestor(*p), rest), strict=True
                     ):
                         self._ancestry[pair] = result
-        if wanted:
-            self._status.update(self._read_statuses(wanted))
+        todo = [u for u in protected if u.ref not in self._untrusted]
+        if todo:
+            # Only fast-forwards need the (costlier) trust check.
+            ff = [u for u in todo if u.is_create or self._ancestry.get((u.old, u.new))]
+            self._untrusted.update(self.trust.check([(u.ref, u.old, u.new) for u in ff]))
+
+    def untrusted(self, update: RefUpdate) -> Untrusted | None:
+        if update.ref not in self._untrusted:
+            self.prefetch([], [update])
+        # Fail closed: an update the check did not judge is not trusted.
+        return self._untrusted.get(
+            update.ref, Untrusted(update.new, "could not be checked (not a fast-forward?)", 1)
+        )
 
     def _walk(
         self, pairs: Sequence[tuple[str, str]], max_steps: int = 64
@@ -206,15 +221,10 @@ class GitLookup:
             cat.wait()
         return found
 
-    def note_status(self, oid: str) -> str | None:
-        if oid not in self._status:
-            self.prefetch([oid], [])
-        return self._status.get(oid)
-
     def is_ancestor(self, ancestor: str, descendant: str) -> bool | None:
         key = (ancestor, descendant)
         if key not in self._ancestry:
-            self.prefetch([], [key])
+            self.prefetch([key], [])
         return self._ancestry[key]
 
     def _is_ancestor(self, ancestor: str, descendant: str) -> bool | None:
@@ -224,46 +234,3 @@ class GitLookup:
         if res.returncode == 1:
             return False
         return None  # 128: an object is missing here
-
-    def _read_statuses(self, oids: Sequence[str]) -> dict[str, str | None]:
-        """One `cat-file --batch` for every note needed: each note is looked up at the
-        paths notes fan-out may put it (flat, `ab/cdef...`, `ab/cd/ef...`)."""
-        out: dict[str, str | None] = dict.fromkeys(oids)
-        commit = self.notes_commit or NOTES_REF
-        if is_zero(commit):
-            return out
-        queries: list[tuple[str, str]] = []
-        for oid in oids:
-            for path in (oid, f"{oid[:2]}/{oid[2:]}", f"{oid[:2]}/{oid[2:4]}/{oid[4:]}"):
-                queries.append((oid, f"{commit}:{path}"))
-        res = self.git.run(
-            "cat-file", "--batch", input="".join(f"{q}\n" for _, q in queries).encode()
-        )
-        data, pos = res.stdout, 0
-        for oid, _query in queries:
-            nl = data.find(b"\n", pos)
-            if nl < 0:
-                break
-            header = data[pos:nl].split()
-            pos = nl + 1
-            if len(header) != 3:  # "<query> missing"
-                continue
-            size = int(header[2])
-            body = data[pos : pos + size]
-            pos += size + 1
-            if header[1] == b"blob" and out[oid] is None:
-                out[oid] = _status_of(body)
-        return out
-
-
-def _status_of(body: bytes) -> str | None:
-    import json
-
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(obj, dict) or not str(obj.get("schema", "")).startswith("gitsup.candidate/"):
-        return None
-    status = obj.get("status")
-    return status if isinstance(status, str) else None

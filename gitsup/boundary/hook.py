@@ -12,7 +12,14 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TextIO
 
-from gitsup.boundary.evaluate import NOTES_REF, GateContext, Pusher, RefUpdate, Verdict, evaluate
+from gitsup.boundary.evaluate import (
+    GateContext,
+    Pusher,
+    RefUpdate,
+    Verdict,
+    evaluate,
+    protected_branch,
+)
 from gitsup.boundary.gitcmd import GitCli, GitLookup, RepoConfig, is_review_remote
 from gitsup.boundary.hookio import (
     HookInputError,
@@ -22,6 +29,7 @@ from gitsup.boundary.hookio import (
     pre_commit_update,
 )
 from gitsup.boundary.pusher import client_pusher, server_pusher
+from gitsup.boundary.trust import TrustCheck
 
 USAGE = "usage: python -m gitsup.boundary.hook pre-push REMOTE URL | pre-receive"
 
@@ -82,17 +90,40 @@ def pre_push(
     return _report(decide_client(git, pusher, remote, url, updates), err)
 
 
+def client_allowed_signers(cfg: RepoConfig, env: Mapping[str, str]) -> str:
+    """The allowed signers the client trusts: `gpg.ssh.allowedSignersFile`, else gitsup's."""
+    from gitsup.boundary.signing import default_allowed_signers
+
+    path = cfg.get("gpg.ssh.allowedSignersFile") or default_allowed_signers(env)
+    try:
+        with open(os.path.expanduser(path)) as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
 def decide_client(
     git: GitCli, pusher: Pusher, remote: str, url: str, updates: Sequence[RefUpdate]
 ) -> list[Verdict]:
     cfg = RepoConfig.read(git)
+    policy = cfg.policy()
     ctx = GateContext(
         pusher=pusher,
         destination=remote or url,
         to_review_remote=is_review_remote(cfg, remote, url),
-        policy=cfg.policy(),
+        policy=policy,
     )
-    return evaluate(ctx, updates, GitLookup(git))
+    env = os.environ if git.env is None else git.env
+    needs_signers = not pusher.in_task and any(
+        protected_branch(u.ref, policy.protected) for u in updates
+    )
+    trust = TrustCheck(
+        git.cwd,
+        git.env,
+        roots=cfg.trust_roots(),
+        allowed_signers=client_allowed_signers(cfg, env) if needs_signers else "",
+    )
+    return evaluate(ctx, updates, GitLookup(git, trust))
 
 
 def pre_receive(
@@ -114,16 +145,31 @@ def pre_receive(
         return 0
     git = GitCli(cwd=cwd, env=env)
     cfg = RepoConfig.read(git)
-    # NB: the pushed notes are not in refs/notes/sup yet; read them from the new notes
-    # commit of this push (its objects sit in the quarantine that plain git sees).
-    notes_commit = next((u.new for u in updates if u.ref == NOTES_REF and not u.is_delete), None)
+    policy = cfg.policy()
     ctx = GateContext(
         pusher=server_pusher(env=env),
         destination="this repository",
         to_review_remote=cfg.is_true("sup.gateReview"),
-        policy=cfg.policy(),
+        policy=policy,
+        server=True,
     )
-    verdicts = evaluate(ctx, updates, GitLookup(git, notes_commit=notes_commit))
+    exclude: list[str] = []
+    if not ctx.pusher.in_task and any(protected_branch(u.ref, policy.protected) for u in updates):
+        # What protected branches here already hold passed this gate (or is a trust root).
+        for line in (
+            git.out("for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/") or ""
+        ).splitlines():
+            oid, _, ref = line.partition(" ")
+            if protected_branch(ref, policy.protected):
+                exclude.append(oid)
+    trust = TrustCheck(
+        cwd,
+        env,
+        roots=cfg.trust_roots(),
+        allowed_signers="\n".join(cfg.get_all("sup.allowedSigner")),
+        exclude=exclude,
+    )
+    verdicts = evaluate(ctx, updates, GitLookup(git, trust))
     return _report(verdicts, err)
 
 

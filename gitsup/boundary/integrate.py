@@ -1,14 +1,17 @@
 """`git sup integrate ID --into BRANCH`: the person/CI side of the boundary.
 
 It refuses to run inside a task (its worktree, its worker's process tree, or
-anything carrying `GITSUP_TASK`). It needs a `ready` candidate, re-runs the
-task's required checks on the exact commit the target will point to in a fresh
-temporary worktree (removed afterwards), then moves the target branch with a
-compare-and-swap: a fast-forward to the candidate, or a merge commit written with
-pygit2 (no checkout, no index touched). If the target is checked out somewhere
-it must be clean; that checkout is then advanced like `git merge --ff-only`
-would (`read-tree -m -u`). Afterwards the candidate note (and the merge commit's
-note) say `integrated`, the task's event log records and seals it, and the task
+anything carrying `GITSUP_TASK`). It needs a `ready` candidate and a target whose
+history since the trust root is integrated (so a branch a worker moved is not
+built upon). It merges in memory (pygit2; always a merge, so `git log
+--first-parent` lists exactly the integrations), re-runs the task's required
+checks on that tree in a fresh temporary worktree (removed afterwards), then
+writes the merge commit signed with the integrator's key (`git commit-tree -S`,
+`Sup-*` trailers), checks that the gates will accept it, and moves the target
+with a compare-and-swap. If the target is checked out somewhere it must be
+clean; that checkout is then advanced like `git merge --ff-only` would
+(`read-tree -m -u`). Afterwards the candidate note (and the merge commit's note)
+say `integrated`, the task's event log records and seals it, and the task
 record's status is `integrated`. It never pushes.
 """
 
@@ -29,7 +32,11 @@ from typing import Any
 import psutil
 
 from gitsup import proc
+from gitsup.boundary.gitcmd import GitCli, RepoConfig
+from gitsup.boundary.hook import client_allowed_signers
+from gitsup.boundary.keys import SigningSetup, signing_setup
 from gitsup.boundary.pusher import task_of_git_dir
+from gitsup.boundary.trust import TrustCheck
 from gitsup.checks import run_check
 from gitsup.errors import Exit, GitsupError
 from gitsup.events import EventLog
@@ -46,8 +53,8 @@ EXIT_CHECKS_FAILED = Exit.PARKED  # 3: integration checks failed, target untouch
 
 
 class Strategy(StrEnum):
-    AUTO = "auto"  # fast-forward when possible, else merge
-    FF = "ff"
+    AUTO = "auto"  # the same as merge: an integration is always a signed merge commit
+    FF = "ff"  # refused: a fast-forward has nothing to sign
     MERGE = "merge"
 
 
@@ -60,7 +67,7 @@ class IntegrateResult:
     task: str
     candidate: str
     into: str
-    strategy: str  # "ff" | "merge" (what was or would have been done)
+    strategy: str  # always "merge" (a signed merge commit)
     target_before: str
     result: str  # the commit the target points (or would point) to
     integrated: bool
@@ -201,6 +208,11 @@ def _integrate_locked(
 
     branch = into.removeprefix("refs/heads/")
     target_ref = f"refs/heads/{branch}"
+    if strategy == Strategy.FF:
+        raise _refuse(
+            "an integration is always a signed merge commit; `--strategy ff` is not possible",
+            hint="leave out --strategy (or use `--strategy merge`)",
+        )
     old = repo.ref_target(target_ref)
     if old is None:
         raise _refuse(f"no branch {branch} to integrate into")
@@ -209,33 +221,30 @@ def _integrate_locked(
     checkout = repo.checked_out_branches().get(branch)
     if checkout is not None:
         _require_clean(checkout, branch)
-
-    can_ff = repo.is_ancestor(old, candidate)
-    if strategy == Strategy.FF and not can_ff:
+    baseline = record.baseline or note.baseline
+    if not baseline or not repo.is_ancestor(Oid(baseline), candidate):
         raise _refuse(
-            f"{branch} ({old[:12]}) is not an ancestor of candidate {candidate[:12]}: "
-            "a fast-forward is impossible",
-            hint="`--strategy merge` (or the default `auto`) merges instead",
+            f"the baseline {baseline[:12] or '(none)'} of task {tid} is not an ancestor of "
+            f"its candidate {candidate[:12]}: the task record or note was altered"
         )
-    if can_ff and strategy != Strategy.MERGE:
-        how, result = "ff", candidate
-    else:
-        how = "merge"
-        tree, conflicts = repo.merge_tree(old, candidate)
-        if tree is None:
-            shown = ", ".join(conflicts[:10]) + (" ..." if len(conflicts) > 10 else "")
-            raise _refuse(
-                f"candidate {candidate[:12]} does not merge cleanly into {branch}: "
-                f"conflicts in {shown}",
-                hint=f"start a new task based on {branch} to redo the work",
-            )
-        result = repo.commit_tree(
-            tree,
-            [old, candidate],
-            f"Merge gitsup candidate {tid} into {branch}\n\n"
-            f"{note.goal.splitlines()[0] if note.goal else ''}\n\n"
-            f"Sup-Task: {tid}\nSup-Candidate: {candidate}\n",
+    signing = _signing(repo)
+    trust = _trust(repo)
+    _require_integrated(trust, branch, old, baseline)
+
+    how = "merge"
+    tree, conflicts = repo.merge_tree(old, candidate)
+    if tree is None:
+        shown = ", ".join(conflicts[:10]) + (" ..." if len(conflicts) > 10 else "")
+        raise _refuse(
+            f"candidate {candidate[:12]} does not merge cleanly into {branch}: "
+            f"conflicts in {shown}",
+            hint=f"start a new task based on {branch} to redo the work",
         )
+    goal = note.goal.strip().splitlines()[0] if note.goal.strip() else ""
+    subject = f"Merge gitsup candidate {tid} into {branch}\n\n" + (f"{goal}\n\n" if goal else "")
+    # The checks run on an unsigned commit of the same tree and parents: only an
+    # integration whose checks passed is ever signed.
+    result = repo.commit_tree(tree, [old, candidate], subject + f"Sup-Task: {tid}\n")
 
     checks = _required_checks(ctx, tid, note)
     res = IntegrateResult(
@@ -252,6 +261,26 @@ def _integrate_locked(
     if failed:
         res.reason = f"integration checks failed: {', '.join(failed)}; {branch} untouched"
         return res
+
+    verdict = note.review.verdict if note.review and note.review.verdict else "none"
+    passed = ", ".join(f"{c.name}=passed" for c in res.checks) or "none"
+    result = _sign(
+        repo,
+        signing,
+        tree,
+        [old, candidate],
+        subject
+        + f"Sup-Task: {tid}\nSup-Candidate: {candidate}\nSup-Baseline: {baseline}\n"
+        + f"Sup-Checks: {passed}\nSup-Review: {verdict}\n",
+    )
+    res.result = result
+    bad = trust.check([(target_ref, old, result)])[target_ref]
+    if bad is not None:
+        raise _refuse(
+            f"the signed integration {result[:12]} would not pass the gate: "
+            f"{bad.commit[:12]} {bad.why}; {branch} untouched",
+            hint="`git sup init` adds the integration key to the allowed signers",
+        )
 
     # The target may have moved, or its checkout become dirty, while the checks ran.
     if checkout is not None:
@@ -275,6 +304,70 @@ def _integrate_locked(
     _record(ctx, repo, record, tid, note, res)
     res.integrated = True
     return res
+
+
+def _signing(repo: GitRepo) -> SigningSetup:
+    signing = signing_setup(repo, create=False)
+    if signing.dedicated and not Path(signing.key).exists():
+        raise _refuse(
+            f"no integration signing key ({signing.key})",
+            hint="`git sup init` creates it (or configure your own SSH key: "
+            "`git config gpg.format ssh`, `git config user.signingKey <key>`)",
+        )
+    return signing
+
+
+def _trust(repo: GitRepo) -> TrustCheck:
+    cfg = RepoConfig.read(GitCli(cwd=str(repo.common_dir)))
+    return TrustCheck(
+        str(repo.common_dir),
+        None,
+        roots=cfg.trust_roots(),
+        allowed_signers=client_allowed_signers(cfg, os.environ),
+    )
+
+
+def _require_integrated(trust: TrustCheck, branch: str, old: str, baseline: str) -> None:
+    """The target's history since the trust root, and what the baseline adds to it,
+    must be integrated: an integration never publishes a commit a worker slipped in."""
+    bad = trust.check([("target", "0" * 40, old)])["target"]
+    if bad is not None:
+        raise _refuse(
+            f"{branch} moved outside integrations since the trust root: {bad.total} "
+            f"commit(s) not integrated ({bad.commit[:12]} {bad.why})",
+            hint=f"move {branch} back to its last integration (`git log --first-parent "
+            f"{branch}`), e.g. `git branch -f {branch} <commit>`; if that history is trusted, "
+            f"`git config --add sup.trustRoot {old}`",
+        )
+    bad = trust.check([("baseline", old, baseline)])["baseline"]
+    if bad is not None:
+        raise _refuse(
+            f"the task's baseline {baseline[:12]} brings {bad.total} commit(s) that are not "
+            f"integrated ({bad.commit[:12]} {bad.why})",
+            hint=f"start a new task based on {branch}",
+        )
+
+
+def _sign(repo: GitRepo, signing: SigningSetup, tree: str, parents: list[Oid], message: str) -> Oid:
+    argv = ["git", *signing.git_config_args(), "commit-tree", "-S"]
+    for p in parents:
+        argv += ["-p", p]
+    res = proc.run(
+        [*argv, tree],
+        cwd=repo.common_dir,
+        env=proc.child_env(),
+        input=message.encode(),
+        timeout=120,
+        merge_stderr=False,
+    )
+    oid = res.output.strip()
+    if not res.ok or len(oid) not in (40, 64):
+        raise _refuse(
+            f"cannot sign the integration commit with {signing.key}",
+            hint="`git sup init` sets up the signing key; "
+            "check `git config gpg.format` and `user.signingKey`",
+        )
+    return Oid(oid)
 
 
 def _require_clean(checkout: Path, branch: str) -> None:

@@ -61,14 +61,40 @@ def gate_install(
     ] = False,
     protected: Annotated[
         list[str] | None,
-        typer.Option("--protected", help="A protected branch (repeat); default: the usual five."),
+        typer.Option(
+            "--protected",
+            help="A protected branch to add to main master trunk develop integration (repeat).",
+        ),
+    ] = None,
+    allowed_signers: Annotated[
+        Path | None,
+        typer.Option(
+            "--allowed-signers",
+            help="The SSH allowed-signers file whose keys may sign integrations "
+            "(default: this repository's, gpg.ssh.allowedSignersFile).",
+        ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Install the ref-update gate as a pre-receive hook (idempotent)."""
-    from gitsup.boundary.install import install_gate
+    """Install the ref-update gate as a pre-receive hook (idempotent).
 
-    res = install_gate(path, review_remote=review_remote, protected=protected)
+    The gate keeps its own allowed signers and trust root (the protected tips it has now,
+    plus this repository's trust root) in the repository's config."""
+    from gitsup.boundary.install import install_gate
+    from gitsup.errors import GitsupError
+    from gitsup.git import GitRepo
+
+    try:
+        source: GitRepo | None = GitRepo.discover(".")
+    except GitsupError:
+        source = None
+    res = install_gate(
+        path,
+        review_remote=review_remote,
+        protected=protected,
+        allowed_signers=allowed_signers,
+        source=source,
+    )
     if json_out:
         emit_json(res.__dict__)
         return
@@ -79,6 +105,10 @@ def gate_install(
         out("  (already installed; hook unchanged)")
     out("protected branches: " + " ".join(res.protected))
     out(f"review remote: {'yes' if res.review_remote else 'no'}")
+    out(f"allowed signers: {len(res.allowed_signers)} key(s)")
+    if not res.allowed_signers:
+        out("  no key may sign integrations here: `--allowed-signers FILE` sets them")
+    out(f"trust root: {len(res.trust_roots)} commit(s)")
 
 
 @app.command("integrate")
@@ -86,12 +116,13 @@ def integrate_cmd(
     task: Annotated[str, typer.Argument(help="Task id.")],
     into: Annotated[str, typer.Option("--into", help="Target branch, e.g. main.")],
     strategy: Annotated[
-        str, typer.Option("--strategy", help="ff | merge | auto (ff when possible, else merge).")
+        str,
+        typer.Option("--strategy", help="merge | auto (the same: always a signed merge commit)."),
     ] = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Integrate a ready candidate into a branch: re-run its required checks, then
-    fast-forward or merge. Never pushes.
+    """Integrate a ready candidate into a branch: re-run its required checks on the merge,
+    then commit it signed with the integrator's key (Sup-* trailers). Never pushes.
 
     Exit codes: 0 integrated, 2 refused (nothing changed), 3 checks failed (target untouched).
     """
@@ -113,7 +144,21 @@ def integrate_cmd(
         out(f"integrated {res.task} into {res.into} ({res.strategy}): {res.result}")
         if res.checkout_updated:
             out(f"updated the checkout {res.checkout_updated}")
-        out(f"publish through the gate: git push <remote> {res.into} refs/notes/sup")
+        out(f"publish: git push {_publish_remote(ctx, res.into)} {res.into}")
     else:
         out(f"not integrated: {res.reason}")
     raise typer.Exit(int(res.exit_code))
+
+
+def _publish_remote(ctx: object, branch: str) -> str:
+    """The remote a published branch goes to: its upstream's, else sup.reviewRemote, else
+    origin."""
+    from gitsup.tasks import Context
+
+    assert isinstance(ctx, Context)
+    repo = ctx.repo
+    return (
+        repo.config_get(f"branch.{branch}.remote")
+        or repo.config_get("sup.reviewRemote")
+        or "origin"
+    )

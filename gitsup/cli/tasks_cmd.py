@@ -40,14 +40,14 @@ def init_cmd(
         list[str] | None,
         typer.Option(
             "--protected",
-            help="A protected branch (repeat); default main master trunk develop integration.",
+            help="A protected branch to add to main master trunk develop integration (repeat).",
         ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Set up gitsup in this repository (idempotent)."""
     ctx = Context.discover()
-    res = init_repo(ctx, protected=protected)
+    res = init_repo(ctx, protected=protected, explicit=True)
     if json_out:
         emit_json(res.__dict__)
         return
@@ -570,7 +570,9 @@ def doctor_cmd(
         emit_json([f.as_dict() for f in findings])
         return
     if not findings:
-        out("nothing to report: every task, lease and cgroup is accounted for")
+        out(
+            "nothing to report: every task, lease and cgroup is accounted for; the boundary is intact"
+        )
         return
     for f in findings:
         line = f"{f.kind:18} {f.task or '-':16} {f.detail}"

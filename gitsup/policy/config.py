@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gitsup.errors import GitsupError
+from gitsup.protected import effective, is_protected
 
 REPO_POLICY = Path(".gitsup") / "policy.toml"
 
@@ -227,15 +228,7 @@ class Policy:
 
 @cache
 def _protected_match(patterns: tuple[str, ...], ref: str) -> bool:
-    ref = ref.lstrip("+")
-    names = {ref}
-    if ref.startswith("refs/heads/"):
-        names.add(ref[len("refs/heads/") :])
-    for pat in patterns:
-        for name in names:
-            if name == pat or (any(c in pat for c in "*?[") and fnmatch.fnmatchcase(name, pat)):
-                return True
-    return False
+    return is_protected(ref, patterns)
 
 
 @cache
@@ -276,9 +269,8 @@ def _build(repo: tuple[str, str] | None, extra_protected: tuple[str, ...]) -> Po
     if extra_protected:
         sources.append("git config sup.protected")
     protected: list[str] = []
-    for name in (*d.protected, *repo_file.protected, *extra_protected):
-        if name.startswith("refs/heads/"):
-            name = name[len("refs/heads/") :]
+    # The one definition of `sup.protected` (gitsup/protected.py): defaults plus additions.
+    for name in effective((*d.protected, *repo_file.protected, *extra_protected)):
         if name not in protected:
             protected.append(name)
     runners = [*d.allow.runner, *repo_file.allow.runner]

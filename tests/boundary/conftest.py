@@ -60,13 +60,15 @@ class Setup:
 
 
 def make_bare(tmp: Path, name: str, source: Path, *, review: bool) -> Path:
+    """An empty bare repository, gated from the start (allowed signers and trust root
+    taken from `source`, an initialised repository); main then pushed through both gates."""
     from gitsup.boundary.install import install_gate
+    from gitsup.git import GitRepo
 
     bare = tmp / f"{name}.git"
     git(tmp, "init", "-q", "--bare", str(bare))
-    # Bootstrap: main is published once before the gate exists (see docs/boundary.md).
-    git(source, "push", "-q", "--no-verify", str(bare), "main")
-    install_gate(bare, review_remote=review)
+    install_gate(bare, review_remote=review, source=GitRepo.open(source))
+    git(source, "push", "-q", str(bare), "main")
     return bare
 
 
@@ -74,12 +76,12 @@ def make_bare(tmp: Path, name: str, source: Path, *, review: bool) -> Path:
 def setup(repo: Path, tmp: Path) -> Setup:
     from gitsup.tasks import Context, init_repo
 
+    init_repo(Context.discover(repo), explicit=True)
     origin = make_bare(tmp, "origin", repo, review=True)
     other = make_bare(tmp, "other", repo, review=False)
     git(repo, "remote", "add", "origin", str(origin))
     git(repo, "remote", "add", "other", str(other))
     git(repo, "fetch", "-q", "origin")
-    init_repo(Context.discover(repo))
     git(repo, "config", "sup.reviewRemote", "origin")
     return Setup(repo, origin, other, tmp)
 

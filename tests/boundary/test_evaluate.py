@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,7 @@ from gitsup.boundary.evaluate import (
     Policy,
     Pusher,
     RefUpdate,
+    Untrusted,
     evaluate,
     protected_branch,
 )
@@ -24,19 +25,24 @@ A, B, C = "a" * 40, "b" * 40, "c" * 40
 
 
 class FakeLookup:
-    def __init__(self, notes: dict[str, str], ancestry: dict[tuple[str, str], bool | None]) -> None:
-        self.notes = notes
+    """`untrusted`: the new tips whose history is not integrated (commit -> why)."""
+
+    def __init__(
+        self, untrusted: dict[str, str], ancestry: dict[tuple[str, str], bool | None]
+    ) -> None:
+        self.bad = untrusted
         self.ancestry = ancestry
-        self.prefetched: list[tuple[list[str], list[tuple[str, str]]]] = []
+        self.prefetched: list[tuple[list[tuple[str, str]], list[RefUpdate]]] = []
 
-    def prefetch(self, notes: Iterable[str], ancestry: Iterable[tuple[str, str]]) -> None:
-        self.prefetched.append((list(notes), list(ancestry)))
-
-    def note_status(self, oid: str) -> str | None:
-        return self.notes.get(oid)
+    def prefetch(self, ancestry: Iterable[tuple[str, str]], protected: Sequence[RefUpdate]) -> None:
+        self.prefetched.append((list(ancestry), list(protected)))
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool | None:
         return self.ancestry.get((ancestor, descendant), False)
+
+    def untrusted(self, update: RefUpdate) -> Untrusted | None:
+        why = self.bad.get(update.new)
+        return Untrusted(update.new, why, 1) if why else None
 
 
 def _ctx(task: str | None = None, review: bool = False, **policy: object) -> GateContext:
@@ -49,7 +55,7 @@ def _one(ctx: GateContext, u: RefUpdate, lookup: FakeLookup | None = None) -> tu
 
 
 def test_task_pushes_nothing_and_asks_git_nothing() -> None:
-    lookup = FakeLookup({B: "integrated"}, {(A, B): True})
+    lookup = FakeLookup({}, {(A, B): True})
     updates = [
         RefUpdate("refs/heads/main", A, B),
         RefUpdate("refs/heads/feature", ZERO, B),
@@ -62,31 +68,40 @@ def test_task_pushes_nothing_and_asks_git_nothing() -> None:
 
 
 def test_protected_rules() -> None:
-    lk = FakeLookup({B: "integrated", C: "ready"}, {(A, B): True, (B, A): False})
+    lk = FakeLookup({C: "is not signed"}, {(A, B): True, (B, A): False, (A, C): True})
     assert _one(_ctx(), RefUpdate("refs/heads/main", A, B), lk)[0]
     assert _one(_ctx(), RefUpdate("refs/heads/main", ZERO, B), lk)[0]
     ok, why = _one(_ctx(), RefUpdate("refs/heads/main", A, C), lk)
-    assert not ok and "'ready'" in why
-    ok, why = _one(_ctx(), RefUpdate("refs/heads/main", B, A), lk)
-    assert not ok and "no candidate note" in why
-    lk.notes[A] = "integrated"
+    assert not ok and "1 commit not integrated" in why and "is not signed" in why
+    assert "git sup integrate <id> --into main" in why and f"sup.trustRoot {C}" in why
     ok, why = _one(_ctx(), RefUpdate("refs/heads/main", B, A), lk)
     assert not ok and "non-fast-forward" in why
     ok, why = _one(_ctx(), RefUpdate("refs/heads/main", A, ZERO), lk)
     assert not ok and "deletion" in why
-    unknown = FakeLookup({B: "integrated"}, {(A, B): None})
+    unknown = FakeLookup({}, {(A, B): None})
     ok, why = _one(_ctx(), RefUpdate("refs/heads/main", A, B), unknown)
     assert not ok and "fetch first" in why
+    # The server names its own configuration.
+    server = _ctx()._replace(server=True)
+    ok, why = _one(server, RefUpdate("refs/heads/main", A, C), lk)
+    assert not ok and "in this repository (its administrator)" in why
 
 
 def test_review_refs() -> None:
     lk = FakeLookup({}, {(A, B): True})
-    for ref in ("refs/sup/20260101-abcdef/candidate", "refs/notes/sup"):
-        assert not _one(_ctx(review=False), RefUpdate(ref, ZERO, B))[0]
-        assert _one(_ctx(review=True), RefUpdate(ref, ZERO, B))[0]
-        assert _one(_ctx(review=True), RefUpdate(ref, A, B), lk)[0]
-        assert not _one(_ctx(review=True), RefUpdate(ref, B, A), lk)[0]
-        assert not _one(_ctx(review=True), RefUpdate(ref, A, ZERO))[0]
+    ref = "refs/sup/20260101-abcdef/candidate"
+    assert not _one(_ctx(review=False), RefUpdate(ref, ZERO, B))[0]
+    assert _one(_ctx(review=True), RefUpdate(ref, ZERO, B))[0]
+    assert _one(_ctx(review=True), RefUpdate(ref, A, B), lk)[0]
+    assert not _one(_ctx(review=True), RefUpdate(ref, B, A), lk)[0]
+    assert not _one(_ctx(review=True), RefUpdate(ref, A, ZERO))[0]
+    # refs/notes/sup is evidence: any remote, fast-forward only, never deleted.
+    for review in (False, True):
+        notes = "refs/notes/sup"
+        assert _one(_ctx(review=review), RefUpdate(notes, ZERO, B))[0]
+        assert _one(_ctx(review=review), RefUpdate(notes, A, B), lk)[0]
+        assert not _one(_ctx(review=review), RefUpdate(notes, B, A), lk)[0]
+        assert not _one(_ctx(review=review), RefUpdate(notes, A, ZERO))[0]
     # other notes refs are "other"
     assert _one(_ctx(), RefUpdate("refs/notes/commits", ZERO, B))[0]
 
@@ -99,14 +114,32 @@ def test_policy_for_tags_and_other() -> None:
 
 
 def test_lookups_are_batched() -> None:
-    lk = FakeLookup({B: "integrated"}, {(A, B): True})
+    lk = FakeLookup({}, {(A, B): True})
     updates = [RefUpdate(f"refs/sup/t{i}/log", A, B) for i in range(5)] + [
-        RefUpdate("refs/heads/main", A, B)
+        RefUpdate("refs/heads/main", A, B),
+        RefUpdate("refs/heads/develop", ZERO, B),
     ]
     evaluate(_ctx(review=True), updates, lk)
     assert len(lk.prefetched) == 1
-    notes, pairs = lk.prefetched[0]
-    assert notes == [B] and len(pairs) == 6
+    pairs, protected = lk.prefetched[0]
+    assert len(pairs) == 6 and [u.ref for u in protected] == [
+        "refs/heads/main",
+        "refs/heads/develop",
+    ]
+
+
+def test_one_definition_of_protected() -> None:
+    """Configured values add to the defaults, in the boundary and in the policy alike."""
+    from gitsup.policy.config import Policy as ShellPolicy
+    from gitsup.protected import effective
+
+    cfg = RepoConfig({"sup.protected": ["release/*"]})
+    assert cfg.policy().protected == effective(["release/*"])
+    assert protected_branch("refs/heads/main", cfg.policy().protected)
+    assert protected_branch("refs/heads/release/1", cfg.policy().protected)
+    shell = ShellPolicy.load(None, extra_protected=["release/*"])
+    assert shell.is_protected("main") and shell.is_protected("refs/heads/release/1")
+    assert not shell.is_protected("mainline") and not shell.is_protected("refs/tags/main")
 
 
 @pytest.mark.parametrize(

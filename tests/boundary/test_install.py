@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,23 @@ def test_pre_commit_style_invocation(setup: Setup) -> None:
         text=True,
     )
     assert res.returncode == 0, res.stderr
+
+
+def test_the_hook_path_imports_only_the_standard_library() -> None:
+    """What the launcher runs (`python -I -S`, no site-packages): the gate, the trust check
+    and the signature verifier load without pygit2, typer or pydantic."""
+    from gitsup.boundary.install import package_root
+
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import gitsup.boundary.hook; "
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    res = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code, package_root()],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = set(res.stdout.split())
+    assert {"gitsup.boundary.trust", "gitsup.boundary.signing", "gitsup.protected"} <= loaded
+    assert not loaded & {"pygit2", "typer", "pydantic", "psutil", "gitsup.git"}, loaded

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,20 +27,41 @@ def _integration_worktrees(repo: Path) -> list[str]:
     ]
 
 
-def test_fast_forward_integration(setup: Setup, ready: dict[str, Any]) -> None:
+def test_integration_is_a_signed_merge(setup: Setup, ready: dict[str, Any]) -> None:
     repo, tid, cand = setup.repo, ready["id"], ready["candidate"]
+    before = git(repo, "rev-parse", "main")
     res = run_sup(repo, "integrate", tid, "--into", "main", "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
-    assert out["integrated"] is True and out["strategy"] == "ff" and out["result"] == cand
+    # A merge even though a fast-forward would do: --first-parent lists the integrations.
+    assert out["integrated"] is True and out["strategy"] == "merge" and out["result"] != cand
     assert [c["name"] for c in out["checks"]] == ["pytest"] and out["checks"][0]["passed"]
-    assert git(repo, "rev-parse", "main") == cand
+    merge = git(repo, "rev-parse", "main")
+    assert merge == out["result"]
+    assert git(repo, "rev-parse", "main^1", "main^2").split() == [before, cand]
+    assert git(repo, "log", "--first-parent", "--format=%H", "main").split() == [merge, before]
+    # Signed with the integrator's key; Git itself verifies it in this repository.
+    verify = subprocess.run(
+        ["git", "verify-commit", merge], cwd=repo, capture_output=True, text=True
+    )
+    assert verify.returncode == 0 and 'Good "git" signature' in verify.stderr, verify.stderr
+    body = git(repo, "log", "-1", "--format=%B", merge)
+    for trailer in (
+        f"Sup-Task: {tid}",
+        f"Sup-Candidate: {cand}",
+        f"Sup-Baseline: {ready['baseline']}",
+        "Sup-Checks: pytest=passed",
+        "Sup-Review: none",
+    ):
+        assert trailer in body, body
     note = _note(repo, cand)
     assert note["status"] == "integrated" and note["integrated_into"] == "main"
+    assert note["integration_commit"] == merge and note["integration_strategy"] == "merge"
     assert isinstance(note["integrated_at"], float)
+    assert _note(repo, merge)["status"] == "integrated"
     assert read_record(repo, tid)["status"] == "integrated"
     events = [json.loads(x) for x in (common_dir(repo) / "sup/tasks" / tid / "events.jsonl").open()]
-    assert events[-1]["type"] == "integrated" and events[-1]["data"]["result"] == cand
+    assert events[-1]["type"] == "integrated" and events[-1]["data"]["result"] == merge
     assert "integrated into main" in git(repo, "log", "-1", "--format=%s", f"refs/sup/{tid}/log")
     # The user's checkout of main was clean and follows the branch; the temp worktree is gone.
     assert "a + b" in (repo / "calc.py").read_text()
@@ -52,12 +74,12 @@ def test_fast_forward_integration(setup: Setup, ready: dict[str, Any]) -> None:
 
 def test_merge_when_target_moved_on(setup: Setup, ready: dict[str, Any]) -> None:
     repo, tid, cand = setup.repo, ready["id"], ready["candidate"]
-    (repo / "README").write_text("readme\n")
-    git(repo, "add", "README")
-    git(repo, "commit", "-q", "-m", "readme")
+    readme = make_task(setup, files=(("README", "readme\n"),), checks=[])
+    rc, _, err = run_cli_inproc(repo, "integrate", readme["id"], "--into", "main")
+    assert rc == 0, err
     moved = git(repo, "rev-parse", "main")
     rc, _, err = run_cli_inproc(repo, "integrate", tid, "--into", "main", "--strategy", "ff")
-    assert rc == 2 and "fast-forward is impossible" in err
+    assert rc == 2 and "always a signed merge" in err
     assert git(repo, "rev-parse", "main") == moved
     rc, _, err = run_cli_inproc(repo, "integrate", tid, "--into", "main")
     assert rc == 0, err
@@ -68,6 +90,7 @@ def test_merge_when_target_moved_on(setup: Setup, ready: dict[str, Any]) -> None
     assert _note(repo, cand)["status"] == "integrated"
     assert (repo / "README").exists() and "a + b" in (repo / "calc.py").read_text()
     assert git(repo, "status", "--porcelain") == ""
+    assert len(git(repo, "log", "--first-parent", "--format=%H", "main").split()) == 3
 
 
 def test_merge_strategy_even_when_ff_is_possible(setup: Setup, ready: dict[str, Any]) -> None:
@@ -87,7 +110,7 @@ def test_target_not_checked_out_is_updated_without_touching_the_checkout(
     (setup.repo / "scratch.txt").write_text("my own untracked work\n")
     rc, _, err = run_cli_inproc(setup.repo, "integrate", ready["id"], "--into", "main")
     assert rc == 0, err
-    assert git(setup.repo, "rev-parse", "main") == ready["candidate"]
+    assert git(setup.repo, "rev-parse", "main^2") == ready["candidate"]
     assert git(setup.repo, "rev-parse", "--abbrev-ref", "HEAD") == "elsewhere"
     assert "a - b" in (setup.repo / "calc.py").read_text()
     assert git(setup.repo, "status", "--porcelain") == "?? scratch.txt"
@@ -165,14 +188,21 @@ def test_checks_run_on_the_exact_commit_in_a_fresh_worktree(setup: Setup, tmp: P
     rc, _, err = run_cli_inproc(setup.repo, "integrate", rec["id"], "--into", "main")
     assert rc == 0, err
     where, head = seen.read_text().split()
-    assert head == rec["candidate"]
+    # The checks saw the integration's exact tree and parents (signed only after they passed).
+    assert git(setup.repo, "rev-parse", f"{head}^{{tree}}") == git(
+        setup.repo, "rev-parse", "main^{tree}"
+    )
+    assert git(setup.repo, "rev-parse", f"{head}^1", f"{head}^2") == git(
+        setup.repo, "rev-parse", "main^1", "main^2"
+    )
+    assert "Sup-Candidate" not in git(setup.repo, "log", "-1", "--format=%B", head)
     assert "gitsup-integrate" in where and where != rec["worktree"]
     assert not Path(where).exists()
 
 
 def test_refuses_a_conflicting_merge(setup: Setup, ready: dict[str, Any]) -> None:
-    (setup.repo / "calc.py").write_text("def add(a, b):\n    return b + a\n")
-    git(setup.repo, "commit", "-q", "-am", "conflicting fix")
+    other = make_task(setup, files=(("calc.py", "def add(a, b):\n    return b + a\n"),))
+    assert run_cli_inproc(setup.repo, "integrate", other["id"], "--into", "main")[0] == 0
     before = git(setup.repo, "rev-parse", "main")
     rc, _, err = run_cli_inproc(setup.repo, "integrate", ready["id"], "--into", "main")
     assert rc == 2 and "conflicts in calc.py" in err, err

@@ -1,7 +1,7 @@
-"""Pushes by a person or CI from the user's checkout: protected branches take only
-integrated candidates; gitsup refs go only to the review remote and are never deleted
-or rewritten there. Each rule is checked at the client hook and (with --no-verify) at
-the server gate."""
+"""Pushes by a person or CI from the user's checkout: protected branches gain only signed
+integrations and the candidates they name; refs/notes/sup goes anywhere, fast-forward only;
+refs/sup/* goes only to the review remote and is never deleted or rewritten there. Each rule
+is checked at the client hook and (with --no-verify) at the server gate."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_non_integrated_commit_to_main_is_rejected(setup: Setup, verify: bool) -
     _commit(setup)
     before = refs_of(setup.origin)
     res = push(setup.repo, *([] if verify else ["--no-verify"]), "origin", "main")
-    rejected(res, "refs/heads/main", "not an integrated candidate")
+    rejected(res, "refs/heads/main", "1 commit not integrated", "git sup integrate")
     assert refs_of(setup.origin) == before
 
 
@@ -47,14 +47,18 @@ def test_deleting_or_forcing_main_is_rejected(setup: Setup, verify: bool) -> Non
 
 
 def test_configured_protected_branches_and_patterns(setup: Setup) -> None:
-    git(setup.repo, "config", "--replace-all", "sup.protected", "main")
-    git(setup.repo, "config", "--add", "sup.protected", "release/*")
+    # Additions: release/* joins the defaults; main and develop stay protected.
+    git(setup.repo, "config", "--replace-all", "sup.protected", "release/*")
     git(setup.repo, "switch", "-q", "-c", "release/1.0")
     _commit(setup)
     rejected(push(setup.repo, "origin", "release/1.0"), "protected branch")
     accepted(push(setup.repo, "origin", "release/1.0:refs/heads/topic"))
-    # develop is no longer protected here, but the server gate has its own list (the default).
     res = push(setup.repo, "origin", "release/1.0:refs/heads/develop")
+    rejected(res, "gitsup: rejected refs/heads/develop")
+    assert "remote: gitsup" not in res.stderr  # the client hook refused it already
+    # The server has its own list (the defaults): it lets release/1.0 in, not develop.
+    accepted(push(setup.repo, "--no-verify", "origin", "release/1.0"))
+    res = push(setup.repo, "--no-verify", "origin", "release/1.0:refs/heads/develop")
     rejected(res, "remote: gitsup: rejected refs/heads/develop")
 
 
@@ -76,32 +80,27 @@ def test_tag_and_other_policy_can_deny(setup: Setup) -> None:
     rejected(push(setup.repo, "origin", "main:refs/heads/feature"), "sup.pushOther")
 
 
-def test_after_integrate_main_is_accepted(setup: Setup, ready: dict[str, Any]) -> None:
+def test_after_integrate_main_alone_is_accepted(setup: Setup, ready: dict[str, Any]) -> None:
     res = run_sup(setup.repo, "integrate", ready["id"], "--into", "main")
     assert res.returncode == 0, res.stderr
+    assert "publish: git push origin main" in res.stdout
     main = git(setup.repo, "rev-parse", "main")
-    assert main == ready["candidate"]
-    # The server needs the candidate notes: pushing main alone is refused there ...
-    res = push(setup.repo, "origin", "main")
-    rejected(res, "not an integrated candidate")
-    # ... and accepted when refs/notes/sup travels with it.
-    accepted(push(setup.repo, "origin", "main", "refs/notes/sup"))
-    assert git(setup.origin, "rev-parse", "main") == main
-    # Now that the server has the notes, main alone is fine too (after another integrate).
-
-
-def test_integrated_merge_commit_is_accepted(setup: Setup, ready: dict[str, Any]) -> None:
-    git(setup.repo, "commit", "-q", "--allow-empty", "-m", "main moved on")
-    accepted_main_moves = git(setup.repo, "rev-parse", "main")
-    res = run_sup(setup.repo, "integrate", ready["id"], "--into", "main")
-    assert res.returncode == 0, res.stderr
-    merge = git(setup.repo, "rev-parse", "main")
-    assert git(setup.repo, "rev-parse", "main^1") == accepted_main_moves
     assert git(setup.repo, "rev-parse", "main^2") == ready["candidate"]
-    # main was moved by hand before integration: that commit is not integrated, but the
-    # merge on top is; protected branches are judged by their new tip.
-    accepted(push(setup.repo, "origin", "main", "refs/notes/sup"))
-    assert git(setup.origin, "rev-parse", "main") == merge
+    # The proof travels in the commit: no notes needed, on any gated remote.
+    accepted(push(setup.repo, "origin", "main"))
+    accepted(push(setup.repo, "--no-verify", "other", "main"))
+    assert git(setup.origin, "rev-parse", "main") == main == git(setup.other, "rev-parse", "main")
+    # The notes (evidence) may follow, to any gated remote.
+    accepted(push(setup.repo, "other", "refs/notes/sup"))
+
+
+def test_integrate_refuses_a_target_moved_by_hand(setup: Setup, ready: dict[str, Any]) -> None:
+    git(setup.repo, "commit", "-q", "--allow-empty", "-m", "main moved on by hand")
+    moved = git(setup.repo, "rev-parse", "main")
+    res = run_sup(setup.repo, "integrate", ready["id"], "--into", "main")
+    assert res.returncode == 2 and "moved outside integrations" in res.stderr, res.stderr
+    assert moved[:12] in res.stderr and "sup.trustRoot" in res.stderr
+    assert git(setup.repo, "rev-parse", "main") == moved
 
 
 @pytest.mark.parametrize("verify", [True, False], ids=["hook", "server"])
@@ -111,17 +110,36 @@ def test_sup_refs_go_only_to_the_review_remote(
     flag = [] if verify else ["--no-verify"]
     before = refs_of(setup.other)
     rejected(push(setup.repo, *flag, "other", "refs/sup/*:refs/sup/*"), "review remote")
-    rejected(push(setup.repo, *flag, "other", "refs/notes/sup"), "review remote")
     assert refs_of(setup.other) == before
     accepted(push(setup.repo, *flag, "origin", "refs/sup/*:refs/sup/*", "refs/notes/sup"))
     assert f"refs/sup/{ready['id']}/candidate {ready['candidate']}" in refs_of(setup.origin)
+
+
+@pytest.mark.parametrize("verify", [True, False], ids=["hook", "server"])
+def test_notes_go_anywhere_fast_forward_only(
+    setup: Setup, ready: dict[str, Any], verify: bool
+) -> None:
+    flag = [] if verify else ["--no-verify"]
+    accepted(push(setup.repo, *flag, "other", "refs/notes/sup"))
+    notes = git(setup.repo, "rev-parse", "refs/notes/sup")
+    assert git(setup.other, "rev-parse", "refs/notes/sup") == notes
+    rejected(push(setup.repo, *flag, "other", ":refs/notes/sup"), "never deleted")
+    # A rewritten notes history (another root) is refused, even forced.
+    tree = git(setup.repo, "rev-parse", "refs/notes/sup^{tree}")
+    rewritten = git(setup.repo, "commit-tree", "-m", "rewritten notes", tree)
+    res = push(setup.repo, *flag, "--force", "other", f"{rewritten}:refs/notes/sup")
+    rejected(res, "never rewritten")
+    assert git(setup.other, "rev-parse", "refs/notes/sup") == notes
+    git(setup.repo, "notes", "--ref=sup", "add", "-m", "{}", "main")
+    accepted(push(setup.repo, *flag, "other", "refs/notes/sup"))
 
 
 def test_review_remote_by_url(setup: Setup, ready: dict[str, Any]) -> None:
     git(setup.repo, "config", "sup.reviewRemote", str(setup.origin))
     accepted(push(setup.repo, "origin", "refs/sup/*:refs/sup/*"))
     git(setup.repo, "config", "--unset", "sup.reviewRemote")
-    rejected(push(setup.repo, "origin", "refs/notes/sup"), "sup.reviewRemote")
+    cand = f"refs/sup/{ready['id']}/candidate"
+    rejected(push(setup.repo, "origin", f"main:{cand}-copy"), "sup.reviewRemote")
 
 
 @pytest.mark.parametrize("verify", [True, False], ids=["hook", "server"])
