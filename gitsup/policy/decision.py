@@ -13,20 +13,22 @@ SEVERITY: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
 
 @dataclass(frozen=True)
 class Decision:
-    """A verdict, the stable id of the rule that decided, a human reason, and the part of the
-    command (or tool target) the rule applies to."""
+    """A verdict, the stable id of the rule that decided, a human reason, the part of the
+    command (or tool target) the rule applies to, and whether the sandboxed mode decided it."""
 
     verdict: Verdict
     rule: str
     reason: str
     part: str
+    sandboxed: bool = False  # decided in the sandboxed mode (POLICY.md section 4a)
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, str | bool]:
         return {
             "verdict": self.verdict,
             "rule": self.rule,
             "reason": self.reason,
             "part": self.part,
+            "sandboxed": self.sandboxed,
         }
 
 

@@ -55,8 +55,9 @@ def test_check_json_exact_keys(repo: Path, env: dict[str, str]) -> None:
     r = _run(["check", "--json", "--", "ls", "-la"], repo, env)
     assert r.returncode == 0
     d = json.loads(r.stdout)
-    assert list(d) == ["verdict", "rule", "reason", "part"]
+    assert list(d) == ["verdict", "rule", "reason", "part", "sandboxed"]
     assert d["verdict"] == "allow"
+    assert d["sandboxed"] is False
 
 
 def test_check_finds_the_worktree_top_from_a_subdir(repo: Path, env: dict[str, str]) -> None:
