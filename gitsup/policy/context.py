@@ -53,6 +53,17 @@ class ScanState:
                     v = " ".join(alt)
                     if UNKNOWN not in v and v not in values:
                         values.append(v)
+            # `printf -v X FORMAT ARGS`
+            if (
+                part.kind == "cmd"
+                and len(part.words) >= 4
+                and part.words[0].src == "printf"
+                and part.words[1].src == "-v"
+            ):
+                for argv in ex.argvs(part.words):
+                    if len(argv) >= 4 and UNKNOWN not in argv[3]:
+                        value = _printf(decode_ansi_c(argv[3]), argv[4:])
+                        self.variables.setdefault(argv[2], []).append(value)
             # `read X <<< literal`
             if part.kind == "cmd" and part.words and part.words[0].src == "read":
                 data = self.stdin_of(part)

@@ -32,16 +32,20 @@ class Decision:
         }
 
 
+def _text(reason: str) -> str:
+    return reason.replace("\x00?", "<unknown>")  # normalise.UNKNOWN, as people read it
+
+
 def allow(rule: str, reason: str, part: str) -> Decision:
-    return Decision("allow", rule, reason, part)
+    return Decision("allow", rule, _text(reason), part)
 
 
 def ask(rule: str, reason: str, part: str) -> Decision:
-    return Decision("ask", rule, reason, part)
+    return Decision("ask", rule, _text(reason), part)
 
 
 def deny(rule: str, reason: str, part: str) -> Decision:
-    return Decision("deny", rule, reason, part)
+    return Decision("deny", rule, _text(reason), part)
 
 
 def worst(decisions: Iterable[Decision]) -> Decision | None:

@@ -153,12 +153,19 @@ def scan_part(part: Part, st: ScanState) -> Decision | None:
                 d = _arith_payload(seg.text[2:-1], st)
                 if d is not None:
                     return d
+    d = _subscript_code(part, st)
+    if d is not None:
+        return d
     if part.kind not in ("cmd", "decl"):
         return None
     env: dict[str, list[str]] = {}
     for name, word in part.assigns:
         if word is not None:
             env.setdefault(name, []).extend(" ".join(a) for a in ex.word(word))
+    # GIT_* set anywhere in the command (`export GIT_CONFIG_KEY_0=...; git x`) reach git
+    for name, values in st.variables.items():
+        if name.startswith("GIT_") and name not in env:
+            env[name] = list(values)
     stdin = st.stdin_of(part)
     argvs = ex.argvs(part.words)
     for argv in argvs:
@@ -167,6 +174,63 @@ def scan_part(part: Part, st: ScanState) -> Decision | None:
             return d
     if argvs:
         _update_state(argvs[0], part, st)
+    return None
+
+
+# Builtins whose name operands (`a[sub]`) or operands bash evaluates as arithmetic: code in an
+# array subscript runs even when the word is quoted (`[[ -v 'a[$(cmd)]' ]]`, `printf -v`).
+_SUBSCRIPT_EVALUATORS = frozenset(
+    {
+        "test",
+        "[",
+        "printf",
+        "read",
+        "mapfile",
+        "readarray",
+        "let",
+        "unset",
+        "getopts",
+        "wait",
+        "declare",
+        "typeset",
+        "local",
+        "export",
+        "readonly",
+    }
+)
+
+
+def _subscript_code(part: Part, st: ScanState) -> Decision | None:
+    texts: list[str]
+    if part.kind == "arith":
+        texts = [part.src.replace("'", "").replace('"', "")]
+    elif part.kind in ("test", "decl") or (
+        part.kind == "cmd" and part.words and basename(part.words[0].src) in _SUBSCRIPT_EVALUATORS
+    ):
+        ex = st.expander()
+        texts = [v for w in part.words for alt in ex.word(w) for v in alt]
+        texts += [" ".join(a) for _, w in part.assigns if w is not None for a in ex.word(w)]
+    else:
+        texts = []
+    for w in part.words:
+        for seg in w.segs:
+            if seg.kind in ("arith", "opaque"):
+                texts.append(seg.text.replace("'", "").replace('"', ""))
+    for text in texts:
+        d = _subscript_text(text, st)
+        if d is not None:
+            return d
+    return None
+
+
+def _subscript_text(text: str, st: ScanState) -> Decision | None:
+    k = text.find("[")
+    if k < 0:
+        return None
+    end = text.rfind("]")
+    sub = text[k : end + 1] if end > k else text[k:]
+    if "$(" in sub or "`" in sub:
+        return payload("echo " + sub.replace("'", ""), st)
     return None
 
 

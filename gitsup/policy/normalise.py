@@ -312,11 +312,11 @@ def may_match(component: str, name: str, *, dotglob: bool = False) -> bool:
         return component == name
     if name.startswith(".") and not dotglob and not component.startswith((".", "[")):
         return False
-    if "[" in component or "(" in component:
+    if "(" in component:
         return True
     import fnmatch
 
-    return fnmatch.fnmatchcase(name, component)
+    return fnmatch.fnmatchcase(name, component.replace("[^", "[!"))
 
 
 def names_git_dir(path: str, *, dotglob: bool = False) -> bool:
