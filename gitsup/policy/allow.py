@@ -994,6 +994,9 @@ def _runner_ok(
             return ask(
                 "ask.outside-path", f"`{name}` argument {a!r} points outside the worktree", src
             )
+        if value not in ("-", "") and st.in_git_dir(value):
+            # `go build -o .git/hooks/pre-commit`, `pip install -t .git/...`
+            return ask("ask.git-dir", f"`{name}` argument {a!r} names the Git directory", src)
         i += 1
     for word in positional:
         if any(fnmatch.fnmatchcase(word, p) for p in spec.ask_words):

@@ -734,6 +734,10 @@ def operand_writes(prog: str, args: Sequence[str]) -> list[str]:
         return ops[1:2]
     if prog in ("sort", "tree", "base64"):
         return gitcmd.short_value(args, "o", ("--output",) if prog != "tree" else ())
+    if prog == "go" and args[:1] in (["build"], ["test"]):
+        return [a[3:] if a.startswith("-o=") else "" for a in args if a.startswith("-o=")] + [
+            args[k + 1] for k, a in enumerate(args[:-1]) if a == "-o"
+        ]
     return []
 
 
@@ -864,6 +868,13 @@ def _execution(
         return None
     # a program named by a path: a script written or downloaded earlier
     if "/" in part.words[0].src if part.words else False:
+        # a shell under another name (`cp /bin/sh ./x && ./x -c '...'`): its -c payload
+        for k, a in enumerate(args[:-1]):
+            if a == "-c" or (a.startswith("-") and not a.startswith("--") and a.endswith("c")):
+                d = payload(args[k + 1], st)
+                if d is not None:
+                    return d
+                break
         return _run_file(part.words[0].src if UNKNOWN not in prog else prog, st, src, direct=True)
     return None
 

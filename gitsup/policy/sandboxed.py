@@ -68,12 +68,22 @@ def path_program(part: Part, st: AllowState) -> Decision | None:
     if d.verdict == "allow":
         return d
     if d.rule == "ask.unknown" or (d.rule == "ask.interpreter" and name.endswith(".sh")):
-        for a in argv[1:]:
-            value = a.split("=", 1)[1] if a.startswith("-") and "=" in a else a
-            if not st.path_inside(value):
-                return ask("ask.outside-path", f"`{path}` argument {a!r} is outside W", src)
+        d2 = _args_in_w(argv[1:], st, src, path)
+        if d2 is not None:
+            return d2
         return _ok(f"runs {path} from the worktree", src)
     return d
+
+
+def _args_in_w(args: list[str], st: AllowState, src: str, what: str) -> Decision | None:
+    """Every argument that may be a path stays inside W and out of the Git directory."""
+    for a in args:
+        value = a.split("=", 1)[1] if a.startswith("-") and "=" in a else a
+        if not st.path_inside(value):
+            return ask("ask.outside-path", f"`{what}` argument {a!r} is outside the worktree", src)
+        if value not in ("-", "") and st.in_git_dir(value):
+            return ask("ask.git-dir", f"`{what}` argument {a!r} names the Git directory", src)
+    return None
 
 
 # -- interpreters running a script file ---------------------------------------------------------
@@ -105,10 +115,9 @@ def _script(prog: str, args: list[str], spec: ScriptSpec, st: AllowState, src: s
         return ask("ask.interpreter", f"`{prog} {script}` reads code from stdin", src)
     if not st.strictly_inside(script) or st.in_git_dir(script):
         return ask("ask.outside-path", f"`{prog}` runs {script}, not a file in the worktree", src)
-    for a in args[i + 1 :]:
-        value = a.split("=", 1)[1] if a.startswith("-") and "=" in a else a
-        if not st.path_inside(value):
-            return ask("ask.outside-path", f"`{prog} {script}` argument {a!r} is outside W", src)
+    d = _args_in_w(args[i + 1 :], st, src, f"{prog} {script}")
+    if d is not None:
+        return d
     return _ok(f"`{prog}` runs the script {script} from the worktree", src)
 
 
