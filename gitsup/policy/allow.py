@@ -203,6 +203,8 @@ class AllowState:
             return False
         # glob components that can match `..` escape W (sandboxed: bash rules, where only a
         # pattern starting with `.` can match `..`; otherwise any pattern that fnmatches it)
+        if not has_glob(value):
+            return all(inside(resolve(value, cwd), self.worktree) for cwd in self.cwds)
         dots = _dotdot_sandboxed if self.sandboxed else _dotdot
         for cwd in self.cwds:
             p = resolve(value, cwd)
@@ -215,6 +217,8 @@ class AllowState:
 
     def in_git_dir(self, value: str) -> bool:
         """The path is (or, through a glob, may be) in a `.git` directory."""
+        if ".git" not in value and not has_glob(value) and not any(".git" in c for c in self.cwds):
+            return False  # `..` only removes components: no `.git` can appear
         return any(names_git_dir(resolve(value, cwd), dotglob=self.dotglob) for cwd in self.cwds)
 
     def strictly_inside(self, value: str) -> bool:

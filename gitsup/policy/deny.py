@@ -201,6 +201,8 @@ _SUBSCRIPT_EVALUATORS = frozenset(
 
 
 def _subscript_code(part: Part, st: ScanState) -> Decision | None:
+    if "[" not in part.src and "$" not in part.src:
+        return None  # no subscript, and no variable that could hold one
     texts: list[str]
     if part.kind == "arith":
         texts = [part.src.replace("'", "").replace('"', "")]

@@ -297,11 +297,8 @@ def basename(prog: str) -> str:
     return prog.rstrip("/").rsplit("/", 1)[-1]
 
 
-_GLOB_CHARS = frozenset("*?[")
-
-
 def has_glob(text: str) -> bool:
-    return any(c in _GLOB_CHARS for c in text)
+    return "*" in text or "?" in text or "[" in text
 
 
 def may_match(component: str, name: str, *, dotglob: bool = False) -> bool:

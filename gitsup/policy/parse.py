@@ -826,7 +826,7 @@ _STRUCTURE = re.compile(rb"[()\[\]{}$`\"'!;&|\n]")
 def _too_deep(root: Node, data: bytes) -> bool:
     """True when the syntax tree nests deeper than MAX_NESTING (iterative walk). Input with
     few structural characters cannot nest that deep and is not walked."""
-    if len(_STRUCTURE.findall(data)) < MAX_NESTING:
+    if len(data) < MAX_NESTING // 2 or len(_STRUCTURE.findall(data)) < MAX_NESTING:
         return False
     stack: list[tuple[Node, int]] = [(root, 0)]
     while stack:
