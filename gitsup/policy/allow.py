@@ -971,6 +971,8 @@ def _runner_ok(
                         f"`{name} {opt}` names {value} outside the worktree",
                         src,
                     )
+                if st.in_git_dir(value):
+                    return ask("ask.git-dir", f"`{name} {opt}` names the Git directory", src)
                 i += used
                 continue
         opt = a.split("=", 1)[0]

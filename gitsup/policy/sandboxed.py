@@ -207,6 +207,8 @@ _TAR_FORBID = (
 _TAR_PATH_LONG = {
     "--file": "f",
     "--directory": "C",
+    "--one-top-level": "C",
+    "--volno-file": "g",
     "--files-from": "T",
     "--exclude-from": "X",
     "--listed-incremental": "g",
@@ -452,7 +454,9 @@ def sed_script_safe(s: str) -> bool:
 
 
 # -- git working-tree operations on the task branch -------------------------------------------
-_HEADISH = re.compile(r"^(?:HEAD|@|ORIG_HEAD)(?:@\{\d+\})?(?:[~^]\d*)*$|^[0-9a-f]{7,40}$")
+# the task's own history: HEAD~N, HEAD^, a commit hash (reflog forms such as HEAD@{1} may name
+# another branch's commit and ask)
+_HEADISH = re.compile(r"^(?:HEAD|@|ORIG_HEAD)(?:[~^]\d*)*$|^[0-9a-f]{7,40}$")
 _STASH_REF = re.compile(r"^(?:stash@\{\d+\}|\d+)$")
 
 
