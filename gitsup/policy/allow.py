@@ -61,6 +61,8 @@ _GIT_BAD_FLAGS = (
     "--upload-pack",
     "--receive-pack",
 )
+# git's parse-options takes any unique prefix of a long option (`--ext-d`, `--open`).
+_GIT_BAD_PREFIXES = frozenset(f[:k] for f in _GIT_BAD_FLAGS for k in range(3, len(f) + 1))
 # Exact option names that are also prefixes of a flag above (git prefers the exact match).
 _GIT_NOT_ABBREVIATIONS = frozenset({"--text"})
 _BRANCH_LIST = frozenset(
@@ -472,15 +474,8 @@ def _git(args: list[str], part: Part, st: AllowState) -> Decision:
         if x == "--":
             break
         name = x.split("=", 1)[0]
-        if (
-            name in _GIT_BAD_FLAGS
-            or (
-                name.startswith("--")
-                and len(name) > 2
-                and name not in _GIT_NOT_ABBREVIATIONS
-                and any(f.startswith(name) for f in _GIT_BAD_FLAGS)
-            )
-            or (sub == "grep" and x.startswith("-") and not x.startswith("--") and "O" in x)
+        if (name in _GIT_BAD_PREFIXES and name not in _GIT_NOT_ABBREVIATIONS) or (
+            sub == "grep" and x.startswith("-") and not x.startswith("--") and "O" in x
         ):
             return ask("ask.git-option", f"`{x}` makes git run a program", src)
         if name.startswith("--o") and "--output".startswith(name):
