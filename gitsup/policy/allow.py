@@ -471,8 +471,6 @@ def _git(args: list[str], part: Part, st: AllowState) -> Decision:
     if sub is None:
         return ask("ask.unknown", "git without a subcommand", src)
     for x in a:
-        if x == "--":
-            break
         name = x.split("=", 1)[0]
         if (name in _GIT_BAD_PREFIXES and name not in _GIT_NOT_ABBREVIATIONS) or (
             sub == "grep" and x.startswith("-") and not x.startswith("--") and "O" in x

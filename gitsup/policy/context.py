@@ -93,7 +93,7 @@ class ScanState:
         return self.stdout_of(last)
 
     def stdin_of(self, part: Part, _depth: int = 0) -> str | None:
-        """Literal data on the part's stdin, if visible (through at most 6 pipe stages)."""
+        """Literal data on the part's stdin, if visible (through at most 48 pipe stages)."""
         ex = self.expander()
         for r in part.redirects:
             if r.is_heredoc and r.body is not None:
@@ -109,7 +109,7 @@ class ScanState:
         return None
 
     def stdout_of(self, part: Part, _depth: int = 0) -> str | None:
-        if part.kind != "cmd" or not part.words or _depth > 6:
+        if part.kind != "cmd" or not part.words or _depth > 48:
             return None
         ex = self.expander()
         argvs = ex.argvs(part.words)
