@@ -128,7 +128,7 @@ def _mutate(prog: str, args: list[str], spec: UtilitySpec, st: AllowState, src: 
     if d.verdict != "allow":
         return d
     for p in paths:
-        if p in ("-", "") and prog not in ("cp",):
+        if p in ("-", ""):
             continue
         if st.in_git_dir(p):
             return ask("ask.git-dir", f"`{prog}` changes the Git directory ({p})", src)
@@ -157,7 +157,11 @@ def _symlink_targets(
 ) -> Decision | None:
     """A relative symlink target is resolved from the link's directory, not the cwd: check it
     from every place the link may land."""
-    with_t = any(a.startswith(("-t", "--target")) for a in args)
+    with_t = any(
+        (a.startswith("-") and not a.startswith("--") and "t" in a[1:])
+        or (len(a) > 3 and "--target-directory".startswith(a.split("=", 1)[0]))
+        for a in args
+    )
     if with_t:
         targets, dests = operands[1:], operands[:1]
     elif len(operands) >= 2:
@@ -434,9 +438,11 @@ def sed_script_safe(s: str) -> bool:
                 j = s.find("\n", j + 1)
             i = n if j < 0 else j + 1
             continue
-        if c in ("b", "t", "T", ":"):
+        if c in ("b", "t", "T", ":"):  # a label ends at `;`, a newline or a blank
             j = i + 1
-            while j < n and s[j] not in ";\n":
+            while j < n and s[j] in " \t":
+                j += 1
+            while j < n and s[j] not in "; \t\n":
                 j += 1
             i = j
             continue

@@ -187,3 +187,81 @@ def test_default_policy_tolerates_a_sandbox_table() -> None:
     text = Path(__file__).parents[2].joinpath("policies", "default.toml").read_text()
     data = _read_toml("default.toml", text + '\n[sandbox]\nread_only = ["/usr"]\n')
     assert DefaultFile.model_validate(data).sandboxed_allow.runner
+
+
+SED_PIECES = st.sampled_from(
+    [
+        "s/a/b/",
+        "s|x|y|",
+        "s/\\//x/",
+        "g",
+        "p",
+        "I",
+        "2",
+        "e",
+        "w",
+        "r",
+        "R",
+        "W",
+        " ",
+        "x",
+        ";",
+        "\n",
+        "1",
+        "$",
+        "!",
+        "{",
+        "}",
+        "/re/",
+        ",",
+        "d",
+        "y/ab/cd/",
+        "a",
+        "i",
+        "c",
+        "\\",
+        "id",
+        "/tmp/q",
+        "#",
+        ":",
+        "b",
+        "t",
+        "q",
+        "=",
+        "l",
+        "F",
+        "v",
+        "z",
+        "~",
+        "+",
+        "\t",
+        "M",
+        "0",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(SED_PIECES, min_size=1, max_size=10))
+def test_sed_scripts_judged_text_only_run_under_sed_sandbox(
+    tmp_path_factory: pytest.TempPathFactory, pieces: list[str]
+) -> None:
+    """What the classifier calls a text-only sed script, GNU sed's own --sandbox (which refuses
+    the e, r and w commands and flags) accepts."""
+    import subprocess
+
+    from gitsup.policy.sandboxed import sed_script_safe
+
+    script = "".join(pieces)
+    if not sed_script_safe(script):
+        return
+    res = subprocess.run(
+        ["sed", "--sandbox", "-e", script],
+        input="a\nb\n",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path_factory.getbasetemp(),
+        timeout=10,
+        check=False,
+    )
+    assert "disabled in sandbox mode" not in res.stderr, (script, res.stderr)
