@@ -76,13 +76,13 @@ def mixed(n: int, unique: bool, seed: int = 7) -> list[str]:
     return out
 
 
-def throughput(cmds: list[str], policy: Policy, *, cache: bool) -> float:
+def throughput(cmds: list[str], policy: Policy, *, cache: bool, sandboxed: bool = False) -> float:
     policy._cache.clear()
     start = time.perf_counter()
     for c in cmds:
         if not cache:
             policy._cache.clear()
-        classify_command(c, worktree=W, policy=policy, home=HOME)
+        classify_command(c, worktree=W, policy=policy, home=HOME, sandboxed=sandboxed)
     return len(cmds) / (time.perf_counter() - start)
 
 
@@ -144,6 +144,8 @@ def main() -> None:
         f"realistic mix, cache off:    {throughput(realistic, policy, cache=False):>10,.0f} cmd/s"
     )
     print(f"all-unique commands:         {throughput(unique, policy, cache=True):>10,.0f} cmd/s")
+    rate = throughput(realistic, policy, cache=False, sandboxed=True)
+    print(f"realistic mix, sandboxed, cache off: {rate:>10,.0f} cmd/s")
     lat = latencies(unique[:5000], policy)
     q = statistics.quantiles(lat, n=100)
     print(

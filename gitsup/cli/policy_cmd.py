@@ -67,15 +67,25 @@ def _context(cwd: Path | None) -> tuple[str, Policy]:
 
 
 def _render(d: Decision) -> None:
-    out(f"{d.verdict}  {d.rule}")
+    out(f"{d.verdict}  {d.rule}" + ("  (sandboxed)" if d.sandboxed else ""))
     out(f"  reason: {d.reason}")
     out(f"  part:   {d.part}")
 
 
-def _batch(worktree: str, policy: Policy) -> None:
+SandboxedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--sandboxed",
+        help="Judge as inside an enforced task sandbox (POLICY.md 4a): routine build, install "
+        "and file work in the worktree is allowed; deny stays deny.",
+    ),
+]
+
+
+def _batch(worktree: str, policy: Policy, sandboxed: bool) -> None:
     from gitsup.policy import classify_command
 
-    commands: list[str] = []
+    commands: list[tuple[str, bool]] = []
     for n, line in enumerate(sys.stdin, start=1):
         if not line.strip():
             continue
@@ -88,18 +98,26 @@ def _batch(worktree: str, policy: Policy) -> None:
             ) from exc
         except RecursionError:
             raise GitsupError(f"stdin line {n}: JSON nested too deeply") from None
+        mode = sandboxed
         if isinstance(value, dict):
+            flag = value.get("sandboxed", sandboxed)
+            if not isinstance(flag, bool):
+                raise GitsupError(
+                    f'stdin line {n}: "sandboxed" must be true or false',
+                    hint='each line is a JSON string or an object {"cmd": "...", "sandboxed": true}',
+                )
+            mode = flag
             value = value.get("cmd")
         if not isinstance(value, str):
             raise GitsupError(
                 f'stdin line {n}: expected a JSON string or an object with a string "cmd"',
                 hint='each line is a JSON string or an object {"cmd": "..."}',
             )
-        commands.append(value)
+        commands.append((value, mode))
     write = sys.stdout.write
     chunk: list[str] = []
-    for cmd in commands:
-        d = classify_command(cmd, worktree=worktree, policy=policy)
+    for cmd, mode in commands:
+        d = classify_command(cmd, worktree=worktree, policy=policy, sandboxed=mode)
         chunk.append(json.dumps(d.as_dict(), separators=(",", ":")))
         if len(chunk) >= 512:
             write("\n".join(chunk) + "\n")
@@ -119,6 +137,7 @@ def check_cmd(
         ),
     ] = None,
     cwd: CwdOpt = None,
+    sandboxed: SandboxedOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Print the verdict, the rule that decided, and the reason. Exit 0 whatever the verdict."""
@@ -127,11 +146,11 @@ def check_cmd(
         raise GitsupError("no command given", hint="git sup policy check -- git push origin main")
     worktree, policy = _context(cwd)
     if words == ["-"]:
-        _batch(worktree, policy)
+        _batch(worktree, policy, sandboxed)
         return
     from gitsup.policy import classify_command
 
-    d = classify_command(" ".join(words), worktree=worktree, policy=policy)
+    d = classify_command(" ".join(words), worktree=worktree, policy=policy, sandboxed=sandboxed)
     if as_json:
         sys.stdout.write(json.dumps(d.as_dict()) + "\n")
     else:

@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from gitsup.policy import gitcmd
 from gitsup.policy.config import Policy, RunnerSpec, UtilitySpec
 from gitsup.policy.decision import Decision, allow, ask
-from gitsup.policy.normalise import Expander, basename, inside, resolve
+from gitsup.policy.normalise import (
+    UNKNOWN,
+    Expander,
+    basename,
+    has_glob,
+    inside,
+    may_match,
+    names_git_dir,
+    resolve,
+)
 from gitsup.policy.parse import Part, Script
 
 _NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*|\[|:|\.)$")
@@ -52,6 +61,10 @@ _GIT_BAD_FLAGS = (
     "--upload-pack",
     "--receive-pack",
 )
+# git's parse-options takes any unique prefix of a long option (`--ext-d`, `--open`).
+_GIT_BAD_PREFIXES = frozenset(f[:k] for f in _GIT_BAD_FLAGS for k in range(3, len(f) + 1))
+# Exact option names that are also prefixes of a flag above (git prefers the exact match).
+_GIT_NOT_ABBREVIATIONS = frozenset({"--text"})
 _BRANCH_LIST = frozenset(
     {
         "-a",
@@ -178,6 +191,8 @@ class AllowState:
     worktree: str
     home: str
     cwds: set[str] = field(default_factory=set)
+    sandboxed: bool = False  # POLICY.md section 4a: the task's kernel sandbox is enforced
+    dotglob: bool = False
 
     def __post_init__(self) -> None:
         if not self.cwds:
@@ -186,18 +201,41 @@ class AllowState:
     def path_inside(self, value: str) -> bool:
         if value in ("/dev/null", "-", ""):
             return True
+        if UNKNOWN in value:
+            return False
+        # glob components that can match `..` escape W (sandboxed: bash rules, where only a
+        # pattern starting with `.` can match `..`; otherwise any pattern that fnmatches it)
+        if not has_glob(value):
+            return all(inside(resolve(value, cwd), self.worktree) for cwd in self.cwds)
+        dots = _dotdot_sandboxed if self.sandboxed else _dotdot
         for cwd in self.cwds:
             p = resolve(value, cwd)
             if not inside(p, self.worktree):
                 return False
             rel = p[len(self.worktree) :]
-            if any(_GLOB.search(c) and fnmatch.fnmatchcase("..", c) for c in rel.split("/")):
+            if any(dots(c) for c in rel.split("/")):
                 return False
-        # glob components that can match `..` escape W
-        return not any(_GLOB.search(c) and fnmatch.fnmatchcase("..", c) for c in value.split("/"))
+        return not any(dots(c) for c in value.split("/"))
 
     def in_git_dir(self, value: str) -> bool:
-        return any(".git" in resolve(value, cwd).split("/") for cwd in self.cwds)
+        """The path is (or, through a glob, may be) in a `.git` directory."""
+        if ".git" not in value and not has_glob(value) and not any(".git" in c for c in self.cwds):
+            return False  # `..` only removes components: no `.git` can appear
+        return any(names_git_dir(resolve(value, cwd), dotglob=self.dotglob) for cwd in self.cwds)
+
+    def strictly_inside(self, value: str) -> bool:
+        """Inside W and not W itself (nor a glob at W's top that may match everything)."""
+        if not self.path_inside(value) or value in ("-", "", "/dev/null"):
+            return False
+        return all(resolve(value, cwd) != self.worktree for cwd in self.cwds)
+
+
+def _dotdot(component: str) -> bool:
+    return bool(_GLOB.search(component)) and fnmatch.fnmatchcase("..", component)
+
+
+def _dotdot_sandboxed(component: str) -> bool:
+    return has_glob(component) and may_match(component, "..")
 
 
 def judge_script(script: Script, st: AllowState) -> Decision:
@@ -255,7 +293,11 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
     if part.kind == "test":
         ex = Expander({}, st.home, st.worktree)
         return _test(
-            [" ".join(a[0]) if a else "" for a in map(ex.word, part.words)], st, src, brackets=False
+            [" ".join(a[0]) if a else "" for a in map(ex.word, part.words)],
+            st,
+            src,
+            brackets=False,
+            double=part.src.startswith("[["),
         )
     if not part.words:
         return None
@@ -263,6 +305,12 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
     prog = head.src
     if not head.plain or not _NAME.match(prog):
         if "/" in prog and head.plain:
+            if st.sandboxed:
+                from gitsup.policy.sandboxed import path_program
+
+                d = path_program(part, st)
+                if d is not None:
+                    return d
             return ask("ask.command-path", f"program named by a path ({prog})", src)
         return ask("ask.command-name", f"quoted, escaped or expanded command name {prog!r}", src)
     ex = Expander({}, st.home, st.worktree)
@@ -323,15 +371,30 @@ def _program(argv: list[str], part: Part, st: AllowState) -> Decision | None:
             return allow("A.read-only", "command lookup", src)
         return ask("ask.wrapper", "`command` runs another program", src)
     if prog == "sed":
-        return _sed(args, st, src)
+        d = _sed(args, st, src)
+        if d.verdict != "allow" and st.sandboxed:
+            from gitsup.policy.sandboxed import sed_edit
+
+            return sed_edit(args, st, src) or d
+        return d
     if prog == "find":
         return _find(args, st, src)
     if prog in ("test", "["):
         return _test(args, st, src, brackets=prog == "[")
+    if prog == "printf" and args and args[0].startswith("-v"):
+        return ask("ask.assignment", "`printf -v` assigns a variable", src)
     spec = policy.utilities.get(prog)
     if spec is not None:
         return _utility(prog, args, spec, st, src)
     runner = _runner(argv, st, src)
+    if runner is not None and runner.verdict == "allow":
+        return runner
+    if st.sandboxed:
+        from gitsup.policy.sandboxed import sandboxed_program
+
+        sd = sandboxed_program(argv, st, src)
+        if sd is not None:
+            return sd
     if runner is not None:
         return runner
     return _why_ask(prog, args, st, src)
@@ -408,8 +471,15 @@ def _git(args: list[str], part: Part, st: AllowState) -> Decision:
     if sub is None:
         return ask("ask.unknown", "git without a subcommand", src)
     for x in a:
-        if x.split("=", 1)[0] in _GIT_BAD_FLAGS or (sub == "grep" and x.startswith("-O")):
+        name = x.split("=", 1)[0]
+        if (name in _GIT_BAD_PREFIXES and name not in _GIT_NOT_ABBREVIATIONS) or (
+            sub == "grep" and x.startswith("-") and not x.startswith("--") and "O" in x
+        ):
             return ask("ask.git-option", f"`{x}` makes git run a program", src)
+        if name.startswith("--o") and "--output".startswith(name):
+            value = x.split("=", 1)[1] if "=" in x else ""
+            if not value or not st.path_inside(value):
+                return ask("ask.outside-path", "`--output` outside the worktree", src)
         if x.startswith("--output"):
             value = x.split("=", 1)[1] if "=" in x else ""
             if not value or not st.path_inside(value):
@@ -440,13 +510,24 @@ def _git(args: list[str], part: Part, st: AllowState) -> Decision:
     if sub == "commit":
         return _git_commit(a, part, st, src)
     if sub in ("checkout", "switch"):
-        return _git_create_branch(sub, a, st, src)
+        d = _git_create_branch(sub, a, st, src)
+        if d.verdict != "allow" and st.sandboxed and sub == "checkout":
+            from gitsup.policy.sandboxed import git_worktree_op
+
+            return git_worktree_op(sub, a, st, src) or d
+        return d
     if sub in _GIT_NETWORK or (sub == "remote" and first in ("show", "update", "prune")):
         return ask("ask.network", f"`git {sub}` talks to a remote", src)
     if sub == "config":
         return ask("ask.git-config", "git config (any form) is asked", src)
     if sub not in gitcmd.BUILTINS:
         return ask("ask.git-alias", f"unknown git subcommand {sub!r} (may be an alias)", src)
+    if st.sandboxed:
+        from gitsup.policy.sandboxed import git_worktree_op
+
+        gd = git_worktree_op(sub, a, st, src)
+        if gd is not None:
+            return gd
     return ask("ask.git-change", f"`git {sub}` changes the working tree, history or refs", src)
 
 
@@ -576,7 +657,11 @@ def _long_match(name: str, options: Sequence[str]) -> str | None:
 
 
 def _forbidden(name: str, forbid: Sequence[str]) -> bool:
+    """`name` is a forbidden option, an unambiguous-prefix abbreviation of a forbidden long
+    option, or the double-dash spelling of a single-dash long one (Go: `--toolexec`)."""
     if name in forbid:
+        return True
+    if name.startswith("--") and len(name) > 3 and name[1:] in forbid:
         return True
     return (
         name.startswith("--")
@@ -585,8 +670,18 @@ def _forbidden(name: str, forbid: Sequence[str]) -> bool:
     )
 
 
-def _utility(prog: str, args: list[str], spec: UtilitySpec, st: AllowState, src: str) -> Decision:
+def _utility(
+    prog: str,
+    args: list[str],
+    spec: UtilitySpec,
+    st: AllowState,
+    src: str,
+    collected: list[str] | None = None,
+) -> Decision:
+    """Judge a utility against its spec; `collected` receives its path operands and path
+    option values."""
     operands: list[str] = []
+    paths = collected if collected is not None else []
     seen: set[str] = set()
     i = 0
     n = len(args)
@@ -619,6 +714,8 @@ def _utility(prog: str, args: list[str], spec: UtilitySpec, st: AllowState, src:
                 continue
             if canon in takes:
                 value = val if eq else (args[i + 1] if i + 1 < n else "")
+                if canon in spec.path_opts:
+                    paths.append(value)
                 if canon in spec.path_opts and not st.path_inside(value):
                     return ask(
                         "ask.outside-path",
@@ -642,6 +739,8 @@ def _utility(prog: str, args: list[str], spec: UtilitySpec, st: AllowState, src:
                 rest = a[k + 1 :]
                 value = rest if rest else (args[i + 1] if i + 1 < n else "")
                 consumed = 0 if rest else 1
+                if opt in spec.path_opts:
+                    paths.append(value)
                 if opt in spec.path_opts and not st.path_inside(value):
                     return ask(
                         "ask.outside-path",
@@ -660,6 +759,7 @@ def _utility(prog: str, args: list[str], spec: UtilitySpec, st: AllowState, src:
         operands = operands[1:]
     elif data:
         operands = []
+    paths.extend(operands)
     for op in operands:
         if not st.path_inside(op):
             return ask(
@@ -667,6 +767,10 @@ def _utility(prog: str, args: list[str], spec: UtilitySpec, st: AllowState, src:
             )
         if spec.create and st.in_git_dir(op):
             return ask("ask.git-dir", f"`{prog}` writes into the Git directory ({op})", src)
+    if prog == "uniq" and len(operands) > 1:
+        return ask("ask.mutation", f"`uniq` writes its output operand {operands[1]}", src)
+    if prog == "tree" and any(o in seen for o in ("-o",)):
+        return ask("ask.mutation", "`tree -o` writes a file", src)
     if spec.create:
         return allow("A.create", f"`{prog}` creates paths in the worktree", src)
     if spec.operands in ("data", "none"):
@@ -760,13 +864,27 @@ def _find(args: list[str], st: AllowState, src: str) -> Decision:
     return allow("A.read-only", "`find` inside the worktree", src)
 
 
-def _test(args: Sequence[str], st: AllowState, src: str, *, brackets: bool) -> Decision:
+_ARITH_OPS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+_INTEGER = re.compile(r"^\s*[-+]?(0[xX][0-9a-fA-F]+|[0-9]+)\s*$")
+
+
+def _test(
+    args: Sequence[str], st: AllowState, src: str, *, brackets: bool, double: bool = False
+) -> Decision:
     words = list(args)
     if brackets:
         if not words or words[-1] != "]":
             return ask("ask.unknown", "`[` without a closing `]`", src)
         words = words[:-1]
     for k, w in enumerate(words):
+        # `-v a[$(cmd)]` evaluates the subscript; `[[ x -eq y ]]` evaluates both sides as
+        # arithmetic (array subscripts and variable values included): only integers are plain
+        if w in ("-v", "-R") and k + 1 < len(words) and "[" in words[k + 1]:
+            return ask("ask.expansion", f"`{w} {words[k + 1]}` evaluates a subscript", src)
+        if double and w in _ARITH_OPS:
+            for p in (words[k - 1] if k else "", words[k + 1] if k + 1 < len(words) else ""):
+                if not _INTEGER.match(p):
+                    return ask("ask.expansion", f"`[[ … {w} … ]]` evaluates {p!r} as code", src)
         if w in _TEST_FILE_OPS and k + 1 < len(words) and not st.path_inside(words[k + 1]):
             return ask(
                 "ask.outside-path", f"`test {w} {words[k + 1]}` looks outside the worktree", src
@@ -779,9 +897,11 @@ def _test(args: Sequence[str], st: AllowState, src: str, *, brackets: bool) -> D
 
 
 # -- local development --------------------------------------------------------------------
-def _runner(argv: list[str], st: AllowState, src: str) -> Decision | None:
+def _runner(
+    argv: list[str], st: AllowState, src: str, *, sandboxed: bool = False
+) -> Decision | None:
     found: Decision | None = None
-    for spec in st.policy.runners_for(argv[0]):
+    for spec in st.policy.runners_for(argv[0], sandboxed=sandboxed):
         if len(argv) < len(spec.argv):
             continue
         if not all(
@@ -789,17 +909,65 @@ def _runner(argv: list[str], st: AllowState, src: str) -> Decision | None:
             for p, a in zip(spec.argv, argv, strict=False)
         ):
             continue
-        d = _runner_ok(spec, argv[len(spec.argv) :], st, src)
+        d = _runner_ok(spec, argv[len(spec.argv) :], st, src, sandboxed=sandboxed)
         if d.verdict == "allow":
             return d
         found = found or d
     return found
 
 
-def _runner_ok(spec: RunnerSpec, rest: list[str], st: AllowState, src: str) -> Decision:
+_STDIN_PATHS = re.compile(r"^(-|/dev/stdin|/dev/fd/\d+|/proc/(self|\d+)/fd/\d+)$")
+
+
+def _path_opt(a: str, nxt: str | None, opts: Sequence[str]) -> tuple[str, str, int] | None:
+    """(option, value, words consumed) when `a` is one of `opts` (a long abbreviation, `=`,
+    or an attached short value), else None."""
+    if a.startswith("--"):
+        name, eq, val = a.partition("=")
+        canon = _long_match(name, opts)
+        if canon is None:
+            return None
+        return (canon, val, 1) if eq else (canon, nxt or "", 2)
+    head = a[:2]
+    if head in opts:
+        return (head, a[2:], 1) if len(a) > 2 else (head, nxt or "", 2)
+    for o in opts:  # single-dash long options (`-toolexec=x`)
+        if len(o) > 2 and not o.startswith("--") and (a == o or a.startswith(o + "=")):
+            return (o, a[len(o) + 1 :], 1) if "=" in a else (o, nxt or "", 2)
+    return None
+
+
+def _runner_ok(
+    spec: RunnerSpec, rest: list[str], st: AllowState, src: str, *, sandboxed: bool = False
+) -> Decision:
     name = " ".join(spec.argv)
     seen: set[str] = set()
-    for a in rest:
+    positional: list[str] = []
+    i = 0
+    while i < len(rest):
+        a = rest[i]
+        nxt = rest[i + 1] if i + 1 < len(rest) else None
+        if spec.path_opts and a.startswith("-") and a != "-":
+            hit = _path_opt(a, nxt, spec.path_opts)
+            if hit is not None:
+                opt, value, used = hit
+                seen.add(opt)
+                if _STDIN_PATHS.match(value):
+                    return ask(
+                        "ask.interpreter",
+                        f"`{name} {opt} {value}` reads its program from stdin",
+                        src,
+                    )
+                if not st.path_inside(value):
+                    return ask(
+                        "ask.outside-path",
+                        f"`{name} {opt}` names {value} outside the worktree",
+                        src,
+                    )
+                if st.in_git_dir(value):
+                    return ask("ask.git-dir", f"`{name} {opt}` names the Git directory", src)
+                i += used
+                continue
         opt = a.split("=", 1)[0]
         if a.startswith("-"):
             seen.add(opt)
@@ -818,11 +986,20 @@ def _runner_ok(spec: RunnerSpec, rest: list[str], st: AllowState, src: str) -> D
                     f"`{name} {opt}` names a program, fixes code or writes elsewhere",
                     src,
                 )
+        else:
+            positional.append(a)
         value = a.split("=", 1)[1] if a.startswith("-") and "=" in a else a
         if not st.path_inside(value):
             return ask(
                 "ask.outside-path", f"`{name}` argument {a!r} points outside the worktree", src
             )
+        if value not in ("-", "") and st.in_git_dir(value):
+            # `go build -o .git/hooks/pre-commit`, `pip install -t .git/...`
+            return ask("ask.git-dir", f"`{name}` argument {a!r} names the Git directory", src)
+        i += 1
+    for word in positional:
+        if any(fnmatch.fnmatchcase(word, p) for p in spec.ask_words):
+            return ask("ask.run", f"`{name} {word}`: its name says it publishes or installs", src)
     if spec.require and not any(r in seen for r in spec.require):
         return ask("ask.runner-option", f"`{name}` needs one of {', '.join(spec.require)}", src)
     if spec.only:
@@ -831,6 +1008,8 @@ def _runner_ok(spec: RunnerSpec, rest: list[str], st: AllowState, src: str) -> D
             return ask("ask.runner-option", f"`{name}` with a variable override", src)
         if not targets or any(t not in spec.only for t in targets):
             return ask("ask.run", f"`{name}` with a target other than {', '.join(spec.only)}", src)
+    if sandboxed:
+        return allow("A.sandboxed", f"inside the sandbox: `{name}`", src)
     return allow("A.local-dev", f"local development: `{name}`", src)
 
 

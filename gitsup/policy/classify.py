@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import posixpath
+from dataclasses import replace
 
 from gitsup.policy.allow import AllowState, judge_script
 from gitsup.policy.config import Policy
 from gitsup.policy.context import ScanState
 from gitsup.policy.decision import Decision, allow, ask
 from gitsup.policy.deny import scan_parsed
-from gitsup.policy.parse import parse, repair_braces
+from gitsup.policy.parse import MAX_NESTING, parse, repair_braces
 
 _CACHE_LIMIT = 8192
 
@@ -21,40 +22,59 @@ def default_home() -> str:
 
 
 def classify_command(
-    command: str, *, worktree: str, policy: Policy, home: str | None = None
+    command: str,
+    *,
+    worktree: str,
+    policy: Policy,
+    home: str | None = None,
+    sandboxed: bool = False,
 ) -> Decision:
     """The verdict for one Bash command string run with cwd `worktree`.
 
+    `sandboxed` says the task's kernel sandbox is enforced (POLICY.md section 4a): routine
+    build, install, run and file work inside the worktree is then allowed; deny stays deny.
     Identical questions are answered from a per-policy cache (the policy is immutable).
+    Never raises for any input string: input too deep to judge is `ask`.
     """
     home_dir = (home or default_home()).rstrip("/") or "/"
-    key = (command, worktree, home_dir)
+    key = (command, worktree, home_dir, sandboxed)
     cache = policy._cache
     hit = cache.get(key)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
     try:
-        decision = _classify(command, posixpath.normpath(worktree), policy, home_dir)
+        decision = _classify(command, posixpath.normpath(worktree), policy, home_dir, sandboxed)
     except RecursionError:
-        decision = ask("ask.unparseable", "the command is nested too deeply to analyse", command)
+        decision = ask(
+            "ask.too-complex", "the command nests too deeply to be judged", command[:200]
+        )
     except UnicodeError:
         decision = ask(
-            "ask.unparseable", "the command is not valid text (a lone surrogate)", command
+            "ask.unparseable", "the command is not valid text (a lone surrogate)", command[:200]
         )
+    if sandboxed:
+        decision = replace(decision, sandboxed=True)
     if len(cache) >= _CACHE_LIMIT:
         cache.clear()
     cache[key] = decision
     return decision
 
 
-def _classify(command: str, worktree: str, policy: Policy, home: str) -> Decision:
+def _classify(command: str, worktree: str, policy: Policy, home: str, sandboxed: bool) -> Decision:
     if not command.strip():
         return allow("A.structure", "empty command", command)
     script = parse(command)
-    st = ScanState(policy=policy, worktree=worktree, home=home)
+    dotglob = "dotglob" in command or "GLOBIGNORE" in command
+    st = ScanState(policy=policy, worktree=worktree, home=home, dotglob=dotglob)
     found = scan_parsed(script, command, st)
     if found is not None:
         return found
+    if "too-deep" in script.flags:
+        return ask(
+            "ask.too-complex",
+            f"the command nests deeper than {MAX_NESTING} levels; it is not judged",
+            command[:200],
+        )
     if script.has_error:
         if repair_braces(command) is not None:
             return ask("ask.command-name", "brace expansion in command position", command)
@@ -68,4 +88,9 @@ def _classify(command: str, worktree: str, policy: Policy, home: str) -> Decisio
         return ask(
             "ask.unparseable", "a line starting with a backslash is not parsed reliably", command
         )
-    return judge_script(script, AllowState(policy=policy, worktree=worktree, home=home))
+    return judge_script(
+        script,
+        AllowState(
+            policy=policy, worktree=worktree, home=home, sandboxed=sandboxed, dotglob=dotglob
+        ),
+    )

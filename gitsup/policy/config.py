@@ -38,6 +38,8 @@ class UtilitySpec(_Model):
     require: tuple[str, ...] = ()
     allowed_opts: tuple[str, ...] | None = None
     create: bool = False
+    # sandboxed mutators: operands are written ("write") or removed ("remove", never W itself)
+    mutate: Literal["", "write", "remove"] = ""
 
 
 class RunnerSpec(_Model):
@@ -45,6 +47,11 @@ class RunnerSpec(_Model):
     forbid: tuple[str, ...] = ()
     require: tuple[str, ...] = ()
     only: tuple[str, ...] = ()
+    # options whose value (separate, attached or after `=`) is a file the program reads or runs:
+    # it must be inside W and never stdin (`-`, /dev/stdin)
+    path_opts: tuple[str, ...] = ()
+    # positional words (globs) that make it ask: a target named `deploy`, `VAR=value` overrides
+    ask_words: tuple[str, ...] = ()
 
     @field_validator("argv")
     @classmethod
@@ -65,6 +72,22 @@ class AllowSection(_Model):
     runner: tuple[RunnerSpec, ...] = ()
 
 
+class ScriptSpec(_Model):
+    """An interpreter that may run a script file inside W when sandboxed."""
+
+    names: tuple[str, ...] = Field(min_length=1)  # program names (globs allowed)
+    flags: tuple[str, ...] = ()  # options allowed before the script (short ones may cluster)
+    arg_opts: tuple[str, ...] = ()  # options allowed before the script that take a value
+
+
+class SandboxedAllowSection(_Model):
+    """Rules that allow only when the task's kernel sandbox is enforced (POLICY.md 4a)."""
+
+    runner: tuple[RunnerSpec, ...] = ()
+    mutate: dict[str, UtilitySpec] = Field(default_factory=dict)
+    script: tuple[ScriptSpec, ...] = ()
+
+
 class DefaultFile(_Model):
     version: Literal[1]
     protected: tuple[str, ...]
@@ -81,9 +104,15 @@ class DefaultFile(_Model):
     publish: dict[str, tuple[str, ...]]
     wrappers: dict[str, WrapperSpec]
     allow: AllowSection
+    sandboxed_allow: SandboxedAllowSection = SandboxedAllowSection()
+    sandbox: dict[str, Any] = Field(default_factory=dict)  # filesystem rules (gitsup.sandbox)
 
 
 class RepoAllow(_Model):
+    runner: tuple[RunnerSpec, ...] = ()
+
+
+class RepoSandboxedAllow(_Model):
     runner: tuple[RunnerSpec, ...] = ()
 
 
@@ -93,6 +122,7 @@ class RepoFile(_Model):
     version: Literal[1] = 1
     protected: tuple[str, ...] = ()
     allow: RepoAllow = RepoAllow()
+    sandboxed_allow: RepoSandboxedAllow = RepoSandboxedAllow()
     ask: tuple[str, ...] = ()  # command prefixes that always ask ("cargo build")
     deny: tuple[str, ...] = ()  # command prefixes that are denied ("terraform apply")
 
@@ -152,13 +182,19 @@ class Policy:
     wrappers: Mapping[str, WrapperSpec]
     utilities: Mapping[str, UtilitySpec]
     runners: tuple[RunnerSpec, ...]
+    sandboxed_runners: tuple[RunnerSpec, ...] = ()
+    sandboxed_mutators: Mapping[str, UtilitySpec] = field(default_factory=dict)
+    sandboxed_scripts: tuple[ScriptSpec, ...] = ()
     ask_prefixes: tuple[tuple[str, ...], ...] = ()
     deny_prefixes: tuple[tuple[str, ...], ...] = ()
     sources: tuple[str, ...] = ()
-    _cache: dict[tuple[str, str, str], Any] = field(
+    _cache: dict[tuple[str, str, str, bool], Any] = field(
         default_factory=dict, compare=False, hash=False, repr=False
     )
     _runner_index: dict[str, tuple[RunnerSpec, ...]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+    _sandboxed_index: dict[str, tuple[RunnerSpec, ...]] = field(
         default_factory=dict, compare=False, hash=False, repr=False
     )
 
@@ -177,20 +213,29 @@ class Policy:
                 raise GitsupError(f"cannot read policy file {path}: {exc}") from exc
         return _build(repo_text, tuple(extra_protected))
 
-    def runners_for(self, prog: str) -> tuple[RunnerSpec, ...]:
-        """Runners whose first word is `prog` (or a glob)."""
-        index = self._runner_index
+    def runners_for(self, prog: str, *, sandboxed: bool = False) -> tuple[RunnerSpec, ...]:
+        """Runners whose first word is `prog` (or a glob); `sandboxed`: the runners of
+        `[sandboxed_allow]` instead."""
+        runners = self.sandboxed_runners if sandboxed else self.runners
+        index = self._sandboxed_index if sandboxed else self._runner_index
         if not index:
             built: dict[str, list[RunnerSpec]] = {}
-            for r in self.runners:
+            for r in runners:
                 built.setdefault(r.argv[0], []).append(r)
             index.update({k: tuple(v) for k, v in built.items()})
             index.setdefault("", ())
         found: tuple[RunnerSpec, ...] = index.get(prog, ())
         globbed = tuple(
-            r for r in self.runners if "*" in r.argv[0] and fnmatch.fnmatchcase(prog, r.argv[0])
+            r for r in runners if "*" in r.argv[0] and fnmatch.fnmatchcase(prog, r.argv[0])
         )
         return found + globbed
+
+    def script_for(self, prog: str) -> ScriptSpec | None:
+        """The `[[sandboxed_allow.script]]` entry naming `prog`."""
+        for spec in self.sandboxed_scripts:
+            if any(prog == n or fnmatch.fnmatchcase(prog, n) for n in spec.names):
+                return spec
+        return None
 
     def is_protected(self, ref: str) -> bool:
         """True when `ref` names a protected branch (`main`, `refs/heads/main`)."""
@@ -221,6 +266,19 @@ class Policy:
                 }
                 for r in self.runners
             ],
+            "sandboxed_allow": {
+                "runners": [
+                    {
+                        "argv": list(r.argv),
+                        "forbid": list(r.forbid),
+                        "path_opts": list(r.path_opts),
+                        "ask_words": list(r.ask_words),
+                    }
+                    for r in self.sandboxed_runners
+                ],
+                "mutate": sorted(self.sandboxed_mutators),
+                "script": [list(s.names) for s in self.sandboxed_scripts],
+            },
             "ask": [" ".join(p) for p in self.ask_prefixes],
             "deny": [" ".join(p) for p in self.deny_prefixes],
         }
@@ -275,6 +333,7 @@ def _build(repo: tuple[str, str] | None, extra_protected: tuple[str, ...]) -> Po
             protected.append(name)
     runners = [*d.allow.runner, *repo_file.allow.runner]
     runners += _python_m(runners, d.python_m_tools)
+    sandboxed = [*d.sandboxed_allow.runner, *repo_file.sandboxed_allow.runner]
     return Policy(
         protected=tuple(protected),
         inert_vars=frozenset(d.inert_vars),
@@ -290,6 +349,9 @@ def _build(repo: tuple[str, str] | None, extra_protected: tuple[str, ...]) -> Po
         wrappers=dict(d.wrappers),
         utilities=dict(d.allow.utility),
         runners=tuple(runners),
+        sandboxed_runners=tuple(sandboxed),
+        sandboxed_mutators=dict(d.sandboxed_allow.mutate),
+        sandboxed_scripts=d.sandboxed_allow.script,
         ask_prefixes=tuple(tuple(s.split()) for s in repo_file.ask),
         deny_prefixes=tuple(tuple(s.split()) for s in repo_file.deny),
         sources=tuple(sources),

@@ -27,6 +27,7 @@ class ScanState:
     head_protected: bool = False
     git_aliases: dict[str, list[str]] = field(default_factory=dict)
     depth: int = 0
+    dotglob: bool = False  # `*` may match dot files (shopt -s dotglob, GLOBIGNORE)
 
     def expander(self) -> Expander:
         return Expander(self.variables, self.home, self.worktree, self.subst_output)
@@ -52,6 +53,17 @@ class ScanState:
                     v = " ".join(alt)
                     if UNKNOWN not in v and v not in values:
                         values.append(v)
+            # `printf -v X FORMAT ARGS`
+            if (
+                part.kind == "cmd"
+                and len(part.words) >= 4
+                and part.words[0].src == "printf"
+                and part.words[1].src == "-v"
+            ):
+                for argv in ex.argvs(part.words):
+                    if len(argv) >= 4 and UNKNOWN not in argv[3]:
+                        value = _printf(decode_ansi_c(argv[3]), argv[4:])
+                        self.variables.setdefault(argv[2], []).append(value)
             # `read X <<< literal`
             if part.kind == "cmd" and part.words and part.words[0].src == "read":
                 data = self.stdin_of(part)
@@ -80,8 +92,8 @@ class ScanState:
             return None
         return self.stdout_of(last)
 
-    def stdin_of(self, part: Part) -> str | None:
-        """Literal data on the part's stdin, if visible."""
+    def stdin_of(self, part: Part, _depth: int = 0) -> str | None:
+        """Literal data on the part's stdin, if visible (through at most 48 pipe stages)."""
         ex = self.expander()
         for r in part.redirects:
             if r.is_heredoc and r.body is not None:
@@ -93,11 +105,11 @@ class ScanState:
                 if target in self.files:
                     return self.files[target]
         if part.pipe_prev is not None:
-            return self.stdout_of(part.pipe_prev)
+            return self.stdout_of(part.pipe_prev, _depth + 1)
         return None
 
     def stdout_of(self, part: Part, _depth: int = 0) -> str | None:
-        if part.kind != "cmd" or not part.words or _depth > 6:
+        if part.kind != "cmd" or not part.words or _depth > 48:
             return None
         ex = self.expander()
         argvs = ex.argvs(part.words)
@@ -127,14 +139,14 @@ class ScanState:
                 return fmt
             return _printf(fmt, rest)
         if prog in ("cat", "tee") and all(a.startswith("-") for a in args if a != "-"):
-            return self.stdin_of(part)
+            return self.stdin_of(part, _depth)
         if prog == "cat" and args:
             texts = [self.files.get(self.path(a)) for a in args if not a.startswith("-")]
             if all(t is not None for t in texts):
                 return "".join(t for t in texts if t is not None)
             return None
         if prog in ("base64", "base32") and any(a in ("-d", "--decode", "-D") for a in args):
-            data = self.stdin_of(part)
+            data = self.stdin_of(part, _depth)
             if data is None:
                 return None
             try:
@@ -145,7 +157,7 @@ class ScanState:
                 return None
             return raw.decode("utf-8", "replace")
         if prog == "xxd" and "-r" in args:
-            data = self.stdin_of(part)
+            data = self.stdin_of(part, _depth)
             if data is None:
                 return None
             try:
@@ -153,7 +165,7 @@ class ScanState:
             except ValueError:
                 return None
         if prog == "rev":
-            data = self.stdin_of(part)
+            data = self.stdin_of(part, _depth)
             if data is None:
                 return None
             return "\n".join(line[::-1] for line in data.split("\n"))

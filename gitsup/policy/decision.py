@@ -13,33 +13,39 @@ SEVERITY: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
 
 @dataclass(frozen=True)
 class Decision:
-    """A verdict, the stable id of the rule that decided, a human reason, and the part of the
-    command (or tool target) the rule applies to."""
+    """A verdict, the stable id of the rule that decided, a human reason, the part of the
+    command (or tool target) the rule applies to, and whether the sandboxed mode decided it."""
 
     verdict: Verdict
     rule: str
     reason: str
     part: str
+    sandboxed: bool = False  # decided in the sandboxed mode (POLICY.md section 4a)
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, str | bool]:
         return {
             "verdict": self.verdict,
             "rule": self.rule,
             "reason": self.reason,
             "part": self.part,
+            "sandboxed": self.sandboxed,
         }
 
 
+def _text(reason: str) -> str:
+    return reason.replace("\x00?", "<unknown>")  # normalise.UNKNOWN, as people read it
+
+
 def allow(rule: str, reason: str, part: str) -> Decision:
-    return Decision("allow", rule, reason, part)
+    return Decision("allow", rule, _text(reason), part)
 
 
 def ask(rule: str, reason: str, part: str) -> Decision:
-    return Decision("ask", rule, reason, part)
+    return Decision("ask", rule, _text(reason), part)
 
 
 def deny(rule: str, reason: str, part: str) -> Decision:
-    return Decision("deny", rule, reason, part)
+    return Decision("deny", rule, _text(reason), part)
 
 
 def worst(decisions: Iterable[Decision]) -> Decision | None:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from gitsup.policy import gitcmd
 from gitsup.policy.context import MAX_DEPTH, ScanState
 from gitsup.policy.decision import Decision, deny
-from gitsup.policy.normalise import UNKNOWN, basename, inside, is_ancestor
+from gitsup.policy.normalise import UNKNOWN, basename, has_glob, inside, is_ancestor, may_match
 from gitsup.policy.parse import Part, Script, parse, repair_braces
 from gitsup.policy.unwrap import find_roots, merge_env, unwrap
 
@@ -80,6 +80,8 @@ def scan_text(text: str, st: ScanState) -> Decision | None:
 def scan_parsed(script: Script, text: str, st: ScanState) -> Decision | None:
     """Deny detection over a parsed string, working around parse errors and known
     tree-sitter-bash quirks (the repaired text is parsed again by tree-sitter)."""
+    if "too-deep" in script.flags:
+        return None
     if script.has_error:
         lines = text.split("\n")
         cut = min(script.error_line, len(lines))
@@ -136,7 +138,7 @@ def scan_part(part: Part, st: ScanState) -> Decision | None:
         ):
             for alt in ex.word(r.target):
                 for value in alt:
-                    d = _write_target(st.path(value), part.src, "redirection")
+                    d = _write_target(st.path(value), part.src, "redirection", st.dotglob)
                     if d is not None:
                         return d
     # `$(( ... ))` / `(( ... ))` that is not arithmetic is a subshell inside a substitution
@@ -151,12 +153,19 @@ def scan_part(part: Part, st: ScanState) -> Decision | None:
                 d = _arith_payload(seg.text[2:-1], st)
                 if d is not None:
                     return d
+    d = _subscript_code(part, st)
+    if d is not None:
+        return d
     if part.kind not in ("cmd", "decl"):
         return None
     env: dict[str, list[str]] = {}
     for name, word in part.assigns:
         if word is not None:
             env.setdefault(name, []).extend(" ".join(a) for a in ex.word(word))
+    # GIT_* set anywhere in the command (`export GIT_CONFIG_KEY_0=...; git x`) reach git
+    for name, values in st.variables.items():
+        if name.startswith("GIT_") and name not in env:
+            env[name] = list(values)
     stdin = st.stdin_of(part)
     argvs = ex.argvs(part.words)
     for argv in argvs:
@@ -168,25 +177,92 @@ def scan_part(part: Part, st: ScanState) -> Decision | None:
     return None
 
 
+# Builtins whose name operands (`a[sub]`) or operands bash evaluates as arithmetic: code in an
+# array subscript runs even when the word is quoted (`[[ -v 'a[$(cmd)]' ]]`, `printf -v`).
+_SUBSCRIPT_EVALUATORS = frozenset(
+    {
+        "test",
+        "[",
+        "printf",
+        "read",
+        "mapfile",
+        "readarray",
+        "let",
+        "unset",
+        "getopts",
+        "wait",
+        "declare",
+        "typeset",
+        "local",
+        "export",
+        "readonly",
+    }
+)
+
+
+def _subscript_code(part: Part, st: ScanState) -> Decision | None:
+    if "[" not in part.src and "$" not in part.src:
+        return None  # no subscript, and no variable that could hold one
+    texts: list[str]
+    if part.kind == "arith":
+        texts = [part.src.replace("'", "").replace('"', "")]
+    elif part.kind in ("test", "decl") or (
+        part.kind == "cmd" and part.words and basename(part.words[0].src) in _SUBSCRIPT_EVALUATORS
+    ):
+        ex = st.expander()
+        texts = [v for w in part.words for alt in ex.word(w) for v in alt]
+        texts += [" ".join(a) for _, w in part.assigns if w is not None for a in ex.word(w)]
+    else:
+        texts = []
+    for w in part.words:
+        for seg in w.segs:
+            if seg.kind in ("arith", "opaque"):
+                texts.append(seg.text.replace("'", "").replace('"', ""))
+    for text in texts:
+        d = _subscript_text(text, st)
+        if d is not None:
+            return d
+    return None
+
+
+def _subscript_text(text: str, st: ScanState) -> Decision | None:
+    k = text.find("[")
+    if k < 0:
+        return None
+    end = text.rfind("]")
+    sub = text[k : end + 1] if end > k else text[k:]
+    if "$(" in sub or "`" in sub:
+        return payload("echo " + sub.replace("'", ""), st)
+    return None
+
+
 def _arith_payload(text: str, st: ScanState) -> Decision | None:
     if parse(text).has_error:
         return None
     return payload(text, st)
 
 
-def _write_target(path: str, part: str, how: str) -> Decision | None:
+def _write_target(path: str, part: str, how: str, dotglob: bool = False) -> Decision | None:
     if _BLOCK_DEVICE.match(path):
         return deny("D4.block-device", f"{how} writes the block device {path}", part)
-    if in_hooks(path):
+    if in_hooks(path, dotglob=dotglob):
         return deny("D3.hooks-dir", f"{how} writes into a Git hooks directory ({path})", part)
     return None
 
 
-def in_hooks(path: str, *, git_dir_itself: bool = False) -> bool:
+def in_hooks(path: str, *, git_dir_itself: bool = False, dotglob: bool = False) -> bool:
+    """Does `path` name a hooks directory of a Git dir (or, with `git_dir_itself`, the Git dir)?
+    Glob components count when they may match (`.gi?/hoo*`)."""
     comps = path.split("/")
     for i, c in enumerate(comps):
-        if c == ".git" or (c.endswith(".git") and len(c) > 4):
-            if i + 1 < len(comps) and comps[i + 1] == "hooks":
+        if (
+            c == ".git"
+            or (c.endswith(".git") and len(c) > 4)
+            or (has_glob(c) and may_match(c, ".git", dotglob=dotglob))
+        ):
+            if i + 1 < len(comps) and (
+                comps[i + 1] == "hooks" or may_match(comps[i + 1], "hooks", dotglob=dotglob)
+            ):
                 return True
             if git_dir_itself and i + 1 == len(comps):
                 return True
@@ -605,6 +681,12 @@ def _destructive(prog: str, args: list[str], st: ScanState, src: str) -> Decisio
 
 
 def _hooks(prog: str, args: list[str], st: ScanState, src: str) -> Decision | None:
+    written = operand_writes(prog, args)
+    for op in written:
+        if UNKNOWN not in op:
+            d = _write_target(st.path(op), src, f"`{prog}`", st.dotglob)
+            if d is not None:
+                return d
     if prog not in _MUTATORS and prog != "dd":
         return None
     if prog == "sed" and not gitcmd.has_flag(args, "i", ("--in-place",)):
@@ -632,13 +714,33 @@ def _hooks(prog: str, args: list[str], st: ScanState, src: str) -> Decision | No
         if UNKNOWN in op:
             continue
         p = st.path(op)
-        if in_hooks(p, git_dir_itself=True) and (destructive or in_hooks(p) or p.endswith(".git")):
+        if in_hooks(p, git_dir_itself=True, dotglob=st.dotglob) and (
+            destructive
+            or in_hooks(p, dotglob=st.dotglob)
+            or p.endswith(".git")
+            or may_match(p.rsplit("/", 1)[-1], ".git", dotglob=st.dotglob)
+        ):
             return deny(
                 "D3.hooks-dir",
                 f"`{prog}` modifies a Git hooks directory or the Git dir itself ({p})",
                 src,
             )
     return None
+
+
+def operand_writes(prog: str, args: Sequence[str]) -> list[str]:
+    """Files a read-looking tool writes through an operand or option: `uniq IN OUT`,
+    `sort -o OUT`, `tree -o OUT`, `base64 -o OUT`."""
+    if prog == "uniq":
+        ops = _operands(args)
+        return ops[1:2]
+    if prog in ("sort", "tree", "base64"):
+        return gitcmd.short_value(args, "o", ("--output",) if prog != "tree" else ())
+    if prog == "go" and args[:1] in (["build"], ["test"]):
+        return [a[3:] if a.startswith("-o=") else "" for a in args if a.startswith("-o=")] + [
+            args[k + 1] for k, a in enumerate(args[:-1]) if a == "-o"
+        ]
+    return []
 
 
 # -- execution of payloads and downloads ---------------------------------------------------
@@ -768,6 +870,13 @@ def _execution(
         return None
     # a program named by a path: a script written or downloaded earlier
     if "/" in part.words[0].src if part.words else False:
+        # a shell under another name (`cp /bin/sh ./x && ./x -c '...'`): its -c payload
+        for k, a in enumerate(args[:-1]):
+            if a == "-c" or (a.startswith("-") and not a.startswith("--") and a.endswith("c")):
+                d = payload(args[k + 1], st)
+                if d is not None:
+                    return d
+                break
         return _run_file(part.words[0].src if UNKNOWN not in prog else prog, st, src, direct=True)
     return None
 

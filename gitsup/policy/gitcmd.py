@@ -273,7 +273,7 @@ def short_value(args: Sequence[str], letters: str, longs: Sequence[str] = ()) ->
             break
         if a.startswith("--"):
             name, eq, val = a.partition("=")
-            if name in longs:
+            if name in longs or (len(name) > 3 and any(lng.startswith(name) for lng in longs)):
                 out.append(val if eq else (args[i + 1] if i + 1 < n else ""))
             continue
         if a.startswith("-") and len(a) > 1:
@@ -357,6 +357,29 @@ _CONFIG_READ_FLAGS = frozenset(
 )
 
 
+_CONFIG_LONGS = tuple(
+    sorted(
+        f
+        for f in (*_CONFIG_WRITE_FLAGS, *_CONFIG_WITH_ARG, *_CONFIG_READ_FLAGS)
+        if f.startswith("--")
+    )
+)
+
+
+def _config_canon(arg: str) -> str:
+    """The full name of an abbreviated long option (write flags first)."""
+    if not arg.startswith("--") or len(arg) < 4:
+        return arg
+    name, eq, value = arg.partition("=")
+    if name in _CONFIG_LONGS:
+        return arg
+    hits = [f for f in _CONFIG_LONGS if f.startswith(name)]
+    if not hits:
+        return arg
+    writes = [f for f in hits if f in _CONFIG_WRITE_FLAGS]
+    return (writes or hits)[0] + eq + value
+
+
 @dataclass
 class ConfigWrite:
     key: str  # lower-cased; a section name for --rename/--remove-section
@@ -365,9 +388,10 @@ class ConfigWrite:
 
 
 def config_writes(args: Sequence[str]) -> list[ConfigWrite]:
-    """Writes performed by `git config <args>` (empty for reads)."""
+    """Writes performed by `git config <args>` (empty for reads). Long options may be
+    abbreviated (`--unse`, `--fil`): a prefix of a write flag counts as that write."""
     sub = ""
-    rest = list(args)
+    rest = [_config_canon(a) for a in args]
     if rest and rest[0] in (
         "set",
         "unset",

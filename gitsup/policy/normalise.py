@@ -224,6 +224,11 @@ class Expander:
             if rest == "" or rest.startswith("/"):
                 return self.home + rest
             user, sep, tail = rest.partition("/")
+            if user == "+":  # ~+ is $PWD
+                return self.cwd + sep + tail
+            if user[:1] in ("+", "-"):  # ~- ($OLDPWD) and directory-stack forms: unknown
+                return UNKNOWN + sep + tail
+            user, sep, tail = rest.partition("/")
             if user and all(c.isalnum() or c in "._-" for c in user):
                 base = "/root" if user == "root" else "/home/" + user
                 return base + sep + tail
@@ -290,3 +295,29 @@ def is_ancestor(path: str, of: str) -> bool:
 
 def basename(prog: str) -> str:
     return prog.rstrip("/").rsplit("/", 1)[-1]
+
+
+def has_glob(text: str) -> bool:
+    return "*" in text or "?" in text or "[" in text
+
+
+def may_match(component: str, name: str, *, dotglob: bool = False) -> bool:
+    """Could the path component `component` (a bash glob, or plain text) name `name`? Leans
+    toward yes: bracket expressions and extglob are taken to match anything of the right
+    kind; a leading `.` must be matched explicitly unless dotglob is on (bash rules)."""
+    if not has_glob(component) and "(" not in component:
+        return component == name
+    if name.startswith(".") and not dotglob and not component.startswith((".", "[")):
+        return False
+    if "(" in component:
+        return True
+    import fnmatch
+
+    return fnmatch.fnmatchcase(name, component.replace("[^", "[!"))
+
+
+def names_git_dir(path: str, *, dotglob: bool = False) -> bool:
+    """True when some component of `path` is (or, as a glob, may be) `.git`."""
+    return any(
+        c == ".git" or (c and may_match(c, ".git", dotglob=dotglob)) for c in path.split("/")
+    )

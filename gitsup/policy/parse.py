@@ -254,6 +254,8 @@ class _Builder:
             return self.redirected(node, pipe_prev)
         if t == "pipeline":
             return self.pipeline(list(node.named_children), pipe_prev)
+        if t == "list":
+            return self.list_chain(node, pipe_prev)
         if t == "function_definition":
             return self.function(node)
         if t == "declaration_command" or t == "unset_command":
@@ -289,10 +291,28 @@ class _Builder:
         if self.script.error_line < 0 or line < self.script.error_line:
             self.script.error_line = line
 
-    def container(self, node: Node, pipe_prev: Part | None) -> list[Part]:
+    def list_chain(self, node: Node, pipe_prev: Part | None) -> list[Part]:
+        """`a && b || c; d`: tree-sitter nests lists to the left; walk the chain iteratively so
+        thousands of parts do not recurse."""
+        chain: list[Node] = []
+        n = node
+        while n.type == "list" and n.child_count and n.children[0].type == "list":
+            chain.append(n)
+            n = n.children[0]
+        made = self.container(n, pipe_prev)
+        last = made
+        for outer in reversed(chain):
+            last = self.container(outer, pipe_prev, start=1, last=last)
+            made.extend(last)
+        return made
+
+    def container(
+        self, node: Node, pipe_prev: Part | None, start: int = 0, last: list[Part] | None = None
+    ) -> list[Part]:
         made: list[Part] = []
-        last: list[Part] = []
-        for child in node.children:
+        last = last if last is not None else []
+        children = node.children if start == 0 else node.children[start:]
+        for child in children:
             ct = child.type
             if ct == "&":
                 for p in last:
@@ -797,11 +817,38 @@ def _cat_heredoc(inner: list[Part]) -> str | None:
     return r.body.rstrip("\n")
 
 
+# Nesting deeper than this (lists chained with `&&`/`;` do not count) is not judged: the
+# classifier answers `ask` (flag "too-deep") instead of walking it.
+MAX_NESTING = 100
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b"()[]{}$`\"'!;&|\n")
+
+
+def _too_deep(root: Node, data: bytes) -> bool:
+    """True when the syntax tree nests deeper than MAX_NESTING (iterative walk). Input with
+    few structural characters cannot nest that deep and is not walked."""
+    if len(data) < MAX_NESTING // 2 or len(data.translate(None, _NOT_STRUCTURE)) < MAX_NESTING:
+        return False
+    stack: list[tuple[Node, int]] = [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            return True
+        chained = node.type == "list"
+        for child in node.children:
+            if child.child_count:
+                stack.append((child, depth if chained and child.type == "list" else depth + 1))
+    return False
+
+
 def parse(command: str) -> Script:
     data = command.encode("utf-8", "surrogateescape")
     tree = _parser().parse(data)
-    b = _Builder(data)
     root = tree.root_node
+    if _too_deep(root, data):
+        return Script(
+            src=command, parts=[], has_error=root.has_error, flags={"too-deep"}, error_line=0
+        )
+    b = _Builder(data)
     b.container(root, None)
     if not root.has_error and _has_gap(root, data, b.recovered):
         b.script.flags.add("gap")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from gitsup.policy.classify import classify_command, default_home
@@ -73,14 +74,40 @@ def decide_tool(
     policy: Policy,
     git_common_dir: str | None = None,
     home: str | None = None,
+    sandboxed: bool = False,
 ) -> Decision:
-    """The verdict for one tool-permission request."""
+    """The verdict for one tool-permission request. `sandboxed`: the task's kernel sandbox is
+    enforced (POLICY.md section 4a); it widens only Bash commands, and the decision records it."""
+    d = _decide_tool(
+        tool_name,
+        tool_input,
+        worktree=worktree,
+        policy=policy,
+        git_common_dir=git_common_dir,
+        home=home,
+        sandboxed=sandboxed,
+    )
+    return replace(d, sandboxed=True) if sandboxed and not d.sandboxed else d
+
+
+def _decide_tool(
+    tool_name: str,
+    tool_input: Mapping[str, Any],
+    *,
+    worktree: str,
+    policy: Policy,
+    git_common_dir: str | None,
+    home: str | None,
+    sandboxed: bool,
+) -> Decision:
     home_dir = home or default_home()
     if tool_name == "Bash":
         command = tool_input.get("command")
         if not isinstance(command, str):
             return ask("tool.invalid-input", "Bash request without a command string", "")
-        return classify_command(command, worktree=worktree, policy=policy, home=home_dir)
+        return classify_command(
+            command, worktree=worktree, policy=policy, home=home_dir, sandboxed=sandboxed
+        )
     if tool_name == "AskUserQuestion":
         questions = tool_input.get("questions")
         part = (

@@ -55,8 +55,9 @@ def test_check_json_exact_keys(repo: Path, env: dict[str, str]) -> None:
     r = _run(["check", "--json", "--", "ls", "-la"], repo, env)
     assert r.returncode == 0
     d = json.loads(r.stdout)
-    assert list(d) == ["verdict", "rule", "reason", "part"]
+    assert list(d) == ["verdict", "rule", "reason", "part", "sandboxed"]
     assert d["verdict"] == "allow"
+    assert d["sandboxed"] is False
 
 
 def test_check_finds_the_worktree_top_from_a_subdir(repo: Path, env: dict[str, str]) -> None:
@@ -123,3 +124,33 @@ def test_show(repo: Path, env: dict[str, str]) -> None:
 
 def test_no_command_is_exit_2(repo: Path, env: dict[str, str]) -> None:
     assert _run(["check"], repo, env).returncode == 2
+
+
+def test_check_sandboxed_flag(repo: Path, env: dict[str, str]) -> None:
+    r = _run(["check", "--json", "--", "make", "build"], repo, env)
+    d = json.loads(r.stdout)
+    assert (d["verdict"], d["sandboxed"]) == ("ask", False)
+    r = _run(["check", "--json", "--sandboxed", "--", "make", "build"], repo, env)
+    d = json.loads(r.stdout)
+    assert (d["verdict"], d["rule"], d["sandboxed"]) == ("allow", "A.sandboxed", True)
+    r = _run(["check", "--sandboxed", "--", "git", "push"], repo, env)
+    assert r.stdout.startswith("deny  D1.push  (sandboxed)")
+
+
+def test_batch_sandboxed_flag_and_per_line_override(repo: Path, env: dict[str, str]) -> None:
+    lines = [
+        json.dumps("npm ci"),
+        json.dumps({"cmd": "npm ci", "sandboxed": False}),
+        json.dumps("git push --mirr"),
+    ]
+    r = _run(["check", "--json", "--sandboxed", "-"], repo, env, stdin="\n".join(lines) + "\n")
+    assert r.returncode == 0, r.stderr
+    out = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [(o["verdict"], o["sandboxed"]) for o in out] == [
+        ("allow", True),
+        ("ask", False),
+        ("deny", True),
+    ]
+    r = _run(["check", "--json", "-"], repo, env, stdin='{"cmd": "ls", "sandboxed": "yes"}\n')
+    assert r.returncode == 2
+    assert "line 1" in r.stderr

@@ -129,6 +129,12 @@ def test_unattended_denial_names_rule_and_alternative() -> None:
     assert "Instead:" in unattended_denial(Decision("ask", "ask.weird", "x", "x"))
 
 
-def test_decision_as_dict_has_exactly_four_keys() -> None:
+def test_decision_as_dict_has_exactly_five_keys() -> None:
     d = Decision("allow", "A.read-only", "r", "ls")
-    assert d.as_dict() == {"verdict": "allow", "rule": "A.read-only", "reason": "r", "part": "ls"}
+    assert d.as_dict() == {
+        "verdict": "allow",
+        "rule": "A.read-only",
+        "reason": "r",
+        "part": "ls",
+        "sandboxed": False,
+    }

@@ -1,0 +1,639 @@
+"""The sandboxed mode (POLICY.md section 4a): what becomes `allow` when the task's kernel sandbox
+is enforced. Only reached from the allow list (`allow.py`) when `AllowState.sandboxed` is set, after
+deny detection found nothing; every function returns None (no opinion: the caller asks) or a
+decision. Paths stay inside W, the Git directory stays out of reach, inline code, stdin programs,
+network, wrappers and non-inert assignments keep asking.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+from gitsup.policy.allow import (
+    _NAME,
+    AllowState,
+    _forbidden,
+    _program,
+    _runner,
+    _utility,
+)
+from gitsup.policy.config import ScriptSpec, UtilitySpec
+from gitsup.policy.decision import Decision, allow, ask
+from gitsup.policy.normalise import Expander, basename, resolve
+from gitsup.policy.parse import Part
+
+RULE = "A.sandboxed"
+
+
+def _ok(what: str, src: str) -> Decision:
+    return allow(RULE, f"inside the sandbox: {what}", src)
+
+
+def sandboxed_program(argv: list[str], st: AllowState, src: str) -> Decision | None:
+    """A bare-named program: sandboxed runners, file mutation, tar, script interpreters."""
+    policy = st.policy
+    prog, args = argv[0], argv[1:]
+    d = _runner(argv, st, src, sandboxed=True)
+    if d is not None:
+        return d
+    spec = policy.sandboxed_mutators.get(prog)
+    if spec is not None:
+        return _mutate(prog, args, spec, st, src)
+    if prog == "tar":
+        return _tar(args, st, src)
+    script = policy.script_for(prog)
+    if script is not None:
+        return _script(prog, args, script, st, src)
+    return None
+
+
+def path_program(part: Part, st: AllowState) -> Decision | None:
+    """`./x`, `.venv/bin/pytest`, `bin/build.sh`: a program inside W. A known name is judged as
+    that program; an unknown one runs with every argument inside W."""
+    src = part.src
+    argvs = Expander({}, st.home, st.worktree).argvs(part.words)
+    if len(argvs) != 1 or not argvs[0]:
+        return None
+    argv = argvs[0]
+    path = argv[0]
+    if not st.strictly_inside(path) or st.in_git_dir(path):
+        return None
+    name = basename(path)
+    if not _NAME.match(name):
+        return None
+    d = _program([name, *argv[1:]], part, st)
+    if d is None:
+        return None
+    if d.verdict == "allow":
+        return d
+    if d.rule == "ask.unknown" or (d.rule == "ask.interpreter" and name.endswith(".sh")):
+        d2 = _args_in_w(argv[1:], st, src, path)
+        if d2 is not None:
+            return d2
+        return _ok(f"runs {path} from the worktree", src)
+    return d
+
+
+def _args_in_w(args: list[str], st: AllowState, src: str, what: str) -> Decision | None:
+    """Every argument that may be a path stays inside W and out of the Git directory."""
+    for a in args:
+        value = a.split("=", 1)[1] if a.startswith("-") and "=" in a else a
+        if not st.path_inside(value):
+            return ask("ask.outside-path", f"`{what}` argument {a!r} is outside the worktree", src)
+        if value not in ("-", "") and st.in_git_dir(value):
+            return ask("ask.git-dir", f"`{what}` argument {a!r} names the Git directory", src)
+    return None
+
+
+# -- interpreters running a script file ---------------------------------------------------------
+def _script(prog: str, args: list[str], spec: ScriptSpec, st: AllowState, src: str) -> Decision:
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            i += 1
+            break
+        if not a.startswith("-") or a == "-":
+            break
+        if a in spec.arg_opts:
+            i += 2
+            continue
+        if any(a.startswith(o) and len(o) == 2 for o in spec.arg_opts):
+            i += 1
+            continue
+        if a in spec.flags or (
+            not a.startswith("--") and all("-" + c in spec.flags for c in a[1:])
+        ):
+            i += 1
+            continue
+        return ask("ask.interpreter", f"`{prog} {a}` runs code that is not a file in W", src)
+    if i >= len(args):
+        return ask("ask.interpreter", f"`{prog}` without a script reads code from stdin", src)
+    script = args[i]
+    if script == "-" or script.startswith("/dev/") or script.startswith("/proc/"):
+        return ask("ask.interpreter", f"`{prog} {script}` reads code from stdin", src)
+    if not st.strictly_inside(script) or st.in_git_dir(script):
+        return ask("ask.outside-path", f"`{prog}` runs {script}, not a file in the worktree", src)
+    d = _args_in_w(args[i + 1 :], st, src, f"{prog} {script}")
+    if d is not None:
+        return d
+    return _ok(f"`{prog}` runs the script {script} from the worktree", src)
+
+
+# -- file mutation --------------------------------------------------------------------------
+def _mutate(prog: str, args: list[str], spec: UtilitySpec, st: AllowState, src: str) -> Decision:
+    paths: list[str] = []
+    d = _utility(prog, args, spec, st, src, collected=paths)
+    if d.verdict != "allow":
+        return d
+    for p in paths:
+        if p in ("-", ""):
+            continue
+        if st.in_git_dir(p):
+            return ask("ask.git-dir", f"`{prog}` changes the Git directory ({p})", src)
+        if spec.mutate == "remove" and not st.strictly_inside(p):
+            return ask("ask.mutation", f"`{prog}` would remove the worktree itself ({p})", src)
+    if prog == "ln" and _symbolic(args):
+        d2 = _symlink_targets(args, paths, st, src)
+        if d2 is not None:
+            return d2
+    return _ok(f"`{prog}` on paths in the worktree", src)
+
+
+def _symbolic(args: list[str]) -> bool:
+    for a in args:
+        if a == "--":
+            return False
+        if a == "--symbolic" or (len(a) > 3 and "--symbolic".startswith(a)):
+            return True
+        if a.startswith("-") and not a.startswith("--") and "s" in a[1:]:
+            return True
+    return False
+
+
+def _symlink_targets(
+    args: list[str], operands: list[str], st: AllowState, src: str
+) -> Decision | None:
+    """A relative symlink target is resolved from the link's directory, not the cwd: check it
+    from every place the link may land."""
+    with_t = any(
+        (a.startswith("-") and not a.startswith("--") and "t" in a[1:])
+        or (len(a) > 3 and "--target-directory".startswith(a.split("=", 1)[0]))
+        for a in args
+    )
+    if with_t:
+        targets, dests = operands[1:], operands[:1]
+    elif len(operands) >= 2:
+        targets, dests = operands[:-1], operands[-1:]
+    else:
+        targets, dests = operands, ["."]
+    bases: set[str] = set()
+    for cwd in st.cwds:
+        for dest in dests:
+            full = resolve(dest, cwd)
+            bases.add(full)
+            bases.add(posixpath.dirname(full))
+    for t in targets:
+        for base in bases:
+            full = resolve(t, base)
+            if not (full == st.worktree or full.startswith(st.worktree + "/")):
+                return ask("ask.outside-path", f"symlink to {t} points outside the worktree", src)
+            if st.in_git_dir(full):
+                return ask("ask.git-dir", f"symlink to {t} points into the Git directory", src)
+    return None
+
+
+# -- tar -x ------------------------------------------------------------------------------------
+_TAR_WITH_VALUE = frozenset("fCTXbHKNgLVIF")
+_TAR_FORBID_SHORT = frozenset("IFPcruAd")
+_TAR_FORBID = (
+    "--to-command",
+    "--use-compress-program",
+    "--checkpoint-action",
+    "--info-script",
+    "--new-volume-script",
+    "--rmt-command",
+    "--rsh-command",
+    "--absolute-names",
+    "--transform",
+    "--xform",
+    "--create",
+    "--append",
+    "--update",
+    "--concatenate",
+    "--catenate",
+    "--delete",
+    "--diff",
+    "--compare",
+    "--index-file",
+)
+_TAR_PATH_LONG = {
+    "--file": "f",
+    "--directory": "C",
+    "--one-top-level": "C",
+    "--volno-file": "g",
+    "--files-from": "T",
+    "--exclude-from": "X",
+    "--listed-incremental": "g",
+}
+
+
+def _tar(args: list[str], st: AllowState, src: str) -> Decision | None:
+    """`tar -x`/`-t` of an archive inside W into W; options that run programs or keep absolute
+    names ask."""
+    words = list(args)
+    opts: list[tuple[str, str]] = []  # (letter or long name, value)
+    if words and not words[0].startswith("-"):  # old style: `tar xzf a.tgz`
+        bundle, words = words[0], words[1:]
+        for c in bundle:
+            if c in _TAR_WITH_VALUE:
+                opts.append((c, words.pop(0) if words else ""))
+            else:
+                opts.append((c, ""))
+    i = 0
+    while i < len(words):
+        a = words[i]
+        nxt = words[i + 1] if i + 1 < len(words) else ""
+        if a == "--":
+            break
+        if a.startswith("--"):
+            name, eq, val = a.partition("=")
+            if _forbidden(name, _TAR_FORBID):
+                return ask("ask.mutation", f"`tar {name}` runs a program or writes elsewhere", src)
+            long = next((k for k in _TAR_PATH_LONG if k == name or k.startswith(name)), None)
+            if long is not None and len(name) > 3:
+                if eq:
+                    opts.append((_TAR_PATH_LONG[long], val))
+                else:
+                    opts.append((_TAR_PATH_LONG[long], nxt))
+                    i += 1
+            elif name in ("--extract", "--get", "--list") or (
+                len(name) > 3 and any(x.startswith(name) for x in ("--extract", "--list"))
+            ):
+                opts.append(("x" if name != "--list" else "t", ""))
+            i += 1
+            continue
+        if a.startswith("-") and len(a) > 1:
+            for k, c in enumerate(a[1:], start=1):
+                if c in _TAR_WITH_VALUE:
+                    rest = a[k + 1 :]
+                    if rest:
+                        opts.append((c, rest))
+                    else:
+                        opts.append((c, nxt))
+                        i += 1
+                    break
+                opts.append((c, ""))
+            i += 1
+            continue
+        i += 1  # a member name: data
+    letters = {k for k, _ in opts}
+    if not letters & {"x", "t"}:
+        return None
+    for letter, value in opts:
+        if letter in _TAR_FORBID_SHORT:
+            return ask("ask.mutation", f"`tar -{letter}` runs a program or writes elsewhere", src)
+        if letter in ("f", "C", "T", "X", "g"):
+            if letter == "f" and value == "-":
+                continue
+            if not st.path_inside(value) or value == "-":
+                return ask(
+                    "ask.outside-path", f"`tar -{letter} {value}` is outside the worktree", src
+                )
+            if letter in ("C", "g") and st.in_git_dir(value):
+                return ask("ask.git-dir", f"`tar -{letter}` writes into the Git directory", src)
+    if "x" in letters and any(st.in_git_dir(c) for c in st.cwds):
+        return ask("ask.git-dir", "`tar -x` in the Git directory", src)
+    return _ok("`tar` extracts or lists an archive in the worktree", src)
+
+
+# -- sed -i ----------------------------------------------------------------------------------
+_SED_SIMPLE = frozenset("dDpPnNgGhHxlqQz=F{}")
+_SED_S_FLAGS = frozenset("gpiImM0123456789")
+
+
+def sed_edit(args: list[str], st: AllowState, src: str) -> Decision | None:
+    """`sed [-i] [-E] -e SCRIPT files`: the script only substitutes, deletes, prints or inserts
+    text (no `e`, `w`, `r` commands or flags); the files are inside W."""
+    scripts: list[str] = []
+    files: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        nxt = args[i + 1] if i + 1 < len(args) else None
+        if a.startswith("--"):
+            name = a.split("=", 1)[0]
+            if name in ("--expression", "--expression=") or a.startswith("--expression="):
+                if "=" in a:
+                    scripts.append(a.split("=", 1)[1])
+                else:
+                    scripts.append(nxt or "")
+                    i += 1
+            elif name not in (
+                "--in-place",
+                "--regexp-extended",
+                "--quiet",
+                "--silent",
+                "--separate",
+                "--unbuffered",
+                "--null-data",
+                "--posix",
+                "--follow-symlinks",
+                "--debug",
+                "--sandbox",
+                "--line-length",
+            ):
+                return ask("ask.mutation", f"`sed {name}` is not accounted for", src)
+        elif a.startswith("-") and a != "-":
+            for k, c in enumerate(a[1:], start=1):
+                if c == "i":
+                    break  # the rest is the backup suffix
+                if c == "e":
+                    rest = a[k + 1 :]
+                    scripts.append(rest if rest else (nxt or ""))
+                    if not rest:
+                        i += 1
+                    break
+                if c == "l":
+                    if not a[k + 1 :]:
+                        i += 1
+                    break
+                if c not in "nErsuzb":
+                    return ask("ask.mutation", f"`sed -{c}` is not accounted for", src)
+        elif not scripts:
+            scripts.append(a)
+        else:
+            files.append(a)
+        i += 1
+    if not scripts:
+        return None
+    for script in scripts:
+        if not sed_script_safe(script):
+            return ask("ask.mutation", f"sed script {script!r} may run or write something", src)
+    for f in files:
+        if not st.strictly_inside(f):
+            return ask("ask.outside-path", f"`sed` edits {f} outside the worktree", src)
+        if st.in_git_dir(f):
+            return ask("ask.git-dir", f"`sed` edits the Git directory ({f})", src)
+    return _ok("`sed` edits files in the worktree", src)
+
+
+def _skip_delimited(s: str, i: int, delim: str) -> int:
+    """Index just past the next unescaped `delim` at or after `i`, or -1."""
+    n = len(s)
+    while i < n:
+        c = s[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "\n" and delim != "\n":
+            return -1
+        if c == delim:
+            return i + 1
+        i += 1
+    return -1
+
+
+_ADDR = re.compile(r"\s*(?:\d+(?:~\d+)?|\$)")
+
+
+def sed_script_safe(s: str) -> bool:
+    """True when a sed script has only text commands: no `e`, `w`/`W`, `r`/`R` commands and no
+    `e`/`w` flags on `s`."""
+    i, n = 0, len(s)
+    while i < n:
+        c = s[i]
+        if c in " \t\n;":
+            i += 1
+            continue
+        # addresses
+        for _ in range(2):
+            m = _ADDR.match(s, i)
+            if m and m.end() > i and s[i : m.end()].strip():
+                i = m.end()
+            elif i < n and s[i] == "/":
+                i = _skip_delimited(s, i + 1, "/")
+                if i < 0:
+                    return False
+                while i < n and s[i] in "IM":
+                    i += 1
+            elif i + 1 < n and s[i] == "\\":
+                i = _skip_delimited(s, i + 2, s[i + 1])
+                if i < 0:
+                    return False
+            if i < n and s[i] == ",":
+                i += 1
+                m2 = re.compile(r"\s*[+~]\d+").match(s, i)
+                if m2:
+                    i = m2.end()
+                    break
+                continue
+            break
+        while i < n and s[i] in " \t!":
+            i += 1
+        if i >= n:
+            return True
+        c = s[i]
+        if c == "s" or c == "y":
+            if i + 1 >= n or s[i + 1] in "\\\n":
+                return False
+            delim = s[i + 1]
+            j = _skip_delimited(s, i + 2, delim)
+            if j < 0:
+                return False
+            j = _skip_delimited(s, j, delim)
+            if j < 0:
+                return False
+            if c == "s":
+                while j < n and s[j] not in ";\n}":
+                    if s[j] not in _SED_S_FLAGS and s[j] not in " \t":
+                        return False
+                    j += 1
+            i = j
+            continue
+        if c in ("a", "i", "c"):  # text to the end of the line
+            j = s.find("\n", i)
+            while j > 0 and s[j - 1] == "\\":
+                j = s.find("\n", j + 1)
+            i = n if j < 0 else j + 1
+            continue
+        if c in ("b", "t", "T", ":"):  # a label ends at `;`, a newline or a blank
+            j = i + 1
+            while j < n and s[j] in " \t":
+                j += 1
+            while j < n and s[j] not in "; \t\n":
+                j += 1
+            i = j
+            continue
+        if c == "#":
+            j = s.find("\n", i)
+            i = n if j < 0 else j + 1
+            continue
+        if c in _SED_SIMPLE:
+            i += 1
+            while i < n and s[i].isdigit():
+                i += 1
+            continue
+        return False
+    return True
+
+
+# -- git working-tree operations on the task branch -------------------------------------------
+# the task's own history: HEAD~N, HEAD^, a commit hash (reflog forms such as HEAD@{1} may name
+# another branch's commit and ask)
+_HEADISH = re.compile(r"^(?:HEAD|@|ORIG_HEAD)(?:[~^]\d*)*$|^[0-9a-f]{7,40}$")
+_STASH_REF = re.compile(r"^(?:stash@\{\d+\}|\d+)$")
+
+
+def _paths_ok(paths: list[str], st: AllowState, src: str, what: str) -> Decision | None:
+    for p in paths:
+        if not st.path_inside(p) or p == "-":
+            return ask("ask.outside-path", f"`{what}` names {p} outside the worktree", src)
+        if st.in_git_dir(p):
+            return ask("ask.git-dir", f"`{what}` names the Git directory ({p})", src)
+    return None
+
+
+def git_worktree_op(sub: str, a: list[str], st: AllowState, src: str) -> Decision | None:
+    """`git reset|stash|restore|checkout -- paths|rebase|rm|mv` on the task branch."""
+    what = f"git {sub}"
+    if sub == "reset":
+        return _git_reset(a, st, src)
+    if sub == "stash":
+        return _git_stash(a, st, src)
+    if sub == "restore":
+        return _git_restore(a, st, src)
+    if sub == "checkout":
+        return _git_checkout_paths(a, st, src)
+    if sub == "rebase":
+        return _git_rebase(a, st, src)
+    if sub in ("rm", "mv"):
+        ok = {"-r", "-f", "--force", "--cached", "-q", "--quiet", "-n", "--dry-run", "-k", "-v"}
+        ok |= {"--ignore-unmatch", "--verbose", "--sparse"}
+        paths: list[str] = []
+        dd = False
+        for x in a:
+            if not dd and x == "--":
+                dd = True
+            elif not dd and x.startswith("-"):
+                if x not in ok and not (len(x) > 1 and all("-" + c in ok for c in x[1:])):
+                    return ask("ask.git-change", f"`{what} {x}` is not accounted for", src)
+            else:
+                paths.append(x)
+        if not paths or any(not st.strictly_inside(p) for p in paths):
+            return ask("ask.outside-path", f"`{what}` needs paths inside the worktree", src)
+        return _paths_ok(paths, st, src, what) or _ok(f"`{what}` of paths in the worktree", src)
+    return None
+
+
+def _git_reset(a: list[str], st: AllowState, src: str) -> Decision | None:
+    ok = {"--soft", "--mixed", "--hard", "--keep", "--merge", "-q", "--quiet", "--no-refresh"}
+    before: list[str] = []
+    after: list[str] = []
+    dd = False
+    for x in a:
+        if not dd and x == "--":
+            dd = True
+        elif not dd and x.startswith("-"):
+            if x not in ok:
+                return ask("ask.git-change", f"`git reset {x}` is not accounted for", src)
+        elif dd:
+            after.append(x)
+        else:
+            before.append(x)
+    if before and not _HEADISH.match(before[0]):
+        return ask(
+            "ask.git-change",
+            f"`git reset {before[0]}`: name a commit of the task (HEAD~N, a hash) or use `--`",
+            src,
+        )
+    paths = before[1:] + after
+    return _paths_ok(paths, st, src, "git reset") or _ok("`git reset` on the task branch", src)
+
+
+def _git_stash(a: list[str], st: AllowState, src: str) -> Decision | None:
+    verb = a[0] if a and not a[0].startswith("-") else "push"
+    rest = a[1:] if a and not a[0].startswith("-") else a
+    if verb in ("pop", "apply", "drop", "show", "list", "clear"):
+        for x in rest:
+            if x in ("--index", "-q", "--quiet") or _STASH_REF.match(x):
+                continue
+            if verb in ("show", "list") and x.startswith("-"):
+                continue
+            return ask("ask.git-change", f"`git stash {verb} {x}` is not accounted for", src)
+        return _ok(f"`git stash {verb}`", src)
+    if verb not in ("push", "save"):
+        return None
+    ok = {"-u", "--include-untracked", "-a", "--all", "-k", "--keep-index", "--no-keep-index"}
+    ok |= {"-q", "--quiet", "-S", "--staged"}
+    paths: list[str] = []
+    i = 0
+    dd = False
+    while i < len(rest):
+        x = rest[i]
+        if not dd and x == "--":
+            dd = True
+        elif not dd and x in ("-m", "--message"):
+            i += 1
+        elif not dd and x.startswith(("--message=", "-m")):
+            pass
+        elif not dd and x.startswith("-"):
+            if x not in ok:
+                return ask("ask.git-change", f"`git stash {x}` is not accounted for", src)
+        elif verb == "push":
+            paths.append(x)
+        i += 1
+    return _paths_ok(paths, st, src, "git stash") or _ok("`git stash` of the working tree", src)
+
+
+def _git_restore(a: list[str], st: AllowState, src: str) -> Decision | None:
+    ok = {"-S", "--staged", "-W", "--worktree", "-q", "--quiet", "--ours", "--theirs", "-m"}
+    ok |= {"--merge", "--ignore-unmerged", "--overlay", "--no-overlay", "--progress"}
+    ok |= {"--no-progress", "--ignore-skip-worktree-bits"}
+    paths: list[str] = []
+    i = 0
+    dd = False
+    while i < len(a):
+        x = a[i]
+        if not dd and x == "--":
+            dd = True
+        elif not dd and x in ("-s", "--source"):
+            i += 1
+        elif not dd and (x.startswith(("--source=", "--conflict=")) or x.startswith("-s")):
+            pass
+        elif not dd and x.startswith("-"):
+            if x not in ok and not (len(x) > 1 and all("-" + c in ok for c in x[1:])):
+                return ask("ask.git-change", f"`git restore {x}` is not accounted for", src)
+        else:
+            paths.append(x)
+        i += 1
+    if not paths:
+        return None
+    return _paths_ok(paths, st, src, "git restore") or _ok("`git restore` of paths", src)
+
+
+def _git_checkout_paths(a: list[str], st: AllowState, src: str) -> Decision | None:
+    ok = {"-q", "--quiet", "-f", "--force", "--ours", "--theirs", "-m", "--merge"}
+    if a in (["."], ["--", "."]):
+        return _ok("`git checkout .` restores the working tree", src)
+    if "--" not in a:
+        return None
+    k = a.index("--")
+    before, paths = a[:k], a[k + 1 :]
+    positional = [x for x in before if not x.startswith("-")]
+    if any(x.startswith("-") and x not in ok for x in before) or len(positional) > 1 or not paths:
+        return None
+    return _paths_ok(paths, st, src, "git checkout") or _ok("`git checkout -- paths`", src)
+
+
+def _git_rebase(a: list[str], st: AllowState, src: str) -> Decision | None:
+    if len(a) == 1 and a[0] in ("--continue", "--abort", "--skip", "--quit"):
+        return _ok(f"`git rebase {a[0]}`", src)
+    ok = {"-q", "--quiet", "-v", "--verbose", "--autosquash", "--no-autosquash", "--autostash"}
+    ok |= {"--no-autostash", "--keep-empty", "--no-keep-empty", "--committer-date-is-author-date"}
+    ok |= {"--reset-author-date", "--ignore-date", "--signoff", "--no-ff", "-f", "--force-rebase"}
+    ok |= {"-m", "--merge", "--reapply-cherry-picks", "--no-reapply-cherry-picks", "--keep-base"}
+    positional: list[str] = []
+    i = 0
+    while i < len(a):
+        x = a[i]
+        if x == "--onto" or x.startswith("--onto="):
+            value = x.split("=", 1)[1] if "=" in x else (a[i + 1] if i + 1 < len(a) else "")
+            if not _HEADISH.match(value):
+                return ask("ask.git-change", f"`git rebase --onto {value}`", src)
+            i += 1 if "=" in x else 2
+            continue
+        if x.startswith("-"):
+            if x not in ok:
+                return ask("ask.git-change", f"`git rebase {x}` is not accounted for", src)
+        else:
+            positional.append(x)
+        i += 1
+    if len(positional) != 1 or not _HEADISH.match(positional[0]):
+        return ask(
+            "ask.git-change",
+            "`git rebase` onto something other than the task's own history (HEAD~N, a hash)",
+            src,
+        )
+    return _ok("`git rebase` of the task branch onto its own history", src)
