@@ -90,12 +90,39 @@ def scan_parsed(script: Script, text: str, st: ScanState) -> Decision | None:
             repaired = repair_braces(text)
             if repaired is not None:
                 found = scan_script(parse(repaired), st)
-        return found
+        return found or _scan_from_each_line(lines, st)
     found = scan_script(script, st)
     if found is None and "newline-word" in script.flags:
         # tree-sitter-bash glues `a\n\\b` into one command; bash runs two.
         found = scan_script(parse(text.replace("\n\\", "\n \\")), st)
+        if found is None:
+            found = _scan_from_each_line(text.split("\n"), st)
     return found
+
+
+_SUFFIX_SCAN_LINES = 64
+
+
+def _scan_from_each_line(lines: list[str], st: ScanState) -> Decision | None:
+    """When tree-sitter cannot parse the whole text reliably, what bash would run from
+    each later line on is parsed on its own too (a line can only start a new command or
+    continue one, so every command starts at some line). Only a deny is taken from this:
+    it can make an unreliable parse stricter, never looser."""
+    for i in range(1, min(len(lines), _SUFFIX_SCAN_LINES)):
+        rest = "\n".join(lines[i:])
+        if not rest.strip():
+            continue
+        script = parse(rest)
+        if "too-deep" in script.flags:
+            continue
+        if script.has_error:
+            cut = min(script.error_line, len(lines) - i)
+            found = scan_text("\n".join(lines[i : i + cut]), st) if cut > 0 else None
+        else:
+            found = scan_script(script, st)
+        if found is not None:
+            return found
+    return None
 
 
 def scan_script(script: Script, st: ScanState) -> Decision | None:

@@ -127,3 +127,16 @@ def test_arbitrary_repeated_structure_never_raises(pieces: list[str], times: int
     for sandboxed in (False, True):
         verdict, _ = _c(text, sandboxed)
         assert verdict in ("allow", "ask", "deny")
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        "make build | make build | make build\nbash <<'EOF'\ngit push\nEOF\n\n\n",
+        "cat x\nsh -c 'git push' && ls",
+    ],
+)
+def test_a_deny_after_a_line_tree_sitter_misparses_is_still_found(cmd: str) -> None:
+    for sandboxed in (False, True):
+        d = classify_command(cmd, worktree=W, policy=POLICY, home=HOME, sandboxed=sandboxed)
+        assert d.verdict == "deny", d
