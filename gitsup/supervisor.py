@@ -29,7 +29,6 @@ from gitsup.contain import (
     bootstrap_argv,
     create_cgroup,
     executable_problems,
-    isolated_netns,
     resolve_mode,
     sweep_marked,
 )
@@ -69,6 +68,16 @@ T = TypeVar("T")
 
 class _AdoptRefused(WorkerError):
     """A persisted worker identity did not match: not re-adopted, nothing changed."""
+
+
+@dataclass(frozen=True)
+class Net:
+    """Where a process runs: `netns` (None: the host network), what its env needs, the gate."""
+
+    netns: str | None
+    env: dict[str, str]
+    gate: Any
+    describe: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -167,14 +176,17 @@ class Supervisor:
         self._exit_stack = contextlib.ExitStack()
         self._swept = False
         self._clean_before_checks = True
+        self._emit_lock = threading.RLock()  # the egress gate reports from its own thread
+        self._network: dict[str, Any] = {"mode": "host"}
 
     # --- events and state ---------------------------------------------------------
 
     def emit(self, type: str, data: Mapping[str, Any] | None = None) -> Event:
-        ev = self.log.append(type, data)
-        if self.on_event is not None:
-            with contextlib.suppress(Exception):
-                self.on_event(ev)
+        with self._emit_lock:
+            ev = self.log.append(type, data)
+            if self.on_event is not None:
+                with contextlib.suppress(Exception):
+                    self.on_event(ev)
         return ev
 
     def save(self) -> None:
@@ -189,11 +201,12 @@ class Supervisor:
         self._seal(f"{previous.value} -> {target.value}" + (f": {reason}" if reason else ""))
 
     def _seal(self, reason: str) -> None:
-        try:
-            self.log.seal(self.repo, reason)
-        except (GitsupError, RefConflict) as exc:
-            # Sealing is retried at the next transition; the WAL keeps every event.
-            self.log.append("protocol_noise", {"error": f"seal failed: {exc}"})
+        with self._emit_lock:
+            try:
+                self.log.seal(self.repo, reason)
+            except (GitsupError, RefConflict) as exc:
+                # Sealing is retried at the next transition; the WAL keeps every event.
+                self.log.append("protocol_noise", {"error": f"seal failed: {exc}"})
 
     # --- signals ------------------------------------------------------------------
 
@@ -303,7 +316,12 @@ class Supervisor:
         return self.record
 
     def _resume(self, *, park: bool, previous: Mapping[str, Any]) -> None:
-        self.decider = make_decider(self.spec, cwd=str(self.worktree), env=self._worker_env())
+        self.decider = make_decider(
+            self.spec,
+            cwd=str(self.worktree),
+            env=self._worker_env(),
+            network=self._agent_network("decider"),
+        )
         self.record.supervisor = supervisor_identity()
         state = self.sm.state
         self.emit(
@@ -348,7 +366,12 @@ class Supervisor:
         self._loop()
 
     def _run(self) -> None:
-        self.decider = make_decider(self.spec, cwd=str(self.worktree), env=self._worker_env())
+        self.decider = make_decider(
+            self.spec,
+            cwd=str(self.worktree),
+            env=self._worker_env(),
+            network=self._agent_network("decider"),
+        )
         self.record.supervisor = supervisor_identity()
         self.transition(State.STARTING, "spawning worker")
         if not self._spawn():
@@ -425,19 +448,22 @@ class Supervisor:
                     self._finish(State.FAILED)
                     return False
         self._cgroup = cg
-        netns: str | None = None
-        if self.spec.isolation.network == "none" and self.spec.worker.kind == "process":
-            try:
-                netns = self._exit_stack.enter_context(isolated_netns(self.task[-6:]))
-            except GitsupError as exc:
-                self.record.reasons.append(f"preflight: {exc.message}")
-                self._finish(State.FAILED)
-                return False
+        env = self._worker_env()
+        try:
+            net = self._network_for(
+                "worker", self._exit_stack, env, agent=self.spec.worker.kind != "process"
+            )
+        except GitsupError as exc:
+            self.record.reasons.append(f"preflight: {exc.message}")
+            self._finish(State.FAILED)
+            return False
+        self._network = net.describe
+        netns = net.netns
         ctx = WorkerContext(
             task_id=self.task,
             worktree=self.worktree,
             task_dir=self.layout.task_dir(self.task),
-            env=self._worker_env(),
+            env={**env, **net.env},
             argv=tuple(self.spec.worker.argv),
             inbox=self.inbox,
             options={
@@ -445,6 +471,7 @@ class Supervisor:
                 "wrap": (lambda argv: bootstrap_argv(argv, cgroup=cg, netns=netns))
                 if (cg or netns)
                 else None,
+                "egress": net.gate,
             },
         )
         # Crash window marker: a record with spawn_pending and no worker identity means
@@ -520,7 +547,12 @@ class Supervisor:
         self.record.spawn_pending = False
         self.emit(
             "worker_started",
-            {"kind": self.spec.worker.kind, "argv": list(self.spec.worker.argv), **ident.as_dict()},
+            {
+                "kind": self.spec.worker.kind,
+                "argv": list(self.spec.worker.argv),
+                **ident.as_dict(),
+                "network": self._network,
+            },
         )
         self.save()
 
@@ -900,7 +932,14 @@ class Supervisor:
                 "head": evidence.head,
             },
         )
-        ctx = ReviewContext(self.task, self.worktree, self._worker_env(), self.spec, bundle)
+        ctx = ReviewContext(
+            self.task,
+            self.worktree,
+            self._worker_env(),
+            self.spec,
+            bundle,
+            network=self._agent_network("reviewer"),
+        )
 
         def on_attempt(n: int, err: str | None) -> None:
             if err:
@@ -987,9 +1026,10 @@ class Supervisor:
             if self._cg_base is not None:
                 with contextlib.suppress(GitsupError, OSError):
                     cg = create_cgroup(f"{self.task}-c{os.urandom(3).hex()}", self._cg_base)
-            netns = None
-            if self.spec.isolation.network == "none":
-                netns = stack.enter_context(isolated_netns(self.task[-6:]))
+            net = self._network_for("check", stack, env, agent=False)
+            netns = net.netns
+            if net.env:
+                env = {**env, **net.env}
 
             def wrap(argv: list[str]) -> list[str]:
                 return bootstrap_argv(argv, cgroup=cg, netns=netns)
@@ -1007,6 +1047,48 @@ class Supervisor:
                 if cg is not None:
                     cg.kill(timeout=5.0)
                     cg.remove()
+
+    # --- network ----------------------------------------------------------------------
+
+    def _network_for(
+        self, who: str, stack: contextlib.ExitStack, env: Mapping[str, str], *, agent: bool
+    ) -> Net:
+        """The network a worker, reviewer, decider or check gets (see docs/containment.md):
+        agents reach only their model API (and the allowed `egress` endpoints) through the
+        gate; process workers and checks get loopback only (plus the `egress` endpoints)."""
+        mode = self.spec.isolation.network
+        if mode == "host":
+            return Net(None, {}, None, {"mode": "host", "reason": 'network = "host"'})
+        from gitsup.contain import isolated_netns
+        from gitsup.egress import gated_namespace
+
+        extra = [*self.spec.isolation.egress, *self.repo.config_get_all("sup.egress")]
+
+        def refused(host: str, port: int, reason: str) -> None:
+            self.emit("egress_refused", {"who": who, "host": host, "port": port, "reason": reason})
+
+        try:
+            if agent or extra:
+                an = stack.enter_context(
+                    gated_namespace(self.task[-6:], env, extra, refused, model=agent)
+                )
+                return Net(an.netns, an.env, an.gate, an.describe())
+            ns = stack.enter_context(isolated_netns(self.task[-6:]))
+            return Net(ns, {}, None, {"mode": "loopback", "netns": ns})
+        except GitsupError as exc:
+            if mode == "none":
+                raise
+            return Net(None, {}, None, {"mode": "host", "reason": f"auto: {exc.message}"})
+
+    def _agent_network(self, who: str) -> Callable[[Mapping[str, str]], Any]:
+        """For the claude reviewer and decider: a fresh gated namespace per call."""
+
+        @contextlib.contextmanager
+        def factory(env: Mapping[str, str]) -> Any:
+            with contextlib.ExitStack() as stack:
+                yield self._network_for(who, stack, env, agent=True)
+
+        return factory
 
     def _candidate_problems(self, results: list[CheckResult]) -> list[str]:
         problems = []

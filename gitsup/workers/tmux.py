@@ -398,6 +398,9 @@ class TmuxWorker(WorkerAdapter):
         if model:
             argv += ["--model", model]
         argv += rest
+        gate = self.ctx.options.get("egress")
+        if gate is not None:  # the TUI in its namespace reaches its http hooks through the gate
+            gate.add_forward(self.hooks.port)
         wrap = self.ctx.options.get("wrap")
         if wrap is not None:
             argv = list(wrap(argv))
