@@ -1070,10 +1070,10 @@ class Supervisor:
         try:
             if agent or extra:
                 an = stack.enter_context(
-                    gated_namespace(self.task[-6:], env, extra, refused, model=agent)
+                    gated_namespace(self.task, env, extra, refused, model=agent)
                 )
                 return Net(an.netns, an.env, an.gate, an.describe())
-            ns = stack.enter_context(isolated_netns(self.task[-6:]))
+            ns = stack.enter_context(isolated_netns(self.task))
             return Net(ns, {}, None, {"mode": "loopback", "netns": ns})
         except GitsupError as exc:
             if mode == "none":
