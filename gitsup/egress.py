@@ -167,6 +167,7 @@ class EgressGate:
     _servers: list[asyncio.AbstractServer] = field(default_factory=list)
     _conns: set[asyncio.Task[None]] = field(default_factory=set)
     forwarded: int = 0
+    refused: int = 0
 
     def start(self) -> EgressGate:
         want: list[int] = list(self.plan.forward)
@@ -308,7 +309,9 @@ class EgressGate:
         except (OSError, TimeoutError) as exc:
             w.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
             w.close()
-            self.on_refused(ep.host, ep.port, f"upstream unreachable: {exc}")
+            self.refused += 1
+            with contextlib.suppress(Exception):
+                self.on_refused(ep.host, ep.port, f"upstream unreachable: {exc}")
             return
         self.forwarded += 1
         w.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
@@ -325,6 +328,7 @@ class EgressGate:
             + body
         )
         w.close()
+        self.refused += 1
         with contextlib.suppress(Exception):
             self.on_refused(host, port, reason)
 

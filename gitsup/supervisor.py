@@ -1072,6 +1072,13 @@ class Supervisor:
                 an = stack.enter_context(
                     gated_namespace(self.task, env, extra, refused, model=agent)
                 )
+                gate = an.gate
+                stack.callback(
+                    lambda: self.emit(
+                        "egress_summary",
+                        {"who": who, "forwarded": gate.forwarded, "refused": gate.refused},
+                    )
+                )
                 return Net(an.netns, an.env, an.gate, an.describe())
             ns = stack.enter_context(isolated_netns(self.task))
             return Net(ns, {}, None, {"mode": "loopback", "netns": ns})
