@@ -1076,7 +1076,7 @@ class Supervisor:
                 stack.callback(
                     lambda: self.emit(
                         "egress_summary",
-                        {"who": who, "forwarded": gate.forwarded, "refused": gate.refused},
+                        {"who": who, "connections": gate.forwarded, "refused": gate.refused},
                     )
                 )
                 return Net(an.netns, an.env, an.gate, an.describe())
