@@ -172,7 +172,7 @@ class EgressGate:
     def start(self) -> EgressGate:
         want: list[int] = list(self.plan.forward)
         if self.plan.connect:
-            want.append(0)
+            want.append(self.proxy_port or 0)  # a gate served again keeps the agent's proxy
         socks = _listen_inside(self.netns, want)
         self._socks = socks
         if self.plan.connect:

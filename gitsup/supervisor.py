@@ -290,7 +290,7 @@ class Supervisor:
             env=self._worker_env(),
             argv=tuple(self.spec.worker.argv),
             inbox=self.inbox,
-            options={"spec": self.spec},
+            options={"spec": self.spec, "egress": self._regate(self._worker_env())},
         )
         worker = self.worker_factory(self.spec, ctx)
         ident = worker.adopt(self.record.worker or {})
@@ -498,6 +498,19 @@ class Supervisor:
             self._finish(State.FAILED)
             return False
         fault("after_spawn")
+        if netns is not None:  # a re-adopting supervisor serves the same namespace again
+            ident = WorkerIdentity(
+                ident.pid,
+                ident.start_time,
+                ident.pgid,
+                ident.cgroup,
+                ident.cgroup_inode,
+                {
+                    **ident.extra,
+                    "netns": netns,
+                    "egress_proxy_port": getattr(net.gate, "proxy_port", None),
+                },
+            )
         if cg is not None:
             ident = WorkerIdentity(
                 ident.pid, ident.start_time, ident.pgid, str(cg.path), cg.inode, ident.extra
@@ -1086,6 +1099,30 @@ class Supervisor:
             if mode == "none":
                 raise
             return Net(None, {}, None, {"mode": "host", "reason": f"auto: {exc.message}"})
+
+    def _regate(self, env: Mapping[str, str]) -> Any:
+        """A re-adopted worker's namespace outlived its supervisor, the gate did not:
+        serve the same namespace again (closed at the end; the namespace stays with the
+        detached worker)."""
+        extra = (self.record.worker or {}).get("extra") or {}
+        ns = extra.get("netns") if isinstance(extra, dict) else None
+        if not isinstance(ns, str) or not os.path.exists(ns):
+            return None
+        from gitsup.egress import EgressGate, make_plan, model_endpoint, parse_endpoint
+
+        allowed = [*self.spec.isolation.egress, *self.repo.config_get_all("sup.egress")]
+        plan = make_plan([model_endpoint(env), *(parse_endpoint(e) for e in allowed)])
+
+        def refused(host: str, port: int, reason: str) -> None:
+            self.emit(
+                "egress_refused", {"who": "worker", "host": host, "port": port, "reason": reason}
+            )
+
+        port = extra.get("egress_proxy_port")
+        gate = EgressGate(ns, plan, refused, port if isinstance(port, int) else None).start()
+        self._exit_stack.callback(gate.close)
+        self._network = {"mode": "gated", "netns": ns, **plan.as_dict()}
+        return gate
 
     def _agent_network(self, who: str) -> Callable[[Mapping[str, str]], Any]:
         """For the claude reviewer and decider: a fresh gated namespace per call."""

@@ -670,6 +670,9 @@ class TmuxWorker(WorkerAdapter):
             ).start()
         except OSError as exc:
             raise WorkerError(f"cannot serve the pane's hook endpoint again: {exc}") from exc
+        gate = self.ctx.options.get("egress")
+        if gate is not None:
+            gate.add_forward(self.hooks.port)
         self._owned = False  # adopted: detached at the end, never killed
         with contextlib.suppress(OSError, ValueError):
             sess = json.loads((self.ctx.task_dir / "claude-session.json").read_text())

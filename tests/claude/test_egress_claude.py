@@ -16,17 +16,10 @@ from typing import Any
 import pytest
 
 from gitsup.contain import list_gitsup_netns, netns_available
-from tests.claude.test_supervised import (  # noqa: F401  (supervise is a fixture)
-    COMMIT,
-    FIX_CALC,
-    REVIEWER,
-    Run,
-    bash,
-    step,
-    supervise,
-    text,
-    verdict,
-)
+from tests.claude import test_supervised
+from tests.claude.test_supervised import COMMIT, FIX_CALC, REVIEWER, Run, bash, step, text, verdict
+
+supervise = test_supervised.supervise  # the fixture, shared
 
 pytestmark = [
     pytest.mark.claude,
