@@ -1,4 +1,4 @@
-"""The real Claude Code worker and reviewer behind the egress gate (scripted model on 127.0.0.1).
+"""The real Claude Code worker, reviewer and decider behind the egress gate (scripted model on 127.0.0.1).
 
 The agents run in loopback-only network namespaces; the scripted model on the host's
 127.0.0.1 is reachable only through the gate. A hostile model writes a test file that tries
@@ -56,13 +56,18 @@ def _gated(run: Run, who: str) -> dict[str, Any]:
     return summary[-1]
 
 
-def test_worker_and_reviewer_complete_through_the_gate(supervise: Callable[..., Run]) -> None:
+def test_worker_reviewer_and_decider_complete_through_the_gate(
+    supervise: Callable[..., Run],
+) -> None:
+    decide = step(text('{"action": "verify", "reason": "the worker says it is done"}'))
     r = supervise(
         {
             "reviewer": {"match": REVIEWER, "steps": [verdict("pass")]},
+            "decider": {"match": "You supervise an unattended", "steps": [decide] * 3},
             "default": [step(FIX_CALC), step(COMMIT), step(text("done"))],
         },
         review={"kind": "claude"},
+        decider={"kind": "claude"},
     )
     assert r.record.status.value == "ready", r.record.reasons
     assert r.record.review is not None and r.record.review.verdict == "pass"
@@ -74,6 +79,7 @@ def test_worker_and_reviewer_complete_through_the_gate(supervise: Callable[..., 
     assert r.model.step_requests("reviewer") and r.model.step_requests("default")
     assert _gated(r, "worker")["connections"] >= 1
     assert _gated(r, "reviewer")["connections"] >= 1
+    assert r.model.step_requests("decider") and _gated(r, "decider")["connections"] >= 1
     assert not r.of("egress_refused")
     assert not [n for n in list_gitsup_netns() if n.label == r.record.id]
 
