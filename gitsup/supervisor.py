@@ -450,9 +450,17 @@ class Supervisor:
         self._cgroup = cg
         env = self._worker_env()
         try:
-            net = self._network_for(
-                "worker", self._exit_stack, env, agent=self.spec.worker.kind != "process"
-            )
+            if self.spec.worker.kind == "tmux" and self.spec.isolation.network == "auto":
+                # The TUI outlives its supervisor; the gate (a thread of it) does not, and a
+                # model request cut mid-flight ends the TUI's turn. Gated only when asked.
+                why = (
+                    'auto: a tmux worker outlives its supervisor\'s gate; network = "none" gates it'
+                )
+                net = Net(None, {}, None, {"mode": "host", "reason": why})
+            else:
+                net = self._network_for(
+                    "worker", self._exit_stack, env, agent=self.spec.worker.kind != "process"
+                )
         except GitsupError as exc:
             self.record.reasons.append(f"preflight: {exc.message}")
             self._finish(State.FAILED)
