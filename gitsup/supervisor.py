@@ -1081,9 +1081,14 @@ class Supervisor:
         if mode == "host":
             return Net(None, {}, None, {"mode": "host", "reason": 'network = "host"'})
         from gitsup.contain import isolated_netns
-        from gitsup.egress import gated_namespace
+        from gitsup.egress import gated_namespace, model_endpoint, parse_endpoint
 
         extra = [*self.spec.isolation.egress, *self.repo.config_get_all("sup.egress")]
+        # a configuration error fails the task; it never falls back to the host network
+        for e in extra:
+            parse_endpoint(e)
+        if agent:
+            model_endpoint(env)
 
         def refused(host: str, port: int, reason: str) -> None:
             self.emit("egress_refused", {"who": who, "host": host, "port": port, "reason": reason})
@@ -1119,7 +1124,10 @@ class Supervisor:
         from gitsup.egress import EgressGate, make_plan, model_endpoint, parse_endpoint
 
         allowed = [*self.spec.isolation.egress, *self.repo.config_get_all("sup.egress")]
-        plan = make_plan([model_endpoint(env), *(parse_endpoint(e) for e in allowed)])
+        try:
+            plan = make_plan([model_endpoint(env), *(parse_endpoint(e) for e in allowed)])
+        except GitsupError:
+            return None
 
         def refused(host: str, port: int, reason: str) -> None:
             self.emit(
@@ -1127,7 +1135,11 @@ class Supervisor:
             )
 
         port = extra.get("egress_proxy_port")
-        gate = EgressGate(ns, plan, refused, port if isinstance(port, int) else None).start()
+        try:
+            gate = EgressGate(ns, plan, refused, port if isinstance(port, int) else None).start()
+        except GitsupError as exc:  # the worker keeps its namespace, without a way out
+            self.emit("protocol_noise", {"error": f"egress gate not served again: {exc.message}"})
+            return None
         self._exit_stack.callback(gate.close)
         self._network = {"mode": "gated", "netns": ns, **plan.as_dict()}
         return gate

@@ -362,3 +362,14 @@ def test_doctor_lists_and_removes_a_dead_supervisors_namespace(
     finally:
         if os.path.exists(f"/var/run/netns/{name}"):
             netns.remove(name)
+
+
+def test_a_bad_sup_egress_entry_fails_the_task_instead_of_opening_the_network(
+    repo: Path, tmp_path: Path, echo: Echo
+) -> None:
+    git(repo, "config", "--add", "sup.egress", "registry-without-port")
+    rec, events = _run(repo, tmp_path, [echo.port])
+    assert rec.status.value == "failed"
+    assert any("registry-without-port" in r for r in rec.reasons), rec.reasons
+    assert not [e for e in events if e.type == "worker_started"]
+    assert echo.accepted == 0
