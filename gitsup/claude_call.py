@@ -6,10 +6,13 @@ inside the worktree are ever allowed; every other tool request is denied.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 from gitsup.workers.base import (
     PermissionAnswer,
@@ -35,8 +38,36 @@ def claude_call(
     timeout: float,
     argv: Sequence[str] = (),
     tools: Sequence[str] = READ_ONLY_TOOLS,
+    network: Callable[[Mapping[str, str]], AbstractContextManager[Any]] | None = None,
 ) -> str:
-    """Run one turn and return the final assistant message. Raises ClaudeCallError."""
+    """Run one turn and return the final assistant message. Raises ClaudeCallError.
+
+    `network(env)`, if given, is entered around the call and yields where the call runs:
+    an object with `netns` (None: the host network) and `env` (added to the call's env)."""
+    with network(env) if network is not None else contextlib.nullcontext() as net:
+        wrap = None
+        if net is not None and net.netns is not None:
+            from gitsup.contain import bootstrap_argv
+
+            env = {**env, **net.env}
+            ns = net.netns
+
+            def wrap(argv: list[str]) -> list[str]:
+                return bootstrap_argv(argv, cgroup=None, netns=ns)
+
+        return _call(prompt, label, cwd, env, timeout, argv, tools, wrap)
+
+
+def _call(
+    prompt: str,
+    label: str,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    argv: Sequence[str],
+    tools: Sequence[str],
+    wrap: Callable[[list[str]], list[str]] | None,
+) -> str:
     from gitsup.policy import Policy, decide_tool
     from gitsup.workers.claude import ClaudeWorker
 
@@ -48,7 +79,7 @@ def claude_call(
         env=env,
         argv=tuple(argv),
         inbox=inbox,
-        options={"tools": ",".join(tools), "ask_tools": ()},
+        options={"tools": ",".join(tools), "ask_tools": (), "wrap": wrap},
     )
     worker = ClaudeWorker(wctx)
     policy = Policy.load(None)

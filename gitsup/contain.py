@@ -13,8 +13,11 @@ Without cgroups (mode `off`, or `auto` on a host without a writable v2 tree) a w
 contained by its process group plus a psutil sweep of its descendants. That is weaker:
 a descendant that calls `setsid()` and is reparented to init escapes both.
 
-Network namespaces (pyroute2): `[isolation] network = "none"` runs acceptance checks and
-process workers in a fresh namespace with only loopback up.
+Network namespaces (pyroute2): acceptance checks and process workers run in a fresh
+namespace with only loopback up; agents in one whose only way out is the egress gate
+(gitsup/egress.py). `[isolation] network`: auto (default), none, host. Each is named
+`gitsup-<task>-<supervisor pid>-<hex>` so that doctor and recover find what a dead
+supervisor left behind.
 """
 
 from __future__ import annotations
@@ -261,6 +264,67 @@ def isolated_netns(label: str) -> Iterator[str]:
     finally:
         with contextlib.suppress(Exception):
             netns.remove(name)
+
+
+def netns_available() -> str | None:
+    """None when this host can create network namespaces, else why not (cheap: a thread
+    unshares its own network namespace and ends)."""
+    import ctypes
+    import importlib.util
+    import threading
+
+    if importlib.util.find_spec("pyroute2") is None:
+        return "pyroute2 is not installed"
+    err: list[str] = []
+
+    def probe() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(0x40000000) != 0:  # CLONE_NEWNET, this thread only
+            err.append(os.strerror(ctypes.get_errno()))
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    if err:
+        return f"cannot create network namespaces ({err[0]}; needs CAP_SYS_ADMIN)"
+    return None
+
+
+@dataclass(frozen=True)
+class NamedNetns:
+    name: str
+    label: str
+    pid: int
+
+    @property
+    def path(self) -> str:
+        return os.path.join(NETNS_DIR, self.name)
+
+
+def list_gitsup_netns() -> list[NamedNetns]:
+    """gitsup's named network namespaces: gitsup-<label>-<pid>-<hex>."""
+    try:
+        names = sorted(os.listdir(NETNS_DIR))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if not name.startswith("gitsup-"):
+            continue
+        head, pid, _hex = [*name[7:].rsplit("-", 2), "", ""][:3]
+        if head and pid.isdigit():
+            out.append(NamedNetns(name, head, int(pid)))
+    return out
+
+
+def remove_netns(name: str) -> bool:
+    from pyroute2 import netns
+
+    try:
+        netns.remove(name)
+    except Exception:
+        return False
+    return not os.path.exists(os.path.join(NETNS_DIR, name))
 
 
 def executable_problems(path: str) -> list[str]:

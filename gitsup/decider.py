@@ -198,9 +198,16 @@ class ClaudeDecider(RulesDecider):
     )
 
     def __init__(
-        self, *, cwd: str, env: Mapping[str, str], timeout: float, argv: list[str]
+        self,
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        timeout: float,
+        argv: list[str],
+        network: Any = None,
     ) -> None:
         self.cwd, self.env, self.timeout, self.argv = cwd, dict(env), timeout, argv
+        self.network = network
 
     def _ask(self, text: str) -> str:
         from pathlib import Path
@@ -215,6 +222,7 @@ class ClaudeDecider(RulesDecider):
                 env=self.env,
                 timeout=self.timeout,
                 argv=self.argv,
+                network=self.network,
             )
         except ClaudeCallError as exc:
             raise DeciderError(str(exc)) from exc
@@ -240,7 +248,9 @@ class ClaudeDecider(RulesDecider):
         return ans if ans.startswith(SUPERVISOR_ANSWER) else f"{SUPERVISOR_ANSWER} {ans}"
 
 
-def make_decider(spec: Any, *, cwd: str, env: Mapping[str, str]) -> RulesDecider:
+def make_decider(
+    spec: Any, *, cwd: str, env: Mapping[str, str], network: Any = None
+) -> RulesDecider:
     d = spec.decider
     if d.kind == "command":
         if not d.argv:
@@ -250,5 +260,5 @@ def make_decider(spec: Any, *, cwd: str, env: Mapping[str, str]) -> RulesDecider
         return CommandDecider(list(d.argv), cwd=cwd, env=env, timeout=d.timeout)
     if d.kind == "claude":
         argv = list(spec.worker.argv) if spec.worker.kind == "claude" else []
-        return ClaudeDecider(cwd=cwd, env=env, timeout=d.timeout, argv=argv)
+        return ClaudeDecider(cwd=cwd, env=env, timeout=d.timeout, argv=argv, network=network)
     return RulesDecider()

@@ -157,15 +157,50 @@ def recover_task(
         (ctx.layout.task_dir(TaskId(task)) / "spec.json").read_text()
     )
     lease = ctx.leases.acquire(record.worktree, record.id, steal_dead=True)
-    previous = {
+    previous: dict[str, Any] = {
         "supervisor": record.supervisor,
         "worker": record.worker,
         "spawn_pending": record.spawn_pending,
         "worker_proof": proof.how,
         "killed": proof.killed,
     }
+    previous["netns_removed"] = _remove_dead_netns(task)
     sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
     return sup.resume(park=park, previous=previous)
+
+
+def _remove_dead_netns(task: str) -> list[str]:
+    """The network namespaces a dead supervisor of `task` left behind, removed."""
+    from gitsup.contain import list_gitsup_netns, remove_netns
+
+    gone = []
+    for ns in list_gitsup_netns():
+        if ns.label == task and not _pid_alive(ns.pid) and remove_netns(ns.name):
+            gone.append(ns.name)
+    return gone
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def network_isolation() -> str:
+    """What network isolation tasks get here (doctor's first line)."""
+    from gitsup.contain import netns_available
+
+    why = netns_available()
+    if why is None:
+        return (
+            "network: isolated by default (loopback-only namespaces; agents reach only their "
+            "model API through the egress gate)"
+        )
+    return f'network: NOT isolated (network = "auto" falls back to the host network): {why}'
 
 
 # --- doctor --------------------------------------------------------------------------------
@@ -234,6 +269,23 @@ def doctor(ctx: Context, *, fix: bool) -> list[Finding]:
                 empty = cg.kill()
                 f.fixed = "killed and removed" if empty and cg.remove() else "could not empty"
             findings.append(f)
+    # Network namespaces whose supervisor is gone.
+    from gitsup.contain import list_gitsup_netns, netns_available, remove_netns
+
+    for ns in list_gitsup_netns():
+        if ns.label not in records or _pid_alive(ns.pid):
+            continue  # another repository's, or still in use
+        f = Finding("orphan-netns", f"{ns.path} of dead supervisor pid {ns.pid}", ns.label)
+        if fix:
+            f.fixed = "removed" if remove_netns(ns.name) else "could not remove"
+        findings.append(f)
+    why = netns_available()
+    if why is not None:
+        findings.append(
+            Finding(
+                "no-network-isolation", f'tasks with network = "auto" use the host network: {why}'
+            )
+        )
     # Worktrees that are gone, or left behind.
     for rec in list(records.values()):
         if rec.discarded_at is None and rec.worktree and not Path(rec.worktree).exists():

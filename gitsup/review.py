@@ -142,6 +142,8 @@ class ReviewContext:
     env: Mapping[str, str]
     spec: TaskSpec
     bundle: dict[str, Any]
+    # the network the claude reviewer runs in (claude_call's `network`); None: the host's
+    network: Any = None
 
 
 Attempt = Callable[[ReviewContext], Verdict]
@@ -250,6 +252,7 @@ def claude_attempt(ctx: ReviewContext) -> Verdict:
             env=ctx.env,
             timeout=ctx.spec.review.timeout,
             argv=ctx.spec.worker.argv if ctx.spec.worker.kind == "claude" else (),
+            network=ctx.network,
         )
     except ClaudeCallError as exc:
         raise ReviewError(f"claude reviewer: {exc}") from exc

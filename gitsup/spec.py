@@ -232,7 +232,22 @@ class Decider(_Strict):
 
 
 class Isolation(_Strict):
-    network: Literal["host", "none"] = "host"
+    # auto: isolated when this host can create network namespaces, else the host network
+    # (said in worker_started); none: isolated or the task fails; host: no isolation.
+    network: Literal["auto", "host", "none"] = "auto"
+    # host:port endpoints an isolated task may reach besides the model API (git config
+    # sup.egress adds more); never any by default.
+    egress: list[str] = Field(default_factory=list)
+
+    @field_validator("egress")
+    @classmethod
+    def _host_port(cls, v: list[str]) -> list[str]:
+        for e in v:
+            host, _, port = e.strip().rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"egress entry {e!r} is not host:port")
+        return v
+
     cgroup: Literal["auto", "required", "off"] = "auto"
 
 

@@ -29,7 +29,6 @@ from gitsup.contain import (
     bootstrap_argv,
     create_cgroup,
     executable_problems,
-    isolated_netns,
     resolve_mode,
     sweep_marked,
 )
@@ -71,6 +70,16 @@ T = TypeVar("T")
 
 class _AdoptRefused(WorkerError):
     """A persisted worker identity did not match: not re-adopted, nothing changed."""
+
+
+@dataclass(frozen=True)
+class Net:
+    """Where a process runs: `netns` (None: the host network), what its env needs, the gate."""
+
+    netns: str | None
+    env: dict[str, str]
+    gate: Any
+    describe: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -171,14 +180,17 @@ class Supervisor:
         self._clean_before_checks = True
         self._worker_ref: str | None = f"refs/heads/{record.branch}"
         self._import_refused: str | None = None
+        self._emit_lock = threading.RLock()  # the egress gate reports from its own thread
+        self._network: dict[str, Any] = {"mode": "host"}
 
     # --- events and state ---------------------------------------------------------
 
     def emit(self, type: str, data: Mapping[str, Any] | None = None) -> Event:
-        ev = self.log.append(type, data)
-        if self.on_event is not None:
-            with contextlib.suppress(Exception):
-                self.on_event(ev)
+        with self._emit_lock:
+            ev = self.log.append(type, data)
+            if self.on_event is not None:
+                with contextlib.suppress(Exception):
+                    self.on_event(ev)
         return ev
 
     def save(self) -> None:
@@ -193,11 +205,12 @@ class Supervisor:
         self._seal(f"{previous.value} -> {target.value}" + (f": {reason}" if reason else ""))
 
     def _seal(self, reason: str) -> None:
-        try:
-            self.log.seal(self.repo, reason)
-        except (GitsupError, RefConflict) as exc:
-            # Sealing is retried at the next transition; the WAL keeps every event.
-            self.log.append("protocol_noise", {"error": f"seal failed: {exc}"})
+        with self._emit_lock:
+            try:
+                self.log.seal(self.repo, reason)
+            except (GitsupError, RefConflict) as exc:
+                # Sealing is retried at the next transition; the WAL keeps every event.
+                self.log.append("protocol_noise", {"error": f"seal failed: {exc}"})
 
     # --- signals ------------------------------------------------------------------
 
@@ -281,7 +294,7 @@ class Supervisor:
             env=self._worker_env(),
             argv=tuple(self.spec.worker.argv),
             inbox=self.inbox,
-            options={"spec": self.spec},
+            options={"spec": self.spec, "egress": self._regate(self._worker_env())},
         )
         worker = self.worker_factory(self.spec, ctx)
         ident = worker.adopt(self.record.worker or {})
@@ -307,7 +320,12 @@ class Supervisor:
         return self.record
 
     def _resume(self, *, park: bool, previous: Mapping[str, Any]) -> None:
-        self.decider = make_decider(self.spec, cwd=str(self.worktree), env=self._worker_env())
+        self.decider = make_decider(
+            self.spec,
+            cwd=str(self.worktree),
+            env=self._worker_env(),
+            network=self._agent_network("decider"),
+        )
         self.record.supervisor = supervisor_identity()
         state = self.sm.state
         self.emit(
@@ -352,7 +370,12 @@ class Supervisor:
         self._loop()
 
     def _run(self) -> None:
-        self.decider = make_decider(self.spec, cwd=str(self.worktree), env=self._worker_env())
+        self.decider = make_decider(
+            self.spec,
+            cwd=str(self.worktree),
+            env=self._worker_env(),
+            network=self._agent_network("decider"),
+        )
         self.record.supervisor = supervisor_identity()
         self.transition(State.STARTING, "spawning worker")
         if not self._spawn():
@@ -428,19 +451,30 @@ class Supervisor:
                     self._finish(State.FAILED)
                     return False
         self._cgroup = cg
-        netns: str | None = None
-        if self.spec.isolation.network == "none" and self.spec.worker.kind == "process":
-            try:
-                netns = self._exit_stack.enter_context(isolated_netns(self.task[-6:]))
-            except GitsupError as exc:
-                self.record.reasons.append(f"preflight: {exc.message}")
-                self._finish(State.FAILED)
-                return False
+        env = self._worker_env()
+        try:
+            if self.spec.worker.kind == "tmux" and self.spec.isolation.network == "auto":
+                # The TUI outlives its supervisor; the gate (a thread of it) does not, and a
+                # model request cut mid-flight ends the TUI's turn. Gated only when asked.
+                why = (
+                    'auto: a tmux worker outlives its supervisor\'s gate; network = "none" gates it'
+                )
+                net = Net(None, {}, None, {"mode": "host", "reason": why})
+            else:
+                net = self._network_for(
+                    "worker", self._exit_stack, env, agent=self.spec.worker.kind != "process"
+                )
+        except GitsupError as exc:
+            self.record.reasons.append(f"preflight: {exc.message}")
+            self._finish(State.FAILED)
+            return False
+        self._network = net.describe
+        netns = net.netns
         ctx = WorkerContext(
             task_id=self.task,
             worktree=self.worktree,
             task_dir=self.layout.task_dir(self.task),
-            env=self._worker_env(),
+            env={**env, **net.env},
             argv=tuple(self.spec.worker.argv),
             inbox=self.inbox,
             options={
@@ -448,6 +482,7 @@ class Supervisor:
                 "wrap": (lambda argv: bootstrap_argv(argv, cgroup=cg, netns=netns))
                 if (cg or netns)
                 else None,
+                "egress": net.gate,
             },
         )
         # Crash window marker: a record with spawn_pending and no worker identity means
@@ -473,6 +508,19 @@ class Supervisor:
             self._finish(State.FAILED)
             return False
         fault("after_spawn")
+        if netns is not None:  # a re-adopting supervisor serves the same namespace again
+            ident = WorkerIdentity(
+                ident.pid,
+                ident.start_time,
+                ident.pgid,
+                ident.cgroup,
+                ident.cgroup_inode,
+                {
+                    **ident.extra,
+                    "netns": netns,
+                    "egress_proxy_port": getattr(net.gate, "proxy_port", None),
+                },
+            )
         if cg is not None:
             ident = WorkerIdentity(
                 ident.pid, ident.start_time, ident.pgid, str(cg.path), cg.inode, ident.extra
@@ -523,7 +571,12 @@ class Supervisor:
         self.record.spawn_pending = False
         self.emit(
             "worker_started",
-            {"kind": self.spec.worker.kind, "argv": list(self.spec.worker.argv), **ident.as_dict()},
+            {
+                "kind": self.spec.worker.kind,
+                "argv": list(self.spec.worker.argv),
+                **ident.as_dict(),
+                "network": self._network,
+            },
         )
         self.save()
 
@@ -910,7 +963,14 @@ class Supervisor:
                 "head": evidence.head,
             },
         )
-        ctx = ReviewContext(self.task, self.worktree, self._worker_env(), self.spec, bundle)
+        ctx = ReviewContext(
+            self.task,
+            self.worktree,
+            self._worker_env(),
+            self.spec,
+            bundle,
+            network=self._agent_network("reviewer"),
+        )
 
         def on_attempt(n: int, err: str | None) -> None:
             if err:
@@ -997,9 +1057,10 @@ class Supervisor:
             if self._cg_base is not None:
                 with contextlib.suppress(GitsupError, OSError):
                     cg = create_cgroup(f"{self.task}-c{os.urandom(3).hex()}", self._cg_base)
-            netns = None
-            if self.spec.isolation.network == "none":
-                netns = stack.enter_context(isolated_netns(self.task[-6:]))
+            net = self._network_for("check", stack, env, agent=False)
+            netns = net.netns
+            if net.env:
+                env = {**env, **net.env}
 
             def wrap(argv: list[str]) -> list[str]:
                 return bootstrap_argv(argv, cgroup=cg, netns=netns)
@@ -1017,6 +1078,91 @@ class Supervisor:
                 if cg is not None:
                     cg.kill(timeout=5.0)
                     cg.remove()
+
+    # --- network ----------------------------------------------------------------------
+
+    def _network_for(
+        self, who: str, stack: contextlib.ExitStack, env: Mapping[str, str], *, agent: bool
+    ) -> Net:
+        """The network a worker, reviewer, decider or check gets (see docs/containment.md):
+        agents reach only their model API (and the allowed `egress` endpoints) through the
+        gate; process workers and checks get loopback only (plus the `egress` endpoints)."""
+        mode = self.spec.isolation.network
+        if mode == "host":
+            return Net(None, {}, None, {"mode": "host", "reason": 'network = "host"'})
+        from gitsup.contain import isolated_netns
+        from gitsup.egress import gated_namespace, model_endpoint, parse_endpoint
+
+        extra = [*self.spec.isolation.egress, *self.repo.config_get_all("sup.egress")]
+        # a configuration error fails the task; it never falls back to the host network
+        for e in extra:
+            parse_endpoint(e)
+        if agent:
+            model_endpoint(env)
+
+        def refused(host: str, port: int, reason: str) -> None:
+            self.emit("egress_refused", {"who": who, "host": host, "port": port, "reason": reason})
+
+        try:
+            if agent or extra:
+                an = stack.enter_context(
+                    gated_namespace(self.task, env, extra, refused, model=agent)
+                )
+                gate = an.gate
+                stack.callback(
+                    lambda: self.emit(
+                        "egress_summary",
+                        {"who": who, "connections": gate.forwarded, "refused": gate.refused},
+                    )
+                )
+                return Net(an.netns, an.env, an.gate, an.describe())
+            ns = stack.enter_context(isolated_netns(self.task))
+            return Net(ns, {}, None, {"mode": "loopback", "netns": ns})
+        except GitsupError as exc:
+            if mode == "none":
+                raise
+            return Net(None, {}, None, {"mode": "host", "reason": f"auto: {exc.message}"})
+
+    def _regate(self, env: Mapping[str, str]) -> Any:
+        """A re-adopted worker's namespace outlived its supervisor, the gate did not:
+        serve the same namespace again (closed at the end; the namespace stays with the
+        detached worker)."""
+        extra = (self.record.worker or {}).get("extra") or {}
+        ns = extra.get("netns") if isinstance(extra, dict) else None
+        if not isinstance(ns, str) or not os.path.exists(ns):
+            return None
+        from gitsup.egress import EgressGate, make_plan, model_endpoint, parse_endpoint
+
+        allowed = [*self.spec.isolation.egress, *self.repo.config_get_all("sup.egress")]
+        try:
+            plan = make_plan([model_endpoint(env), *(parse_endpoint(e) for e in allowed)])
+        except GitsupError:
+            return None
+
+        def refused(host: str, port: int, reason: str) -> None:
+            self.emit(
+                "egress_refused", {"who": "worker", "host": host, "port": port, "reason": reason}
+            )
+
+        port = extra.get("egress_proxy_port")
+        try:
+            gate = EgressGate(ns, plan, refused, port if isinstance(port, int) else None).start()
+        except GitsupError as exc:  # the worker keeps its namespace, without a way out
+            self.emit("protocol_noise", {"error": f"egress gate not served again: {exc.message}"})
+            return None
+        self._exit_stack.callback(gate.close)
+        self._network = {"mode": "gated", "netns": ns, **plan.as_dict()}
+        return gate
+
+    def _agent_network(self, who: str) -> Callable[[Mapping[str, str]], Any]:
+        """For the claude reviewer and decider: a fresh gated namespace per call."""
+
+        @contextlib.contextmanager
+        def factory(env: Mapping[str, str]) -> Any:
+            with contextlib.ExitStack() as stack:
+                yield self._network_for(who, stack, env, agent=True)
+
+        return factory
 
     def _candidate_problems(self, results: list[CheckResult]) -> list[str]:
         problems = []

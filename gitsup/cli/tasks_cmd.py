@@ -569,6 +569,9 @@ def doctor_cmd(
     if json_out:
         emit_json([f.as_dict() for f in findings])
         return
+    from gitsup.recovery import network_isolation
+
+    out(network_isolation())
     if not findings:
         out(
             "nothing to report: every task, lease and cgroup is accounted for; the boundary is intact"

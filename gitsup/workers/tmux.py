@@ -398,6 +398,9 @@ class TmuxWorker(WorkerAdapter):
         if model:
             argv += ["--model", model]
         argv += rest
+        gate = self.ctx.options.get("egress")
+        if gate is not None:  # the TUI in its namespace reaches its http hooks through the gate
+            gate.add_forward(self.hooks.port)
         wrap = self.ctx.options.get("wrap")
         if wrap is not None:
             argv = list(wrap(argv))
@@ -669,6 +672,9 @@ class TmuxWorker(WorkerAdapter):
             ).start()
         except OSError as exc:
             raise WorkerError(f"cannot serve the pane's hook endpoint again: {exc}") from exc
+        gate = self.ctx.options.get("egress")
+        if gate is not None:
+            gate.add_forward(self.hooks.port)
         self._owned = False  # adopted: detached at the end, never killed
         with contextlib.suppress(OSError, ValueError):
             sess = json.loads((self.ctx.task_dir / "claude-session.json").read_text())
