@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gitsup.workers.base import (
@@ -35,6 +35,7 @@ def claude_call(
     timeout: float,
     argv: Sequence[str] = (),
     tools: Sequence[str] = READ_ONLY_TOOLS,
+    wrap: Callable[[list[str]], list[str]] | None = None,
 ) -> str:
     """Run one turn and return the final assistant message. Raises ClaudeCallError."""
     from gitsup.policy import Policy, decide_tool
@@ -48,7 +49,7 @@ def claude_call(
         env=env,
         argv=tuple(argv),
         inbox=inbox,
-        options={"tools": ",".join(tools), "ask_tools": ()},
+        options={"tools": ",".join(tools), "ask_tools": (), "wrap": wrap},
     )
     worker = ClaudeWorker(wctx)
     policy = Policy.load(None)

@@ -9,7 +9,7 @@ decide by itself within the task's bounds. No human is ever waited for.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -147,9 +147,16 @@ class CommandDecider(RulesDecider):
     kind = "command"
 
     def __init__(
-        self, argv: list[str], *, cwd: str, env: Mapping[str, str], timeout: float
+        self,
+        argv: list[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        timeout: float,
+        wrap: Callable[[list[str]], list[str]] | None = None,
     ) -> None:
         self.argv, self.cwd, self.env, self.timeout = argv, cwd, dict(env), timeout
+        self.wrap = wrap
 
     def _call(self, payload: Mapping[str, Any]) -> str:
         import json
@@ -159,7 +166,7 @@ class CommandDecider(RulesDecider):
 
         try:
             res = proc.run(
-                self.argv,
+                self.wrap(list(self.argv)) if self.wrap is not None else self.argv,
                 cwd=self.cwd,
                 env=self.env,
                 timeout=self.timeout,
@@ -197,9 +204,16 @@ class ClaudeDecider(RulesDecider):
     )
 
     def __init__(
-        self, *, cwd: str, env: Mapping[str, str], timeout: float, argv: list[str]
+        self,
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        timeout: float,
+        argv: list[str],
+        wrap: Callable[[list[str]], list[str]] | None = None,
     ) -> None:
         self.cwd, self.env, self.timeout, self.argv = cwd, dict(env), timeout, argv
+        self.wrap = wrap
 
     def _ask(self, text: str) -> str:
         from pathlib import Path
@@ -214,6 +228,7 @@ class ClaudeDecider(RulesDecider):
                 env=self.env,
                 timeout=self.timeout,
                 argv=self.argv,
+                wrap=self.wrap,
             )
         except ClaudeCallError as exc:
             raise DeciderError(str(exc)) from exc
@@ -239,15 +254,22 @@ class ClaudeDecider(RulesDecider):
         return ans if ans.startswith(SUPERVISOR_ANSWER) else f"{SUPERVISOR_ANSWER} {ans}"
 
 
-def make_decider(spec: Any, *, cwd: str, env: Mapping[str, str]) -> RulesDecider:
+def make_decider(
+    spec: Any,
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    wrap: Callable[[list[str]], list[str]] | None = None,
+) -> RulesDecider:
+    """`wrap`: the sandbox prefix for the decider's processes."""
     d = spec.decider
     if d.kind == "command":
         if not d.argv:
             from gitsup.errors import GitsupError
 
             raise GitsupError('[decider] kind = "command" needs argv')
-        return CommandDecider(list(d.argv), cwd=cwd, env=env, timeout=d.timeout)
+        return CommandDecider(list(d.argv), cwd=cwd, env=env, timeout=d.timeout, wrap=wrap)
     if d.kind == "claude":
         argv = list(spec.worker.argv) if spec.worker.kind == "claude" else []
-        return ClaudeDecider(cwd=cwd, env=env, timeout=d.timeout, argv=argv)
+        return ClaudeDecider(cwd=cwd, env=env, timeout=d.timeout, argv=argv, wrap=wrap)
     return RulesDecider()

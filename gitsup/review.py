@@ -142,6 +142,8 @@ class ReviewContext:
     env: Mapping[str, str]
     spec: TaskSpec
     bundle: dict[str, Any]
+    # the sandbox prefix for the reviewer's processes (gitsup.contain.bootstrap_argv)
+    wrap: Callable[[list[str]], list[str]] | None = None
 
 
 Attempt = Callable[[ReviewContext], Verdict]
@@ -203,7 +205,7 @@ def command_attempt(ctx: ReviewContext) -> Verdict:
     if not argv:
         raise GitsupError('[review] kind = "command" needs argv')
     res = proc.run(
-        argv,
+        ctx.wrap(list(argv)) if ctx.wrap is not None else argv,
         cwd=ctx.worktree,
         env=dict(ctx.env),
         timeout=ctx.spec.review.timeout,
@@ -249,6 +251,7 @@ def claude_attempt(ctx: ReviewContext) -> Verdict:
             env=ctx.env,
             timeout=ctx.spec.review.timeout,
             argv=ctx.spec.worker.argv if ctx.spec.worker.kind == "claude" else (),
+            wrap=ctx.wrap,
         )
     except ClaudeCallError as exc:
         raise ReviewError(f"claude reviewer: {exc}") from exc

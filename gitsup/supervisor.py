@@ -44,6 +44,7 @@ from gitsup.lease import Lease, LeaseStore
 from gitsup.procid import ProcessId
 from gitsup.record import CandidateNote, CheckResult, ReviewResult, TaskRecord, TaskStore
 from gitsup.review import Attempt, Finding, ReviewContext, evidence_bundle, run_review
+from gitsup.sandbox import Plan
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import EXIT_OF, STATUS_OF, State, StateMachine, Status
 from gitsup.workers.base import (
@@ -167,6 +168,11 @@ class Supervisor:
         self._exit_stack = contextlib.ExitStack()
         self._swept = False
         self._clean_before_checks = True
+        self._sandbox: Plan | None = None
+        self._sandbox_error: str | None = None
+        # Whether the kernel sandbox (Landlock, mount namespace, no privileges) is in force
+        # for everything this task runs; known once the worker environment is built.
+        self.sandbox_enforced = False
 
     # --- events and state ---------------------------------------------------------
 
@@ -241,7 +247,10 @@ class Supervisor:
         with self._signals():
             try:
                 self.decider = make_decider(
-                    self.spec, cwd=str(self.worktree), env=self._worker_env()
+                    self.spec,
+                    cwd=str(self.worktree),
+                    env=self._worker_env(),
+                    wrap=self._wrapper(None, None, read_only=True),
                 )
                 self.record.supervisor = supervisor_identity()
                 try:
@@ -303,7 +312,12 @@ class Supervisor:
         return self.record
 
     def _resume(self, *, park: bool, previous: Mapping[str, Any]) -> None:
-        self.decider = make_decider(self.spec, cwd=str(self.worktree), env=self._worker_env())
+        self.decider = make_decider(
+            self.spec,
+            cwd=str(self.worktree),
+            env=self._worker_env(),
+            wrap=self._wrapper(None, None, read_only=True),
+        )
         self.record.supervisor = supervisor_identity()
         state = self.sm.state
         self.emit(
@@ -348,7 +362,12 @@ class Supervisor:
         self._loop()
 
     def _run(self) -> None:
-        self.decider = make_decider(self.spec, cwd=str(self.worktree), env=self._worker_env())
+        self.decider = make_decider(
+            self.spec,
+            cwd=str(self.worktree),
+            env=self._worker_env(),
+            wrap=self._wrapper(None, None, read_only=True),
+        )
         self.record.supervisor = supervisor_identity()
         self.transition(State.STARTING, "spawning worker")
         if not self._spawn():
@@ -368,7 +387,69 @@ class Supervisor:
             drop=("CLAUDECODE",),
         )
         env.update(self.spec.worker.env)
-        return env
+        plan = self._sandbox_plan(env)
+        return dict(plan.env) if plan is not None else env
+
+    def _sandbox_plan(self, env: Mapping[str, str] | None = None) -> Plan | None:
+        """The task's sandbox (gitsup/sandbox.py), built once; None when it cannot be built
+        (the reason is a preflight failure)."""
+        if self._sandbox is not None or self._sandbox_error is not None:
+            return self._sandbox
+        if env is None:
+            self._worker_env()
+            return self._sandbox
+        from gitsup.sandbox import build_plan, load_rules, resolve_mode
+
+        try:
+            mode = resolve_mode(self.spec.sandbox.mode, self.repo.config_get("sup.sandbox"))
+            env = dict(env)
+            for var, key in (("NAME", "user.name"), ("EMAIL", "user.email")):
+                value = self.repo.config_get(key)
+                if value and f"GIT_AUTHOR_{var}" not in env:
+                    env.setdefault(f"GIT_AUTHOR_{var}", value)
+                    env.setdefault(f"GIT_COMMITTER_{var}", value)
+            self._sandbox = build_plan(
+                mode=mode,
+                rules=load_rules(self.repo.main_workdir),
+                worktree=self.worktree,
+                common_dir=self.layout.common_dir,
+                task_dir=self.layout.task_dir(self.task),
+                branch=self.record.branch,
+                env=env,
+                programs=self._programs(env),
+                keep_env=self.spec.worker.env.keys(),
+            )
+        except (GitsupError, OSError) as exc:
+            self._sandbox_error = exc.message if isinstance(exc, GitsupError) else str(exc)
+            return None
+        self.sandbox_enforced = self._sandbox.enforced
+        self.record.sandbox = self._sandbox.report()
+        return self._sandbox
+
+    def _programs(self, env: Mapping[str, str]) -> list[list[str]]:
+        """Every argv this task runs, so that the sandbox lets them be read and executed."""
+        spec = self.spec
+        out = [list(spec.worker.argv), *(list(c.argv) for c in spec.checks)]
+        out += [list(spec.review.argv), list(spec.decider.argv)]
+        if "claude" in (spec.review.kind, spec.decider.kind) or spec.worker.kind != "process":
+            from gitsup.workers.claude import find_claude
+
+            argv = list(spec.worker.argv) if spec.worker.kind != "process" else []
+            with contextlib.suppress(WorkerError):
+                out.append(find_claude(argv, env))
+            with contextlib.suppress(WorkerError):
+                out.append(find_claude([], env))
+        return out
+
+    def _wrapper(
+        self, cg: Cgroup | None, netns: str | None, *, read_only: bool = False
+    ) -> Callable[[list[str]], list[str]] | None:
+        """The bootstrap prefix for one process of this task (None: run it as is)."""
+        plan = self._sandbox_plan()
+        sandbox = plan.argv(read_only=read_only) if plan is not None else []
+        if cg is None and netns is None and not sandbox:
+            return None
+        return lambda argv: bootstrap_argv(argv, cgroup=cg, netns=netns, sandbox=sandbox)
 
     def _preflight(self) -> list[str]:
         """Everything that must hold before anything runs. Returns the failures."""
@@ -386,6 +467,13 @@ class Supervisor:
             self._cg_base = resolve_mode(self.spec.isolation.cgroup)
         except GitsupError as exc:
             problems.append(exc.message)
+        plan = self._sandbox_plan()
+        if plan is None:
+            problems.append(f"sandbox: {self._sandbox_error}")
+        else:
+            from gitsup.sandbox import required_problems
+
+            problems += required_problems(plan)
         exe = self._worker_executable()
         if exe is not None:
             problems += executable_problems(exe)
@@ -442,9 +530,7 @@ class Supervisor:
             inbox=self.inbox,
             options={
                 "spec": self.spec,
-                "wrap": (lambda argv: bootstrap_argv(argv, cgroup=cg, netns=netns))
-                if (cg or netns)
-                else None,
+                "wrap": self._wrapper(cg, netns),
             },
         )
         # Crash window marker: a record with spawn_pending and no worker identity means
@@ -520,7 +606,12 @@ class Supervisor:
         self.record.spawn_pending = False
         self.emit(
             "worker_started",
-            {"kind": self.spec.worker.kind, "argv": list(self.spec.worker.argv), **ident.as_dict()},
+            {
+                "kind": self.spec.worker.kind,
+                "argv": list(self.spec.worker.argv),
+                **ident.as_dict(),
+                "sandbox": self.record.sandbox,
+            },
         )
         self.save()
 
@@ -900,7 +991,14 @@ class Supervisor:
                 "head": evidence.head,
             },
         )
-        ctx = ReviewContext(self.task, self.worktree, self._worker_env(), self.spec, bundle)
+        ctx = ReviewContext(
+            self.task,
+            self.worktree,
+            self._worker_env(),
+            self.spec,
+            bundle,
+            wrap=self._wrapper(None, None, read_only=True),
+        )
 
         def on_attempt(n: int, err: str | None) -> None:
             if err:
@@ -991,9 +1089,6 @@ class Supervisor:
             if self.spec.isolation.network == "none":
                 netns = stack.enter_context(isolated_netns(self.task[-6:]))
 
-            def wrap(argv: list[str]) -> list[str]:
-                return bootstrap_argv(argv, cgroup=cg, netns=netns)
-
             try:
                 return run_check(
                     check,
@@ -1001,7 +1096,7 @@ class Supervisor:
                     env=env,
                     round=self.record.repair_rounds,
                     abort=self._abort,
-                    wrap=wrap if (cg or netns) else None,
+                    wrap=self._wrapper(cg, netns),
                 )
             finally:
                 if cg is not None:

@@ -80,6 +80,7 @@ class DefaultFile(_Model):
     publish: dict[str, tuple[str, ...]]
     wrappers: dict[str, WrapperSpec]
     allow: AllowSection
+    sandbox: dict[str, Any] = Field(default_factory=dict)  # gitsup/sandbox.py reads it
 
 
 class RepoAllow(_Model):
@@ -94,6 +95,7 @@ class RepoFile(_Model):
     allow: RepoAllow = RepoAllow()
     ask: tuple[str, ...] = ()  # command prefixes that always ask ("cargo build")
     deny: tuple[str, ...] = ()  # command prefixes that are denied ("terraform apply")
+    sandbox: dict[str, Any] = Field(default_factory=dict)  # gitsup/sandbox.py reads it
 
     @field_validator("protected")
     @classmethod
