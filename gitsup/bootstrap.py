@@ -263,6 +263,13 @@ def _mount_ns(cfg: dict[str, list[str]]) -> None:
             _mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
     for fd in fds.values():
         os.close(fd)
+    # The working directory still points into the host's mounts: enter it again by name,
+    # so that relative paths (`..` included) see the namespace's view, not the host's.
+    try:
+        cwd = os.getcwd()
+        os.chdir(cwd)
+    except OSError as exc:
+        _fail(f"cannot enter the working directory in the mount namespace: {exc.strerror}")
 
 
 # --- privileges -----------------------------------------------------------------------------
