@@ -232,6 +232,27 @@ class Plan:
         }
 
 
+def describe_host(mode: Mode) -> str:
+    """One line for `git sup doctor`: what a task started now gets."""
+    if mode == "off":
+        return "mode off: tasks run without a sandbox (environment, filesystem and privileges as gitsup's)"
+    host = probe()
+    parts = [
+        f"Landlock ABI {host.landlock_abi} (fs rules; scopes: abstract sockets, signals)"
+        if host.landlock_abi >= 6
+        else (f"Landlock ABI {host.landlock_abi} (fs rules)" if host.landlock else ""),
+        "private mount namespace" if host.mountns else "",
+        "no_new_privs",
+        "all capabilities dropped, securebits locked",
+        "environment allowlist, private HOME and TMPDIR",
+    ]
+    text = f"mode {mode}: " + ", ".join(p for p in parts if p)
+    if host.missing:
+        verb = "tasks refuse to start" if mode == "required" else "weaker guarantee"
+        text += f"; {verb}: " + "; ".join(host.missing)
+    return text + "; Git state: private per task when <task dir>/git exists, else shared"
+
+
 def resolve_mode(spec_mode: str | None, config_value: str | None) -> Mode:
     for value, where in ((spec_mode, "[sandbox] mode"), (config_value, "git config sup.sandbox")):
         if value is None or value == "":

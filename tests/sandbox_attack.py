@@ -31,7 +31,7 @@ def _blocked(exc: BaseException) -> str:
 def attempt(results: dict[str, str], name: str, fn: object) -> None:
     try:
         detail = fn()  # type: ignore[operator]
-    except BaseException as exc:  # noqa: BLE001 - every failure is a result
+    except BaseException as exc:  # every failure is a result
         results[name] = _blocked(exc)
         return
     results[name] = f"ESCAPED {detail if detail is not None else ''}".strip()
@@ -150,7 +150,11 @@ def attacks(t: dict[str, object]) -> dict[str, str]:
     a(r, "write_packed_refs", lambda: _append(os.path.join(common, "packed-refs")))
     main_file = os.path.join(common, "refs", "heads", "main")
     a(r, "write_main_ref", lambda: _write(main_file, (str(t["evil_commit"]) + "\n").encode()))
-    a(r, "git_update_ref_main", lambda: _git("update-ref", "refs/heads/main", str(t["evil_commit"])))
+    a(
+        r,
+        "git_update_ref_main",
+        lambda: _git("update-ref", "refs/heads/main", str(t["evil_commit"])),
+    )
     notes = os.path.join(common, "refs", "notes", "sup")
     a(r, "write_notes_ref", lambda: _write(notes, (str(t["evil_commit"]) + "\n").encode()))
     a(r, "git_notes_forge", lambda: _git("notes", "--ref=sup", "add", "-f", "-m", "forged", "HEAD"))

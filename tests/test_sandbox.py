@@ -259,7 +259,9 @@ def _sandbox_env_worker(tmp: Path) -> str:
     )
 
 
-def test_environment_is_an_allowlist(repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_is_an_allowlist(
+    repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp / "agent.sock"))
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_not_for_tasks")
     monkeypatch.setenv("GIT_ASKPASS", "/usr/bin/true")
@@ -305,8 +307,8 @@ def test_required_without_landlock_fails_before_anything_runs(
     spec = tmp / "task.toml"
     spec.write_text(
         'goal = "fix"\n[sandbox]\nmode = "required"\n[review]\nkind = "none"\n'
-        f"[worker]\nkind = \"process\"\nargv = {json.dumps(shlex.split(worker))}\n"
-        f"[[checks]]\nname = \"c\"\nargv = {json.dumps(shlex.split(check))}\n"
+        f'[worker]\nkind = "process"\nargv = {json.dumps(shlex.split(worker))}\n'
+        f'[[checks]]\nname = "c"\nargv = {json.dumps(shlex.split(check))}\n'
     )
     rc, rec, err = start_json(repo, "--spec", str(spec))
     assert rc == 4, (rec, err)
@@ -317,7 +319,9 @@ def test_required_without_landlock_fails_before_anything_runs(
     assert git(repo, "rev-parse", "main") == head
 
 
-def test_git_config_selects_the_mode(repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_git_config_selects_the_mode(
+    repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GITSUP_SANDBOX_REFUSE", "mountns")
     assert run_sup(repo, "init").returncode == 0
     git(repo, "config", "sup.sandbox", "required")
