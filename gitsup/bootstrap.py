@@ -16,7 +16,8 @@ enforces all of it or fails (it never silently does less than the record claims)
 
 `read`/`write`: Landlock hierarchies (missing paths are skipped); `deny`: globs removed
 from the `read` hierarchies that contain them (the hierarchy is split into its other
-entries); `hide`: directories covered by an empty tmpfs in the mount namespace (their
+entries; gitsup.sandbox does that once per task and passes the split `read` with the
+directories that stay listable in `listed`); `hide`: directories covered by an empty tmpfs in the mount namespace (their
 `read`/`write` sub-paths are bound back); `ro`: paths bound read-only over themselves.
 GITSUP_SANDBOX_REFUSE=landlock,mountns (a testing knob) makes the bootstrap refuse those.
 """
@@ -27,6 +28,7 @@ import ctypes
 import fnmatch
 import json
 import os
+import stat
 import sys
 
 CLONE_NEWNET = 0x40000000
@@ -116,7 +118,7 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def _expand_read(paths: list[str], deny: list[str]) -> tuple[list[str], list[str]]:
+def expand_read(paths: list[str], deny: list[str]) -> tuple[list[str], list[str]]:
     """`paths` minus every `deny` glob: a hierarchy that contains a denied path is replaced
     by its entries (recursively), leaving out the denied ones. Returns those hierarchies and
     the split directories (which stay listable)."""
@@ -127,26 +129,26 @@ def _expand_read(paths: list[str], deny: list[str]) -> tuple[list[str], list[str
         prefix = d.rstrip("/") + "/"
         return any(g.startswith(prefix) for g in deny)
 
-    def walk(p: str) -> None:
+    def walk(p: str, is_dir: bool) -> None:
         if any(fnmatch.fnmatchcase(p, g) for g in deny):
             return
-        if not covers(p) or not os.path.isdir(p) or os.path.islink(p):
+        if not is_dir or not covers(p):
             out.append(p)
             return
         try:
-            names = os.listdir(p)
+            entries = list(os.scandir(p))
         except OSError:
             return
         listed.append(p)
-        for name in names:
-            walk(os.path.join(p, name))
+        for e in entries:
+            walk(e.path, e.is_dir(follow_symlinks=False))
 
     for p in paths:
-        walk(p)
+        walk(p, os.path.isdir(p) and not os.path.islink(p))
     return out, listed
 
 
-def _landlock(read: list[str], write: list[str], deny: list[str]) -> int:
+def _landlock(read: list[str], write: list[str], deny: list[str], listed: list[str]) -> int:
     abi = landlock_abi()
     if abi < 1 or _refused("landlock"):
         _fail("Landlock is not available on this host")
@@ -160,15 +162,18 @@ def _landlock(read: list[str], write: list[str], deny: list[str]) -> int:
     if rfd < 0:
         _fail(f"cannot create a Landlock ruleset: {_err()}")
     read_rights = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
-    readable, listed = _expand_read(read, deny)
-    for paths, allowed in ((readable, read_rights), (listed, FS_READ_DIR), (write, rights)):
+    if deny:
+        read, more = expand_read(read, deny)
+        listed = [*listed, *more]
+    for paths, allowed in ((read, read_rights), (listed, FS_READ_DIR), (write, rights)):
         for p in paths:
             try:
                 fd = os.open(p, os.O_PATH | os.O_CLOEXEC)
             except OSError:
                 continue  # a path that does not exist needs no rule
             try:
-                mask = allowed if os.path.isdir(p) else allowed & FILE_RIGHTS
+                is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+                mask = allowed if is_dir else allowed & FILE_RIGHTS
                 rule = _PathBeneath(mask, fd)
                 if _libc.syscall(
                     SYS_LANDLOCK_ADD_RULE, rfd, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0
@@ -322,7 +327,12 @@ def apply_sandbox(cfg: dict[str, object]) -> None:
         _mount_ns(paths)
     _no_new_privs()
     if cfg.get("landlock"):
-        _landlock(paths.get("read", []), paths.get("write", []), paths.get("deny", []))
+        _landlock(
+            paths.get("read", []),
+            paths.get("write", []),
+            paths.get("deny", []),
+            paths.get("listed", []),
+        )
     if cfg.get("caps", True):
         _drop_caps()
 

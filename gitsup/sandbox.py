@@ -177,6 +177,7 @@ class Plan:
     config: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     git_state: str = "shared"
+    denied: list[str] = field(default_factory=list)
 
     @property
     def active(self) -> bool:
@@ -220,7 +221,7 @@ class Plan:
             "fs_rules": {
                 "read": len(self.config.get("read", [])),
                 "write": list(self.config.get("write", [])),
-                "deny": list(self.config.get("deny", [])),
+                "deny": list(self.denied),
             },
             "no_new_privs": True,
             "caps_dropped": True,
@@ -405,15 +406,21 @@ def build_plan(
     dotgit = os.path.join(wt, ".git")
     if os.path.isfile(dotgit):
         ro.append(dotgit)
+    from gitsup.bootstrap import expand_read
+
+    deny = [_expand(p, home) if not any(c in p for c in "*?[") else p for p in rules.deny]
+    deny += [_expand(p, home) for p in _secret_dirs(home)]
+    # split once here, not at every spawn: the bootstrap gets the hierarchies to allow
+    readable, listed = expand_read(_dedupe(p for p in read if p not in ("", "/")), deny)
+    plan.denied = deny
     plan.config = {
         "mountns": host.mountns,
         "landlock": host.landlock,
         "caps": True,
         "worktree": wt,
-        "read": _dedupe(p for p in read if p not in ("", "/")),
+        "read": readable,
+        "listed": listed,
         "write": _dedupe(write),
-        "deny": [_expand(p, home) if not any(c in p for c in "*?[") else p for p in rules.deny]
-        + [_expand(p, home) for p in _secret_dirs(home)],
         "hide": _dedupe(hide),
         "ro": ro,
     }
