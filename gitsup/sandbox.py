@@ -313,6 +313,10 @@ def program_paths(argvs: Iterable[Sequence[str]], path_env: str, cwd: Path) -> l
             for e in (exe, os.path.realpath(exe)):
                 out.append(os.path.dirname(e))
                 out += _venv_roots(e)
+                parts = Path(e).parts
+                if "node_modules" in parts:  # an npm install: its whole node_modules tree
+                    i = len(parts) - 1 - parts[::-1].index("node_modules")
+                    out.append(str(Path(*parts[: i + 1])))
         for a in argv[1:]:
             if os.path.isabs(a) and os.path.exists(a):
                 out.append(a)
