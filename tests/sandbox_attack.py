@@ -128,6 +128,18 @@ def _replace_object(path: str) -> str:
     return "replaced"
 
 
+def _via_link(target: str, make: object) -> str:
+    """Link a protected file into the writable worktree, then write through the link."""
+    link = os.path.join(os.getcwd(), f"link-attack-{make.__name__}")  # type: ignore[attr-defined]
+    try:
+        make(target, link)  # type: ignore[operator]
+        _append(link)
+    finally:
+        if os.path.lexists(link):
+            os.unlink(link)
+    return "wrote through a link"
+
+
 def _abstract(name: str) -> str:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -162,6 +174,8 @@ def attacks(t: dict[str, object]) -> dict[str, str]:
     if t.get("replace_object"):
         a(r, "replace_object", lambda: _replace_object(str(t["object"])))
     a(r, "overwrite_object", lambda: _append(str(t["object"])))
+    a(r, "hardlink_repo_config", lambda: _via_link(os.path.join(common, "config"), os.link))
+    a(r, "symlink_repo_config", lambda: _via_link(os.path.join(common, "config"), os.symlink))
     a(r, "rewrite_dotgit_file", lambda: _write(".git", b"gitdir: /elsewhere\n"))
     a(r, "remove_dotgit_file", lambda: os.unlink(".git"))
     a(r, "read_ssh_key", lambda: _read(os.path.join(home, ".ssh", "id_ed25519")))

@@ -183,7 +183,8 @@ def assert_all_blocked(results: dict[str, str], label: str, *, git_state: str) -
         "read_supervisor_environ", "signal_supervisor", "move_cgroup", "write_cgroupfs",
         "write_proc_sys", "setns_init_net", "setns_init_mnt", "nsenter_init", "unshare_user",
         "mount_tmpfs", "connect_host_socket_0", "connect_host_socket_1",
-        "connect_abstract_socket", "write_supervisor_record",
+        "connect_abstract_socket", "write_supervisor_record", "hardlink_repo_config",
+        "symlink_repo_config",
     }  # fmt: skip
     if git_state == "private":
         expected.add("replace_object")
