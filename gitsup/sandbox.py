@@ -188,11 +188,16 @@ class Plan:
         """The kernel sandbox is fully in force (Landlock, mount namespace, privileges)."""
         return self.active and bool(self.config.get("landlock") and self.config.get("mountns"))
 
-    def argv(self, *, read_only: bool = False) -> list[str]:
-        """The bootstrap arguments; `read_only`: the worktree too is read-only (reviewer)."""
+    def argv(self, *, read_only: bool = False, files: Sequence[str] = ()) -> list[str]:
+        """The bootstrap arguments; `read_only`: the worktree too is read-only (reviewer);
+        `files`: the command's own arguments, of which existing absolute file paths (a
+        settings file gitsup wrote for it) become readable."""
         if not self.active:
             return []
         cfg = self.config
+        extra = [a for a in files if os.path.isabs(a) and os.path.isfile(a)]
+        if extra:
+            cfg = dict(cfg, read=[*cfg["read"], *extra])
         if read_only:
             wt = cfg["worktree"]
             cfg = dict(cfg, write=[p for p in cfg["write"] if not _under(p, wt)])

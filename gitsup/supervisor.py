@@ -446,10 +446,14 @@ class Supervisor:
     ) -> Callable[[list[str]], list[str]] | None:
         """The bootstrap prefix for one process of this task (None: run it as is)."""
         plan = self._sandbox_plan()
-        sandbox = plan.argv(read_only=read_only) if plan is not None else []
-        if cg is None and netns is None and not sandbox:
+        if cg is None and netns is None and (plan is None or not plan.active):
             return None
-        return lambda argv: bootstrap_argv(argv, cgroup=cg, netns=netns, sandbox=sandbox)
+
+        def wrap(argv: list[str]) -> list[str]:
+            sandbox = plan.argv(read_only=read_only, files=argv) if plan is not None else []
+            return bootstrap_argv(argv, cgroup=cg, netns=netns, sandbox=sandbox)
+
+        return wrap
 
     def _preflight(self) -> list[str]:
         """Everything that must hold before anything runs. Returns the failures."""
