@@ -43,6 +43,10 @@ MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MS_RELATIME = 1 << 21
+# statvfs f_flag bits that are also mount flags: nodev, noexec, noatime, nodiratime
+_KEPT_FLAGS = 4 | 8 | 1024 | 2048
+ST_RELATIME = 4096
 
 # prctl(2)
 PR_CAPBSET_DROP = 24
@@ -265,7 +269,12 @@ def _mount_ns(cfg: dict[str, list[str]]) -> None:
                 _fail(f"cannot create the mount point {p}: {exc.strerror}")
         _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC, None)
         if kind != "write":
-            _mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
+            # keep the flags a user namespace may not clear (nodev, noexec, atime…)
+            kept = os.statvfs(p).f_flag
+            flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | (kept & _KEPT_FLAGS)
+            if kept & ST_RELATIME:
+                flags |= MS_RELATIME
+            _mount(None, p, None, flags, None)
     for fd in fds.values():
         os.close(fd)
     # The working directory still points into the host's mounts: enter it again by name,

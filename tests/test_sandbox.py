@@ -14,8 +14,10 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -349,3 +351,53 @@ def test_bootstrap_refuses_what_it_cannot_enforce(tmp: Path) -> None:
         env=env,
     )
     assert res.returncode == 126 and "Landlock is not available" in res.stderr
+
+
+@pytest.fixture
+def world_tmp() -> Iterator[Path]:
+    """A directory another user can reach (pytest's own tmp is private to root)."""
+    d = Path(tempfile.mkdtemp(prefix="gitsup-sandbox-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_bootstrap_sandboxes_an_unprivileged_user_too(world_tmp: Path) -> None:
+    """Without root, the mount namespace comes with a user namespace; the result is the same:
+    the host's /tmp hidden but the task's own directory bound back, nothing else writable."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is needed to run as another user")
+    tmp = world_tmp
+    wt = tmp / "wt"
+    wt.mkdir()
+    outside = tmp / "outside"
+    outside.mkdir()
+    (outside / "host.sock").touch()
+    for d in (tmp, wt, outside):
+        d.chmod(0o777)
+    desc = json.dumps(
+        {
+            "mountns": True,
+            "landlock": True,
+            "caps": True,
+            "read": ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", "/dev", str(wt)],
+            "write": [str(wt), "/dev/null"],
+            "hide": ["/tmp", "/run"],
+            "ro": [],
+        }
+    )
+    script = (
+        f"echo inside > {wt}/own && echo own-ok; "
+        f"echo x > {outside}/f 2>/dev/null || echo outside-blocked; "
+        f"test -e {outside}/host.sock || echo socket-hidden; "
+        "grep -q '^CapEff:.0000000000000000' /proc/self/status && echo caps-zero; "
+        "grep -q '^NoNewPrivs:.1' /proc/self/status && echo nnp"
+    )
+    res = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+         PYTHON, "-m", "gitsup.bootstrap", "--sandbox", desc, "--", "/bin/sh", "-c", script],
+        cwd=wt, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["own-ok", "outside-blocked", "socket-hidden", "caps-zero", "nnp"]
+    assert (wt / "own").read_text() == "inside\n" and not (outside / "f").exists()
