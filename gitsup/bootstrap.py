@@ -11,8 +11,8 @@ The sandbox JSON (built by gitsup.sandbox) says exactly what to enforce; the boo
 enforces all of it or fails (it never silently does less than the record claims):
 
     {"mountns": bool, "landlock": bool, "caps": bool,
-     "read": [path...], "write": [path...], "deny": [glob...],
-     "hide": [dir...], "ro": [path...], "rw_devices": [path...]}
+     "read": [path...], "listed": [dir...], "write": [path...], "deny": [glob...],
+     "hide": [dir...], "ro": [path...], "rw_mounts": [dir...]}
 
 `read`/`write`: Landlock hierarchies (missing paths are skipped); `deny`: globs removed
 from the `read` hierarchies that contain them (the hierarchy is split into its other
@@ -209,6 +209,10 @@ def _under(path: str, d: str) -> bool:
     return path == d or path.startswith(d.rstrip("/") + "/")
 
 
+def _covered(path: str, dirs: list[str]) -> bool:
+    return any(_under(path, d) for d in dirs)
+
+
 def _write_file(path: str, text: str) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:
@@ -232,14 +236,31 @@ def _mount_ns(cfg: dict[str, list[str]]) -> None:
         _write_file("/proc/self/gid_map", f"{gid} {gid} 1")
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     hide = [h for h in cfg.get("hide", []) if os.path.isdir(h) and not os.path.islink(h)]
+    ro = [p for p in cfg.get("ro", []) if os.path.exists(p)]
     ops: list[tuple[str, str]] = [(h, "tmpfs") for h in hide]
-    for kind in ("read", "write"):
-        for p in cfg.get(kind, []):
-            if any(_under(p, h) for h in hide) and os.path.exists(p):
-                ops.append((p, kind))
-    for p in cfg.get("ro", []):
-        if os.path.exists(p):
-            ops.append((p, "ro"))
+    ops += [(p, "read") for p in cfg.get("read", []) if _covered(p, hide) and os.path.exists(p)]
+    ops += [(p, "ro") for p in ro]
+    # writable: bound back read-write when hidden or inside a read-only bind, unless a
+    # writable bind around it covers it already (`rw_mounts`: writable at the mount level
+    # only; Landlock narrows them)
+    rw = [p for p in cfg.get("rw_mounts", []) if os.path.exists(p)]
+    rw += [p for p in cfg.get("write", []) if os.path.exists(p) and not _covered(p, rw)]
+    rw = [p for p in rw if _covered(p, [*hide, *ro])]
+    masks = [*hide, *ro]
+
+    def needs_bind(p: str) -> bool:
+        # covered by a writable bind with nothing hidden or read-only in between
+        return not any(
+            q != p
+            and _under(p, q)
+            and not any(m != q and _under(m, q) and _under(p, m) for m in masks)
+            for q in rw
+        )
+
+    ops += [(p, "write") for p in rw if needs_bind(p)]
+    # a readable path that is writable, or visible through a writable bind, needs no
+    # read-only bind of its own
+    ops = [(p, k) for p, k in ops if k != "read" or (p not in rw and needs_bind(p))]
     # parents first; at one path: tmpfs, then read, then write, then ro
     rank = {"tmpfs": 0, "read": 1, "write": 2, "ro": 3}
     ops.sort(key=lambda o: (o[0].rstrip("/").count("/"), rank[o[1]]))

@@ -212,8 +212,9 @@ class Plan:
         ]
         if self.git_state == "shared":
             weaker.append(
-                "git_state shared: the task writes objects/, refs/heads/sup/ and its worktree "
-                "admin dir of the repository (an existing loose object can be replaced)"
+                "git_state shared: the task writes loose objects (objects/??/), "
+                "refs/heads/sup/ and its worktree admin dir of the repository (an existing "
+                "loose object can be replaced, other tasks' sup/ branches moved)"
             )
         weaker.append("pid namespace: not used (Landlock keeps other processes out of reach)")
         return {
@@ -380,10 +381,13 @@ def build_plan(
         write.append(str(git_dir))
     else:
         # Until the task has a Git dir of its own: what `git commit` on the task branch needs.
+        # Loose objects only: the 256 fan-out directories, never objects/ itself (so no
+        # info/alternates, commit-graph or packs can be planted there).
         admin = _worktree_admin_dir(worktree)
         parts = branch.split("/")[:-1]
+        fanout = [Path(common, "objects", f"{i:02x}") for i in range(256)]
         shared = [
-            Path(common, "objects"),
+            *fanout,
             Path(common, "refs", "heads", *parts),
             Path(common, "logs", "refs", "heads", *parts),
         ]
@@ -415,6 +419,11 @@ def build_plan(
     dotgit = os.path.join(wt, ".git")
     if os.path.isfile(dotgit):
         ro.append(dotgit)
+    if plan.git_state == "shared":
+        # the links between the worktree and the repository stay as gitsup made them
+        admin = _worktree_admin_dir(worktree)
+        if admin is not None:
+            ro += [os.path.join(admin, "commondir"), os.path.join(admin, "gitdir")]
     from gitsup.bootstrap import expand_read
 
     deny = [_expand(p, home) if not any(c in p for c in "*?[") else p for p in rules.deny]
@@ -432,6 +441,7 @@ def build_plan(
         "write": _dedupe(write),
         "hide": _dedupe(hide),
         "ro": ro,
+        "rw_mounts": [os.path.join(common, "objects")] if plan.git_state == "shared" else [],
     }
     return plan
 
