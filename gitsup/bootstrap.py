@@ -12,12 +12,13 @@ enforces all of it or fails (it never silently does less than the record claims)
 
     {"mountns": bool, "landlock": bool, "caps": bool,
      "read": [path...], "listed": [dir...], "write": [path...], "deny": [glob...],
-     "hide": [dir...], "ro": [path...], "rw_mounts": [dir...]}
+     "hide": [dir...], "ro": [path...], "rw_mounts": [dir...], "fanout": [dir...]}
 
 `read`/`write`: Landlock hierarchies (missing paths are skipped); `deny`: globs removed
 from the `read` hierarchies that contain them (the hierarchy is split into its other
 entries; gitsup.sandbox does that once per task and passes the split `read` with the
-directories that stay listable in `listed`); `hide`: directories covered by an empty tmpfs in the mount namespace (their
+directories that stay listable in `listed`); `fanout`: object directories whose 256
+loose-object subdirectories are writable; `hide`: directories covered by an empty tmpfs in the mount namespace (their
 `read`/`write` sub-paths are bound back); `ro`: paths bound read-only over themselves.
 GITSUP_SANDBOX_REFUSE=landlock,mountns (a testing knob) makes the bootstrap refuse those.
 """
@@ -357,9 +358,17 @@ def apply_sandbox(cfg: dict[str, object]) -> None:
         _mount_ns(paths)
     _no_new_privs()
     if cfg.get("landlock"):
+        # its own terminal (a tmux pane), by name too; no other terminal
+        ttys = []
+        for fd in (0, 1, 2):
+            try:
+                ttys.append(os.ttyname(fd))
+            except OSError:
+                continue
+        fanout = [os.path.join(d, f"{i:02x}") for d in paths.get("fanout", []) for i in range(256)]
         _landlock(
             paths.get("read", []),
-            paths.get("write", []),
+            [*paths.get("write", []), *fanout, *ttys],
             paths.get("deny", []),
             paths.get("listed", []),
         )

@@ -226,7 +226,10 @@ class Plan:
             else [],
             "fs_rules": {
                 "read": len(self.config.get("read", [])),
-                "write": list(self.config.get("write", [])),
+                "write": [
+                    *self.config.get("write", []),
+                    *(os.path.join(d, "??") for d in self.config.get("fanout", [])),
+                ],
                 "deny": list(self.denied),
             },
             "no_new_privs": True,
@@ -387,11 +390,10 @@ def build_plan(
         parts = branch.split("/")[:-1]
         fanout = [Path(common, "objects", f"{i:02x}") for i in range(256)]
         shared = [
-            *fanout,
             Path(common, "refs", "heads", *parts),
             Path(common, "logs", "refs", "heads", *parts),
         ]
-        for d in shared:
+        for d in (*fanout, *shared):
             d.mkdir(parents=True, exist_ok=True)
         write += [str(d) for d in shared]
         if admin is not None:
@@ -441,6 +443,9 @@ def build_plan(
         "write": _dedupe(write),
         "hide": _dedupe(hide),
         "ro": ro,
+        # the bootstrap expands each to its 256 loose-object directories (a short argv:
+        # the tmux worker passes it through a tmux command)
+        "fanout": [os.path.join(common, "objects")] if plan.git_state == "shared" else [],
         "rw_mounts": [os.path.join(common, "objects")] if plan.git_state == "shared" else [],
     }
     return plan
