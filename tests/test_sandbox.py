@@ -401,3 +401,56 @@ def test_bootstrap_sandboxes_an_unprivileged_user_too(world_tmp: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["own-ok", "outside-blocked", "socket-hidden", "caps-zero", "nnp"]
     assert (wt / "own").read_text() == "inside\n" and not (outside / "f").exists()
+
+
+def test_reviewer_and_decider_run_sandboxed_with_a_read_only_worktree(
+    repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command reviewer and decider are programs too: sandboxed, and they cannot even
+    change the worktree they judge."""
+    monkeypatch.delenv("GITSUP_SANDBOX_EXTRA_WRITE", raising=False)
+    assert run_sup(repo, "init").returncode == 0
+    judge = tmp / "judge.py"
+    judge.write_text(
+        "import json, os, pathlib, sys\n"
+        "payload = sys.stdin.read()\n"
+        "r = {}\n"
+        "for name, path in [('worktree', 'calc.py'), ('config', sys.argv[2])]:\n"
+        "    try:\n"
+        "        open(path, 'a').write('# changed by the judge\\n')\n"
+        "        r[name] = 'ESCAPED'\n"
+        "    except OSError as exc:\n"
+        "        r[name] = 'blocked: ' + str(exc.errno)\n"
+        "r['home_is_private'] = os.environ['HOME'].endswith('/sandbox/home')\n"
+        "pathlib.Path(os.environ['TMPDIR'], sys.argv[1] + '.json').write_text(json.dumps(r))\n"
+        "if sys.argv[1] == 'review':\n"
+        "    print(json.dumps({'verdict': 'pass', 'findings': []}))\n"
+        "else:\n"
+        "    print(json.dumps({'action': 'verify'}))\n"
+    )
+    config = str(common_dir(repo) / "config")
+    worker = write_worker(
+        tmp,
+        "import pathlib, subprocess\n"
+        "p = pathlib.Path('calc.py')\n"
+        "p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
+        "subprocess.run(['git', 'commit', '-q', '-am', 'fix add'], check=True)\n",
+    )
+    spec = tmp / "task.toml"
+    spec.write_text(
+        'goal = "fix"\n'
+        f'[worker]\nkind = "process"\nargv = {json.dumps(shlex.split(worker))}\n'
+        f'[review]\nkind = "command"\nargv = {json.dumps([PYTHON, str(judge), "review", config])}\n'
+        f'[decider]\nkind = "command"\nargv = {json.dumps([PYTHON, str(judge), "decide", config])}\n'
+    )
+    before = (common_dir(repo) / "config").read_bytes()
+    rc, rec, err = start_json(repo, "--spec", str(spec))
+    assert rc == 0, (rec.get("reasons"), err)
+    box = common_dir(repo) / "sup" / "tasks" / rec["id"] / "sandbox" / "tmp"
+    review = json.loads((box / "review.json").read_text())
+    assert review["worktree"].startswith("blocked") and review["config"].startswith("blocked")
+    assert review["home_is_private"] is True
+    decide = json.loads((box / "decide.json").read_text())
+    assert decide["worktree"].startswith("blocked") and decide["config"].startswith("blocked")
+    assert (common_dir(repo) / "config").read_bytes() == before
+    assert "changed by the judge" not in git(repo, "show", f"{rec['candidate']}:calc.py")
