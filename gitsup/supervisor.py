@@ -444,13 +444,22 @@ class Supervisor:
     def _wrapper(
         self, cg: Cgroup | None, netns: str | None, *, read_only: bool = False
     ) -> Callable[[list[str]], list[str]] | None:
-        """The bootstrap prefix for one process of this task (None: run it as is)."""
+        """The bootstrap prefix for one process of this task (None: run it as is). Fails
+        closed: nothing runs when the sandbox could not be built or is required but missing
+        (a path that skips the spawn preflight, such as verifying after a recovery)."""
+        from gitsup.sandbox import required_problems
+
         plan = self._sandbox_plan()
-        if cg is None and netns is None and (plan is None or not plan.active):
+        if plan is not None and cg is None and netns is None and not plan.active:
             return None
 
         def wrap(argv: list[str]) -> list[str]:
-            sandbox = plan.argv(read_only=read_only, files=argv) if plan is not None else []
+            if plan is None:
+                raise GitsupError(f"sandbox: {self._sandbox_error}")
+            problems = required_problems(plan)
+            if problems:
+                raise GitsupError("; ".join(problems))
+            sandbox = plan.argv(read_only=read_only, files=argv)
             return bootstrap_argv(argv, cgroup=cg, netns=netns, sandbox=sandbox)
 
         return wrap
