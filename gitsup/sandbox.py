@@ -198,10 +198,14 @@ class Plan:
         extra = [a for a in files if os.path.isabs(a) and os.path.isfile(a)]
         if extra:
             cfg = dict(cfg, read=[*cfg["read"], *extra])
-        if read_only:
-            wt = cfg["worktree"]
-            cfg = dict(cfg, write=[p for p in cfg["write"] if not _under(p, wt)])
-            cfg["ro"] = [*cfg["ro"], wt]
+        if read_only:  # only its private dirs, the agent's config and devices stay writable
+            wt, common, box = cfg["worktree"], cfg["common_dir"], cfg["box"]
+            write = [
+                p
+                for p in cfg["write"]
+                if not _under(p, wt) and (not _under(p, common) or _under(p, box))
+            ]
+            cfg = dict(cfg, write=write, fanout=[], rw_mounts=[], ro=[*cfg["ro"], wt])
         return ["--sandbox", json.dumps(cfg, separators=(",", ":"))]
 
     def report(self) -> dict[str, Any]:
@@ -353,10 +357,11 @@ def build_plan(
         plan.env = dict(env)
         return plan
     home = os.environ.get("HOME") or os.path.expanduser("~")
-    box = task_dir / "sandbox"
+    (task_dir / "sandbox").mkdir(parents=True, exist_ok=True)
+    box = Path(os.path.realpath(task_dir / "sandbox"))
     private_home, private_tmp = box / "home", box / "tmp"
     for d in (private_home, private_tmp):
-        d.mkdir(parents=True, exist_ok=True)
+        d.mkdir(exist_ok=True)
     # the environment: an allowlist, private HOME and TMPDIR, no user or system git config
     patterns = [*rules.env, *keep_env]
     out = {
@@ -381,7 +386,7 @@ def build_plan(
     write: list[str] = [wt, str(private_home), str(private_tmp)]
     if git_dir.is_dir():
         plan.git_state = "private"
-        write.append(str(git_dir))
+        write.append(os.path.realpath(git_dir))
     else:
         # Until the task has a Git dir of its own: what `git commit` on the task branch needs.
         # Loose objects only: the 256 fan-out directories, never objects/ itself (so no
@@ -438,6 +443,8 @@ def build_plan(
         "landlock": host.landlock,
         "caps": True,
         "worktree": wt,
+        "common_dir": common,
+        "box": str(box),
         "read": readable,
         "listed": listed,
         "write": _dedupe(write),
