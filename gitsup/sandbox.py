@@ -348,9 +348,12 @@ def build_plan(
     programs: Iterable[Sequence[str]] = (),
     keep_env: Iterable[str] = (),
     host: HostSupport | None = None,
+    claude: bool = False,
 ) -> Plan:
     """The sandbox for one task. `env` is the environment gitsup would give the task
-    without a sandbox; the plan's env is the allowlisted subset plus private dirs."""
+    without a sandbox; the plan's env is the allowlisted subset plus private dirs.
+    `claude`: the task runs Claude Code (worker, reviewer or decider), which keeps its
+    config and session in CLAUDE_CONFIG_DIR, or by default in ~/.claude and ~/.claude.json."""
     host = host or probe()
     plan = Plan(mode=mode, host=host)
     if mode == "off":
@@ -406,6 +409,8 @@ def build_plan(
     cfg_dir = env.get("CLAUDE_CONFIG_DIR")
     if cfg_dir:
         write.append(_expand(cfg_dir, home))
+    elif claude:
+        write += _default_claude_config(home, private_home)
     write += [_expand(p, home) for p in rules.write]
     # a diagnostics and testing knob of the person running gitsup (never of the task)
     extra = os.environ.get("GITSUP_SANDBOX_EXTRA_WRITE", "")
@@ -422,6 +427,7 @@ def build_plan(
 
     read.append(os.path.dirname(os.path.dirname(os.path.realpath(gitsup.__file__))))
     hide = [_expand(p, home) for p in rules.hide] + [os.path.join(common, "sup")]
+    hide = [h for h in hide if h not in _NEVER_HIDDEN]  # e.g. HOME=/ for a service user
     ro = [common]
     dotgit = os.path.join(wt, ".git")
     if os.path.isfile(dotgit):
@@ -456,6 +462,30 @@ def build_plan(
         "rw_mounts": [os.path.join(common, "objects")] if plan.git_state == "shared" else [],
     }
     return plan
+
+
+_NEVER_HIDDEN = frozenset({"/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/dev",
+                           "/proc", "/sys", "/opt"})  # fmt: skip
+
+
+def _default_claude_config(home: str, private_home: Path) -> list[str]:
+    """Claude Code's default config without CLAUDE_CONFIG_DIR: the private HOME links
+    `.claude` to the user's `~/.claude` (writable: sessions, credentials it refreshes) and
+    gets a copy of `~/.claude.json` (onboarding, trusted folders); the original is never
+    written by a task. Returns the paths to make writable."""
+    real = Path(home, ".claude")
+    out: list[str] = []
+    if real.is_dir():
+        link = private_home / ".claude"
+        if not link.is_symlink():
+            if link.exists():
+                shutil.rmtree(link, ignore_errors=True)
+            link.symlink_to(real)
+        out.append(os.path.realpath(real))
+    state = Path(home, ".claude.json")
+    if state.is_file():
+        shutil.copyfile(state, private_home / ".claude.json")
+    return out
 
 
 def _secret_dirs(home: str) -> list[str]:

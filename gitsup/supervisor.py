@@ -418,6 +418,8 @@ class Supervisor:
                 env=env,
                 programs=self._programs(env),
                 keep_env=self.spec.worker.env.keys(),
+                claude=self.spec.worker.kind != "process"
+                or "claude" in (self.spec.review.kind, self.spec.decider.kind),
             )
         except (GitsupError, OSError) as exc:
             self._sandbox_error = exc.message if isinstance(exc, GitsupError) else str(exc)
