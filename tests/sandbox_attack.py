@@ -58,6 +58,16 @@ def _read(path: str) -> str:
         return f"read {len(f.read())} bytes"
 
 
+def _read_some(path: str) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        return f"read {len(os.read(fd, 512))} bytes"
+    except BlockingIOError:
+        return "opened"
+    finally:
+        os.close(fd)
+
+
 def _connect(path: str) -> str:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -181,6 +191,9 @@ def attacks(t: dict[str, object]) -> dict[str, str]:
     a(r, "read_ssh_key", lambda: _read(os.path.join(home, ".ssh", "id_ed25519")))
     a(r, "read_integration_key", lambda: _read(str(t["integration_key"])))
     a(r, "read_etc_shadow", lambda: _read("/etc/shadow"))
+    a(r, "read_kernel_log", lambda: _read_some("/dev/kmsg"))
+    if t.get("block_device"):
+        a(r, "read_block_device", lambda: _read_some(str(t["block_device"])))
     a(r, "read_supervisor_environ", lambda: _read(f"/proc/{t['supervisor_pid']}/environ"))
     a(r, "signal_supervisor", lambda: os.kill(int(str(t["supervisor_pid"])), 0))
     a(r, "move_cgroup", lambda: _move_cgroup(str(t["cgroup_root"])))
