@@ -39,18 +39,23 @@ def claude_call(
     argv: Sequence[str] = (),
     tools: Sequence[str] = READ_ONLY_TOOLS,
     network: Callable[[Mapping[str, str]], AbstractContextManager[Any]] | None = None,
+    wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None,
 ) -> str:
     """Run one turn and return the final assistant message. Raises ClaudeCallError.
 
     `network(env)`, if given, is entered around the call and yields where the call runs:
-    an object with `netns` (None: the host network) and `env` (added to the call's env)."""
+    an object with `netns` (None: the host network) and `env` (added to the call's env).
+    `wrap_for(netns)`, if given, is the bootstrap prefix (sandbox, namespace) for the call's
+    process in that namespace."""
     with network(env) if network is not None else contextlib.nullcontext() as net:
-        wrap = None
-        if net is not None and net.netns is not None:
-            from gitsup.contain import bootstrap_argv
-
+        ns = net.netns if net is not None else None
+        if net is not None and ns is not None:
             env = {**env, **net.env}
-            ns = net.netns
+        wrap: Callable[[list[str]], list[str]] | None = None
+        if wrap_for is not None:
+            wrap = wrap_for(ns)
+        elif ns is not None:
+            from gitsup.contain import bootstrap_argv
 
             def wrap(argv: list[str]) -> list[str]:
                 return bootstrap_argv(argv, cgroup=None, netns=ns)

@@ -27,7 +27,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -220,15 +220,22 @@ def cgroup_from_dict(d: object) -> Cgroup | None:
 # --- the bootstrap argv ---------------------------------------------------------------------
 
 
-def bootstrap_argv(argv: list[str], *, cgroup: Cgroup | None, netns: str | None) -> list[str]:
-    if cgroup is None and netns is None:
+def bootstrap_argv(
+    argv: list[str],
+    *,
+    cgroup: Cgroup | None,
+    netns: str | None,
+    sandbox: Sequence[str] = (),
+) -> list[str]:
+    """`sandbox`: the bootstrap's `--sandbox JSON` arguments (gitsup.sandbox.Plan.argv)."""
+    if cgroup is None and netns is None and not sandbox:
         return argv
     pre = [sys.executable, "-m", "gitsup.bootstrap"]
     if cgroup is not None:
         pre += ["--cgroup", str(cgroup.path)]
     if netns is not None:
         pre += ["--netns", netns]
-    return [*pre, "--", *argv]
+    return [*pre, *sandbox, "--", *argv]
 
 
 # --- network namespaces ----------------------------------------------------------------------

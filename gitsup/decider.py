@@ -9,7 +9,7 @@ decide by itself within the task's bounds. No human is ever waited for.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -147,9 +147,16 @@ class CommandDecider(RulesDecider):
     kind = "command"
 
     def __init__(
-        self, argv: list[str], *, cwd: str, env: Mapping[str, str], timeout: float
+        self,
+        argv: list[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        timeout: float,
+        wrap: Callable[[list[str]], list[str]] | None = None,
     ) -> None:
         self.argv, self.cwd, self.env, self.timeout = argv, cwd, dict(env), timeout
+        self.wrap = wrap
 
     def _call(self, payload: Mapping[str, Any]) -> str:
         import json
@@ -159,7 +166,7 @@ class CommandDecider(RulesDecider):
 
         try:
             res = proc.run(
-                self.argv,
+                self.wrap(list(self.argv)) if self.wrap is not None else self.argv,
                 cwd=self.cwd,
                 env=self.env,
                 timeout=self.timeout,
@@ -205,9 +212,11 @@ class ClaudeDecider(RulesDecider):
         timeout: float,
         argv: list[str],
         network: Any = None,
+        wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None,
     ) -> None:
         self.cwd, self.env, self.timeout, self.argv = cwd, dict(env), timeout, argv
         self.network = network
+        self.wrap_for = wrap_for
 
     def _ask(self, text: str) -> str:
         from pathlib import Path
@@ -223,6 +232,7 @@ class ClaudeDecider(RulesDecider):
                 timeout=self.timeout,
                 argv=self.argv,
                 network=self.network,
+                wrap_for=self.wrap_for,
             )
         except ClaudeCallError as exc:
             raise DeciderError(str(exc)) from exc
@@ -249,16 +259,26 @@ class ClaudeDecider(RulesDecider):
 
 
 def make_decider(
-    spec: Any, *, cwd: str, env: Mapping[str, str], network: Any = None
+    spec: Any,
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    network: Any = None,
+    wrap: Callable[[list[str]], list[str]] | None = None,
+    wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None,
 ) -> RulesDecider:
+    """`network`: the gated namespace factory for a claude decider; `wrap`: the sandbox
+    prefix for a command decider; `wrap_for(netns)`: the same for a claude decider."""
     d = spec.decider
     if d.kind == "command":
         if not d.argv:
             from gitsup.errors import GitsupError
 
             raise GitsupError('[decider] kind = "command" needs argv')
-        return CommandDecider(list(d.argv), cwd=cwd, env=env, timeout=d.timeout)
+        return CommandDecider(list(d.argv), cwd=cwd, env=env, timeout=d.timeout, wrap=wrap)
     if d.kind == "claude":
         argv = list(spec.worker.argv) if spec.worker.kind == "claude" else []
-        return ClaudeDecider(cwd=cwd, env=env, timeout=d.timeout, argv=argv, network=network)
+        return ClaudeDecider(
+            cwd=cwd, env=env, timeout=d.timeout, argv=argv, network=network, wrap_for=wrap_for
+        )
     return RulesDecider()

@@ -71,6 +71,7 @@ class TaskRecord(BaseModel):
     supervisor: dict[str, Any] | None = None
     worker: dict[str, Any] | None = None
     spawn_pending: bool = False
+    sandbox: dict[str, Any] | None = None  # gitsup.sandbox.Plan.report()
     detached: bool = False
     created_at: float = Field(default_factory=time.time)
     updated_at: float = Field(default_factory=time.time)

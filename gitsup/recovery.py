@@ -299,7 +299,19 @@ def doctor(ctx: Context, *, fix: bool) -> list[Finding]:
     from gitsup.boundary.setup import tampering
 
     findings.extend(Finding(kind, detail) for kind, detail in tampering(ctx.repo))
+    findings.append(_sandbox_finding(ctx))
     return findings
+
+
+def _sandbox_finding(ctx: Context) -> Finding:
+    """What the task sandbox enforces on this host (always reported)."""
+    from gitsup.sandbox import describe_host, resolve_mode
+
+    try:
+        mode = resolve_mode(None, ctx.repo.config_get("sup.sandbox"))
+    except GitsupError as exc:
+        return Finding("sandbox", f"misconfigured: {exc.message}")
+    return Finding("sandbox", describe_host(mode))
 
 
 __all__ = ["Finding", "State", "WorkerProof", "doctor", "prove_worker_gone", "recover_task"]

@@ -144,6 +144,10 @@ class ReviewContext:
     bundle: dict[str, Any]
     # the network the claude reviewer runs in (claude_call's `network`); None: the host's
     network: Any = None
+    # the sandbox prefix for the reviewer's processes (gitsup.contain.bootstrap_argv)
+    wrap: Callable[[list[str]], list[str]] | None = None
+    # the sandbox prefix for a process in a given network namespace (the claude reviewer's)
+    wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None
 
 
 Attempt = Callable[[ReviewContext], Verdict]
@@ -205,7 +209,7 @@ def command_attempt(ctx: ReviewContext) -> Verdict:
     if not argv:
         raise GitsupError('[review] kind = "command" needs argv')
     res = proc.run(
-        argv,
+        ctx.wrap(list(argv)) if ctx.wrap is not None else argv,
         cwd=ctx.worktree,
         env=dict(ctx.env),
         timeout=ctx.spec.review.timeout,
@@ -253,6 +257,7 @@ def claude_attempt(ctx: ReviewContext) -> Verdict:
             timeout=ctx.spec.review.timeout,
             argv=ctx.spec.worker.argv if ctx.spec.worker.kind == "claude" else (),
             network=ctx.network,
+            wrap_for=ctx.wrap_for,
         )
     except ClaudeCallError as exc:
         raise ReviewError(f"claude reviewer: {exc}") from exc

@@ -251,6 +251,11 @@ class Isolation(_Strict):
     cgroup: Literal["auto", "required", "off"] = "auto"
 
 
+class Sandbox(_Strict):
+    # None: git config sup.sandbox, else "auto" (gitsup/sandbox.py)
+    mode: Literal["auto", "required", "off"] | None = None
+
+
 class Events(_Strict):
     max_record_bytes: int = Field(default=64 * 1024, ge=1024)
     rotate_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
@@ -272,6 +277,7 @@ class TaskSpec(_Strict):
     decider: Decider = Field(default_factory=Decider)
     isolation: Isolation = Field(default_factory=Isolation)
     events: Events = Field(default_factory=Events)
+    sandbox: Sandbox = Field(default_factory=Sandbox)
     # With no checks given, `git diff --check <baseline> HEAD` runs (whitespace errors,
     # conflict markers); false turns it off.
     default_check: bool = True

@@ -45,6 +45,7 @@ from gitsup.procid import ProcessId
 from gitsup.record import CandidateNote, CheckResult, ReviewResult, TaskRecord, TaskStore
 from gitsup.redact import Redacted
 from gitsup.review import Attempt, Finding, ReviewContext, evidence_bundle, run_review
+from gitsup.sandbox import Plan
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import EXIT_OF, STATUS_OF, State, StateMachine, Status
 from gitsup.workers.base import (
@@ -182,6 +183,11 @@ class Supervisor:
         self._import_refused: str | None = None
         self._emit_lock = threading.RLock()  # the egress gate reports from its own thread
         self._network: dict[str, Any] = {"mode": "host"}
+        self._sandbox: Plan | None = None
+        self._sandbox_error: str | None = None
+        # Whether the kernel sandbox (Landlock, mount namespace, no privileges) is in force
+        # for everything this task runs; known once the worker environment is built.
+        self.sandbox_enforced = False
 
     # --- events and state ---------------------------------------------------------
 
@@ -258,7 +264,10 @@ class Supervisor:
         with self._signals():
             try:
                 self.decider = make_decider(
-                    self.spec, cwd=str(self.worktree), env=self._worker_env()
+                    self.spec,
+                    cwd=str(self.worktree),
+                    env=self._worker_env(),
+                    wrap=self._wrapper(None, None, read_only=True),
                 )
                 self.record.supervisor = supervisor_identity()
                 try:
@@ -325,6 +334,8 @@ class Supervisor:
             cwd=str(self.worktree),
             env=self._worker_env(),
             network=self._agent_network("decider"),
+            wrap=self._wrapper(None, None, read_only=True),
+            wrap_for=lambda ns: self._wrapper(None, ns, read_only=True),
         )
         self.record.supervisor = supervisor_identity()
         state = self.sm.state
@@ -375,6 +386,8 @@ class Supervisor:
             cwd=str(self.worktree),
             env=self._worker_env(),
             network=self._agent_network("decider"),
+            wrap=self._wrapper(None, None, read_only=True),
+            wrap_for=lambda ns: self._wrapper(None, ns, read_only=True),
         )
         self.record.supervisor = supervisor_identity()
         self.transition(State.STARTING, "spawning worker")
@@ -395,7 +408,84 @@ class Supervisor:
             drop=("CLAUDECODE",),
         )
         env.update(self.spec.worker.env)
-        return env
+        plan = self._sandbox_plan(env)
+        return dict(plan.env) if plan is not None else env
+
+    def _sandbox_plan(self, env: Mapping[str, str] | None = None) -> Plan | None:
+        """The task's sandbox (gitsup/sandbox.py), built once; None when it cannot be built
+        (the reason is a preflight failure)."""
+        if self._sandbox is not None or self._sandbox_error is not None:
+            return self._sandbox
+        if env is None:
+            self._worker_env()
+            return self._sandbox
+        from gitsup.sandbox import build_plan, load_rules, resolve_mode
+
+        try:
+            mode = resolve_mode(self.spec.sandbox.mode, self.repo.config_get("sup.sandbox"))
+            env = dict(env)
+            for var, key in (("NAME", "user.name"), ("EMAIL", "user.email")):
+                value = self.repo.config_get(key)
+                if value and f"GIT_AUTHOR_{var}" not in env:
+                    env.setdefault(f"GIT_AUTHOR_{var}", value)
+                    env.setdefault(f"GIT_COMMITTER_{var}", value)
+            self._sandbox = build_plan(
+                mode=mode,
+                rules=load_rules(self.repo.main_workdir),
+                worktree=self.worktree,
+                common_dir=self.layout.common_dir,
+                task_dir=self.layout.task_dir(self.task),
+                branch=self.record.branch,
+                env=env,
+                programs=self._programs(env),
+                keep_env=self.spec.worker.env.keys(),
+                claude=self.spec.worker.kind != "process"
+                or "claude" in (self.spec.review.kind, self.spec.decider.kind),
+            )
+        except (GitsupError, OSError) as exc:
+            self._sandbox_error = exc.message if isinstance(exc, GitsupError) else str(exc)
+            return None
+        self.sandbox_enforced = self._sandbox.enforced
+        self.record.sandbox = self._sandbox.report()
+        return self._sandbox
+
+    def _programs(self, env: Mapping[str, str]) -> list[list[str]]:
+        """Every argv this task runs, so that the sandbox lets them be read and executed."""
+        spec = self.spec
+        out = [list(spec.worker.argv), *(list(c.argv) for c in spec.checks)]
+        out += [list(spec.review.argv), list(spec.decider.argv)]
+        if "claude" in (spec.review.kind, spec.decider.kind) or spec.worker.kind != "process":
+            from gitsup.workers.claude import find_claude
+
+            argv = list(spec.worker.argv) if spec.worker.kind != "process" else []
+            with contextlib.suppress(WorkerError):
+                out.append(find_claude(argv, env))
+            with contextlib.suppress(WorkerError):
+                out.append(find_claude([], env))
+        return out
+
+    def _wrapper(
+        self, cg: Cgroup | None, netns: str | None, *, read_only: bool = False
+    ) -> Callable[[list[str]], list[str]] | None:
+        """The bootstrap prefix for one process of this task (None: run it as is). Fails
+        closed: nothing runs when the sandbox could not be built or is required but missing
+        (a path that skips the spawn preflight, such as verifying after a recovery)."""
+        from gitsup.sandbox import required_problems
+
+        plan = self._sandbox_plan()
+        if plan is not None and cg is None and netns is None and not plan.active:
+            return None
+
+        def wrap(argv: list[str]) -> list[str]:
+            if plan is None:
+                raise GitsupError(f"sandbox: {self._sandbox_error}")
+            problems = required_problems(plan)
+            if problems:
+                raise GitsupError("; ".join(problems))
+            sandbox = plan.argv(read_only=read_only, files=argv)
+            return bootstrap_argv(argv, cgroup=cg, netns=netns, sandbox=sandbox)
+
+        return wrap
 
     def _preflight(self) -> list[str]:
         """Everything that must hold before anything runs. Returns the failures."""
@@ -413,6 +503,13 @@ class Supervisor:
             self._cg_base = resolve_mode(self.spec.isolation.cgroup)
         except GitsupError as exc:
             problems.append(exc.message)
+        plan = self._sandbox_plan()
+        if plan is None:
+            problems.append(f"sandbox: {self._sandbox_error}")
+        else:
+            from gitsup.sandbox import required_problems
+
+            problems += required_problems(plan)
         exe = self._worker_executable()
         if exe is not None:
             problems += executable_problems(exe)
@@ -479,9 +576,7 @@ class Supervisor:
             inbox=self.inbox,
             options={
                 "spec": self.spec,
-                "wrap": (lambda argv: bootstrap_argv(argv, cgroup=cg, netns=netns))
-                if (cg or netns)
-                else None,
+                "wrap": self._wrapper(cg, netns),
                 "egress": net.gate,
             },
         )
@@ -576,6 +671,7 @@ class Supervisor:
                 "argv": list(self.spec.worker.argv),
                 **ident.as_dict(),
                 "network": self._network,
+                "sandbox": self.record.sandbox,
             },
         )
         self.save()
@@ -723,6 +819,11 @@ class Supervisor:
             )
         return self._policy
 
+    def _policy_sandboxed(self) -> bool:
+        """POLICY.md section 4a applies only when the kernel contains the worker: the sandbox
+        is enforced and its network is a namespace (loopback, or gated to the model API)."""
+        return self.sandbox_enforced and self._network.get("mode") in ("gated", "loopback")
+
     def _on_permission(self, req: PermissionRequest) -> None:
         from gitsup.policy import decide_tool, unattended_denial
 
@@ -733,6 +834,7 @@ class Supervisor:
             worktree=str(self.worktree),
             policy=self._policy_obj(),
             git_common_dir=str(self.repo.common_dir),
+            sandboxed=self._policy_sandboxed(),
         )
         park: str | None = None
         if decision.verdict == "allow":
@@ -970,6 +1072,8 @@ class Supervisor:
             self.spec,
             bundle,
             network=self._agent_network("reviewer"),
+            wrap=self._wrapper(None, None, read_only=True),
+            wrap_for=lambda ns: self._wrapper(None, ns, read_only=True),
         )
 
         def on_attempt(n: int, err: str | None) -> None:
@@ -1062,9 +1166,6 @@ class Supervisor:
             if net.env:
                 env = {**env, **net.env}
 
-            def wrap(argv: list[str]) -> list[str]:
-                return bootstrap_argv(argv, cgroup=cg, netns=netns)
-
             try:
                 return run_check(
                     check,
@@ -1072,7 +1173,7 @@ class Supervisor:
                     env=env,
                     round=self.record.repair_rounds,
                     abort=self._abort,
-                    wrap=wrap if (cg or netns) else None,
+                    wrap=self._wrapper(cg, netns),
                 )
             finally:
                 if cg is not None:

@@ -20,8 +20,13 @@ GIT_SUP = str(BIN / "git-sup")
 
 
 @pytest.fixture(autouse=True)
-def hermetic_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def hermetic_env(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     home = tmp_path_factory.mktemp("home")
+    # Workers in these tests report to the test through files in its tmp dir; the sandbox
+    # tests (tests/test_sandbox*.py) remove this to run with the default rules only.
+    monkeypatch.setenv("GITSUP_SANDBOX_EXTRA_WRITE", str(tmp_path))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))

@@ -125,6 +125,7 @@ class RepoFile(_Model):
     sandboxed_allow: RepoSandboxedAllow = RepoSandboxedAllow()
     ask: tuple[str, ...] = ()  # command prefixes that always ask ("cargo build")
     deny: tuple[str, ...] = ()  # command prefixes that are denied ("terraform apply")
+    sandbox: dict[str, Any] = Field(default_factory=dict)  # gitsup/sandbox.py reads it
 
     @field_validator("protected")
     @classmethod

@@ -1,0 +1,133 @@
+"""What the task sandbox costs: at spawn, and on a check's wall time.
+
+    .venv/bin/python bench/bench_sandbox.py [--spawns N] [--checks N]
+
+Both are measured against a baseline in the same run, interleaved so that load from other
+processes hits both alike:
+
+1. Spawn: `true` through today's bootstrap (join a fresh cgroup when the host has one)
+   versus the same bootstrap with the task's `--sandbox` (mount namespace, Landlock,
+   capabilities dropped). Goal: the median difference is at most +10 ms.
+2. A check: a Python workload that imports modules, writes, reads and stats files in the
+   worktree and runs `git status`, with and without the sandbox. Goal: ratio <= 1.05.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from gitsup.contain import bootstrap_argv, create_cgroup, find_cgroup_base  # noqa: E402
+from gitsup.sandbox import build_plan, default_rules  # noqa: E402
+
+CHECK = """
+import json, os, pathlib, subprocess, email.parser, http.client, unittest, decimal
+d = pathlib.Path("bench-out"); d.mkdir(exist_ok=True)
+for i in range(400):
+    p = d / f"f{i}.json"
+    p.write_text(json.dumps({"i": i, "data": list(range(50))}))
+    json.loads(p.read_text()); os.stat(p)
+for p in d.iterdir():
+    p.unlink()
+d.rmdir()
+subprocess.run(["git", "status", "--porcelain"], check=True, capture_output=True)
+sum(i * i for i in range(300000))
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def setup(root: Path) -> tuple[Path, list[str], dict[str, str]]:
+    repo = root / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    for i in range(50):
+        (repo / f"m{i}.py").write_text(f"X = {i}\n")
+    git(repo, "add", ".")
+    git(repo, "-c", "user.name=b", "-c", "user.email=b@e", "commit", "-qm", "init")
+    wt = root / "wt"
+    git(repo, "worktree", "add", "-q", "-b", "sup/bench", str(wt))
+    task_dir = repo / ".git" / "sup" / "tasks" / "bench"
+    task_dir.mkdir(parents=True)
+    plan = build_plan(
+        mode="auto",
+        rules=default_rules(),
+        worktree=wt,
+        common_dir=repo / ".git",
+        task_dir=task_dir,
+        branch="sup/bench",
+        env={**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@e"},
+        programs=[[sys.executable, "-c", "x"]],
+    )
+    if not plan.enforced:
+        print(f"note: the sandbox is not fully enforced here: {plan.host.missing}")
+    return wt, plan.argv(), plan.env
+
+
+def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spawns", type=int, default=60)
+    ap.add_argument("--checks", type=int, default=8)
+    args = ap.parse_args()
+    base = find_cgroup_base()
+    with tempfile.TemporaryDirectory(prefix="gitsup-bench-sandbox-") as d:
+        wt, sandbox, env = setup(Path(d))
+        cgroups = []
+
+        def wrap(argv: list[str], sb: list[str]) -> list[str]:
+            cg = None
+            if base is not None:
+                cg = create_cgroup(f"bench-{os.getpid()}-{len(cgroups)}", base)
+                cgroups.append(cg)
+            return bootstrap_argv(argv, cgroup=cg, netns=None, sandbox=sb)
+
+        try:
+            plain_s, boxed_s = [], []
+            for _ in range(args.spawns):
+                plain_s.append(timed(wrap(["true"], []), wt, env))
+                boxed_s.append(timed(wrap(["true"], sandbox), wt, env))
+            p, b = statistics.median(plain_s), statistics.median(boxed_s)
+            diff = statistics.median(y - x for x, y in zip(plain_s, boxed_s, strict=True))
+            print(
+                f"spawn (median of {args.spawns}): bootstrap {p * 1000:.1f} ms, "
+                f"with sandbox {b * 1000:.1f} ms; median paired difference "
+                f"{diff * 1000:+.1f} ms ({'ok' if diff <= 0.010 else 'OVER'} goal +10 ms)"
+            )
+            check = [sys.executable, "-c", CHECK]
+            plain_c, boxed_c = [], []
+            for _ in range(args.checks):
+                plain_c.append(timed(wrap(check, []), wt, env))
+                boxed_c.append(timed(wrap(check, sandbox), wt, env))
+            p, b = statistics.median(plain_c), statistics.median(boxed_c)
+            print(
+                f"check wall time (median of {args.checks}): {p * 1000:.0f} ms outside, "
+                f"{b * 1000:.0f} ms inside, ratio {b / p:.3f} "
+                f"({'ok' if b / p <= 1.05 else 'OVER'} goal 1.05)"
+            )
+        finally:
+            for cg in cgroups:
+                cg.kill(timeout=2)
+                cg.remove()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+"""A hostile task: tries every way out of its sandbox and reports each result.
+
+    python sandbox_attack.py LABEL TARGETS.json [--then-commit] [--grandchild]
+
+Each attempt is recorded as "ESCAPED ..." when it worked and "blocked: ..." otherwise, in
+$TMPDIR/attack-LABEL.json (the task's private temp dir, which the test reads afterwards)
+and on stdout. With --grandchild the attacks also run in a double-forked, setsid()
+grandchild; with --then-commit the task then does its real work and commits it.
+Standard library only: it runs with whatever Python the task has.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+
+
+def _blocked(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return f"blocked: {errno.errorcode.get(exc.errno, exc.errno)}"
+    return f"blocked: {type(exc).__name__}: {exc}"
+
+
+def attempt(results: dict[str, str], name: str, fn: object) -> None:
+    try:
+        detail = fn()  # type: ignore[operator]
+    except BaseException as exc:  # every failure is a result
+        results[name] = _blocked(exc)
+        return
+    results[name] = f"ESCAPED {detail if detail is not None else ''}".strip()
+
+
+def _append(path: str, data: bytes = b"# sandbox escape\n") -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def _write(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _git(*args: str) -> None:
+    res = subprocess.run(["git", *args], capture_output=True, text=True, timeout=30)
+    if res.returncode != 0:
+        raise PermissionError(f"git {args[0]} exited {res.returncode}: {res.stderr.strip()[-200:]}")
+
+
+def _read(path: str) -> str:
+    with open(path, "rb") as f:
+        return f"read {len(f.read())} bytes"
+
+
+def _read_some(path: str) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        return f"read {len(os.read(fd, 512))} bytes"
+    except BlockingIOError:
+        return "opened"
+    finally:
+        os.close(fd)
+
+
+def _connect(path: str) -> str:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(3)
+        s.connect(path)
+        s.sendall(b"escaped\n")
+        return "connected"
+    finally:
+        s.close()
+
+
+def _own_cgroup() -> str:
+    for line in pathlib.Path("/proc/self/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    raise LookupError("no cgroup v2 line")
+
+
+def _move_cgroup(cgroup_root: str) -> str:
+    own = _own_cgroup().strip("/")
+    parent = os.path.dirname(own)
+    for target in (parent, ""):
+        _write(os.path.join(cgroup_root, target, "cgroup.procs"), str(os.getpid()).encode())
+        if _own_cgroup().strip("/") != own:
+            return f"moved to /{target}"
+    raise PermissionError("still in its own cgroup")
+
+
+def _setns(path: str) -> str:
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, 0) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+    finally:
+        os.close(fd)
+    return "entered"
+
+
+def _run(argv: list[str]) -> str:
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    if res.returncode != 0:
+        raise PermissionError(f"{argv[0]} exited {res.returncode}: {res.stderr.strip()[-200:]}")
+    return "ran"
+
+
+def _mount(target: str) -> str:
+    libc = ctypes.CDLL(None, use_errno=True)
+    os.makedirs(target, exist_ok=True)
+    if libc.mount(b"none", target.encode(), b"tmpfs", 0, None) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return "mounted"
+
+
+def _rewrite_same(path: str) -> str:
+    """Write a file's current content back: harmless if it works, and proves it did."""
+    data = pathlib.Path(path).read_bytes()
+    _write(path, data)
+    return "wrote"
+
+
+def _replace_object(path: str) -> str:
+    tmp = path + ".evil"
+    _write(tmp, b"not the object\n")
+    os.replace(tmp, path)
+    return "replaced"
+
+
+def _via_link(target: str, make: object) -> str:
+    """Link a protected file into the writable worktree, then write through the link."""
+    link = os.path.join(os.getcwd(), f"link-attack-{make.__name__}")  # type: ignore[attr-defined]
+    try:
+        make(target, link)  # type: ignore[operator]
+        _append(link)
+    finally:
+        if os.path.lexists(link):
+            os.unlink(link)
+    return "wrote through a link"
+
+
+def _abstract(name: str) -> str:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(3)
+        s.connect("\0" + name)
+        return "connected"
+    finally:
+        s.close()
+
+
+def attacks(t: dict[str, object]) -> dict[str, str]:
+    r: dict[str, str] = {}
+    common = str(t["common_dir"])
+    home = str(t["home"])
+    a = attempt
+    a(r, "write_checkout", lambda: _append(os.path.join(str(t["checkout"]), "calc.py")))
+    a(r, "write_home_gitconfig", lambda: _append(os.path.join(home, ".gitconfig")))
+    a(r, "write_repo_config", lambda: _append(os.path.join(common, "config")))
+    a(r, "write_hook", lambda: _write(os.path.join(common, "hooks", "pre-push"), b"#!/bin/sh\n"))
+    a(r, "write_packed_refs", lambda: _append(os.path.join(common, "packed-refs")))
+    main_file = os.path.join(common, "refs", "heads", "main")
+    a(r, "write_main_ref", lambda: _write(main_file, (str(t["evil_commit"]) + "\n").encode()))
+    a(
+        r,
+        "git_update_ref_main",
+        lambda: _git("update-ref", "refs/heads/main", str(t["evil_commit"])),
+    )
+    notes = os.path.join(common, "refs", "notes", "sup")
+    a(r, "write_notes_ref", lambda: _write(notes, (str(t["evil_commit"]) + "\n").encode()))
+    a(r, "git_notes_forge", lambda: _git("notes", "--ref=sup", "add", "-f", "-m", "forged", "HEAD"))
+    a(r, "push_remote_main", lambda: _git("push", str(t["remote"]), "HEAD:refs/heads/main"))
+    if t.get("replace_object"):
+        a(r, "replace_object", lambda: _replace_object(str(t["object"])))
+    a(r, "overwrite_object", lambda: _append(str(t["object"])))
+    a(r, "hardlink_repo_config", lambda: _via_link(os.path.join(common, "config"), os.link))
+    a(r, "symlink_repo_config", lambda: _via_link(os.path.join(common, "config"), os.symlink))
+    a(r, "rewrite_dotgit_file", lambda: _write(".git", b"gitdir: /elsewhere\n"))
+    a(r, "remove_dotgit_file", lambda: os.unlink(".git"))
+    a(r, "read_ssh_key", lambda: _read(os.path.join(home, ".ssh", "id_ed25519")))
+    a(r, "read_integration_key", lambda: _read(str(t["integration_key"])))
+    a(r, "read_etc_shadow", lambda: _read("/etc/shadow"))
+    a(r, "read_kernel_log", lambda: _read_some("/dev/kmsg"))
+    if t.get("block_device"):
+        a(r, "read_block_device", lambda: _read_some(str(t["block_device"])))
+    a(r, "read_supervisor_environ", lambda: _read(f"/proc/{t['supervisor_pid']}/environ"))
+    a(r, "signal_supervisor", lambda: os.kill(int(str(t["supervisor_pid"])), 0))
+    a(r, "move_cgroup", lambda: _move_cgroup(str(t["cgroup_root"])))
+    a(r, "write_cgroupfs", lambda: _rewrite_same(os.path.join(
+        str(t["cgroup_root"]), _own_cgroup().strip("/"), "cgroup.max.depth")))  # fmt: skip
+    a(r, "write_proc_sys", lambda: _rewrite_same("/proc/sys/kernel/domainname"))
+    a(r, "setns_init_net", lambda: _setns("/proc/1/ns/net"))
+    a(r, "setns_init_mnt", lambda: _setns("/proc/1/ns/mnt"))
+    a(r, "nsenter_init", lambda: _run(["nsenter", "-t", "1", "-n", "-m", "true"]))
+    a(r, "unshare_user", lambda: _run(["unshare", "-U", "-r", "true"]))
+    a(r, "mount_tmpfs", lambda: _mount(os.path.join(os.environ["TMPDIR"], "mnt-attack")))
+    for i, sock in enumerate(t["sockets"]):  # type: ignore[attr-defined]
+        a(r, f"connect_host_socket_{i}", lambda sock=sock: _connect(str(sock)))
+    a(r, "connect_abstract_socket", lambda: _abstract(str(t["abstract"])))
+    record = os.path.join(common, "sup", "tasks", os.environ["GITSUP_TASK"], "task.json")
+    a(r, "write_supervisor_record", lambda: _append(record))
+    return r
+
+
+def report(label: str, results: dict[str, str]) -> None:
+    out = pathlib.Path(os.environ["TMPDIR"]) / f"attack-{label}.json"
+    tmp = out.with_suffix(".part")
+    tmp.write_text(json.dumps(results, indent=1, sort_keys=True))
+    os.replace(tmp, out)
+    print(json.dumps({label: results}, sort_keys=True), flush=True)
+
+
+def main() -> None:
+    label, targets_file = sys.argv[1], sys.argv[2]
+    t = json.loads(pathlib.Path(targets_file).read_text())
+    t["supervisor_pid"] = os.getppid()  # the supervisor spawns workers and checks
+    report(label, attacks(t))
+    if "--grandchild" in sys.argv:
+        done = pathlib.Path(os.environ["TMPDIR"]) / "attack-grandchild.json"
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                try:
+                    report("grandchild", attacks(t))
+                finally:
+                    os._exit(0)
+            os._exit(0)
+        os.wait()
+        end = time.monotonic() + 60
+        while not done.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+    if "--then-commit" in sys.argv:
+        p = pathlib.Path("calc.py")
+        p.write_text(p.read_text().replace("a - b", "a + b"))
+        subprocess.run(["git", "commit", "-q", "-am", "fix add"], check=True)
+        print("fixed and committed", flush=True)
+
+
+if __name__ == "__main__":
+    main()
