@@ -69,7 +69,8 @@ def _walk(cmd: Any, ctx: Any, path: list[str]) -> list[str]:
     from typer._click import Context  # the click typer vendors
 
     lines: list[str] = []
-    sub_names = cmd.list_commands(ctx) if hasattr(cmd, "list_commands") else []
+    # sorted: the page must not depend on the order command modules were imported in
+    sub_names = sorted(cmd.list_commands(ctx)) if hasattr(cmd, "list_commands") else []
     for name in sub_names:
         sub = cmd.get_command(ctx, name)
         if sub is None or getattr(sub, "hidden", False):

@@ -222,11 +222,21 @@ def worktree_root_problem(ctx: Context) -> str | None:
     """The configured (or default) worktree root must be a directory gitsup can create and
     write in. Proven by doing it (root may write where permission bits say no, and /proc
     or a read-only mount refuse what access() allows); what the probe created is removed."""
-    import tempfile
-
     from gitsup.tasks import worktree_root
 
     root = worktree_root(ctx)
+    # Another start may create or remove the same directories at the same moment: a race
+    # is retried, never reported as "not writable".
+    for _ in range(5):
+        problem = _probe_root(root)
+        if problem != "race":
+            return problem
+    return None
+
+
+def _probe_root(root: Path) -> str | None:
+    import tempfile
+
     missing: list[Path] = []
     probe = root
     while not probe.exists() and probe.parent != probe:
@@ -239,11 +249,18 @@ def worktree_root_problem(ctx: Context) -> str | None:
     created: list[Path] = []
     try:
         for d in reversed(missing):
-            d.mkdir()
+            try:
+                d.mkdir()
+            except FileExistsError:
+                if not d.is_dir():
+                    raise
+                continue
             created.append(d)
         fd, name = tempfile.mkstemp(prefix=".gitsup-probe-", dir=root)
         os.close(fd)
         os.unlink(name)
+    except (FileExistsError, FileNotFoundError):
+        return "race"
     except OSError as exc:
         return f"worktree root {root} (sup.worktreeRoot) is not writable: {exc.strerror or exc}"
     finally:

@@ -572,6 +572,11 @@ def doctor_cmd(
     from gitsup.recovery import network_isolation
 
     out(network_isolation())
+    # what the task sandbox enforces on this host is said once, like the network line
+    for f in findings:
+        if f.kind == "sandbox":
+            out(f"sandbox: {f.detail}")
+    findings = [f for f in findings if f.kind != "sandbox"]
     if not findings:
         out(
             "nothing to report: every task, lease and cgroup is accounted for; the boundary is intact"
