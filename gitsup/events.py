@@ -63,6 +63,8 @@ EVENT_TYPES = frozenset(
         "human_input",
         "human_takeover",
         "recovered",
+        "model_call",
+        "notification",
     }
 )
 

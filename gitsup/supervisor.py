@@ -146,6 +146,10 @@ class Supervisor:
             rotate_bytes=spec.events.rotate_bytes,
             keep_files=spec.events.keep_files,
         )
+        from gitsup import ledger, notify
+
+        self._notifier = notify.notifier_for(repo, layout, spec, self.task)
+        ledger.bind_call_sink(lambda call: self.emit("model_call", call))
         self.inbox: Inbox = queue.SimpleQueue()
         self.worker: WorkerAdapter | None = None
         self.decider: RulesDecider = RulesDecider()
@@ -175,6 +179,9 @@ class Supervisor:
         if self.on_event is not None:
             with contextlib.suppress(Exception):
                 self.on_event(ev)
+        if self._notifier is not None:
+            with contextlib.suppress(Exception):
+                self._notifier.on_event(ev)
         return ev
 
     def save(self) -> None:
@@ -744,6 +751,7 @@ class Supervisor:
                 "num_turns": tc.num_turns,
                 "session_id": tc.session_id,
                 "usage": dict(tc.usage),
+                "round": self.record.repair_rounds,
             },
         )
         if self.sm.state == State.RUNNING:
@@ -1168,8 +1176,18 @@ class Supervisor:
             decisions=self.record.decisions,
             created_at=self.record.created_at,
             finished_at=time.time(),
+            cost=_cost_breakdown(self.task, self.log),
         )
         self.repo.write_note(head, note.to_text())
+
+
+def _cost_breakdown(task: str, log: EventLog) -> dict[str, Any] | None:
+    from gitsup.ledger import task_cost
+
+    try:
+        return task_cost(task, (e.as_dict() for e in log.read())).breakdown()
+    except Exception:
+        return None
 
 
 NOT_CAPTURED_LIST_LIMIT = 200
