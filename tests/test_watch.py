@@ -127,7 +127,7 @@ def test_watch_in_tmux_shows_three_tasks_live(
         header = next(x for x in lines if "gitsup watch" in x)
         assert "3 task(s), 1 running, 1 need a human" in header, lines
         rows = [x for x in lines if x.startswith("20")]
-        assert [r.split()[0] for r in rows][0] == ids["parked"], rows  # needs a human: first
+        assert rows[0].split()[0] == ids["parked"], rows  # needs a human: first
         by_id = {r.split()[0]: r for r in rows}
         assert set(by_id) == set(ids.values()), rows
         assert "! parked" in by_id[ids["parked"]]
