@@ -49,7 +49,7 @@ def load(url: str, tmp: Path, *, screenshot: str | None = None) -> Loaded:
         "--enable-logging=stderr",
         "--v=0",
         f"--user-data-dir={profile}",
-        "--window-size=1280,2000",
+        "--window-size=1280,4000",  # tall: the timeline and the diff in one shot
     ]
     res = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=120)
     console = [m.group(1) for line in res.stderr.splitlines() if (m := _CONSOLE.search(line))]
