@@ -17,7 +17,6 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gitsup.layout import Layout
@@ -229,8 +228,9 @@ class Board:
             names = os.listdir(self.layout.tasks)
         except FileNotFoundError:
             names = []
+        base = str(self.layout.tasks)
         for name in names:
-            tdir = self.layout.tasks / name
+            tdir = os.path.join(base, name)
             tail = self._tails.get(name)
             if tail is None:
                 tail = self._tails[name] = _Tail(Tracker(name))
@@ -239,17 +239,18 @@ class Board:
             if not tail.spec_read:
                 tail.spec_read = True
                 try:
-                    spec = json.loads((tdir / "spec.json").read_bytes())
+                    with open(os.path.join(tdir, "spec.json"), "rb") as f:
+                        spec = json.loads(f.read())
                 except (OSError, ValueError):
                     spec = {}
                 tail.tracker.budget = Budget.from_spec(spec if isinstance(spec, dict) else None)
-            self._read_events(tdir / "events.jsonl", tail, keep_events)
+            self._read_events(os.path.join(tdir, "events.jsonl"), tail, keep_events)
             rows.append(status_of(tail.tracker, tail.record, now))
         return sort_rows(rows)
 
     @staticmethod
-    def _read_record(tdir: Path, tail: _Tail) -> bool:
-        path = tdir / "task.json"
+    def _read_record(tdir: str, tail: _Tail) -> bool:
+        path = os.path.join(tdir, "task.json")
         try:
             st = os.stat(path)
         except OSError:
@@ -257,14 +258,15 @@ class Board:
         key = (st.st_mtime_ns, st.st_size)
         if key != tail.record_key:
             try:
-                raw = json.loads(path.read_bytes())
+                with open(path, "rb") as f:
+                    raw = json.loads(f.read())
             except (OSError, ValueError):
                 return bool(tail.record)
             if isinstance(raw, dict):
                 tail.record, tail.record_key = raw, key
         return bool(tail.record)
 
-    def _read_events(self, path: Path, tail: _Tail, keep: bool) -> None:
+    def _read_events(self, path: str, tail: _Tail, keep: bool) -> None:
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:

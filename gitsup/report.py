@@ -45,7 +45,7 @@ tr.state_changed td.k{color:#0969da}tr.permission_decided td.k{color:#8250df}
 tr.acceptance_result td.k,tr.review_result td.k{color:#9a6700}
 tr.repair_requested td.k{color:#cf222e}
 .diff{font-family:monospace;font-size:12px;white-space:pre;background:#fff;border:1px solid #d0d7de;overflow-x:auto;padding:0}
-.diff span{display:block;padding:0 6px}
+.diff{padding:0 6px}.diff span{display:block;margin:0 -6px;padding:0 6px}
 .diff .a{background:#e6ffec}.diff .d{background:#ffebe9}.diff .h{background:#ddf4ff;color:#0550ae}
 .diff .f{background:#f6f8fa;font-weight:700;border-top:1px solid #d0d7de}
 """
@@ -198,25 +198,28 @@ def _findings(findings: Any) -> str:
 
 
 def render_diff(diff: str) -> tuple[str, list[tuple[str, str]]]:
-    """The diff as one block of classed lines, and (anchor, path) for each file."""
+    """The diff as one preformatted block with classed lines, and (anchor, escaped path)
+    for each file. The whole text is escaped once (escaping keeps each line's first
+    character, which is all the classification reads); unchanged lines carry no markup."""
     out: list[str] = []
     files: list[tuple[str, str]] = []
-    esc = html.escape
-    for line in diff.splitlines():
+    add = out.append
+    for line in html.escape(diff, quote=True).split("\n"):
         c = line[:1]
-        if line.startswith("diff --git "):
-            anchor = f"file-{len(files) + 1}"
-            path = line.split(" b/", 1)[-1] if " b/" in line else line[11:]
-            files.append((anchor, path))
-            out.append(f'<span class="f" id="{anchor}">{esc(line)}</span>')
+        if c == " " or not c:
+            add(line + "\n")
         elif c == "+" and not line.startswith("+++ "):
-            out.append(f'<span class="a">{esc(line)}</span>')
+            add(f'<span class="a">{line}</span>')
         elif c == "-" and not line.startswith("--- "):
-            out.append(f'<span class="d">{esc(line)}</span>')
-        elif line.startswith("@@"):
-            out.append(f'<span class="h">{esc(line)}</span>')
+            add(f'<span class="d">{line}</span>')
+        elif c == "@" and line.startswith("@@"):
+            add(f'<span class="h">{line}</span>')
+        elif c == "d" and line.startswith("diff --git "):
+            anchor = f"file-{len(files) + 1}"
+            files.append((anchor, line.split(" b/", 1)[-1] if " b/" in line else line[11:]))
+            add(f'<span class="f" id="{anchor}">{line}</span>')
         else:
-            out.append(f"<span>{esc(line) or ' '}</span>")
+            add(line + "\n")
     return "".join(out), files
 
 
@@ -326,7 +329,7 @@ def render(data: PageData, *, index_href: str | None = None) -> str:
         if files:
             w(
                 "<ul id='files'>"
-                + "".join(f"<li><a href='#{a}'>{e(f)}</a></li>" for a, f in files)
+                + "".join(f"<li><a href='#{a}'>{f}</a></li>" for a, f in files)
                 + "</ul>"
             )
         if data.diff_truncated:

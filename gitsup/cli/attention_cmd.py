@@ -20,32 +20,52 @@ if TYPE_CHECKING:
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-def render_frame(rows: list[TaskStatus], now: float, *, height: int | None = None) -> Any:
-    """The watch screen as a rich renderable (a header and one styled line per task)."""
-    from rich.console import Group
-    from rich.text import Text
+_SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
+
+def _sgr(style: str) -> str:
+    codes = ";".join(_SGR[w] for w in style.split() if w in _SGR)
+    return f"\033[{codes}m" if codes else ""
+
+
+def render_frame(
+    rows: list[TaskStatus],
+    now: float,
+    *,
+    width: int = 200,
+    height: int | None = None,
+    colour: bool = True,
+) -> str:
+    """The watch screen: a header and one line per task, each cut to `width` columns,
+    coloured with ANSI SGR codes when `colour` (the terminal's width and height)."""
     from gitsup.attention import HEADER, line_parts
 
     need = sum(1 for r in rows if r.attention)
     live = sum(1 for r in rows if r.state not in ("completed", "blocked", "failed", "stopped"))
     stamp = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%H:%M:%S")
-    lines: list[Text] = [
-        Text(
-            f"gitsup watch  {len(rows)} task(s), {live} running, {need} need a human  {stamp} UTC",
-            style="bold",
-        ),
-        Text(HEADER, style="dim"),
-    ]
+    head = f"gitsup watch  {len(rows)} task(s), {live} running, {need} need a human  {stamp} UTC"
+    lines = [_paint(head[:width], "bold", colour), _paint(HEADER[:width], "dim", colour)]
     shown = rows if height is None else rows[: max(1, height - 3)]
     for r in shown:
-        t = Text(no_wrap=True, overflow="ellipsis")
+        left = width
+        parts: list[str] = []
         for text, style in line_parts(r, now):
-            t.append(text + " ", style=style or None)
-        lines.append(t)
+            cell = text + " "
+            if len(cell) > left:
+                cell = cell[: max(0, left - 1)] + "…"
+            left -= len(cell)
+            parts.append(_paint(cell, style, colour))
+            if left <= 0:
+                break
+        lines.append("".join(parts).rstrip())
     if len(shown) < len(rows):
-        lines.append(Text(f"… {len(rows) - len(shown)} more task(s)", style="dim"))
-    return Group(*lines)
+        lines.append(_paint(f"… {len(rows) - len(shown)} more task(s)", "dim", colour))
+    return "\n".join(lines)
+
+
+def _paint(text: str, style: str, colour: bool) -> str:
+    code = _sgr(style) if colour and style else ""
+    return f"{code}{text}\033[0m" if code else text
 
 
 @app.command("watch")
@@ -85,22 +105,23 @@ def watch_cmd(
         return any(r.state not in ("completed", "blocked", "failed", "stopped") for r in rows)
 
     if tty:
-        from rich.console import Console
-        from rich.live import Live
+        import shutil
 
-        console = Console()
-        rows = snapshot(True)
-        with Live(
-            render_frame(rows, time.time(), height=console.height),
-            console=console,
-            auto_refresh=False,
-            screen=False,
-            transient=False,
-        ) as live:
-            while not (until_done and not running(rows)):
-                time.sleep(interval)
+        # Redraw in place: cursor home, each line cleared to its end, the rest cleared.
+        sys.stdout.write("\033[?25l\033[H\033[2J")
+        try:
+            while True:
+                size = shutil.get_terminal_size()
                 rows = snapshot(False)
-                live.update(render_frame(rows, time.time(), height=console.height), refresh=True)
+                frame = render_frame(rows, time.time(), width=size.columns, height=size.lines)
+                sys.stdout.write("\033[H" + frame.replace("\n", "\033[K\n") + "\033[K\033[J")
+                sys.stdout.flush()
+                if until_done and not running(rows):
+                    break
+                time.sleep(interval)
+        finally:
+            sys.stdout.write("\033[?25h\n")
+            sys.stdout.flush()
         return
     last: dict[str, Any] = {}
     first = True
