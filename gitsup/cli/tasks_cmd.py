@@ -432,12 +432,13 @@ def ls_cmd(
 
     ctx = Context.discover()
     needs = attention_of(ctx.layout)
-    rows = sorted(list_tasks(ctx), key=lambda r: r.id not in needs)
+    rows = list_tasks(ctx)
     if attention:
         rows = [r for r in rows if r.id in needs]
-    if json_out:
+    if json_out:  # creation order, as always; `attention` says who needs a human
         emit_json([{**r.as_dict(), "attention": needs.get(r.id, [])} for r in rows])
         return
+    rows.sort(key=lambda r: r.id not in needs)  # stable: creation order within each group
     if not rows:
         out("no task needs a human" if attention else "no tasks")
         return
@@ -445,9 +446,8 @@ def ls_cmd(
     for r in rows:
         behind = "-" if r.behind is None else f"{r.behind} {r.source_branch}"
         status = f"{r.status}*" if r.discarded else r.status
-        out(f"{r.id:16} {r.state:10} {status:10} {_age(r.age):>7} {behind:>12}  {r.goal}")
-        if r.id in needs:
-            out(f"{'':16} ! needs a human: {'; '.join(needs[r.id])}")
+        need = f"  [! needs a human: {'; '.join(needs[r.id])}]" if r.id in needs else ""
+        out(f"{r.id:16} {r.state:10} {status:10} {_age(r.age):>7} {behind:>12}  {r.goal}{need}")
     if any(r.discarded for r in rows):
         out("* discarded: worktree removed, refs kept")
 
