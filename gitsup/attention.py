@@ -215,8 +215,11 @@ class _Tail:
 class Board:
     """Every task of a repository, kept current by reading only what was appended."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, *, tail_bytes: int | None = None) -> None:
+        """`tail_bytes`: on the first read of a log, fold only its last bytes (enough for
+        who-needs-a-human, which the record and the latest events decide; `ls` uses it)."""
         self.layout = layout
+        self.tail_bytes = tail_bytes
         self._tails: dict[str, _Tail] = {}
         self.new_events: list[dict[str, Any]] = []
 
@@ -235,6 +238,15 @@ class Board:
             if tail is None:
                 tail = self._tails[name] = _Tail(Tracker(name))
             if not self._read_record(tdir, tail):
+                continue
+            rec = tail.record
+            if (
+                self.tail_bytes is not None
+                and rec.get("state") in TERMINAL_STATES
+                and rec.get("status") != "parked"
+            ):
+                # Ended and not parked: nobody is needed, whatever the events say.
+                rows.append(status_of(tail.tracker, rec, now))
                 continue
             if not tail.spec_read:
                 tail.spec_read = True
@@ -278,13 +290,20 @@ class Board:
                     # Rotated: the earlier events were already folded; go on in the new file.
                     tail.offset = 0
                 tail.inode = st.st_ino
-            if st.st_size == tail.offset:
+            start = tail.offset
+            skip_partial = False
+            if start == 0 and self.tail_bytes is not None and st.st_size > self.tail_bytes:
+                start, skip_partial = st.st_size - self.tail_bytes, True
+            if st.st_size == start:
                 return
-            data = os.pread(fd, st.st_size - tail.offset, tail.offset)
+            data = os.pread(fd, st.st_size - start, start)
         finally:
             os.close(fd)
         end = data.rfind(b"\n") + 1
-        tail.offset += end
+        tail.offset = start + end
+        if skip_partial:
+            data = data[data.find(b"\n") + 1 : end]
+            end = len(data)
         for line in data[:end].splitlines():
             try:
                 ev = json.loads(line)
@@ -378,7 +397,8 @@ def sort_rows(rows: Iterable[TaskStatus]) -> list[TaskStatus]:
 
 def attention_of(layout: Layout) -> dict[str, list[str]]:
     """Task id -> reasons, for every task that needs a human now."""
-    return {r.id: r.attention for r in Board(layout).refresh() if r.attention}
+    board = Board(layout, tail_bytes=32 * 1024)
+    return {r.id: r.attention for r in board.refresh() if r.attention}
 
 
 # --- text ---------------------------------------------------------------------------------

@@ -149,7 +149,9 @@ class Supervisor:
         from gitsup import ledger, notify
 
         self._notifier = notify.notifier_for(repo, layout, spec, self.task)
-        ledger.bind_call_sink(lambda call: self.emit("model_call", call))
+        ledger.bind_call_sink(
+            lambda call: None if self.sm.terminal else self.emit("model_call", call)
+        )
         self.inbox: Inbox = queue.SimpleQueue()
         self.worker: WorkerAdapter | None = None
         self.decider: RulesDecider = RulesDecider()
