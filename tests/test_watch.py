@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -201,3 +202,65 @@ def test_watch_once_plain_lines(repo: Path, tmp: Path) -> None:
     (line,) = res.stdout.splitlines()
     assert "completed" in line and "ready" in line and "\x1b[" not in line
     assert time.monotonic() - t0 < 10
+
+
+def test_foreground_start_keeps_a_status_line_on_a_terminal(repo: Path, tmp: Path) -> None:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    gate = tmp / "gate"
+    worker = write_worker(tmp, GATED_FIX.format(gate=str(gate)), "gated.py")
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
+    sock = f"gitsup-start-{uuid.uuid4().hex[:8]}"
+    cmd = shlex.join(
+        [
+            GIT_SUP,
+            "start",
+            "fix add",
+            "--worker",
+            worker,
+            "--check",
+            PYTEST_CHECK,
+            "--review",
+            "none",
+        ]
+    )
+    subprocess.run(
+        [
+            "tmux",
+            "-L",
+            sock,
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "watch",
+            "-x",
+            "200",
+            "-y",
+            "40",
+            "-c",
+            str(repo),
+            f"{cmd}; sleep 30",
+        ],
+        check=True,
+        env=env,
+    )
+    try:
+        lines = wait_for(
+            lambda: (p := _pane(sock)) and any(x.startswith("[running]") for x in p) and p,
+            30,
+            what="the status line",
+        )
+        status = next(x for x in lines if x.startswith("[running]"))
+        assert "waiting for the worker" in status and "/4h00m" in status and "turns 0/100" in status
+        gate.touch()
+        lines = wait_for(
+            lambda: (p := _pane(sock)) and any(": ready (completed)" in x for x in p) and p,
+            30,
+            what="the task to end",
+        )
+        # the status line was replaced by each new progress line, never left in between
+        assert sum("waiting for the worker" in x for x in lines) <= 1, lines
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
