@@ -38,6 +38,7 @@ PAYLOAD_SCHEMA = "gitsup.notify/1"
 class NotifyConfig:
     webhook: str | None = None
     command: tuple[str, ...] = ()
+    apprise: tuple[str, ...] = ()  # service URLs for the optional apprise library
     events: tuple[str, ...] = NOTIFY_EVENTS
     secret_env: str | None = None
     timeout: float = 5.0
@@ -46,7 +47,7 @@ class NotifyConfig:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.webhook or self.command)
+        return bool(self.webhook or self.command or self.apprise)
 
 
 def load_config(spec_notify: Mapping[str, Any] | None, git_config: Any) -> NotifyConfig:
@@ -83,9 +84,11 @@ def load_config(spec_notify: Mapping[str, Any] | None, git_config: Any) -> Notif
         from gitsup.errors import GitsupError
 
         raise GitsupError(f"notify: webhook {webhook!r} is not an http(s) URL")
+    apprise_urls = s.get("apprise") or git_config("sup.notify.apprise") or []
     return NotifyConfig(
         webhook=str(webhook) if webhook else None,
         command=tuple(str(a) for a in command),
+        apprise=tuple(str(u) for u in apprise_urls),
         events=tuple(events) or NOTIFY_EVENTS,
         secret_env=s.get("secret_env") or one("secretEnv") or one("secret_env"),
         timeout=float(timeout) if timeout else 5.0,
@@ -186,10 +189,18 @@ class Notifier:
     def _deliver(self, event: str, payload: dict[str, Any]) -> None:
         body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
         results: list[dict[str, Any]] = []
+        channels: list[tuple[str, Any]] = []
         if self.config.command:
-            results.append(self._run_command(body))
+            channels.append(("command", lambda: self._run_command(body)))
         if self.config.webhook:
-            results.append(self._post(body))
+            channels.append(("webhook", lambda: self._post(body)))
+        if self.config.apprise:
+            channels.append(("apprise", lambda: self._apprise(event, payload)))
+        for name, send in channels:
+            try:
+                results.append(send())
+            except Exception as exc:  # recorded, never raised into anything else
+                results.append({"channel": name, "ok": False, "error": f"{type(exc).__name__}"})
         from gitsup.events import EventLog
         from gitsup.ids import TaskId
 
@@ -248,6 +259,39 @@ class Notifier:
             if attempt < cfg.retries:
                 time.sleep(cfg.backoff * (2**attempt))
         return _webhook_result(cfg.webhook, False, attempts, error, code)
+
+    def _apprise(self, event: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Push services (mail, chat, phones…) through apprise, when it is installed."""
+        try:
+            import apprise
+        except ImportError:
+            return {
+                "channel": "apprise",
+                "ok": False,
+                "error": "apprise is not installed (pip install 'gitsup[notify]')",
+            }
+        from gitsup.redact import redact_text
+
+        # Sequential, not apprise's thread pool: delivery may run while the interpreter
+        # shuts down, when no new pool work is accepted.
+        asset = apprise.AppriseAsset(service_timeout=self.config.timeout)
+        asset.async_mode = False
+        a = apprise.Apprise(asset=asset)
+        added = sum(1 for url in self.config.apprise if a.add(url))
+        if not added:
+            return {"channel": "apprise", "ok": False, "error": "no usable apprise URL"}
+        lines = [
+            f"{payload.get('goal') or ''}",
+            f"state {payload.get('state')}, status {payload.get('status')}",
+            *(f"reason: {r}" for r in payload.get("reasons") or []),
+        ]
+        if payload.get("reason"):
+            lines.insert(1, f"needs a human: {payload['reason']}")
+        try:
+            ok = bool(a.notify(title=f"gitsup: task {self.task} {event}", body="\n".join(lines)))
+        except Exception as exc:  # a library failure is a failed delivery, nothing more
+            return {"channel": "apprise", "ok": False, "error": redact_text(str(exc))[:300]}
+        return {"channel": "apprise", "ok": ok, "services": added}
 
     def join(self, timeout: float | None = None) -> None:
         for t in self.threads:

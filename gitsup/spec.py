@@ -247,6 +247,7 @@ class Notify(_Strict):
 
     webhook: str | None = None
     command: Argv | None = None
+    apprise: list[str] | None = None
     events: list[Literal["ready", "parked", "failed", "stopped", "needs-human"]] | None = None
     secret_env: str | None = None
     timeout: Duration | None = None

@@ -1114,6 +1114,8 @@ class Supervisor:
         self.log.close()
         with contextlib.suppress(Exception):
             LeaseStore(self.layout.leases).release(self.lease)
+        if self._notifier is not None:  # the task has ended: let bounded deliveries finish
+            self._notifier.join(120.0)
 
     def _save_wip(self, head: Oid | None) -> None:
         wt = self._worktree_repo()

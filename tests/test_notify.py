@@ -231,3 +231,20 @@ def test_config_merges_spec_over_git_config() -> None:
 
     with pytest.raises(GitsupError, match="unknown event"):
         load_config({"events": ["done"]}, lambda k: [])
+
+
+def test_apprise_services_get_the_event(repo: Path, tmp: Path, receiver: Receiver) -> None:
+    pytest.importorskip("apprise")
+    host = receiver.url.removeprefix("http://")
+    git(repo, "config", "sup.notify.apprise", f"json://{host}")
+    worker = write_worker(tmp, FIX_AND_COMMIT)
+    res = run_sup(
+        repo, "start", "fix add", "--worker", worker, "--check", PYTEST_CHECK, "--review", "none"
+    )
+    assert res.returncode == 0, res.stderr
+    (task,) = task_ids(repo)
+    got = _wait_notifications(repo, task, 1)
+    assert got and got[0]["channel"] == "apprise" and got[0]["ok"] is True, got
+    (post,) = receiver.posts
+    assert post["body"]["title"] == f"gitsup: task {task} ready"
+    assert "status ready" in post["body"]["message"]
