@@ -70,6 +70,7 @@ class Tracker:
     goal: str = ""
     last_reason: str = ""
     seq: int = 0
+    pending: dict[str, str] = field(default_factory=dict)  # request id -> tool, being decided
 
     @property
     def cost(self) -> float:
@@ -102,6 +103,10 @@ class Tracker:
                 self.reviewing = False
             if d.get("reason"):
                 self.last_reason = str(d["reason"])
+        elif t == "permission_pending":
+            self.pending[str(d.get("request_id"))] = str(d.get("tool") or "a tool")
+        elif t == "permission_decided":
+            self.pending.pop(str(d.get("request_id")), None)
         elif t == "acceptance_result":
             self.checks_done += 1
             if not d.get("passed"):
@@ -131,6 +136,7 @@ class Tracker:
         elif t == "decision":
             self.decider_failed = False
         elif t == "task_finished":
+            self.pending.clear()
             self.state = str(d.get("state") or self.state)
             self.status = str(d.get("status") or self.status)
             self.finished_at = self.last_ts
@@ -149,6 +155,10 @@ class Tracker:
             return "start"
         if s == "starting":
             return "the worker to start"
+        if s == "running" and self.pending:
+            return (
+                "a permission being decided (" + ", ".join(sorted(set(self.pending.values()))) + ")"
+            )
         if s == "running":
             return (
                 f"the worker (repair round {self.repair_round})"

@@ -65,6 +65,7 @@ EVENT_TYPES = frozenset(
         "recovered",
         "model_call",
         "notification",
+        "permission_pending",
     }
 )
 

@@ -692,6 +692,7 @@ class Supervisor:
             answer = PermissionAnswer(False, unattended_denial(decision))
         else:
             is_question = req.tool_name == "AskUserQuestion"
+            self.emit("permission_pending", {"request_id": req.request_id, "tool": req.tool_name})
             text = self._with_retries(
                 "question" if is_question else "ask",
                 (lambda: self.decider.answer_question(req.tool_input))

@@ -21,6 +21,10 @@ def test_reasons_and_waiting_for() -> None:
     tr.feed(ev(1, "task_started", goal="g", checks=["a", "b"]))
     tr.feed(ev(2, "state_changed", to="running"))
     assert tr.attention() == [] and tr.waiting_for() == "the worker"
+    tr.feed(ev(21, "permission_pending", request_id="r1", tool="Bash"))
+    assert tr.waiting_for() == "a permission being decided (Bash)"
+    tr.feed(ev(22, "permission_decided", request_id="r1", tool="Bash", answer="deny"))
+    assert tr.waiting_for() == "the worker"
     tr.feed(ev(3, "turn_completed", cost_usd=0.5, num_turns=7))
     assert tr.attention() == []  # 7/10 turns, $0.50/$1: not yet
     tr.feed(ev(4, "turn_completed", cost_usd=0.35, num_turns=1))
