@@ -346,7 +346,6 @@ def _kinds(reasons: list[str]) -> list[str]:
 def notifier_for(repo: Any, layout: Any, spec: Any, task: str) -> Notifier | None:
     """The task's notifier, or None when nothing is configured. A configuration that
     cannot be used is recorded as a failed `notification` event; the task runs on."""
-    from gitsup.errors import GitsupError
     from gitsup.ids import TaskId
 
     tid = TaskId(task)
@@ -354,7 +353,7 @@ def notifier_for(repo: Any, layout: Any, spec: Any, task: str) -> Notifier | Non
         return Notifier.for_task(
             spec, repo.config_get_all, layout.task_dir(tid), layout.events(tid), task
         )
-    except (GitsupError, ValueError, TypeError) as exc:
+    except Exception as exc:  # never a reason for the task to fail
         from gitsup.events import EventLog
 
         with contextlib.suppress(Exception), EventLog(layout.events(tid), tid) as log:
