@@ -203,6 +203,12 @@ def test_cost_from_git_with_a_command_reviewer(repo: Path, tmp: Path) -> None:
     assert task in res.stdout and "$0.1250" in res.stdout
     res = run_sup(repo, "cost", "--since", "yesterday-ish")
     assert res.returncode == 2 and "--since" in res.stderr
+    # integrated: the cost per integrated change follows
+    res = run_sup(repo, "integrate", task, "--into", "main")
+    assert res.returncode == 0, res.stderr
+    c = json.loads(run_sup(repo, "cost", "--json").stdout)
+    assert c["by_outcome"] == {"integrated": {"tasks": 1, "total_usd": 0.125}}
+    assert c["cost_per_integrated_change_usd"] == 0.125
     # The sealed log in Git alone is enough: remove the local state, the sum stays.
     import shutil
 
@@ -210,7 +216,8 @@ def test_cost_from_git_with_a_command_reviewer(repo: Path, tmp: Path) -> None:
 
     shutil.rmtree(common_dir(repo) / "sup" / "tasks" / task)
     res = run_sup(repo, "cost", "--json")
-    assert json.loads(res.stdout)["total_usd"] == 0.125
+    c = json.loads(res.stdout)
+    assert c["total_usd"] == 0.125 and c["cost_per_integrated_change_usd"] == 0.125
 
 
 @pytest.mark.parametrize("bad", ["nope", "../x"])
