@@ -391,6 +391,11 @@ def serve(ctx: Context, *, port: int = 0, ready: Any = None) -> None:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
+            port = self.server.server_port  # type: ignore[attr-defined]
+            if self.headers.get("Host") not in (f"127.0.0.1:{port}", f"localhost:{port}"):
+                # Another name for this address (DNS rebinding): a foreign page must not read.
+                self.send_error(421, "Misdirected Request")
+                return
             try:
                 if path in ("/", "/index.html"):
                     body, code = render_index(ctx), 200

@@ -156,6 +156,11 @@ def test_serve_index_and_every_link(repo: Path, tmp: Path) -> None:
                 else:
                     assert _get(url.rstrip("/") + href)[0] == 200
         assert _get(url + "task/20990101-000000")[0] == 404
+        # a request for another host name (DNS rebinding) is refused
+        req = urllib.request.Request(url, headers={"Host": "attacker.example:80"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=10)
+        assert err.value.code == 421
         assert _get(url + "task/..%2F..%2Fetc")[0] == 404
         loaded = load(url, tmp, screenshot="index.png")
         assert loaded.console == [] and "script" not in DomIndex(loaded.dom).tags
