@@ -118,6 +118,9 @@ def _call(
                     ),
                 )
             elif isinstance(item, TurnCompleted):
+                from gitsup.ledger import report_call, role_of
+
+                report_call(role_of(label), item.cost_usd, item.usage)
                 if item.is_error:
                     raise ClaudeCallError(
                         f"turn ended with {item.subtype}: {(item.result or '')[:300]}"

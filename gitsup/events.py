@@ -66,6 +66,9 @@ EVENT_TYPES = frozenset(
         "human_input",
         "human_takeover",
         "recovered",
+        "model_call",
+        "notification",
+        "permission_pending",
     }
 )
 

@@ -106,6 +106,8 @@ class CandidateNote(BaseModel):
     finished_at: float | None
     integrated_into: str | None = None
     integrated_at: float | None = None
+    # The cost ledger of the task (gitsup/ledger.py): per turn, repair round and model call.
+    cost: dict[str, Any] | None = None
 
     model_config = ConfigDict(populate_by_name=True, extra="allow")
 

@@ -222,6 +222,9 @@ def command_attempt(ctx: ReviewContext) -> Verdict:
         raise ReviewError(f"reviewer timed out after {ctx.spec.review.timeout:g}s")
     if res.returncode != 0:
         raise ReviewError(f"reviewer exited {res.returncode}: {res.output[-500:]}")
+    from gitsup.ledger import report_from_output
+
+    report_from_output("reviewer", res.output)
     return parse_verdict(res.output)
 
 

@@ -262,6 +262,18 @@ class Events(_Strict):
     keep_files: int = Field(default=5, ge=1)
 
 
+class Notify(_Strict):
+    """Outbound notifications (gitsup/notify.py); unset keys fall back to `sup.notify.*`."""
+
+    webhook: str | None = None
+    command: Argv | None = None
+    apprise: list[str] | None = None
+    events: list[Literal["ready", "parked", "failed", "stopped", "needs-human"]] | None = None
+    secret_env: str | None = None
+    timeout: Duration | None = None
+    retries: int | None = Field(default=None, ge=0, le=10)
+
+
 class TaskSpec(_Strict):
     version: int = SPEC_VERSION
     goal: str = Field(min_length=1)
@@ -278,6 +290,7 @@ class TaskSpec(_Strict):
     isolation: Isolation = Field(default_factory=Isolation)
     events: Events = Field(default_factory=Events)
     sandbox: Sandbox = Field(default_factory=Sandbox)
+    notify: Notify = Field(default_factory=Notify)
     # With no checks given, `git diff --check <baseline> HEAD` runs (whitespace errors,
     # conflict markers); false turns it off.
     default_check: bool = True

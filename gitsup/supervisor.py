@@ -158,6 +158,12 @@ class Supervisor:
             rotate_bytes=spec.events.rotate_bytes,
             keep_files=spec.events.keep_files,
         )
+        from gitsup import ledger, notify
+
+        self._notifier = notify.notifier_for(repo, layout, spec, self.task)
+        ledger.bind_call_sink(
+            lambda call: None if self.sm.terminal else self.emit("model_call", call)
+        )
         self.inbox: Inbox = queue.SimpleQueue()
         self.worker: WorkerAdapter | None = None
         self.decider: RulesDecider = RulesDecider()
@@ -197,6 +203,9 @@ class Supervisor:
             if self.on_event is not None:
                 with contextlib.suppress(Exception):
                     self.on_event(ev)
+            if self._notifier is not None:
+                with contextlib.suppress(Exception):
+                    self._notifier.on_event(ev)
         return ev
 
     def save(self) -> None:
@@ -843,6 +852,7 @@ class Supervisor:
             answer = PermissionAnswer(False, unattended_denial(decision))
         else:
             is_question = req.tool_name == "AskUserQuestion"
+            self.emit("permission_pending", {"request_id": req.request_id, "tool": req.tool_name})
             text = self._with_retries(
                 "question" if is_question else "ask",
                 (lambda: self.decider.answer_question(req.tool_input))
@@ -904,6 +914,7 @@ class Supervisor:
                 "num_turns": tc.num_turns,
                 "session_id": tc.session_id,
                 "usage": dict(tc.usage),
+                "round": self.record.repair_rounds,
             },
         )
         if self.sm.state == State.RUNNING:
@@ -1401,6 +1412,8 @@ class Supervisor:
         self.log.close()
         with contextlib.suppress(Exception):
             LeaseStore(self.layout.leases).release(self.lease)
+        if self._notifier is not None:  # the task has ended: let bounded deliveries finish
+            self._notifier.join(120.0)
 
     def _save_wip(self, head: Oid | None) -> None:
         wt = self._worktree_repo()
@@ -1468,8 +1481,18 @@ class Supervisor:
             decisions=self.record.decisions,
             created_at=self.record.created_at,
             finished_at=time.time(),
+            cost=_cost_breakdown(self.task, self.log),
         )
         self.repo.write_note(head, note.to_text())
+
+
+def _cost_breakdown(task: str, log: EventLog) -> dict[str, Any] | None:
+    from gitsup.ledger import task_cost
+
+    try:
+        return task_cost(task, (e.as_dict() for e in log.read())).breakdown()
+    except Exception:
+        return None
 
 
 NOT_CAPTURED_LIST_LIMIT = 200

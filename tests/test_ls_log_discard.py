@@ -20,6 +20,7 @@ LS_KEYS = {
     "goal",
     "candidate",
     "discarded",
+    "attention",
 }
 
 

@@ -12,7 +12,7 @@ app = typer.Typer(
     name="git-sup",
     help="Run coding agents unattended, one task per Git worktree.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -39,7 +39,15 @@ def _main(
     """
 
 
-COMMAND_MODULES = ("tasks_cmd", "policy_cmd", "demo_cmd", "boundary_cmd", "tmux_cmd", "pool_cmd")
+COMMAND_MODULES = (
+    "tasks_cmd",
+    "policy_cmd",
+    "demo_cmd",
+    "boundary_cmd",
+    "tmux_cmd",
+    "pool_cmd",
+    "attention_cmd",
+)
 
 
 def _register() -> None:

@@ -136,21 +136,39 @@ class ProgressRenderer:
     """One line per event on stderr: elapsed time, how long each phase took, colour on a
     terminal (NO_COLOR honoured), folded worker output that says how much was folded."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: Any = None) -> None:
         import time
+
+        from gitsup.attention import Budget, Tracker
 
         self._clock = time.monotonic
         self._t0 = self._clock()
         self._phase_t0 = self._t0
         self._stopped_shown = False
         self._colour = use_colour()
+        # On a terminal, the task's status line (as `git sup watch` shows it) stays below.
+        self._tracker = Tracker("", budget=budget or Budget())
+        self._status_line = self._colour
+
+    def __call__(self, ev: Event) -> None:
+        import time
+
+        from gitsup.attention import tracker_line
+
+        self._tracker.feed(ev.as_dict())
+        if self._status_line:
+            sys.stderr.write("\r\033[K")
+        self._render(ev)
+        if self._status_line and ev.type != "task_finished":
+            sys.stderr.write(paint(tracker_line(self._tracker, time.time())[:200], "dim", True))
+            sys.stderr.flush()
 
     def _line(self, text: str, colour: str | None = None) -> None:
         el = self._clock() - self._t0
         stamp = paint(f"[{format_duration(el) if el >= 60 else f'{el:.1f}s'}]", "dim", self._colour)
         progress(f"{stamp} {paint(text, colour, self._colour) if colour else text}")
 
-    def __call__(self, ev: Event) -> None:
+    def _render(self, ev: Event) -> None:
         d = ev.data
         t = ev.type
         if t in _QUIET_TYPES:
@@ -322,9 +340,10 @@ def start_cmd(
                 f"task {rec.id}: worktree {rec.worktree} on {rec.branch} at {rec.baseline[:12]}"
             )
 
-    record = run_task(
-        ctx, spec, on_event=None if quiet else ProgressRenderer(), on_prepared=prepared
-    )
+    from gitsup.attention import Budget
+
+    renderer = ProgressRenderer(Budget.from_spec(spec.model_dump(mode="json")))
+    record = run_task(ctx, spec, on_event=None if quiet else renderer, on_prepared=prepared)
     if json_out:
         emit_json(show_dict(ctx, record))
     else:
@@ -401,21 +420,34 @@ def _age(seconds: float) -> str:
 
 
 @app.command("ls")
-def ls_cmd(json_out: JsonOpt = False) -> None:
-    """List tasks with state, status, age, branch and how far their baseline is behind."""
+def ls_cmd(
+    json_out: JsonOpt = False,
+    attention: Annotated[
+        bool, typer.Option("--attention", help="Only the tasks that need a human.")
+    ] = False,
+) -> None:
+    """List tasks with state, status, age, branch and how far their baseline is behind;
+    tasks that need a human first (marked !)."""
+    from gitsup.attention import attention_of
+
     ctx = Context.discover()
+    needs = attention_of(ctx.layout)
     rows = list_tasks(ctx)
-    if json_out:
-        emit_json([r.as_dict() for r in rows])
+    if attention:
+        rows = [r for r in rows if r.id in needs]
+    if json_out:  # creation order, as always; `attention` says who needs a human
+        emit_json([{**r.as_dict(), "attention": needs.get(r.id, [])} for r in rows])
         return
+    rows.sort(key=lambda r: r.id not in needs)  # stable: creation order within each group
     if not rows:
-        out("no tasks")
+        out("no task needs a human" if attention else "no tasks")
         return
     out(f"{'ID':16} {'STATE':10} {'STATUS':10} {'AGE':>7} {'BEHIND':>12}  GOAL")
     for r in rows:
         behind = "-" if r.behind is None else f"{r.behind} {r.source_branch}"
         status = f"{r.status}*" if r.discarded else r.status
-        out(f"{r.id:16} {r.state:10} {status:10} {_age(r.age):>7} {behind:>12}  {r.goal}")
+        need = f"  [! needs a human: {'; '.join(needs[r.id])}]" if r.id in needs else ""
+        out(f"{r.id:16} {r.state:10} {status:10} {_age(r.age):>7} {behind:>12}  {r.goal}{need}")
     if any(r.discarded for r in rows):
         out("* discarded: worktree removed, refs kept")
 

@@ -1,0 +1,248 @@
+"""Attention and accounting: watch, cost, report, serve."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from gitsup.cli.main import app
+from gitsup.cli.output import emit_json, emit_jsonl, out, use_colour
+from gitsup.errors import GitsupError
+
+if TYPE_CHECKING:
+    from gitsup.attention import TaskStatus
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+_SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
+
+
+def _sgr(style: str) -> str:
+    codes = ";".join(_SGR[w] for w in style.split() if w in _SGR)
+    return f"\033[{codes}m" if codes else ""
+
+
+def render_frame(
+    rows: list[TaskStatus],
+    now: float,
+    *,
+    width: int = 200,
+    height: int | None = None,
+    colour: bool = True,
+) -> str:
+    """The watch screen: a header and one line per task, each cut to `width` columns,
+    coloured with ANSI SGR codes when `colour` (the terminal's width and height)."""
+    from gitsup.attention import HEADER, line_parts
+
+    need = sum(1 for r in rows if r.attention)
+    live = sum(1 for r in rows if r.state not in ("completed", "blocked", "failed", "stopped"))
+    stamp = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%H:%M:%S")
+    head = f"gitsup watch  {len(rows)} task(s), {live} running, {need} need a human  {stamp} UTC"
+    lines = [_paint(head[:width], "bold", colour), _paint(HEADER[:width], "dim", colour)]
+    shown = rows if height is None else rows[: max(1, height - 3)]
+    for r in shown:
+        left = width
+        parts: list[str] = []
+        for text, style in line_parts(r, now):
+            cell = text + " "
+            if len(cell) > left:
+                cell = cell[: max(0, left - 1)] + "…"
+            left -= len(cell)
+            parts.append(_paint(cell, style, colour))
+            if left <= 0:
+                break
+        lines.append("".join(parts).rstrip())
+    if len(shown) < len(rows):
+        lines.append(_paint(f"… {len(rows) - len(shown)} more task(s)", "dim", colour))
+    return "\n".join(lines)
+
+
+def _paint(text: str, style: str, colour: bool) -> str:
+    code = _sgr(style) if colour and style else ""
+    return f"{code}{text}\033[0m" if code else text
+
+
+@app.command("watch")
+def watch_cmd(
+    json_out: Annotated[
+        bool, typer.Option("--json", help="A stream of JSON lines: statuses and new events.")
+    ] = False,
+    once: Annotated[bool, typer.Option("--once", help="Show the tasks once and exit.")] = False,
+    until_done: Annotated[
+        bool, typer.Option("--until-done", help="Exit when no task is running.")
+    ] = False,
+    attention: Annotated[
+        bool, typer.Option("--attention", help="Only the tasks that need a human.")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", help="Seconds between updates.", min=0.05)
+    ] = 1.0,
+) -> None:
+    """Every task of the repository, live: state, elapsed/deadline, turns, cost, last
+    activity, what it waits for; tasks that need a human first.
+
+    Updates in place on a terminal, prints a line per change otherwise, `--json` streams
+    `{"kind": "status", ...}` and `{"kind": "event", ...}` lines.
+    """
+    from gitsup.attention import Board, plain_line
+    from gitsup.tasks import Context
+
+    ctx = Context.discover()
+    board = Board(ctx.layout)
+    tty = not json_out and not once and use_colour(sys.stdout)
+
+    def snapshot(first: bool) -> list[TaskStatus]:
+        rows = board.refresh(keep_events=json_out and not first)
+        return [r for r in rows if r.attention] if attention else rows
+
+    def running(rows: list[TaskStatus]) -> bool:
+        return any(r.state not in ("completed", "blocked", "failed", "stopped") for r in rows)
+
+    if tty:
+        import shutil
+
+        # Redraw in place: cursor home, each line cleared to its end, the rest cleared.
+        sys.stdout.write("\033[?25l\033[H\033[2J")
+        try:
+            while True:
+                size = shutil.get_terminal_size()
+                rows = snapshot(False)
+                frame = render_frame(rows, time.time(), width=size.columns, height=size.lines)
+                sys.stdout.write("\033[H" + frame.replace("\n", "\033[K\n") + "\033[K\033[J")
+                sys.stdout.flush()
+                if until_done and not running(rows):
+                    break
+                time.sleep(interval)
+        finally:
+            sys.stdout.write("\033[?25h\n")
+            sys.stdout.flush()
+        return
+    last: dict[str, Any] = {}
+    first = True
+    while True:
+        rows = snapshot(first)
+        now = time.time()
+        if json_out:
+            for ev in board.new_events:
+                emit_jsonl({"kind": "event", **ev})
+        for r in rows:
+            key = (r.state, r.status, r.turns, r.cost_usd, r.waiting_for, tuple(r.attention))
+            if last.get(r.id) == key and not once:
+                continue
+            last[r.id] = key
+            if json_out:
+                emit_jsonl({"kind": "status", "ts": now, **r.as_dict()})
+            else:
+                stamp = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%H:%M:%S")
+                out(f"{stamp} {plain_line(r, now)}")
+        sys.stdout.flush()
+        first = False
+        if once or (until_done and not running(rows)):
+            return
+        time.sleep(interval)
+
+
+def _parse_since(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        d = dt.datetime.fromisoformat(value)
+    except ValueError:
+        try:
+            from gitsup.durations import parse_duration
+
+            return time.time() - parse_duration(value)
+        except Exception:
+            raise GitsupError(
+                f"--since {value!r} is neither a date (2026-11-30, 2026-11-30T08:00) nor a duration (7d)"
+            ) from None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=dt.UTC)
+    return d.timestamp()
+
+
+def _usd(value: float) -> str:
+    return f"${value:.4f}"
+
+
+@app.command("cost")
+def cost_cmd(
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="Only costs from this date (UTC) or this long ago (7d)."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """What tasks cost, from Git: per task, per day, per outcome, per integrated change."""
+    from gitsup.ledger import cost_summary
+    from gitsup.tasks import Context
+
+    summary = cost_summary(Context.discover(), _parse_since(since))
+    if json_out:
+        emit_json(summary)
+        return
+    out(f"repository {summary['repository']}")
+    out(f"total      ${summary['total_usd']:.4f}")
+    per = summary["cost_per_integrated_change_usd"]
+    out("per integrated change " + ("-" if per is None else f"${per:.4f}"))
+    out("")
+    out(f"{'TASK':16} {'OUTCOME':11} {'TOTAL':>10} {'WORKER':>10} {'REVIEW':>9} {'DECIDER':>9}")
+    for t in summary["tasks"]:
+        out(
+            f"{t['task']:16} {t['outcome']:11} {_usd(t['total_usd']):>10} {_usd(t['worker_usd']):>10}"
+            f" {_usd(t['reviewer_usd']):>9} {_usd(t['decider_usd']):>9}"
+        )
+    if summary["by_outcome"]:
+        out("")
+        for k, v in summary["by_outcome"].items():
+            out(f"{k:12} {v['tasks']:4} task(s) ${v['total_usd']:.4f}")
+    if summary["by_day"]:
+        out("")
+        for day, usd in summary["by_day"].items():
+            out(f"{day}  ${usd:.4f}")
+
+
+@app.command("report")
+def report_cmd(
+    task: Annotated[str, typer.Argument(help="Task id.")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the page here (default stdout).")
+    ] = None,
+) -> None:
+    """One self-contained HTML page for a task: timeline, checks, review, diff, cost."""
+    from gitsup.report import render_task
+    from gitsup.tasks import Context
+
+    page = render_task(Context.discover(), task)
+    if output is None:
+        sys.stdout.write(page)
+        return
+    try:
+        output.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise GitsupError(f"cannot write {output}: {exc.strerror or exc}") from None
+    out(str(output))
+
+
+@app.command("serve")
+def serve_cmd(
+    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (0: any free one).")] = 0,
+) -> None:
+    """Serve the pages of all tasks, with an index, on 127.0.0.1 (never another address)."""
+    from gitsup.report import serve
+    from gitsup.tasks import Context
+
+    def ready(url: str) -> None:
+        out(url)
+        sys.stdout.flush()
+
+    try:
+        serve(Context.discover(), port=port, ready=ready)
+    except OSError as exc:
+        raise GitsupError(f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}") from None

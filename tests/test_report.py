@@ -1,0 +1,231 @@
+"""The candidate page in real headless Chromium, `git sup serve`, and `git sup cost`."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import GIT_SUP, PYTHON, git, run_sup
+from tests.helpers.browser import DomIndex, load
+from tests.helpers.sup import (
+    COMMIT_WITHOUT_FIX,
+    PYTEST_CHECK,
+    kill_tree,
+    task_ids,
+    write_worker,
+)
+
+EVIL_GOAL = (
+    "fix add <script>document.title='pwned';console.error('xss-goal')</script>"
+    "<img src=x onerror=\"console.error('xss-img')\">"
+)
+EVIL_WORKER = """
+import pathlib, subprocess
+p = pathlib.Path("calc.py")
+p.write_text(p.read_text().replace("a - b", "a + b"))
+pathlib.Path("evil.html").write_text(
+    "</pre></div><script>console.error('xss-diff')</script><b onmouseover=alert(1)>x</b>\\n"
+)
+subprocess.run(["git", "add", "evil.html"], check=True)
+subprocess.run(["git", "commit", "-q", "-am", "fix add <script>console.error('xss-msg')</script>"], check=True)
+print("<script>console.error('xss-output')</script>")
+"""
+EVIL_CHECK = shlex.join([PYTHON, "-c", "print(\"<script>console.error('xss-check')</script>\")"])
+
+
+def _report(repo: Path, task: str, out: Path) -> str:
+    res = run_sup(repo, "report", task, "--output", str(out))
+    assert res.returncode == 0, res.stderr
+    page = out.read_text()
+    res = run_sup(repo, "report", task)
+    assert res.returncode == 0 and res.stdout == page  # stdout without --output
+    return page
+
+
+def _assert_page(loaded: Any, task: str) -> DomIndex:
+    assert loaded.console == [], loaded.console  # no console errors, no CSP violations
+    dom = DomIndex(loaded.dom)
+    assert "script" not in dom.tags and "img" not in dom.tags, set(dom.tags)
+    # no script ran: the title is the page's own (a script would have set it to "pwned")
+    assert f"<title>gitsup task {task}</title>" in loaded.dom
+    for section in ("summary", "timeline", "checks", "review", "diff", "cost"):
+        assert section in dom.ids
+    for href in dom.links:
+        assert href.startswith("#"), href  # self-contained: no link leaves the page
+        assert href[1:] in dom.ids, f"broken link {href}"
+    return dom
+
+
+def test_ready_task_page_escapes_everything_in_chromium(repo: Path, tmp: Path) -> None:
+    worker = write_worker(tmp, EVIL_WORKER)
+    res = run_sup(
+        repo, "start", EVIL_GOAL, "--worker", worker, "--check", EVIL_CHECK, "--review", "none"
+    )
+    assert res.returncode == 0, res.stderr
+    (task,) = task_ids(repo)
+    page = _report(repo, task, tmp / "ready.html")
+    assert "http://" not in page and "https://" not in page  # no network, no CDN
+    loaded = load((tmp / "ready.html").as_uri(), tmp, screenshot="ready.png")
+    dom = _assert_page(loaded, task)
+    text = dom.all_text
+    # the hostile strings are shown as text, verbatim
+    assert "<script>document.title='pwned'" in text
+    assert "<script>console.error('xss-diff')</script>" in text
+    assert "<script>console.error('xss-check')</script>" in text
+    assert "file-1" in dom.ids and "evil.html" in text and "calc.py" in text
+    assert "+    return a + b" in text and "-    return a - b" in text
+    assert 'class="a"' in loaded.dom and 'class="d"' in loaded.dom  # highlighted lines
+    baseline = git(repo, "rev-parse", f"refs/sup/{task}/baseline")
+    candidate = git(repo, "rev-parse", f"refs/sup/{task}/candidate")
+    assert f"git diff {baseline} {candidate}" in text  # how to reproduce the view
+    assert f"git notes --ref=sup show {candidate}" in text
+    # the reproduce command gives the same diff the page shows
+    assert "+    return a + b" in git(repo, "diff", baseline, candidate)
+
+
+def test_parked_task_page_shows_failed_check_and_reasons(repo: Path, tmp: Path) -> None:
+    worker = write_worker(tmp, COMMIT_WITHOUT_FIX)
+    res = run_sup(
+        repo, "start", "fix add", "--worker", worker, "--check", PYTEST_CHECK, "--review", "none"
+    )
+    assert res.returncode == 3, res.stderr
+    (task,) = task_ids(repo)
+    _report(repo, task, tmp / "parked.html")
+    loaded = load((tmp / "parked.html").as_uri(), tmp, screenshot="parked.png")
+    dom = _assert_page(loaded, task)
+    text = dom.all_text
+    assert "parked" in text and "FAILED" in text and "assert" in text  # the check's tail
+    assert "NOTES.md" in text and "reason" in text
+
+
+def test_console_detection_works(tmp: Path) -> None:
+    """The control: a page that does log to the console is seen doing so."""
+    page = tmp / "control.html"
+    page.write_text("<!DOCTYPE html><p>x</p><script>console.error('control-marker')</script>")
+    loaded = load(page.as_uri(), tmp)
+    assert any("control-marker" in c for c in loaded.console), loaded.console
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
+def test_serve_index_and_every_link(repo: Path, tmp: Path) -> None:
+    for body in (COMMIT_WITHOUT_FIX, EVIL_WORKER):
+        worker = write_worker(tmp, body)
+        run_sup(
+            repo,
+            "start",
+            EVIL_GOAL,
+            "--worker",
+            worker,
+            "--check",
+            PYTEST_CHECK,
+            "--review",
+            "none",
+        )
+    tasks = task_ids(repo)
+    proc = subprocess.Popen(
+        [GIT_SUP, "serve"], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        code, index = _get(url)
+        assert code == 200
+        links = DomIndex(index).links
+        assert sorted(links) == sorted(f"/task/{t}" for t in tasks)
+        for link in links:
+            code, page = _get(url.rstrip("/") + link)
+            assert code == 200 and "id='timeline'" in page
+            for href in DomIndex(page).links:
+                if href.startswith("#"):
+                    assert f"id='{href[1:]}'" in page or f'id="{href[1:]}"' in page
+                else:
+                    assert _get(url.rstrip("/") + href)[0] == 200
+        assert _get(url + "task/20990101-000000")[0] == 404
+        # a request for another host name (DNS rebinding) is refused
+        req = urllib.request.Request(url, headers={"Host": "attacker.example:80"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=10)
+        assert err.value.code == 421
+        assert _get(url + "task/..%2F..%2Fetc")[0] == 404
+        loaded = load(url, tmp, screenshot="index.png")
+        assert loaded.console == [] and "script" not in DomIndex(loaded.dom).tags
+        loaded = load(url.rstrip("/") + links[0], tmp)
+        assert loaded.console == [] and "index-link" in DomIndex(loaded.dom).ids
+    finally:
+        kill_tree(proc.pid)
+        proc.wait()
+
+
+REVIEWER = """
+import json, sys
+json.load(sys.stdin)
+print(json.dumps({"verdict": "pass", "findings": [], "cost_usd": 0.125,
+                  "usage": {"input_tokens": 100, "output_tokens": 7}}))
+"""
+
+
+def test_cost_from_git_with_a_command_reviewer(repo: Path, tmp: Path) -> None:
+    from tests.helpers.sup import FIX_AND_COMMIT
+
+    worker = write_worker(tmp, FIX_AND_COMMIT)
+    reviewer = write_worker(tmp, REVIEWER, "reviewer.py")
+    spec = tmp / "task.toml"
+    spec.write_text(
+        'goal = "fix add"\n'
+        f'[worker]\nkind = "process"\nargv = {json.dumps(worker.split())}\n'
+        f'[review]\nkind = "command"\nargv = {json.dumps(reviewer.split())}\n'
+    )
+    res = run_sup(repo, "start", "--spec", str(spec), "--check", PYTEST_CHECK)
+    assert res.returncode == 0, res.stderr
+    (task,) = task_ids(repo)
+    res = run_sup(repo, "cost", "--json")
+    assert res.returncode == 0, res.stderr
+    c = json.loads(res.stdout)
+    assert c["total_usd"] == 0.125 and c["tasks"][0]["reviewer_usd"] == 0.125
+    assert c["tokens"]["input_tokens"] == 100 and c["by_outcome"]["ready"]["tasks"] == 1
+    assert c["cost_per_integrated_change_usd"] is None  # nothing integrated yet
+    note = json.loads(git(repo, "notes", "--ref=sup", "show", f"refs/sup/{task}/candidate"))
+    assert note["cost"]["reviewer_usd"] == 0.125 and note["cost"]["calls"][0]["role"] == "reviewer"
+    # --since after the task: nothing; the text form names the task
+    res = run_sup(repo, "cost", "--since", "2999-01-01", "--json")
+    assert json.loads(res.stdout)["tasks"] == []
+    res = run_sup(repo, "cost")
+    assert task in res.stdout and "$0.1250" in res.stdout
+    res = run_sup(repo, "cost", "--since", "yesterday-ish")
+    assert res.returncode == 2 and "--since" in res.stderr
+    # integrated: the cost per integrated change follows
+    res = run_sup(repo, "integrate", task, "--into", "main")
+    assert res.returncode == 0, res.stderr
+    c = json.loads(run_sup(repo, "cost", "--json").stdout)
+    assert c["by_outcome"] == {"integrated": {"tasks": 1, "total_usd": 0.125}}
+    assert c["cost_per_integrated_change_usd"] == 0.125
+    # The sealed log in Git alone is enough: remove the local state, the sum stays.
+    import shutil
+
+    from tests.helpers.sup import common_dir
+
+    shutil.rmtree(common_dir(repo) / "sup" / "tasks" / task)
+    res = run_sup(repo, "cost", "--json")
+    c = json.loads(res.stdout)
+    assert c["total_usd"] == 0.125 and c["cost_per_integrated_change_usd"] == 0.125
+
+
+@pytest.mark.parametrize("bad", ["nope", "../x"])
+def test_report_of_unknown_task_is_a_clear_error(repo: Path, bad: str) -> None:
+    res = run_sup(repo, "report", bad)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
