@@ -6,6 +6,7 @@ naming what is missing and how to fix it; no task, branch, worktree or config is
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import posixpath
@@ -255,6 +256,10 @@ def _probe_root(root: Path) -> str | None:
                 if not d.is_dir():
                     raise
                 continue
+            except FileNotFoundError:
+                if d.parent.is_dir():  # e.g. /proc: the parent exists but takes no directory
+                    raise OSError(errno.EACCES, "cannot create a directory there") from None
+                return "race"  # another start removed the parent it had created
             created.append(d)
         fd, name = tempfile.mkstemp(prefix=".gitsup-probe-", dir=root)
         os.close(fd)

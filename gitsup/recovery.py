@@ -299,19 +299,31 @@ def doctor(ctx: Context, *, fix: bool) -> list[Finding]:
     from gitsup.boundary.setup import tampering
 
     findings.extend(Finding(kind, detail) for kind, detail in tampering(ctx.repo))
-    findings.append(_sandbox_finding(ctx))
+    misconfigured = _sandbox_problem(ctx)
+    if misconfigured is not None:
+        findings.append(Finding("sandbox", f"misconfigured: {misconfigured}"))
     return findings
 
 
-def _sandbox_finding(ctx: Context) -> Finding:
-    """What the task sandbox enforces on this host (always reported)."""
+def _sandbox_problem(ctx: Context) -> str | None:
+    from gitsup.sandbox import resolve_mode
+
+    try:
+        resolve_mode(None, ctx.repo.config_get("sup.sandbox"))
+    except GitsupError as exc:
+        return exc.message
+    return None
+
+
+def sandbox_summary(ctx: Context) -> str:
+    """What the task sandbox enforces on this host (doctor's second line)."""
     from gitsup.sandbox import describe_host, resolve_mode
 
     try:
         mode = resolve_mode(None, ctx.repo.config_get("sup.sandbox"))
     except GitsupError as exc:
-        return Finding("sandbox", f"misconfigured: {exc.message}")
-    return Finding("sandbox", describe_host(mode))
+        return f"misconfigured: {exc.message}"
+    return describe_host(mode)
 
 
 __all__ = ["Finding", "State", "WorkerProof", "doctor", "prove_worker_gone", "recover_task"]

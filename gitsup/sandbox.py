@@ -421,7 +421,7 @@ def build_plan(
         if entry and os.path.isabs(entry):
             real = os.path.realpath(entry)
             if real != "/" and not _under(home, real):
-                read.append(real)
+                read.append(_toolchain_root(real, home))
     read += [sys.prefix, sys.base_prefix]
     import gitsup
 
@@ -486,6 +486,20 @@ def _default_claude_config(home: str, private_home: Path) -> list[str]:
     if state.is_file():
         shutil.copyfile(state, private_home / ".claude.json")
     return out
+
+
+def _toolchain_root(entry: str, home: str) -> str:
+    """What a PATH entry needs to be usable: itself, or for a toolchain installed in the
+    home (~/.pyenv/shims, ~/.cargo/bin, ~/.nvm/versions/...) its top directory there, whose
+    shims run programs beside them. Never a directory that holds credentials."""
+    if not home or home == "/" or not _under(entry, home) or entry == home:
+        return entry
+    top = os.path.join(home, os.path.relpath(entry, home).split(os.sep)[0])
+    secrets = [_expand(p, home) for p in _secret_dirs(home)]
+    shared = {os.path.join(home, d) for d in (".config", ".local", ".cache", "bin")}
+    if top in shared or any(_under(top, sd) or _under(sd, top) for sd in secrets):
+        return entry
+    return top
 
 
 def _secret_dirs(home: str) -> list[str]:

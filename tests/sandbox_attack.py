@@ -53,6 +53,26 @@ def _git(*args: str) -> None:
         raise PermissionError(f"git {args[0]} exited {res.returncode}: {res.stderr.strip()[-200:]}")
 
 
+def _user_ref(common: str, ref: str) -> str:
+    res = subprocess.run(
+        ["git", f"--git-dir={common}", "rev-parse", "-q", "--verify", ref],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return res.stdout.strip()
+
+
+def _git_against_user_ref(common: str, ref: str, *args: str) -> str:
+    """Run git in the task (its own repository) and judge by the user's ref: a task with a
+    private Git dir may change its own refs; the user's must not move."""
+    before = _user_ref(common, ref)
+    _git(*args)
+    if _user_ref(common, ref) == before:
+        raise PermissionError(f"only the task's own repository changed; the user's {ref} did not")
+    return f"moved the user's {ref}"
+
+
 def _read(path: str) -> str:
     with open(path, "rb") as f:
         return f"read {len(f.read())} bytes"
@@ -175,11 +195,19 @@ def attacks(t: dict[str, object]) -> dict[str, str]:
     a(
         r,
         "git_update_ref_main",
-        lambda: _git("update-ref", "refs/heads/main", str(t["evil_commit"])),
+        lambda: _git_against_user_ref(
+            common, "refs/heads/main", "update-ref", "refs/heads/main", str(t["evil_commit"])
+        ),
     )
     notes = os.path.join(common, "refs", "notes", "sup")
     a(r, "write_notes_ref", lambda: _write(notes, (str(t["evil_commit"]) + "\n").encode()))
-    a(r, "git_notes_forge", lambda: _git("notes", "--ref=sup", "add", "-f", "-m", "forged", "HEAD"))
+    a(
+        r,
+        "git_notes_forge",
+        lambda: _git_against_user_ref(
+            common, "refs/notes/sup", "notes", "--ref=sup", "add", "-f", "-m", "forged", "HEAD"
+        ),
+    )
     a(r, "push_remote_main", lambda: _git("push", str(t["remote"]), "HEAD:refs/heads/main"))
     if t.get("replace_object"):
         a(r, "replace_object", lambda: _replace_object(str(t["object"])))

@@ -253,7 +253,9 @@ elif {mode!r} == "alternate":
     # Git in the task still finds it, the import (which reads only the private store) not
     other = pathlib.Path({other!r})
     (other / blob[:2]).mkdir(parents=True)
-    loose.rename(other / blob[:2] / blob[2:])
+    import shutil  # the private store and `other` may be different mounts (the sandbox)
+
+    shutil.move(str(loose), str(other / blob[:2] / blob[2:]))
     alternates = pathlib.Path(PRIVATE) / "objects" / "info" / "alternates"
     alternates.write_text(alternates.read_text() + str(other) + "\\n")
     sh("git", "cat-file", "-e", blob)

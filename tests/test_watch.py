@@ -165,14 +165,19 @@ def test_watch_json_stream_and_ls_attention(repo: Path, tmp: Path) -> None:
     )
     try:
         assert proc.stdout is not None
-        first = json.loads(proc.stdout.readline())
+        # the gate opens only once watch has said the running task is running
+        items: list[dict[str, Any]] = []
+        while not any(i["kind"] == "status" and i["id"] == running for i in items):
+            line = proc.stdout.readline()
+            assert line, "watch ended before it showed the running task"
+            items.append(json.loads(line))
         gate.touch()
         rest, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             kill_tree(proc.pid)
     assert proc.returncode == 0, err
-    items: list[dict[str, Any]] = [first, *(json.loads(x) for x in rest.splitlines() if x)]
+    items += [json.loads(x) for x in rest.splitlines() if x]
     statuses = [i for i in items if i["kind"] == "status"]
     events = [i for i in items if i["kind"] == "event"]
     assert statuses[0]["id"] == parked and statuses[0]["attention"], statuses[0]

@@ -601,14 +601,10 @@ def doctor_cmd(
     if json_out:
         emit_json([f.as_dict() for f in findings])
         return
-    from gitsup.recovery import network_isolation
+    from gitsup.recovery import network_isolation, sandbox_summary
 
     out(network_isolation())
-    # what the task sandbox enforces on this host is said once, like the network line
-    for f in findings:
-        if f.kind == "sandbox":
-            out(f"sandbox: {f.detail}")
-    findings = [f for f in findings if f.kind != "sandbox"]
+    out(f"sandbox: {sandbox_summary(ctx)}")
     if not findings:
         out(
             "nothing to report: every task, lease and cgroup is accounted for; the boundary is intact"

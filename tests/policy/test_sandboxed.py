@@ -180,13 +180,15 @@ def test_repository_policy_extends_and_tightens_the_sandboxed_mode(tmp_path: Pat
     ]
 
 
-def test_default_policy_tolerates_a_sandbox_table() -> None:
-    """Another part keeps filesystem rules in a `[sandbox]` table at the end of default.toml."""
+def test_default_policy_carries_the_sandbox_filesystem_table() -> None:
+    """The kernel sandbox keeps its filesystem rules in a `[sandbox]` table of default.toml;
+    the classifier loads the file with it and ignores it."""
     from gitsup.policy.config import DefaultFile, _read_toml
 
     text = Path(__file__).parents[2].joinpath("policies", "default.toml").read_text()
-    data = _read_toml("default.toml", text + '\n[sandbox]\nread_only = ["/usr"]\n')
-    assert DefaultFile.model_validate(data).sandboxed_allow.runner
+    loaded = DefaultFile.model_validate(_read_toml("default.toml", text))
+    assert loaded.sandboxed_allow.runner
+    assert "/usr" in loaded.sandbox["read"] and "~" in loaded.sandbox["hide"]
 
 
 SED_PIECES = st.sampled_from(
