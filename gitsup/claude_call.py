@@ -7,6 +7,7 @@ inside the worktree are ever allowed; every other tool request is denied.
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,6 +36,7 @@ def claude_call(
     timeout: float,
     argv: Sequence[str] = (),
     tools: Sequence[str] = READ_ONLY_TOOLS,
+    abort: threading.Event | None = None,
 ) -> str:
     """Run one turn and return the final assistant message. Raises ClaudeCallError."""
     from gitsup.policy import Policy, decide_tool
@@ -62,8 +64,10 @@ def claude_call(
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ClaudeCallError(f"timed out after {timeout:g}s")
+            if abort is not None and abort.is_set():
+                raise ClaudeCallError("stopped: stop requested")
             try:
-                item = inbox.get(timeout=left)
+                item = inbox.get(timeout=left if abort is None else min(left, 0.2))
             except queue.Empty:
                 continue
             if isinstance(item, PermissionRequest):

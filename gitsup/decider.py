@@ -9,6 +9,7 @@ decide by itself within the task's bounds. No human is ever waited for.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -147,9 +148,16 @@ class CommandDecider(RulesDecider):
     kind = "command"
 
     def __init__(
-        self, argv: list[str], *, cwd: str, env: Mapping[str, str], timeout: float
+        self,
+        argv: list[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        timeout: float,
+        abort: threading.Event | None = None,
     ) -> None:
         self.argv, self.cwd, self.env, self.timeout = argv, cwd, dict(env), timeout
+        self.abort = abort
 
     def _call(self, payload: Mapping[str, Any]) -> str:
         import json
@@ -166,9 +174,12 @@ class CommandDecider(RulesDecider):
                 input=json.dumps(payload).encode(),
                 merge_stderr=False,
                 redact=True,
+                abort=self.abort,
             )
         except GitsupError as exc:
             raise DeciderError(exc.message) from exc
+        if res.timed_out and self.abort is not None and self.abort.is_set():
+            raise DeciderError("decider stopped: stop requested")
         if res.timed_out:
             raise DeciderError(f"decider timed out after {self.timeout:g}s")
         if res.returncode != 0:
@@ -198,9 +209,16 @@ class ClaudeDecider(RulesDecider):
     )
 
     def __init__(
-        self, *, cwd: str, env: Mapping[str, str], timeout: float, argv: list[str]
+        self,
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        timeout: float,
+        argv: list[str],
+        abort: threading.Event | None = None,
     ) -> None:
         self.cwd, self.env, self.timeout, self.argv = cwd, dict(env), timeout, argv
+        self.abort = abort
 
     def _ask(self, text: str) -> str:
         from pathlib import Path
@@ -215,6 +233,7 @@ class ClaudeDecider(RulesDecider):
                 env=self.env,
                 timeout=self.timeout,
                 argv=self.argv,
+                abort=self.abort,
             )
         except ClaudeCallError as exc:
             raise DeciderError(str(exc)) from exc
@@ -240,15 +259,18 @@ class ClaudeDecider(RulesDecider):
         return ans if ans.startswith(SUPERVISOR_ANSWER) else f"{SUPERVISOR_ANSWER} {ans}"
 
 
-def make_decider(spec: Any, *, cwd: str, env: Mapping[str, str]) -> RulesDecider:
+def make_decider(
+    spec: Any, *, cwd: str, env: Mapping[str, str], abort: threading.Event | None = None
+) -> RulesDecider:
+    """The decider a spec asks for; `abort` (set on stop) ends a running call early."""
     d = spec.decider
     if d.kind == "command":
         if not d.argv:
             from gitsup.errors import GitsupError
 
             raise GitsupError('[decider] kind = "command" needs argv')
-        return CommandDecider(list(d.argv), cwd=cwd, env=env, timeout=d.timeout)
+        return CommandDecider(list(d.argv), cwd=cwd, env=env, timeout=d.timeout, abort=abort)
     if d.kind == "claude":
         argv = list(spec.worker.argv) if spec.worker.kind == "claude" else []
-        return ClaudeDecider(cwd=cwd, env=env, timeout=d.timeout, argv=argv)
+        return ClaudeDecider(cwd=cwd, env=env, timeout=d.timeout, argv=argv, abort=abort)
     return RulesDecider()

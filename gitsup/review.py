@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +143,7 @@ class ReviewContext:
     env: Mapping[str, str]
     spec: TaskSpec
     bundle: dict[str, Any]
+    abort: threading.Event | None = None  # set on stop: a running attempt ends early
 
 
 Attempt = Callable[[ReviewContext], Verdict]
@@ -161,6 +163,9 @@ def run_review(
     tries = 1 + ctx.spec.review.retries
     last: str | None = None
     for n in range(1, tries + 1):
+        if ctx.abort is not None and ctx.abort.is_set():
+            last = "stop requested"
+            break
         try:
             verdict = fn(ctx)
         except (ReviewError, GitsupError) as exc:
@@ -211,7 +216,10 @@ def command_attempt(ctx: ReviewContext) -> Verdict:
         max_output=1024 * 1024,
         merge_stderr=False,
         redact=True,
+        abort=ctx.abort,
     )
+    if res.timed_out and ctx.abort is not None and ctx.abort.is_set():
+        raise ReviewError("reviewer stopped: stop requested")
     if res.timed_out:
         raise ReviewError(f"reviewer timed out after {ctx.spec.review.timeout:g}s")
     if res.returncode != 0:
@@ -250,6 +258,7 @@ def claude_attempt(ctx: ReviewContext) -> Verdict:
             env=ctx.env,
             timeout=ctx.spec.review.timeout,
             argv=ctx.spec.worker.argv if ctx.spec.worker.kind == "claude" else (),
+            abort=ctx.abort,
         )
     except ClaudeCallError as exc:
         raise ReviewError(f"claude reviewer: {exc}") from exc

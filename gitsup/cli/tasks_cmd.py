@@ -74,6 +74,7 @@ def _spec_from_cli(
     max_turns: int | None,
     max_cost: float | None,
     no_commit: bool,
+    closeout_grace: str | None = None,
 ) -> TaskSpec:
     from gitsup.spec import load_spec, spec_from_mapping
 
@@ -105,6 +106,8 @@ def _spec_from_cli(
         b["deadline"] = deadline
     if no_output_timeout is not None:
         b["no_output_timeout"] = no_output_timeout
+    if closeout_grace is not None:
+        b["closeout_grace"] = closeout_grace
     if max_turns is not None:
         b["max_turns"] = max_turns
     if max_cost is not None:
@@ -271,6 +274,14 @@ def start_cmd(
     no_output_timeout: Annotated[
         str | None, typer.Option("--no-output-timeout", help="Stop after this long without output.")
     ] = None,
+    closeout_grace: Annotated[
+        str | None,
+        typer.Option(
+            "--closeout-grace",
+            help="After the deadline, a busy worker may finish its turn this long "
+            "(capped by the deadline; 0: none).",
+        ),
+    ] = None,
     max_turns: Annotated[int | None, typer.Option("--max-turns")] = None,
     max_cost: Annotated[float | None, typer.Option("--max-cost", help="Max cost in USD.")] = None,
     no_commit: Annotated[
@@ -301,6 +312,7 @@ def start_cmd(
         max_turns,
         max_cost,
         no_commit,
+        closeout_grace=closeout_grace,
     )
     ctx = Context.discover()
     if detach:
