@@ -130,9 +130,7 @@ def test_a_529_storm_parks_as_unreachable_after_bounded_retries(
     _no_repair_no_checks(events)
 
 
-def test_a_closed_port_parks_as_unreachable(
-    claude_bin: str, repo: Path, tmp_path: Path
-) -> None:
+def test_a_closed_port_parks_as_unreachable(claude_bin: str, repo: Path, tmp_path: Path) -> None:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
