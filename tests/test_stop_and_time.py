@@ -345,3 +345,49 @@ def test_the_environment_wins_over_the_model_call_bounds(repo: Path, tmp: Path) 
         if e["type"] == "worker_output" and e["data"].get("stream") == "stdout"
     ]
     assert "3 1234" in "".join(out), out
+
+
+# --- idle at the deadline ----------------------------------------------------------------------
+
+PASS_REVIEWER = (
+    'import json, sys; json.load(sys.stdin); print(json.dumps({"verdict": "pass", "findings": []}))'
+)
+
+
+def test_an_idle_worker_at_the_deadline_is_verified_and_reviewed(repo: Path, tmp: Path) -> None:
+    """A person took over (paused) and the worker's turn ended: at the deadline its result
+    is checked and reviewed, and can be ready (before: parked regardless)."""
+    from gitsup.spec import spec_from_mapping
+    from gitsup.tasks import Context, run_task
+    from gitsup.workers.base import HumanInput, WorkerContext, WorkerIdentity
+    from gitsup.workers.process import ProcessWorker
+
+    class TakenOver(ProcessWorker):
+        # The events a terminal transport reports when a person types into the worker.
+        def start(self, goal: str) -> WorkerIdentity:
+            self.ctx.inbox.put(HumanInput("I'll take it from here"))
+            return super().start(goal)
+
+    def factory(spec: Any, ctx: WorkerContext) -> TakenOver:
+        return TakenOver(ctx)
+
+    worker = shlex.split(write_worker(tmp, FIX_AND_COMMIT))
+    spec = spec_from_mapping(
+        {
+            "goal": "fix add",
+            "checks": [{"name": "quick", "argv": shlex.split(QUICK_CHECK)}],
+            "worker": {"kind": "process", "argv": worker},
+            "review": {"kind": "command", "argv": [PYTHON, "-c", PASS_REVIEWER]},
+            "budget": {"deadline": "3s", "deadline_warning": 0},
+        }
+    )
+    events: list[Any] = []
+    rec = run_task(Context.discover(repo), spec, on_event=events.append, worker_factory=factory)
+    types = [e.type for e in events]
+    assert "human_takeover" in types
+    reached = [e.data for e in events if e.type == "deadline_reached"]
+    assert reached == [{"closeout_grace": 0.75, "busy": False}]
+    assert "watchdog_timeout" not in types
+    assert types.index("review_started") > types.index("deadline_reached")
+    assert rec.status.value == "ready", rec.reasons
+    assert rec.review is not None and rec.review.verdict == "pass"
