@@ -178,3 +178,46 @@ def test_supervisor_stops_the_cli_it_started(
     assert rec["left_behind"] == []
     doctor = run_sup(repo, "doctor", "--json")
     assert json.loads(doctor.stdout) == [], doctor.stdout
+
+
+# --- the classification itself, on the record shapes measured with the CLI ------------------
+
+
+@pytest.mark.parametrize(
+    ("result", "data", "kind"),
+    [
+        ("Not logged in · Please run /login", {"terminal_reason": "api_error"}, "auth"),
+        (
+            "Failed to authenticate. API Error: 401 x",
+            {"terminal_reason": "api_error", "api_error_status": 401},
+            "auth",
+        ),
+        (
+            "API Error: 529 overloaded",
+            {"terminal_reason": "api_error", "api_error_status": 529, "api_error": "server_error"},
+            "unreachable",
+        ),
+        (
+            "API Error: Connection refused (ECONNREFUSED)",
+            {"terminal_reason": "api_error", "api_error": "server_error"},
+            "unreachable",
+        ),
+        ("Request timed out. Set API_TIMEOUT_MS.", {"terminal_reason": "api_error"}, "unreachable"),
+        (
+            "API Error: API returned an empty or malformed response (HTTP 200)",
+            {"terminal_reason": "api_error", "api_error": "server_error"},
+            "api",
+        ),
+        ("API Error: 400 bad request", {"api_error_status": 400}, "api"),
+        ("Reached maximum number of turns (2)", {"terminal_reason": "max_turns"}, None),
+        (None, {}, None),
+    ],
+)
+def test_model_failure_kinds(result: str | None, data: dict[str, Any], kind: str | None) -> None:
+    from gitsup.workers.base import TurnCompleted
+    from gitsup.workers.stream_json import model_failure
+
+    f = model_failure(TurnCompleted(is_error=True, result=result, data=data))
+    assert (f.kind if f else None) == kind
+    ok = model_failure(TurnCompleted(is_error=False, result=result, data=data))
+    assert ok is None
