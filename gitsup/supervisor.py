@@ -1209,6 +1209,17 @@ class Supervisor:
         if self.sm.terminal:
             return
         self._stop_worker(f"task {final.value}")
+        left = self._left_behind()
+        if left:
+            # The lease is released only when cleanup proved the worker gone.
+            self.record.left_behind = left
+            self.record.reasons.append(
+                "cleanup could not prove the worker gone: "
+                + "; ".join(left)
+                + "; the worktree lease stays held (see `git sup doctor`, "
+                "`git sup doctor --fix`)"
+            )
+            self.emit("worker_left_behind", {"what": left, "lease": self.lease.path})
         if self._import_work() is not None and final == State.COMPLETED:
             final = State.BLOCKED
         status = STATUS_OF[final]
@@ -1243,17 +1254,6 @@ class Supervisor:
             "task_finished",
             {"state": final.value, "status": status.value, "exit_code": self.record.exit_code},
         )
-        left = self._left_behind()
-        if left:
-            # The lease is released only when cleanup proved the worker gone.
-            self.record.left_behind = left
-            self.record.reasons.append(
-                "cleanup could not prove the worker gone: "
-                + "; ".join(left)
-                + "; the worktree lease stays held (see `git sup doctor`, "
-                "`git sup doctor --fix`)"
-            )
-            self.emit("worker_left_behind", {"what": left, "lease": self.lease.path})
         self.save()
         self._seal(f"task finished: {status.value}")
         self.log.close()
