@@ -200,7 +200,19 @@ class ProgressRenderer:
                 for line in check_tail(str(d.get("output_tail") or "")):
                     progress(f"  | {line}")
         elif t == "turn_completed":
-            self._line(f"turn completed ({d.get('subtype')})")
+            if d.get("is_error"):
+                self._line(f"turn ended with an error ({d.get('subtype')})", "red")
+            else:
+                self._line(f"turn completed ({d.get('subtype')})")
+        elif t == "model_error":
+            what = {"auth": "authentication failed", "unreachable": "unreachable"}.get(
+                str(d.get("kind")), "error"
+            )
+            self._line(f"model API {what}: {d.get('message')}", "red")
+            self._line(f"  what to do: {d.get('hint')}", "yellow")
+        elif t in ("worker_input_stalled", "worker_left_behind"):
+            text = d.get("reason") or "; ".join(map(str, d.get("what") or []))
+            self._line(f"{t.replace('_', ' ')}: {text}", "red")
         elif t in ("candidate_ready", "candidate_parked", "candidate_failed"):
             colour = {"candidate_ready": "green", "candidate_failed": "red"}.get(t, "yellow")
             self._line(

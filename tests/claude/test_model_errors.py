@@ -43,12 +43,11 @@ def _spec(tmp: Path, budget: str = "") -> Path:
 
 
 def _start(
-    repo: Path, tmp: Path, env: dict[str, str], budget: str = ""
+    repo: Path, tmp: Path, env: dict[str, str], budget: str = "", quiet: bool = True
 ) -> tuple[int, dict[str, Any], list[dict[str, Any]], str, float]:
     t0 = time.monotonic()
-    res = run_sup(
-        repo, "start", "--spec", str(_spec(tmp, budget)), "--json", "-q", env=env, timeout=240
-    )
+    args = ["start", "--spec", str(_spec(tmp, budget)), "--json", *(["-q"] if quiet else [])]
+    res = run_sup(repo, *args, env=env, timeout=240)
     took = time.monotonic() - t0
     rec = json.loads(res.stdout)
     log = run_sup(repo, "log", rec["id"], "--json", env=env)
@@ -77,8 +76,13 @@ def test_a_401_fails_at_once_with_the_cli_message_and_what_to_do(
     claude_bin: str, scripted_model: Callable[..., ScriptedModel], repo: Path, tmp_path: Path
 ) -> None:
     model = scripted_model({"default": [{"http_error": 401, "times": "forever"}]})
-    rc, rec, events, err, _ = _start(repo, tmp_path, _env(model.url, tmp_path, claude_bin))
+    rc, rec, events, err, _ = _start(
+        repo, tmp_path, _env(model.url, tmp_path, claude_bin), quiet=False
+    )
     assert rc == 4, (rec, err)
+    # the progress says so too (it said "turn completed (success)")
+    assert "turn ended with an error" in err and "turn completed" not in err, err
+    assert "model API authentication failed: Failed to authenticate" in err, err
     assert rec["state"] == "failed" and rec["status"] == "failed"
     assert any(
         r.startswith("model API authentication failed:") and "401" in r for r in rec["reasons"]
