@@ -814,7 +814,9 @@ class Supervisor:
             },
         )
         if self.sm.state == State.RUNNING:
-            self.transition(State.WAITING, "turn completed")
+            self.transition(
+                State.WAITING, "turn ended with an error" if tc.is_error else "turn completed"
+            )
         elif self.sm.state != State.WAITING:
             return
         failure = model_failure(tc)

@@ -201,7 +201,10 @@ class ProgressRenderer:
                     progress(f"  | {line}")
         elif t == "turn_completed":
             if d.get("is_error"):
-                self._line(f"turn ended with an error ({d.get('subtype')})", "red")
+                sub = d.get("subtype")
+                self._line(
+                    "turn ended with an error" + (f" ({sub})" if sub != "success" else ""), "red"
+                )
             else:
                 self._line(f"turn completed ({d.get('subtype')})")
         elif t == "model_error":

@@ -81,7 +81,7 @@ def test_a_401_fails_at_once_with_the_cli_message_and_what_to_do(
     )
     assert rc == 4, (rec, err)
     # the progress says so too (it said "turn completed (success)")
-    assert "turn ended with an error" in err and "turn completed" not in err, err
+    assert "turn ended with an error\n" in err and "turn completed (success)" not in err, err
     assert "model API authentication failed: Failed to authenticate" in err, err
     assert rec["state"] == "failed" and rec["status"] == "failed"
     assert any(
