@@ -87,6 +87,12 @@ def claude_call(
                 )
             elif isinstance(item, TurnCompleted):
                 if item.is_error:
+                    from gitsup.workers.stream_json import model_failure
+
+                    f = model_failure(item)
+                    if f is not None:
+                        what = "authentication failed" if f.kind == "auth" else f.kind
+                        raise ClaudeCallError(f"model API {what}: {f.message[:300]}")
                     raise ClaudeCallError(
                         f"turn ended with {item.subtype}: {(item.result or '')[:300]}"
                     )

@@ -225,3 +225,30 @@ def test_model_failure_kinds(result: str | None, data: dict[str, Any], kind: str
     assert (f.kind if f else None) == kind
     ok = model_failure(TurnCompleted(is_error=False, result=result, data=data))
     assert ok is None
+
+
+def test_a_claude_reviewer_that_cannot_authenticate_says_so(
+    claude_bin: str, scripted_model: Callable[..., ScriptedModel], repo: Path, tmp_path: Path
+) -> None:
+    model = scripted_model({"default": [{"http_error": 401, "times": "forever"}]})
+    worker = tmp_path / "fix.py"
+    worker.write_text(
+        "import pathlib, subprocess\n"
+        "p = pathlib.Path('calc.py')\n"
+        "p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
+        "subprocess.run(['git', 'commit', '-q', '-am', 'fix add'], check=True)\n"
+    )
+    spec = tmp_path / "task.toml"
+    spec.write_text(
+        'goal = "Fix add() in calc.py and commit."\n'
+        f'[[checks]]\nname = "add"\nargv = {json.dumps(CHECK)}\n'
+        f'[worker]\nkind = "process"\nargv = {json.dumps([sys.executable, str(worker)])}\n'
+        '[review]\nkind = "claude"\nretries = 0\n'
+    )
+    env = _env(model.url, tmp_path, claude_bin)
+    res = run_sup(repo, "start", "--spec", str(spec), "--json", "-q", env=env, timeout=120)
+    rec = json.loads(res.stdout)
+    assert res.returncode == 3, (rec.get("reasons"), res.stderr)
+    assert any(
+        "review failed" in r and "model API authentication failed" in r for r in rec["reasons"]
+    ), rec["reasons"]
