@@ -189,6 +189,11 @@ def test_the_lease_stays_held_until_the_worker_is_proven_gone(repo: Path, tmp: P
         assert lease is not None and lease.task == rec.id
         types = [e["type"] for e in _events(repo, rec.id)]
         assert "worker_left_behind" in types
+        # discard refuses, prune keeps it: the worker still runs in the worktree
+        rc, _out, err = run_cli_inproc(repo, "discard", rec.id, "--force")
+        assert rc == 2 and "left its worker behind" in err, err
+        pruned = json.loads(run_sup(repo, "prune", "--json").stdout)
+        assert any(k["task"] == rec.id and "left behind" in k["why"] for k in pruned["kept"])
         # `git sup doctor` shows it; --fix proves it gone (kills it), then releases the lease.
         doc = json.loads(run_sup(repo, "doctor", "--json").stdout)
         mine = [f for f in doc if f["task"] == rec.id]
