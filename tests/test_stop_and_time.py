@@ -34,9 +34,11 @@ from tests.helpers.sup import (
 )
 
 QUICK_CHECK = check_cmd("from calc import add; assert add(1, 2) == 3, 'add is wrong'")
-# Writes its pid, then sleeps: what a slow check/reviewer/decider looks like.
+# Writes its pid, then sleeps, deaf to SIGTERM: a slow check/reviewer/decider that does not
+# want to be stopped.
 SLOW = """
-import os, sys, time
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
 open(sys.argv[1], "w").write(str(os.getpid()))
 time.sleep(120)
 print('{"verdict": "pass", "findings": [], "action": "verify"}')
