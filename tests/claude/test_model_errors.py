@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 
-from gitsup.scripted_model import ScriptedModel
+from gitsup.scripted_model import ScriptedModel, load_scenario
 from tests.claude.conftest import claude_env
 from tests.conftest import run_sup
 
 pytestmark = pytest.mark.claude
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "fixtures" / "scenarios"
 
 FIX_CALC = {
     "type": "tool_use",
@@ -75,7 +77,7 @@ def _no_repair_no_checks(events: list[dict[str, Any]]) -> None:
 def test_a_401_fails_at_once_with_the_cli_message_and_what_to_do(
     claude_bin: str, scripted_model: Callable[..., ScriptedModel], repo: Path, tmp_path: Path
 ) -> None:
-    model = scripted_model({"default": [{"http_error": 401, "times": "forever"}]})
+    model = scripted_model(load_scenario(SCENARIOS / "unauthorized-401.json"))
     rc, rec, events, err, _ = _start(
         repo, tmp_path, _env(model.url, tmp_path, claude_bin), quiet=False
     )
@@ -114,7 +116,7 @@ def test_not_logged_in_fails_with_the_cli_message(
 def test_a_529_storm_parks_as_unreachable_after_bounded_retries(
     claude_bin: str, scripted_model: Callable[..., ScriptedModel], repo: Path, tmp_path: Path
 ) -> None:
-    model = scripted_model({"default": [{"http_error": 529, "times": "forever"}]})
+    model = scripted_model(load_scenario(SCENARIOS / "overloaded-storm-529.json"))
     env = _env(model.url, tmp_path, claude_bin)
     del env["CLAUDE_CODE_MAX_RETRIES"], env["API_TIMEOUT_MS"]  # the supervisor bounds them
     clean = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_CODE_MAX_RETRIES",)}
