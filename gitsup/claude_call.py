@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -40,6 +41,7 @@ def claude_call(
     tools: Sequence[str] = READ_ONLY_TOOLS,
     network: Callable[[Mapping[str, str]], AbstractContextManager[Any]] | None = None,
     wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None,
+    abort: threading.Event | None = None,
 ) -> str:
     """Run one turn and return the final assistant message. Raises ClaudeCallError.
 
@@ -60,7 +62,7 @@ def claude_call(
             def wrap(argv: list[str]) -> list[str]:
                 return bootstrap_argv(argv, cgroup=None, netns=ns)
 
-        return _call(prompt, label, cwd, env, timeout, argv, tools, wrap)
+        return _call(prompt, label, cwd, env, timeout, argv, tools, wrap, abort)
 
 
 def _call(
@@ -72,6 +74,7 @@ def _call(
     argv: Sequence[str],
     tools: Sequence[str],
     wrap: Callable[[list[str]], list[str]] | None,
+    abort: threading.Event | None,
 ) -> str:
     from gitsup.policy import Policy, decide_tool
     from gitsup.workers.claude import ClaudeWorker
@@ -98,8 +101,10 @@ def _call(
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ClaudeCallError(f"timed out after {timeout:g}s")
+            if abort is not None and abort.is_set():
+                raise ClaudeCallError("stopped: stop requested")
             try:
-                item = inbox.get(timeout=left)
+                item = inbox.get(timeout=left if abort is None else min(left, 0.2))
             except queue.Empty:
                 continue
             if isinstance(item, PermissionRequest):
@@ -122,6 +127,12 @@ def _call(
 
                 report_call(role_of(label), item.cost_usd, item.usage)
                 if item.is_error:
+                    from gitsup.workers.stream_json import model_failure
+
+                    f = model_failure(item)
+                    if f is not None:
+                        what = "authentication failed" if f.kind == "auth" else f.kind
+                        raise ClaudeCallError(f"model API {what}: {f.message[:300]}")
                     raise ClaudeCallError(
                         f"turn ended with {item.subtype}: {(item.result or '')[:300]}"
                     )

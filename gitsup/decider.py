@@ -9,6 +9,7 @@ decide by itself within the task's bounds. No human is ever waited for.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -154,9 +155,11 @@ class CommandDecider(RulesDecider):
         env: Mapping[str, str],
         timeout: float,
         wrap: Callable[[list[str]], list[str]] | None = None,
+        abort: threading.Event | None = None,
     ) -> None:
         self.argv, self.cwd, self.env, self.timeout = argv, cwd, dict(env), timeout
         self.wrap = wrap
+        self.abort = abort
 
     def _call(self, payload: Mapping[str, Any]) -> str:
         import json
@@ -173,9 +176,12 @@ class CommandDecider(RulesDecider):
                 input=json.dumps(payload).encode(),
                 merge_stderr=False,
                 redact=True,
+                abort=self.abort,
             )
         except GitsupError as exc:
             raise DeciderError(exc.message) from exc
+        if res.timed_out and self.abort is not None and self.abort.is_set():
+            raise DeciderError("decider stopped: stop requested")
         if res.timed_out:
             raise DeciderError(f"decider timed out after {self.timeout:g}s")
         if res.returncode != 0:
@@ -213,10 +219,12 @@ class ClaudeDecider(RulesDecider):
         argv: list[str],
         network: Any = None,
         wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None,
+        abort: threading.Event | None = None,
     ) -> None:
         self.cwd, self.env, self.timeout, self.argv = cwd, dict(env), timeout, argv
         self.network = network
         self.wrap_for = wrap_for
+        self.abort = abort
 
     def _ask(self, text: str) -> str:
         from pathlib import Path
@@ -233,6 +241,7 @@ class ClaudeDecider(RulesDecider):
                 argv=self.argv,
                 network=self.network,
                 wrap_for=self.wrap_for,
+                abort=self.abort,
             )
         except ClaudeCallError as exc:
             raise DeciderError(str(exc)) from exc
@@ -266,19 +275,29 @@ def make_decider(
     network: Any = None,
     wrap: Callable[[list[str]], list[str]] | None = None,
     wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None,
+    abort: threading.Event | None = None,
 ) -> RulesDecider:
     """`network`: the gated namespace factory for a claude decider; `wrap`: the sandbox
-    prefix for a command decider; `wrap_for(netns)`: the same for a claude decider."""
+    prefix for a command decider; `wrap_for(netns)`: the same for a claude decider;
+    `abort` (set on stop) ends a running call early."""
     d = spec.decider
     if d.kind == "command":
         if not d.argv:
             from gitsup.errors import GitsupError
 
             raise GitsupError('[decider] kind = "command" needs argv')
-        return CommandDecider(list(d.argv), cwd=cwd, env=env, timeout=d.timeout, wrap=wrap)
+        return CommandDecider(
+            list(d.argv), cwd=cwd, env=env, timeout=d.timeout, wrap=wrap, abort=abort
+        )
     if d.kind == "claude":
         argv = list(spec.worker.argv) if spec.worker.kind == "claude" else []
         return ClaudeDecider(
-            cwd=cwd, env=env, timeout=d.timeout, argv=argv, network=network, wrap_for=wrap_for
+            cwd=cwd,
+            env=env,
+            timeout=d.timeout,
+            argv=argv,
+            network=network,
+            wrap_for=wrap_for,
+            abort=abort,
         )
     return RulesDecider()

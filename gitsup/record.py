@@ -79,6 +79,8 @@ class TaskRecord(BaseModel):
     discarded_at: float | None = None
     # What the wip snapshot could not hold: [{"path", "bytes", "why"}] (see docs/cli.md).
     not_captured: list[dict[str, Any]] = Field(default_factory=list)
+    # What cleanup could not prove gone (worker pid, cgroup): the lease stays held.
+    left_behind: list[str] = Field(default_factory=list)
     exit_code: int | None = None
 
     def touch(self) -> None:

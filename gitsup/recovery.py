@@ -243,11 +243,32 @@ def doctor(ctx: Context, *, fix: bool) -> list[Finding]:
             except GitsupError as exc:
                 f.fixed = f"not fixed: {exc.message}"
         findings.append(f)
+    # Ended tasks whose cleanup could not prove the worker gone (their lease stays held).
+    for rec in records.values():
+        if rec.state not in TERMINAL or not rec.left_behind:
+            continue
+        f = Finding("worker-left-behind", "; ".join(rec.left_behind), rec.id)
+        if fix:
+            proof = prove_worker_gone(rec, kill=True)
+            if proof.gone:
+                fresh = ctx.store.load(rec.id)
+                fresh.left_behind = []
+                ctx.store.save(fresh)
+                records[rec.id] = fresh
+                lease = ctx.leases.get(rec.worktree)
+                if lease is not None and lease.task == rec.id:
+                    ctx.leases.break_lease(lease.path)
+                f.fixed = f"gone ({proof.how}); lease released"
+            else:
+                f.fixed = f"not fixed: {proof.how}"
+        findings.append(f)
     # Leases whose owner is dead.
     for lease in ctx.leases.all():
         if lease.owner_alive:
             continue
         held_by = records.get(lease.task)
+        if held_by is not None and held_by.left_behind:
+            continue  # reported above: released once the worker is proven gone
         f = Finding("stale-lease", f"{lease.path} held by dead pid {lease.owner.pid}", lease.task)
         if fix and (held_by is None or ctx.store.load(held_by.id).state in TERMINAL):
             ctx.leases.break_lease(lease.path)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,6 +149,7 @@ class ReviewContext:
     wrap: Callable[[list[str]], list[str]] | None = None
     # the sandbox prefix for a process in a given network namespace (the claude reviewer's)
     wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None
+    abort: threading.Event | None = None  # set on stop: a running attempt ends early
 
 
 Attempt = Callable[[ReviewContext], Verdict]
@@ -167,6 +169,9 @@ def run_review(
     tries = 1 + ctx.spec.review.retries
     last: str | None = None
     for n in range(1, tries + 1):
+        if ctx.abort is not None and ctx.abort.is_set():
+            last = "stop requested"
+            break
         try:
             verdict = fn(ctx)
         except (ReviewError, GitsupError) as exc:
@@ -217,7 +222,10 @@ def command_attempt(ctx: ReviewContext) -> Verdict:
         max_output=1024 * 1024,
         merge_stderr=False,
         redact=True,
+        abort=ctx.abort,
     )
+    if res.timed_out and ctx.abort is not None and ctx.abort.is_set():
+        raise ReviewError("reviewer stopped: stop requested")
     if res.timed_out:
         raise ReviewError(f"reviewer timed out after {ctx.spec.review.timeout:g}s")
     if res.returncode != 0:
@@ -261,6 +269,7 @@ def claude_attempt(ctx: ReviewContext) -> Verdict:
             argv=ctx.spec.worker.argv if ctx.spec.worker.kind == "claude" else (),
             network=ctx.network,
             wrap_for=ctx.wrap_for,
+            abort=ctx.abort,
         )
     except ClaudeCallError as exc:
         raise ReviewError(f"claude reviewer: {exc}") from exc

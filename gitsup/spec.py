@@ -74,6 +74,19 @@ def _duration(value: object) -> float:
 Duration = Annotated[float, BeforeValidator(_duration)]
 
 
+def _positive_duration(value: object) -> float:
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(
+            "must be more than 0 (a limit of 0 would fire at once; this timer cannot be turned off)"
+        )
+    return seconds
+
+
+# A timer that cannot be turned off: 0 is refused (docs/spec.md says which timers are which).
+PositiveDuration = Annotated[float, BeforeValidator(_positive_duration)]
+
+
 def _argv(value: object) -> list[str]:
     """An argv is a list of strings; a string is split like a shell would (no shell runs)."""
     if isinstance(value, str):
@@ -167,7 +180,7 @@ class Check(_Strict):
     name: str = Field(min_length=1)
     argv: Argv
     required: bool = True
-    timeout: Duration = 120.0
+    timeout: PositiveDuration = 120.0
     # `sh`: argv is ["sh", "-c", script], written by `--check-sh` or `sh = "..."` in a spec.
     shell: bool = False
 
@@ -199,20 +212,35 @@ class Autonomy(_Strict):
     max_decision_retries: int = Field(default=2, ge=0, le=20)
 
 
+DEFAULT_CLOSEOUT_GRACE = 30 * 60.0
+
+
 class Budget(_Strict):
+    # 0 turns off deadline, deadline_warning, closeout_grace and no_output_timeout.
     deadline: Duration = 4 * 3600.0
     deadline_warning: Duration = 15 * 60.0
-    closeout_grace: Duration = 30 * 60.0
+    # None: 30m, at most a quarter of the deadline. A value given is capped by the deadline.
+    closeout_grace: Duration | None = None
     no_output_timeout: Duration = 20 * 60.0
     max_turns: int = Field(default=100, ge=1)
     max_cost_usd: float | None = Field(default=None, ge=0)
+
+    def closeout(self) -> float:
+        """The close-out grace in force: how long a worker busy at the deadline may finish
+        its turn. Never longer than the deadline itself; by default 30m and at most a
+        quarter of the deadline."""
+        if self.deadline <= 0:
+            return 0.0
+        if self.closeout_grace is None:
+            return min(DEFAULT_CLOSEOUT_GRACE, self.deadline / 4)
+        return min(self.closeout_grace, self.deadline)
 
 
 class Worker(_Strict):
     kind: Literal["process", "claude", "tmux"] = "claude"
     argv: Argv = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
-    stop_grace: Duration = 5.0
+    stop_grace: PositiveDuration = 5.0
     # claude/tmux: extra CLI arguments appended after gitsup's own
     extra_args: Argv = Field(default_factory=list)
     model: str | None = None
@@ -221,14 +249,14 @@ class Worker(_Strict):
 class Review(_Strict):
     kind: Literal["claude", "command", "none"] = "claude"
     argv: Argv = Field(default_factory=list)
-    timeout: Duration = 600.0
+    timeout: PositiveDuration = 600.0
     retries: int = Field(default=2, ge=0, le=10)
 
 
 class Decider(_Strict):
     kind: Literal["rules", "command", "claude"] = "rules"
     argv: Argv = Field(default_factory=list)
-    timeout: Duration = 120.0
+    timeout: PositiveDuration = 120.0
 
 
 class Isolation(_Strict):

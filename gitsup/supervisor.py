@@ -61,9 +61,11 @@ from gitsup.workers.base import (
     WorkerError,
     WorkerExited,
     WorkerIdentity,
+    WorkerInputStalled,
     WorkerNote,
     WorkerOutput,
 )
+from gitsup.workers.stream_json import ModelFailure, model_failure
 
 EventSink = Callable[[Event], None]
 T = TypeVar("T")
@@ -169,6 +171,7 @@ class Supervisor:
         self.decider: RulesDecider = RulesDecider()
         self._policy: Any = None
         self._abort = threading.Event()
+        self._abort_reason: str | None = None
         self._stop_reason: str | None = None
         self._started = time.monotonic()
         self._last_progress = time.monotonic()
@@ -194,6 +197,7 @@ class Supervisor:
         # Whether the kernel sandbox (Landlock, mount namespace, no privileges) is in force
         # for everything this task runs; known once the worker environment is built.
         self.sandbox_enforced = False
+        self._left_cgroups: list[str] = []
 
     # --- events and state ---------------------------------------------------------
 
@@ -233,8 +237,10 @@ class Supervisor:
         if signum == signal.SIGUSR1:
             self.inbox.put(ResumeAuto())
             return
+        reason = stop_reason(self.layout.task_dir(self.task), signum)
+        self._abort_reason = self._abort_reason or reason
         self._abort.set()
-        self.inbox.put(StopRequest(stop_reason(self.layout.task_dir(self.task), signum)))
+        self.inbox.put(StopRequest(reason))
 
     @contextlib.contextmanager
     def _signals(self) -> Any:
@@ -252,8 +258,18 @@ class Supervisor:
                 signal.signal(s, h)
 
     def request_stop(self, reason: str) -> None:
+        self._abort_reason = self._abort_reason or reason
         self._abort.set()
         self.inbox.put(StopRequest(reason))
+
+    def _stop_if_requested(self) -> bool:
+        """A stop asked for while the loop was busy (checks, review, decider, start-up)
+        takes effect now. Returns True when the task stopped."""
+        if not self._abort.is_set():
+            return False
+        if not self.sm.terminal:
+            self._stop(self._stop_reason or self._abort_reason or "stop requested")
+        return True
 
     # --- the run ------------------------------------------------------------------
 
@@ -276,7 +292,10 @@ class Supervisor:
                     self.spec,
                     cwd=str(self.worktree),
                     env=self._worker_env(),
+                    network=self._agent_network("decider"),
                     wrap=self._wrapper(None, None, read_only=True),
+                    wrap_for=lambda ns: self._wrapper(None, ns, read_only=True),
+                    abort=self._abort,
                 )
                 self.record.supervisor = supervisor_identity()
                 try:
@@ -345,6 +364,7 @@ class Supervisor:
             network=self._agent_network("decider"),
             wrap=self._wrapper(None, None, read_only=True),
             wrap_for=lambda ns: self._wrapper(None, ns, read_only=True),
+            abort=self._abort,
         )
         self.record.supervisor = supervisor_identity()
         state = self.sm.state
@@ -397,6 +417,7 @@ class Supervisor:
             network=self._agent_network("decider"),
             wrap=self._wrapper(None, None, read_only=True),
             wrap_for=lambda ns: self._wrapper(None, ns, read_only=True),
+            abort=self._abort,
         )
         self.record.supervisor = supervisor_identity()
         self.transition(State.STARTING, "spawning worker")
@@ -417,6 +438,10 @@ class Supervisor:
             drop=("CLAUDECODE",),
         )
         env.update(self.spec.worker.env)
+        from gitsup.workers.claude import model_call_env
+
+        for k, v in model_call_env(self.spec.budget).items():
+            env.setdefault(k, v)
         plan = self._sandbox_plan(env)
         return dict(plan.env) if plan is not None else env
 
@@ -587,6 +612,7 @@ class Supervisor:
                 "spec": self.spec,
                 "wrap": self._wrapper(cg, netns),
                 "egress": net.gate,
+                "abort": self._abort,
             },
         )
         # Crash window marker: a record with spawn_pending and no worker identity means
@@ -606,8 +632,11 @@ class Supervisor:
             )
         except (WorkerError, GitsupError) as exc:
             msg = exc.message if isinstance(exc, GitsupError) else str(exc)
-            self.record.reasons.append(f"worker could not start: {msg}")
             self.record.spawn_pending = False
+            if self._abort.is_set():
+                self._stop_if_requested()
+                return False
+            self.record.reasons.append(f"worker could not start: {msg}")
             self._cleanup_cgroup()
             self._finish(State.FAILED)
             return False
@@ -632,7 +661,7 @@ class Supervisor:
         self._record_worker(ident)
         self._turn_active = True
         self._last_progress = time.monotonic()
-        return True
+        return not self._stop_if_requested()
 
     def _cleanup_cgroup(self) -> None:
         cg = self._cgroup
@@ -660,6 +689,7 @@ class Supervisor:
         )
         if not empty:
             self.record.reasons.append(f"cgroup {cg.path} could not be emptied")
+            self._left_cgroups.append(f"cgroup {cg.path} still has processes")
         self._cgroup = None
 
     def _record_worker(self, ident: WorkerIdentity) -> None:
@@ -687,21 +717,33 @@ class Supervisor:
 
     # --- timers -------------------------------------------------------------------
 
-    def _deadline_at(self) -> float:
-        return self._started + self.spec.budget.deadline
+    def _deadline_at(self) -> float | None:
+        """When the deadline falls (monotonic), or None: a deadline of 0 is off."""
+        d = self.spec.budget.deadline
+        return None if d <= 0 else self._started + d
+
+    def _past_deadline(self) -> bool:
+        dl = self._deadline_at()
+        return "deadline_reached" in self._phases_done or (
+            dl is not None and time.monotonic() >= dl
+        )
 
     def _next_timer(self) -> tuple[float, str] | None:
+        # A timer set to 0 is off (docs/spec.md): it never fires, least of all at once.
         now = time.monotonic()
         b = self.spec.budget
         cands: list[tuple[float, str]] = []
         dl = self._deadline_at()
-        if "deadline_approaching" not in self._phases_done and b.deadline_warning < b.deadline:
-            cands.append((dl - b.deadline_warning, "deadline_approaching"))
-        if "deadline_reached" not in self._phases_done:
-            cands.append((dl, "deadline_reached"))
-        elif "watchdog_timeout" not in self._phases_done:
-            cands.append((dl + b.closeout_grace, "deadline_closeout"))
-        if self.sm.state == State.RUNNING:
+        if dl is not None:
+            if "deadline_approaching" not in self._phases_done and (
+                0 < b.deadline_warning < b.deadline
+            ):
+                cands.append((dl - b.deadline_warning, "deadline_approaching"))
+            if "deadline_reached" not in self._phases_done:
+                cands.append((dl, "deadline_reached"))
+            elif "watchdog_timeout" not in self._phases_done:
+                cands.append((dl + b.closeout(), "deadline_closeout"))
+        if self.sm.state == State.RUNNING and b.no_output_timeout > 0:
             cands.append((self._last_progress + b.no_output_timeout, "no_output"))
         if not cands:
             return None
@@ -712,7 +754,7 @@ class Supervisor:
         b = self.spec.budget
         if name == "deadline_approaching":
             self._phases_done.add(name)
-            left = max(0.0, self._deadline_at() - time.monotonic())
+            left = max(0.0, (self._deadline_at() or 0.0) - time.monotonic())
             self.emit("deadline_approaching", {"seconds_left": round(left, 1)})
             if (
                 self.worker is not None
@@ -726,11 +768,17 @@ class Supervisor:
                 )
         elif name == "deadline_reached":
             self._phases_done.add(name)
-            self.emit(
-                "deadline_reached", {"closeout_grace": b.closeout_grace, "busy": self._turn_active}
-            )
-            if not self._turn_active or b.closeout_grace <= 0:
+            grace = b.closeout()
+            busy = self._turn_active
+            self.emit("deadline_reached", {"closeout_grace": grace, "busy": busy})
+            if busy and grace <= 0:
                 self._watchdog("deadline")
+            elif not busy:
+                # Idle at the deadline: its result is verified and reviewed like any
+                # other (no repair round follows), not parked regardless.
+                self._phases_done.add("watchdog_timeout")
+                self._stop_worker("deadline reached; the worker was idle")
+                self._verify_and_conclude()
         elif name == "deadline_closeout":
             self._watchdog("deadline")
         elif name == "no_output":
@@ -869,9 +917,14 @@ class Supervisor:
             answer = PermissionAnswer(False, text)
         if self._pending.pop(req.request_id, None) is None:
             return  # cancelled meanwhile
+        stalled: str | None = None
         if self.worker is not None:
-            with contextlib.suppress(WorkerError, OSError):
+            try:
                 self.worker.answer(req.request_id, answer)
+            except WorkerInputStalled as exc:
+                stalled = str(exc)
+            except (WorkerError, OSError):
+                pass
         self.emit(
             "permission_decided",
             {
@@ -883,10 +936,20 @@ class Supervisor:
                 "message": answer.message,
             },
         )
+        if stalled is not None:
+            park = self._input_stalled(stalled)
         if park is not None:
-            self.record.reasons.append(park)
+            if park not in self.record.reasons:
+                self.record.reasons.append(park)
             self._stop_worker(park)
             self._verify_and_conclude(park_reason=park)
+
+    def _input_stalled(self, why: str) -> str:
+        self.emit("worker_input_stalled", {"reason": why})
+        reason = f"worker input stalled: {why}"
+        if reason not in self.record.reasons:
+            self.record.reasons.append(reason)
+        return reason
 
     # --- turns --------------------------------------------------------------------
 
@@ -918,8 +981,14 @@ class Supervisor:
             },
         )
         if self.sm.state == State.RUNNING:
-            self.transition(State.WAITING, "turn completed")
+            self.transition(
+                State.WAITING, "turn ended with an error" if tc.is_error else "turn completed"
+            )
         elif self.sm.state != State.WAITING:
+            return
+        failure = model_failure(tc)
+        if failure is not None:
+            self._on_model_failure(failure)
             return
         if self._import_work() is not None:
             self._finish(State.BLOCKED)
@@ -932,6 +1001,8 @@ class Supervisor:
             self._verify_and_conclude(park_reason=over)
             return
         decision = self._with_retries("turn_completed", lambda: self._decide_turn(tc))
+        if self._stop_if_requested():
+            return
         if decision is None:
             decision = TurnDecision(
                 "park", reason="decider failed; parking", source=self.decider.kind
@@ -949,15 +1020,34 @@ class Supervisor:
         self.emit("decision", decision.as_dict())
         if decision.action == "verify":
             self._verify_and_conclude()
+        elif decision.action == "continue" and decision.message and self._past_deadline():
+            self._verify_and_conclude()  # no new turn after the deadline
         elif decision.action == "continue" and decision.message:
             if not self._send(decision.message, key=f"continue-{self.record.turns}"):
                 self._verify_and_conclude(park_reason="worker cannot take another turn")
         else:
             self._verify_and_conclude(park_reason=decision.reason or "decider parked the task")
 
+    def _on_model_failure(self, f: ModelFailure) -> None:
+        """The model API failed the turn: never a completion, never a repair round.
+        Credentials/configuration: failed at once. Unreachable/overloaded (after the
+        CLI's own bounded retries) or another API error: parked."""
+        self.emit("model_error", f.as_dict())
+        if f.kind == "auth":
+            reason = f"model API authentication failed: {f.message}"
+        elif f.kind == "unreachable":
+            reason = f"model API unreachable: {f.message}"
+        else:
+            reason = f"model API error: {f.message}"
+        self.record.reasons += [reason, f"what to do: {f.hint}"]
+        self._stop_worker(reason)
+        self._finish(State.FAILED if f.kind == "auth" else State.BLOCKED)
+
     def _with_retries(self, what: str, fn: Callable[[], T]) -> T | None:
         tries = 1 + self.spec.autonomy.max_decision_retries
         for n in range(1, tries + 1):
+            if self._abort.is_set():
+                return None
             try:
                 return fn()
             except DeciderError as exc:
@@ -992,6 +1082,9 @@ class Supervisor:
             return False
         try:
             sent = w.send_turn(message, key=key)
+        except WorkerInputStalled as exc:
+            self._input_stalled(str(exc))
+            return False
         except WorkerError as exc:
             self.emit("protocol_noise", {"error": f"send failed: {exc}"})
             return False
@@ -1040,9 +1133,9 @@ class Supervisor:
             verdict_problems, hard_review, findings = self._review(results)
             fixable += verdict_problems
             hard += hard_review
-            if self._stop_reason is not None:
-                self._stop(self._stop_reason)
-                return
+        # A stop asked for during checks or review ends the task stopped, never completed.
+        if self._stop_if_requested():
+            return
         if not fixable and not hard:
             self._finish(State.COMPLETED)
             return
@@ -1085,6 +1178,7 @@ class Supervisor:
             network=self._agent_network("reviewer"),
             wrap=self._wrapper(None, None, read_only=True),
             wrap_for=lambda ns: self._wrapper(None, ns, read_only=True),
+            abort=self._abort,
         )
 
         def on_attempt(n: int, err: str | None) -> None:
@@ -1125,6 +1219,8 @@ class Supervisor:
         """Send one corrective turn to the same worker. Returns why not, or None if sent."""
         w = self.worker
         rounds = self.spec.autonomy.max_repair_rounds
+        if self._past_deadline():
+            return "deadline reached; no repair round starts after it"
         if self.record.repair_rounds >= rounds:
             return f"repair rounds exhausted ({rounds})"
         if w is None or not w.capabilities.repairable:
@@ -1153,7 +1249,7 @@ class Supervisor:
         self._clean_before_checks = wt is None or wt.is_clean()
         for check in self.spec.effective_checks(self.record.baseline):
             if self._abort.is_set():
-                self._stop_reason = self._stop_reason or "stop requested"
+                self._stop_reason = self._stop_reason or self._abort_reason or "stop requested"
                 break
             self.emit("acceptance_started", {"name": check.name, "argv": check.argv})
             r = self._run_one_check(check, env)
@@ -1162,7 +1258,7 @@ class Supervisor:
         self.record.checks = results
         self.save()
         if self._abort.is_set() and self._stop_reason is None:
-            self._stop_reason = "stop requested"
+            self._stop_reason = self._abort_reason or "stop requested"
         return results
 
     def _run_one_check(self, check: Check, env: dict[str, str]) -> CheckResult:
@@ -1373,6 +1469,17 @@ class Supervisor:
         if self.sm.terminal:
             return
         self._stop_worker(f"task {final.value}")
+        left = self._left_behind()
+        if left:
+            # The lease is released only when cleanup proved the worker gone.
+            self.record.left_behind = left
+            self.record.reasons.append(
+                "cleanup could not prove the worker gone: "
+                + "; ".join(left)
+                + "; the worktree lease stays held (see `git sup doctor`, "
+                "`git sup doctor --fix`)"
+            )
+            self.emit("worker_left_behind", {"what": left, "lease": self.lease.path})
         if self._import_work() is not None and final == State.COMPLETED:
             final = State.BLOCKED
         status = STATUS_OF[final]
@@ -1410,10 +1517,27 @@ class Supervisor:
         self.save()
         self._seal(f"task finished: {status.value}")
         self.log.close()
-        with contextlib.suppress(Exception):
-            LeaseStore(self.layout.leases).release(self.lease)
+        if not left:
+            with contextlib.suppress(Exception):
+                LeaseStore(self.layout.leases).release(self.lease)
         if self._notifier is not None:  # the task has ended: let bounded deliveries finish
             self._notifier.join(120.0)
+
+    def _left_behind(self) -> list[str]:
+        """What of the worker cleanup could not prove gone: its process (same pid and
+        start time) after a bounded wait, a cgroup that could not be emptied."""
+        left = list(self._left_cgroups)
+        if getattr(self.worker, "detached", False):
+            return left  # a re-adopted worker let go on purpose keeps running
+        w = self.record.worker or {}
+        ident = ProcessId.from_dict(w) if isinstance(w.get("pid"), int) else None
+        if ident is not None:
+            end = time.monotonic() + self.spec.worker.stop_grace
+            while ident.alive() and time.monotonic() < end:
+                time.sleep(0.05)
+            if ident.alive():
+                left.append(f"worker pid {ident.pid} is still running")
+        return left
 
     def _save_wip(self, head: Oid | None) -> None:
         wt = self._worktree_repo()

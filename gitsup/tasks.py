@@ -459,6 +459,11 @@ def discard_task(ctx: Context, task: str, *, force: bool = False) -> DiscardResu
     tid = TaskId(record.id)
     repo = ctx.repo
     lease = ctx.leases.get(record.worktree) if record.worktree else None
+    if record.left_behind:
+        raise GitsupError(
+            f"task {task} left its worker behind ({'; '.join(record.left_behind)})",
+            hint="`git sup doctor --fix` stops it and releases the lease; then discard",
+        )
     if lease is not None and lease.owner_alive:
         raise GitsupError(
             f"task {task} is owned by a running supervisor (pid {lease.owner.pid})",
@@ -569,6 +574,10 @@ def prune_tasks(ctx: Context, *, force: bool = False, dry_run: bool = False) -> 
         wt = Path(record.worktree) if record.worktree else None
         wt_present = wt is not None and (wt.exists() or repo.worktree_path(tid) is not None)
         lease = ctx.leases.get(record.worktree) if record.worktree else None
+        if record.left_behind:
+            left = "its worker was left behind (`git sup doctor --fix`)"
+            kept.append({"task": record.id, "what": "task", "why": left})
+            continue
         if lease is not None and lease.owner_alive:
             kept.append({"task": record.id, "what": "task", "why": "a running process owns it"})
             continue

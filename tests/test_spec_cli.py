@@ -178,7 +178,8 @@ def test_spec_defaults_match_design() -> None:
     assert s.budget.max_turns == 100
     assert s.budget.deadline == 4 * 3600
     assert s.budget.deadline_warning == 15 * 60
-    assert s.budget.closeout_grace == 30 * 60
+    # not given: 30m, at most a quarter of the deadline
+    assert s.budget.closeout_grace is None and s.budget.closeout() == 30 * 60
     assert s.budget.no_output_timeout == 20 * 60
     assert s.autonomy.max_repair_rounds == 3
     assert s.autonomy.max_decision_retries == 2

@@ -74,6 +74,7 @@ def _spec_from_cli(
     max_turns: int | None,
     max_cost: float | None,
     no_commit: bool,
+    closeout_grace: str | None = None,
 ) -> TaskSpec:
     from gitsup.spec import load_spec, spec_from_mapping
 
@@ -105,6 +106,8 @@ def _spec_from_cli(
         b["deadline"] = deadline
     if no_output_timeout is not None:
         b["no_output_timeout"] = no_output_timeout
+    if closeout_grace is not None:
+        b["closeout_grace"] = closeout_grace
     if max_turns is not None:
         b["max_turns"] = max_turns
     if max_cost is not None:
@@ -215,7 +218,22 @@ class ProgressRenderer:
                 for line in check_tail(str(d.get("output_tail") or "")):
                     progress(f"  | {line}")
         elif t == "turn_completed":
-            self._line(f"turn completed ({d.get('subtype')})")
+            if d.get("is_error"):
+                sub = d.get("subtype")
+                self._line(
+                    "turn ended with an error" + (f" ({sub})" if sub != "success" else ""), "red"
+                )
+            else:
+                self._line(f"turn completed ({d.get('subtype')})")
+        elif t == "model_error":
+            what = {"auth": "authentication failed", "unreachable": "unreachable"}.get(
+                str(d.get("kind")), "error"
+            )
+            self._line(f"model API {what}: {d.get('message')}", "red")
+            self._line(f"  what to do: {d.get('hint')}", "yellow")
+        elif t in ("worker_input_stalled", "worker_left_behind"):
+            text = d.get("reason") or "; ".join(map(str, d.get("what") or []))
+            self._line(f"{t.replace('_', ' ')}: {text}", "red")
         elif t in ("candidate_ready", "candidate_parked", "candidate_failed"):
             colour = {"candidate_ready": "green", "candidate_failed": "red"}.get(t, "yellow")
             self._line(
@@ -289,6 +307,14 @@ def start_cmd(
     no_output_timeout: Annotated[
         str | None, typer.Option("--no-output-timeout", help="Stop after this long without output.")
     ] = None,
+    closeout_grace: Annotated[
+        str | None,
+        typer.Option(
+            "--closeout-grace",
+            help="After the deadline, a busy worker may finish its turn this long "
+            "(capped by the deadline; 0: none).",
+        ),
+    ] = None,
     max_turns: Annotated[int | None, typer.Option("--max-turns")] = None,
     max_cost: Annotated[float | None, typer.Option("--max-cost", help="Max cost in USD.")] = None,
     no_commit: Annotated[
@@ -319,6 +345,7 @@ def start_cmd(
         max_turns,
         max_cost,
         no_commit,
+        closeout_grace=closeout_grace,
     )
     ctx = Context.discover()
     if detach:

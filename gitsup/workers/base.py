@@ -158,6 +158,10 @@ class WorkerError(Exception):
     """Raised by adapters for a worker that cannot be started or driven (not user-facing)."""
 
 
+class WorkerInputStalled(WorkerError):
+    """A write to the worker's input did not complete in time: it stopped reading."""
+
+
 class WorkerAdapter(ABC):
     kind: ClassVar[str]
     capabilities: ClassVar[Capabilities]

@@ -21,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -45,6 +47,7 @@ from gitsup.workers.base import (
     WorkerError,
     WorkerExited,
     WorkerIdentity,
+    WorkerInputStalled,
     WorkerOutput,
     spawn_piped,
 )
@@ -73,7 +76,31 @@ _FORBIDDEN_FLAGS = {
     "--output-format": "gitsup reads the worker's stream-json",
 }
 _ALLOW_FLAGS = ("--allowedTools", "--allowed-tools")
+# A write to the worker's input that takes longer (2 x stop_grace, at least this) means
+# the worker stopped reading.
+MIN_WRITE_TIMEOUT = 5.0
 _BAD_MODES = {"bypassPermissions", "dontAsk", "acceptEdits", "auto", "plan"}
+
+
+# The CLI's own retry ladder for a failing model API (HTTP 429/5xx/529, connection errors)
+# defaults to 10 retries, about 3 minutes a turn; a request that gets no answer waits
+# 10 minutes. Bounded here unless the environment or [worker] env sets them.
+MODEL_MAX_RETRIES = 3
+MODEL_TIMEOUT_CAP = 300.0
+
+
+def model_call_env(budget: Any) -> dict[str, str]:
+    """CLAUDE_CODE_MAX_RETRIES and API_TIMEOUT_MS for a task's budget: 3 retries (about
+    4 s of back-off), and one request may take at most half the no-output timeout, a
+    quarter of the deadline and 5 minutes (at least 1 s). A timer set to 0 (off) does
+    not bound it."""
+    limits = [MODEL_TIMEOUT_CAP]
+    if budget.no_output_timeout > 0:
+        limits.append(budget.no_output_timeout / 2)
+    if budget.deadline > 0:
+        limits.append(budget.deadline / 4)
+    timeout_ms = int(max(1.0, min(limits)) * 1000)
+    return {"CLAUDE_CODE_MAX_RETRIES": str(MODEL_MAX_RETRIES), "API_TIMEOUT_MS": str(timeout_ms)}
 
 
 def find_claude(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
@@ -251,6 +278,8 @@ class ClaudeWorker(WorkerAdapter):
         self._exited = threading.Event()
         self._stdin_closed = False
         self._req_counter = 0
+        self._turn_api_error: str | None = None
+        self._stalled: str | None = None
 
     # --- spawning -----------------------------------------------------------------
 
@@ -308,16 +337,45 @@ class ClaudeWorker(WorkerAdapter):
 
     # --- stdin (one writer) -----------------------------------------------------------
 
+    def _write_timeout(self) -> float:
+        spec = self.ctx.options.get("spec")
+        grace = float(spec.worker.stop_grace) if spec is not None else 5.0
+        return max(MIN_WRITE_TIMEOUT, 2 * grace)
+
     def _write(self, data: bytes) -> None:
+        """Write one record, bounded in time: a worker that stops reading its input makes
+        this raise WorkerInputStalled (and its input unusable) instead of blocking forever."""
         p = self._proc
         if p is None or p.stdin is None:
             raise WorkerError("the worker is not running")
         with self._write_lock:
             if self._stdin_closed:
                 raise WorkerError("the worker's input is closed")
+            if self._stalled:
+                raise WorkerInputStalled(self._stalled)
+            timeout = self._write_timeout()
             try:
-                p.stdin.write(data)
-                p.stdin.flush()
+                fd = p.stdin.fileno()
+                os.set_blocking(fd, False)
+                view = memoryview(data)
+                deadline = time.monotonic() + timeout
+                while view:
+                    try:
+                        n = os.write(fd, view)
+                    except BlockingIOError:
+                        n = 0
+                    view = view[n:]
+                    if not view:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        self._stalled = (
+                            f"the worker stopped reading its input: a write of {len(data)} "
+                            f"bytes did not complete within {timeout:g}s "
+                            f"({len(data) - len(view)} written)"
+                        )
+                        raise WorkerInputStalled(self._stalled)
+                    select.select([], [fd], [], min(left, 0.5))
             except (BrokenPipeError, OSError, ValueError) as exc:
                 raise WorkerError(f"cannot write to the worker: {exc}") from exc
 
@@ -415,13 +473,26 @@ class ClaudeWorker(WorkerAdapter):
         elif isinstance(ev, sj.ControlResponse):
             return
         elif isinstance(ev, TurnCompleted):
-            inbox.put(self._per_turn(ev))
             with self._state_lock:
+                duplicate = not self._turn_active
                 self._turn_active = False
                 # Requests of a finished turn can no longer be answered.
                 self._pending.clear()
+            if duplicate:
+                # One turn, one completion: a result with no turn open is not a completion.
+                inbox.put(
+                    ProtocolNoise(
+                        line=redact_text(line)[: sj.MAX_NOISE_LINE],
+                        error="result record outside a turn (duplicate) ignored",
+                    )
+                )
+                return
+            inbox.put(self._per_turn(ev))
+            self._turn_api_error = None
             self._result_seen.set()
         elif isinstance(ev, WorkerOutput | ProtocolNoise):
+            if isinstance(ev, WorkerOutput) and isinstance(ev.data.get("error"), str):
+                self._turn_api_error = str(ev.data["error"])  # a synthetic API-error message
             inbox.put(ev)
 
     def _per_turn(self, tc: TurnCompleted) -> TurnCompleted:
@@ -443,6 +514,7 @@ class ClaudeWorker(WorkerAdapter):
             usage=tc.usage,
             data={
                 **tc.data,
+                **({"api_error": self._turn_api_error} if self._turn_api_error else {}),
                 "session_total_cost_usd": tc.cost_usd,
                 "session_num_turns": tc.num_turns,
             },

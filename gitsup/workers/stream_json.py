@@ -33,10 +33,12 @@ __all__ = [
     "ControlRequest",
     "ControlResponse",
     "LineFramer",
+    "ModelFailure",
     "OversizedLine",
     "SessionInit",
     "control_error",
     "interrupt_request",
+    "model_failure",
     "parse_record",
     "permission_response",
     "user_message",
@@ -413,6 +415,110 @@ def parse_record(line: str, *, max_text: int = DEFAULT_MAX_TEXT) -> object | Non
     if kind == "system" and record.get("subtype") == "api_retry":
         return _api_retry(record)
     return None
+
+
+# --- model/API failures -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelFailure:
+    """A turn that ended because the model API failed, not because the worker finished.
+
+    `kind`: "auth" (credentials or configuration: retrying cannot help; the task fails),
+    "unreachable" (connection refused/reset, timeout, HTTP 429/5xx/529 after the CLI's own
+    bounded retries: the task parks) or "api" (any other API error: the task parks).
+    """
+
+    kind: str
+    message: str  # the CLI's own words
+    status: int | None = None
+    error: str | None = None  # the CLI's error class (e.g. "authentication_failed")
+
+    @property
+    def hint(self) -> str:
+        if self.kind == "auth":
+            return (
+                "give the worker valid credentials (ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN in "
+                "[worker] env or the environment, or log in with `claude /login` for the "
+                "CLAUDE_CONFIG_DIR it uses) and check [worker] model, then start the task again"
+            )
+        if self.kind == "unreachable":
+            return (
+                "check ANTHROPIC_BASE_URL and the network (the CLI gave up after its bounded "
+                "retries), then start the task again"
+            )
+        return "see the worker's output in `git sup log`; the model API refused the request"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "status": self.status,
+            "error": self.error,
+            "hint": self.hint,
+        }
+
+
+_AUTH_ERRORS = {
+    "authentication_failed",
+    "authentication_error",
+    "permission_error",
+    "billing_error",
+}
+_AUTH_TEXT = (
+    "not logged in",
+    "please run /login",
+    "invalid api key",
+    "failed to authenticate",
+    "oauth token",
+    "credit balance",
+)
+_UNREACHABLE_ERRORS = {"server_error", "overloaded", "overloaded_error", "rate_limit", "unknown"}
+_UNREACHABLE_TEXT = (
+    "connection",
+    "econnrefused",
+    "econnreset",
+    "etimedout",
+    "enotfound",
+    "can't reach",
+    "cannot reach",
+    "unable to connect",
+    "timed out",
+    "overloaded",
+    "fetch failed",
+)
+
+
+def model_failure(tc: TurnCompleted) -> ModelFailure | None:
+    """The model/API failure that ended this turn, or None for a turn the worker ended.
+
+    Claude Code reports it as `result` with `is_error: true` and `terminal_reason:
+    "api_error"` (its `subtype` stays "success"); the synthetic assistant record before it
+    carries the error class (kept by the adapter as `data["api_error"]`)."""
+    if not tc.is_error:
+        return None
+    data = tc.data
+    status_raw = data.get("api_error_status")
+    status = (
+        status_raw if isinstance(status_raw, int) and not isinstance(status_raw, bool) else None
+    )
+    error = data.get("api_error") if isinstance(data.get("api_error"), str) else None
+    text = (tc.result or "").strip()
+    low = text.lower()
+    api = data.get("terminal_reason") == "api_error" or error is not None or status is not None
+    if not api and not low.startswith(("api error", "not logged in", "invalid api key")):
+        return None
+    message = text or (f"API error {status}" if status else "API error")
+    malformed = "malformed" in low or "empty or" in low
+    if status in (401, 403, 404) or (error in _AUTH_ERRORS) or any(t in low for t in _AUTH_TEXT):
+        return ModelFailure("auth", message, status, error)
+    if (
+        (status is not None and (status == 408 or status == 429 or status >= 500))
+        or (status is None and error in _UNREACHABLE_ERRORS and not malformed)
+        or any(t in low for t in _UNREACHABLE_TEXT)
+    ):
+        return ModelFailure("unreachable", message, status, error)
+    return ModelFailure("api", message, status, error)
 
 
 # --- encoding ----------------------------------------------------------------------------

@@ -447,7 +447,10 @@ class TmuxWorker(WorkerAdapter):
         end = time.monotonic() + float(self.ctx.options.get("startup_timeout", STARTUP_TIMEOUT))
         previous = None
         trust_done = False
+        abort = self.ctx.options.get("abort")
         while time.monotonic() < end:
+            if abort is not None and abort.is_set():
+                raise WorkerError("stop requested while the Claude Code TUI was starting")
             info = self._pane_info()
             if info.get("pane_dead") == "1":
                 raise WorkerError(
