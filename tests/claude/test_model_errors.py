@@ -128,8 +128,9 @@ def test_a_529_storm_parks_as_unreachable_after_bounded_retries(
     me = _of(events, "model_error")
     assert len(me) == 1 and me[0]["kind"] == "unreachable" and me[0]["status"] == 529
     # 1 request + CLAUDE_CODE_MAX_RETRIES=3 set by the supervisor (the CLI's default is 10,
-    # about 3 minutes)
-    assert len(model.step_requests()) == 4, len(model.step_requests())
+    # about 3 minutes). Through the egress gate one attempt can end on a connection the
+    # model had already closed, so it never reaches the model: 3 or 4 requests, never 11.
+    assert 3 <= len(model.step_requests()) <= 4, len(model.step_requests())
     retries = [d for d in _of(events, "worker_output") if d.get("stream") == "api_retry"]
     assert len(retries) == 3
     assert took < 60
@@ -145,8 +146,11 @@ def test_a_closed_port_parks_as_unreachable(claude_bin: str, repo: Path, tmp_pat
         repo, tmp_path, _env(f"http://127.0.0.1:{port}", tmp_path, claude_bin)
     )
     assert rc == 3, (rec, err)
+    # on the host network the CLI sees ECONNREFUSED; through the egress gate (which accepts
+    # inside the task's namespace, then cannot connect) the connection is dropped instead
     assert any(
-        r.startswith("model API unreachable:") and "ECONNREFUSED" in r for r in rec["reasons"]
+        r.startswith("model API unreachable:") and ("ECONNREFUSED" in r or "ECONNRESET" in r)
+        for r in rec["reasons"]
     ), rec["reasons"]
     assert _of(events, "model_error")[0]["kind"] == "unreachable"
     _no_repair_no_checks(events)

@@ -178,8 +178,23 @@ def test_typing_into_the_pane_pauses_until_resume_auto(
     tmux_sockets: list[Path],
 ) -> None:
     # The tool runs long enough that the typing surely lands while it runs, even on a
-    # loaded machine (the TUI submits the typed prompt when the running step ends).
-    steps = [{"bash": "sleep 10"}, {"text": "Slept."}, *COMMIT_STEPS]
+    # loaded machine (the TUI submits the typed prompt when the running step ends). It is
+    # a test run the policy allows (a plain `sleep` is asked about, so denied at once).
+    slow = "import time\n\n\ndef test_wait():\n    time.sleep(10)\n"
+    steps = [
+        [
+            {
+                "type": "tool_use",
+                "name": "Write",
+                "input": {"file_path": "${CWD}/wait_a_while.py", "content": slow},
+            }
+        ],
+        {"bash": "pytest -q -p no:cacheprovider wait_a_while.py"},
+        {"text": "Waited."},
+        COMMIT_STEPS[0],
+        {"bash": "git add -A && git commit -qm 'fix add'"},
+        *COMMIT_STEPS[2:],
+    ]
     model = scripted_model({"default": {"steps": steps}})
     config = seed_config(tmp / "claude-config")
     task = start_detached(repo, tmp, tmux_spec(claude_bin, model, config))
