@@ -73,8 +73,11 @@ def test_detach_returns_while_the_task_runs_in_its_own_session(repo: Path, tmp: 
         assert task_ids(repo) == [tid]
         # the foreground returned; the task goes on without it
         wait_for(started.exists, what="the worker to start")
-        rec = read_record(repo, tid)
-        assert rec["state"] == "running" and rec["status"] == "pending"
+        rec = wait_for(
+            lambda: (r := read_record(repo, tid))["state"] == "running" and r,
+            what="the running state",
+        )
+        assert rec["status"] == "pending"
         sup = rec["supervisor"]["pid"]
         assert pid_alive(sup)
         # not a child of the caller, nor in its session: the caller's hangup or Ctrl-C
@@ -107,6 +110,7 @@ def test_wait_and_doctor_when_the_supervisor_died(repo: Path, tmp: Path) -> None
     try:
         wait_for(started.exists, what="the worker to start")
         wpid = int(pidfile.read_text())
+        wait_for(lambda: read_record(repo, tid)["state"] == "running", what="the running state")
         sup = read_record(repo, tid)["supervisor"]["pid"]
         assert _doctor(repo) == []  # a live task is nobody's finding
         os.kill(sup, signal.SIGKILL)
