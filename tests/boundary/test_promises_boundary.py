@@ -15,7 +15,7 @@ import pytest
 
 from tests.boundary.conftest import Setup, accepted, make_task, push, refs_of, start_task
 from tests.conftest import PYTHON, git, run_sup
-from tests.helpers.sup import FIX_AND_COMMIT, read_record
+from tests.helpers.sup import FIX_AND_COMMIT, common_dir, read_record
 
 
 @pytest.mark.parametrize("how", ["worker-left-its-worktree", "child-outside-the-worktree"])
@@ -36,8 +36,19 @@ def test_a_push_from_inside_a_tasks_process_tree_is_refused(setup: Setup, how: s
         os.rename({str(out)!r} + ".tmp", {str(out)!r})
     """)
     if how == "worker-left-its-worktree":
-        # the worker itself leaves its worktree, then pushes
-        body = f"import os\nos.chdir({repo!r})\n" + push_code
+        # the worker itself leaves its worktree, then pushes (once its pid is on record: the
+        # rule can only know the worker the supervisor has recorded)
+        record = common_dir(setup.repo) / "sup" / "tasks"
+        body = (
+            textwrap.dedent(f"""
+            import json, os, pathlib, time
+            rec = pathlib.Path({str(record)!r}) / os.environ["GITSUP_TASK"] / "task.json"
+            while not json.loads(rec.read_text()).get("worker"):
+                time.sleep(0.02)
+            os.chdir({repo!r})
+        """)
+            + push_code
+        )
     else:
         # a helper daemonized from the worktree (no longer the worker's descendant) pushes
         script = setup.tmp / "push.py"
