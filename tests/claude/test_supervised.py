@@ -25,7 +25,7 @@ from gitsup.spec import spec_from_mapping
 from gitsup.tasks import Context, run_task
 from tests.claude.conftest import claude_env
 from tests.conftest import git, run_sup
-from tests.helpers.sup import wait_dead
+from tests.helpers.sup import wait_dead, wait_for
 
 pytestmark = pytest.mark.claude
 
@@ -469,14 +469,17 @@ def test_worker_killed_mid_turn_is_classified_not_completed(
     killer_done: list[int] = []
     pids: list[int] = []
 
-    def kill_when_running(ev: Event) -> None:
+    def kill_when_running(ev: Event, worktree: Path) -> None:
         if ev.type == "worker_started" and ev.data.get("pid"):
             pids.append(int(ev.data["pid"]))
         if ev.type == "permission_decided" and ev.data.get("tool") == "Write":
             # the Write runs after this answer; the model then hangs mid-turn
 
             def later() -> None:
-                time.sleep(1.5)
+                # once the Write has landed (it must be kept), kill the worker mid-turn
+                wait_for(
+                    lambda: "a + b" in (worktree / "calc.py").read_text(), 30, what="the Write"
+                )
                 os.kill(pids[0], 9)
                 killer_done.append(pids[0])
 
@@ -488,7 +491,7 @@ def test_worker_killed_mid_turn_is_classified_not_completed(
 
     def emit(self: Any, type: str, data: Any = None) -> Event:
         ev = original(self, type, data)
-        kill_when_running(ev)
+        kill_when_running(ev, Path(self.worktree))
         return ev
 
     sup_mod.Supervisor.emit = emit  # type: ignore[method-assign]
