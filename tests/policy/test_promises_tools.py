@@ -137,3 +137,39 @@ def test_questions_web_mcp_and_unknown_tools(repo: dict[str, Path]) -> None:
     assert _decide(repo, "Teleport") == Decision(
         "ask", "tool.unknown", "unknown tool Teleport", "Teleport"
     )
+
+
+# --- printf in substitutions (gitsup/policy/context.py) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fmt", "args", "out"),
+    [
+        ("%s-%s;", ["a", "b", "c"], "a-b;c-;"),  # the format repeats while arguments remain
+        ("100%% %s", ["x"], "100% x"),
+        ("plain", ["a", "b"], "plain"),  # no directive: printed once, arguments ignored
+        ("%s", [], ""),
+        ("%d|", ["1", "2"], "1|2|"),
+    ],
+)
+def test_printf_as_the_policy_reads_it(fmt: str, args: list[str], out: str) -> None:
+    from gitsup.policy.context import _printf
+
+    assert _printf(fmt, args) == out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        '$(printf "%s %s" git push) origin',
+        '$(printf "%s" git) push',
+        'eval "$(printf "%s " git push)"',
+        'x=$(printf "gi%s" t); $x push',
+        "$(printf 'g%s%s' i t) push --force",
+    ],
+)
+def test_a_push_spelled_with_printf_is_denied(command: str) -> None:
+    from gitsup.policy import classify_command
+
+    d = classify_command(command, worktree="/home/dev/repo", policy=Policy.load(), home="/home/dev")
+    assert (d.verdict, d.rule) == ("deny", "D1.push"), d
