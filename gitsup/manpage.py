@@ -20,7 +20,7 @@ EXIT_CODES = (
     ("3", "the task is parked (blocked): its work is kept for a person"),
     ("4", "the task failed"),
     ("5", "the task was stopped"),
-    ("130", "interrupted"),
+    ("130", "interrupted: Ctrl-C of a foreground start (the task is stopped, its work kept)"),
 )
 
 ENVIRONMENT = (

@@ -229,8 +229,10 @@ def test_kill9_at_fault_point_then_recover(repo: Path, tmp_path: Path, point: st
     assert p.returncode == -signal.SIGKILL, p.stderr.read() if p.stderr else ""
     task = _wait_for(lambda: (_task_ids(repo) or [None])[0])
     res = run_sup(repo, "recover", task, "--takeover", "--park", "--json", "-q")
-    assert res.returncode in (3, 4), res.stderr
+    # every fault point is before the worker's first turn ran: parking it reports failed
+    assert res.returncode == 4, res.stderr
     rec = _check_after_recovery(repo, task)
+    assert rec["status"] == "failed", rec["reasons"]
     if point == "during_seal":
         # the events of the killed seal were sealed by the recovery, exactly once
         log = git(repo, "log", "--format=%B", f"refs/sup/{task}/log")

@@ -28,8 +28,10 @@ def _start(repo: Path, *args: str) -> dict:
     """A quick task through the CLI entry point in this process (the tasks are only material
     for ls/log/discard here; the console-script contract of start is tested elsewhere)."""
     rc, out, err = run_cli_inproc(repo, "start", *args, "--json", "--quiet", *NO_REVIEW)
-    assert rc in (0, 3), (rc, err)
-    return json.loads(out)
+    rec = json.loads(out)
+    # a worker that commits the fix is ready (0); one that commits nothing is parked (3)
+    assert rc == {"ready": 0, "parked": 3}[rec["status"]], (rc, err)
+    return rec
 
 
 def _commit(repo: Path, name: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -17,9 +18,12 @@ def test_group_of_only_zombies_is_not_alive() -> None:
     try:
         wait_for(lambda: psutil.Process(p.pid).status() == psutil.STATUS_ZOMBIE, 10)
         assert not proc.group_alive(p.pid)
-        t0 = time.monotonic()
-        proc.kill_group(p.pid, grace=5.0)
-        assert time.monotonic() - t0 < 1.0  # did not wait the grace out for a zombie
+        # a group of zombies is already gone: kill_group must not wait its (long) grace out
+        done = threading.Event()
+        threading.Thread(
+            target=lambda: (proc.kill_group(p.pid, grace=3600.0), done.set()), daemon=True
+        ).start()
+        assert done.wait(60), "kill_group waited the grace out for a group of zombies"
     finally:
         p.wait()
     assert not proc.group_alive(p.pid)
@@ -63,7 +67,7 @@ def test_kill_group_escalates_to_sigkill_after_the_grace() -> None:
         t0 = time.monotonic()
         proc.kill_group(p.pid, grace=0.3)
         assert p.wait(5) == -9
-        assert 0.25 <= time.monotonic() - t0 < 3
+        assert time.monotonic() - t0 >= 0.25  # SIGKILL only after the grace
     finally:
         if p.poll() is None:
             p.kill()
@@ -73,9 +77,7 @@ def test_kill_group_escalates_to_sigkill_after_the_grace() -> None:
 def test_run_bounds_output_and_times_out_the_group() -> None:
     res = proc.run([sys.executable, "-c", "print('x' * 100000)"], max_output=1000)
     assert res.ok and res.truncated and len(res.output) < 1200
-    t0 = time.monotonic()
     res = proc.run(
-        [sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.3, kill_grace=0.5
+        [sys.executable, "-c", "import time; time.sleep(3600)"], timeout=0.3, kill_grace=0.5
     )
     assert res.timed_out and res.returncode is None and not res.ok
-    assert time.monotonic() - t0 < 5

@@ -420,15 +420,12 @@ def _hang_worker(tmp: Path, body: str = HANG) -> tuple[str, Path]:
 
 def test_no_output_watchdog_parks_and_kills_the_worker_group(repo: Path, tmp: Path) -> None:
     cmd, pids = _hang_worker(tmp)
-    t0 = time.monotonic()
     rc, rec, err = start_json(repo, "g", "--worker", cmd, "--no-output-timeout", "1.5s", *NO_REVIEW)
-    took = time.monotonic() - t0
     procs = json.loads(pids.read_text())
     try:
         assert rc == 3, err
         assert rec["status"] == "parked"
         assert any("watchdog" in r and "no output" in r for r in rec["reasons"]), rec["reasons"]
-        assert took < 15
         assert rec["worker"]["pid"] == procs["worker"]
         assert wait_dead(procs["worker"], 2), "worker still running"
         assert wait_dead(procs["child"], 2), "the worker's child is still running"
@@ -463,7 +460,7 @@ def test_deadline_with_no_closeout_grace(repo: Path, tmp: Path) -> None:
     try:
         assert rc == 3, err
         assert any("deadline of 2s reached" in r for r in rec["reasons"]), rec["reasons"]
-        assert 2 <= took < 15
+        assert took >= 2  # not before the deadline (how soon after it: bench/)
         assert wait_dead(procs["worker"], 2) and wait_dead(procs["child"], 2)
         types = [e["type"] for e in _events(repo, rec["id"])]
         assert "deadline_reached" in types and "watchdog_timeout" in types

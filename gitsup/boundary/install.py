@@ -53,16 +53,19 @@ def package_root() -> str:
     """The directory holding the `gitsup` package (put on sys.path by the launcher)."""
     import gitsup
 
-    return os.path.dirname(os.path.dirname(os.path.abspath(gitsup.__file__)))
+    return os.path.dirname(os.path.dirname(os.path.realpath(gitsup.__file__)))
 
 
 def launcher(hook: str, installer: str, python: str | None = None) -> str:
+    # Resolved paths: the same interpreter and package reached by another spelling (a venv's
+    # python symlink, a symlinked checkout) write the same launcher, so `init` stays
+    # idempotent. The hook runs with -I -S (standard library only), so the venv adds nothing.
     return _LAUNCHER.format(
         marker=MARKER,
         hook=hook,
         installer=installer,
         local=LOCAL_SUFFIX,
-        python=shlex.quote(python or sys.executable),
+        python=shlex.quote(os.path.realpath(python or sys.executable)),
         path=shlex.quote(package_root()),
     )
 

@@ -13,7 +13,7 @@ import typer
 from gitsup.cli.main import app
 from gitsup.cli.output import emit_json, emit_jsonl, fold, out, paint, progress, use_colour
 from gitsup.durations import format_duration
-from gitsup.errors import GitsupError
+from gitsup.errors import Exit, GitsupError
 from gitsup.tasks import (
     Context,
     discard_task,
@@ -328,7 +328,8 @@ def start_cmd(
 ) -> None:
     """Start a task and supervise it to a terminal state.
 
-    Exit codes: 0 ready, 3 parked, 4 failed, 5 stopped, 2 bad input, 1 internal error.
+    Exit codes: 0 ready, 3 parked, 4 failed, 5 stopped, 2 bad input, 1 internal error,
+    130 interrupted (Ctrl-C stops the task and keeps its work).
     """
     spec = _spec_from_cli(
         goal,
@@ -375,6 +376,9 @@ def start_cmd(
         emit_json(show_dict(ctx, record))
     else:
         _print_summary(ctx, record)
+    if "stopped: signal SIGINT" in record.reasons:
+        # Ctrl-C: the task was stopped and its work kept; the caller was interrupted
+        raise typer.Exit(Exit.INTERRUPTED)
     raise typer.Exit(status_exit(record))
 
 

@@ -25,6 +25,7 @@ from gitsup.spec import spec_from_mapping
 from gitsup.tasks import Context, run_task
 from tests.claude.conftest import claude_env
 from tests.conftest import git, run_sup
+from tests.helpers.sup import wait_dead, wait_for
 
 pytestmark = pytest.mark.claude
 
@@ -274,11 +275,7 @@ def test_stop_during_a_turn_leaves_no_process(
     rec = json.loads(out)
     assert rec["state"] == "stopped"
     pid = rec["worker"]["pid"]
-    time.sleep(0.2)
-    assert (
-        not Path(f"/proc/{pid}").exists()
-        or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
-    )
+    assert wait_dead(pid, timeout=30), f"worker {pid} survived the stop"
     cg = rec["worker"].get("cgroup")
     if cg:
         assert not Path(cg).exists()
@@ -440,12 +437,21 @@ def test_noop_after_worker_is_paused_does_not_fire(repo: Path) -> None:
     ctx = Context.discover(repo)
     record, lease = prepare_task(ctx, spec)
     events: list[Event] = []
-    sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=events.append)
+    took_over = threading.Event()
+
+    def on_event(ev: Event) -> None:
+        events.append(ev)
+        if ev.type == "worker_started":
+            # a person takes over at once, long before the 1 s no-output timeout
+            sup.inbox.put(HumanInput("let me do this"))
+        elif ev.type == "human_takeover":
+            took_over.set()
+
+    sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
 
     def drive() -> None:
-        time.sleep(0.5)
-        sup.inbox.put(HumanInput("let me do this"))
-        time.sleep(5.0)
+        if took_over.wait(60):
+            time.sleep(5.0)  # paused for much longer than the no-output timeout
         sup.inbox.put(ResumeAuto())
 
     threading.Thread(target=drive, daemon=True).start()
@@ -463,14 +469,17 @@ def test_worker_killed_mid_turn_is_classified_not_completed(
     killer_done: list[int] = []
     pids: list[int] = []
 
-    def kill_when_running(ev: Event) -> None:
+    def kill_when_running(ev: Event, worktree: Path) -> None:
         if ev.type == "worker_started" and ev.data.get("pid"):
             pids.append(int(ev.data["pid"]))
         if ev.type == "permission_decided" and ev.data.get("tool") == "Write":
             # the Write runs after this answer; the model then hangs mid-turn
 
             def later() -> None:
-                time.sleep(1.5)
+                # once the Write has landed (it must be kept), kill the worker mid-turn
+                wait_for(
+                    lambda: "a + b" in (worktree / "calc.py").read_text(), 30, what="the Write"
+                )
                 os.kill(pids[0], 9)
                 killer_done.append(pids[0])
 
@@ -482,7 +491,7 @@ def test_worker_killed_mid_turn_is_classified_not_completed(
 
     def emit(self: Any, type: str, data: Any = None) -> Event:
         ev = original(self, type, data)
-        kill_when_running(ev)
+        kill_when_running(ev, Path(self.worktree))
         return ev
 
     sup_mod.Supervisor.emit = emit  # type: ignore[method-assign]

@@ -3,11 +3,13 @@ stays deny (deny dominates; reachability is not evaluated)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gitsup.policy import Policy, classify_command
-from gitsup.policy.parse import parse
+from gitsup.policy.parse import Part, parse
 from tests.policy.conftest import HOME, W
 from tests.policy.test_corpus import ROWS
 
@@ -68,6 +70,32 @@ def test_lists_of_allowed_parts_are_not_denied(parts: list[str], sep: str) -> No
 def test_arbitrary_text_never_crashes_and_push_is_never_allowed(text: str) -> None:
     d = classify_command(text, worktree=W, policy=POLICY, home=HOME)
     assert d.verdict in ("allow", "ask", "deny")
-    if "push" in text and d.verdict == "allow":
-        # an allowed command may mention push only as data (echo/printf/grep pattern)
-        assert parse(text).parts, text
+    if d.verdict == "allow":
+        # an allowed command may mention push only as data (echo/printf/grep pattern):
+        # no command it runs, at any depth, is `git … push`
+        for part in _all_parts(parse(text).parts):
+            argv = [w.src.replace("'", "").replace('"', "").replace("\\", "") for w in part.words]
+            assert not (argv[:1] == ["git"] and "push" in argv), (text, d)
+
+
+def _all_parts(parts: list[Part]) -> Iterator[Part]:
+    for p in parts:
+        yield p
+        for w in p.words:
+            for seg in w.segs:
+                yield from _all_parts(seg.inner or [])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    before=st.sampled_from(ALLOWED),
+    sep=st.sampled_from([" && ", " ; ", "\n", " || ", " | "]),
+    opts=st.sampled_from(["", " -C .", " --no-pager", " -c a.b=c", " -C /tmp"]),
+    args=st.sampled_from(["", " origin", " --force origin HEAD:main", " -u origin HEAD", " --all"]),
+)
+def test_a_git_push_after_allowed_commands_is_denied(
+    before: str, sep: str, opts: str, args: str
+) -> None:
+    text = f"{before}{sep}git{opts} push{args}"
+    d = classify_command(text, worktree=W, policy=POLICY, home=HOME)
+    assert d.verdict == "deny", (text, d)
