@@ -288,15 +288,7 @@ class Supervisor:
         """Re-adopt a persistent worker that survived its supervisor, then supervise on."""
         with self._signals():
             try:
-                self.decider = make_decider(
-                    self.spec,
-                    cwd=str(self.worktree),
-                    env=self._worker_env(),
-                    network=self._agent_network("decider"),
-                    wrap=self._wrapper(None, None, read_only=True),
-                    wrap_for=lambda ns: self._wrapper(None, ns, read_only=True),
-                    abort=self._abort,
-                )
+                self.decider = self._make_decider()
                 self.record.supervisor = supervisor_identity()
                 try:
                     ident = self._adopt_worker()
@@ -357,15 +349,7 @@ class Supervisor:
         return self.record
 
     def _resume(self, *, park: bool, previous: Mapping[str, Any]) -> None:
-        self.decider = make_decider(
-            self.spec,
-            cwd=str(self.worktree),
-            env=self._worker_env(),
-            network=self._agent_network("decider"),
-            wrap=self._wrapper(None, None, read_only=True),
-            wrap_for=lambda ns: self._wrapper(None, ns, read_only=True),
-            abort=self._abort,
-        )
+        self.decider = self._make_decider()
         self.record.supervisor = supervisor_identity()
         state = self.sm.state
         self.emit(
@@ -410,7 +394,17 @@ class Supervisor:
         self._loop()
 
     def _run(self) -> None:
-        self.decider = make_decider(
+        self.decider = self._make_decider()
+        self.record.supervisor = supervisor_identity()
+        self.transition(State.STARTING, "spawning worker")
+        if not self._spawn():
+            return
+        self.transition(State.RUNNING, "worker started")
+        self._loop()
+
+    def _make_decider(self) -> RulesDecider:
+        """The spec's decider, contained like everything the task runs (sandbox, network)."""
+        return make_decider(
             self.spec,
             cwd=str(self.worktree),
             env=self._worker_env(),
@@ -419,12 +413,6 @@ class Supervisor:
             wrap_for=lambda ns: self._wrapper(None, ns, read_only=True),
             abort=self._abort,
         )
-        self.record.supervisor = supervisor_identity()
-        self.transition(State.STARTING, "spawning worker")
-        if not self._spawn():
-            return
-        self.transition(State.RUNNING, "worker started")
-        self._loop()
 
     def _worker_env(self) -> dict[str, str]:
         from gitsup.proc import child_env
