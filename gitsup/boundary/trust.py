@@ -18,7 +18,6 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 
 from gitsup.boundary.evaluate import Untrusted
-from gitsup.boundary.gitcmd import GitCli
 from gitsup.boundary.signing import Commit, cached, parse_commit, remember, verify
 
 
@@ -43,7 +42,14 @@ class TrustCheck:
         self.shaped: set[str] = set()  # integration-shaped commits seen (verified or not)
 
     def _git(self, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        return GitCli(self.cwd, self.env).run(*args, input=input)
+        return subprocess.run(
+            ["git", *args],
+            cwd=self.cwd,
+            env=None if self.env is None else dict(self.env),
+            input=input,
+            capture_output=True,
+            check=False,
+        )
 
     def check(self, updates: Sequence[tuple[str, str, str]]) -> dict[str, Untrusted | None]:
         """`updates` are `(key, old, new)`; old may be all zeros (a new branch).
