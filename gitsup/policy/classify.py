@@ -11,7 +11,7 @@ from gitsup.policy.allow import AllowState, judge_script
 from gitsup.policy.config import Policy
 from gitsup.policy.context import ScanState
 from gitsup.policy.decision import Decision, allow, ask
-from gitsup.policy.deny import scan_parsed
+from gitsup.policy.deny import scan_from_each_line, scan_parsed
 from gitsup.policy.parse import MAX_NESTING, parse, repair_braces
 
 _CACHE_LIMIT = 8192
@@ -67,6 +67,8 @@ def _classify(command: str, worktree: str, policy: Policy, home: str, sandboxed:
     dotglob = "dotglob" in command or "GLOBIGNORE" in command
     st = ScanState(policy=policy, worktree=worktree, home=home, dotglob=dotglob)
     found = scan_parsed(script, command, st)
+    if found is None and (script.has_error or "newline-word" in script.flags):
+        found = scan_from_each_line(command, st)
     if found is not None:
         return found
     if "too-deep" in script.flags:

@@ -90,25 +90,27 @@ def scan_parsed(script: Script, text: str, st: ScanState) -> Decision | None:
             repaired = repair_braces(text)
             if repaired is not None:
                 found = scan_script(parse(repaired), st)
-        return found or _scan_from_each_line(lines, st)
+        return found
     found = scan_script(script, st)
     if found is None and "newline-word" in script.flags:
         # tree-sitter-bash glues `a\n\\b` into one command; bash runs two.
         found = scan_script(parse(text.replace("\n\\", "\n \\")), st)
-        if found is None:
-            found = _scan_from_each_line(text.split("\n"), st)
     return found
 
 
 _SUFFIX_SCAN_LINES = 64
+_SUFFIX_SCAN_CHARS = 20_000
 
 
-def _scan_from_each_line(lines: list[str], st: ScanState) -> Decision | None:
-    """When tree-sitter cannot parse the whole text reliably, what bash would run from
-    each later line on is parsed on its own too (a line can only start a new command or
-    continue one, so every command starts at some line). Only a deny is taken from this:
-    it can make an unreliable parse stricter, never looser."""
-    for i in range(1, min(len(lines), _SUFFIX_SCAN_LINES)):
+def scan_from_each_line(text: str, st: ScanState) -> Decision | None:
+    """When tree-sitter cannot parse the whole text reliably (a parse error, or a known quirk),
+    what bash would run from each later line on is parsed on its own too (a line can only
+    start a new command or continue one, so every command starts at some line). Only a deny
+    is taken from this: it makes an unreliable parse stricter, never looser. Called once, at
+    the top (never from inside a scan), and bounded in lines."""
+    lines = text.split("\n")
+    limit = _SUFFIX_SCAN_LINES if len(text) <= _SUFFIX_SCAN_CHARS else 8
+    for i in range(1, min(len(lines), limit)):
         rest = "\n".join(lines[i:])
         if not rest.strip():
             continue
@@ -117,9 +119,12 @@ def _scan_from_each_line(lines: list[str], st: ScanState) -> Decision | None:
             continue
         if script.has_error:
             cut = min(script.error_line, len(lines) - i)
-            found = scan_text("\n".join(lines[i : i + cut]), st) if cut > 0 else None
-        else:
-            found = scan_script(script, st)
+            if cut <= 0:
+                continue
+            script = parse("\n".join(lines[i : i + cut]))
+            if script.has_error or "too-deep" in script.flags:
+                continue
+        found = scan_script(script, st)
         if found is not None:
             return found
     return None

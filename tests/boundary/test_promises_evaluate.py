@@ -3,7 +3,7 @@ Git for: the survivors of a mutation run of gitsup/boundary/evaluate.py, each no
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import pytest
 
@@ -13,6 +13,7 @@ from gitsup.boundary.evaluate import (
     Policy,
     Pusher,
     RefUpdate,
+    Untrusted,
     Verdict,
     evaluate,
     is_zero,
@@ -23,25 +24,29 @@ A, B, C = "a" * 40, "b" * 40, "c" * 40
 
 
 class Lookup:
+    """The evaluator's questions answered from tables: `bad` maps a new tip to why its
+    commits are not integrated (absent: every new commit is integrated)."""
+
     def __init__(
         self,
-        notes: dict[str, str] | None = None,
+        bad: dict[str, str] | None = None,
         ancestry: dict[tuple[str, str], bool | None] | None = None,
     ) -> None:
-        self.notes = notes or {}
+        self.bad = bad or {}
         self.ancestry = ancestry or {}
-        self.prefetched: list[tuple[list[str], list[tuple[str, str]]]] = []
+        self.prefetched: list[tuple[list[tuple[str, str]], list[RefUpdate]]] = []
         self.asked: list[tuple[str, str]] = []
 
-    def prefetch(self, notes: Iterable[str], ancestry: Iterable[tuple[str, str]]) -> None:
-        self.prefetched.append((list(notes), list(ancestry)))
-
-    def note_status(self, oid: str) -> str | None:
-        return self.notes.get(oid)
+    def prefetch(self, ancestry: Iterable[tuple[str, str]], protected: Sequence[RefUpdate]) -> None:
+        self.prefetched.append((list(ancestry), list(protected)))
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool | None:
         self.asked.append((ancestor, descendant))
         return self.ancestry.get((ancestor, descendant), False)
+
+    def untrusted(self, update: RefUpdate) -> Untrusted | None:
+        why = self.bad.get(update.new)
+        return Untrusted(update.new, why, 1) if why else None
 
 
 def ctx(
@@ -67,32 +72,23 @@ def test_inside_a_task_every_ref_is_refused_by_name_with_the_way_out() -> None:
 
 
 def test_protected_branch_verdicts() -> None:
-    lk = Lookup({B: "integrated", C: "ready"}, {(A, B): True})
+    lk = Lookup({C: "is not a signed integration"}, {(A, B): True, (A, C): True})
     main = "refs/heads/main"
     assert evaluate(ctx(), [RefUpdate(main, A, B)], lk) == [
-        Verdict(main, True, "integrated candidate")
+        Verdict(main, True, "every new commit is integrated")
+    ]
+    assert evaluate(ctx(), [RefUpdate("refs/heads/master", ZERO, B)], lk) == [
+        Verdict("refs/heads/master", True, "every new commit is integrated")
     ]
     assert evaluate(ctx(), [RefUpdate(main, A, ZERO)], lk) == [
         Verdict(main, False, "protected branch: deletion is not allowed")
     ]
-    hint = "use `git sup integrate <id> --into <branch>` and push refs/notes/sup with it"
-    assert evaluate(ctx(), [RefUpdate(main, A, C)], lk) == [
-        Verdict(
-            main,
-            False,
-            f"protected branch: {C[:12]} is not an integrated candidate "
-            f"(its candidate note says 'ready'); {hint}",
-        )
-    ]
-    assert evaluate(ctx(), [RefUpdate(main, B, A)], lk) == [
-        Verdict(
-            main,
-            False,
-            f"protected branch: {A[:12]} is not an integrated candidate "
-            f"(it has no candidate note); {hint}",
-        )
-    ]
-    lk.notes[A] = "integrated"
+    (v,) = evaluate(ctx(), [RefUpdate(main, A, C)], lk)
+    assert not v.accepted
+    assert v.reason.startswith(
+        f"protected branch: 1 commit not integrated; {C[:12]} is not a signed integration. "
+    )
+    assert f"git config --add sup.trustRoot {C}" in v.reason
     assert evaluate(ctx(), [RefUpdate(main, B, A)], lk) == [
         Verdict(
             main,
@@ -100,15 +96,10 @@ def test_protected_branch_verdicts() -> None:
             f"protected branch: non-fast-forward from {B[:12]} to {A[:12]} (force update)",
         )
     ]
-    lk.ancestry[(C, A)] = None
-    assert evaluate(ctx(), [RefUpdate(main, C, A)], lk) == [
-        Verdict(
-            main,
-            False,
-            f"protected branch: cannot verify a fast-forward from {C[:12]} (not present "
-            "here); fetch first, then push again",
-        )
-    ]
+    # a protected pattern from the policy, not only the defaults
+    rel = "refs/heads/release/1"
+    lk.ancestry[(A, C)] = True
+    assert not evaluate(ctx(protected=("release/*",)), [RefUpdate(rel, A, C)], lk)[0].accepted
 
 
 def test_review_ref_verdicts() -> None:
@@ -161,10 +152,10 @@ def test_policy_verdicts() -> None:
 
 
 def test_prefetch_asks_only_for_what_the_verdicts_need() -> None:
-    lk = Lookup({B: "integrated"}, {(A, B): True})
+    lk = Lookup(ancestry={(A, B): True})
     updates = [
-        RefUpdate("refs/heads/main", A, B),  # ancestry and note
-        RefUpdate("refs/heads/master", ZERO, B),  # create: note only
+        RefUpdate("refs/heads/main", A, B),  # ancestry and integration
+        RefUpdate("refs/heads/master", ZERO, B),  # create: integration only
         RefUpdate("refs/heads/trunk", A, ZERO),  # delete: nothing
         RefUpdate("refs/sup/t/log", A, C),  # review: ancestry
         RefUpdate("refs/sup/t/wip", ZERO, C),  # review create: nothing
@@ -174,7 +165,7 @@ def test_prefetch_asks_only_for_what_the_verdicts_need() -> None:
     ]
     verdicts = evaluate(ctx(review=True), updates, lk)
     assert [v.ref for v in verdicts] == [u.ref for u in updates]
-    assert lk.prefetched == [([B, B], [(A, B), (A, C)])]
+    assert lk.prefetched == [([(A, B), (A, C)], updates[:2])]
     # nothing to look up: no prefetch at all
     lk2 = Lookup()
     evaluate(ctx(), [RefUpdate("refs/heads/feature", A, C)], lk2)
@@ -182,7 +173,7 @@ def test_prefetch_asks_only_for_what_the_verdicts_need() -> None:
     # only a review-ref rewrite to check: prefetched all the same
     lk3 = Lookup()
     evaluate(ctx(review=True), [RefUpdate("refs/sup/t/log", A, C)], lk3)
-    assert lk3.prefetched == [([], [(A, C)])]
+    assert lk3.prefetched == [([(A, C)], [])]
 
 
 @pytest.mark.parametrize(
