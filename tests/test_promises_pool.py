@@ -52,7 +52,13 @@ def test_a_spare_behind_the_baseline_is_used_and_brought_exactly_to_it(
     wt = Path(rec["worktree"])
     # the spare itself was used: moved into place, its admin entry keeps the pool name
     assert not Path(spare["path"]).exists()
-    assert "pool-" in (wt / ".git").read_text()
+    common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    admin = [
+        d.name
+        for d in (common / "worktrees").iterdir()
+        if (d / "gitdir").read_text().strip() == str(wt / ".git")
+    ]
+    assert len(admin) == 1 and admin[0].startswith("pool-"), admin
     # and the worker started from exactly the baseline: nothing old, nothing missing
     assert seen.read_text() == ""
     assert not (wt / "gone.txt").exists()

@@ -57,6 +57,12 @@ def _start(
     return res.returncode, rec, events, res.stderr, took
 
 
+# The CLI's own retry and connection behaviour, measured on the host network: through the
+# egress gate (tests/claude/test_egress_claude.py) a connection the model closed can cost an
+# attempt, and a closed port is a dropped connection rather than a refused one.
+HOST_NETWORK = '\n[isolation]\nnetwork = "host"\n'
+
+
 def _of(events: list[dict[str, Any]], type: str) -> list[dict[str, Any]]:
     return [e["data"] for e in events if e["type"] == type]
 
@@ -121,18 +127,17 @@ def test_a_529_storm_parks_as_unreachable_after_bounded_retries(
     del env["CLAUDE_CODE_MAX_RETRIES"], env["API_TIMEOUT_MS"]  # the supervisor bounds them
     clean = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_CODE_MAX_RETRIES",)}
     clean.pop("API_TIMEOUT_MS", None)
-    rc, rec, events, err, took = _start(repo, tmp_path, {**clean, **env})
+    rc, rec, events, err, took = _start(repo, tmp_path, {**clean, **env}, budget=HOST_NETWORK)
     assert rc == 3, (rec, err)
     assert rec["status"] == "parked"
     assert any(r.startswith("model API unreachable:") for r in rec["reasons"]), rec["reasons"]
     me = _of(events, "model_error")
     assert len(me) == 1 and me[0]["kind"] == "unreachable" and me[0]["status"] == 529
-    # 1 request + CLAUDE_CODE_MAX_RETRIES=3 set by the supervisor (the CLI's default is 10,
-    # about 3 minutes). Through the egress gate one attempt can end on a connection the
-    # model had already closed, so it never reaches the model: 3 or 4 requests, never 11.
+    # at most 1 request + CLAUDE_CODE_MAX_RETRIES=3 set by the supervisor (the CLI's default
+    # is 10, about 3 minutes); the CLI at times gives up one attempt early
     assert 3 <= len(model.step_requests()) <= 4, len(model.step_requests())
     retries = [d for d in _of(events, "worker_output") if d.get("stream") == "api_retry"]
-    assert len(retries) == 3
+    assert 2 <= len(retries) <= 3 and all(r["max_retries"] == 3 for r in retries), retries
     assert took < 60
     _no_repair_no_checks(events)
 
@@ -143,14 +148,14 @@ def test_a_closed_port_parks_as_unreachable(claude_bin: str, repo: Path, tmp_pat
     port = s.getsockname()[1]
     s.close()  # nothing listens there: connection refused
     rc, rec, events, err, _ = _start(
-        repo, tmp_path, _env(f"http://127.0.0.1:{port}", tmp_path, claude_bin)
+        repo,
+        tmp_path,
+        _env(f"http://127.0.0.1:{port}", tmp_path, claude_bin),
+        budget=HOST_NETWORK,
     )
     assert rc == 3, (rec, err)
-    # on the host network the CLI sees ECONNREFUSED; through the egress gate (which accepts
-    # inside the task's namespace, then cannot connect) the connection is dropped instead
     assert any(
-        r.startswith("model API unreachable:") and ("ECONNREFUSED" in r or "ECONNRESET" in r)
-        for r in rec["reasons"]
+        r.startswith("model API unreachable:") and "ECONNREFUSED" in r for r in rec["reasons"]
     ), rec["reasons"]
     assert _of(events, "model_error")[0]["kind"] == "unreachable"
     _no_repair_no_checks(events)

@@ -200,7 +200,14 @@ def test_typing_into_the_pane_pauses_until_resume_auto(
     task = start_detached(repo, tmp, tmux_spec(claude_bin, model, config))
     extra = wait_for(lambda: worker_extra(repo, task), 60, "the worker")
     tmux_sockets.append(Path(extra["socket"]))
-    wait_for(lambda: "permission_decided" in task_types(repo, task), 60, "the first tool call")
+    wait_for(
+        lambda: any(
+            e["type"] == "permission_decided" and e["data"].get("tool") == "Bash"
+            for e in events_of(repo, task)
+        ),
+        60,
+        "the long test run",
+    )
     # A person types into the pane while the worker runs its tool.
     # Keystrokes can be lost while the TUI redraws on a loaded machine: a person would
     # type again, and so does the test (at most three times).
@@ -221,16 +228,11 @@ def test_typing_into_the_pane_pauses_until_resume_auto(
     )
     time.sleep(1.0)
     assert TaskStore(Context.discover(repo).layout).load(task).state == State.PAUSED
-    wait_for(
-        lambda: Path(repo / ".." / "repo.sup" / task / "calc.py").read_text().count("a + b"),
-        60,
-        "the fix",
-    )
-    wait_for(
-        lambda: sum(t == "turn_completed" for t in task_types(repo, task)) >= 2,
-        60,
-        "the typed turn",
-    )
+    assert "decision" not in task_types(repo, task)
+    # The TUI either hands the typed prompt to the model within the running turn or as a
+    # turn of its own once the step ends (both happen with 2.1.328); either way nothing is
+    # decided until `resume-auto`, and then the task finishes (a repair round asks for the
+    # fix when the typed prompt did not bring it).
     res = run_sup(repo, "resume-auto", task)
     assert res.returncode == 0, res.stderr
     res = run_sup(repo, "wait", task, "--timeout", "90", timeout=120)
