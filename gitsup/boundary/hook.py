@@ -102,6 +102,10 @@ def client_allowed_signers(cfg: RepoConfig, env: Mapping[str, str]) -> str:
         return ""
 
 
+def _touches_protected(updates: Sequence[RefUpdate], patterns: Sequence[str]) -> bool:
+    return any(protected_branch(u.ref, patterns) for u in updates)
+
+
 def decide_client(
     git: GitCli, pusher: Pusher, remote: str, url: str, updates: Sequence[RefUpdate]
 ) -> list[Verdict]:
@@ -114,9 +118,7 @@ def decide_client(
         policy=policy,
     )
     env = os.environ if git.env is None else git.env
-    needs_signers = not pusher.in_task and any(
-        protected_branch(u.ref, policy.protected) for u in updates
-    )
+    needs_signers = not pusher.in_task and _touches_protected(updates, policy.protected)
     trust = TrustCheck(
         git.cwd,
         git.env,
@@ -154,7 +156,7 @@ def pre_receive(
         server=True,
     )
     exclude: list[str] = []
-    if not ctx.pusher.in_task and any(protected_branch(u.ref, policy.protected) for u in updates):
+    if not ctx.pusher.in_task and _touches_protected(updates, policy.protected):
         # What protected branches here already hold passed this gate (or is a trust root).
         for line in (
             git.out("for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/") or ""

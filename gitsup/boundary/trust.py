@@ -42,14 +42,10 @@ class TrustCheck:
         self.shaped: set[str] = set()  # integration-shaped commits seen (verified or not)
 
     def _git(self, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(
-            ["git", *args],
-            cwd=self.cwd,
-            env=None if self.env is None else dict(self.env),
-            input=input,
-            capture_output=True,
-            check=False,
-        )
+        # NB: imported here, not at the top: gitcmd imports this module.
+        from gitsup.boundary.gitcmd import GitCli
+
+        return GitCli(self.cwd, self.env).run(*args, input=input)
 
     def check(self, updates: Sequence[tuple[str, str, str]]) -> dict[str, Untrusted | None]:
         """`updates` are `(key, old, new)`; old may be all zeros (a new branch).
