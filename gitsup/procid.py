@@ -9,6 +9,17 @@ from typing import Any
 import psutil
 
 
+def pid_alive(pid: int) -> bool:
+    """A process with this pid exists and has not exited (a zombie has: only its parent has
+    not collected it yet, and a detached process's parent may take its time)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
 @dataclass(frozen=True)
 class ProcessId:
     pid: int

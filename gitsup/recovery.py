@@ -28,7 +28,7 @@ from gitsup.contain import (
 from gitsup.errors import GitsupError
 from gitsup.events import Event
 from gitsup.ids import TaskId
-from gitsup.procid import ProcessId
+from gitsup.procid import ProcessId, pid_alive
 from gitsup.record import TaskRecord
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL, State
@@ -175,19 +175,9 @@ def _remove_dead_netns(task: str) -> list[str]:
 
     gone = []
     for ns in list_gitsup_netns():
-        if ns.label == task and not _pid_alive(ns.pid) and remove_netns(ns.name):
+        if ns.label == task and not pid_alive(ns.pid) and remove_netns(ns.name):
             gone.append(ns.name)
     return gone
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def network_isolation() -> str:
@@ -288,17 +278,17 @@ def doctor(ctx: Context, *, fix: bool) -> list[Finding]:
             f = Finding("orphan-cgroup", f"{cg.path} with {len(procs)} process(es)", task)
             if fix:
                 empty = cg.kill()
-                f.fixed = "killed and removed" if empty and cg.remove() else "could not empty"
+                f.fixed = "killed and removed" if empty and cg.remove() else "not fixed: could not empty it"
             findings.append(f)
     # Network namespaces whose supervisor is gone.
     from gitsup.contain import list_gitsup_netns, netns_available, remove_netns
 
     for ns in list_gitsup_netns():
-        if ns.label not in records or _pid_alive(ns.pid):
+        if ns.label not in records or pid_alive(ns.pid):
             continue  # another repository's, or still in use
         f = Finding("orphan-netns", f"{ns.path} of dead supervisor pid {ns.pid}", ns.label)
         if fix:
-            f.fixed = "removed" if remove_netns(ns.name) else "could not remove"
+            f.fixed = "removed" if remove_netns(ns.name) else "not fixed: could not remove it"
         findings.append(f)
     why = netns_available()
     if why is not None:

@@ -231,3 +231,23 @@ def test_lease_file_records_owner_identity(tmp: Path) -> None:
         raw["path"] == canonical(tmp / "wt") and raw["task"] == "t1" and raw["extra"] == {"k": "v"}
     )
     assert raw["acquired_at"] <= time.time()
+
+
+def test_an_exited_process_its_parent_has_not_collected_is_not_alive() -> None:
+    # a detached supervisor that died stays a zombie until init collects it; it holds nothing
+    import subprocess
+
+    from gitsup.procid import pid_alive
+
+    child = subprocess.Popen(["true"])
+    try:
+        deadline = time.monotonic() + 10
+        while os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not pid_alive(child.pid)  # exited, not yet reaped: a zombie
+        assert ProcessId.of(child.pid).alive() is False
+        assert pid_alive(os.getpid())
+    finally:
+        child.wait()
+    assert not pid_alive(child.pid)

@@ -144,6 +144,9 @@ def test_wait_and_doctor_when_the_supervisor_died(repo: Path, tmp: Path) -> None
         # the worker's uncommitted work is saved, not lost
         assert rec["wip"] and git(repo, "show", f"{rec['wip']}:scratch.txt") == "uncommitted work"
         assert _doctor(repo) == []
+        # nor is anything of the task's left on the host (its network namespace included)
+        netns = Path("/var/run/netns")
+        assert not [n for n in (os.listdir(netns) if netns.is_dir() else []) if tid in n]
     finally:
         go.write_text("x")
         if wpid:
