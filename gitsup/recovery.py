@@ -278,7 +278,11 @@ def doctor(ctx: Context, *, fix: bool) -> list[Finding]:
             f = Finding("orphan-cgroup", f"{cg.path} with {len(procs)} process(es)", task)
             if fix:
                 empty = cg.kill()
-                f.fixed = "killed and removed" if empty and cg.remove() else "not fixed: could not empty it"
+                f.fixed = (
+                    "killed and removed"
+                    if empty and cg.remove()
+                    else "not fixed: could not empty it"
+                )
             findings.append(f)
     # Network namespaces whose supervisor is gone.
     from gitsup.contain import list_gitsup_netns, netns_available, remove_netns
