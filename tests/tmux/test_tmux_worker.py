@@ -177,10 +177,18 @@ def test_typing_into_the_pane_pauses_until_resume_auto(
     scripted_model: Callable[..., ScriptedModel],
     tmux_sockets: list[Path],
 ) -> None:
-    # The tool runs long enough that the typing surely lands while it runs, even on a
-    # loaded machine (the TUI submits the typed prompt when the running step ends). It is
-    # a test run the policy allows (a plain `sleep` is asked about, so denied at once).
-    slow = "import time\n\n\ndef test_wait():\n    time.sleep(10)\n"
+    # The tool runs until the test has seen the takeover (the TUI submits the typed prompt
+    # when the running step ends), however loaded the machine is: it waits for a file the
+    # test writes into the worktree, and removes it. It is a test run the policy allows (a
+    # plain `sleep` is asked about, so denied at once).
+    slow = (
+        "import os\nimport time\n\n\ndef test_wait():\n"
+        "    end = time.monotonic() + 180\n"
+        "    while not os.path.exists('release.flag') and time.monotonic() < end:\n"
+        "        time.sleep(0.1)\n"
+        "    if os.path.exists('release.flag'):\n"
+        "        os.remove('release.flag')\n"
+    )
     steps = [
         [
             {
@@ -222,6 +230,8 @@ def test_typing_into_the_pane_pauses_until_resume_auto(
     wait_for(lambda: "human_takeover" in task_types(repo, task), 1, "the takeover")
     rec = TaskStore(Context.discover(repo).layout).load(task)
     assert rec.state == State.PAUSED
+    assert rec.worktree
+    (Path(rec.worktree) / "release.flag").write_text("go")  # the long test run ends
     # Turns that end while paused are recorded, nothing is decided.
     wait_for(
         lambda: sum(t == "turn_completed" for t in task_types(repo, task)) >= 1, 60, "a turn end"
