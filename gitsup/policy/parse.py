@@ -9,6 +9,7 @@ stages can both judge the *plain form* (allow list) and compute the *normalised 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from dataclasses import dataclass, field
@@ -50,6 +51,9 @@ class Word:
     src: str
     segs: list[Seg]
     node_type: str
+    # The word's one field when it is literal text without brace or tilde expansion, computed
+    # on first use by `normalise.Expander.word` (words are not changed after parsing).
+    one_field: str | bool | None = dataclasses.field(default=False, compare=False, repr=False)
 
     @property
     def expands(self) -> bool:
@@ -840,7 +844,101 @@ def _too_deep(root: Node, data: bytes) -> bool:
     return False
 
 
+# The fast path: a one-line command made only of simple commands joined by `&&`, `||`, `;`
+# or `|`, whose words are each one bare word of inert characters, one '...' string or one
+# "..." string without expansions or escapes, is split without tree-sitter. The scanner
+# accepts nothing else (any other character, adjacency of two tokens, a reserved word, an
+# assignment or a declaration in command position sends the command to tree-sitter), and
+# tests/policy/test_fastparse.py proves it builds the same `Script` tree-sitter would.
+_FAST_TOKEN = re.compile(
+    r"[ \t]*((&&|\|\||[|;])|([A-Za-z0-9_./=+:,-]+)|'([^'\n]*)'|\"([^\"$`\\!\n]*)\"|(#[^\n]*)\Z|\Z)"
+)
+_FAST_NUMBER = re.compile(r"-?[0-9]+")
+_FAST_NAME = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./-]*")
+_FAST_NOT_FIRST = frozenset(
+    {
+        "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case",
+        "esac", "in", "function", "select", "time", "coproc", "declare", "export", "local",
+        "readonly", "typeset", "unset", "unsetenv",
+    }
+)  # fmt: skip
+
+
+def _fast_parse(command: str) -> Script | None:
+    """The `Script` of a plain command (see `_FAST_TOKEN`), or None when it is not plain."""
+    parts: list[Part] = []
+    script = Script(src=command, parts=parts)
+    words: list[Word] = []
+    start = 0
+    end = 0
+    pipe = piped = chained = False
+    prev: Part | None = None
+    pos = 0
+    n = len(command)
+    match = _FAST_TOKEN.match
+    while True:
+        m = match(command, pos)
+        if m is None:
+            return None
+        tok, op, bare, raw, dq, comment = m.groups()
+        tok_start = m.start(1)
+        if words and tok_start == end and op is None and tok:
+            return None  # two tokens glued together: a concatenation
+        if not tok or op is not None or comment is not None:
+            if not words:
+                return None
+            first = words[0]
+            if first.node_type == "word" and (
+                first.src in _FAST_NOT_FIRST or not _FAST_NAME.fullmatch(first.src)
+            ):
+                return None
+            prev = Part(
+                command[start:end],
+                "cmd",
+                words=words,
+                pipe_prev=prev if pipe else None,
+            )
+            parts.append(prev)
+            words = []
+            if op is None:
+                return script if m.end() == n else None
+            pipe = op == "|"
+            if pipe:
+                piped = True
+            elif op != ";":
+                chained = True
+            if piped and chained:
+                return None  # tree-sitter nests `a | b | c && d` its own way
+            pos = m.end()
+            continue
+        if not words:
+            start = tok_start
+        end = m.end()
+        if bare is not None:
+            if bare[0] == "=":
+                return None  # tree-sitter drops `==` words
+            kind = "word"
+            if bare[bare[0] == "-" :][:1].isdigit():  # tree-sitter's `number` token
+                if not _FAST_NUMBER.fullmatch(bare):
+                    return None
+                kind = "number"
+            words.append(Word(bare, [Seg("lit", bare, False)], kind))
+        elif raw is not None:
+            words.append(Word(tok, [Seg("lit", raw, True)], "raw_string"))
+        else:
+            words.append(Word(tok, [Seg("lit", dq, True)], "string"))
+        pos = end
+
+
 def parse(command: str) -> Script:
+    fast = _fast_parse(command)
+    if fast is not None:
+        return fast
+    return parse_tree(command)
+
+
+def parse_tree(command: str) -> Script:
+    """`parse` through tree-sitter (every command the fast path does not take)."""
     data = command.encode("utf-8", "surrogateescape")
     tree = _parser().parse(data)
     root = tree.root_node
