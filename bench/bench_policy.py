@@ -4,14 +4,21 @@ Run: .venv/bin/python bench/bench_policy.py [--n 20000]
 Prints numbers only (no asserts). The corpus is the labelled test corpus plus realistic routine
 commands; "uncached" makes every command unique (varying a path or a message) and clears the
 per-policy decision cache, so every decision parses and classifies from scratch.
+
+The classifier rows (issue 18: all-unique commands without cache, p50/p99 of one decision) are
+also printed as ratios against a baseline measured in the same run on the same commands: the
+stdlib tokenizer `shlex.split` (the least any classifier must do: read the words once). Goal:
+>= 30,000 decisions/s and p50 <= 30 us on an idle machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import shlex
 import statistics
 import subprocess
 import sys
@@ -86,6 +93,31 @@ def throughput(cmds: list[str], policy: Policy, *, cache: bool, sandboxed: bool 
     return len(cmds) / (time.perf_counter() - start)
 
 
+def tokenize(cmd: str) -> None:
+    with contextlib.suppress(ValueError):
+        shlex.split(cmd, comments=True)
+
+
+def baseline_rate(cmds: list[str]) -> float:
+    start = time.perf_counter()
+    for c in cmds:
+        tokenize(c)
+    return len(cmds) / (time.perf_counter() - start)
+
+
+def baseline_latencies(cmds: list[str]) -> list[float]:
+    out = []
+    for c in cmds:
+        t = time.perf_counter_ns()
+        tokenize(c)
+        out.append((time.perf_counter_ns() - t) / 1000.0)
+    return out
+
+
+def uncached_rate(cmds: list[str], policy: Policy) -> float:
+    return throughput(cmds, policy, cache=False)
+
+
 def latencies(cmds: list[str], policy: Policy) -> list[float]:
     out = []
     for c in cmds:
@@ -143,13 +175,20 @@ def main() -> None:
     print(
         f"realistic mix, cache off:    {throughput(realistic, policy, cache=False):>10,.0f} cmd/s"
     )
-    print(f"all-unique commands:         {throughput(unique, policy, cache=True):>10,.0f} cmd/s")
+    base = baseline_rate(unique)
+    rate = uncached_rate(unique, policy)
+    print(
+        f"all-unique commands, no cache: {rate:>8,.0f} cmd/s "
+        f"(baseline shlex.split {base:,.0f}/s; classifier costs {base / rate:.2f}x the baseline)"
+    )
     rate = throughput(realistic, policy, cache=False, sandboxed=True)
     print(f"realistic mix, sandboxed, cache off: {rate:>10,.0f} cmd/s")
     lat = latencies(unique[:5000], policy)
     q = statistics.quantiles(lat, n=100)
+    bq = statistics.quantiles(baseline_latencies(unique[:5000]), n=100)
     print(
-        f"latency of one uncached decision: p50 {q[49]:.0f} us, p99 {q[98]:.0f} us, "
+        f"latency of one uncached decision: p50 {q[49]:.0f} us ({q[49] / bq[49]:.2f}x baseline "
+        f"{bq[49]:.0f} us), p99 {q[98]:.0f} us ({q[98] / bq[98]:.2f}x baseline {bq[98]:.0f} us), "
         f"max {max(lat):.0f} us"
     )
     policy._cache.clear()

@@ -332,10 +332,12 @@ def _build(repo: tuple[str, str] | None, extra_protected: tuple[str, ...]) -> Po
     for name in effective((*d.protected, *repo_file.protected, *extra_protected)):
         if name not in protected:
             protected.append(name)
+    if repo is not None or extra_protected:
+        _build(None, ())  # the default policy, whose rule examples are checked once
     runners = [*d.allow.runner, *repo_file.allow.runner]
     runners += _python_m(runners, d.python_m_tools)
     sandboxed = [*d.sandboxed_allow.runner, *repo_file.sandboxed_allow.runner]
-    return Policy(
+    policy = Policy(
         protected=tuple(protected),
         inert_vars=frozenset(d.inert_vars),
         shells=frozenset(d.shells),
@@ -357,6 +359,12 @@ def _build(repo: tuple[str, str] | None, extra_protected: tuple[str, ...]) -> Po
         deny_prefixes=tuple(tuple(s.split()) for s in repo_file.deny),
         sources=tuple(sources),
     )
+    if repo is None and not extra_protected:
+        # Every rule's examples classify as declared (policies/rules.toml), or nothing loads.
+        from gitsup.policy.rules import check_examples
+
+        check_examples(policy)
+    return policy
 
 
 def _pair(s: str) -> tuple[str, str]:

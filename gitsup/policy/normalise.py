@@ -244,6 +244,13 @@ class Expander:
     def argvs(self, words: Sequence[Word]) -> list[list[str]]:
         """Candidate argument vectors (capped) for a list of words."""
         per_word = [self.word(w) for w in words]
+        simple: list[str] = []
+        for alts in per_word:  # the common case: every word is one field
+            if len(alts) != 1 or len(alts[0]) != 1:
+                break
+            simple.append(alts[0][0])
+        else:
+            return [simple]
         out: list[list[str]] = []
         for combo in itertools.product(*per_word):
             out.append([f for fields in combo for f in fields])

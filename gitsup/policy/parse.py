@@ -58,6 +58,8 @@ class Word:
     @property
     def expands(self) -> bool:
         """True when the word has an unresolved expansion ($VAR, $( ), `..`, <( ), $(( )))."""
+        if isinstance(self.one_field, str):
+            return False
         return any(s.kind != "lit" for s in self.segs)
 
     @property
@@ -854,6 +856,7 @@ _FAST_TOKEN = re.compile(
     r"[ \t]*((&&|\|\||[|;])|([A-Za-z0-9_./=+:,-]+)|'([^'\n]*)'|\"([^\"$`\\!\n]*)\"|(#[^\n]*)\Z|\Z)"
 )
 _FAST_NUMBER = re.compile(r"-?[0-9]+")
+_FAST_BARE = re.compile(r"[A-Za-z0-9_./=+:,\- \t]*")
 _FAST_NAME = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./-]*")
 _FAST_NOT_FIRST = frozenset(
     {
@@ -866,6 +869,8 @@ _FAST_NOT_FIRST = frozenset(
 
 def _fast_parse(command: str) -> Script | None:
     """The `Script` of a plain command (see `_FAST_TOKEN`), or None when it is not plain."""
+    if _FAST_BARE.fullmatch(command):
+        return _fast_bare(command)
     parts: list[Part] = []
     script = Script(src=command, parts=parts)
     words: list[Word] = []
@@ -922,12 +927,32 @@ def _fast_parse(command: str) -> Script | None:
                 if not _FAST_NUMBER.fullmatch(bare):
                     return None
                 kind = "number"
-            words.append(Word(bare, [Seg("lit", bare, False)], kind))
+            words.append(Word(bare, [Seg("lit", bare, False)], kind, bare))
         elif raw is not None:
-            words.append(Word(tok, [Seg("lit", raw, True)], "raw_string"))
+            words.append(Word(tok, [Seg("lit", raw, True)], "raw_string", raw))
         else:
-            words.append(Word(tok, [Seg("lit", dq, True)], "string"))
+            words.append(Word(tok, [Seg("lit", dq, True)], "string", dq))
         pos = end
+
+
+def _fast_bare(command: str) -> Script | None:
+    """`_fast_parse` of one simple command of bare words (the commonest case, split at once)."""
+    texts = command.split()
+    if not texts or texts[0] in _FAST_NOT_FIRST or not _FAST_NAME.fullmatch(texts[0]):
+        return None
+    words: list[Word] = []
+    for t in texts:
+        c = t[0]
+        if c == "=":
+            return None
+        kind = "word"
+        if c.isdigit() or (c == "-" and t[1:2].isdigit()):
+            if not _FAST_NUMBER.fullmatch(t):
+                return None
+            kind = "number"
+        words.append(Word(t, [Seg("lit", t, False)], kind, t))
+    src = command.strip(" \t")
+    return Script(src=command, parts=[Part(src, "cmd", words=words)])
 
 
 def parse(command: str) -> Script:
