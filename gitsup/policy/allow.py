@@ -121,37 +121,6 @@ _MUTATORS = frozenset(
         "perl",
     }
 )
-_WRAPPERS = frozenset(
-    {
-        "command",
-        "builtin",
-        "env",
-        "xargs",
-        "timeout",
-        "time",
-        "nice",
-        "nohup",
-        "sudo",
-        "doas",
-        "watch",
-        "strace",
-        "script",
-        "tmux",
-        "screen",
-        "parallel",
-        "npx",
-        "exec",
-        "setsid",
-        "stdbuf",
-        "ionice",
-        "flock",
-        "busybox",
-        "pipx",
-        "uvx",
-        "bunx",
-        "chroot",
-    }
-)
 _TEST_FILE_OPS = frozenset(
     {
         "-e",
@@ -434,7 +403,7 @@ def _why_ask(prog: str, args: list[str], st: AllowState, src: str) -> Decision:
     if prog in policy.network:
         return ask(RuleId.ASK_NETWORK, f"`{prog}` talks to the network", src)
     if (
-        prog in _WRAPPERS
+        prog in policy.runs_programs
         or prog in policy.wrappers
         or (args and f"{prog} {args[0]}" in policy.wrappers)
     ):

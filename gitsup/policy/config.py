@@ -95,6 +95,8 @@ class DefaultFile(_Model):
     shells: tuple[str, ...]
     interpreters: tuple[str, ...]
     downloaders: tuple[str, ...]
+    http_clients: tuple[str, ...] = ()
+    runs_programs: tuple[str, ...] = ()
     network: tuple[str, ...]
     installers: tuple[str, ...]
     python_m_tools: tuple[str, ...] = ()
@@ -186,6 +188,8 @@ class Policy:
     sandboxed_runners: tuple[RunnerSpec, ...] = ()
     sandboxed_mutators: Mapping[str, UtilitySpec] = field(default_factory=dict)
     sandboxed_scripts: tuple[ScriptSpec, ...] = ()
+    http_clients: frozenset[str] = frozenset()
+    runs_programs: frozenset[str] = frozenset()
     ask_prefixes: tuple[tuple[str, ...], ...] = ()
     deny_prefixes: tuple[tuple[str, ...], ...] = ()
     sources: tuple[str, ...] = ()
@@ -355,6 +359,8 @@ def _build(repo: tuple[str, str] | None, extra_protected: tuple[str, ...]) -> Po
         sandboxed_runners=tuple(sandboxed),
         sandboxed_mutators=dict(d.sandboxed_allow.mutate),
         sandboxed_scripts=d.sandboxed_allow.script,
+        http_clients=frozenset(d.http_clients),
+        runs_programs=frozenset(d.runs_programs),
         ask_prefixes=tuple(tuple(s.split()) for s in repo_file.ask),
         deny_prefixes=tuple(tuple(s.split()) for s in repo_file.deny),
         sources=tuple(sources),

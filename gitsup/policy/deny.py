@@ -358,7 +358,7 @@ def _rules(
         d = _python_publish(args, policy.publish, src)
         if d is not None:
             return d
-    if prog in ("curl", "wget", "http", "https", "xh"):
+    if prog in policy.http_clients:
         d = _raw_forge(prog, args, src)
         if d is not None:
             return d

@@ -219,11 +219,11 @@ def example_failures(rules: Mapping[str, Rule], policy: Policy) -> list[str]:
     return failures
 
 
-def check_examples(policy: Policy) -> None:
+def check_examples(policy: Policy, rules: Mapping[str, Rule] | None = None) -> None:
     """Raise a `GitsupError` naming every rule example that does not classify as declared
     (called once per process, on the default policy, when it is first built)."""
     try:
-        failures = example_failures(registry(), policy)
+        failures = example_failures(registry() if rules is None else rules, policy)
     finally:
         policy._cache.clear()
     if failures:
