@@ -9,7 +9,7 @@ from gitsup.policy import gitcmd
 from gitsup.policy.context import MAX_DEPTH, ScanState
 from gitsup.policy.decision import Decision, deny
 from gitsup.policy.normalise import UNKNOWN, basename, has_glob, inside, is_ancestor, may_match
-from gitsup.policy.parse import Part, Script, parse, repair_braces
+from gitsup.policy.parse import Part, Script, parse, repair_braces, split_glued
 from gitsup.policy.rules import RuleId
 from gitsup.policy.unwrap import find_roots, merge_env, unwrap
 
@@ -96,6 +96,10 @@ def scan_parsed(script: Script, text: str, st: ScanState) -> Decision | None:
     if found is None and "newline-word" in script.flags:
         # tree-sitter-bash glues `a\n\\b` into one command; bash runs two.
         found = scan_script(parse(text.replace("\n\\", "\n \\")), st)
+        split = split_glued(script)
+        if found is None and split is not None:
+            # ... and after a long pipeline also `sh\nx 2>&1`: end the command where bash does
+            found = scan_script(parse(split), st)
     return found
 
 

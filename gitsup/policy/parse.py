@@ -107,6 +107,8 @@ class Script:
     functions: dict[str, list[Part]] = field(default_factory=dict)
     fork_bombs: list[str] = field(default_factory=list)
     flags: set[str] = field(default_factory=set)
+    # byte offsets of unescaped newlines tree-sitter kept inside one command (flag newline-word)
+    glued: list[int] = field(default_factory=list)
 
 
 _STATEMENTS = frozenset(
@@ -523,8 +525,10 @@ class _Builder:
             ct = child.type
             if prev_end >= 0 and b"\n" in self.data[prev_end : child.start_byte]:
                 gap = self.data[prev_end : child.start_byte]
-                if any(gap[k] == 10 and (k == 0 or gap[k - 1] != 92) for k in range(len(gap))):
-                    self.script.flags.add("newline-word")
+                for k in range(len(gap)):
+                    if gap[k] == 10 and (k == 0 or gap[k - 1] != 92):
+                        self.script.flags.add("newline-word")
+                        self.script.glued.append(prev_end + k)
             prev_end = child.end_byte
             if ct == "variable_assignment" and not words:
                 assigns.append(self.assign(child))
@@ -953,6 +957,17 @@ def _fast_bare(command: str) -> Script | None:
         words.append(Word(t, [Seg("lit", t, False)], kind, t))
     src = command.strip(" \t")
     return Script(src=command, parts=[Part(src, "cmd", words=words)])
+
+
+def split_glued(script: Script) -> str | None:
+    """The script's text with a `;` before every newline tree-sitter glued into a command (bash
+    ends the command there, so the text means the same to bash), or None when there is none."""
+    if not script.glued:
+        return None
+    data = script.src.encode("utf-8", "surrogateescape")
+    for pos in sorted(set(script.glued), reverse=True):
+        data = data[:pos] + b";" + data[pos:]
+    return data.decode("utf-8", "surrogateescape")
 
 
 def parse(command: str) -> Script:
