@@ -897,7 +897,7 @@ def _fast_parse(command: str) -> Script | None:
             if not words:
                 return None
             first = words[0]
-            if first.node_type == "word" and (
+            if first.node_type in ("word", "number") and (
                 first.src in _FAST_NOT_FIRST or not _FAST_NAME.fullmatch(first.src)
             ):
                 return None
