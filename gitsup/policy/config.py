@@ -229,11 +229,13 @@ class Policy:
                 built.setdefault(r.argv[0], []).append(r)
             index.update({k: tuple(v) for k, v in built.items()})
             index.setdefault("", ())
-        found: tuple[RunnerSpec, ...] = index.get(prog, ())
-        globbed = tuple(
-            r for r in runners if "*" in r.argv[0] and fnmatch.fnmatchcase(prog, r.argv[0])
-        )
-        return found + globbed
+            # the runners whose first word is a glob, under a key no program name has
+            index["*"] = tuple(r for r in runners if "*" in r.argv[0])
+        found: tuple[RunnerSpec, ...] = index.get(prog, ()) if prog != "*" else ()
+        globs = index["*"]
+        if not globs:
+            return found
+        return found + tuple(r for r in globs if fnmatch.fnmatchcase(prog, r.argv[0]))
 
     def script_for(self, prog: str) -> ScriptSpec | None:
         """The `[[sandboxed_allow.script]]` entry naming `prog`."""
