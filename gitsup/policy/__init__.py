@@ -8,11 +8,13 @@ from gitsup.policy.classify import classify_command
 from gitsup.policy.config import Policy
 from gitsup.policy.decision import Decision, Verdict
 from gitsup.policy.messages import unattended_denial
+from gitsup.policy.rules import RuleId
 from gitsup.policy.tools import decide_tool
 
 __all__ = [
     "Decision",
     "Policy",
+    "RuleId",
     "Verdict",
     "classify_command",
     "decide_tool",

@@ -24,6 +24,7 @@ from gitsup.policy.normalise import (
     resolve,
 )
 from gitsup.policy.parse import Part, Script
+from gitsup.policy.rules import RuleId
 
 _NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*|\[|:|\.)$")
 _GLOB = re.compile(r"[*?\[]")
@@ -120,37 +121,6 @@ _MUTATORS = frozenset(
         "perl",
     }
 )
-_WRAPPERS = frozenset(
-    {
-        "command",
-        "builtin",
-        "env",
-        "xargs",
-        "timeout",
-        "time",
-        "nice",
-        "nohup",
-        "sudo",
-        "doas",
-        "watch",
-        "strace",
-        "script",
-        "tmux",
-        "screen",
-        "parallel",
-        "npx",
-        "exec",
-        "setsid",
-        "stdbuf",
-        "ionice",
-        "flock",
-        "busybox",
-        "pipx",
-        "uvx",
-        "bunx",
-        "chroot",
-    }
-)
 _TEST_FILE_OPS = frozenset(
     {
         "-e",
@@ -241,16 +211,18 @@ def _dotdot_sandboxed(component: str) -> bool:
 def judge_script(script: Script, st: AllowState) -> Decision:
     if "gap" in script.flags:
         return ask(
-            "ask.unparseable", "part of the command is not accounted for by the parser", script.src
+            RuleId.ASK_UNPARSEABLE,
+            "part of the command is not accounted for by the parser",
+            script.src,
         )
     if "function" in script.flags:
         name = next(iter(script.functions), "")
         return ask(
-            "ask.function",
+            RuleId.ASK_FUNCTION,
             f"defines a shell function ({name}); its calls are not accounted for",
             script.src,
         )
-    rule = "A.structure"
+    rule: str = RuleId.A_STRUCTURE.value
     reason = "only structure: comments, cd, inert assignments"
     best_depth = 1 << 30
     for part in script.parts:
@@ -259,29 +231,29 @@ def judge_script(script: Script, st: AllowState) -> Decision:
             continue
         if d.verdict != "allow":
             return d
-        if d.rule != "A.structure" and (rule == "A.structure" or part.depth < best_depth):
+        if d.rule != RuleId.A_STRUCTURE and (rule == RuleId.A_STRUCTURE or part.depth < best_depth):
             rule, reason, best_depth = d.rule, d.reason, part.depth
-    return allow(rule, reason, script.src)
+    return Decision("allow", rule, reason, script.src)
 
 
 def judge_part(part: Part, st: AllowState) -> Decision | None:
     src = part.src
     if part.background:
-        return ask("ask.background", "runs in the background (&)", src)
+        return ask(RuleId.ASK_BACKGROUND, "runs in the background (&)", src)
     if part.kind == "arith":
-        return ask("ask.expansion", "arithmetic evaluation", src)
+        return ask(RuleId.ASK_EXPANSION, "arithmetic evaluation", src)
     if part.kind == "opaque":
-        return ask("ask.unknown", "a shell construct the classifier does not account for", src)
+        return ask(RuleId.ASK_UNKNOWN, "a shell construct the classifier does not account for", src)
     for w in part.words:
         if w.expands:
-            return ask("ask.expansion", f"unresolved expansion {w.src!r}", src)
+            return ask(RuleId.ASK_EXPANSION, f"unresolved expansion {w.src!r}", src)
     for name, value in part.assigns:
         if value is None:
             continue  # for-loop variable: its uses are expansions
         if value.expands:
-            return ask("ask.expansion", f"assignment of an expansion to {name}", src)
+            return ask(RuleId.ASK_EXPANSION, f"assignment of an expansion to {name}", src)
         if name not in st.policy.inert_vars:
-            return ask("ask.assignment", f"assignment of the non-inert variable {name}", src)
+            return ask(RuleId.ASK_ASSIGNMENT, f"assignment of the non-inert variable {name}", src)
     d = _redirects(part, st)
     if d is not None:
         return d
@@ -289,7 +261,7 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
         return None
     if part.kind == "decl":
         kw = part.words[0].src if part.words else "declare"
-        return ask("ask.assignment", f"`{kw}` changes the environment", src)
+        return ask(RuleId.ASK_ASSIGNMENT, f"`{kw}` changes the environment", src)
     if part.kind == "test":
         ex = Expander({}, st.home, st.worktree)
         return _test(
@@ -311,15 +283,17 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
                 d = path_program(part, st)
                 if d is not None:
                     return d
-            return ask("ask.command-path", f"program named by a path ({prog})", src)
-        return ask("ask.command-name", f"quoted, escaped or expanded command name {prog!r}", src)
+            return ask(RuleId.ASK_COMMAND_PATH, f"program named by a path ({prog})", src)
+        return ask(
+            RuleId.ASK_COMMAND_NAME, f"quoted, escaped or expanded command name {prog!r}", src
+        )
     ex = Expander({}, st.home, st.worktree)
     argvs = ex.argvs(part.words)
     if len(argvs) != 1 or not argvs[0]:
-        return ask("ask.expansion", "brace expansion with several results", src)
+        return ask(RuleId.ASK_EXPANSION, "brace expansion with several results", src)
     argv = argvs[0]
     if argv[0] != prog:
-        return ask("ask.command-name", f"expanded command name {prog!r}", src)
+        return ask(RuleId.ASK_COMMAND_NAME, f"expanded command name {prog!r}", src)
     return _program(argv, part, st)
 
 
@@ -327,18 +301,22 @@ def _redirects(part: Part, st: AllowState) -> Decision | None:
     for r in part.redirects:
         if r.is_heredoc:
             if not r.quoted and r.expands:
-                return ask("ask.expansion", "unquoted heredoc whose body expands $ or `", part.src)
+                return ask(
+                    RuleId.ASK_EXPANSION, "unquoted heredoc whose body expands $ or `", part.src
+                )
             continue
         if r.target is None:
             continue
         if r.target.expands:
-            return ask("ask.expansion", f"redirection to an expansion {r.target.src!r}", part.src)
+            return ask(
+                RuleId.ASK_EXPANSION, f"redirection to an expansion {r.target.src!r}", part.src
+            )
         if r.op == "<<<":
             continue
         fields = Expander({}, st.home, st.worktree).word(r.target)
         if len(fields) != 1 or len(fields[0]) != 1:
             return ask(
-                "ask.expansion",
+                RuleId.ASK_EXPANSION,
                 f"redirection to {r.target.src!r} expands to several words",
                 part.src,
             )
@@ -346,9 +324,13 @@ def _redirects(part: Part, st: AllowState) -> Decision | None:
         if r.op in (">&", "<&") and (value.isdigit() or value == "-"):
             continue
         if not st.path_inside(value):
-            return ask("ask.outside-path", f"redirection to {value} outside the worktree", part.src)
+            return ask(
+                RuleId.ASK_OUTSIDE_PATH, f"redirection to {value} outside the worktree", part.src
+            )
         if r.op != "<" and st.in_git_dir(value):
-            return ask("ask.git-dir", f"redirection into the Git directory ({value})", part.src)
+            return ask(
+                RuleId.ASK_GIT_DIR, f"redirection into the Git directory ({value})", part.src
+            )
     return None
 
 
@@ -361,15 +343,15 @@ def _program(argv: list[str], part: Part, st: AllowState) -> Decision | None:
         if len(argv) >= len(prefix) and all(
             p == a or fnmatch.fnmatchcase(a, p) for p, a in zip(prefix, argv, strict=False)
         ):
-            return ask("ask.repo", f"the repository policy asks for `{' '.join(prefix)}`", src)
+            return ask(RuleId.ASK_REPO, f"the repository policy asks for `{' '.join(prefix)}`", src)
     if prog == "cd":
         return _cd(args, st, src)
     if prog == "git":
         return _git(args, part, st)
     if prog == "command":
         if args and args[0] in ("-v", "-V"):
-            return allow("A.read-only", "command lookup", src)
-        return ask("ask.wrapper", "`command` runs another program", src)
+            return allow(RuleId.A_READ_ONLY, "command lookup", src)
+        return ask(RuleId.ASK_WRAPPER, "`command` runs another program", src)
     if prog == "sed":
         d = _sed(args, st, src)
         if d.verdict != "allow" and st.sandboxed:
@@ -382,7 +364,7 @@ def _program(argv: list[str], part: Part, st: AllowState) -> Decision | None:
     if prog in ("test", "["):
         return _test(args, st, src, brackets=prog == "[")
     if prog == "printf" and args and args[0].startswith("-v"):
-        return ask("ask.assignment", "`printf -v` assigns a variable", src)
+        return ask(RuleId.ASK_ASSIGNMENT, "`printf -v` assigns a variable", src)
     spec = policy.utilities.get(prog)
     if spec is not None:
         return _utility(prog, args, spec, st, src)
@@ -404,41 +386,43 @@ def _why_ask(prog: str, args: list[str], st: AllowState, src: str) -> Decision:
     policy = st.policy
     if prog in policy.shells or prog in ("eval", "source", ".", "exec"):
         return ask(
-            "ask.interpreter", f"`{prog}` runs shell code the classifier cannot account for", src
+            RuleId.ASK_INTERPRETER,
+            f"`{prog}` runs shell code the classifier cannot account for",
+            src,
         )
     if prog in policy.interpreters or _PYTHON.match(prog):
         if any(a in ("-m",) for a in args[:3]) and any(a in ("pip", "ensurepip") for a in args):
-            return ask("ask.install", "installs packages", src)
-        return ask("ask.interpreter", f"`{prog}` runs code in another language (opaque)", src)
+            return ask(RuleId.ASK_INSTALL, "installs packages", src)
+        return ask(RuleId.ASK_INTERPRETER, f"`{prog}` runs code in another language (opaque)", src)
     if prog in policy.installers or (
         prog in ("uv", "poetry", "npm", "yarn", "pnpm", "cargo", "go", "pdm")
         and args[:1]
         and args[0] in ("pip", "install", "add", "ci", "get", "i", "sync", "update", "upgrade")
     ):
-        return ask("ask.install", f"`{prog}` installs or changes dependencies", src)
+        return ask(RuleId.ASK_INSTALL, f"`{prog}` installs or changes dependencies", src)
     if prog in policy.network:
-        return ask("ask.network", f"`{prog}` talks to the network", src)
+        return ask(RuleId.ASK_NETWORK, f"`{prog}` talks to the network", src)
     if (
-        prog in _WRAPPERS
+        prog in policy.runs_programs
         or prog in policy.wrappers
         or (args and f"{prog} {args[0]}" in policy.wrappers)
     ):
-        return ask("ask.wrapper", f"`{prog}` runs another program", src)
+        return ask(RuleId.ASK_WRAPPER, f"`{prog}` runs another program", src)
     if prog in _MUTATORS:
-        return ask("ask.mutation", f"`{prog}` changes or removes files", src)
+        return ask(RuleId.ASK_MUTATION, f"`{prog}` changes or removes files", src)
     if prog.endswith(".sh"):
-        return ask("ask.interpreter", "runs a shell script", src)
-    return ask("ask.unknown", f"`{prog}` is not on the allow list", src)
+        return ask(RuleId.ASK_INTERPRETER, "runs a shell script", src)
+    return ask(RuleId.ASK_UNKNOWN, f"`{prog}` is not on the allow list", src)
 
 
 def _cd(args: list[str], st: AllowState, src: str) -> Decision:
     if len(args) != 1 or args[0] in ("-",) or args[0].startswith("-"):
-        return ask("ask.outside-path", "`cd` without a directory inside the worktree", src)
+        return ask(RuleId.ASK_OUTSIDE_PATH, "`cd` without a directory inside the worktree", src)
     target = args[0]
     if not st.path_inside(target):
-        return ask("ask.outside-path", f"`cd {target}` leaves the worktree", src)
+        return ask(RuleId.ASK_OUTSIDE_PATH, f"`cd {target}` leaves the worktree", src)
     st.cwds = st.cwds | {resolve(target, cwd) for cwd in st.cwds}
-    return allow("A.structure", "cd inside the worktree", src)
+    return allow(RuleId.A_STRUCTURE, "cd inside the worktree", src)
 
 
 # -- git ----------------------------------------------------------------------------------------
@@ -448,20 +432,20 @@ def _git(args: list[str], part: Part, st: AllowState) -> Decision:
     for name, value in call.options:
         if name == "-C":
             if value is None or any(resolve(value, cwd) != st.worktree for cwd in st.cwds):
-                return ask("ask.git-cwd", f"git run in another directory (-C {value})", src)
+                return ask(RuleId.ASK_GIT_CWD, f"git run in another directory (-C {value})", src)
         elif name in ("--no-pager", "-P", "--no-optional-locks"):
             continue
         elif name == "--version" and call.sub is None:
-            return allow("A.git-read", "git --version", src)
+            return allow(RuleId.A_GIT_READ, "git --version", src)
         else:
             return ask(
-                "ask.git-option",
+                RuleId.ASK_GIT_OPTION,
                 f"git global option {name} can run programs or change the repository",
                 src,
             )
     if not any(n == "-C" for n, _ in call.options) and st.cwds != {st.worktree}:
         return ask(
-            "ask.git-cwd",
+            RuleId.ASK_GIT_CWD,
             "git run outside the worktree root (after cd); repository "
             "discovery may pick up another repository",
             src,
@@ -469,40 +453,40 @@ def _git(args: list[str], part: Part, st: AllowState) -> Decision:
     sub = call.sub
     a = call.args
     if sub is None:
-        return ask("ask.unknown", "git without a subcommand", src)
+        return ask(RuleId.ASK_UNKNOWN, "git without a subcommand", src)
     for x in a:
         name = x.split("=", 1)[0]
         if (name in _GIT_BAD_PREFIXES and name not in _GIT_NOT_ABBREVIATIONS) or (
             sub == "grep" and x.startswith("-") and not x.startswith("--") and "O" in x
         ):
-            return ask("ask.git-option", f"`{x}` makes git run a program", src)
+            return ask(RuleId.ASK_GIT_OPTION, f"`{x}` makes git run a program", src)
         if name.startswith("--o") and "--output".startswith(name):
             value = x.split("=", 1)[1] if "=" in x else ""
             if not value or not st.path_inside(value):
-                return ask("ask.outside-path", "`--output` outside the worktree", src)
+                return ask(RuleId.ASK_OUTSIDE_PATH, "`--output` outside the worktree", src)
         if x.startswith("--output"):
             value = x.split("=", 1)[1] if "=" in x else ""
             if not value or not st.path_inside(value):
-                return ask("ask.outside-path", "`--output` outside the worktree", src)
+                return ask(RuleId.ASK_OUTSIDE_PATH, "`--output` outside the worktree", src)
     if sub in _GIT_READ:
         if sub == "diff" and "--no-index" in a:
             for p in gitcmd.positionals(a):
                 if not st.path_inside(p):
-                    return ask("ask.outside-path", f"`git diff --no-index` reads {p}", src)
-        return allow("A.git-read", f"read-only `git {sub}`", src)
+                    return ask(RuleId.ASK_OUTSIDE_PATH, f"`git diff --no-index` reads {p}", src)
+        return allow(RuleId.A_GIT_READ, f"read-only `git {sub}`", src)
     first = a[0] if a else ""
     if sub == "reflog" and first not in ("expire", "delete", "drop", "write"):
-        return allow("A.git-read", "displays the reflog", src)
+        return allow(RuleId.A_GIT_READ, "displays the reflog", src)
     if sub == "stash" and first in ("list", "show"):
-        return allow("A.git-read", f"`git stash {first}`", src)
+        return allow(RuleId.A_GIT_READ, f"`git stash {first}`", src)
     if sub == "worktree" and first == "list":
-        return allow("A.git-read", "`git worktree list`", src)
+        return allow(RuleId.A_GIT_READ, "`git worktree list`", src)
     if sub == "remote" and (
         not a or all(x in ("-v", "--verbose") for x in a) or first == "get-url"
     ):
-        return allow("A.git-read", "lists remotes", src)
+        return allow(RuleId.A_GIT_READ, "lists remotes", src)
     if sub == "tag" and (not a or "-l" in a or "--list" in a):
-        return allow("A.git-read", "lists tags", src)
+        return allow(RuleId.A_GIT_READ, "lists tags", src)
     if sub == "branch":
         return _git_branch(a, st, src)
     if sub == "add":
@@ -517,18 +501,18 @@ def _git(args: list[str], part: Part, st: AllowState) -> Decision:
             return git_worktree_op(sub, a, st, src) or d
         return d
     if sub in _GIT_NETWORK or (sub == "remote" and first in ("show", "update", "prune")):
-        return ask("ask.network", f"`git {sub}` talks to a remote", src)
+        return ask(RuleId.ASK_NETWORK, f"`git {sub}` talks to a remote", src)
     if sub == "config":
-        return ask("ask.git-config", "git config (any form) is asked", src)
+        return ask(RuleId.ASK_GIT_CONFIG, "git config (any form) is asked", src)
     if sub not in gitcmd.BUILTINS:
-        return ask("ask.git-alias", f"unknown git subcommand {sub!r} (may be an alias)", src)
+        return ask(RuleId.ASK_GIT_ALIAS, f"unknown git subcommand {sub!r} (may be an alias)", src)
     if st.sandboxed:
         from gitsup.policy.sandboxed import git_worktree_op
 
         gd = git_worktree_op(sub, a, st, src)
         if gd is not None:
             return gd
-    return ask("ask.git-change", f"`git {sub}` changes the working tree, history or refs", src)
+    return ask(RuleId.ASK_GIT_CHANGE, f"`git {sub}` changes the working tree, history or refs", src)
 
 
 def _git_branch(a: list[str], st: AllowState, src: str) -> Decision:
@@ -551,14 +535,14 @@ def _git_branch(a: list[str], st: AllowState, src: str) -> Decision:
             if "=" not in x:
                 skip = True
         elif x.startswith("-"):
-            return ask("ask.git-change", f"`git branch {x}` changes branches", src)
+            return ask(RuleId.ASK_GIT_CHANGE, f"`git branch {x}` changes branches", src)
         else:
             pos.append(x)
     if not pos or listing:
-        return allow("A.git-read", "lists branches", src)
+        return allow(RuleId.A_GIT_READ, "lists branches", src)
     if len(pos) <= 2 and not st.policy.is_protected(pos[0]) and not pos[0].startswith("-"):
-        return allow("A.git-change", f"creates the branch {pos[0]!r}", src)
-    return ask("ask.git-change", f"creates a branch with a protected name ({pos[0]})", src)
+        return allow(RuleId.A_GIT_CHANGE, f"creates the branch {pos[0]!r}", src)
+    return ask(RuleId.ASK_GIT_CHANGE, f"creates a branch with a protected name ({pos[0]})", src)
 
 
 def _git_add(a: list[str], st: AllowState, src: str) -> Decision:
@@ -566,10 +550,12 @@ def _git_add(a: list[str], st: AllowState, src: str) -> Decision:
     for x in a:
         if x.startswith("-") and x != "-":
             if x not in ok_flags:
-                return ask("ask.git-change", f"`git add {x}`", src)
+                return ask(RuleId.ASK_GIT_CHANGE, f"`git add {x}`", src)
         elif not st.path_inside(x):
-            return ask("ask.outside-path", f"`git add {x}` names a path outside the worktree", src)
-    return allow("A.git-change", "stages paths in the worktree", src)
+            return ask(
+                RuleId.ASK_OUTSIDE_PATH, f"`git add {x}` names a path outside the worktree", src
+            )
+    return allow(RuleId.A_GIT_CHANGE, "stages paths in the worktree", src)
 
 
 _COMMIT_FLAGS = {
@@ -596,10 +582,10 @@ def _git_commit(a: list[str], part: Part, st: AllowState, src: str) -> Decision:
             i += 1
             continue
         if x in ("-n", "--no-verify"):
-            return ask("ask.git-change", "`git commit --no-verify` skips the hooks", src)
+            return ask(RuleId.ASK_GIT_CHANGE, "`git commit --no-verify` skips the hooks", src)
         if x in ("-m", "--message"):
             if nxt is None:
-                return ask("ask.git-change", "`-m` without a message", src)
+                return ask(RuleId.ASK_GIT_CHANGE, "`-m` without a message", src)
             i += 2
             continue
         if x.startswith("--message=") or (x.startswith("-m") and len(x) > 2 and x[1] == "m"):
@@ -609,7 +595,9 @@ def _git_commit(a: list[str], part: Part, st: AllowState, src: str) -> Decision:
             value = x.split("=", 1)[1] if "=" in x else nxt
             if value is None or not st.path_inside(value):
                 return ask(
-                    "ask.outside-path", "`git commit -F` reads a file outside the worktree", src
+                    RuleId.ASK_OUTSIDE_PATH,
+                    "`git commit -F` reads a file outside the worktree",
+                    src,
                 )
             i += 1 if "=" in x else 2
             continue
@@ -623,9 +611,9 @@ def _git_commit(a: list[str], part: Part, st: AllowState, src: str) -> Decision:
                 i += 1 if letters[k + 1 :] else 2
                 continue
             if "n" in letters:
-                return ask("ask.git-change", "`git commit -n` skips the hooks", src)
-        return ask("ask.git-change", f"`git commit {x}` is not on the allow list", src)
-    return allow("A.git-change", "commits on the task branch", src)
+                return ask(RuleId.ASK_GIT_CHANGE, "`git commit -n` skips the hooks", src)
+        return ask(RuleId.ASK_GIT_CHANGE, f"`git commit {x}` is not on the allow list", src)
+    return allow(RuleId.A_GIT_CHANGE, "commits on the task branch", src)
 
 
 def _git_create_branch(sub: str, a: list[str], st: AllowState, src: str) -> Decision:
@@ -634,15 +622,17 @@ def _git_create_branch(sub: str, a: list[str], st: AllowState, src: str) -> Deci
     if len(rest) == 2 and rest[0] in flags:
         name = rest[1]
         if name.startswith("-"):
-            return ask("ask.git-change", f"`git {sub} {' '.join(a)}`", src)
+            return ask(RuleId.ASK_GIT_CHANGE, f"`git {sub} {' '.join(a)}`", src)
         if st.policy.is_protected(name):
-            return ask("ask.git-change", f"creates a branch with a protected name ({name})", src)
-        return allow("A.git-change", f"creates and switches to the new branch {name!r}", src)
+            return ask(
+                RuleId.ASK_GIT_CHANGE, f"creates a branch with a protected name ({name})", src
+            )
+        return allow(RuleId.A_GIT_CHANGE, f"creates and switches to the new branch {name!r}", src)
     if rest and rest[0] in flags:
         return ask(
-            "ask.git-change", f"`git {sub}` with a start point changes the working tree", src
+            RuleId.ASK_GIT_CHANGE, f"`git {sub}` with a start point changes the working tree", src
         )
-    return ask("ask.git-change", f"`git {sub}` changes the working tree", src)
+    return ask(RuleId.ASK_GIT_CHANGE, f"`git {sub}` changes the working tree", src)
 
 
 # -- utilities ------------------------------------------------------------------------------
@@ -701,15 +691,17 @@ def _utility(
         if a.startswith("--"):
             name, eq, val = a.partition("=")
             if _forbidden(name, spec.forbid):
-                return ask("ask.utility-option", f"`{prog} {name}` is not read-only", src)
+                return ask(RuleId.ASK_UTILITY_OPTION, f"`{prog} {name}` is not read-only", src)
             canon = _long_match(name, list(takes) + list(spec.two_value_opts)) or name
             seen.add(canon)
             if spec.allowed_opts is not None and canon not in spec.allowed_opts:
-                return ask("ask.utility-option", f"`{prog} {name}` is not on the allow list", src)
+                return ask(
+                    RuleId.ASK_UTILITY_OPTION, f"`{prog} {name}` is not on the allow list", src
+                )
             if canon in spec.two_value_opts:
                 second = args[i + 2] if i + 2 < n else ""
                 if canon in ("--slurpfile", "--rawfile") and not st.path_inside(second):
-                    return ask("ask.outside-path", f"{canon} reads {second}", src)
+                    return ask(RuleId.ASK_OUTSIDE_PATH, f"{canon} reads {second}", src)
                 i += 3
                 continue
             if canon in takes:
@@ -718,7 +710,7 @@ def _utility(
                     paths.append(value)
                 if canon in spec.path_opts and not st.path_inside(value):
                     return ask(
-                        "ask.outside-path",
+                        RuleId.ASK_OUTSIDE_PATH,
                         f"`{prog} {canon}` names {value} outside the worktree",
                         src,
                     )
@@ -731,9 +723,11 @@ def _utility(
         for k in range(1, len(a)):
             opt = "-" + a[k]
             if opt in spec.forbid:
-                return ask("ask.utility-option", f"`{prog} {opt}` is not read-only", src)
+                return ask(RuleId.ASK_UTILITY_OPTION, f"`{prog} {opt}` is not read-only", src)
             if spec.allowed_opts is not None and opt not in spec.allowed_opts:
-                return ask("ask.utility-option", f"`{prog} {opt}` is not on the allow list", src)
+                return ask(
+                    RuleId.ASK_UTILITY_OPTION, f"`{prog} {opt}` is not on the allow list", src
+                )
             seen.add(opt)
             if opt in takes:
                 rest = a[k + 1 :]
@@ -743,7 +737,7 @@ def _utility(
                     paths.append(value)
                 if opt in spec.path_opts and not st.path_inside(value):
                     return ask(
-                        "ask.outside-path",
+                        RuleId.ASK_OUTSIDE_PATH,
                         f"`{prog} {opt}` names {value} outside the worktree",
                         src,
                     )
@@ -752,7 +746,9 @@ def _utility(
                 break
         i += 1 + consumed
     if spec.require and not any(r in seen for r in spec.require):
-        return ask("ask.utility-option", f"`{prog}` needs one of {', '.join(spec.require)}", src)
+        return ask(
+            RuleId.ASK_UTILITY_OPTION, f"`{prog}` needs one of {', '.join(spec.require)}", src
+        )
     if (spec.operands == "pattern" and not (seen & {"-e", "--regexp", "-f", "--file"})) or (
         spec.operands == "filter" and not (seen & {"-f", "--from-file"})
     ):
@@ -763,19 +759,19 @@ def _utility(
     for op in operands:
         if not st.path_inside(op):
             return ask(
-                "ask.outside-path", f"`{prog}` reads or writes {op} outside the worktree", src
+                RuleId.ASK_OUTSIDE_PATH, f"`{prog}` reads or writes {op} outside the worktree", src
             )
         if spec.create and st.in_git_dir(op):
-            return ask("ask.git-dir", f"`{prog}` writes into the Git directory ({op})", src)
+            return ask(RuleId.ASK_GIT_DIR, f"`{prog}` writes into the Git directory ({op})", src)
     if prog == "uniq" and len(operands) > 1:
-        return ask("ask.mutation", f"`uniq` writes its output operand {operands[1]}", src)
+        return ask(RuleId.ASK_MUTATION, f"`uniq` writes its output operand {operands[1]}", src)
     if prog == "tree" and any(o in seen for o in ("-o",)):
-        return ask("ask.mutation", "`tree -o` writes a file", src)
+        return ask(RuleId.ASK_MUTATION, "`tree -o` writes a file", src)
     if spec.create:
-        return allow("A.create", f"`{prog}` creates paths in the worktree", src)
+        return allow(RuleId.A_CREATE, f"`{prog}` creates paths in the worktree", src)
     if spec.operands in ("data", "none"):
-        return allow("A.read-only", f"`{prog}` only prints", src)
-    return allow("A.read-only", f"read-only `{prog}` on paths in the worktree", src)
+        return allow(RuleId.A_READ_ONLY, f"`{prog}` only prints", src)
+    return allow(RuleId.A_READ_ONLY, f"read-only `{prog}` on paths in the worktree", src)
 
 
 def _sed(args: list[str], st: AllowState, src: str) -> Decision:
@@ -818,24 +814,26 @@ def _sed(args: list[str], st: AllowState, src: str) -> Decision:
             elif all(c in "nErsuz" for c in letters):
                 quiet = quiet or "n" in letters
             else:
-                return ask("ask.mutation", f"`sed {a}` may edit files or run commands", src)
+                return ask(RuleId.ASK_MUTATION, f"`sed {a}` may edit files or run commands", src)
         elif a.startswith("-") and a != "-":
-            return ask("ask.mutation", f"`sed {a}` may edit files or run commands", src)
+            return ask(RuleId.ASK_MUTATION, f"`sed {a}` may edit files or run commands", src)
         elif not scripts and not files and not any(s for s in scripts):
             scripts.append(a)
         else:
             files.append(a)
         i += 1
     if not quiet:
-        return ask("ask.mutation", "`sed` without -n and a print-only script", src)
+        return ask(RuleId.ASK_MUTATION, "`sed` without -n and a print-only script", src)
     for script in scripts:
         for cmd in re.split(r"[;\n]", script):
             if cmd.strip() and not _SED_SCRIPT.match(cmd):
-                return ask("ask.mutation", f"sed script {cmd.strip()!r} is not print-only", src)
+                return ask(
+                    RuleId.ASK_MUTATION, f"sed script {cmd.strip()!r} is not print-only", src
+                )
     for f in files:
         if not st.path_inside(f):
-            return ask("ask.outside-path", f"`sed` reads {f} outside the worktree", src)
-    return allow("A.read-only", "`sed -n` with a print-only script", src)
+            return ask(RuleId.ASK_OUTSIDE_PATH, f"`sed` reads {f} outside the worktree", src)
+    return allow(RuleId.A_READ_ONLY, "`sed -n` with a print-only script", src)
 
 
 _FIND_FORBID = frozenset(
@@ -854,14 +852,16 @@ def _find(args: list[str], st: AllowState, src: str) -> Decision:
         roots.append(a)
     for a in args:
         if a in _FIND_FORBID:
-            return ask("ask.wrapper", f"`find {a}` runs programs or changes files", src)
+            return ask(RuleId.ASK_WRAPPER, f"`find {a}` runs programs or changes files", src)
     for k, a in enumerate(args):
         if a in _FIND_PATH_ARGS and k + 1 < len(args) and not st.path_inside(args[k + 1]):
-            return ask("ask.outside-path", f"`find {a}` names a path outside the worktree", src)
+            return ask(
+                RuleId.ASK_OUTSIDE_PATH, f"`find {a}` names a path outside the worktree", src
+            )
     for r in roots or ["."]:
         if not st.path_inside(r):
-            return ask("ask.outside-path", f"`find {r}` searches outside the worktree", src)
-    return allow("A.read-only", "`find` inside the worktree", src)
+            return ask(RuleId.ASK_OUTSIDE_PATH, f"`find {r}` searches outside the worktree", src)
+    return allow(RuleId.A_READ_ONLY, "`find` inside the worktree", src)
 
 
 _ARITH_OPS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
@@ -874,26 +874,32 @@ def _test(
     words = list(args)
     if brackets:
         if not words or words[-1] != "]":
-            return ask("ask.unknown", "`[` without a closing `]`", src)
+            return ask(RuleId.ASK_UNKNOWN, "`[` without a closing `]`", src)
         words = words[:-1]
     for k, w in enumerate(words):
         # `-v a[$(cmd)]` evaluates the subscript; `[[ x -eq y ]]` evaluates both sides as
         # arithmetic (array subscripts and variable values included): only integers are plain
         if w in ("-v", "-R") and k + 1 < len(words) and "[" in words[k + 1]:
-            return ask("ask.expansion", f"`{w} {words[k + 1]}` evaluates a subscript", src)
+            return ask(RuleId.ASK_EXPANSION, f"`{w} {words[k + 1]}` evaluates a subscript", src)
         if double and w in _ARITH_OPS:
             for p in (words[k - 1] if k else "", words[k + 1] if k + 1 < len(words) else ""):
                 if not _INTEGER.match(p):
-                    return ask("ask.expansion", f"`[[ … {w} … ]]` evaluates {p!r} as code", src)
+                    return ask(
+                        RuleId.ASK_EXPANSION, f"`[[ … {w} … ]]` evaluates {p!r} as code", src
+                    )
         if w in _TEST_FILE_OPS and k + 1 < len(words) and not st.path_inside(words[k + 1]):
             return ask(
-                "ask.outside-path", f"`test {w} {words[k + 1]}` looks outside the worktree", src
+                RuleId.ASK_OUTSIDE_PATH,
+                f"`test {w} {words[k + 1]}` looks outside the worktree",
+                src,
             )
         if w in ("-nt", "-ot", "-ef"):
             for p in (words[k - 1] if k else "", words[k + 1] if k + 1 < len(words) else ""):
                 if not st.path_inside(p):
-                    return ask("ask.outside-path", f"`test` compares {p} outside the worktree", src)
-    return allow("A.read-only", "a test", src)
+                    return ask(
+                        RuleId.ASK_OUTSIDE_PATH, f"`test` compares {p} outside the worktree", src
+                    )
+    return allow(RuleId.A_READ_ONLY, "a test", src)
 
 
 # -- local development --------------------------------------------------------------------
@@ -954,18 +960,18 @@ def _runner_ok(
                 seen.add(opt)
                 if _STDIN_PATHS.match(value):
                     return ask(
-                        "ask.interpreter",
+                        RuleId.ASK_INTERPRETER,
                         f"`{name} {opt} {value}` reads its program from stdin",
                         src,
                     )
                 if not st.path_inside(value):
                     return ask(
-                        "ask.outside-path",
+                        RuleId.ASK_OUTSIDE_PATH,
                         f"`{name} {opt}` names {value} outside the worktree",
                         src,
                     )
                 if st.in_git_dir(value):
-                    return ask("ask.git-dir", f"`{name} {opt}` names the Git directory", src)
+                    return ask(RuleId.ASK_GIT_DIR, f"`{name} {opt}` names the Git directory", src)
                 i += used
                 continue
         opt = a.split("=", 1)[0]
@@ -982,7 +988,7 @@ def _runner_ok(
                 for f in spec.forbid
             ):
                 return ask(
-                    "ask.runner-option",
+                    RuleId.ASK_RUNNER_OPTION,
                     f"`{name} {opt}` names a program, fixes code or writes elsewhere",
                     src,
                 )
@@ -991,26 +997,32 @@ def _runner_ok(
         value = a.split("=", 1)[1] if a.startswith("-") and "=" in a else a
         if not st.path_inside(value):
             return ask(
-                "ask.outside-path", f"`{name}` argument {a!r} points outside the worktree", src
+                RuleId.ASK_OUTSIDE_PATH, f"`{name}` argument {a!r} points outside the worktree", src
             )
         if value not in ("-", "") and st.in_git_dir(value):
             # `go build -o .git/hooks/pre-commit`, `pip install -t .git/...`
-            return ask("ask.git-dir", f"`{name}` argument {a!r} names the Git directory", src)
+            return ask(RuleId.ASK_GIT_DIR, f"`{name}` argument {a!r} names the Git directory", src)
         i += 1
     for word in positional:
         if any(fnmatch.fnmatchcase(word, p) for p in spec.ask_words):
-            return ask("ask.run", f"`{name} {word}`: its name says it publishes or installs", src)
+            return ask(
+                RuleId.ASK_RUN, f"`{name} {word}`: its name says it publishes or installs", src
+            )
     if spec.require and not any(r in seen for r in spec.require):
-        return ask("ask.runner-option", f"`{name}` needs one of {', '.join(spec.require)}", src)
+        return ask(
+            RuleId.ASK_RUNNER_OPTION, f"`{name}` needs one of {', '.join(spec.require)}", src
+        )
     if spec.only:
         targets = [a for a in rest if not a.startswith("-")]
         if any("=" in t for t in targets):
-            return ask("ask.runner-option", f"`{name}` with a variable override", src)
+            return ask(RuleId.ASK_RUNNER_OPTION, f"`{name}` with a variable override", src)
         if not targets or any(t not in spec.only for t in targets):
-            return ask("ask.run", f"`{name}` with a target other than {', '.join(spec.only)}", src)
+            return ask(
+                RuleId.ASK_RUN, f"`{name}` with a target other than {', '.join(spec.only)}", src
+            )
     if sandboxed:
-        return allow("A.sandboxed", f"inside the sandbox: `{name}`", src)
-    return allow("A.local-dev", f"local development: `{name}`", src)
+        return allow(RuleId.A_SANDBOXED, f"inside the sandbox: `{name}`", src)
+    return allow(RuleId.A_LOCAL_DEV, f"local development: `{name}`", src)
 
 
 def is_pythonish(prog: str) -> bool:

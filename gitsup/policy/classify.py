@@ -13,6 +13,7 @@ from gitsup.policy.context import ScanState
 from gitsup.policy.decision import Decision, allow, ask
 from gitsup.policy.deny import scan_from_each_line, scan_parsed
 from gitsup.policy.parse import MAX_NESTING, parse, repair_braces
+from gitsup.policy.rules import RuleId
 
 _CACHE_LIMIT = 8192
 
@@ -46,11 +47,13 @@ def classify_command(
         decision = _classify(command, posixpath.normpath(worktree), policy, home_dir, sandboxed)
     except RecursionError:
         decision = ask(
-            "ask.too-complex", "the command nests too deeply to be judged", command[:200]
+            RuleId.ASK_TOO_COMPLEX, "the command nests too deeply to be judged", command[:200]
         )
     except UnicodeError:
         decision = ask(
-            "ask.unparseable", "the command is not valid text (a lone surrogate)", command[:200]
+            RuleId.ASK_UNPARSEABLE,
+            "the command is not valid text (a lone surrogate)",
+            command[:200],
         )
     if sandboxed:
         decision = replace(decision, sandboxed=True)
@@ -62,7 +65,7 @@ def classify_command(
 
 def _classify(command: str, worktree: str, policy: Policy, home: str, sandboxed: bool) -> Decision:
     if not command.strip():
-        return allow("A.structure", "empty command", command)
+        return allow(RuleId.A_STRUCTURE, "empty command", command)
     script = parse(command)
     dotglob = "dotglob" in command or "GLOBIGNORE" in command
     st = ScanState(policy=policy, worktree=worktree, home=home, dotglob=dotglob)
@@ -73,22 +76,24 @@ def _classify(command: str, worktree: str, policy: Policy, home: str, sandboxed:
         return found
     if "too-deep" in script.flags:
         return ask(
-            "ask.too-complex",
+            RuleId.ASK_TOO_COMPLEX,
             f"the command nests deeper than {MAX_NESTING} levels; it is not judged",
             command[:200],
         )
     if script.has_error:
         if repair_braces(command) is not None:
-            return ask("ask.command-name", "brace expansion in command position", command)
+            return ask(RuleId.ASK_COMMAND_NAME, "brace expansion in command position", command)
         return ask(
-            "ask.unparseable",
+            RuleId.ASK_UNPARSEABLE,
             "the command does not parse as bash (unbalanced quotes "
             "or an incomplete construct); bash would refuse it",
             command,
         )
     if "newline-word" in script.flags:
         return ask(
-            "ask.unparseable", "a line starting with a backslash is not parsed reliably", command
+            RuleId.ASK_UNPARSEABLE,
+            "a line starting with a backslash is not parsed reliably",
+            command,
         )
     return judge_script(
         script,

@@ -95,6 +95,8 @@ class DefaultFile(_Model):
     shells: tuple[str, ...]
     interpreters: tuple[str, ...]
     downloaders: tuple[str, ...]
+    http_clients: tuple[str, ...] = ()
+    runs_programs: tuple[str, ...] = ()
     network: tuple[str, ...]
     installers: tuple[str, ...]
     python_m_tools: tuple[str, ...] = ()
@@ -186,6 +188,8 @@ class Policy:
     sandboxed_runners: tuple[RunnerSpec, ...] = ()
     sandboxed_mutators: Mapping[str, UtilitySpec] = field(default_factory=dict)
     sandboxed_scripts: tuple[ScriptSpec, ...] = ()
+    http_clients: frozenset[str] = frozenset()
+    runs_programs: frozenset[str] = frozenset()
     ask_prefixes: tuple[tuple[str, ...], ...] = ()
     deny_prefixes: tuple[tuple[str, ...], ...] = ()
     sources: tuple[str, ...] = ()
@@ -225,11 +229,13 @@ class Policy:
                 built.setdefault(r.argv[0], []).append(r)
             index.update({k: tuple(v) for k, v in built.items()})
             index.setdefault("", ())
-        found: tuple[RunnerSpec, ...] = index.get(prog, ())
-        globbed = tuple(
-            r for r in runners if "*" in r.argv[0] and fnmatch.fnmatchcase(prog, r.argv[0])
-        )
-        return found + globbed
+            # the runners whose first word is a glob, under a key no program name has
+            index["*"] = tuple(r for r in runners if "*" in r.argv[0])
+        found: tuple[RunnerSpec, ...] = index.get(prog, ()) if prog != "*" else ()
+        globs = index["*"]
+        if not globs:
+            return found
+        return found + tuple(r for r in globs if fnmatch.fnmatchcase(prog, r.argv[0]))
 
     def script_for(self, prog: str) -> ScriptSpec | None:
         """The `[[sandboxed_allow.script]]` entry naming `prog`."""
@@ -332,10 +338,12 @@ def _build(repo: tuple[str, str] | None, extra_protected: tuple[str, ...]) -> Po
     for name in effective((*d.protected, *repo_file.protected, *extra_protected)):
         if name not in protected:
             protected.append(name)
+    if repo is not None or extra_protected:
+        _build(None, ())  # the default policy, whose rule examples are checked once
     runners = [*d.allow.runner, *repo_file.allow.runner]
     runners += _python_m(runners, d.python_m_tools)
     sandboxed = [*d.sandboxed_allow.runner, *repo_file.sandboxed_allow.runner]
-    return Policy(
+    policy = Policy(
         protected=tuple(protected),
         inert_vars=frozenset(d.inert_vars),
         shells=frozenset(d.shells),
@@ -353,10 +361,18 @@ def _build(repo: tuple[str, str] | None, extra_protected: tuple[str, ...]) -> Po
         sandboxed_runners=tuple(sandboxed),
         sandboxed_mutators=dict(d.sandboxed_allow.mutate),
         sandboxed_scripts=d.sandboxed_allow.script,
+        http_clients=frozenset(d.http_clients),
+        runs_programs=frozenset(d.runs_programs),
         ask_prefixes=tuple(tuple(s.split()) for s in repo_file.ask),
         deny_prefixes=tuple(tuple(s.split()) for s in repo_file.deny),
         sources=tuple(sources),
     )
+    if repo is None and not extra_protected:
+        # Every rule's examples classify as declared (policies/rules.toml), or nothing loads.
+        from gitsup.policy.rules import check_examples
+
+        check_examples(policy)
+    return policy
 
 
 def _pair(s: str) -> tuple[str, str]:

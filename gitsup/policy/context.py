@@ -29,8 +29,16 @@ class ScanState:
     depth: int = 0
     dotglob: bool = False  # `*` may match dot files (shopt -s dotglob, GLOBIGNORE)
 
+    _expander: Expander | None = None
+
     def expander(self) -> Expander:
-        return Expander(self.variables, self.home, self.worktree, self.subst_output)
+        """One expander per state (it reads `variables` live, so it never goes stale)."""
+        ex = self._expander
+        if ex is None:
+            ex = self._expander = Expander(
+                self.variables, self.home, self.worktree, self.subst_output
+            )
+        return ex
 
     def path(self, value: str) -> str:
         return resolve(value, self.worktree, self.home)

@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from gitsup.policy.rules import RuleId
+
 Verdict = Literal["allow", "ask", "deny"]
 
 SEVERITY: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
@@ -33,19 +35,20 @@ class Decision:
 
 
 def _text(reason: str) -> str:
-    return reason.replace("\x00?", "<unknown>")  # normalise.UNKNOWN, as people read it
+    # normalise.UNKNOWN, as people read it
+    return reason.replace("\x00?", "<unknown>") if "\x00" in reason else reason
 
 
-def allow(rule: str, reason: str, part: str) -> Decision:
-    return Decision("allow", rule, _text(reason), part)
+def allow(rule: RuleId, reason: str, part: str) -> Decision:
+    return Decision("allow", rule.value, _text(reason), part)
 
 
-def ask(rule: str, reason: str, part: str) -> Decision:
-    return Decision("ask", rule, _text(reason), part)
+def ask(rule: RuleId, reason: str, part: str) -> Decision:
+    return Decision("ask", rule.value, _text(reason), part)
 
 
-def deny(rule: str, reason: str, part: str) -> Decision:
-    return Decision("deny", rule, _text(reason), part)
+def deny(rule: RuleId, reason: str, part: str) -> Decision:
+    return Decision("deny", rule.value, _text(reason), part)
 
 
 def worst(decisions: Iterable[Decision]) -> Decision | None:

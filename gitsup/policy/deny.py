@@ -9,7 +9,8 @@ from gitsup.policy import gitcmd
 from gitsup.policy.context import MAX_DEPTH, ScanState
 from gitsup.policy.decision import Decision, deny
 from gitsup.policy.normalise import UNKNOWN, basename, has_glob, inside, is_ancestor, may_match
-from gitsup.policy.parse import Part, Script, parse, repair_braces
+from gitsup.policy.parse import Part, Script, parse, repair_braces, split_glued
+from gitsup.policy.rules import RuleId
 from gitsup.policy.unwrap import find_roots, merge_env, unwrap
 
 Env = Mapping[str, Sequence[str]]
@@ -95,6 +96,10 @@ def scan_parsed(script: Script, text: str, st: ScanState) -> Decision | None:
     if found is None and "newline-word" in script.flags:
         # tree-sitter-bash glues `a\n\\b` into one command; bash runs two.
         found = scan_script(parse(text.replace("\n\\", "\n \\")), st)
+        split = split_glued(script)
+        if found is None and split is not None:
+            # ... and after a long pipeline also `sh\nx 2>&1`: end the command where bash does
+            found = scan_script(parse(split), st)
     return found
 
 
@@ -135,7 +140,7 @@ def scan_script(script: Script, st: ScanState) -> Decision | None:
     _collect_git_aliases(script, st)
     if script.fork_bombs:
         return deny(
-            "D4.fork-bomb",
+            RuleId.D4_FORK_BOMB,
             "a function that pipes into itself in the background (fork bomb)",
             script.fork_bombs[0],
         )
@@ -276,9 +281,9 @@ def _arith_payload(text: str, st: ScanState) -> Decision | None:
 
 def _write_target(path: str, part: str, how: str, dotglob: bool = False) -> Decision | None:
     if _BLOCK_DEVICE.match(path):
-        return deny("D4.block-device", f"{how} writes the block device {path}", part)
+        return deny(RuleId.D4_BLOCK_DEVICE, f"{how} writes the block device {path}", part)
     if in_hooks(path, dotglob=dotglob):
-        return deny("D3.hooks-dir", f"{how} writes into a Git hooks directory ({path})", part)
+        return deny(RuleId.D3_HOOKS_DIR, f"{how} writes into a Git hooks directory ({path})", part)
     return None
 
 
@@ -341,7 +346,7 @@ def _rules(
     src = part.src
     for prefix in policy.deny_prefixes:
         if _prefix_match(prefix, [prog, *args]):
-            return deny("deny.repo", f"the repository policy denies `{' '.join(prefix)}`", src)
+            return deny(RuleId.DENY_REPO, f"the repository policy denies `{' '.join(prefix)}`", src)
     if prog == "git" or prog.startswith("git-") or prog == "hub":
         d = git_rules(argv, env, part, st, stdin, wdepth)
         if d is not None:
@@ -357,7 +362,7 @@ def _rules(
         d = _python_publish(args, policy.publish, src)
         if d is not None:
             return d
-    if prog in ("curl", "wget", "http", "https", "xh"):
+    if prog in policy.http_clients:
         d = _raw_forge(prog, args, src)
         if d is not None:
             return d
@@ -378,12 +383,12 @@ def git_rules(
     src = part.src
     call = gitcmd.parse_git(argv)
     if gitcmd.sets_hooks_path(call, env):
-        return deny("D3.hooks-path", "sets core.hooksPath, which disables the Git hooks", src)
+        return deny(RuleId.D3_HOOKS_PATH, "sets core.hooksPath, which disables the Git hooks", src)
     defined = gitcmd.alias_definitions(call, env)
     for name, value in defined:
         if _alias_is_deny(value, st, wdepth):
             return deny(
-                "D1.alias",
+                RuleId.D1_ALIAS,
                 f"defines the git alias {name!r} as {value!r}, which "
                 "publishes or crosses the boundary",
                 src,
@@ -392,18 +397,18 @@ def git_rules(
     if sub is None:
         return None
     if basename(argv[0]) == "hub" and sub in ("pull-request", "fork", "create", "delete"):
-        return deny("D1.forge", f"`hub {sub}` changes the remote forge", src)
+        return deny(RuleId.D1_FORGE, f"`hub {sub}` changes the remote forge", src)
     if sub in policy.git_publish:
-        return deny("D1.push", f"`git {sub}` publishes to a remote", src)
+        return deny(RuleId.D1_PUSH, f"`git {sub}` publishes to a remote", src)
     pos = gitcmd.positionals(call.args)
     for group, verb in policy.git_publish_nested:
         if sub == group and verb in pos:
-            return deny("D1.push", f"`git {group} {verb}` publishes to a remote", src)
+            return deny(RuleId.D1_PUSH, f"`git {group} {verb}` publishes to a remote", src)
     if sub == "config":
         for w in gitcmd.config_writes(call.args):
             if w.key == "core.hookspath" or (w.key == "core" and "section" in w.action):
                 return deny(
-                    "D3.hooks-path", "writes core.hooksPath, which disables the Git hooks", src
+                    RuleId.D3_HOOKS_PATH, "writes core.hooksPath, which disables the Git hooks", src
                 )
             if (
                 w.key.startswith("alias.")
@@ -411,14 +416,13 @@ def git_rules(
                 and _alias_is_deny(w.value, st, wdepth)
             ):
                 return deny(
-                    "D1.alias",
+                    RuleId.D1_ALIAS,
                     f"defines the git alias {w.key[6:]!r} as {w.value!r} (alias poisoning)",
                     src,
                 )
-    reason = gitcmd.d2_reason(call, policy, st.head_protected, stdin)
-    if reason is not None:
-        rule = "D2.protected-head" if "HEAD is" in reason else "D2.protected-ref"
-        return deny(rule, reason, src)
+    d2 = gitcmd.d2_reason(call, policy, st.head_protected, stdin)
+    if d2 is not None:
+        return deny(d2[0], d2[1], src)
     # aliases expand (git ignores aliases that shadow builtins)
     if sub not in gitcmd.BUILTINS:
         values = [v for n, v in defined if n == sub] + st.git_aliases.get(sub, [])
@@ -514,7 +518,7 @@ def _forge(prog: str, args: list[str], st: ScanState, src: str) -> Decision | No
     pairs = st.policy.forge[prog]
     if (group, verb) in pairs or (group, "") in pairs:
         return deny(
-            "D1.forge",
+            RuleId.D1_FORGE,
             f"`{prog} {group} {verb}`".replace(" `", "`") + " changes the remote forge",
             src,
         )
@@ -523,7 +527,7 @@ def _forge(prog: str, args: list[str], st: ScanState, src: str) -> Decision | No
         fields = gitcmd.has_flag(args, "fF", ("--field", "--raw-field", "--input"))
         if fields or any(m.upper() in _MUTATING for m in method):
             return deny(
-                "D1.forge",
+                RuleId.D1_FORGE,
                 "`gh api` with a mutating method or fields changes the remote forge",
                 src,
             )
@@ -531,9 +535,9 @@ def _forge(prog: str, args: list[str], st: ScanState, src: str) -> Decision | No
         expansion = pos[3]
         if "--shell" in args or "-s" in args or expansion.startswith("!"):
             if payload(expansion.lstrip("!"), st) is not None:
-                return deny("D1.forge", "defines a gh alias that crosses the boundary", src)
+                return deny(RuleId.D1_FORGE, "defines a gh alias that crosses the boundary", src)
         elif _forge(prog, expansion.split(), st, src) is not None:
-            return deny("D1.forge", f"defines a gh alias for `gh {expansion}`", src)
+            return deny(RuleId.D1_FORGE, f"defines a gh alias for `gh {expansion}`", src)
     return None
 
 
@@ -551,7 +555,9 @@ def _publish(
             break
     for seq in entries:
         if _subsequence(seq, words):
-            return deny("D1.registry", f"`{prog} {' '.join(seq)}` publishes to a registry", src)
+            return deny(
+                RuleId.D1_REGISTRY, f"`{prog} {' '.join(seq)}` publishes to a registry", src
+            )
     return None
 
 
@@ -587,7 +593,9 @@ def _python_publish(
         if basename(a) == "setup.py":
             rest = args[i + 1 :]
             if any(r in ("upload", "upload_docs", "register") for r in rest):
-                return deny("D1.registry", "`python setup.py upload` publishes to a registry", src)
+                return deny(
+                    RuleId.D1_REGISTRY, "`python setup.py upload` publishes to a registry", src
+                )
             return None
         if not a.startswith("-"):
             return None
@@ -628,7 +636,9 @@ def _raw_forge(prog: str, args: list[str], src: str) -> Decision | None:
     mutating = data or method.upper() in _MUTATING
     if mutating and any(_FORGE_ENDPOINT.search(a) for a in args if "/" in a):
         return deny(
-            "D1.forge", f"`{prog}` sends a mutating request to a forge pull/merge/ref endpoint", src
+            RuleId.D1_FORGE,
+            f"`{prog}` sends a mutating request to a forge pull/merge/ref endpoint",
+            src,
         )
     return None
 
@@ -674,14 +684,14 @@ def _operands(args: Sequence[str]) -> list[str]:
 def _destructive(prog: str, args: list[str], st: ScanState, src: str) -> Decision | None:
     if prog == "rm":
         if any(a == "--no-preserve-root" for a in args):
-            return deny("D4.rm-root", "`rm --no-preserve-root`", src)
+            return deny(RuleId.D4_RM_ROOT, "`rm --no-preserve-root`", src)
         recursive = gitcmd.has_flag(args, "rR", ("--recursive",))
         if recursive:
             for op in _operands(args):
                 for p in _target_paths(op, st):
                     if dangerous_target(p, st):
                         return deny(
-                            "D4.rm-root",
+                            RuleId.D4_RM_ROOT,
                             f"recursive rm of {p} (the root, home, a "
                             "system directory or an ancestor of the worktree)",
                             src,
@@ -690,16 +700,16 @@ def _destructive(prog: str, args: list[str], st: ScanState, src: str) -> Decisio
         for root in find_roots(args):
             for p in _target_paths(root, st):
                 if dangerous_target(p, st):
-                    return deny("D4.rm-root", f"`find {root} -delete` deletes {p}", src)
+                    return deny(RuleId.D4_RM_ROOT, f"`find {root} -delete` deletes {p}", src)
     if prog in ("chmod", "chown", "chgrp") and gitcmd.has_flag(args, "R", ("--recursive",)):
         for op in _operands(args):
             for p in _target_paths(op, st):
                 if p == "/" or (p.count("/") == 1 and p != "/"):
-                    return deny("D4.chmod-root", f"recursive {prog} of {p}", src)
+                    return deny(RuleId.D4_CHMOD_ROOT, f"recursive {prog} of {p}", src)
     if prog.startswith("mkfs"):
-        return deny("D4.block-device", f"`{prog}` formats a device", src)
+        return deny(RuleId.D4_BLOCK_DEVICE, f"`{prog}` formats a device", src)
     if prog == "wipefs" and gitcmd.has_flag(args, "a", ("--all",)):
-        return deny("D4.block-device", "`wipefs -a` wipes a device", src)
+        return deny(RuleId.D4_BLOCK_DEVICE, "`wipefs -a` wipes a device", src)
     if prog in ("shred", "dd", "blkdiscard", "badblocks") or prog == "cat":
         for a in args:
             value = a.split("=", 1)[1] if (prog == "dd" and a.startswith("of=")) else a
@@ -708,7 +718,9 @@ def _destructive(prog: str, args: list[str], st: ScanState, src: str) -> Decisio
             if prog == "cat":
                 break
             if _BLOCK_DEVICE.match(st.path(value)):
-                return deny("D4.block-device", f"`{prog}` writes the block device {value}", src)
+                return deny(
+                    RuleId.D4_BLOCK_DEVICE, f"`{prog}` writes the block device {value}", src
+                )
     return None
 
 
@@ -753,7 +765,7 @@ def _hooks(prog: str, args: list[str], st: ScanState, src: str) -> Decision | No
             or may_match(p.rsplit("/", 1)[-1], ".git", dotglob=st.dotglob)
         ):
             return deny(
-                "D3.hooks-dir",
+                RuleId.D3_HOOKS_DIR,
                 f"`{prog}` modifies a Git hooks directory or the Git dir itself ({p})",
                 src,
             )
@@ -847,12 +859,16 @@ def _execution(
     is_interp = prog in policy.interpreters or bool(_PYTHON.match(prog))
     if is_shell or is_interp or prog in ("eval", "source", ".", "sudo", "xargs"):
         if (is_shell or is_interp or prog == "sudo") and _downloads_in(part.pipe_prev, st):
-            return deny("D4.download-exec", "downloaded content is piped into an interpreter", src)
+            return deny(
+                RuleId.D4_DOWNLOAD_EXEC, "downloaded content is piped into an interpreter", src
+            )
         if (is_shell or is_interp or prog in ("eval", "source", ".")) and _subst_downloads(
             part, st
         ):
             return deny(
-                "D4.download-exec", "downloaded content is executed through a substitution", src
+                RuleId.D4_DOWNLOAD_EXEC,
+                "downloaded content is executed through a substitution",
+                src,
             )
     if is_shell:
         script, file, reads_stdin = _shell_script_arg(args)
@@ -867,7 +883,7 @@ def _execution(
         for a in args:
             if not a.startswith("-"):
                 if st.path(a) in st.downloaded:
-                    return deny("D4.download-exec", f"runs the downloaded file {a}", src)
+                    return deny(RuleId.D4_DOWNLOAD_EXEC, f"runs the downloaded file {a}", src)
                 break
         return None
     if prog == "eval":
@@ -918,7 +934,7 @@ def _run_file(name: str, st: ScanState, src: str, direct: bool = False) -> Decis
         return None
     path = st.path(name)
     if path in st.downloaded:
-        return deny("D4.download-exec", f"executes the downloaded file {name}", src)
+        return deny(RuleId.D4_DOWNLOAD_EXEC, f"executes the downloaded file {name}", src)
     content = st.files.get(path)
     if content is not None:
         return payload(content, st)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from gitsup.policy.config import Policy
 from gitsup.policy.normalise import basename
+from gitsup.policy.rules import RuleId
 
 # Global options of git that take a separate value.
 _GLOBAL_WITH_ARG = frozenset(
@@ -464,13 +465,25 @@ _BRANCH_WITH_ARG = frozenset(
 )
 
 
-def d2_reason(call: GitCall, policy: Policy, head_protected: bool, stdin: str | None) -> str | None:
-    """Why this git call rewrites a protected branch (D2), or None."""
+def d2_reason(
+    call: GitCall, policy: Policy, head_protected: bool, stdin: str | None
+) -> tuple[RuleId, str] | None:
+    """The D2 rule and why this git call rewrites a protected branch, or None."""
+    sub = call.sub or ""
+    if head_protected and sub in HEAD_WRITERS:
+        return (
+            RuleId.D2_PROTECTED_HEAD,
+            f"`git {sub}` while HEAD is a protected branch (checked out earlier)",
+        )
+    reason = _d2_ref_reason(call, policy, stdin)
+    return (RuleId.D2_PROTECTED_REF, reason) if reason is not None else None
+
+
+def _d2_ref_reason(call: GitCall, policy: Policy, stdin: str | None) -> str | None:
+    """Why this git call writes a protected ref (D2.protected-ref), or None."""
     sub = call.sub or ""
     args = call.args
     before, _ = split_before_dd(args)
-    if head_protected and sub in HEAD_WRITERS:
-        return f"`git {sub}` while HEAD is a protected branch (checked out earlier)"
     if sub == "rebase":
         pos = positionals(before, _REBASE_WITH_ARG)
         branch = pos[1] if len(pos) >= 2 else (pos[0] if pos and "--root" in before else None)

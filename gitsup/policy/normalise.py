@@ -143,10 +143,16 @@ class Expander:
         """Alternatives, each a list of fields (a word can split into several or none)."""
         segs = word.segs
         # fast path: literal text without brace or tilde expansion is one field
-        if all(s.kind == "lit" for s in segs) and not any(
-            not s.quoted and ("{" in s.text or "~" in s.text) for s in segs
-        ):
-            return [["".join(s.text for s in segs)]]
+        one = word.one_field
+        if one is False:
+            one = word.one_field = (
+                "".join(s.text for s in segs)
+                if all(s.kind == "lit" for s in segs)
+                and not any(not s.quoted and ("{" in s.text or "~" in s.text) for s in segs)
+                else None
+            )
+        if one is not None:
+            return [[one]]  # type: ignore[list-item]
         results: list[list[str]] = []
         for toks in _brace(_tokens(segs), MAX_BRACE):
             for fields in self._fields(toks):
@@ -238,6 +244,13 @@ class Expander:
     def argvs(self, words: Sequence[Word]) -> list[list[str]]:
         """Candidate argument vectors (capped) for a list of words."""
         per_word = [self.word(w) for w in words]
+        simple: list[str] = []
+        for alts in per_word:  # the common case: every word is one field
+            if len(alts) != 1 or len(alts[0]) != 1:
+                break
+            simple.append(alts[0][0])
+        else:
+            return [simple]
         out: list[list[str]] = []
         for combo in itertools.product(*per_word):
             out.append([f for fields in combo for f in fields])

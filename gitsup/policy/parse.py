@@ -9,6 +9,7 @@ stages can both judge the *plain form* (allow list) and compute the *normalised 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from dataclasses import dataclass, field
@@ -50,10 +51,15 @@ class Word:
     src: str
     segs: list[Seg]
     node_type: str
+    # The word's one field when it is literal text without brace or tilde expansion, computed
+    # on first use by `normalise.Expander.word` (words are not changed after parsing).
+    one_field: str | bool | None = dataclasses.field(default=False, compare=False, repr=False)
 
     @property
     def expands(self) -> bool:
         """True when the word has an unresolved expansion ($VAR, $( ), `..`, <( ), $(( )))."""
+        if isinstance(self.one_field, str):
+            return False
         return any(s.kind != "lit" for s in self.segs)
 
     @property
@@ -101,6 +107,8 @@ class Script:
     functions: dict[str, list[Part]] = field(default_factory=dict)
     fork_bombs: list[str] = field(default_factory=list)
     flags: set[str] = field(default_factory=set)
+    # byte offsets of unescaped newlines tree-sitter kept inside one command (flag newline-word)
+    glued: list[int] = field(default_factory=list)
 
 
 _STATEMENTS = frozenset(
@@ -517,8 +525,10 @@ class _Builder:
             ct = child.type
             if prev_end >= 0 and b"\n" in self.data[prev_end : child.start_byte]:
                 gap = self.data[prev_end : child.start_byte]
-                if any(gap[k] == 10 and (k == 0 or gap[k - 1] != 92) for k in range(len(gap))):
-                    self.script.flags.add("newline-word")
+                for k in range(len(gap)):
+                    if gap[k] == 10 and (k == 0 or gap[k - 1] != 92):
+                        self.script.flags.add("newline-word")
+                        self.script.glued.append(prev_end + k)
             prev_end = child.end_byte
             if ct == "variable_assignment" and not words:
                 assigns.append(self.assign(child))
@@ -840,7 +850,135 @@ def _too_deep(root: Node, data: bytes) -> bool:
     return False
 
 
+# The fast path: a one-line command made only of simple commands joined by `&&`, `||`, `;`
+# or `|`, whose words are each one bare word of inert characters, one '...' string or one
+# "..." string without expansions or escapes, is split without tree-sitter. The scanner
+# accepts nothing else (any other character, adjacency of two tokens, a reserved word, an
+# assignment or a declaration in command position sends the command to tree-sitter), and
+# tests/policy/test_fastparse.py proves it builds the same `Script` tree-sitter would.
+_FAST_TOKEN = re.compile(
+    r"[ \t]*((&&|\|\||[|;])|([A-Za-z0-9_./=+:,-]+)|'([^'\n]*)'|\"([^\"$`\\!\n]*)\"|(#[^\n]*)\Z|\Z)"
+)
+_FAST_NUMBER = re.compile(r"-?[0-9]+")
+_FAST_BARE = re.compile(r"[A-Za-z0-9_./=+:,\- \t]*")
+_FAST_NAME = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./-]*")
+_FAST_NOT_FIRST = frozenset(
+    {
+        "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case",
+        "esac", "in", "function", "select", "time", "coproc", "declare", "export", "local",
+        "readonly", "typeset", "unset", "unsetenv",
+    }
+)  # fmt: skip
+
+
+def _fast_parse(command: str) -> Script | None:
+    """The `Script` of a plain command (see `_FAST_TOKEN`), or None when it is not plain."""
+    if _FAST_BARE.fullmatch(command):
+        return _fast_bare(command)
+    parts: list[Part] = []
+    script = Script(src=command, parts=parts)
+    words: list[Word] = []
+    start = 0
+    end = 0
+    pipe = piped = chained = False
+    prev: Part | None = None
+    pos = 0
+    n = len(command)
+    match = _FAST_TOKEN.match
+    while True:
+        m = match(command, pos)
+        if m is None:
+            return None
+        tok, op, bare, raw, dq, comment = m.groups()
+        tok_start = m.start(1)
+        if words and tok_start == end and op is None and tok:
+            return None  # two tokens glued together: a concatenation
+        if not tok or op is not None or comment is not None:
+            if not words:
+                return None
+            first = words[0]
+            if first.node_type in ("word", "number") and (
+                first.src in _FAST_NOT_FIRST or not _FAST_NAME.fullmatch(first.src)
+            ):
+                return None
+            prev = Part(
+                command[start:end],
+                "cmd",
+                words=words,
+                pipe_prev=prev if pipe else None,
+            )
+            parts.append(prev)
+            words = []
+            if op is None:
+                return script if m.end() == n else None
+            pipe = op == "|"
+            if pipe:
+                piped = True
+            elif op != ";":
+                chained = True
+            if piped and chained:
+                return None  # tree-sitter nests `a | b | c && d` its own way
+            pos = m.end()
+            continue
+        if not words:
+            start = tok_start
+        end = m.end()
+        if bare is not None:
+            if bare[0] == "=":
+                return None  # tree-sitter drops `==` words
+            kind = "word"
+            if bare[bare[0] == "-" :][:1].isdigit():  # tree-sitter's `number` token
+                if not _FAST_NUMBER.fullmatch(bare):
+                    return None
+                kind = "number"
+            words.append(Word(bare, [Seg("lit", bare, False)], kind, bare))
+        elif raw is not None:
+            words.append(Word(tok, [Seg("lit", raw, True)], "raw_string", raw))
+        else:
+            words.append(Word(tok, [Seg("lit", dq, True)], "string", dq))
+        pos = end
+
+
+def _fast_bare(command: str) -> Script | None:
+    """`_fast_parse` of one simple command of bare words (the commonest case, split at once)."""
+    texts = command.split()
+    if not texts or texts[0] in _FAST_NOT_FIRST or not _FAST_NAME.fullmatch(texts[0]):
+        return None
+    words: list[Word] = []
+    for t in texts:
+        c = t[0]
+        if c == "=":
+            return None
+        kind = "word"
+        if c.isdigit() or (c == "-" and t[1:2].isdigit()):
+            if not _FAST_NUMBER.fullmatch(t):
+                return None
+            kind = "number"
+        words.append(Word(t, [Seg("lit", t, False)], kind, t))
+    src = command.strip(" \t")
+    return Script(src=command, parts=[Part(src, "cmd", words=words)])
+
+
+def split_glued(script: Script) -> str | None:
+    """The script's text with a `;` before every newline tree-sitter glued into a command (bash
+    ends the command there, so the text means the same to bash), or None when there is none."""
+    if not script.glued:
+        return None
+    data = script.src.encode("utf-8", "surrogateescape")
+    for pos in sorted(set(script.glued), reverse=True):
+        data = data[:pos] + b";" + data[pos:]
+    return data.decode("utf-8", "surrogateescape")
+
+
 def parse(command: str) -> Script:
+    fast = _fast_parse(command)
+    if fast is not None:
+        return fast
+    return parse_tree(command)
+
+
+def parse_tree(command: str) -> Script:
+    """`parse` through tree-sitter (every command the fast path does not take)."""
     data = command.encode("utf-8", "surrogateescape")
     tree = _parser().parse(data)
     root = tree.root_node

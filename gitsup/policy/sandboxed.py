@@ -22,8 +22,9 @@ from gitsup.policy.config import ScriptSpec, UtilitySpec
 from gitsup.policy.decision import Decision, allow, ask
 from gitsup.policy.normalise import Expander, basename, resolve
 from gitsup.policy.parse import Part
+from gitsup.policy.rules import RuleId
 
-RULE = "A.sandboxed"
+RULE = RuleId.A_SANDBOXED
 
 
 def _ok(what: str, src: str) -> Decision:
@@ -67,7 +68,7 @@ def path_program(part: Part, st: AllowState) -> Decision | None:
         return None
     if d.verdict == "allow":
         return d
-    if d.rule == "ask.unknown" or (d.rule == "ask.interpreter" and name.endswith(".sh")):
+    if d.rule == RuleId.ASK_UNKNOWN or (d.rule == RuleId.ASK_INTERPRETER and name.endswith(".sh")):
         d2 = _args_in_w(argv[1:], st, src, path)
         if d2 is not None:
             return d2
@@ -80,9 +81,11 @@ def _args_in_w(args: list[str], st: AllowState, src: str, what: str) -> Decision
     for a in args:
         value = a.split("=", 1)[1] if a.startswith("-") and "=" in a else a
         if not st.path_inside(value):
-            return ask("ask.outside-path", f"`{what}` argument {a!r} is outside the worktree", src)
+            return ask(
+                RuleId.ASK_OUTSIDE_PATH, f"`{what}` argument {a!r} is outside the worktree", src
+            )
         if value not in ("-", "") and st.in_git_dir(value):
-            return ask("ask.git-dir", f"`{what}` argument {a!r} names the Git directory", src)
+            return ask(RuleId.ASK_GIT_DIR, f"`{what}` argument {a!r} names the Git directory", src)
     return None
 
 
@@ -107,14 +110,16 @@ def _script(prog: str, args: list[str], spec: ScriptSpec, st: AllowState, src: s
         ):
             i += 1
             continue
-        return ask("ask.interpreter", f"`{prog} {a}` runs code that is not a file in W", src)
+        return ask(RuleId.ASK_INTERPRETER, f"`{prog} {a}` runs code that is not a file in W", src)
     if i >= len(args):
-        return ask("ask.interpreter", f"`{prog}` without a script reads code from stdin", src)
+        return ask(RuleId.ASK_INTERPRETER, f"`{prog}` without a script reads code from stdin", src)
     script = args[i]
     if script == "-" or script.startswith("/dev/") or script.startswith("/proc/"):
-        return ask("ask.interpreter", f"`{prog} {script}` reads code from stdin", src)
+        return ask(RuleId.ASK_INTERPRETER, f"`{prog} {script}` reads code from stdin", src)
     if not st.strictly_inside(script) or st.in_git_dir(script):
-        return ask("ask.outside-path", f"`{prog}` runs {script}, not a file in the worktree", src)
+        return ask(
+            RuleId.ASK_OUTSIDE_PATH, f"`{prog}` runs {script}, not a file in the worktree", src
+        )
     d = _args_in_w(args[i + 1 :], st, src, f"{prog} {script}")
     if d is not None:
         return d
@@ -131,9 +136,9 @@ def _mutate(prog: str, args: list[str], spec: UtilitySpec, st: AllowState, src: 
         if p in ("-", ""):
             continue
         if st.in_git_dir(p):
-            return ask("ask.git-dir", f"`{prog}` changes the Git directory ({p})", src)
+            return ask(RuleId.ASK_GIT_DIR, f"`{prog}` changes the Git directory ({p})", src)
         if spec.mutate == "remove" and not st.strictly_inside(p):
-            return ask("ask.mutation", f"`{prog}` would remove the worktree itself ({p})", src)
+            return ask(RuleId.ASK_MUTATION, f"`{prog}` would remove the worktree itself ({p})", src)
     if prog == "ln" and _symbolic(args):
         d2 = _symlink_targets(args, paths, st, src)
         if d2 is not None:
@@ -178,9 +183,11 @@ def _symlink_targets(
         for base in bases:
             full = resolve(t, base)
             if not (full == st.worktree or full.startswith(st.worktree + "/")):
-                return ask("ask.outside-path", f"symlink to {t} points outside the worktree", src)
+                return ask(
+                    RuleId.ASK_OUTSIDE_PATH, f"symlink to {t} points outside the worktree", src
+                )
             if st.in_git_dir(full):
-                return ask("ask.git-dir", f"symlink to {t} points into the Git directory", src)
+                return ask(RuleId.ASK_GIT_DIR, f"symlink to {t} points into the Git directory", src)
     return None
 
 
@@ -240,7 +247,9 @@ def _tar(args: list[str], st: AllowState, src: str) -> Decision | None:
         if a.startswith("--"):
             name, eq, val = a.partition("=")
             if _forbidden(name, _TAR_FORBID):
-                return ask("ask.mutation", f"`tar {name}` runs a program or writes elsewhere", src)
+                return ask(
+                    RuleId.ASK_MUTATION, f"`tar {name}` runs a program or writes elsewhere", src
+                )
             long = next((k for k in _TAR_PATH_LONG if k == name or k.startswith(name)), None)
             if long is not None and len(name) > 3:
                 if eq:
@@ -273,18 +282,22 @@ def _tar(args: list[str], st: AllowState, src: str) -> Decision | None:
         return None
     for letter, value in opts:
         if letter in _TAR_FORBID_SHORT:
-            return ask("ask.mutation", f"`tar -{letter}` runs a program or writes elsewhere", src)
+            return ask(
+                RuleId.ASK_MUTATION, f"`tar -{letter}` runs a program or writes elsewhere", src
+            )
         if letter in ("f", "C", "T", "X", "g"):
             if letter == "f" and value == "-":
                 continue
             if not st.path_inside(value) or value == "-":
                 return ask(
-                    "ask.outside-path", f"`tar -{letter} {value}` is outside the worktree", src
+                    RuleId.ASK_OUTSIDE_PATH, f"`tar -{letter} {value}` is outside the worktree", src
                 )
             if letter in ("C", "g") and st.in_git_dir(value):
-                return ask("ask.git-dir", f"`tar -{letter}` writes into the Git directory", src)
+                return ask(
+                    RuleId.ASK_GIT_DIR, f"`tar -{letter}` writes into the Git directory", src
+                )
     if "x" in letters and any(st.in_git_dir(c) for c in st.cwds):
-        return ask("ask.git-dir", "`tar -x` in the Git directory", src)
+        return ask(RuleId.ASK_GIT_DIR, "`tar -x` in the Git directory", src)
     return _ok("`tar` extracts or lists an archive in the worktree", src)
 
 
@@ -324,7 +337,7 @@ def sed_edit(args: list[str], st: AllowState, src: str) -> Decision | None:
                 "--sandbox",
                 "--line-length",
             ):
-                return ask("ask.mutation", f"`sed {name}` is not accounted for", src)
+                return ask(RuleId.ASK_MUTATION, f"`sed {name}` is not accounted for", src)
         elif a.startswith("-") and a != "-":
             for k, c in enumerate(a[1:], start=1):
                 if c == "i":
@@ -340,7 +353,7 @@ def sed_edit(args: list[str], st: AllowState, src: str) -> Decision | None:
                         i += 1
                     break
                 if c not in "nErsuzb":
-                    return ask("ask.mutation", f"`sed -{c}` is not accounted for", src)
+                    return ask(RuleId.ASK_MUTATION, f"`sed -{c}` is not accounted for", src)
         elif not scripts:
             scripts.append(a)
         else:
@@ -350,12 +363,14 @@ def sed_edit(args: list[str], st: AllowState, src: str) -> Decision | None:
         return None
     for script in scripts:
         if not sed_script_safe(script):
-            return ask("ask.mutation", f"sed script {script!r} may run or write something", src)
+            return ask(
+                RuleId.ASK_MUTATION, f"sed script {script!r} may run or write something", src
+            )
     for f in files:
         if not st.strictly_inside(f):
-            return ask("ask.outside-path", f"`sed` edits {f} outside the worktree", src)
+            return ask(RuleId.ASK_OUTSIDE_PATH, f"`sed` edits {f} outside the worktree", src)
         if st.in_git_dir(f):
-            return ask("ask.git-dir", f"`sed` edits the Git directory ({f})", src)
+            return ask(RuleId.ASK_GIT_DIR, f"`sed` edits the Git directory ({f})", src)
     return _ok("`sed` edits files in the worktree", src)
 
 
@@ -469,9 +484,9 @@ _STASH_REF = re.compile(r"^(?:stash@\{\d+\}|\d+)$")
 def _paths_ok(paths: list[str], st: AllowState, src: str, what: str) -> Decision | None:
     for p in paths:
         if not st.path_inside(p) or p == "-":
-            return ask("ask.outside-path", f"`{what}` names {p} outside the worktree", src)
+            return ask(RuleId.ASK_OUTSIDE_PATH, f"`{what}` names {p} outside the worktree", src)
         if st.in_git_dir(p):
-            return ask("ask.git-dir", f"`{what}` names the Git directory ({p})", src)
+            return ask(RuleId.ASK_GIT_DIR, f"`{what}` names the Git directory ({p})", src)
     return None
 
 
@@ -498,11 +513,11 @@ def git_worktree_op(sub: str, a: list[str], st: AllowState, src: str) -> Decisio
                 dd = True
             elif not dd and x.startswith("-"):
                 if x not in ok and not (len(x) > 1 and all("-" + c in ok for c in x[1:])):
-                    return ask("ask.git-change", f"`{what} {x}` is not accounted for", src)
+                    return ask(RuleId.ASK_GIT_CHANGE, f"`{what} {x}` is not accounted for", src)
             else:
                 paths.append(x)
         if not paths or any(not st.strictly_inside(p) for p in paths):
-            return ask("ask.outside-path", f"`{what}` needs paths inside the worktree", src)
+            return ask(RuleId.ASK_OUTSIDE_PATH, f"`{what}` needs paths inside the worktree", src)
         return _paths_ok(paths, st, src, what) or _ok(f"`{what}` of paths in the worktree", src)
     return None
 
@@ -517,14 +532,14 @@ def _git_reset(a: list[str], st: AllowState, src: str) -> Decision | None:
             dd = True
         elif not dd and x.startswith("-"):
             if x not in ok:
-                return ask("ask.git-change", f"`git reset {x}` is not accounted for", src)
+                return ask(RuleId.ASK_GIT_CHANGE, f"`git reset {x}` is not accounted for", src)
         elif dd:
             after.append(x)
         else:
             before.append(x)
     if before and not _HEADISH.match(before[0]):
         return ask(
-            "ask.git-change",
+            RuleId.ASK_GIT_CHANGE,
             f"`git reset {before[0]}`: name a commit of the task (HEAD~N, a hash) or use `--`",
             src,
         )
@@ -541,7 +556,7 @@ def _git_stash(a: list[str], st: AllowState, src: str) -> Decision | None:
                 continue
             if verb in ("show", "list") and x.startswith("-"):
                 continue
-            return ask("ask.git-change", f"`git stash {verb} {x}` is not accounted for", src)
+            return ask(RuleId.ASK_GIT_CHANGE, f"`git stash {verb} {x}` is not accounted for", src)
         return _ok(f"`git stash {verb}`", src)
     if verb not in ("push", "save"):
         return None
@@ -560,7 +575,7 @@ def _git_stash(a: list[str], st: AllowState, src: str) -> Decision | None:
             pass
         elif not dd and x.startswith("-"):
             if x not in ok:
-                return ask("ask.git-change", f"`git stash {x}` is not accounted for", src)
+                return ask(RuleId.ASK_GIT_CHANGE, f"`git stash {x}` is not accounted for", src)
         elif verb == "push":
             paths.append(x)
         i += 1
@@ -584,7 +599,7 @@ def _git_restore(a: list[str], st: AllowState, src: str) -> Decision | None:
             pass
         elif not dd and x.startswith("-"):
             if x not in ok and not (len(x) > 1 and all("-" + c in ok for c in x[1:])):
-                return ask("ask.git-change", f"`git restore {x}` is not accounted for", src)
+                return ask(RuleId.ASK_GIT_CHANGE, f"`git restore {x}` is not accounted for", src)
         else:
             paths.append(x)
         i += 1
@@ -621,18 +636,18 @@ def _git_rebase(a: list[str], st: AllowState, src: str) -> Decision | None:
         if x == "--onto" or x.startswith("--onto="):
             value = x.split("=", 1)[1] if "=" in x else (a[i + 1] if i + 1 < len(a) else "")
             if not _HEADISH.match(value):
-                return ask("ask.git-change", f"`git rebase --onto {value}`", src)
+                return ask(RuleId.ASK_GIT_CHANGE, f"`git rebase --onto {value}`", src)
             i += 1 if "=" in x else 2
             continue
         if x.startswith("-"):
             if x not in ok:
-                return ask("ask.git-change", f"`git rebase {x}` is not accounted for", src)
+                return ask(RuleId.ASK_GIT_CHANGE, f"`git rebase {x}` is not accounted for", src)
         else:
             positional.append(x)
         i += 1
     if len(positional) != 1 or not _HEADISH.match(positional[0]):
         return ask(
-            "ask.git-change",
+            RuleId.ASK_GIT_CHANGE,
             "`git rebase` onto something other than the task's own history (HEAD~N, a hash)",
             src,
         )

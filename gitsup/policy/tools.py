@@ -15,6 +15,7 @@ from gitsup.policy.classify import classify_command, default_home
 from gitsup.policy.config import Policy
 from gitsup.policy.decision import Decision, allow, ask, deny
 from gitsup.policy.normalise import inside
+from gitsup.policy.rules import RuleId
 
 WRITE_TOOLS: Mapping[str, str] = {
     "Write": "file_path",
@@ -104,7 +105,7 @@ def _decide_tool(
     if tool_name == "Bash":
         command = tool_input.get("command")
         if not isinstance(command, str):
-            return ask("tool.invalid-input", "Bash request without a command string", "")
+            return ask(RuleId.TOOL_INVALID_INPUT, "Bash request without a command string", "")
         return classify_command(
             command, worktree=worktree, policy=policy, home=home_dir, sandboxed=sandboxed
         )
@@ -115,32 +116,34 @@ def _decide_tool(
             if questions is not None
             else str(tool_input.get("question", ""))[:500]
         )
-        return ask("tool.ask_user", "a question for the user; the decider answers it", part)
+        return ask(RuleId.TOOL_ASK_USER, "a question for the user; the decider answers it", part)
     real_w = os.path.realpath(worktree)
     common = os.path.realpath(git_common_dir) if git_common_dir else None
     if tool_name in WRITE_TOOLS:
         raw = tool_input.get(WRITE_TOOLS[tool_name])
         if not isinstance(raw, str) or not raw:
-            return ask("tool.invalid-input", f"{tool_name} request without a path", "")
+            return ask(RuleId.TOOL_INVALID_INPUT, f"{tool_name} request without a path", "")
         path = _resolve(raw, real_w, home_dir)
         area = _git_area(path, real_w, common)
         if area == "hooks":
-            return deny("D3.hooks-dir", f"{tool_name} into a Git hooks directory ({path})", raw)
+            return deny(
+                RuleId.D3_HOOKS_DIR, f"{tool_name} into a Git hooks directory ({path})", raw
+            )
         if area == "config":
             return deny(
-                "D3.git-config", f"{tool_name} of the repository's Git config ({path})", raw
+                RuleId.D3_GIT_CONFIG, f"{tool_name} of the repository's Git config ({path})", raw
             )
         if area == "git":
-            return ask("tool.git-dir", f"{tool_name} under the Git directory ({path})", raw)
+            return ask(RuleId.TOOL_GIT_DIR, f"{tool_name} under the Git directory ({path})", raw)
         if inside(path, real_w):
-            return allow("tool.write", f"{tool_name} inside the worktree", raw)
-        return ask("tool.outside-path", f"{tool_name} outside the worktree ({path})", raw)
+            return allow(RuleId.TOOL_WRITE, f"{tool_name} inside the worktree", raw)
+        return ask(RuleId.TOOL_OUTSIDE_PATH, f"{tool_name} outside the worktree ({path})", raw)
     if tool_name in READ_TOOLS:
         raw = tool_input.get(READ_TOOLS[tool_name])
         if raw is None or raw == "":
             raw = worktree
         if not isinstance(raw, str):
-            return ask("tool.invalid-input", f"{tool_name} request with a non-string path", "")
+            return ask(RuleId.TOOL_INVALID_INPUT, f"{tool_name} request with a non-string path", "")
         path = _resolve(raw, real_w, home_dir)
         pattern = tool_input.get("pattern") if tool_name == "Glob" else None
         if isinstance(pattern, str) and (pattern.startswith(("/", "~")) or ".." in pattern):
@@ -148,13 +151,13 @@ def _decide_tool(
             ppath = _resolve(fixed or ".", path, home_dir)
             if not inside(ppath, real_w) or ".." in pattern[len(fixed) :]:
                 return ask(
-                    "tool.outside-path", f"Glob pattern reaches outside ({pattern})", pattern
+                    RuleId.TOOL_OUTSIDE_PATH, f"Glob pattern reaches outside ({pattern})", pattern
                 )
         if inside(path, real_w):
-            return allow("tool.read", f"{tool_name} inside the worktree", raw)
-        return ask("tool.outside-path", f"{tool_name} outside the worktree ({path})", raw)
+            return allow(RuleId.TOOL_READ, f"{tool_name} inside the worktree", raw)
+        return ask(RuleId.TOOL_OUTSIDE_PATH, f"{tool_name} outside the worktree ({path})", raw)
     if tool_name in WEB_TOOLS:
-        return ask("tool.web", f"{tool_name} reaches the network", tool_name)
+        return ask(RuleId.TOOL_WEB, f"{tool_name} reaches the network", tool_name)
     if tool_name.startswith("mcp__"):
-        return ask("tool.mcp", f"MCP tool {tool_name}", tool_name)
-    return ask("tool.unknown", f"unknown tool {tool_name}", tool_name)
+        return ask(RuleId.TOOL_MCP, f"MCP tool {tool_name}", tool_name)
+    return ask(RuleId.TOOL_UNKNOWN, f"unknown tool {tool_name}", tool_name)

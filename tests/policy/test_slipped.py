@@ -122,3 +122,28 @@ def test_git_accepts_option_abbreviations(worktree: tuple[Path, dict[str, str]])
     ):
         d = classify_command(cmd, worktree=str(w), policy=POLICY, home="/")
         assert d.verdict == "ask", (cmd, d)
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        "echo 'git push' | cat | cat | sh\npytest 2>&1 | tail -20",
+        "( echo 'git push' | cat | cat | cat | sh\npytest 2>&1 | tail -20\n)",
+        "ls | cat | cat | git push\npytest 2>&1",
+    ],
+)
+def test_a_deny_before_a_line_tree_sitter_glues_on_is_found(cmd: str, tmp_path: Path) -> None:
+    """After a pipeline of three or more stages, tree-sitter-bash glues the first word of a next
+    line that has a redirection (`x 2>&1`) onto the pipeline's last command; bash ends it at the
+    newline. Deny detection splits it there."""
+    d = classify_command(cmd, worktree="/home/dev/repo", policy=POLICY, home="/home/dev")
+    assert (d.verdict, d.rule) == ("deny", "D1.push"), d
+    # bash really runs the first line on its own
+    subprocess.run(
+        ["bash", "-c", cmd.replace("git push", "touch MARK").replace("pytest", "true")],
+        cwd=tmp_path,
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
+    assert (tmp_path / "MARK").exists()

@@ -1,0 +1,233 @@
+"""The rule registry: every rule id the policy gate answers with (`RuleId`), and for each its
+data from `policies/rules.toml`: what it covers, what a worker should do instead, and examples
+that must classify as declared. The examples are checked when the policy loads, so the rule
+table, the code and the labelled corpus cannot drift apart (docs/policy.md, "Rules as data")."""
+
+from __future__ import annotations
+
+import importlib.resources
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gitsup.errors import GitsupError
+
+if TYPE_CHECKING:
+    from gitsup.policy.config import Policy
+    from gitsup.policy.decision import Decision
+
+RULES_FILE = "gitsup/policies/rules.toml"
+# The context examples are judged in: POLICY.md section 0.
+EXAMPLE_WORKTREE = "/home/dev/repo"
+EXAMPLE_HOME = "/home/dev"
+# Said for a rule id the registry does not know (never for one of `RuleId`).
+DEFAULT_INSTEAD = "do the work another way within the policy"
+
+
+class RuleId(StrEnum):
+    """Every rule id a `Decision` can carry. `A.*` allow, `D1`-`D4` and `deny.*` deny (POLICY.md
+    section 2), `ask.*` ask, `tool.*` the file, web and MCP tools."""
+
+    A_CREATE = "A.create"
+    A_GIT_CHANGE = "A.git-change"
+    A_GIT_READ = "A.git-read"
+    A_LOCAL_DEV = "A.local-dev"
+    A_READ_ONLY = "A.read-only"
+    A_SANDBOXED = "A.sandboxed"
+    A_STRUCTURE = "A.structure"
+    D1_ALIAS = "D1.alias"
+    D1_FORGE = "D1.forge"
+    D1_PUSH = "D1.push"
+    D1_REGISTRY = "D1.registry"
+    D2_PROTECTED_HEAD = "D2.protected-head"
+    D2_PROTECTED_REF = "D2.protected-ref"
+    D3_GIT_CONFIG = "D3.git-config"
+    D3_HOOKS_DIR = "D3.hooks-dir"
+    D3_HOOKS_PATH = "D3.hooks-path"
+    D4_BLOCK_DEVICE = "D4.block-device"
+    D4_CHMOD_ROOT = "D4.chmod-root"
+    D4_DOWNLOAD_EXEC = "D4.download-exec"
+    D4_FORK_BOMB = "D4.fork-bomb"
+    D4_RM_ROOT = "D4.rm-root"
+    DENY_REPO = "deny.repo"
+    ASK_ASSIGNMENT = "ask.assignment"
+    ASK_BACKGROUND = "ask.background"
+    ASK_COMMAND_NAME = "ask.command-name"
+    ASK_COMMAND_PATH = "ask.command-path"
+    ASK_EXPANSION = "ask.expansion"
+    ASK_FUNCTION = "ask.function"
+    ASK_GIT_ALIAS = "ask.git-alias"
+    ASK_GIT_CHANGE = "ask.git-change"
+    ASK_GIT_CONFIG = "ask.git-config"
+    ASK_GIT_CWD = "ask.git-cwd"
+    ASK_GIT_DIR = "ask.git-dir"
+    ASK_GIT_OPTION = "ask.git-option"
+    ASK_INSTALL = "ask.install"
+    ASK_INTERPRETER = "ask.interpreter"
+    ASK_MUTATION = "ask.mutation"
+    ASK_NETWORK = "ask.network"
+    ASK_OUTSIDE_PATH = "ask.outside-path"
+    ASK_REPO = "ask.repo"
+    ASK_RUN = "ask.run"
+    ASK_RUNNER_OPTION = "ask.runner-option"
+    ASK_TOO_COMPLEX = "ask.too-complex"
+    ASK_UNKNOWN = "ask.unknown"
+    ASK_UNPARSEABLE = "ask.unparseable"
+    ASK_UTILITY_OPTION = "ask.utility-option"
+    ASK_WRAPPER = "ask.wrapper"
+    TOOL_ASK_USER = "tool.ask_user"
+    TOOL_GIT_DIR = "tool.git-dir"
+    TOOL_INVALID_INPUT = "tool.invalid-input"
+    TOOL_MCP = "tool.mcp"
+    TOOL_OUTSIDE_PATH = "tool.outside-path"
+    TOOL_READ = "tool.read"
+    TOOL_UNKNOWN = "tool.unknown"
+    TOOL_WEB = "tool.web"
+    TOOL_WRITE = "tool.write"
+
+
+def is_allow(rule: str) -> bool:
+    return rule.startswith("A.") or rule in (RuleId.TOOL_READ, RuleId.TOOL_WRITE)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToolExample(_Model):
+    tool: str = Field(min_length=1)
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+Example = str | ToolExample
+
+
+class RuleSpec(_Model):
+    message: str = Field(min_length=1)
+    instead: str = ""
+    configured: bool = False  # only a repository policy can trigger it
+    match: tuple[Example, ...] = ()
+    not_match: tuple[Example, ...] = ()
+    match_sandboxed: tuple[Example, ...] = ()
+    not_match_sandboxed: tuple[Example, ...] = ()
+
+
+class RulesFile(_Model):
+    rules: dict[str, RuleSpec]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: RuleId
+    message: str
+    instead: str
+    spec: RuleSpec
+
+
+@cache
+def registry() -> Mapping[str, Rule]:
+    """The rule table, read once per process. Every `RuleId` has an entry and every entry is a
+    `RuleId`; ask and deny rules say what to do instead; every rule has a `match` example
+    unless a repository policy is what triggers it. Anything else is a `GitsupError`."""
+    text = (importlib.resources.files("gitsup.policies") / "rules.toml").read_text("utf-8")
+    return build_registry(text, RULES_FILE)
+
+
+def build_registry(text: str, path: str) -> Mapping[str, Rule]:
+    try:
+        data = RulesFile.model_validate(tomllib.loads(text))
+    except tomllib.TOMLDecodeError as exc:
+        raise GitsupError(f"{path}: invalid TOML: {exc}") from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise GitsupError(f"{path}: {where}: {first['msg']}") from exc
+    known = {r.value for r in RuleId}
+    unknown = sorted(set(data.rules) - known)
+    if unknown:
+        raise GitsupError(f"{path}: rules that are not in the registry (RuleId): {unknown}")
+    missing = sorted(known - set(data.rules))
+    if missing:
+        raise GitsupError(f"{path}: registered rule ids without an entry: {missing}")
+    out: dict[str, Rule] = {}
+    for rid, spec in data.rules.items():
+        if not is_allow(rid) and not spec.instead:
+            raise GitsupError(f"{path}: rule {rid} does not say what to do instead")
+        if not spec.configured and not (spec.match or spec.match_sandboxed):
+            raise GitsupError(f"{path}: rule {rid} has no `match` example")
+        out[rid] = Rule(RuleId(rid), spec.message, spec.instead, spec)
+    return out
+
+
+def instead(rule: str) -> str:
+    """What a worker should do instead of what `rule` stopped."""
+    found = registry().get(rule)
+    return found.instead if found is not None and found.instead else DEFAULT_INSTEAD
+
+
+def _judge(example: Example, policy: Policy, sandboxed: bool) -> Decision:
+    from gitsup.policy.classify import classify_command
+    from gitsup.policy.tools import decide_tool
+
+    if isinstance(example, str):
+        return classify_command(
+            example,
+            worktree=EXAMPLE_WORKTREE,
+            policy=policy,
+            home=EXAMPLE_HOME,
+            sandboxed=sandboxed,
+        )
+    return decide_tool(
+        example.tool,
+        example.input,
+        worktree=EXAMPLE_WORKTREE,
+        policy=policy,
+        git_common_dir=EXAMPLE_WORKTREE + "/.git",
+        home=EXAMPLE_HOME,
+        sandboxed=sandboxed,
+    )
+
+
+def _show(example: Example) -> str:
+    return example if isinstance(example, str) else f"{example.tool} {example.input}"
+
+
+def example_failures(rules: Mapping[str, Rule], policy: Policy) -> list[str]:
+    """Every example of `rules` that does not classify as declared under `policy`."""
+    failures: list[str] = []
+    for rid, rule in rules.items():
+        spec = rule.spec
+        for examples, sandboxed, expect in (
+            (spec.match, False, True),
+            (spec.not_match, False, False),
+            (spec.match_sandboxed, True, True),
+            (spec.not_match_sandboxed, True, False),
+        ):
+            for example in examples:
+                got = _judge(example, policy, sandboxed).rule
+                if (got == rid) != expect:
+                    mode = " (sandboxed)" if sandboxed else ""
+                    want = "classify as" if expect else "not classify as"
+                    failures.append(
+                        f"{rid}: example {_show(example)!r}{mode} should {want} {rid}, got {got}"
+                    )
+    return failures
+
+
+def check_examples(policy: Policy, rules: Mapping[str, Rule] | None = None) -> None:
+    """Raise a `GitsupError` naming every rule example that does not classify as declared
+    (called once per process, on the default policy, when it is first built)."""
+    try:
+        failures = example_failures(registry() if rules is None else rules, policy)
+    finally:
+        policy._cache.clear()
+    if failures:
+        raise GitsupError(
+            f"{RULES_FILE}: {len(failures)} rule example(s) do not classify as declared:\n  "
+            + "\n  ".join(failures)
+        )
