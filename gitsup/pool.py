@@ -21,8 +21,8 @@ from pathlib import Path
 
 from gitsup.errors import GitsupError
 from gitsup.ids import Oid
+from gitsup.repo import Context, worktree_root
 from gitsup.store import TaskLock
-from gitsup.tasks import Context, worktree_root
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,10 @@ from gitsup.events import Event
 from gitsup.ids import TaskId
 from gitsup.procid import ProcessId, pid_alive
 from gitsup.record import TaskRecord
+from gitsup.repo import Context
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL, State
 from gitsup.supervisor import Supervisor
-from gitsup.tasks import Context
 
 
 @dataclass

@@ -45,9 +45,9 @@ from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_refs
 from gitsup.procid import ProcessId
 from gitsup.record import CandidateNote, CheckResult, TaskRecord
+from gitsup.repo import Context
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import Status
-from gitsup.tasks import Context
 
 EXIT_CHECKS_FAILED = Exit.PARKED  # 3: integration checks failed, target untouched
 
