@@ -19,9 +19,10 @@ from gitsup.layout import Layout
 from gitsup.lease import LeaseStore
 from gitsup.proc import child_env
 from gitsup.procid import ProcessId
-from gitsup.record import TaskRecord, TaskStore
+from gitsup.record import TaskRecord
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL
+from gitsup.store import TaskStore
 from gitsup.supervisor import Supervisor
 from gitsup.tasks import Context, prepare_task, remove_unstarted, status_exit
 
