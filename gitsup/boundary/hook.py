@@ -20,7 +20,7 @@ from gitsup.boundary.evaluate import (
     evaluate,
     protected_branch,
 )
-from gitsup.boundary.gitcmd import GitCli, GitLookup, RepoConfig, is_review_remote
+from gitsup.boundary.gitrun import GitCli
 from gitsup.boundary.hookio import (
     HookInputError,
     format_rejection,
@@ -28,6 +28,7 @@ from gitsup.boundary.hookio import (
     parse_pre_receive,
     pre_commit_update,
 )
+from gitsup.boundary.lookup import GitLookup, RepoConfig, is_review_remote
 from gitsup.boundary.pusher import client_pusher, server_pusher
 from gitsup.boundary.trust import TrustCheck
 

@@ -15,9 +15,10 @@ import json
 import os
 from pathlib import Path
 
-from gitsup.boundary.gitcmd import GitCli, RepoConfig
+from gitsup.boundary.gitrun import GitCli
 from gitsup.boundary.install import hooks_dir, install_pre_push, is_ours
 from gitsup.boundary.keys import signing_setup
+from gitsup.boundary.lookup import RepoConfig
 from gitsup.boundary.signing import config_dir
 from gitsup.boundary.trust import TrustCheck
 from gitsup.errors import GitsupError
