@@ -80,7 +80,7 @@ def gate_install(
 
     The gate keeps its own allowed signers and trust root (the protected tips it has now,
     plus this repository's trust root) in the repository's config."""
-    from gitsup.boundary.install import install_gate
+    from gitsup.boundary.setup import install_gate
     from gitsup.errors import GitsupError
     from gitsup.git import GitRepo
 
