@@ -14,6 +14,7 @@ import typer
 
 from gitsup.cli.main import app
 from gitsup.cli.output import emit_json, out, progress
+from gitsup.protected import DEFAULT_PROTECTED
 
 hook_app = typer.Typer(
     name="hook",
@@ -63,7 +64,7 @@ def gate_install(
         list[str] | None,
         typer.Option(
             "--protected",
-            help="A protected branch to add to main master trunk develop integration (repeat).",
+            help=f"A protected branch to add to {' '.join(DEFAULT_PROTECTED)} (repeat).",
         ),
     ] = None,
     allowed_signers: Annotated[

@@ -14,6 +14,7 @@ from gitsup.cli.main import app
 from gitsup.cli.output import emit_json, emit_jsonl, fold, out, paint, progress, use_colour
 from gitsup.durations import format_duration
 from gitsup.errors import Exit, GitsupError
+from gitsup.protected import DEFAULT_PROTECTED
 from gitsup.tasks import (
     Context,
     discard_task,
@@ -40,7 +41,7 @@ def init_cmd(
         list[str] | None,
         typer.Option(
             "--protected",
-            help="A protected branch to add to main master trunk develop integration (repeat).",
+            help=f"A protected branch to add to {' '.join(DEFAULT_PROTECTED)} (repeat).",
         ),
     ] = None,
     json_out: JsonOpt = False,
