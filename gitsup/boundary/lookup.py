@@ -15,7 +15,7 @@ from gitsup.boundary import gitrun
 from gitsup.boundary.evaluate import Allowance, Policy, RefUpdate, Untrusted
 from gitsup.boundary.gitrun import GitCli
 from gitsup.boundary.trust import TrustCheck
-from gitsup.protected import effective
+from gitsup.protected import effective, is_protected
 
 
 class RepoConfig:
@@ -80,6 +80,17 @@ def is_review_remote(cfg: RepoConfig, remote: str, url: str) -> bool:
     targets = {_norm_url(url), _norm_url(remote)} - {""}
     candidates = [wanted, *cfg.remote_urls(wanted)]
     return any(_norm_url(c) in targets for c in candidates)
+
+
+def protected_tips(git: GitCli, patterns: Sequence[str]) -> dict[str, str]:
+    """Ref -> tip of every branch `patterns` protect (one `for-each-ref`)."""
+    out = git.out("for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/")
+    tips: dict[str, str] = {}
+    for line in (out or "").splitlines():
+        oid, _, ref = line.partition(" ")
+        if is_protected(ref, patterns):
+            tips[ref] = oid
+    return tips
 
 
 class GitLookup:

@@ -22,11 +22,12 @@ from gitsup.boundary.gitrun import GitCli
 from gitsup.boundary.install import hooks_dir, install_hook, install_pre_push, is_ours
 from gitsup.boundary.keys import signing_setup
 from gitsup.boundary.lookup import RepoConfig
+from gitsup.boundary.lookup import protected_tips as tips_of
 from gitsup.boundary.signing import config_dir, default_allowed_signers, keys_of
 from gitsup.boundary.trust import TrustCheck
 from gitsup.errors import GitsupError
 from gitsup.git import GitRepo
-from gitsup.protected import effective, is_protected
+from gitsup.protected import effective
 
 WATCHED = r"^(sup\..*|gpg\.ssh\.allowedsignersfile|core\.hookspath)$"
 
@@ -41,17 +42,8 @@ def _settings(repo: GitRepo) -> dict[str, list[str]]:
 
 
 def protected_tips(repo: GitRepo) -> dict[str, str]:
-    cfg = RepoConfig.read(GitCli(cwd=str(repo.common_dir)))
-    patterns = effective(cfg.get_all("sup.protected"))
-    out = GitCli(cwd=str(repo.common_dir)).out(
-        "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/"
-    )
-    tips: dict[str, str] = {}
-    for line in (out or "").splitlines():
-        oid, _, ref = line.partition(" ")
-        if is_protected(ref, patterns):
-            tips[ref] = oid
-    return tips
+    git = GitCli(cwd=str(repo.common_dir))
+    return tips_of(git, RepoConfig.read(git).policy().protected)
 
 
 def record_trust_roots(repo: GitRepo) -> list[str]:
