@@ -105,6 +105,18 @@ class ProcResult:
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
 
+    def failure(
+        self, what: str, *, timeout: float, abort: threading.Event | None = None
+    ) -> str | None:
+        """Why `what` (a reviewer, a decider) did not succeed, or None when it did."""
+        if self.timed_out and abort is not None and abort.is_set():
+            return f"{what} stopped: stop requested"
+        if self.timed_out:
+            return f"{what} timed out after {timeout:g}s"
+        if self.returncode != 0:
+            return f"{what} exited {self.returncode}"
+        return None
+
 
 Popen = subprocess.Popen  # the type of a started child, for annotations
 

@@ -259,7 +259,9 @@ def doctor(ctx: Context, *, fix: bool) -> list[DoctorFinding]:
         held_by = records.get(lease.task)
         if held_by is not None and held_by.left_behind:
             continue  # reported above: released once the worker is proven gone
-        f = DoctorFinding("stale-lease", f"{lease.path} held by dead pid {lease.owner.pid}", lease.task)
+        f = DoctorFinding(
+            "stale-lease", f"{lease.path} held by dead pid {lease.owner.pid}", lease.task
+        )
         if fix and (held_by is None or ctx.store.load(held_by.id).state in TERMINAL):
             ctx.leases.break_lease(lease.path)
             f.fixed = "released"

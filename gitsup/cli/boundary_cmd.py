@@ -13,8 +13,8 @@ from typing import Annotated
 import typer
 
 from gitsup.cli.main import app
+from gitsup.cli.options import ProtectedOpt
 from gitsup.cli.output import emit_json, out, progress
-from gitsup.protected import DEFAULT_PROTECTED
 
 hook_app = typer.Typer(
     name="hook",
@@ -60,13 +60,7 @@ def gate_install(
             "(never deleted or rewritten). Needed to push protected branches here.",
         ),
     ] = False,
-    protected: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--protected",
-            help=f"A protected branch to add to {' '.join(DEFAULT_PROTECTED)} (repeat).",
-        ),
-    ] = None,
+    protected: ProtectedOpt = None,
     allowed_signers: Annotated[
         Path | None,
         typer.Option(

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gitsup.cli.main import app
+from gitsup.cli.options import JsonOpt, ProtectedOpt
 from gitsup.cli.output import emit_json, emit_jsonl, fold, out, paint, progress, use_colour
 from gitsup.durations import format_duration
 from gitsup.errors import Exit, GitsupError
-from gitsup.protected import DEFAULT_PROTECTED
 from gitsup.tasks import (
     Context,
     discard_task,
@@ -32,18 +32,10 @@ if TYPE_CHECKING:
     from gitsup.record import TaskRecord
     from gitsup.spec import TaskSpec
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-
 
 @app.command("init")
 def init_cmd(
-    protected: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--protected",
-            help=f"A protected branch to add to {' '.join(DEFAULT_PROTECTED)} (repeat).",
-        ),
-    ] = None,
+    protected: ProtectedOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Set up gitsup in this repository (idempotent)."""
