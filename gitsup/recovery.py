@@ -8,7 +8,6 @@ worktree snapshotted to `refs/sup/<id>/wip` first (the finalizer does it).
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from gitsup.contain import (
 from gitsup.errors import GitsupError
 from gitsup.events import Event
 from gitsup.ids import TaskId
+from gitsup.proc import signal_group
 from gitsup.procid import ProcessId, pid_alive
 from gitsup.record import TaskRecord
 from gitsup.repo import Context
@@ -74,8 +74,7 @@ def prove_worker_gone(record: TaskRecord, *, kill: bool) -> WorkerProof:
     if ident is not None and ident.alive():
         if not kill:
             return WorkerProof(False, f"worker pid {ident.pid} is alive")
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(int(w.get("pgid") or ident.pid), signal.SIGKILL)
+        signal_group(int(w.get("pgid") or ident.pid), signal.SIGKILL)
         killed.append(ident.pid)
         end = time.monotonic() + 5
         while ident.alive() and time.monotonic() < end:
