@@ -577,3 +577,7 @@ class ClaudeWorker(WorkerAdapter):
     @property
     def session_id(self) -> str | None:
         return self._session_id
+
+
+# The name other worker adapters imported before proc.signal_group existed.
+_kill_group = proc.signal_group
