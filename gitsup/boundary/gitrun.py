@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 Popen = subprocess.Popen
+CompletedProcess = subprocess.CompletedProcess
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
 

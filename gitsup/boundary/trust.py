@@ -15,14 +15,10 @@ commits among the new ones, and one `ssh-keygen -Y verify` per signature not ver
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from gitsup.boundary.evaluate import Untrusted
-from gitsup.boundary.gitrun import GitCli
+from gitsup.boundary.gitrun import CompletedProcess, GitCli
 from gitsup.boundary.signing import Commit, cached, parse_commit, remember, verify
-
-if TYPE_CHECKING:
-    from subprocess import CompletedProcess
 
 
 class TrustCheck:
