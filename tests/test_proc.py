@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -85,7 +86,6 @@ def test_run_bounds_output_and_times_out_the_group() -> None:
 
 
 def test_spawn_detached_leaves_our_session_and_keeps_no_descriptor_of_ours(tmp_path: Path) -> None:
-    import os
 
     log = tmp_path / "bg.log"
     log.write_bytes(b"earlier\n")
@@ -116,7 +116,6 @@ def test_spawn_detached_leaves_our_session_and_keeps_no_descriptor_of_ours(tmp_p
 
 
 def test_spawn_piped_starts_its_own_group_and_a_missing_program_is_oserror(tmp_path: Path) -> None:
-    import os
 
     import pytest
 
@@ -142,7 +141,14 @@ def test_descendants_collected_before_a_stop_are_killed_even_after_they_left_the
     p = proc.spawn_piped([sys.executable, "-c", code], cwd="/", env={"PATH": "/usr/bin:/bin"})
     assert p.stdout is not None
     escaped = int(p.stdout.readline())
-    wait_for(lambda: psutil.Process(escaped).cmdline()[-1].endswith("time.sleep(60)"), 30)
+
+    def left_the_group() -> bool:
+        try:
+            return os.getsid(escaped) == escaped
+        except OSError:
+            return False
+
+    wait_for(left_the_group, 30)
     kids = proc.descendants(p.pid)
     assert escaped in {k.pid for k in kids}
     proc.signal_group(p.pid, 9)
