@@ -218,7 +218,7 @@ def main() -> int:
             )
         )
         # 100 protected branches, each gaining its own signed integration.
-        from gitsup.boundary.install import install_gate
+        from gitsup.boundary.setup import install_gate
         from gitsup.boundary.signing import config_dir
 
         git(repo, "config", "--add", "sup.protected", "rel/*")

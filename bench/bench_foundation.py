@@ -146,8 +146,8 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
     from gitsup import tasks as tasks_mod
     from gitsup.git import GitRepo
     from gitsup.lease import LeaseStore
-    from gitsup.record import TaskStore
     from gitsup.spec import spec_from_mapping
+    from gitsup.store import TaskStore
     from gitsup.tasks import Context
 
     print(f"\n== 1. task start -> worker's first instruction ({files:,} files, {reps} runs each)")

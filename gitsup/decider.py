@@ -180,12 +180,9 @@ class CommandDecider(RulesDecider):
             )
         except GitsupError as exc:
             raise DeciderError(exc.message) from exc
-        if res.timed_out and self.abort is not None and self.abort.is_set():
-            raise DeciderError("decider stopped: stop requested")
-        if res.timed_out:
-            raise DeciderError(f"decider timed out after {self.timeout:g}s")
-        if res.returncode != 0:
-            raise DeciderError(f"decider exited {res.returncode}")
+        why = res.failure("decider", timeout=self.timeout, abort=self.abort)
+        if why is not None:
+            raise DeciderError(why)
         return res.output
 
     def on_turn_completed(self, ctx: TurnContext) -> TurnDecision:

@@ -8,7 +8,6 @@ scripted process worker stands in.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gitsup import proc
 from gitsup.errors import GitsupError
 from gitsup.events import Event
 from gitsup.record import TaskRecord
@@ -47,14 +47,10 @@ def _git(cwd: Path, *args: str) -> str:
         "GIT_COMMITTER_NAME": "gitsup demo",
         "GIT_COMMITTER_EMAIL": "demo@gitsup.invalid",
     }
-    import os
-
-    res = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **env}
-    )
-    if res.returncode != 0:
-        raise GitsupError(f"git {' '.join(args)} failed: {res.stderr.strip()}")
-    return res.stdout
+    res = proc.run(["git", *args], cwd=cwd, env=proc.child_env(env), timeout=60)
+    if not res.ok:
+        raise GitsupError(f"git {' '.join(args)} failed: {res.output.strip()}")
+    return res.output
 
 
 def make_demo_repo(parent: Path) -> Path:
@@ -125,4 +121,5 @@ def _run_with_claude(
 ) -> DemoResult:
     from gitsup.demo_claude import run_claude_demo
 
-    return run_claude_demo(repo, data, claude_bin, on_event)
+    record, worker = run_claude_demo(repo, data, claude_bin, on_event)
+    return DemoResult(repo, record, worker, "")

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gitsup.demo import DemoResult
+from gitsup import proc
+from gitsup.errors import GitsupError
 from gitsup.events import Event
+from gitsup.record import TaskRecord
 from gitsup.scripted_model import ScriptedModel, load_scenario
 from gitsup.spec import spec_from_mapping
 from gitsup.tasks import Context, run_task
@@ -18,7 +19,9 @@ from gitsup.tasks import Context, run_task
 
 def run_claude_demo(
     repo: Path, data: dict[str, Any], claude_bin: str, on_event: Callable[[Event], None] | None
-) -> DemoResult:
+) -> tuple[TaskRecord, str]:
+    """Run the demo task with the real CLI against the bundled scenario: the record, and what
+    the worker was."""
     import json
 
     scenario = load_scenario(
@@ -47,17 +50,15 @@ def run_claude_demo(
             "demo",
         )
         record = run_task(Context.discover(repo), spec, on_event=on_event)
-    return DemoResult(
-        repo,
+    return (
         record,
         f"Claude Code {version} (the real CLI) with gitsup's bundled scripted model on 127.0.0.1",
-        "",
     )
 
 
 def _version(claude_bin: str) -> str:
     try:
-        out = subprocess.run([claude_bin, "--version"], capture_output=True, text=True, timeout=30)
-        return out.stdout.strip().split(" ")[0] or "?"
-    except (OSError, subprocess.TimeoutExpired):
+        out = proc.run([claude_bin, "--version"], timeout=30, merge_stderr=False)
+    except GitsupError:
         return "?"
+    return (out.output.strip().split(" ")[0] or "?") if out.ok else "?"

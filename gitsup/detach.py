@@ -7,7 +7,6 @@ directory (`supervisor.log`); the child takes the lease over and runs the superv
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,11 +16,12 @@ from gitsup.git import GitRepo
 from gitsup.ids import TaskId
 from gitsup.layout import Layout
 from gitsup.lease import LeaseStore
-from gitsup.proc import child_env
+from gitsup.proc import spawn_detached
 from gitsup.procid import ProcessId
-from gitsup.record import TaskRecord, TaskStore
+from gitsup.record import TaskRecord
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL
+from gitsup.store import TaskStore
 from gitsup.supervisor import Supervisor
 from gitsup.tasks import Context, prepare_task, remove_unstarted, status_exit
 
@@ -30,25 +30,19 @@ def start_detached(ctx: Context, spec: TaskSpec, *, wait_started: float = 15.0) 
     record, lease = prepare_task(ctx, spec, detached=True)
     task_dir = ctx.layout.task_dir(TaskId(record.id))
     me = ProcessId.current()
-    with open(task_dir / "supervisor.log", "ab") as log:
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gitsup.detach",
-                str(ctx.layout.common_dir),
-                record.id,
-                str(me.pid),
-                repr(me.start_time),
-            ],
-            cwd=str(ctx.repo.main_workdir),
-            env=child_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
+    spawn_detached(
+        [
+            sys.executable,
+            "-m",
+            "gitsup.detach",
+            str(ctx.layout.common_dir),
+            record.id,
+            str(me.pid),
+            repr(me.start_time),
+        ],
+        cwd=ctx.repo.main_workdir,
+        log=task_dir / "supervisor.log",
+    )
     store = ctx.store
     end = time.monotonic() + wait_started
     while time.monotonic() < end:

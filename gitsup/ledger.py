@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gitsup.tasks import Context
+    from gitsup.repo import Context
 
 _local = threading.local()
 

@@ -14,15 +14,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from gitsup.errors import GitsupError
 from gitsup.ids import Oid
+from gitsup.repo import Context, worktree_root
 from gitsup.store import TaskLock
-from gitsup.tasks import Context, worktree_root
 
 
 @dataclass(frozen=True)
@@ -113,19 +112,13 @@ def clear(ctx: Context) -> int:
 
 
 def refill_in_background(ctx: Context) -> None:
-    from gitsup.proc import child_env
+    from gitsup.proc import spawn_detached
 
-    log = ctx.layout.root / "pool.log"
-    with open(log, "ab") as fh:
-        subprocess.Popen(
-            [sys.executable, "-m", "gitsup.pool", str(ctx.repo.main_workdir)],
-            cwd=str(ctx.repo.main_workdir),
-            env=child_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    spawn_detached(
+        [sys.executable, "-m", "gitsup.pool", str(ctx.repo.main_workdir)],
+        cwd=ctx.repo.main_workdir,
+        log=ctx.layout.root / "pool.log",
+    )
 
 
 def install_spare(ctx: Context, spare: Spare, dest: Path, branch: str, baseline: Oid) -> None:

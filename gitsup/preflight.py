@@ -19,8 +19,8 @@ from gitsup.errors import GitsupError
 
 if TYPE_CHECKING:
     from gitsup.ids import Oid
+    from gitsup.repo import Context
     from gitsup.spec import TaskSpec
-    from gitsup.tasks import Context
 
 _CLAUDE_CHOICES = (
     "install Claude Code (npm install -g @anthropic-ai/claude-code, or in the project: "
@@ -223,7 +223,7 @@ def worktree_root_problem(ctx: Context) -> str | None:
     """The configured (or default) worktree root must be a directory gitsup can create and
     write in. Proven by doing it (root may write where permission bits say no, and /proc
     or a read-only mount refuse what access() allows); what the probe created is removed."""
-    from gitsup.tasks import worktree_root
+    from gitsup.repo import worktree_root
 
     root = worktree_root(ctx)
     # Another start may create or remove the same directories at the same moment: a race

@@ -2,7 +2,11 @@
 
 Every child runs in its own process group so that a stop reaches all of it;
 output is captured with a bound (the tail is kept, which is what a reader of a
-failing check wants).
+failing check wants). `run` runs a command to its end; `spawn_piped` starts a worker
+with pipes, `spawn_detached` a background gitsup process; `kill_group`, `signal_group`,
+`wait_exit`, `descendants` and `kill_each` are the pieces every stop is made of.
+No other module of gitsup imports `subprocess` (the hook path has its own runner,
+gitsup/boundary/gitrun.py; the import contracts in pyproject.toml check both).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gitsup.errors import GitsupError
 
@@ -100,18 +105,103 @@ class ProcResult:
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
 
+    def failure(
+        self, what: str, *, timeout: float, abort: threading.Event | None = None
+    ) -> str | None:
+        """Why `what` (a reviewer, a decider) did not succeed, or None when it did."""
+        if self.timed_out and abort is not None and abort.is_set():
+            return f"{what} stopped: stop requested"
+        if self.timed_out:
+            return f"{what} timed out after {timeout:g}s"
+        if self.returncode != 0:
+            return f"{what} exited {self.returncode}"
+        return None
+
+
+Popen = subprocess.Popen  # the type of a started child, for annotations
+
+
+def spawn_piped(
+    argv: Sequence[str], *, cwd: str | os.PathLike[str], env: Mapping[str, str]
+) -> subprocess.Popen[bytes]:
+    """Start argv (never through a shell) with stdin/stdout/stderr pipes in its own session
+    (process group). OSError when it cannot be started."""
+    return subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+def spawn_detached(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str],
+    log: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Start argv in its own session, detached from ours: no stdin, stdout and stderr appended
+    to `log`, no inherited descriptors, nobody waits for it. Returns its pid."""
+    with open(log, "ab") as fh:
+        child = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env) if env is not None else child_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    return child.pid
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """Send `sig` to the process group; a group that is gone (or not ours) is no error."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def wait_exit(p: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait up to `timeout` for a child to exit (and reap it); False when it still runs."""
+    try:
+        p.wait(timeout=timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def descendants(pid: int) -> list[Any]:
+    """The processes below `pid` (psutil.Process objects), collected before a stop: once the
+    leader dies they are reparented, and those that left the group (setsid) are lost."""
+    try:
+        import psutil
+
+        return list(psutil.Process(pid).children(recursive=True))
+    except Exception:
+        return []
+
+
+def kill_each(procs: Sequence[Any]) -> None:
+    """SIGKILL each of `procs` (from `descendants`) that still runs."""
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.kill()
+
 
 def kill_group(pgid: int, *, grace: float = 5.0, sig: int = signal.SIGTERM) -> None:
     """SIGTERM the process group, wait up to `grace`, then SIGKILL it."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+    signal_group(pgid, sig)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         if not group_alive(pgid):
             return
         time.sleep(0.02)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)
 
 
 def group_alive(pgid: int) -> bool:

@@ -133,7 +133,6 @@ class CandidateNote(BaseModel):
         return cls.model_validate(raw)
 
 
-# The store lives in gitsup.store (no pydantic import for listings); re-exported here.
-from gitsup.store import TaskLock, TaskStore  # noqa: E402
-
-__all__ = ["CandidateNote", "CheckResult", "ReviewResult", "TaskLock", "TaskRecord", "TaskStore"]
+# The store (TaskStore, TaskLock) lives in gitsup.store, which imports this module only when
+# a record is loaded or saved (no pydantic import for listings).
+__all__ = ["CandidateNote", "CheckResult", "ReviewResult", "TaskRecord"]

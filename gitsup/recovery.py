@@ -8,7 +8,6 @@ worktree snapshotted to `refs/sup/<id>/wip` first (the finalizer does it).
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -28,12 +27,13 @@ from gitsup.contain import (
 from gitsup.errors import GitsupError
 from gitsup.events import Event
 from gitsup.ids import TaskId
+from gitsup.proc import signal_group
 from gitsup.procid import ProcessId, pid_alive
 from gitsup.record import TaskRecord
+from gitsup.repo import Context
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL, State
 from gitsup.supervisor import Supervisor
-from gitsup.tasks import Context
 
 
 @dataclass
@@ -74,8 +74,7 @@ def prove_worker_gone(record: TaskRecord, *, kill: bool) -> WorkerProof:
     if ident is not None and ident.alive():
         if not kill:
             return WorkerProof(False, f"worker pid {ident.pid} is alive")
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(int(w.get("pgid") or ident.pid), signal.SIGKILL)
+        signal_group(int(w.get("pgid") or ident.pid), signal.SIGKILL)
         killed.append(ident.pid)
         end = time.monotonic() + 5
         while ident.alive() and time.monotonic() < end:
@@ -197,7 +196,7 @@ def network_isolation() -> str:
 
 
 @dataclass
-class Finding:
+class DoctorFinding:
     kind: str
     detail: str
     task: str | None = None
@@ -207,8 +206,8 @@ class Finding:
         return {"kind": self.kind, "task": self.task, "detail": self.detail, "fixed": self.fixed}
 
 
-def doctor(ctx: Context, *, fix: bool) -> list[Finding]:
-    findings: list[Finding] = []
+def doctor(ctx: Context, *, fix: bool) -> list[DoctorFinding]:
+    findings: list[DoctorFinding] = []
     records = {r.id: r for r in ctx.store.iter_records()}
     # Tasks whose supervisor died.
     for rec in records.values():
@@ -217,7 +216,7 @@ def doctor(ctx: Context, *, fix: bool) -> list[Finding]:
         owner = _owner(rec)
         if owner is not None and owner.alive():
             continue
-        f = Finding(
+        f = DoctorFinding(
             "orphaned-task",
             f"state {rec.state.value} but supervisor "
             + (f"pid {owner.pid} is gone" if owner else "never recorded")
@@ -237,7 +236,7 @@ def doctor(ctx: Context, *, fix: bool) -> list[Finding]:
     for rec in records.values():
         if rec.state not in TERMINAL or not rec.left_behind:
             continue
-        f = Finding("worker-left-behind", "; ".join(rec.left_behind), rec.id)
+        f = DoctorFinding("worker-left-behind", "; ".join(rec.left_behind), rec.id)
         if fix:
             proof = prove_worker_gone(rec, kill=True)
             if proof.gone:
@@ -259,7 +258,9 @@ def doctor(ctx: Context, *, fix: bool) -> list[Finding]:
         held_by = records.get(lease.task)
         if held_by is not None and held_by.left_behind:
             continue  # reported above: released once the worker is proven gone
-        f = Finding("stale-lease", f"{lease.path} held by dead pid {lease.owner.pid}", lease.task)
+        f = DoctorFinding(
+            "stale-lease", f"{lease.path} held by dead pid {lease.owner.pid}", lease.task
+        )
         if fix and (held_by is None or ctx.store.load(held_by.id).state in TERMINAL):
             ctx.leases.break_lease(lease.path)
             f.fixed = "released"
@@ -275,7 +276,7 @@ def doctor(ctx: Context, *, fix: bool) -> list[Finding]:
             if owner_rec.state not in TERMINAL and owner is not None and owner.alive():
                 continue
             procs = cg.procs()
-            f = Finding("orphan-cgroup", f"{cg.path} with {len(procs)} process(es)", task)
+            f = DoctorFinding("orphan-cgroup", f"{cg.path} with {len(procs)} process(es)", task)
             if fix:
                 empty = cg.kill()
                 f.fixed = (
@@ -290,33 +291,33 @@ def doctor(ctx: Context, *, fix: bool) -> list[Finding]:
     for ns in list_gitsup_netns():
         if ns.label not in records or pid_alive(ns.pid):
             continue  # another repository's, or still in use
-        f = Finding("orphan-netns", f"{ns.path} of dead supervisor pid {ns.pid}", ns.label)
+        f = DoctorFinding("orphan-netns", f"{ns.path} of dead supervisor pid {ns.pid}", ns.label)
         if fix:
             f.fixed = "removed" if remove_netns(ns.name) else "not fixed: could not remove it"
         findings.append(f)
     why = netns_available()
     if why is not None:
         findings.append(
-            Finding(
+            DoctorFinding(
                 "no-network-isolation", f'tasks with network = "auto" use the host network: {why}'
             )
         )
     # Worktrees that are gone, or left behind.
     for rec in list(records.values()):
         if rec.discarded_at is None and rec.worktree and not Path(rec.worktree).exists():
-            findings.append(Finding("missing-worktree", rec.worktree, rec.id))
+            findings.append(DoctorFinding("missing-worktree", rec.worktree, rec.id))
     for name in ctx.repo.worktree_names():
         if len(name) == 15 and name[8] == "-" and name not in records:
             findings.append(
-                Finding("unknown-worktree", f"git worktree {name} has no task record", name)
+                DoctorFinding("unknown-worktree", f"git worktree {name} has no task record", name)
             )
     # The boundary: protected branches, integrations, the hook, the gate's settings.
     from gitsup.boundary.setup import tampering
 
-    findings.extend(Finding(kind, detail) for kind, detail in tampering(ctx.repo))
+    findings.extend(DoctorFinding(kind, detail) for kind, detail in tampering(ctx.repo))
     misconfigured = _sandbox_problem(ctx)
     if misconfigured is not None:
-        findings.append(Finding("sandbox", f"misconfigured: {misconfigured}"))
+        findings.append(DoctorFinding("sandbox", f"misconfigured: {misconfigured}"))
     return findings
 
 
@@ -341,4 +342,4 @@ def sandbox_summary(ctx: Context) -> str:
     return describe_host(mode)
 
 
-__all__ = ["Finding", "State", "WorkerProof", "doctor", "prove_worker_gone", "recover_task"]
+__all__ = ["DoctorFinding", "State", "WorkerProof", "doctor", "prove_worker_gone", "recover_task"]

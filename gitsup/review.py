@@ -224,12 +224,9 @@ def command_attempt(ctx: ReviewContext) -> Verdict:
         redact=True,
         abort=ctx.abort,
     )
-    if res.timed_out and ctx.abort is not None and ctx.abort.is_set():
-        raise ReviewError("reviewer stopped: stop requested")
-    if res.timed_out:
-        raise ReviewError(f"reviewer timed out after {ctx.spec.review.timeout:g}s")
-    if res.returncode != 0:
-        raise ReviewError(f"reviewer exited {res.returncode}: {res.output[-500:]}")
+    why = res.failure("reviewer", timeout=ctx.spec.review.timeout, abort=ctx.abort)
+    if why is not None:
+        raise ReviewError(why if res.timed_out else f"{why}: {res.output[-500:]}")
     from gitsup.ledger import report_from_output
 
     report_from_output("reviewer", res.output)

@@ -42,12 +42,13 @@ from gitsup.ids import Oid, TaskId
 from gitsup.layout import Layout, task_refs
 from gitsup.lease import Lease, LeaseStore
 from gitsup.procid import ProcessId
-from gitsup.record import CandidateNote, CheckResult, ReviewResult, TaskRecord, TaskStore
+from gitsup.record import CandidateNote, CheckResult, ReviewResult, TaskRecord
 from gitsup.redact import Redacted
 from gitsup.review import Attempt, Finding, ReviewContext, evidence_bundle, run_review
 from gitsup.sandbox import Plan
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import EXIT_OF, STATUS_OF, State, StateMachine, Status
+from gitsup.store import TaskStore
 from gitsup.workers.base import (
     HumanInput,
     Inbox,

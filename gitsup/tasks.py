@@ -15,11 +15,12 @@ from gitsup.errors import Exit, GitsupError
 from gitsup.events import Event, EventLog
 from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo
 from gitsup.ids import Oid, TaskId, parse_task_id
-from gitsup.layout import Layout, task_branch, task_refs
-from gitsup.lease import LeaseStore
+from gitsup.layout import task_branch, task_refs
 from gitsup.procid import ProcessId
+from gitsup.repo import Context as Context  # re-exported: the commands take it
+from gitsup.repo import worktree_root as worktree_root
 from gitsup.state import TERMINAL, State, Status
-from gitsup.store import TaskLock, TaskStore
+from gitsup.store import TaskLock
 
 if TYPE_CHECKING:
     from gitsup.record import TaskRecord
@@ -28,28 +29,6 @@ if TYPE_CHECKING:
 
 
 SUP_NOTES_DISPLAY = "refs/notes/[s]up"  # exactly refs/notes/sup, quiet while it is missing
-
-
-@dataclass(frozen=True)
-class Context:
-    """The repository a command works on, and where gitsup keeps its state for it."""
-
-    repo: GitRepo
-    layout: Layout
-
-    @classmethod
-    def discover(cls, cwd: str | os.PathLike[str] = ".") -> Context:
-        repo = GitRepo.discover(cwd)
-        repo.require_checkout()
-        return cls(repo, Layout(repo.common_dir))
-
-    @property
-    def store(self) -> TaskStore:
-        return TaskStore(self.layout)
-
-    @property
-    def leases(self) -> LeaseStore:
-        return LeaseStore(self.layout.leases)
 
 
 # --- init ---------------------------------------------------------------------------
@@ -116,15 +95,6 @@ def _init_repo_locked(
 
 
 # --- start --------------------------------------------------------------------------
-
-
-def worktree_root(ctx: Context) -> Path:
-    configured = ctx.repo.config_get("sup.worktreeRoot")
-    main = ctx.repo.main_workdir
-    if configured:
-        root = Path(os.path.expanduser(configured))
-        return root if root.is_absolute() else (main / root)
-    return main.parent / f"{main.name}.sup"
 
 
 def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tuple[TaskRecord, Any]:

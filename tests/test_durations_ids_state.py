@@ -12,7 +12,7 @@ from gitsup.durations import format_duration, parse_duration
 from gitsup.errors import Exit, GitsupError
 from gitsup.ids import new_task_id, parse_task_id
 from gitsup.layout import Layout
-from gitsup.record import TaskRecord, TaskStore
+from gitsup.record import TaskRecord
 from gitsup.state import (
     EXIT_OF,
     STATUS_OF,
@@ -23,6 +23,7 @@ from gitsup.state import (
     StateMachine,
     Status,
 )
+from gitsup.store import TaskStore
 from gitsup.supervisor import shortest_path
 from tests.conftest import REPO_ROOT
 

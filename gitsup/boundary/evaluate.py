@@ -19,8 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Literal, NamedTuple, Protocol
 
-from gitsup.protected import DEFAULT_PROTECTED as DEFAULT_PROTECTED
-from gitsup.protected import is_protected
+from gitsup.protected import DEFAULT_PROTECTED, is_protected
 
 # NB: value types are NamedTuples, not dataclasses: `dataclasses` imports `inspect`,
 # which alone would cost a push ~20 ms of interpreter time.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TextIO
 
 from gitsup.boundary.evaluate import (
@@ -20,7 +20,7 @@ from gitsup.boundary.evaluate import (
     evaluate,
     protected_branch,
 )
-from gitsup.boundary.gitcmd import GitCli, GitLookup, RepoConfig, is_review_remote
+from gitsup.boundary.gitrun import GitCli
 from gitsup.boundary.hookio import (
     HookInputError,
     format_rejection,
@@ -28,6 +28,7 @@ from gitsup.boundary.hookio import (
     parse_pre_receive,
     pre_commit_update,
 )
+from gitsup.boundary.lookup import GitLookup, RepoConfig, is_review_remote, protected_tips
 from gitsup.boundary.pusher import client_pusher, server_pusher
 from gitsup.boundary.trust import TrustCheck
 
@@ -40,6 +41,17 @@ def _report(verdicts: Sequence[Verdict], err: TextIO) -> int:
         err.write(format_rejection(v.ref, v.reason) + "\n")
     err.flush()
     return 1 if rejected else 0
+
+
+def _read_updates(
+    parse: Callable[[Iterable[str]], list[RefUpdate]], lines: Iterable[str], err: TextIO
+) -> list[RefUpdate] | None:
+    """The hook's ref updates; None (the push rejected, saying why) for malformed input."""
+    try:
+        return parse(lines)
+    except HookInputError as exc:
+        err.write(f"gitsup: rejected push: {exc}\n")
+        return None
 
 
 def _locations(git: GitCli, cwd: str) -> tuple[str, str] | None:
@@ -67,10 +79,8 @@ def pre_push(
     """The client-side gate (git runs it in the pushing repository)."""
     env = os.environ if env is None else env
     cwd = os.getcwd() if cwd is None else cwd
-    try:
-        updates = parse_pre_push(lines)
-    except HookInputError as exc:
-        err.write(f"gitsup: rejected push: {exc}\n")
+    updates = _read_updates(parse_pre_push, lines, err)
+    if updates is None:
         return 1
     if not updates:
         from_env = pre_commit_update(env)
@@ -138,10 +148,8 @@ def pre_receive(
     """The server-side gate (git runs it in the receiving repository, usually bare)."""
     env = os.environ if env is None else env
     cwd = os.getcwd() if cwd is None else cwd
-    try:
-        updates = parse_pre_receive(lines)
-    except HookInputError as exc:
-        err.write(f"gitsup: rejected push: {exc}\n")
+    updates = _read_updates(parse_pre_receive, lines, err)
+    if updates is None:
         return 1
     if not updates:
         return 0
@@ -158,12 +166,7 @@ def pre_receive(
     exclude: list[str] = []
     if not ctx.pusher.in_task and _touches_protected(updates, policy.protected):
         # What protected branches here already hold passed this gate (or is a trust root).
-        for line in (
-            git.out("for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/") or ""
-        ).splitlines():
-            oid, _, ref = line.partition(" ")
-            if protected_branch(ref, policy.protected):
-                exclude.append(oid)
+        exclude = list(protected_tips(git, policy.protected).values())
     trust = TrustCheck(
         cwd,
         env,

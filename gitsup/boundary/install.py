@@ -1,5 +1,5 @@
 """Installing the gate as Git hooks: client `pre-push` (by `git sup init`) and
-server `pre-receive` (by `git sup gate install`).
+server `pre-receive` (by `git sup gate install`, gitsup/boundary/setup.py `install_gate`).
 
 The installed hook is a tiny POSIX-shell launcher: it runs a hook that was
 there before (kept as `<hook>.local`, same arguments, same stdin) and then the
@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from gitsup.errors import GitsupError
@@ -118,117 +117,3 @@ def install_hook(directory: Path, hook: str, installer: str) -> list[str]:
 def install_pre_push(repo: GitRepo) -> list[str]:
     """The client-side gate for `git sup init`. Returns the hook paths written."""
     return install_hook(hooks_dir(repo), "pre-push", "init")
-
-
-@dataclass(frozen=True)
-class GateResult:
-    repository: str
-    hook: str
-    written: list[str]
-    review_remote: bool
-    protected: list[str]
-    allowed_signers: list[str]  # the keys (`<type> <base64>`) this gate accepts
-    trust_roots: list[str]
-
-
-def _set_all(repo: GitRepo, key: str, values: list[str]) -> None:
-    """Replace a multi-valued key with git itself (it quotes values such as
-    `namespaces="git"` so that they read back unchanged)."""
-    from gitsup import proc
-
-    cfg = str(repo.git_dir / "config")
-    proc.run(["git", "config", "-f", cfg, "--unset-all", key], timeout=30)
-    for v in values:
-        res = proc.run(["git", "config", "-f", cfg, "--add", key, v], timeout=30)
-        if not res.ok:
-            raise GitsupError(f"cannot set {key} in {cfg}: {res.output.strip()}")
-
-
-def _require_untampered(source: GitRepo, *, need_signers: bool) -> None:
-    """What a gate copies from `source` (its trust root, its allowed-signers file) must be
-    what `git sup init` recorded: a worker shares `.git/config` and must not be able to hand
-    the server its own key or its own commits as trusted."""
-    from gitsup.boundary.setup import snapshot_settings
-
-    recorded = snapshot_settings(source)
-    if recorded is None:
-        return  # never initialised with a snapshot: nothing gitsup-made to copy
-    now = snapshot_settings(source, current=True) or {}
-    keys = ["sup.trustroot", *(["gpg.ssh.allowedsignersfile"] if need_signers else [])]
-    changed = [k for k in keys if recorded.get(k) != now.get(k)]
-    if changed:
-        raise GitsupError(
-            f"{', '.join(changed)} changed in {source.common_dir} since `git sup init`; "
-            "the gate does not copy settings a task could have written",
-            hint="`git sup doctor` shows the change; if it is yours, run `git sup init` "
-            "again (or pass --allowed-signers FILE)",
-        )
-
-
-def install_gate(
-    path: str | os.PathLike[str],
-    *,
-    review_remote: bool,
-    protected: list[str] | None = None,
-    allowed_signers: str | os.PathLike[str] | None = None,
-    source: GitRepo | None = None,
-) -> GateResult:
-    """The server-side gate: a `pre-receive` hook in (usually bare) repository `path`.
-
-    Its own configuration: `sup.allowedSigner` (the lines of `allowed_signers`, default: the
-    allowed-signers file of `source`, the repository the command runs in), `sup.trustRoot`
-    (its protected tips now, plus `source`'s trust roots), `sup.protected` (additions)."""
-    from gitsup.boundary.signing import default_allowed_signers, keys_of
-    from gitsup.protected import effective
-
-    if not os.path.exists(path):
-        raise GitsupError(f"no repository at {os.fspath(path)}")
-    repo = GitRepo.open(path)
-    if source is not None and source.common_dir.resolve() != repo.common_dir.resolve():
-        _require_untampered(source, need_signers=allowed_signers is None)
-    else:
-        source = None
-    if allowed_signers is not None:
-        try:
-            text = Path(allowed_signers).read_text()
-        except OSError as exc:
-            raise GitsupError(f"cannot read the allowed signers {allowed_signers}: {exc}") from None
-        if not keys_of(text):
-            raise GitsupError(f"{allowed_signers} lists no SSH public key")
-    elif source is not None:
-        configured = source.config_get("gpg.ssh.allowedSignersFile")
-        file = os.path.expanduser(configured) if configured else default_allowed_signers()
-        try:
-            text = Path(file).read_text()
-        except OSError:
-            text = ""
-    else:
-        text = ""
-    directory = hooks_dir(repo)
-    written = install_hook(directory, "pre-receive", "gate install")
-    repo.config_set("sup.gateReview", "true" if review_remote else "false")
-    if protected:
-        repo.config_set_multi("sup.protected", protected)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
-    if lines or allowed_signers is not None:
-        _set_all(repo, "sup.allowedSigner", lines)
-    from gitsup.boundary.setup import protected_tips
-
-    roots = repo.config_get_all("sup.trustRoot")
-    new = [
-        *protected_tips(repo).values(),
-        *(source.config_get_all("sup.trustRoot") if source else []),
-    ]
-    for r in dict.fromkeys(new):
-        if r not in roots:
-            repo.config_add("sup.trustRoot", r)
-            roots.append(r)
-    return GateResult(
-        repository=str(repo.git_dir),
-        hook=str(directory / "pre-receive"),
-        written=written,
-        review_remote=review_remote,
-        protected=list(effective(repo.config_get_all("sup.protected"))),
-        allowed_signers=keys_of("\n".join(repo.config_get_all("sup.allowedSigner"))),
-        trust_roots=roots,
-    )

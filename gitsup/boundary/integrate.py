@@ -32,9 +32,10 @@ from typing import Any
 import psutil
 
 from gitsup import proc
-from gitsup.boundary.gitcmd import GitCli, RepoConfig
+from gitsup.boundary.gitrun import GitCli
 from gitsup.boundary.hook import client_allowed_signers
 from gitsup.boundary.keys import SigningSetup, signing_setup
+from gitsup.boundary.lookup import RepoConfig
 from gitsup.boundary.pusher import task_of_git_dir
 from gitsup.boundary.trust import TrustCheck
 from gitsup.checks import run_check
@@ -45,9 +46,9 @@ from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_refs
 from gitsup.procid import ProcessId
 from gitsup.record import CandidateNote, CheckResult, TaskRecord
+from gitsup.repo import Context
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import Status
-from gitsup.tasks import Context
 
 EXIT_CHECKS_FAILED = Exit.PARKED  # 3: integration checks failed, target untouched
 

@@ -5,7 +5,8 @@ allowed-signers file, records the trust root (the current tips of the protected 
 and keeps a snapshot of the gate's settings in `${XDG_CONFIG_HOME:-$HOME/.config}/gitsup/repos/`
 (out of every task's reach). `tampering` compares the repository with that snapshot and checks
 every protected branch: commits that are not integrated, integrations whose signature does not
-verify, a changed or missing hook, changed `sup.*` settings.
+verify, a changed or missing hook, changed `sup.*` settings. `install_gate` sets up the
+server-side `pre-receive` gate of another repository.
 """
 
 from __future__ import annotations
@@ -13,16 +14,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from gitsup.boundary.gitcmd import GitCli, RepoConfig
-from gitsup.boundary.install import hooks_dir, install_pre_push, is_ours
+from gitsup import proc
+from gitsup.boundary.gitrun import GitCli
+from gitsup.boundary.install import hooks_dir, install_hook, install_pre_push, is_ours
 from gitsup.boundary.keys import signing_setup
-from gitsup.boundary.signing import config_dir
+from gitsup.boundary.lookup import RepoConfig
+from gitsup.boundary.lookup import protected_tips as tips_of
+from gitsup.boundary.signing import config_dir, default_allowed_signers, keys_of
 from gitsup.boundary.trust import TrustCheck
 from gitsup.errors import GitsupError
 from gitsup.git import GitRepo
-from gitsup.protected import effective, is_protected
+from gitsup.protected import effective
 
 WATCHED = r"^(sup\..*|gpg\.ssh\.allowedsignersfile|core\.hookspath)$"
 
@@ -37,17 +42,8 @@ def _settings(repo: GitRepo) -> dict[str, list[str]]:
 
 
 def protected_tips(repo: GitRepo) -> dict[str, str]:
-    cfg = RepoConfig.read(GitCli(cwd=str(repo.common_dir)))
-    patterns = effective(cfg.get_all("sup.protected"))
-    out = GitCli(cwd=str(repo.common_dir)).out(
-        "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/"
-    )
-    tips: dict[str, str] = {}
-    for line in (out or "").splitlines():
-        oid, _, ref = line.partition(" ")
-        if is_protected(ref, patterns):
-            tips[ref] = oid
-    return tips
+    git = GitCli(cwd=str(repo.common_dir))
+    return tips_of(git, RepoConfig.read(git).policy().protected)
 
 
 def record_trust_roots(repo: GitRepo) -> list[str]:
@@ -174,3 +170,111 @@ def tampering(repo: GitRepo) -> list[tuple[str, str]]:
             )
         )
     return found
+
+
+# --- the server-side gate (`git sup gate install`) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class GateResult:
+    repository: str
+    hook: str
+    written: list[str]
+    review_remote: bool
+    protected: list[str]
+    allowed_signers: list[str]  # the keys (`<type> <base64>`) this gate accepts
+    trust_roots: list[str]
+
+
+def _set_all(repo: GitRepo, key: str, values: list[str]) -> None:
+    """Replace a multi-valued key with git itself (it quotes values such as
+    `namespaces="git"` so that they read back unchanged)."""
+    cfg = str(repo.git_dir / "config")
+    proc.run(["git", "config", "-f", cfg, "--unset-all", key], timeout=30)
+    for v in values:
+        res = proc.run(["git", "config", "-f", cfg, "--add", key, v], timeout=30)
+        if not res.ok:
+            raise GitsupError(f"cannot set {key} in {cfg}: {res.output.strip()}")
+
+
+def _require_untampered(source: GitRepo, *, need_signers: bool) -> None:
+    """What a gate copies from `source` (its trust root, its allowed-signers file) must be
+    what `git sup init` recorded: a worker shares `.git/config` and must not be able to hand
+    the server its own key or its own commits as trusted."""
+    recorded = snapshot_settings(source)
+    if recorded is None:
+        return  # never initialised with a snapshot: nothing gitsup-made to copy
+    now = snapshot_settings(source, current=True) or {}
+    keys = ["sup.trustroot", *(["gpg.ssh.allowedsignersfile"] if need_signers else [])]
+    changed = [k for k in keys if recorded.get(k) != now.get(k)]
+    if changed:
+        raise GitsupError(
+            f"{', '.join(changed)} changed in {source.common_dir} since `git sup init`; "
+            "the gate does not copy settings a task could have written",
+            hint="`git sup doctor` shows the change; if it is yours, run `git sup init` "
+            "again (or pass --allowed-signers FILE)",
+        )
+
+
+def install_gate(
+    path: str | os.PathLike[str],
+    *,
+    review_remote: bool,
+    protected: list[str] | None = None,
+    allowed_signers: str | os.PathLike[str] | None = None,
+    source: GitRepo | None = None,
+) -> GateResult:
+    """The server-side gate: a `pre-receive` hook in (usually bare) repository `path`.
+
+    Its own configuration: `sup.allowedSigner` (the lines of `allowed_signers`, default: the
+    allowed-signers file of `source`, the repository the command runs in), `sup.trustRoot`
+    (its protected tips now, plus `source`'s trust roots), `sup.protected` (additions)."""
+    if not os.path.exists(path):
+        raise GitsupError(f"no repository at {os.fspath(path)}")
+    repo = GitRepo.open(path)
+    if source is not None and source.common_dir.resolve() != repo.common_dir.resolve():
+        _require_untampered(source, need_signers=allowed_signers is None)
+    else:
+        source = None
+    if allowed_signers is not None:
+        try:
+            text = Path(allowed_signers).read_text()
+        except OSError as exc:
+            raise GitsupError(f"cannot read the allowed signers {allowed_signers}: {exc}") from None
+        if not keys_of(text):
+            raise GitsupError(f"{allowed_signers} lists no SSH public key")
+    elif source is not None:
+        configured = source.config_get("gpg.ssh.allowedSignersFile")
+        file = os.path.expanduser(configured) if configured else default_allowed_signers()
+        try:
+            text = Path(file).read_text()
+        except OSError:
+            text = ""
+    else:
+        text = ""
+    directory = hooks_dir(repo)
+    written = install_hook(directory, "pre-receive", "gate install")
+    repo.config_set("sup.gateReview", "true" if review_remote else "false")
+    if protected:
+        repo.config_set_multi("sup.protected", protected)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    if lines or allowed_signers is not None:
+        _set_all(repo, "sup.allowedSigner", lines)
+    roots = repo.config_get_all("sup.trustRoot")
+    new = [
+        *protected_tips(repo).values(),
+        *(source.config_get_all("sup.trustRoot") if source else []),
+    ]
+    for r in dict.fromkeys(new):
+        if r not in roots:
+            repo.config_add("sup.trustRoot", r)
+            roots.append(r)
+    return GateResult(
+        repository=str(repo.git_dir),
+        hook=str(directory / "pre-receive"),
+        written=written,
+        review_remote=review_remote,
+        protected=list(effective(repo.config_get_all("sup.protected"))),
+        allowed_signers=keys_of("\n".join(repo.config_get_all("sup.allowedSigner"))),
+        trust_roots=roots,
+    )

@@ -14,9 +14,10 @@ process can read or write; a cache file is keyed by the allowed-signers content.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
+
+from gitsup.boundary import gitrun
 
 SSH_SIG_BEGIN = b"-----BEGIN SSH SIGNATURE-----"
 NAMESPACE = "git"
@@ -138,7 +139,7 @@ def verify(commits: Sequence[Commit], allowed_text: str, *, jobs: int = 8) -> se
         with open(signers, "w") as fh:
             fh.write(allowed)
         for start in range(0, len(todo), jobs):
-            running: list[tuple[str, subprocess.Popen[bytes]]] = []
+            running: list[tuple[str, gitrun.Popen[bytes]]] = []
             for c in todo[start : start + jobs]:
                 sig, msg = os.path.join(tmp, f"{c.oid}.sig"), os.path.join(tmp, c.oid)
                 with open(sig, "wb") as fh:
@@ -147,14 +148,13 @@ def verify(commits: Sequence[Commit], allowed_text: str, *, jobs: int = 8) -> se
                     fh.write(c.payload)
                 with open(msg, "rb") as stdin:
                     try:
-                        p = subprocess.Popen(
+                        p = gitrun.start(
                             [
                                 *("ssh-keygen", "-Y", "verify", "-f", signers),
                                 *("-I", PRINCIPAL, "-n", NAMESPACE, "-s", sig),
                             ],
                             stdin=stdin,
-                            stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL,
+                            stdout=gitrun.DEVNULL,
                         )
                     except OSError:
                         return good  # no ssh-keygen: nothing verifies (fails closed)

@@ -14,10 +14,10 @@ commits among the new ones, and one `ssh-keygen -Y verify` per signature not ver
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 
 from gitsup.boundary.evaluate import Untrusted
+from gitsup.boundary.gitrun import CompletedProcess, GitCli
 from gitsup.boundary.signing import Commit, cached, parse_commit, remember, verify
 
 
@@ -41,10 +41,7 @@ class TrustCheck:
         self.verified: set[str] = set()
         self.shaped: set[str] = set()  # integration-shaped commits seen (verified or not)
 
-    def _git(self, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        # NB: imported here, not at the top: gitcmd imports this module.
-        from gitsup.boundary.gitcmd import GitCli
-
+    def _git(self, *args: str, input: bytes | None = None) -> CompletedProcess[bytes]:
         return GitCli(self.cwd, self.env).run(*args, input=input)
 
     def check(self, updates: Sequence[tuple[str, str, str]]) -> dict[str, Untrusted | None]:

@@ -11,13 +11,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gitsup.cli.main import app
+from gitsup.cli.options import JsonOpt
 from gitsup.cli.output import emit_json, emit_jsonl, out, use_colour
 from gitsup.errors import GitsupError
 
 if TYPE_CHECKING:
     from gitsup.attention import TaskStatus
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
 _SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from gitsup.cli.main import app
+from gitsup.cli.options import ProtectedOpt
 from gitsup.cli.output import emit_json, out, progress
 
 hook_app = typer.Typer(
@@ -59,13 +60,7 @@ def gate_install(
             "(never deleted or rewritten). Needed to push protected branches here.",
         ),
     ] = False,
-    protected: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--protected",
-            help="A protected branch to add to main master trunk develop integration (repeat).",
-        ),
-    ] = None,
+    protected: ProtectedOpt = None,
     allowed_signers: Annotated[
         Path | None,
         typer.Option(
@@ -80,7 +75,7 @@ def gate_install(
 
     The gate keeps its own allowed signers and trust root (the protected tips it has now,
     plus this repository's trust root) in the repository's config."""
-    from gitsup.boundary.install import install_gate
+    from gitsup.boundary.setup import install_gate
     from gitsup.errors import GitsupError
     from gitsup.git import GitRepo
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gitsup.cli.main import app
+from gitsup.cli.options import JsonOpt
 from gitsup.cli.output import emit_json, out
 from gitsup.errors import GitsupError
 
@@ -23,7 +24,6 @@ policy_app = typer.Typer(
 )
 app.add_typer(policy_app, name="policy")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 CwdOpt = Annotated[
     Path | None,
     typer.Option("--cwd", help="Worktree to judge against (default: top of the current one)."),

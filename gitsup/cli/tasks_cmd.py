@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gitsup.cli.main import app
+from gitsup.cli.options import JsonOpt, ProtectedOpt
 from gitsup.cli.output import emit_json, emit_jsonl, fold, out, paint, progress, use_colour
 from gitsup.durations import format_duration
 from gitsup.errors import Exit, GitsupError
@@ -31,18 +32,10 @@ if TYPE_CHECKING:
     from gitsup.record import TaskRecord
     from gitsup.spec import TaskSpec
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-
 
 @app.command("init")
 def init_cmd(
-    protected: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--protected",
-            help="A protected branch to add to main master trunk develop integration (repeat).",
-        ),
-    ] = None,
+    protected: ProtectedOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Set up gitsup in this repository (idempotent)."""

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gitsup.policy import gitcmd
+import gitsup.policy.gitcmd as gitcmd
 from gitsup.policy.config import Policy, RunnerSpec, UtilitySpec
 from gitsup.policy.decision import Decision, allow, ask
 from gitsup.policy.normalise import (

@@ -8,11 +8,12 @@ import posixpath
 from dataclasses import replace
 
 from gitsup.policy.allow import AllowState, judge_script
+from gitsup.policy.braces import repair_braces
 from gitsup.policy.config import Policy
 from gitsup.policy.context import ScanState
 from gitsup.policy.decision import Decision, allow, ask
 from gitsup.policy.deny import scan_from_each_line, scan_parsed
-from gitsup.policy.parse import MAX_NESTING, parse, repair_braces
+from gitsup.policy.parse import MAX_NESTING, parse
 from gitsup.policy.rules import RuleId
 
 _CACHE_LIMIT = 8192

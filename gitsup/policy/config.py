@@ -369,7 +369,7 @@ def _build(repo: tuple[str, str] | None, extra_protected: tuple[str, ...]) -> Po
     )
     if repo is None and not extra_protected:
         # Every rule's examples classify as declared (policies/rules.toml), or nothing loads.
-        from gitsup.policy.rules import check_examples
+        from gitsup.policy.examples import check_examples
 
         check_examples(policy)
     return policy

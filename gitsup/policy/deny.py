@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from gitsup.policy import gitcmd
+import gitsup.policy.gitcmd as gitcmd
+from gitsup.policy.braces import repair_braces
 from gitsup.policy.context import MAX_DEPTH, ScanState
 from gitsup.policy.decision import Decision, deny
 from gitsup.policy.normalise import UNKNOWN, basename, has_glob, inside, is_ancestor, may_match
-from gitsup.policy.parse import Part, Script, parse, repair_braces, split_glued
+from gitsup.policy.parse import Part, Script, parse, split_glued
 from gitsup.policy.rules import RuleId
 from gitsup.policy.unwrap import find_roots, merge_env, unwrap
 

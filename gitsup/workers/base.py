@@ -13,12 +13,13 @@ Capabilities are explicit and never inferred from each other:
 from __future__ import annotations
 
 import queue
-import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+
+from gitsup import proc
 
 Inbox = queue.SimpleQueue[object]
 
@@ -203,17 +204,9 @@ class WorkerAdapter(ABC):
     def alive(self) -> bool: ...
 
 
-def spawn_piped(argv: list[str], *, cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+def spawn_piped(argv: list[str], *, cwd: Path, env: Mapping[str, str]) -> proc.Popen[bytes]:
     """Start a worker with stdin/stdout/stderr pipes in its own session (process group)."""
     try:
-        return subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        return proc.spawn_piped(argv, cwd=cwd, env=env)
     except OSError as exc:
         raise WorkerError(f"cannot start worker {argv[0]!r}: {exc.strerror or exc}") from exc

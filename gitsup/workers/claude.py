@@ -24,7 +24,6 @@ import os
 import select
 import shutil
 import signal
-import subprocess
 import threading
 import time
 import uuid
@@ -32,6 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from gitsup import proc
 from gitsup.procid import ProcessId
 from gitsup.redact import redact_text
 from gitsup.workers import stream_json as sj
@@ -51,6 +51,7 @@ from gitsup.workers.base import (
     WorkerOutput,
     spawn_piped,
 )
+from gitsup.workers.claude_rules import read_settings_value, refused_flags, refused_modes
 
 BASE_FLAGS = (
     "-p",
@@ -67,19 +68,12 @@ BASE_FLAGS = (
 # Tools whose every call must reach the supervisor as a can_use_tool request.
 ASK_TOOLS = ("Bash", "Write", "Edit", "MultiEdit", "NotebookEdit", "WebFetch", "WebSearch")
 
-_FORBIDDEN_FLAGS = {
-    "--dangerously-skip-permissions": "skips every permission check",
-    "--allow-dangerously-skip-permissions": "allows skipping every permission check",
-    "--permission-prompt-tool": "gitsup answers permission prompts itself (stdio)",
-    "--input-format": "gitsup drives the worker over stream-json",
-    "--setting-sources": "gitsup loads no settings files but its own",
-    "--output-format": "gitsup reads the worker's stream-json",
-}
+_FORBIDDEN_FLAGS = refused_flags("headless")
 _ALLOW_FLAGS = ("--allowedTools", "--allowed-tools")
 # A write to the worker's input that takes longer (2 x stop_grace, at least this) means
 # the worker stopped reading.
 MIN_WRITE_TIMEOUT = 5.0
-_BAD_MODES = {"bypassPermissions", "dontAsk", "acceptEdits", "auto", "plan"}
+_BAD_MODES = refused_modes("headless")
 
 
 # The CLI's own retry ladder for a failing model API (HTTP 429/5xx/529, connection errors)
@@ -192,17 +186,8 @@ def check_arguments(args: Sequence[str]) -> None:
 
 
 def check_settings_value(value: str, where: str) -> None:
-    text = value
-    if not value.lstrip().startswith("{"):
-        try:
-            text = Path(value).read_text()
-        except OSError as exc:
-            raise WorkerError(f"{where} {value!r} cannot be read: {exc.strerror}") from exc
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return  # the CLI ignores settings it cannot parse in -p mode
-    check_settings(data, where)
+    # The CLI ignores settings it cannot parse in -p mode (None: nothing to check).
+    check_settings(read_settings_value(value, where, strict=False), where)
 
 
 def check_settings(data: Any, where: str) -> None:
@@ -265,7 +250,7 @@ class ClaudeWorker(WorkerAdapter):
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: proc.Popen[bytes] | None = None
         self._write_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._turn_active = False
@@ -562,14 +547,9 @@ class ClaudeWorker(WorkerAdapter):
             return "not started"
         self._stopping = True
         if p.poll() is not None:
-            _kill_group(p.pid, signal.SIGKILL)
+            proc.signal_group(p.pid, signal.SIGKILL)
             return "already exited"
-        try:
-            import psutil
-
-            kids = psutil.Process(p.pid).children(recursive=True)
-        except Exception:
-            kids = []
+        kids = proc.descendants(p.pid)
         with self._state_lock:
             busy = self._turn_active
         if busy:
@@ -578,27 +558,17 @@ class ClaudeWorker(WorkerAdapter):
             self._result_seen.wait(timeout=grace)
         self._close_stdin()
         how = "killed"
-        if self._wait_exit(p, grace):
+        if proc.wait_exit(p, grace):
             how = "closed input" if not busy else "interrupted and closed input"
         else:
-            _kill_group(p.pid, signal.SIGTERM)
-            if self._wait_exit(p, grace):
+            proc.signal_group(p.pid, signal.SIGTERM)
+            if proc.wait_exit(p, grace):
                 how = "terminated"
         # Bash-tool children may be left in the group, or reparented (setsid).
-        _kill_group(p.pid, signal.SIGKILL)
-        for k in kids:
-            with contextlib.suppress(Exception):
-                k.kill()
-        self._wait_exit(p, grace)
+        proc.signal_group(p.pid, signal.SIGKILL)
+        proc.kill_each(kids)
+        proc.wait_exit(p, grace)
         return how
-
-    @staticmethod
-    def _wait_exit(p: subprocess.Popen[bytes], timeout: float) -> bool:
-        try:
-            p.wait(timeout=timeout)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
 
     @property
     def alive(self) -> bool:
@@ -609,6 +579,5 @@ class ClaudeWorker(WorkerAdapter):
         return self._session_id
 
 
-def _kill_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+# The name other worker adapters imported before proc.signal_group existed.
+_kill_group = proc.signal_group

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import threading
 from typing import IO
 
@@ -36,7 +35,7 @@ class ProcessWorker(WorkerAdapter):
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: proc.Popen[bytes] | None = None
         self._readers: list[threading.Thread] = []
         self._exit_reported = threading.Event()
         self._stopping = False
@@ -139,19 +138,11 @@ class ProcessWorker(WorkerAdapter):
             proc.kill_group(p.pid, grace=0.5)  # descendants left in the group
             return "already exited"
         # Collect descendants first: once the leader dies they are reparented and lost.
-        with contextlib.suppress(Exception):
-            import psutil
-
-            self._descendants = psutil.Process(p.pid).children(recursive=True)
+        kids = proc.descendants(p.pid)
         proc.kill_group(p.pid, grace=grace, sig=signal.SIGTERM)
-        for d in getattr(self, "_descendants", []):
-            with contextlib.suppress(Exception):
-                d.kill()
-        try:
-            p.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
+        proc.kill_each(kids)
+        if not proc.wait_exit(p, 2.0):
+            proc.signal_group(p.pid, signal.SIGKILL)
             p.wait()
         return "terminated" if p.returncode in (-signal.SIGTERM, 143) else "killed"
 

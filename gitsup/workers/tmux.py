@@ -36,13 +36,14 @@ import re
 import secrets
 import shlex
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gitsup import proc
+from gitsup.errors import GitsupError
 from gitsup.hookrelay import socket_path_for
 from gitsup.workers.base import (
     Capabilities,
@@ -56,6 +57,7 @@ from gitsup.workers.base import (
     WorkerOutput,
 )
 from gitsup.workers.claude import find_claude, loaded_settings_files, read_settings_files
+from gitsup.workers.claude_rules import read_settings_value, refused_flags, refused_modes
 from gitsup.workers.hooks import (
     DEFAULT_BOUND,
     SECRET_ENV,
@@ -70,17 +72,8 @@ WIDTH, HEIGHT = 200, 50
 STARTUP_TIMEOUT = 60.0
 _SUN_PATH_MAX = 104
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
-_FORBIDDEN_FLAGS = {
-    "--dangerously-skip-permissions": "skips every permission check",
-    "--allow-dangerously-skip-permissions": "allows skipping every permission check",
-    "--bare": "skips hooks, and hooks are how gitsup supervises the TUI",
-    "-p": "the tmux worker runs the interactive TUI",
-    "--print": "the tmux worker runs the interactive TUI",
-    "--input-format": "the tmux worker runs the interactive TUI",
-    "--output-format": "the tmux worker runs the interactive TUI",
-    "--permission-prompt-tool": "permission prompts are answered through hooks",
-}
-_BAD_MODES = {"bypassPermissions"}
+_FORBIDDEN_FLAGS = refused_flags("tmux")
+_BAD_MODES = refused_modes("tmux")
 PROMPT_MARK = "\u276f"  # the TUI's prompt / selection marker
 
 
@@ -102,19 +95,6 @@ def check_tmux_settings(data: Any, where: str) -> None:
         mode = perms.get("defaultMode")
         if isinstance(mode, str) and mode in _BAD_MODES:
             raise WorkerError(f"{where} sets permissions.defaultMode = {mode!r}")
-
-
-def _read_settings_value(value: str, where: str) -> Any:
-    text = value
-    if not value.lstrip().startswith("{"):
-        try:
-            text = Path(value).read_text()
-        except OSError as exc:
-            raise WorkerError(f"{where} {value!r} cannot be read: {exc.strerror}") from exc
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise WorkerError(f"{where} is not valid JSON: {exc}") from exc
 
 
 def split_arguments(args: Sequence[str]) -> tuple[list[str], list[Any]]:
@@ -143,7 +123,7 @@ def split_arguments(args: Sequence[str]) -> tuple[list[str], list[Any]]:
                 )
         if name == "--settings":
             value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-            data = _read_settings_value(value, "--settings")
+            data = read_settings_value(value, "--settings", strict=True)
             check_tmux_settings(data, "--settings")
             settings.append(data)
             i += 1 if eq else 2
@@ -335,20 +315,17 @@ class TmuxWorker(WorkerAdapter):
         self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None
     ) -> None:
         try:
-            res = subprocess.run(
+            res = proc.run(
                 ["tmux", "-S", str(self._socket), "-f", "/dev/null", *args],
                 input=input,
-                capture_output=True,
-                env=dict(env) if env is not None else None,
+                env=env,
                 timeout=20,
-                check=False,
             )
-        except (OSError, subprocess.TimeoutExpired) as exc:
+        except GitsupError as exc:
             raise WorkerError(f"tmux {args[0]} failed: {exc}") from exc
-        if res.returncode != 0:
-            raise WorkerError(
-                f"tmux {args[0]} failed: {res.stderr.decode('utf-8', 'replace').strip()[:500]}"
-            )
+        if not res.ok:
+            why = "timed out" if res.timed_out else res.output.strip()[:500]
+            raise WorkerError(f"tmux {args[0]} failed: {why}")
 
     def _pane_info(self) -> dict[str, str]:
         fmt = "#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_current_path}"
@@ -746,8 +723,7 @@ class TmuxWorker(WorkerAdapter):
             _gone, alive = psutil.wait_procs(alive, timeout=grace)
             how += f" (SIGKILL to {len(procs) - len(_gone)} process(es))"
         if self._pane_pid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._pane_pid, signal.SIGKILL)
+            proc.signal_group(self._pane_pid, signal.SIGKILL)
         still = self._server is not None and self._tmux_server().is_alive()
         if alive or still:
             raise WorkerError(

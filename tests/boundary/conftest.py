@@ -62,7 +62,7 @@ class Setup:
 def make_bare(tmp: Path, name: str, source: Path, *, review: bool) -> Path:
     """An empty bare repository, gated from the start (allowed signers and trust root
     taken from `source`, an initialised repository); main then pushed through both gates."""
-    from gitsup.boundary.install import install_gate
+    from gitsup.boundary.setup import install_gate
     from gitsup.git import GitRepo
 
     bare = tmp / f"{name}.git"

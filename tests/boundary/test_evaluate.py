@@ -17,8 +17,8 @@ from gitsup.boundary.evaluate import (
     evaluate,
     protected_branch,
 )
-from gitsup.boundary.gitcmd import RepoConfig, is_review_remote
 from gitsup.boundary.hookio import HookInputError, parse_pre_push, parse_pre_receive
+from gitsup.boundary.lookup import RepoConfig, is_review_remote
 from gitsup.boundary.pusher import client_pusher, task_of_path
 
 A, B, C = "a" * 40, "b" * 40, "c" * 40

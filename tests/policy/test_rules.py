@@ -10,12 +10,11 @@ import pytest
 
 from gitsup.errors import GitsupError
 from gitsup.policy import Decision, Policy, classify_command, unattended_denial
+from gitsup.policy.examples import check_examples, example_failures
 from gitsup.policy.rules import (
     DEFAULT_INSTEAD,
     RuleId,
     build_registry,
-    check_examples,
-    example_failures,
     instead,
     registry,
 )

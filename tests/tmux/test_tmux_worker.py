@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from gitsup.procid import ProcessId
-from gitsup.record import TaskStore
 from gitsup.scripted_model import ScriptedModel
 from gitsup.spec import spec_from_mapping
 from gitsup.state import State, Status
+from gitsup.store import TaskStore
 from gitsup.tasks import Context, read_events, run_task
 from tests.conftest import git, run_sup
 from tests.tmux.conftest import claude_env, seed_config

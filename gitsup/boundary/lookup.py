@@ -1,57 +1,21 @@
-"""Git through `subprocess`, for the hook path (no pygit2: a push pays milliseconds).
+"""What the gate asks Git, for the hook path (no pygit2: a push pays milliseconds).
 
-`GitCli` runs plain `git` in the hook's environment, so in a `pre-receive` hook
-it sees the quarantined objects of the push under way. `GitLookup` answers the
-evaluator's questions with few processes: one `cat-file --batch` walk for
-fast-forwards (`merge-base --is-ancestor` only for what it cannot settle), and
+`RepoConfig` holds the boundary's settings read in one `git config` process. `GitLookup`
+answers the evaluator's questions with few processes (through gitrun): one `cat-file --batch`
+walk for fast-forwards (`merge-base --is-ancestor` only for what it cannot settle), and
 `trust.TrustCheck` for what protected branches gain.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 
+from gitsup.boundary import gitrun
 from gitsup.boundary.evaluate import Allowance, Policy, RefUpdate, Untrusted
+from gitsup.boundary.gitrun import GitCli
 from gitsup.boundary.trust import TrustCheck
-from gitsup.protected import effective
-
-
-class GitCli:
-    def __init__(self, cwd: str | None = None, env: Mapping[str, str] | None = None) -> None:
-        self.cwd = cwd
-        self.env = env
-
-    def run(self, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(
-            ["git", *args],
-            cwd=self.cwd,
-            env=None if self.env is None else dict(self.env),
-            input=input,
-            capture_output=True,
-            check=False,
-        )
-
-    def out(self, *args: str) -> str | None:
-        """stdout of a successful command (stripped), or None."""
-        res = self.run(*args)
-        if res.returncode != 0:
-            return None
-        return res.stdout.decode("utf-8", "replace").strip()
-
-    def config(self, pattern: str) -> dict[str, list[str]]:
-        """All config values whose key matches `pattern` (lower-cased keys), one process."""
-        res = self.run("config", "-z", "--get-regexp", pattern)
-        values: dict[str, list[str]] = {}
-        if res.returncode != 0:
-            return values
-        for entry in res.stdout.decode("utf-8", "replace").split("\0"):
-            if not entry:
-                continue
-            key, _, value = entry.partition("\n")
-            values.setdefault(key.lower(), []).append(value)
-        return values
+from gitsup.protected import effective, is_protected
 
 
 class RepoConfig:
@@ -118,6 +82,17 @@ def is_review_remote(cfg: RepoConfig, remote: str, url: str) -> bool:
     return any(_norm_url(c) in targets for c in candidates)
 
 
+def protected_tips(git: GitCli, patterns: Sequence[str]) -> dict[str, str]:
+    """Ref -> tip of every branch `patterns` protect (one `for-each-ref`)."""
+    out = git.out("for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/")
+    tips: dict[str, str] = {}
+    for line in (out or "").splitlines():
+        oid, _, ref = line.partition(" ")
+        if is_protected(ref, patterns):
+            tips[ref] = oid
+    return tips
+
+
 class GitLookup:
     """`CandidateLookup` over plain git; `trust` judges what protected branches gain."""
 
@@ -164,13 +139,12 @@ class GitLookup:
         """Pairs proven fast-forward by walking at most `max_steps` commits back from new."""
         found: dict[tuple[str, str], bool] = {}
         try:
-            cat = subprocess.Popen(
+            cat = gitrun.start(
                 ["git", "cat-file", "--batch"],
                 cwd=self.git.cwd,
-                env=None if self.git.env is None else dict(self.git.env),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
+                env=self.git.env,
+                stdin=gitrun.PIPE,
+                stdout=gitrun.PIPE,
             )
         except OSError:
             return found

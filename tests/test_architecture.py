@@ -1,0 +1,96 @@
+"""The import contracts (pyproject.toml, [tool.importlinter]) hold for gitsup/, and each one
+breaks when a module does what it forbids: a copy of the package is edited the way a careless
+change would, and `lint-imports` must refuse it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+LINT = Path(sys.executable).parent / "lint-imports"
+
+
+def lint(root: Path, *contracts: str) -> subprocess.CompletedProcess[str]:
+    args = [str(LINT), "--no-cache", "--no-logo", str(root / "pyproject.toml")]
+    for c in contracts:
+        args += ["--contract", c]
+    # The package is found on sys.path: the copy under `root`, not the installed one.
+    return subprocess.run(
+        args,
+        cwd=root,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("arch")
+    shutil.copytree(
+        REPO_ROOT / "gitsup", root / "gitsup", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def test_every_contract_holds_for_the_package() -> None:
+    res = lint(REPO_ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert " BROKEN" not in res.stdout
+    assert "0 broken" in res.stdout
+
+
+def _edit(root: Path, rel: str, addition: str) -> None:
+    path = root / "gitsup" / rel
+    text = path.read_text() if path.exists() else ""
+    path.write_text(text + "\n\n" + addition + "\n")
+
+
+CASES = [
+    # A hook-path module reaching for pygit2, even lazily and two imports away from the hook.
+    (
+        "hook-path-stdlib",
+        "boundary/trust.py",
+        "def _sneaky() -> None:\n    import pygit2  # noqa\n",
+    ),
+    # The sandbox bootstrap importing a gitsup module that imports psutil.
+    ("hook-path-stdlib", "bootstrap.py", "def _sneaky() -> None:\n    from gitsup import procid\n"),
+    # A core module starting a process on its own.
+    ("one-spawner", "events.py", "import subprocess\n"),
+    ("one-spawner", "workers/claude.py", "def _fork() -> None:\n    import multiprocessing\n"),
+    # pygit2 outside the gateway; typer outside the CLI.
+    ("one-git-gateway", "gitstate.py", "def _x() -> None:\n    import pygit2\n"),
+    ("cli-only-typer", "tasks.py", "def _x() -> None:\n    import typer\n"),
+    # A lower layer importing a higher one (lazily, inside a function, still counts).
+    ("layers", "git.py", "def _x() -> None:\n    from gitsup import tasks\n"),
+    ("layers", "store.py", "def _x() -> None:\n    from gitsup.supervisor import Supervisor\n"),
+    # Workers and policy know nothing of each other; the gate joins them.
+    ("layers", "workers/base.py", "def _x() -> None:\n    from gitsup.policy import decision\n"),
+    # A new module that no layer names.
+    ("layers", "newthing.py", "X = 1\n"),
+    # A cycle between two modules of one package (here both in the store layer).
+    ("acyclic", "layout.py", "def _x() -> None:\n    from gitsup import store\n"),
+    ("policy-pure", "policy/tools.py", "def _x() -> None:\n    from gitsup import git\n"),
+]
+
+
+@pytest.mark.parametrize(("contract", "rel", "addition"), CASES)
+def test_a_contract_breaks_when_a_module_does_what_it_forbids(
+    pristine: Path, tmp_path: Path, contract: str, rel: str, addition: str
+) -> None:
+    root = tmp_path / "copy"
+    shutil.copytree(pristine, root)
+    before = lint(root, contract)
+    assert before.returncode == 0, before.stdout + before.stderr
+    _edit(root, rel, addition)
+    after = lint(root, contract)
+    assert after.returncode != 0, after.stdout
+    assert "BROKEN" in after.stdout, after.stdout + after.stderr
