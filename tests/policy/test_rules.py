@@ -156,10 +156,10 @@ def test_rule_ids_are_written_once_in_the_registry() -> None:
 
 def test_loading_the_policy_checks_the_examples(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check runs where the default policy is built: a wrong example stops `Policy.load`."""
-    from gitsup.policy import config, rules
+    from gitsup.policy import config, examples
 
     bad = build_registry(_set("ask.run", "match", '["make test"]'), "rules.toml")
-    monkeypatch.setattr(rules, "registry", lambda: bad)
+    monkeypatch.setattr(examples, "registry", lambda: bad)
     config._build.cache_clear()
     try:
         with pytest.raises(
