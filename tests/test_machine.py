@@ -198,6 +198,12 @@ def test_a_turn_over_budget_parks(budget: dict[str, object], t: object, why: str
     assert w.state == State.BLOCKED
 
 
+def test_a_turn_at_the_budget_is_not_over_it() -> None:
+    spec = make_spec(budget={"max_turns": 3, "max_cost_usd": 1.0})
+    w = running(spec=spec).feed(turn(num_turns=3, cost_usd=1.0))
+    assert w.state == State.COMPLETED and "budget_exceeded" not in w.types()
+
+
 # --- permissions ---------------------------------------------------------------------------
 
 
