@@ -142,7 +142,8 @@ class Phases:
 
 
 def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
-    from gitsup import supervisor as sup_mod
+    from gitsup import journal as journal_mod
+    from gitsup import launcher as launcher_mod
     from gitsup import tasks as tasks_mod
     from gitsup.git import GitRepo
     from gitsup.lease import LeaseStore
@@ -182,8 +183,8 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
     phases.wrap(gitstate, "create", "private Git dir (gitstate.create)")
     phases.wrap(GitRepo, "update_ref", "update_ref")
     phases.wrap(TaskStore, "save", "save record (fsync)")
-    phases.wrap(sup_mod.Supervisor, "_seal", "seal event log")
-    phases.wrap(sup_mod.Supervisor, "_spawn", "_spawn (preflight .. exec)")
+    phases.wrap(journal_mod.Journal, "seal", "seal event log")
+    phases.wrap(launcher_mod.Launcher, "spawn", "spawn (preflight .. exec)")
 
     def plain_add(i: int) -> float:
         dest = root / "plain" / f"wt{i}"

@@ -19,7 +19,7 @@ def run_check(
     *,
     cwd: Path,
     env: Mapping[str, str],
-    round: int = 0,
+    repair_round: int = 0,
     wrap: Callable[[list[str]], list[str]] | None = None,
     abort: threading.Event | None = None,
 ) -> CheckResult:
@@ -44,7 +44,7 @@ def run_check(
             exit_code=None,
             passed=False,
             output_tail=exc.message,
-            round=round,
+            round=repair_round,
         )
     tail = res.output[-OUTPUT_TAIL:]
     if res.timed_out:
@@ -56,11 +56,11 @@ def run_check(
         exit_code=res.returncode,
         passed=res.ok,
         timed_out=res.timed_out,
-        duration=round_(res.duration),
+        duration=_seconds(res.duration),
         output_tail=tail,
-        round=round,
+        round=repair_round,
     )
 
 
-def round_(x: float) -> float:
+def _seconds(x: float) -> float:  # to the millisecond
     return float(f"{x:.3f}")

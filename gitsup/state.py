@@ -6,7 +6,10 @@
                         paused+      failed       +-----> blocked        (candidate parked)
        stop from starting | running | waiting | paused | verifying -> stopped
 
-One addition: starting -> failed, for a worker that cannot be spawned.
+Additions, so that the log never shows a state the task did not pass through: every
+live state may end directly in failed or blocked (a worker that cannot be spawned, a model
+failure, an internal error, a refused import, a recovery that parks), and paused goes
+straight to verifying when the task is verified while a person drives the worker.
 Invalid transitions raise; a terminal state is entered once.
 """
 
@@ -48,17 +51,25 @@ _STOPPABLE = {State.STARTING, State.RUNNING, State.WAITING, State.PAUSED, State.
 
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.IDLE: frozenset({State.STARTING}),
-    State.STARTING: frozenset({State.RUNNING, State.FAILED, State.STOPPED}),
-    State.RUNNING: frozenset({State.WAITING, State.PAUSED, State.STOPPED}),
-    State.WAITING: frozenset({State.RUNNING, State.VERIFYING, State.FAILED, State.STOPPED}),
-    State.PAUSED: frozenset({State.RUNNING, State.STOPPED}),
-    State.VERIFYING: frozenset({State.COMPLETED, State.RUNNING, State.BLOCKED, State.STOPPED}),
+    State.STARTING: frozenset({State.RUNNING, State.FAILED, State.BLOCKED, State.STOPPED}),
+    State.RUNNING: frozenset(
+        {State.WAITING, State.PAUSED, State.FAILED, State.BLOCKED, State.STOPPED}
+    ),
+    State.WAITING: frozenset(
+        {State.RUNNING, State.VERIFYING, State.FAILED, State.BLOCKED, State.STOPPED}
+    ),
+    State.PAUSED: frozenset(
+        {State.RUNNING, State.VERIFYING, State.FAILED, State.BLOCKED, State.STOPPED}
+    ),
+    State.VERIFYING: frozenset(
+        {State.COMPLETED, State.RUNNING, State.BLOCKED, State.FAILED, State.STOPPED}
+    ),
     State.COMPLETED: frozenset(),
     State.BLOCKED: frozenset(),
     State.FAILED: frozenset(),
     State.STOPPED: frozenset(),
 }
-assert all(State.STOPPED in TRANSITIONS[s] for s in _STOPPABLE)
+assert all({State.STOPPED, State.FAILED, State.BLOCKED} <= TRANSITIONS[s] for s in _STOPPABLE)
 
 STATUS_OF: dict[State, Status] = {
     State.COMPLETED: Status.READY,

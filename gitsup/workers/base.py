@@ -15,7 +15,7 @@ from __future__ import annotations
 import queue
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -142,6 +142,61 @@ class WorkerIdentity:
 
 
 @dataclass(frozen=True)
+class WorkerOptions:
+    """What an adapter may be given besides its context. Unset is None.
+
+    `spec` the task's TaskSpec; `wrap` the bootstrap prefix (sandbox, cgroup, namespace) for
+    its argv; `egress` the worker's egress gate; `abort` a threading.Event set on stop;
+    `tools`/`ask_tools`/`loads_settings_files` a Claude Code call's tool set (claude_call);
+    `hook_timeout`, `extra_args`, `startup_timeout` tmux settings; `extra` anything else.
+
+    Read with `options.spec`, or as the mapping it used to be (`options.get("spec")`,
+    `options["wrap"]`: an unset key reads as absent), so adapters written against the
+    dict keep working.
+    """
+
+    spec: Any = None
+    wrap: Any = None
+    egress: Any = None
+    abort: Any = None
+    tools: str | None = None
+    ask_tools: tuple[str, ...] | list[str] | None = None
+    loads_settings_files: bool | None = None
+    hook_timeout: float | None = None
+    extra_args: tuple[str, ...] | list[str] | None = None
+    startup_timeout: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, value: WorkerOptions | Mapping[str, Any] | None) -> WorkerOptions:
+        if isinstance(value, WorkerOptions):
+            return value
+        known = {f.name for f in fields(cls)} - {"extra"}
+        items = dict(value or {})
+        rest = {k: items.pop(k) for k in list(items) if k not in known}
+        return cls(**items, extra=rest)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.extra.get(key) if key not in _OPTION_FIELDS else getattr(self, key)
+        return default if value is None else value
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+
+_OPTION_FIELDS = frozenset(
+    {"spec", "wrap", "egress", "abort", "tools", "ask_tools", "loads_settings_files"}
+    | {"hook_timeout", "extra_args", "startup_timeout"}
+)
+
+
+@dataclass(frozen=True)
 class WorkerContext:
     """What an adapter gets from the supervisor. Adapters never create these themselves."""
 
@@ -151,8 +206,13 @@ class WorkerContext:
     env: Mapping[str, str]  # the child environment, already cleaned by the supervisor
     argv: tuple[str, ...]  # worker.argv from the spec (may be empty: adapter default)
     inbox: Inbox
-    options: Mapping[str, Any] = field(default_factory=dict)  # adapter-specific spec fields
+    # adapter-specific settings; a mapping of the same keys is accepted and converted
+    options: WorkerOptions | Mapping[str, Any] = field(default_factory=WorkerOptions)
     max_output_bytes: int = 16 * 1024  # bound for one WorkerOutput text
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.options, WorkerOptions):
+            object.__setattr__(self, "options", WorkerOptions.of(self.options))
 
 
 class WorkerError(Exception):

@@ -1,0 +1,123 @@
+"""The network of each process a task runs (docs/containment.md): agents reach only their
+model API (and the allowed `egress` endpoints) through the gate; process workers and checks
+get loopback only (plus the `egress` endpoints); `network = "host"` opts out."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gitsup.errors import GitsupError
+from gitsup.git import GitRepo
+from gitsup.spec import TaskSpec
+
+
+@dataclass(frozen=True)
+class Net:
+    """Where a process runs: `netns` (None: the host network), what its env needs, the gate."""
+
+    netns: str | None
+    env: dict[str, str]
+    gate: Any
+    describe: dict[str, Any]
+
+
+class TaskNet:
+    def __init__(
+        self,
+        repo: GitRepo,
+        spec: TaskSpec,
+        task: str,
+        emit: Callable[[str, Mapping[str, Any]], object],
+    ) -> None:
+        self.repo = repo
+        self.spec = spec
+        self.task = task
+        self.emit = emit
+        self.describe: dict[str, Any] = {"mode": "host"}  # the worker's network
+
+    def _allowed(self) -> list[str]:
+        return [*self.spec.isolation.egress, *self.repo.config_get_all("sup.egress")]
+
+    def network_for(
+        self, who: str, stack: contextlib.ExitStack, env: Mapping[str, str], *, agent: bool
+    ) -> Net:
+        """The network a worker, reviewer, decider or check gets, closed with `stack`."""
+        mode = self.spec.isolation.network
+        if mode == "host":
+            return Net(None, {}, None, {"mode": "host", "reason": 'network = "host"'})
+        from gitsup.contain import isolated_netns
+        from gitsup.egress import gated_namespace, model_endpoint, parse_endpoint
+
+        extra = self._allowed()
+        # a configuration error fails the task; it never falls back to the host network
+        for e in extra:
+            parse_endpoint(e)
+        if agent:
+            model_endpoint(env)
+
+        def refused(host: str, port: int, reason: str) -> None:
+            self.emit("egress_refused", {"who": who, "host": host, "port": port, "reason": reason})
+
+        try:
+            if agent or extra:
+                an = stack.enter_context(
+                    gated_namespace(self.task, env, extra, refused, model=agent)
+                )
+                gate = an.gate
+                stack.callback(
+                    lambda: self.emit(
+                        "egress_summary",
+                        {"who": who, "connections": gate.forwarded, "refused": gate.refused},
+                    )
+                )
+                return Net(an.netns, an.env, an.gate, an.describe())
+            ns = stack.enter_context(isolated_netns(self.task))
+            return Net(ns, {}, None, {"mode": "loopback", "netns": ns})
+        except GitsupError as exc:
+            if mode == "none":
+                raise
+            return Net(None, {}, None, {"mode": "host", "reason": f"auto: {exc.message}"})
+
+    def regate(self, record: Any, env: Mapping[str, str], stack: contextlib.ExitStack) -> Any:
+        """A re-adopted worker's namespace outlived its supervisor, the gate did not:
+        serve the same namespace again (closed with `stack`; the namespace stays with the
+        detached worker)."""
+        extra = (record.worker or {}).get("extra") or {}
+        ns = extra.get("netns") if isinstance(extra, dict) else None
+        if not isinstance(ns, str) or not os.path.exists(ns):
+            return None
+        from gitsup.egress import EgressGate, make_plan, model_endpoint, parse_endpoint
+
+        try:
+            plan = make_plan([model_endpoint(env), *(parse_endpoint(e) for e in self._allowed())])
+        except GitsupError:
+            return None
+
+        def refused(host: str, port: int, reason: str) -> None:
+            self.emit(
+                "egress_refused", {"who": "worker", "host": host, "port": port, "reason": reason}
+            )
+
+        port = extra.get("egress_proxy_port")
+        try:
+            gate = EgressGate(ns, plan, refused, port if isinstance(port, int) else None).start()
+        except GitsupError as exc:  # the worker keeps its namespace, without a way out
+            self.emit("protocol_noise", {"error": f"egress gate not served again: {exc.message}"})
+            return None
+        stack.callback(gate.close)
+        self.describe = {"mode": "gated", "netns": ns, **plan.as_dict()}
+        return gate
+
+    def agent_network(self, who: str) -> Callable[[Mapping[str, str]], Any]:
+        """For the claude reviewer and decider: a fresh gated namespace per call."""
+
+        @contextlib.contextmanager
+        def factory(env: Mapping[str, str]) -> Iterator[Net]:
+            with contextlib.ExitStack() as stack:
+                yield self.network_for(who, stack, env, agent=True)
+
+        return factory
