@@ -625,6 +625,9 @@ class Runner:
             {"GITSUP_INTEGRATION": f"queue/{self.q.branch}"}, drop=("GITSUP_TASK",)
         )
         mode = resolve_mode(None, self.repo.config_get("sup.sandbox"))
+        # An (empty) private Git dir makes the plan keep the whole common dir read-only:
+        # a check writes only in its worktree and its private HOME and TMPDIR.
+        (self.q.dir / "git").mkdir(exist_ok=True)
         plan = build_plan(
             mode=mode,
             rules=load_rules(self.repo.main_workdir),

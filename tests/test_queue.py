@@ -15,7 +15,7 @@ import pytest
 
 from tests.boundary.conftest import Setup, make_task
 from tests.conftest import PYTHON, git, run_sup
-from tests.helpers.sup import PYTEST_CHECK, read_record, wait_for
+from tests.helpers.sup import read_record, wait_for
 
 CALC = "VERSION = 1\n\n\ndef add(a, b):\n    return a + b\n"
 
@@ -42,7 +42,9 @@ def _good(setup: Setup, name: str) -> dict[str, Any]:
         setup,
         files=(
             (f"mod_{name}.py", f"def f():\n    return {name!r}\n"),
-            _test_file(name, f"from mod_{name} import f\n\n\ndef test_f():\n    assert f() == {name!r}\n"),
+            _test_file(
+                name, f"from mod_{name} import f\n\n\ndef test_f():\n    assert f() == {name!r}\n"
+            ),
         ),
     )
 
@@ -87,7 +89,9 @@ def test_eight_candidates_conflicts_and_a_composition_failure(qsetup: Setup) -> 
     # d: a test that holds VERSION to 1 (true on main, so d passes alone)
     d = make_task(
         qsetup,
-        files=_test_files("d", "import calc\n\n\ndef test_version():\n    assert calc.VERSION == 1\n"),
+        files=_test_files(
+            "d", "import calc\n\n\ndef test_version():\n    assert calc.VERSION == 1\n"
+        ),
     )
     e = make_task(qsetup, files=(("shared.txt", "one\nTWO by e\nthree\n"),))  # conflicts with c
     # f: bumps VERSION; its own tests pass alone, d's test fails once both are in
@@ -179,9 +183,7 @@ def test_killed_after_moving_the_target_resumes_without_integrating_twice(
     tasks = _five(qsetup)
     assert run_sup(repo, "queue", "add", *[t["id"] for t in tasks]).returncode == 0
     # SIGKILL right after main moved for the first batch, before the queue recorded it
-    died = run_sup(
-        repo, "queue", "run", "--batch", "2", env={"GITSUP_FAULT": "queue_after_move"}
-    )
+    died = run_sup(repo, "queue", "run", "--batch", "2", env={"GITSUP_FAULT": "queue_after_move"})
     assert died.returncode == -signal.SIGKILL
     assert len(_first_parents(repo, start)) == 2
     state = json.loads(git(repo, "show", "refs/sup/queue/main/state:queue.json"))
@@ -220,9 +222,7 @@ def test_kill_9_during_a_check_then_resume(qsetup: Setup) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        assert wait_for(
-            lambda: marker.exists() and len(marker.read_text()) >= 2, timeout=120
-        )
+        assert wait_for(lambda: marker.exists() and len(marker.read_text()) >= 2, timeout=120)
         runner.send_signal(signal.SIGKILL)
     finally:
         runner.wait(timeout=30)
@@ -294,3 +294,59 @@ def test_detached_runner(qsetup: Setup) -> None:
         except ProcessLookupError:
             break
         time.sleep(0.1)
+
+
+ATTACK = r"""
+import os, pathlib, subprocess, sys
+repo, common, key = REPO, COMMON, KEY  # written in: paths in argv become readable
+tried = {}
+def attempt(name, fn):
+    try:
+        fn()
+        tried[name] = "DONE"
+    except Exception as exc:
+        tried[name] = f"refused: {type(exc).__name__}"
+attempt("write checkout", lambda: pathlib.Path(repo, "pwned").write_text("x"))
+attempt("write refs", lambda: pathlib.Path(common, "refs/heads/pwned").write_text("0" * 40 + "\n"))
+attempt("read key", lambda: pathlib.Path(key).read_bytes())
+r = subprocess.run(["git", "-C", repo, "update-ref", "refs/heads/main", "HEAD~1"],
+                   capture_output=True)
+tried["move main"] = "DONE" if r.returncode == 0 else "refused"
+print(tried)
+"""
+
+
+def test_queue_checks_run_in_the_task_sandbox(
+    qsetup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hostile check (it is the candidate's code that runs) cannot touch the user's
+    checkout, refs or signing key: the checks run inside the kernel sandbox."""
+    from gitsup.sandbox import probe
+
+    if not probe().landlock:
+        pytest.skip("needs Landlock")
+    monkeypatch.delenv("GITSUP_SANDBOX_EXTRA_WRITE", raising=False)
+    repo, tmp = qsetup.repo, qsetup.tmp
+    common = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir")
+    key = Path(os.environ["HOME"]) / ".config/gitsup/signing/id_ed25519"
+    assert key.exists()
+    script = tmp / "attack.py"
+    script.write_text(
+        ATTACK.replace("REPO, COMMON, KEY", f"{str(repo)!r}, {common!r}, {str(key)!r}")
+    )
+    main_before = git(repo, "rev-parse", "main")
+    t = make_task(
+        qsetup,
+        files=(("x.txt", "x\n"),),
+        checks=[{"name": "attack", "argv": [PYTHON, str(script)]}],
+    )
+    assert run_sup(repo, "queue", "add", t["id"]).returncode == 0
+    res = run_sup(repo, "queue", "run", "--json", timeout=300)
+    assert res.returncode == 0, res.stderr
+    state = json.loads(git(repo, "show", "refs/sup/queue/main/state:queue.json"))
+    [result] = state["results"].values()
+    assert "DONE" not in result["output_tail"], result["output_tail"]
+    assert result["output_tail"].count("refused") == 4, result["output_tail"]
+    assert not (repo / "pwned").exists()
+    assert git(repo, "rev-parse", "main^1") == main_before  # moved only by the integration
+    assert git(repo, "rev-parse", "main^2") == t["candidate"]
