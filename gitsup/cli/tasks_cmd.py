@@ -466,8 +466,16 @@ def ls_cmd(
     rows = list_tasks(ctx)
     if attention:
         rows = [r for r in rows if r.id in needs]
+    from gitsup.overlap import overlaps
+
+    ov = overlaps(ctx, ctx.store.iter_raw())
     if json_out:  # creation order, as always; `attention` says who needs a human
-        emit_json([{**r.as_dict(), "attention": needs.get(r.id, [])} for r in rows])
+        emit_json(
+            [
+                {**r.as_dict(), "attention": needs.get(r.id, []), "overlaps": ov.get(r.id, [])}
+                for r in rows
+            ]
+        )
         return
     rows.sort(key=lambda r: r.id not in needs)  # stable: creation order within each group
     if not rows:
@@ -478,6 +486,7 @@ def ls_cmd(
         behind = "-" if r.behind is None else f"{r.behind} {r.source_branch}"
         status = f"{r.status}*" if r.discarded else r.status
         need = f"  [! needs a human: {'; '.join(needs[r.id])}]" if r.id in needs else ""
+        need += f"  [overlaps {' '.join(ov[r.id])}]" if r.id in ov else ""
         out(f"{r.id:16} {r.state:10} {status:10} {_age(r.age):>7} {behind:>12}  {r.goal}{need}")
     if any(r.discarded for r in rows):
         out("* discarded: worktree removed, refs kept")
