@@ -350,9 +350,8 @@ class Runner:
         self.say = on_progress or (lambda _m: None)
         self.res = RunResult(into=self.q.branch)
         self._wt_root: Path | None = None
-        self._wrap: Callable[[list[str]], list[str]] | None = None
         self._env: dict[str, str] = {}
-        self._wrap_error = ""
+        self._plans: dict[str, Callable[[list[str]], list[str]] | None] = {}
 
     # lease
 
@@ -463,6 +462,7 @@ class Runner:
         steps = []
         target = self.repo.ref_target(self.q.target_ref)
         assert target is not None
+        untrusted = self._untrusted_baselines(target, pending)
         for e in pending:
             cand = self.repo.ref_target(task_refs(TaskId(e.task))["candidate"])
             text = self.repo.read_note(Oid(e.candidate))
@@ -475,13 +475,32 @@ class Runner:
                 )
                 self._finish(e, "parked", why, {"base": target}, park_task=False)
                 continue
-            try:
-                _require_integrated(_trust(self.repo), self.q.branch, target, note.baseline)
-            except GitsupError as exc:
-                self._finish(e, "parked", exc.message, {"base": target}, park_task=True)
+            bad = untrusted.get(note.baseline)
+            if bad:
+                self._finish(e, "parked", bad, {"base": target}, park_task=True)
                 continue
             steps.append(_Step(e, note, _task_checks(self.ctx, e.task, note)))
         return steps
+
+    def _untrusted_baselines(self, target: Oid, pending: list[Entry]) -> dict[str, str]:
+        """The target's history since the trust root must be integrated (else nothing is
+        built on it), and so must what each baseline adds to it: baseline -> why not.
+        Two `rev-list`s for the whole batch."""
+        trust = _trust(self.repo)
+        _require_integrated(trust, self.q.branch, target, target)
+        baselines: set[str] = set()
+        for e in pending:
+            text = self.repo.read_note(Oid(e.candidate))
+            with contextlib.suppress(GitsupError):
+                if text:
+                    baselines.add(CandidateNote.parse(text).baseline)
+        found = trust.check([(b, target, b) for b in sorted(baselines)])
+        return {
+            b: f"the task's baseline {b[:12]} brings {u.total} commit(s) that are not "
+            f"integrated ({u.commit[:12]} {u.why})"
+            for b, u in found.items()
+            if u is not None
+        }
 
     def _compose(self, base: Oid, steps: list[_Step]) -> list[_Step]:
         """Chain unsigned merges of `steps` on `base`; conflicting candidates go back."""
@@ -624,6 +643,9 @@ class Runner:
         env = proc.child_env(
             {"GITSUP_INTEGRATION": f"queue/{self.q.branch}"}, drop=("GITSUP_TASK",)
         )
+        key = json.dumps([str(wt), [list(c.argv) for c in checks]])
+        if key in self._plans:
+            return self._plans[key]
         mode = resolve_mode(None, self.repo.config_get("sup.sandbox"))
         # An (empty) private Git dir makes the plan keep the whole common dir read-only:
         # a check writes only in its worktree and its private HOME and TMPDIR.
@@ -642,11 +664,14 @@ class Runner:
         if problems:
             raise GitsupError("; ".join(problems))
         self._env = dict(plan.env)
-        if not plan.active:
-            return None
-        return lambda argv: bootstrap_argv(
-            argv, cgroup=None, netns=None, sandbox=plan.argv(files=argv)
-        )
+        wrap: Callable[[list[str]], list[str]] | None = None
+        if plan.active:
+
+            def wrap(argv: list[str]) -> list[str]:
+                return bootstrap_argv(argv, cgroup=None, netns=None, sandbox=plan.argv(files=argv))
+
+        self._plans[key] = wrap
+        return wrap
 
     def _cleanup(self) -> None:
         if self._wt_root is not None:
