@@ -566,6 +566,13 @@ class GitRepo:
             out.add(delta.new_file.path)
         return out
 
+    def diff_size(self, base: Oid, head: Oid) -> tuple[int, int, int]:
+        """(files changed, insertions, deletions) between two commits."""
+        a = self._repo[pygit2.Oid(hex=base)].peel(pygit2.Commit).tree
+        b = self._repo[pygit2.Oid(hex=head)].peel(pygit2.Commit).tree
+        stats = a.diff_to_tree(b).stats
+        return int(stats.files_changed), int(stats.insertions), int(stats.deletions)
+
     # --- working tree state (of a task worktree) ------------------------------------
 
     def status_entries(self) -> dict[str, int]:
