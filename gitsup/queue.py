@@ -352,6 +352,7 @@ class Runner:
         self._wt_root: Path | None = None
         self._env: dict[str, str] = {}
         self._plans: dict[str, Callable[[list[str]], list[str]] | None] = {}
+        self._repairs: list[tuple[Entry, str, str, dict[str, Any]]] = []
 
     # lease
 
@@ -447,15 +448,16 @@ class Runner:
     # the loop
 
     def _loop(self) -> None:
+        self._collect_repairs()
         while True:
             state, _ = self.q.read()
             pending = state.queued()[: self.batch]
             if not pending:
                 return
             steps = self._prepare(pending)
-            if not steps:
-                continue
-            self._land(steps)
+            if steps:
+                self._land(steps)
+            self._flush_repairs()
 
     def _prepare(self, pending: list[Entry]) -> list[_Step]:
         """Candidates still ready and built on an integrated baseline; the rest go back."""
@@ -756,23 +758,126 @@ class Runner:
     ) -> None:
         """A candidate leaves the queue without being integrated: parked with its evidence
         (the candidate note and the task record say so, so `integrate` refuses it too)."""
-        status = "parked"
         if park_task:
             self._park_task(e, reason, evidence)
         with self.q.change(f"{kind}: {e.task}") as st:
             for x in st.queued():
                 if x.task == e.task:
-                    x.status, x.reason, x.evidence = status, reason, evidence
+                    x.status, x.reason, x.evidence = "parked", reason, evidence
                     x.finished_at = time.time()
-        self.res.sent_back.append(
-            {"task": e.task, "kind": kind, "reason": reason, "evidence": evidence}
-        )
-        self.q.event(
-            "queue_parked",
-            {"task": e.task, "kind": kind, "reason": reason, "evidence": evidence},
-            seal=f"parked {e.task}",
-        )
+        item = {"task": e.task, "kind": kind, "reason": reason, "evidence": evidence}
+        self.res.sent_back.append(item)
+        self.q.event("queue_parked", dict(item), seal=f"parked {e.task}")
         self.say(f"{e.task}: {kind}: {reason}")
+        if park_task:
+            # started once the batch has landed: the repair's base is the new target
+            self._repairs.append((e, kind, reason, item))
+
+    def _flush_repairs(self) -> None:
+        todo, self._repairs = self._repairs, []
+        for e, kind, reason, item in todo:
+            repair, why_not = self._start_repair(e, kind, reason, item["evidence"])
+            item["repair_task"] = repair
+            if not repair:
+                item["no_repair"] = why_not
+                continue
+            with self.q.change(f"repair task {repair} for {e.task}") as st:
+                for x in st.entries:
+                    if x.task == e.task and x.status == "parked" and not x.repair_task:
+                        x.status, x.repair_task = "repair", repair
+            self.q.event(
+                "queue_repair", {"task": e.task, "repair_task": repair}, seal=f"repair {e.task}"
+            )
+            self.say(f"{e.task}: repair task {repair} started")
+
+    def _start_repair(
+        self, e: Entry, kind: str, reason: str, evidence: dict[str, Any]
+    ) -> tuple[str, str]:
+        """A repairable worker (claude, tmux) gets a repair task: the same spec on the new
+        base, its goal carrying the evidence. Returns (task id, "") or ("", why not)."""
+        spec = _spec(self.ctx, e.task)
+        if spec is None:
+            return "", "the task's spec is gone"
+        if spec.worker.kind == "process":
+            return "", "its worker (process) cannot take a repair turn"
+        if self.repair_rounds(e) >= spec.autonomy.max_repair_rounds:
+            return "", f"repair rounds exhausted ({spec.autonomy.max_repair_rounds})"
+        from gitsup.detach import start_detached
+
+        base = self.repo.ref_target(self.q.target_ref) or ""
+        lines = [
+            spec.goal,
+            "",
+            f"Integration repair (queue into {self.q.branch}): candidate {e.candidate} of "
+            f"task {e.task} {reason}.",
+            f"This worktree starts at {self.q.branch} {base}. Bring that candidate's work in "
+            f"(e.g. `git merge {e.candidate}` or `git cherry-pick` its commits), make it fit "
+            "what is on the branch now so the required checks pass, and commit.",
+        ]
+        if evidence.get("conflicts"):
+            lines.append("Conflicting paths: " + ", ".join(evidence["conflicts"][:50]))
+        for f in evidence.get("failed", [])[:5]:
+            lines += [f"Failing check {f['name']}, end of its output:", f["output_tail"][-3000:]]
+        try:
+            rec = start_detached(
+                self.ctx,
+                spec.model_copy(update={"base": self.q.branch, "goal": "\n".join(lines)}),
+            )
+        except GitsupError as exc:
+            return "", f"the repair task could not start: {exc.message}"
+        return rec.id, ""
+
+    def repair_rounds(self, e: Entry) -> int:
+        state, _ = self.q.read()
+        rounds, cur = 0, e
+        while cur.repair_of:
+            rounds += 1
+            prev = state.find(cur.repair_of)
+            if prev is None:
+                break
+            cur = prev
+        return rounds
+
+    def _collect_repairs(self) -> None:
+        """Repair tasks that finished: a ready candidate re-enters the queue (at its end)."""
+        from gitsup.state import TERMINAL
+
+        state, _ = self.q.read()
+        done: dict[str, tuple[str, str]] = {}
+        for e in state.entries:
+            if e.status != "repair" or not e.repair_task:
+                continue
+            try:
+                rec = self.ctx.store.load(e.repair_task)
+            except GitsupError:
+                done[e.task] = ("parked", "")
+                continue
+            if rec.state not in TERMINAL:
+                continue
+            cand = self.repo.ref_target(task_refs(TaskId(rec.id))["candidate"])
+            ok = rec.status == Status.READY and cand is not None
+            done[e.task] = ("repaired", cand or "") if ok else ("parked", "")
+        if not done:
+            return
+        with self.q.change(f"repairs finished: {' '.join(done)}") as st:
+            for e in st.entries:
+                if e.task not in done or e.status != "repair":
+                    continue
+                outcome, repaired = done[e.task]
+                e.status = outcome
+                if outcome == "repaired":
+                    st.entries.append(
+                        Entry(
+                            task=e.repair_task,
+                            candidate=repaired,
+                            added_at=time.time(),
+                            repair_of=e.task,
+                        )
+                    )
+                else:
+                    e.reason += f"; repair task {e.repair_task} did not end ready"
+        for task, (outcome, _cand) in done.items():
+            self.q.event("queue_repair_finished", {"task": task, "outcome": outcome})
 
     def _park_task(self, e: Entry, reason: str, evidence: dict[str, Any]) -> None:
         tid = TaskId(e.task)
