@@ -277,6 +277,11 @@ def test_add_refuses_and_remove(qsetup: Setup) -> None:
     res = run_sup(repo, "queue", "run")
     assert res.returncode == 0, res.stderr
     assert _note(repo, t["candidate"])["status"] == "ready"
+    # the queue's refs are not tasks: the cost ledger lists only tasks, packed refs too
+    git(repo, "pack-refs", "--all")
+    cost = run_sup(repo, "cost", "--json")
+    assert cost.returncode == 0, cost.stderr
+    assert "queue" not in json.dumps(json.loads(cost.stdout).get("tasks", []))
 
 
 def test_detached_runner(qsetup: Setup) -> None:
