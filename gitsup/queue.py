@@ -61,6 +61,7 @@ from gitsup.tasks import Context
 
 STATE_FILE = "queue.json"
 DEFAULT_BATCH = 16
+MAX_RESULTS = 128  # check results kept in the state (per tree and check)
 
 
 class QueueError(GitsupError):
@@ -604,6 +605,8 @@ class Runner:
                     "passed": r.passed,
                     "output_tail": r.output_tail,
                 }
+            for old in list(st.results)[:-MAX_RESULTS]:  # the newest are the ones reused
+                del st.results[old]
         failed = [{"name": r.name, "output_tail": r.output_tail} for r in results if not r.passed]
         self.q.event(
             "queue_tested",
@@ -623,6 +626,7 @@ class Runner:
         self.repo.add_detached_worktree(wt, commit)
         try:
             wrap = self._sandbox(wt, checks)
+            self._fresh_box()
             out = []
             for c in checks:
                 t0 = time.monotonic()
@@ -674,6 +678,14 @@ class Runner:
 
         self._plans[key] = wrap
         return wrap
+
+    def _fresh_box(self) -> None:
+        """Empty the checks' private HOME, TMPDIR and Git dir: nothing one composition's
+        checks leave there (a planted `usercustomize.py`, a config) reaches the next."""
+        box = self.q.dir / "sandbox"
+        for d in (box / "home", box / "tmp", self.q.dir / "git"):
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True, exist_ok=True)
 
     def _cleanup(self) -> None:
         if self._wt_root is not None:

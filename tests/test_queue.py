@@ -355,3 +355,32 @@ def test_queue_checks_run_in_the_task_sandbox(
     assert not (repo / "pwned").exists()
     assert git(repo, "rev-parse", "main^1") == main_before  # moved only by the integration
     assert git(repo, "rev-parse", "main^2") == t["candidate"]
+
+
+def test_checks_of_one_composition_leave_nothing_for_the_next(
+    qsetup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A culprit's check that plants files in the checks' HOME or TMPDIR (where Python would
+    pick up a usercustomize.py) cannot influence the checks of what is tested after it."""
+    monkeypatch.delenv("GITSUP_SANDBOX_EXTRA_WRITE", raising=False)
+    repo = qsetup.repo
+    plant = [
+        PYTHON,
+        "-c",
+        "import os, pathlib\n"
+        "for d in (os.environ['HOME'], os.environ['TMPDIR']):\n"
+        "    pathlib.Path(d, 'planted').write_text('x')",
+    ]
+    clean = [
+        PYTHON,
+        "-c",
+        "import os, sys\n"
+        "sys.exit(any(os.path.exists(os.path.join(os.environ[v], 'planted'))"
+        " for v in ('HOME', 'TMPDIR')))",
+    ]
+    a = make_task(qsetup, files=(("a.txt", "a\n"),), checks=[{"name": "plant", "argv": plant}])
+    b = make_task(qsetup, files=(("b.txt", "b\n"),), checks=[{"name": "clean", "argv": clean}])
+    assert run_sup(repo, "queue", "add", a["id"], b["id"]).returncode == 0
+    res = run_sup(repo, "queue", "run", "--batch", "1", "--json", timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)[0]["integrated"] == [a["id"], b["id"]]
