@@ -748,8 +748,10 @@ class Runner:
             self._record_integrated(s.entry.task, commit)
         done = {s.entry.task: c for s, c in made}
         with self.q.change(f"integrated {len(made)} into {self.q.branch}") as st:
-            for e in st.queued():
-                if e.task in done:
+            for e in st.entries:
+                if e.task in done and e.status in ("queued", "removed"):
+                    if e.status == "removed":  # `queue remove` came after it was tested
+                        e.reason = "removed while it was being integrated; it is integrated"
                     e.status, e.integration_commit = "integrated", done[e.task]
                     e.finished_at = time.time()
         self.res.integrated += list(done)
