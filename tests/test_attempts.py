@@ -93,3 +93,11 @@ def test_best_of_three_chooses_the_pass_and_keeps_all(repo: Path, tmp: Path) -> 
     ran = run_sup(repo, "queue", "run", "--json", timeout=600)
     assert ran.returncode == 0, ran.stderr
     assert git(repo, "rev-parse", "main^2") == by[passes]["candidate"]
+
+
+def test_queue_flag_needs_attempts_in_the_foreground(repo: Path) -> None:
+    for args in (["--queue"], ["--attempts", "2", "--queue", "--detach"]):
+        res = run_sup(repo, "start", "x", "--worker", "true", *args)
+        assert res.returncode == 2 and "--queue goes with --attempts" in res.stderr, res.stderr
+    tasks = repo / ".git" / "sup" / "tasks"
+    assert not tasks.exists() or list(tasks.iterdir()) == []  # nothing was started

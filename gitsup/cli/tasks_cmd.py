@@ -357,6 +357,11 @@ def start_cmd(
     )
     ctx = Context.discover()
     n = attempts if attempts is not None else spec.attempts.n
+    if queue and (n < 2 or detach):
+        raise GitsupError(
+            "--queue goes with --attempts N (N >= 2) in the foreground",
+            hint="otherwise queue the ready candidate: `git sup queue add ID`",
+        )
     if n > 1:
         _start_group(ctx, spec, n, detach=detach, queue=queue, json_out=json_out)
         return
