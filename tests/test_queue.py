@@ -384,3 +384,21 @@ def test_checks_of_one_composition_leave_nothing_for_the_next(
     res = run_sup(repo, "queue", "run", "--batch", "1", "--json", timeout=300)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)[0]["integrated"] == [a["id"], b["id"]]
+
+
+def test_queue_integrations_pass_the_server_gate(qsetup: Setup) -> None:
+    """What the queue signs is an integration the pre-receive gate of a shared repository
+    accepts; a commit slipped under it is refused."""
+    from tests.boundary.conftest import accepted, make_bare, push, rejected
+
+    repo, tmp = qsetup.repo, qsetup.tmp
+    bare = make_bare(tmp, "shared", repo, review=False)
+    tasks = [_good(qsetup, n) for n in "ab"]
+    assert run_sup(repo, "queue", "add", *[t["id"] for t in tasks]).returncode == 0
+    assert run_sup(repo, "queue", "run", timeout=300).returncode == 0
+    accepted(push(repo, "--no-verify", str(bare), "main"))
+    assert git(bare, "rev-parse", "main") == git(repo, "rev-parse", "main")
+    (repo / "sneaky.txt").write_text("not integrated\n")
+    git(repo, "add", "sneaky.txt")
+    git(repo, "commit", "-q", "-m", "sneaky")
+    rejected(push(repo, "--no-verify", str(bare), "main"), "not integrated")
