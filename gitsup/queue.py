@@ -358,7 +358,17 @@ class Runner:
     # lease
 
     def _acquire(self) -> Lease:
-        return self.ctx.leases.acquire(self.q.dir, f"queue:{self.q.branch}", steal_dead=True)
+        from gitsup.lease import LeaseConflict
+
+        try:
+            return self.ctx.leases.acquire(self.q.dir, f"queue:{self.q.branch}", steal_dead=True)
+        except LeaseConflict as exc:
+            raise QueueError(
+                f"another queue runner (pid {exc.held.owner.pid}) is integrating into "
+                f"{self.q.branch}; the queue is leased to it",
+                hint="wait for it (`git sup queue` shows the progress); a runner that died is "
+                "taken over by the next `git sup queue run`",
+            ) from None
 
     def run(self) -> RunResult:
         start = time.monotonic()
@@ -396,8 +406,9 @@ class Runner:
                 done[e.task] = self._integration_of(target, e.candidate)
         if not done:
             return
+        cands = {e.task: e.candidate for e in state.queued()}
         for task, commit in done.items():
-            self._record_integrated(task, commit)
+            self._record_integrated(task, cands[task], commit)
         with self.q.change(f"resume: {len(done)} already integrated") as st:
             for e in st.queued():
                 if e.task in done:
@@ -418,12 +429,11 @@ class Runner:
             tip = Oid(parents[0]) if parents else None
         return ""
 
-    def _record_integrated(self, task: str, commit: str) -> None:
-        """Finish what a killed runner could not: the note, the task's event, the record."""
+    def _record_integrated(self, task: str, candidate: str, commit: str) -> None:
+        """The note, the task's event and record say integrated (also what a killed runner
+        could not finish)."""
         tid = TaskId(task)
-        cand = self.repo.ref_target(task_refs(tid)["candidate"])
-        if cand is None:
-            return
+        cand = Oid(candidate)
         text = self.repo.read_note(cand)
         if text is None:
             return
@@ -745,7 +755,7 @@ class Runner:
                 self.say(f"the checkout {checkout} was not advanced: {exc.message}")
         fault("queue_after_move")
         for s, commit in made:
-            self._record_integrated(s.entry.task, commit)
+            self._record_integrated(s.entry.task, s.entry.candidate, commit)
         done = {s.entry.task: c for s, c in made}
         with self.q.change(f"integrated {len(made)} into {self.q.branch}") as st:
             for e in st.entries:
