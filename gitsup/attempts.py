@@ -214,6 +214,8 @@ def start_group(
     if queue_into is not None and result["chosen"]:
         from gitsup.queue import add
 
-        add(ctx, [result["chosen"]], queue_into or None)
-        result["queued_into"] = queue_into or ctx.repo.head_branch() or "main"
+        # into the given branch, else the branch the attempts started from, else HEAD's
+        into = queue_into or (spec.base if ctx.repo.branch_target(spec.base) else None)
+        state = add(ctx, [result["chosen"]], into)
+        result["queued_into"] = state.into
     return result
