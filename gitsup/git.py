@@ -556,10 +556,35 @@ class GitRepo:
         except (KeyError, pygit2.GitError):
             return None
 
+    def changed_paths(self, base: Oid, head: Oid) -> set[str]:
+        """Paths that differ between two commits' trees (both sides of a rename)."""
+        a = self._repo[pygit2.Oid(hex=base)].peel(pygit2.Commit).tree
+        b = self._repo[pygit2.Oid(hex=head)].peel(pygit2.Commit).tree
+        out: set[str] = set()
+        for delta in a.diff_to_tree(b).deltas:
+            out.add(delta.old_file.path)
+            out.add(delta.new_file.path)
+        return out
+
+    def diff_size(self, base: Oid, head: Oid) -> tuple[int, int, int]:
+        """(files changed, insertions, deletions) between two commits."""
+        a = self._repo[pygit2.Oid(hex=base)].peel(pygit2.Commit).tree
+        b = self._repo[pygit2.Oid(hex=head)].peel(pygit2.Commit).tree
+        stats = a.diff_to_tree(b).stats
+        return int(stats.files_changed), int(stats.insertions), int(stats.deletions)
+
     # --- working tree state (of a task worktree) ------------------------------------
 
     def status_entries(self) -> dict[str, int]:
         return {k: int(v) for k, v in self._repo.status(untracked_files="all").items()}
+
+    def dirty_paths(self) -> set[str]:
+        """Paths with uncommitted changes (untracked included, ignored not)."""
+        return {
+            p
+            for p, flags in self._repo.status(untracked_files="all").items()
+            if flags != FileStatus.CURRENT and not flags & FileStatus.IGNORED
+        }
 
     def is_clean(self) -> bool:
         try:

@@ -199,8 +199,15 @@ def task_ids(ctx: Context) -> list[str]:
     if packed.exists():
         for line in packed.read_text(errors="replace").splitlines():
             parts = line.split(" ", 1)
-            if len(parts) == 2 and parts[1].startswith("refs/sup/") and parts[1].endswith("/log"):
-                ids.add(parts[1].split("/")[2])
+            name = parts[-1]
+            # refs/sup/<id>/log (not refs/sup/queue/<branch>/log)
+            if (
+                len(parts) == 2
+                and name.startswith("refs/sup/")
+                and name.endswith("/log")
+                and name.count("/") == 3
+            ):
+                ids.add(name.split("/")[2])
     if ctx.layout.tasks.is_dir():
         ids.update(p.name for p in ctx.layout.tasks.iterdir() if (p / "task.json").exists())
     return sorted(ids)

@@ -302,6 +302,14 @@ class Notify(_Strict):
     retries: int | None = Field(default=None, ge=0, le=10)
 
 
+class Attempts(_Strict):
+    """Best-of-N (gitsup/attempts.py): `n` tasks from the same baseline and spec; attempt i
+    uses `workers[i % len(workers)]` when workers are given (other kinds or models)."""
+
+    n: int = Field(default=1, ge=1, le=16)
+    workers: list[Worker] = Field(default_factory=list)
+
+
 class TaskSpec(_Strict):
     version: int = SPEC_VERSION
     goal: str = Field(min_length=1)
@@ -319,6 +327,7 @@ class TaskSpec(_Strict):
     events: Events = Field(default_factory=Events)
     sandbox: Sandbox = Field(default_factory=Sandbox)
     notify: Notify = Field(default_factory=Notify)
+    attempts: Attempts = Field(default_factory=Attempts)
     # With no checks given, `git diff --check <baseline> HEAD` runs (whitespace errors,
     # conflict markers); false turns it off.
     default_check: bool = True

@@ -21,6 +21,7 @@ LS_KEYS = {
     "candidate",
     "discarded",
     "attention",
+    "overlaps",
 }
 
 

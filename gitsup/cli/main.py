@@ -47,6 +47,7 @@ COMMAND_MODULES = (
     "tmux_cmd",
     "pool_cmd",
     "attention_cmd",
+    "queue_cmd",
 )
 
 

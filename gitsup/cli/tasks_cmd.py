@@ -318,6 +318,13 @@ def start_cmd(
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
     json_out: JsonOpt = False,
+    attempts: Annotated[
+        int | None,
+        typer.Option("--attempts", min=1, max=16, help="Best-of-N: N tasks, ranked by evidence."),
+    ] = None,
+    queue: Annotated[
+        bool, typer.Option("--queue", help="With --attempts: queue the chosen candidate.")
+    ] = False,
 ) -> None:
     """Start a task and supervise it to a terminal state.
 
@@ -342,6 +349,15 @@ def start_cmd(
         closeout_grace=closeout_grace,
     )
     ctx = Context.discover()
+    n = attempts if attempts is not None else spec.attempts.n
+    if queue and (n < 2 or detach):
+        raise GitsupError(
+            "--queue goes with --attempts N (N >= 2) in the foreground",
+            hint="otherwise queue the ready candidate: `git sup queue add ID`",
+        )
+    if n > 1:
+        _start_group(ctx, spec, n, detach=detach, queue=queue, json_out=json_out)
+        return
     if detach:
         from gitsup.detach import start_detached
 
@@ -375,6 +391,48 @@ def start_cmd(
     raise typer.Exit(status_exit(record))
 
 
+def _start_group(
+    ctx: Context, spec: TaskSpec, n: int, *, detach: bool, queue: bool, json_out: bool
+) -> None:
+    from gitsup.attempts import start_group
+
+    res = start_group(ctx, spec, n, wait=not detach, queue_into="" if queue else None)
+    if json_out:
+        emit_json(res)
+    else:
+        out(res["group"])
+        if detach:
+            progress(f"{n} attempts run in the background; `git sup show {res['group']}`")
+        else:
+            _print_group(res)
+    if not detach and not res.get("chosen"):
+        raise typer.Exit(Exit.PARKED)
+
+
+def _print_group(g: dict[str, Any]) -> None:
+    out(f"group {g['group']}: {len(g['members'])} attempts from {g['baseline'][:12]}")
+    out(
+        f"  {'TASK':16} {'STATUS':10} {'CHECKS':>7} {'REVIEW':8} {'FINDINGS':>8} "
+        f"{'FILES':>5} {'LINES':>6} {'COST':>8} {'TIME':>7}  WORKER"
+    )
+    for r in g["ranking"]:
+        mark = "*" if r["task"] == g.get("chosen") else " "
+        secs = "-" if r["seconds"] is None else f"{r['seconds']:.1f}s"
+        out(
+            f"{mark} {r['task']:16} {r['status']:10} {r['checks_passed']:>3}/{r['checks_total']:<3} "
+            f"{r['verdict'] or '-':8} {r['findings']:>8} {r['files']:>5} {r['lines']:>6} "
+            f"${r['cost_usd']:>7.4f} {secs:>7}  {r['worker']}"
+        )
+    if g.get("chosen"):
+        out(f"chosen: {g['chosen']} (recorded in the note on {g['ref']})")
+    elif g.get("finished"):
+        out("no attempt has a ready candidate")
+    else:
+        out("still running: the choice is made when every attempt has finished")
+    if g.get("queued_into"):
+        out(f"queued into {g['queued_into']}: `git sup queue run`")
+
+
 def _print_summary(ctx: Context, record: TaskRecord) -> None:
     out(f"task {record.id}: {record.status.value} ({record.state.value})")
     if record.candidate:
@@ -393,8 +451,18 @@ def _print_summary(ctx: Context, record: TaskRecord) -> None:
 def show_cmd(
     task: Annotated[str, typer.Argument(help="Task id.")], json_out: JsonOpt = False
 ) -> None:
-    """Show one task: state, status, baseline, candidate, checks, review, turns, cost."""
+    """Show one task: state, status, baseline, candidate, checks, review, turns, cost;
+    or a best-of-N group (id g…): its attempts side by side, ranked."""
     ctx = Context.discover()
+    from gitsup.attempts import compare, is_group_id
+
+    if is_group_id(task):
+        g = compare(ctx, task)
+        if json_out:
+            emit_json(g)
+        else:
+            _print_group(g)
+        return
     record = ctx.store.load(task)
     d = show_dict(ctx, record)
     if json_out:
@@ -459,8 +527,16 @@ def ls_cmd(
     rows = list_tasks(ctx)
     if attention:
         rows = [r for r in rows if r.id in needs]
+    from gitsup.overlap import overlaps
+
+    ov = overlaps(ctx, ctx.store.iter_raw())
     if json_out:  # creation order, as always; `attention` says who needs a human
-        emit_json([{**r.as_dict(), "attention": needs.get(r.id, [])} for r in rows])
+        emit_json(
+            [
+                {**r.as_dict(), "attention": needs.get(r.id, []), "overlaps": ov.get(r.id, [])}
+                for r in rows
+            ]
+        )
         return
     rows.sort(key=lambda r: r.id not in needs)  # stable: creation order within each group
     if not rows:
@@ -471,6 +547,7 @@ def ls_cmd(
         behind = "-" if r.behind is None else f"{r.behind} {r.source_branch}"
         status = f"{r.status}*" if r.discarded else r.status
         need = f"  [! needs a human: {'; '.join(needs[r.id])}]" if r.id in needs else ""
+        need += f"  [overlaps {' '.join(ov[r.id])}]" if r.id in ov else ""
         out(f"{r.id:16} {r.state:10} {status:10} {_age(r.age):>7} {behind:>12}  {r.goal}{need}")
     if any(r.discarded for r in rows):
         out("* discarded: worktree removed, refs kept")

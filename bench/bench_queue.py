@@ -1,0 +1,182 @@
+"""The integration queue: 16 queued candidates, one culprit, checks taking T seconds.
+
+    .venv/bin/python bench/bench_queue.py [--n 16] [--t 0.3] [--culprit 0 7 15]
+
+For each culprit position, the same 16 ready candidates (each adds one file; the culprit
+also adds BROKEN, which makes the check fail on any tree that holds it) are integrated into
+main twice, in two identical repositories:
+  batched        `queue run` (batch of 16, bisection on failure)
+  one-at-a-time  `queue run --batch 1` (every candidate tested alone on the moving target)
+Reported: check runs (compositions tested), wall time, and the queue's own overhead per
+candidate: (wall - time spent inside the check processes) / candidates.
+Goals: batched check runs <= 0.6x one-at-a-time; overhead <= 100 ms per candidate.
+Everything happens in a temporary directory; the checks run in the task sandbox.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def git(cwd: Path, *args: str) -> str:
+    res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"git {' '.join(args)} failed: {res.stderr}")
+    return res.stdout.strip()
+
+
+def hermetic(tmp: Path) -> None:
+    home = tmp / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
+    os.environ.update(
+        {
+            "HOME": str(home),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"),
+            "GIT_AUTHOR_NAME": "bench",
+            "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+            "GIT_COMMITTER_NAME": "bench",
+            "GIT_COMMITTER_EMAIL": "bench@example.invalid",
+        }
+    )
+    os.environ.pop("GITSUP_TASK", None)
+
+
+def ready_task(repo: Path, name: str, files: dict[str, str], check: list[str]) -> str:
+    """A finished task with a ready candidate (what `git sup start` leaves behind)."""
+    from gitsup.gitstate import import_work
+    from gitsup.ids import Oid, TaskId
+    from gitsup.layout import task_refs
+    from gitsup.record import CandidateNote
+    from gitsup.spec import spec_from_mapping
+    from gitsup.state import State, Status
+    from gitsup.tasks import Context, prepare_task
+
+    ctx = Context.discover(repo)
+    spec = spec_from_mapping(
+        {
+            "goal": name,
+            "checks": [{"name": "check", "argv": check}],
+            "worker": {"kind": "process", "argv": "true"},
+            "review": {"kind": "none"},
+        },
+        "bench",
+    )
+    record, lease = prepare_task(ctx, spec)
+    ctx.leases.release(lease)
+    wt = Path(record.worktree)
+    for rel, text in files.items():
+        (wt / rel).write_text(text)
+    git(wt, "add", "-A")
+    git(wt, "commit", "-q", "-m", name)
+    head = Oid(git(wt, "rev-parse", "HEAD"))
+    tid = TaskId(record.id)
+    import_work(ctx.repo, ctx.layout, tid, Oid(record.baseline), record.branch)
+    ctx.repo.update_ref(task_refs(tid)["candidate"], head, old=None, message="bench")
+    note = CandidateNote(
+        task=record.id,
+        status=Status.READY,
+        baseline=record.baseline,
+        candidate=head,
+        branch=record.branch,
+        goal=name,
+        checks=[],
+        review=None,
+        turns=1,
+        cost_usd=0.0,
+        created_at=record.created_at,
+        finished_at=time.time(),
+    )
+    ctx.repo.write_note(head, note.to_text())
+    record.state, record.status = State.COMPLETED, Status.READY
+    record.candidate = record.head = head
+    ctx.store.save(record)
+    return record.id
+
+
+def make_repo(tmp: Path, n: int, culprit: int, t: float) -> tuple[Path, list[str]]:
+    from gitsup.tasks import Context, init_repo
+
+    repo = tmp / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README").write_text("bench\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "initial")
+    init_repo(Context.discover(repo), explicit=True)
+    check = [
+        sys.executable,
+        "-c",
+        f"import os, sys, time; time.sleep({t}); sys.exit(1 if os.path.exists('BROKEN') else 0)",
+    ]
+    ids = []
+    for i in range(n):
+        files = {f"f{i:02d}.txt": f"{i}\n"}
+        if i == culprit:
+            files["BROKEN"] = "this breaks the check\n"
+        ids.append(ready_task(repo, f"c{i}", files, check))
+    return repo, ids
+
+
+def run_queue(repo: Path, ids: list[str], batch: int) -> dict[str, float]:
+    from gitsup import queue
+    from gitsup.tasks import Context
+
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        ctx = Context.discover(repo)
+        queue.add(ctx, ids, "main")
+        t0 = time.perf_counter()
+        [res] = queue.run(ctx, "main", batch=batch)
+        wall = time.perf_counter() - t0
+    finally:
+        os.chdir(cwd)
+    return {
+        "runs": res.check_runs,
+        "wall": wall,
+        "checks_s": res.check_seconds,
+        "integrated": len(res.integrated),
+        "overhead_ms": (wall - res.check_seconds) / len(ids) * 1000,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--t", type=float, default=0.3, help="seconds one check run takes")
+    ap.add_argument("--culprit", type=int, nargs="*", default=[0, 7, 15])
+    args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    print(f"{args.n} candidates, one culprit, check T={args.t}s")
+    print(
+        f"{'culprit':>7} {'mode':14} {'runs':>5} {'wall s':>7} {'in checks s':>11} "
+        f"{'overhead ms/cand':>16} {'integrated':>10}"
+    )
+    for pos in args.culprit:
+        row = {}
+        for mode, batch in (("batched", args.n), ("one-at-a-time", 1)):
+            with tempfile.TemporaryDirectory(prefix="gitsup-bench-queue-") as d:
+                tmp = Path(d)
+                hermetic(tmp)
+                repo, ids = make_repo(tmp, args.n, pos, args.t)
+                r = run_queue(repo, ids, batch)
+                row[mode] = r
+                print(
+                    f"{pos:>7} {mode:14} {r['runs']:>5.0f} {r['wall']:>7.2f} "
+                    f"{r['checks_s']:>11.2f} {r['overhead_ms']:>16.1f} {r['integrated']:>10.0f}"
+                )
+        ratio = row["batched"]["runs"] / row["one-at-a-time"]["runs"]
+        wall = row["batched"]["wall"] / row["one-at-a-time"]["wall"]
+        print(f"{'':>7} ratio batched/one-at-a-time: runs {ratio:.2f}x, wall {wall:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""`git sup queue`: the integration queue (gitsup/queue.py)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from gitsup.cli.main import app
+from gitsup.cli.output import emit_json, out, progress
+
+queue_app = typer.Typer(
+    invoke_without_command=True,
+    help="The integration queue: ready candidates reach a branch only through tested trees.",
+)
+app.add_typer(queue_app, name="queue")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+IntoOpt = Annotated[
+    str | None, typer.Option("--into", help="Target branch (default: the checked-out branch).")
+]
+
+
+def _show(states: list[Any]) -> None:
+    if not states:
+        out("nothing queued")
+        return
+    for st in states:
+        queued = st.queued()
+        out(f"queue into {st.into}: {len(queued)} queued; {st.check_runs} check run(s) so far")
+        for e in st.entries:
+            tail = f"  {e.reason}" if e.reason else ""
+            commit = f" -> {e.integration_commit[:12]}" if e.integration_commit else ""
+            out(f"  {e.task:16} {e.status:10} {e.candidate[:12]}{commit}{tail}")
+
+
+@queue_app.callback()
+def queue_cmd(ctx: typer.Context, json_out: JsonOpt = False) -> None:
+    """List the queues: entries in order with their outcome (integrated, parked, queued)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from gitsup.queue import list_queues
+    from gitsup.tasks import Context
+
+    states = list_queues(Context.discover())
+    if json_out:
+        emit_json([s.as_dict() for s in states])
+        return
+    _show(states)
+
+
+@queue_app.command("add")
+def add_cmd(
+    tasks: Annotated[list[str], typer.Argument(help="Task ids with ready candidates, in order.")],
+    into: IntoOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Queue ready candidates for integration into a branch."""
+    from gitsup.queue import add
+    from gitsup.tasks import Context
+
+    st = add(Context.discover(), tasks, into)
+    if json_out:
+        emit_json(st.as_dict())
+        return
+    out(f"queued {' '.join(tasks)} into {st.into} ({len(st.queued())} queued)")
+
+
+@queue_app.command("remove")
+def remove_cmd(
+    task: Annotated[str, typer.Argument(help="Task id.")],
+    into: IntoOpt = None,
+) -> None:
+    """Take a queued candidate out of the queue."""
+    from gitsup.queue import remove
+    from gitsup.tasks import Context
+
+    st = remove(Context.discover(), task, into)
+    out(f"removed {task} from the queue into {st.into}")
+
+
+@queue_app.command("run")
+def run_cmd(
+    into: IntoOpt = None,
+    batch: Annotated[
+        int | None,
+        typer.Option(
+            "--batch", min=1, help="Candidates tested together (default sup.queueBatch or 16)."
+        ),
+    ] = None,
+    detach: Annotated[bool, typer.Option("--detach", help="Run in the background.")] = False,
+    json_out: JsonOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+) -> None:
+    """Integrate the queued candidates (resumes a queue whose runner died).
+
+    Exit 0: everything queued was integrated; 3: some candidates were parked."""
+    from gitsup.queue import detach_run, run
+    from gitsup.tasks import Context
+
+    ctx = Context.discover()
+    if detach:
+        pid, log = detach_run(ctx, into, batch)
+        if json_out:
+            emit_json({"pid": pid, "log": str(log)})
+        else:
+            out(f"queue runner started in the background (pid {pid}); output in {log}")
+        return
+    results = run(ctx, into, batch=batch, on_progress=None if quiet else progress)
+    if json_out:
+        emit_json([r.as_dict() for r in results])
+    else:
+        for r in results:
+            out(
+                f"{r.into}: {len(r.integrated)} integrated, {len(r.sent_back)} sent back, "
+                f"{r.check_runs} check run(s), {r.wall_seconds:.1f}s; now at {r.target[:12]}"
+            )
+            for s in r.sent_back:
+                out(f"  {s['task']}: {s['kind']}: {s['reason']}")
+    sys.exit(max((r.exit_code for r in results), default=0))
