@@ -947,7 +947,6 @@ def run(
 
 def detach_run(ctx: Context, into: str | None, batch: int | None) -> tuple[int, Path]:
     """`queue run --detach`: the same runner in its own session, output in the queue dir."""
-    import subprocess
     import sys
 
     branch = _branch(into or default_target(ctx))
@@ -956,15 +955,5 @@ def detach_run(ctx: Context, into: str | None, batch: int | None) -> tuple[int, 
     argv = [sys.executable, "-m", "gitsup", "queue", "run", "--into", branch]
     if batch:
         argv += ["--batch", str(batch)]
-    with open(log, "ab") as fh:
-        child = subprocess.Popen(
-            argv,
-            cwd=str(ctx.repo.main_workdir),
-            env=proc.child_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
-    return child.pid, log
+    pid = proc.spawn_detached(argv, cwd=str(ctx.repo.main_workdir), log=log)
+    return pid, log
