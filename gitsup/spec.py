@@ -237,7 +237,7 @@ class Budget(_Strict):
 
 
 class Worker(_Strict):
-    kind: Literal["process", "claude", "tmux"] = "claude"
+    kind: Literal["process", "claude", "tmux", "acp"] = "claude"
     argv: Argv = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     stop_grace: PositiveDuration = 5.0

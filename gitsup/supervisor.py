@@ -115,6 +115,10 @@ def default_worker_factory(spec: TaskSpec, ctx: WorkerContext) -> WorkerAdapter:
         except ImportError as exc:  # pragma: no cover - depends on build stage
             raise GitsupError("the claude worker is not available in this build") from exc
         return ClaudeWorker(ctx)
+    if kind == "acp":
+        from gitsup.workers.acp import AcpWorker
+
+        return AcpWorker(ctx)
     if kind == "tmux":
         try:
             from gitsup.workers.tmux import TmuxWorker  # type: ignore[import-not-found,unused-ignore]
@@ -484,6 +488,14 @@ class Supervisor:
                 out.append(find_claude(argv, env))
             with contextlib.suppress(WorkerError):
                 out.append(find_claude([], env))
+        if spec.worker.kind == "acp":  # the agent, and the Claude Code CLI it may run
+            from gitsup.workers.acp import agent_env, find_acp
+
+            with contextlib.suppress(WorkerError):
+                out.append(find_acp(spec.worker.argv, env))
+            cli = agent_env(env).get("CLAUDE_CODE_EXECUTABLE")
+            if cli:
+                out.append([cli])
         return out
 
     def _wrapper(
@@ -546,6 +558,13 @@ class Supervisor:
                 return find_claude(argv, self._worker_env())[0]
             except WorkerError:
                 return None  # reported by the adapter at start, with its own message
+        if self.spec.worker.kind == "acp":
+            from gitsup.workers.acp import find_acp
+
+            try:
+                return find_acp(argv, self._worker_env())[0]
+            except WorkerError:
+                return None
         if not argv:
             return None
         first = argv[0]
