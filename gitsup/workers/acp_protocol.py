@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gitsup.redact import redact_text
@@ -339,15 +339,6 @@ def update_output(update: Any, max_text: int) -> WorkerOutput | None:
                     lines.append(f"[{e.get('status', '')}] {e.get('content', '')}")
         return WorkerOutput("plan", redact_text("\n".join(lines)[:max_text]))
     return WorkerOutput("acp", redact_text(kind[:200]), {"update": kind})
-
-
-@dataclass
-class TurnTally:
-    """What one prompt turn reported: the session's cumulative cost (from `usage_update`)
-    and the last mode the agent announced."""
-
-    session_cost: float | None = None
-    modes: list[str] = field(default_factory=list)
 
 
 def cost_of(update: Mapping[str, Any]) -> float | None:
