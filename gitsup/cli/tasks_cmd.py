@@ -636,6 +636,10 @@ def doctor_cmd(
 
     out(network_isolation())
     out(f"sandbox: {sandbox_summary(ctx)}")
+    from gitsup.agents import found_agents
+
+    for agent in found_agents():
+        out(f"agent {agent.describe()}")
     if not findings:
         out(
             "nothing to report: every task, lease and cgroup is accounted for; the boundary is intact"
