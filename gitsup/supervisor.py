@@ -466,7 +466,8 @@ class Supervisor:
                 programs=self._programs(env),
                 keep_env=self.spec.worker.env.keys(),
                 claude=self.spec.worker.kind != "process"
-                or "claude" in (self.spec.review.kind, self.spec.decider.kind),
+                or "claude" in (self.spec.review.kind, self.spec.decider.kind)
+                or self.spec.review.kind == "acp",
             )
         except (GitsupError, OSError) as exc:
             self._sandbox_error = exc.message if isinstance(exc, GitsupError) else str(exc)
@@ -488,11 +489,12 @@ class Supervisor:
                 out.append(find_claude(argv, env))
             with contextlib.suppress(WorkerError):
                 out.append(find_claude([], env))
-        if spec.worker.kind == "acp":  # the agent, and the Claude Code CLI it may run
+        if "acp" in (spec.worker.kind, spec.review.kind):  # the agent, and the CLI it may run
             from gitsup.workers.acp import agent_env, find_acp
 
-            with contextlib.suppress(WorkerError):
-                out.append(find_acp(spec.worker.argv, env))
+            for argv in (spec.worker.argv if spec.worker.kind == "acp" else [], spec.review.argv):
+                with contextlib.suppress(WorkerError):
+                    out.append(find_acp(argv, env))
             cli = agent_env(env).get("CLAUDE_CODE_EXECUTABLE")
             if cli:
                 out.append([cli])

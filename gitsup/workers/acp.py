@@ -419,10 +419,15 @@ class AcpWorker(WorkerAdapter):
             if res.get("protocolVersion") != ap.PROTOCOL_VERSION:
                 self._fail_start(f"the agent speaks ACP {res.get('protocolVersion')!r}, not 1")
                 return
+            tools = self.ctx.options.get("tools")
+            if isinstance(tools, str):
+                tools = [t for t in tools.split(",") if t]
             self._call_or_fail(
                 "session/new",
                 ap.new_session_params(
-                    str(self.ctx.worktree), self.ctx.options.get("ask_tools", ASK_TOOLS)
+                    str(self.ctx.worktree),
+                    self.ctx.options.get("ask_tools", ASK_TOOLS),
+                    tools,
                 ),
             )
         elif what == "session/new":

@@ -162,24 +162,22 @@ def initialize_params(version: str) -> dict[str, Any]:
     }
 
 
-def new_session_params(cwd: str, ask_tools: Sequence[str]) -> dict[str, Any]:
+def new_session_params(
+    cwd: str, ask_tools: Sequence[str], tools: Sequence[str] | None = None
+) -> dict[str, Any]:
     """`session/new` for the task's worktree. The `_meta.claudeCode.options` part is read
     by Claude Code's ACP adapter (other agents ignore `_meta`): no settings file is loaded
     (a worktree's `.claude/settings.local.json` could pre-allow tools or run hooks), every
-    call of `ask_tools` asks, and the permission checks can never be skipped."""
-    return {
-        "cwd": cwd,
-        "mcpServers": [],
-        "_meta": {
-            "claudeCode": {
-                "options": {
-                    "settingSources": [],
-                    "allowDangerouslySkipPermissions": False,
-                    "settings": {"permissions": {"ask": list(ask_tools)}},
-                }
-            }
-        },
+    call of `ask_tools` asks, and the permission checks can never be skipped. `tools`,
+    when given, are the only built-in tools the model is offered (a read-only reviewer)."""
+    options: dict[str, Any] = {
+        "settingSources": [],
+        "allowDangerouslySkipPermissions": False,
+        "settings": {"permissions": {"ask": list(ask_tools)}},
     }
+    if tools is not None:
+        options["tools"] = list(tools)
+    return {"cwd": cwd, "mcpServers": [], "_meta": {"claudeCode": {"options": options}}}
 
 
 def prompt_params(session_id: str, text: str) -> dict[str, Any]:

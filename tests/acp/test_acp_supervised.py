@@ -316,3 +316,66 @@ def test_stop_mid_turn_exits_5_and_leaves_nothing_running(
     assert rec["state"] == "stopped"
     for pid in family:
         assert wait_dead(pid, timeout=30), f"process {pid} survived the stop"
+
+
+REVIEWER = "independent code reviewer"
+
+
+def verdict(v: str) -> dict[str, Any]:
+    return step(text(json.dumps({"verdict": v, "findings": []})))
+
+
+def test_acp_reviewer_is_read_only_and_its_pass_makes_it_ready(
+    supervise: Callable[..., Run], repo: Path
+) -> None:
+    write = {
+        "type": "tool_use",
+        "name": "Write",
+        "input": {"file_path": "${CWD}/pwned.txt", "content": "x\n"},
+    }
+    r = supervise(
+        {
+            "reviewer": {
+                "match": REVIEWER,
+                "steps": [step(bash("touch pwned-by-bash")), step(write), verdict("pass")],
+            },
+            "default": [step(FIX_CALC), step(COMMIT), step(text("done"))],
+        },
+        review={"kind": "acp"},
+    )
+    assert r.record.status.value == "ready", r.record.reasons
+    assert r.record.review is not None and r.record.review.verdict == "pass"
+    assert r.record.review.kind == "acp"
+    wt = Path(r.of("worker_started")[0].get("cwd") or r.record.worktree)
+    assert not (wt / "pwned.txt").exists() and not (wt / "pwned-by-bash").exists()
+    # the reviewer was offered only the read-only tools; its two attempts failed
+    last = r.model.step_requests("reviewer")[-1].body
+    offered = {t["name"] for t in last.get("tools", [])}
+    assert offered & {"Bash", "Write", "Edit", "NotebookEdit"} == set(), offered
+    results = [
+        b
+        for m in last["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
+    assert len(results) == 2 and all(b.get("is_error") for b in results), results
+
+
+def test_a_claude_worker_reviewed_by_an_acp_agent(
+    supervise: Callable[..., Run], acp_bin: str
+) -> None:
+    r = supervise(
+        {
+            "reviewer": {"match": REVIEWER, "steps": [step(bash("git log -1")), verdict("pass")]},
+            "default": [step(FIX_CALC), step(COMMIT), step(text("done"))],
+        },
+        worker={"kind": "claude", "argv": []},
+        review={"kind": "acp", "argv": [acp_bin]},
+    )
+    assert r.record.status.value == "ready", r.record.reasons
+    assert r.of("worker_started")[0]["kind"] == "claude"
+    assert r.record.review is not None and r.record.review.kind == "acp"
+    assert r.record.review.verdict == "pass" and r.record.review.attempts == 1
+    started = r.of("review_started")
+    assert len(started) == 1 and started[0]["kind"] == "acp"
