@@ -30,3 +30,22 @@ def test_a_binary_that_fails_its_version_probe_is_reported(repo: Path, tmp_path:
     run_sup(repo, "init")
     res = run_sup(repo, "doctor", env={**os.environ, "GITSUP_ACP_BIN": str(broken)})
     assert f"agent acp: Claude Code ACP adapter at {broken}, version unknown (exit 3)" in res.stdout
+
+
+def test_start_refuses_an_acp_worker_whose_agent_is_missing(repo: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GITSUP_ACP_BIN"}
+    env["PATH"] = "/usr/bin:/bin"
+    spec = tmp_path / "task.toml"
+    spec.write_text(
+        'goal = "g"\n[worker]\nkind = "acp"\nargv = ["no-such-acp-agent"]\n[review]\nkind = "none"\n'
+    )
+    res = run_sup(repo, "start", "--spec", str(spec), env=env)
+    assert res.returncode == 2, res
+    assert "worker: worker.argv names 'no-such-acp-agent'" in res.stderr, res.stderr
+    spec.write_text(
+        'goal = "g"\n[worker]\nkind = "process"\nargv = ["true"]\n[review]\nkind = "acp"\n'
+    )
+    res = run_sup(repo, "start", "--spec", str(spec), env=env)
+    assert res.returncode == 2, res
+    assert "reviewer: no ACP agent" in res.stderr, res.stderr
+    assert run_sup(repo, "ls", "--json").stdout.strip() in ("", "[]")
