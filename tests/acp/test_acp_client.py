@@ -17,6 +17,7 @@ import pytest
 from gitsup.workers.acp import AcpWorker
 from gitsup.workers.base import (
     PermissionAnswer,
+    PermissionCancelled,
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
@@ -76,6 +77,7 @@ def run_agent(
     mode: str = "default",
     modes: tuple[str, ...] = ("default", "acceptEdits", "bypassPermissions"),
     allow: bool = True,
+    interrupt: bool = False,
 ) -> tuple[list[object], list[dict[str, Any]], Path]:
     """Run one turn; every PermissionRequest is answered `allow` (or deny). Returns the
     events, the messages the agent received, and the worktree."""
@@ -103,7 +105,10 @@ def run_agent(
         while True:
             ev = inbox.get(timeout=30)
             events.append(ev)
-            if isinstance(ev, PermissionRequest):
+            if isinstance(ev, PermissionRequest) and interrupt:
+                w.interrupt()
+                w.answer(ev.request_id, PermissionAnswer(True))  # too late: ignored
+            elif isinstance(ev, PermissionRequest):
                 w.answer(ev.request_id, PermissionAnswer(allow, "" if allow else "no: rule X"))
             if isinstance(ev, TurnCompleted | WorkerExited):
                 break
@@ -259,3 +264,12 @@ def test_bypass_arguments_are_refused(tmp_path: Path) -> None:
         )
         with pytest.raises(WorkerError, match="refused"):
             AcpWorker(ctx).start("go")
+
+
+def test_cancel_answers_the_open_permission_request_cancelled(tmp_path: Path) -> None:
+    plan = [_perm([{"optionId": "once", "kind": "allow_once", "name": "Yes"}])]
+    events, received, _ = run_agent(tmp_path, plan, interrupt=True)
+    assert [e.request_id for e in events if isinstance(e, PermissionCancelled)] == ["acp-101"]
+    replies = [m for m in received if m.get("id") == 101 and "method" not in m]
+    assert [r["result"]["outcome"] for r in replies] == [{"outcome": "cancelled"}]  # once
+    assert any(m.get("method") == "session/cancel" for m in received)
