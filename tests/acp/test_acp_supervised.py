@@ -379,3 +379,26 @@ def test_a_claude_worker_reviewed_by_an_acp_agent(
     assert r.record.review.verdict == "pass" and r.record.review.attempts == 1
     started = r.of("review_started")
     assert len(started) == 1 and started[0]["kind"] == "acp"
+
+
+def test_max_cost_parks(supervise: Callable[..., Run]) -> None:
+    r = supervise(
+        {"default": [step(FIX_CALC), step(COMMIT), step(text("done"))]},
+        budget={"max_cost_usd": 0.0001},
+    )
+    assert r.record.status.value == "parked"
+    assert any("cost" in x for x in r.record.reasons), r.record.reasons
+    assert r.of("budget_exceeded")
+
+
+def test_deadline_mid_turn_closes_out_then_watchdog(supervise: Callable[..., Run]) -> None:
+    r = supervise(
+        {"default": [step(FIX_CALC), {"hang": 60}]},
+        budget={"deadline": "8s", "closeout_grace": "2s", "deadline_warning": "2s"},
+    )
+    assert r.record.status.value == "parked"
+    types = [e.type for e in r.events]
+    for t in ("deadline_approaching", "deadline_reached", "watchdog_timeout"):
+        assert types.count(t) == 1, (t, types)
+    assert r.of("deadline_reached")[0]["busy"] is True
+    assert r.record.wip is not None  # the uncommitted fix was saved
