@@ -7,6 +7,7 @@ inside the worktree are ever allowed; every other tool request is denied.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import queue
 import threading
 import time
@@ -21,6 +22,7 @@ from gitsup.workers.base import (
     TurnCompleted,
     WorkerContext,
     WorkerExited,
+    WorkerOptions,
 )
 
 READ_ONLY_TOOLS = ("Read", "Grep", "Glob")
@@ -42,6 +44,7 @@ def claude_call(
     network: Callable[[Mapping[str, str]], AbstractContextManager[Any]] | None = None,
     wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None,
     abort: threading.Event | None = None,
+    kind: str = "claude",
 ) -> str:
     """Run one turn and return the final assistant message. Raises ClaudeCallError.
 
@@ -62,7 +65,7 @@ def claude_call(
             def wrap(argv: list[str]) -> list[str]:
                 return bootstrap_argv(argv, cgroup=None, netns=ns)
 
-        return _call(prompt, label, cwd, env, timeout, argv, tools, wrap, abort)
+        return _call(prompt, label, cwd, env, timeout, argv, tools, wrap, abort, kind)
 
 
 def _call(
@@ -75,8 +78,10 @@ def _call(
     tools: Sequence[str],
     wrap: Callable[[list[str]], list[str]] | None,
     abort: threading.Event | None,
+    kind: str = "claude",
 ) -> str:
     from gitsup.policy import Policy, decide_tool
+    from gitsup.workers.base import WorkerAdapter
     from gitsup.workers.claude import ClaudeWorker
 
     inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -89,7 +94,16 @@ def _call(
         inbox=inbox,
         options={"tools": ",".join(tools), "ask_tools": (), "wrap": wrap},
     )
-    worker = ClaudeWorker(wctx)
+    worker: WorkerAdapter
+    if kind == "acp":  # an ACP agent: every call but the read-only tools asks, and is denied
+        from gitsup.workers.acp import AcpWorker
+        from gitsup.workers.claude import ASK_TOOLS
+
+        options = WorkerOptions.of(wctx.options)
+        wctx = dataclasses.replace(wctx, options=dataclasses.replace(options, ask_tools=ASK_TOOLS))
+        worker = AcpWorker(wctx)
+    else:
+        worker = ClaudeWorker(wctx)
     policy = Policy.load(None)
     deadline = time.monotonic() + timeout
     try:

@@ -143,7 +143,8 @@ class Launcher:
                 programs=self._programs(env),
                 keep_env=self.spec.worker.env.keys(),
                 claude=self.spec.worker.kind != "process"
-                or "claude" in (self.spec.review.kind, self.spec.decider.kind),
+                or "claude" in (self.spec.review.kind, self.spec.decider.kind)
+                or self.spec.review.kind == "acp",
             )
         except (GitsupError, OSError) as exc:
             self._sandbox_error = exc.message if isinstance(exc, GitsupError) else str(exc)
@@ -165,6 +166,15 @@ class Launcher:
                 out.append(find_claude(argv, env))
             with contextlib.suppress(WorkerError):
                 out.append(find_claude([], env))
+        if "acp" in (spec.worker.kind, spec.review.kind):  # the agent, and the CLI it may run
+            from gitsup.workers.acp import agent_env, find_acp
+
+            for argv in (spec.worker.argv if spec.worker.kind == "acp" else [], spec.review.argv):
+                with contextlib.suppress(WorkerError):
+                    out.append(find_acp(argv, env))
+            cli = agent_env(env).get("CLAUDE_CODE_EXECUTABLE")
+            if cli:
+                out.append([cli])
         return out
 
     def wrapper(
@@ -241,6 +251,13 @@ class Launcher:
                 return find_claude(argv, self.worker_env())[0]
             except WorkerError:
                 return None  # reported by the adapter at start, with its own message
+        if self.spec.worker.kind == "acp":
+            from gitsup.workers.acp import find_acp
+
+            try:
+                return find_acp(argv, self.worker_env())[0]
+            except WorkerError:
+                return None
         if not argv:
             return None
         first = argv[0]

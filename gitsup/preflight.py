@@ -56,6 +56,7 @@ def preflight_start(ctx: Context, spec: TaskSpec, baseline: Oid) -> None:
         why = _unresolved(argv[0], env, ctx, baseline)
         if why:
             problems.append(f"{role}: {why}")
+    problems += acp_problems(spec, env)
     if spec.worker.kind == "process":
         if not spec.worker.argv:
             problems.append('worker: kind = "process" needs an argv (--worker "command")')
@@ -71,6 +72,26 @@ def preflight_start(ctx: Context, spec: TaskSpec, baseline: Oid) -> None:
             "cannot start the task:\n" + "\n".join(f"  {p}" for p in problems),
             hint="; ".join(dict.fromkeys(hints)) or None,
         )
+
+
+def acp_problems(spec: TaskSpec, env: Mapping[str, str]) -> list[str]:
+    """An acp worker's or reviewer's agent that cannot be found."""
+    from gitsup.workers.acp import find_acp
+    from gitsup.workers.base import WorkerError
+
+    roles = []
+    if spec.worker.kind == "acp":
+        roles.append(("worker", list(spec.worker.argv)))
+    if spec.review.kind == "acp":
+        worker_argv = list(spec.worker.argv) if spec.worker.kind == "acp" else []
+        roles.append(("reviewer", list(spec.review.argv) or worker_argv))
+    out = []
+    for role, argv in roles:
+        try:
+            find_acp(argv, env)
+        except WorkerError as exc:
+            out.append(f"{role}: {exc}")
+    return out
 
 
 def _command_roles(spec: TaskSpec) -> list[tuple[str, list[str]]]:

@@ -165,7 +165,7 @@ def run_review(
     kind = ctx.spec.review.kind
     if kind == "none":
         return ReviewResult(kind="none", verdict=None, attempts=0, error=None), None
-    fn = attempt_fn or (command_attempt if kind == "command" else claude_attempt)
+    fn = attempt_fn or {"command": command_attempt, "acp": acp_attempt}.get(kind, claude_attempt)
     tries = 1 + ctx.spec.review.retries
     last: str | None = None
     for n in range(1, tries + 1):
@@ -270,4 +270,29 @@ def claude_attempt(ctx: ReviewContext) -> Verdict:
         )
     except ClaudeCallError as exc:
         raise ReviewError(f"claude reviewer: {exc}") from exc
+    return parse_verdict(text)
+
+
+def acp_attempt(ctx: ReviewContext) -> Verdict:
+    """The reviewer as an ACP agent: `[review] argv`, else the acp worker's argv, else the
+    default agent (GITSUP_ACP_BIN); offered only Read, Grep and Glob, every other call
+    denied, in the read-only sandbox."""
+    from gitsup.claude_call import ClaudeCallError, claude_call
+
+    argv = ctx.spec.review.argv or (ctx.spec.worker.argv if ctx.spec.worker.kind == "acp" else [])
+    try:
+        text = claude_call(
+            REVIEW_PROMPT + json.dumps(ctx.bundle, indent=1),
+            label=f"{ctx.task}-review",
+            cwd=ctx.worktree,
+            env=ctx.env,
+            timeout=ctx.spec.review.timeout,
+            argv=argv,
+            network=ctx.network,
+            wrap_for=ctx.wrap_for,
+            abort=ctx.abort,
+            kind="acp",
+        )
+    except ClaudeCallError as exc:
+        raise ReviewError(f"acp reviewer: {exc}") from exc
     return parse_verdict(text)

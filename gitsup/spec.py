@@ -237,7 +237,7 @@ class Budget(_Strict):
 
 
 class Worker(_Strict):
-    kind: Literal["process", "claude", "tmux"] = "claude"
+    kind: Literal["process", "claude", "tmux", "acp"] = "claude"
     argv: Argv = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     stop_grace: PositiveDuration = 5.0
@@ -247,7 +247,7 @@ class Worker(_Strict):
 
 
 class Review(_Strict):
-    kind: Literal["claude", "command", "none"] = "claude"
+    kind: Literal["claude", "command", "none", "acp"] = "claude"
     argv: Argv = Field(default_factory=list)
     timeout: PositiveDuration = 600.0
     retries: int = Field(default=2, ge=0, le=10)

@@ -291,9 +291,11 @@ def start_cmd(
         typer.Option("--worker", help="Worker command (a process worker unless --worker-kind)."),
     ] = None,
     worker_kind: Annotated[
-        str | None, typer.Option("--worker-kind", help="process | claude | tmux")
+        str | None, typer.Option("--worker-kind", help="process | claude | tmux | acp")
     ] = None,
-    review: Annotated[str | None, typer.Option("--review", help="claude | command | none")] = None,
+    review: Annotated[
+        str | None, typer.Option("--review", help="claude | command | acp | none")
+    ] = None,
     deadline: Annotated[
         str | None, typer.Option("--deadline", help="Wall-clock limit, e.g. 4h.")
     ] = None,
@@ -706,6 +708,10 @@ def doctor_cmd(
 
     out(network_isolation())
     out(f"sandbox: {sandbox_summary(ctx)}")
+    from gitsup.agents import found_agents
+
+    for agent in found_agents():
+        out(f"agent {agent.describe()}")
     if not findings:
         out(
             "nothing to report: every task, lease and cgroup is accounted for; the boundary is intact"

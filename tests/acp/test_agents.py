@@ -1,0 +1,51 @@
+"""`git sup doctor` lists the ACP agent it finds, with the version the binary reports."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.acp.conftest import PINNED_VERSION
+from tests.conftest import run_sup
+
+
+def test_doctor_lists_the_acp_agent_and_its_version(acp_bin: str, repo: Path) -> None:
+    run_sup(repo, "init")
+    res = run_sup(repo, "doctor", env={**os.environ, "GITSUP_ACP_BIN": acp_bin})
+    assert f"agent acp: Claude Code ACP adapter {PINNED_VERSION} ({acp_bin})" in res.stdout, res
+
+
+def test_doctor_says_when_no_acp_agent_is_found(repo: Path, tmp_path: Path) -> None:
+    run_sup(repo, "init")
+    env = {k: v for k, v in os.environ.items() if k != "GITSUP_ACP_BIN"}
+    env["PATH"] = "/usr/bin:/bin"
+    res = run_sup(repo, "doctor", env=env)
+    assert "agent acp: Claude Code ACP adapter not found (set GITSUP_ACP_BIN" in res.stdout, res
+
+
+def test_a_binary_that_fails_its_version_probe_is_reported(repo: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken-acp"
+    broken.write_text("#!/bin/sh\necho boom >&2\nexit 3\n")
+    broken.chmod(0o755)
+    run_sup(repo, "init")
+    res = run_sup(repo, "doctor", env={**os.environ, "GITSUP_ACP_BIN": str(broken)})
+    assert f"agent acp: Claude Code ACP adapter at {broken}, version unknown (exit 3)" in res.stdout
+
+
+def test_start_refuses_an_acp_worker_whose_agent_is_missing(repo: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GITSUP_ACP_BIN"}
+    env["PATH"] = "/usr/bin:/bin"
+    spec = tmp_path / "task.toml"
+    spec.write_text(
+        'goal = "g"\n[worker]\nkind = "acp"\nargv = ["no-such-acp-agent"]\n[review]\nkind = "none"\n'
+    )
+    res = run_sup(repo, "start", "--spec", str(spec), env=env)
+    assert res.returncode == 2, res
+    assert "worker: worker.argv names 'no-such-acp-agent'" in res.stderr, res.stderr
+    spec.write_text(
+        'goal = "g"\n[worker]\nkind = "process"\nargv = ["true"]\n[review]\nkind = "acp"\n'
+    )
+    res = run_sup(repo, "start", "--spec", str(spec), env=env)
+    assert res.returncode == 2, res
+    assert "reviewer: no ACP agent" in res.stderr, res.stderr
+    assert run_sup(repo, "ls", "--json").stdout.strip() in ("", "[]")
