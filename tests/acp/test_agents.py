@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.acp.conftest import PINNED_VERSION
 from tests.conftest import run_sup
 
@@ -15,11 +17,12 @@ def test_doctor_lists_the_acp_agent_and_its_version(acp_bin: str, repo: Path) ->
     assert f"agent acp: Claude Code ACP adapter {PINNED_VERSION} ({acp_bin})" in res.stdout, res
 
 
-def test_doctor_says_when_no_acp_agent_is_found(repo: Path, tmp_path: Path) -> None:
+def test_doctor_says_when_no_acp_agent_is_found(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run_sup(repo, "init")
-    env = {k: v for k, v in os.environ.items() if k != "GITSUP_ACP_BIN"}
-    env["PATH"] = "/usr/bin:/bin"
-    res = run_sup(repo, "doctor", env=env)
+    monkeypatch.delenv("GITSUP_ACP_BIN", raising=False)  # CI exports it
+    res = run_sup(repo, "doctor", env={"PATH": "/usr/bin:/bin"})
     assert "agent acp: Claude Code ACP adapter not found (set GITSUP_ACP_BIN" in res.stdout, res
 
 
@@ -32,9 +35,11 @@ def test_a_binary_that_fails_its_version_probe_is_reported(repo: Path, tmp_path:
     assert f"agent acp: Claude Code ACP adapter at {broken}, version unknown (exit 3)" in res.stdout
 
 
-def test_start_refuses_an_acp_worker_whose_agent_is_missing(repo: Path, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "GITSUP_ACP_BIN"}
-    env["PATH"] = "/usr/bin:/bin"
+def test_start_refuses_an_acp_worker_whose_agent_is_missing(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GITSUP_ACP_BIN", raising=False)
+    env = {"PATH": "/usr/bin:/bin"}
     spec = tmp_path / "task.toml"
     spec.write_text(
         'goal = "g"\n[worker]\nkind = "acp"\nargv = ["no-such-acp-agent"]\n[review]\nkind = "none"\n'
