@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
@@ -12,6 +13,7 @@ app = typer.Typer(
     name="git-sup",
     help="Run coding agents unattended, one task per Git worktree.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # plain help: rendering it with rich costs more than the command
     add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -38,6 +40,43 @@ def _main(
     `git sup -h` and `git sup COMMAND -h` print the usage.
     """
 
+
+def _coerce_lazily() -> None:
+    """typer checks every parameter's value with a pydantic TypeAdapter that it builds before
+    it looks at the value: the first one imports pydantic (about 100 ms, more than a read
+    command's own work). A `str` or `bool` parameter whose value the parser already gave as
+    that type (or did not give at all) needs no conversion; only other values get the adapter.
+    Without typer's internals as expected this does nothing (all values go to pydantic)."""
+    try:
+        from typer import core
+        from typer._coercion import PassThroughRuntimeParam, build_runtime_param
+    except ImportError:  # pragma: no cover - another typer
+        return
+    param_cls = getattr(core, "_TyperParameter", None)
+    if param_cls is None or not hasattr(param_cls, "get_runtime_param"):  # pragma: no cover
+        return
+
+    class AsGiven(PassThroughRuntimeParam):  # type: ignore[misc]
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            if type(value) is self.annotation:
+                return value
+            full = build_runtime_param(param.type_descriptor)
+            param._runtime_param = full
+            return full._coerce_value(value, param=param, ctx=ctx)
+
+    original = param_cls.get_runtime_param
+
+    def get_runtime_param(self: Any) -> Any:
+        desc = self.type_descriptor
+        if self._runtime_param is None and desc.file_annotation is None:
+            if desc.annotation is str or desc.annotation is bool:
+                return AsGiven(annotation=desc.annotation, parameter_info=desc.parameter_info)
+        return original(self)
+
+    param_cls.get_runtime_param = get_runtime_param
+
+
+_coerce_lazily()
 
 COMMAND_MODULES = (
     "tasks_cmd",

@@ -14,22 +14,12 @@ from gitsup.cli.main import app
 from gitsup.cli.output import emit_json, emit_jsonl, fold, out, paint, progress, use_colour
 from gitsup.durations import format_duration
 from gitsup.errors import Exit, GitsupError
-from gitsup.tasks import (
-    Context,
-    discard_task,
-    init_repo,
-    list_tasks,
-    read_events,
-    run_task,
-    show_dict,
-    status_exit,
-    stop_task,
-)
 
 if TYPE_CHECKING:
     from gitsup.events import Event
     from gitsup.record import TaskRecord
     from gitsup.spec import TaskSpec
+    from gitsup.tasks import Context
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
@@ -46,6 +36,8 @@ def init_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Set up gitsup in this repository (idempotent)."""
+    from gitsup.tasks import Context, init_repo
+
     ctx = Context.discover()
     res = init_repo(ctx, protected=protected, explicit=True)
     if json_out:
@@ -331,6 +323,8 @@ def start_cmd(
     Exit codes: 0 ready, 3 parked, 4 failed, 5 stopped, 2 bad input, 1 internal error,
     130 interrupted (Ctrl-C stops the task and keeps its work).
     """
+    from gitsup.tasks import Context, run_task, show_dict, status_exit
+
     spec = _spec_from_cli(
         goal,
         spec_file,
@@ -401,6 +395,8 @@ def show_cmd(
     task: Annotated[str, typer.Argument(help="Task id.")], json_out: JsonOpt = False
 ) -> None:
     """Show one task: state, status, baseline, candidate, checks, review, turns, cost."""
+    from gitsup.tasks import Context, show_dict
+
     ctx = Context.discover()
     record = ctx.store.load(task)
     d = show_dict(ctx, record)
@@ -460,6 +456,7 @@ def ls_cmd(
     """List tasks with state, status, age, branch and how far their baseline is behind;
     tasks that need a human first (marked !)."""
     from gitsup.attention import attention_of
+    from gitsup.tasks import Context, list_tasks
 
     ctx = Context.discover()
     needs = attention_of(ctx.layout)
@@ -488,6 +485,8 @@ def log_cmd(
     task: Annotated[str, typer.Argument(help="Task id.")], json_out: JsonOpt = False
 ) -> None:
     """Print the task's events, one per line."""
+    from gitsup.tasks import Context, read_events
+
     ctx = Context.discover()
     for ev in read_events(ctx, task):
         if json_out:
@@ -510,6 +509,8 @@ def stop_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Stop a running task (its supervisor stops the worker and parks the work)."""
+    from gitsup.tasks import Context, show_dict, stop_task
+
     ctx = Context.discover()
     record = stop_task(ctx, task, wait=wait)
     if json_out:
@@ -529,6 +530,8 @@ def discard_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove a task's worktree; its refs stay. Refuses to lose uncaptured work without --force."""
+    from gitsup.tasks import Context, discard_task
+
     ctx = Context.discover()
     res = discard_task(ctx, task, force=force)
     if json_out:
@@ -554,7 +557,7 @@ def prune_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove ended tasks' worktrees and branches; their refs under refs/sup/ stay."""
-    from gitsup.tasks import prune_tasks
+    from gitsup.tasks import Context, prune_tasks
 
     ctx = Context.discover()
     res = prune_tasks(ctx, force=force, dry_run=dry_run)
@@ -580,6 +583,7 @@ def wait_cmd(
 ) -> None:
     """Block until the task ends; exit with the same code as `start`."""
     from gitsup.detach import wait_task
+    from gitsup.tasks import Context, show_dict, status_exit
 
     ctx = Context.discover()
     record = wait_task(ctx, task, timeout=timeout)
@@ -607,6 +611,7 @@ def recover_cmd(
 ) -> None:
     """Continue (or park) a task whose supervisor died."""
     from gitsup.recovery import recover_task
+    from gitsup.tasks import Context, show_dict, status_exit
 
     ctx = Context.discover()
     record = recover_task(
@@ -626,6 +631,7 @@ def doctor_cmd(
 ) -> None:
     """Reconcile task records and leases with processes, cgroups, worktrees and refs."""
     from gitsup.recovery import doctor
+    from gitsup.tasks import Context
 
     ctx = Context.discover()
     findings = doctor(ctx, fix=fix)
@@ -656,6 +662,7 @@ def resume_auto_cmd(task: Annotated[str, typer.Argument(help="Task id.")]) -> No
 
     from gitsup.procid import ProcessId
     from gitsup.state import State
+    from gitsup.tasks import Context
 
     ctx = Context.discover()
     record = ctx.store.load(task)
