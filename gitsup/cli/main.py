@@ -56,7 +56,7 @@ def _coerce_lazily() -> None:
     if param_cls is None or not hasattr(param_cls, "get_runtime_param"):  # pragma: no cover
         return
 
-    class AsGiven(PassThroughRuntimeParam):  # type: ignore[misc]
+    class AsGiven(PassThroughRuntimeParam):
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             if type(value) is self.annotation:
                 return value
@@ -68,9 +68,9 @@ def _coerce_lazily() -> None:
 
     def get_runtime_param(self: Any) -> Any:
         desc = self.type_descriptor
-        if self._runtime_param is None and desc.file_annotation is None:
-            if desc.annotation is str or desc.annotation is bool:
-                return AsGiven(annotation=desc.annotation, parameter_info=desc.parameter_info)
+        plain = desc.annotation is str or desc.annotation is bool
+        if plain and self._runtime_param is None and desc.file_annotation is None:
+            return AsGiven(annotation=desc.annotation, parameter_info=desc.parameter_info)
         return original(self)
 
     param_cls.get_runtime_param = get_runtime_param

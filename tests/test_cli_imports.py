@@ -1,0 +1,77 @@
+"""What each command imports, through the real console script: the usage text and the read
+commands load neither pydantic nor rich nor the process table; only commands that need Git
+load pygit2. (Timing lives in bench/bench_foundation.py; this is the behaviour behind it.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import GIT_SUP
+
+HEAVY = ("pydantic", "rich", "psutil", "tree_sitter", "pyroute2", "libtmux", "apprise")
+
+
+def imported(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run `git-sup args` and return what it printed and the top-level modules it imported."""
+    res = subprocess.run(
+        [GIT_SUP, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
+        timeout=60,
+    )
+    mods = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in res.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "typer" in mods, res.stderr[-2000:]  # the measurement itself works
+    return res, mods
+
+
+def test_usage_and_version_import_no_core_library(repo: Path) -> None:
+    for args in (["-h"], ["ls", "-h"], ["start", "-h"], ["--version"]):
+        res, mods = imported(repo, *args)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert not mods & {*HEAVY, "pygit2"}, (args, sorted(mods & {*HEAVY, "pygit2"}))
+    res, _ = imported(repo, "-h")
+    assert "Usage:" in res.stdout and "ls" in res.stdout and "start" in res.stdout
+
+
+@pytest.mark.parametrize("args", [["ls"], ["ls", "--json"], ["ls", "--attention"]])
+def test_ls_reads_tasks_without_pydantic_rich_or_psutil(repo: Path, args: list[str]) -> None:
+    start = subprocess.run(
+        [GIT_SUP, "start", "g", "--worker", "true", "--review", "none", "--no-commit-required"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert start.returncode == 0, start.stderr[-2000:]
+    res, mods = imported(repo, *args)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert not mods & set(HEAVY), sorted(mods & set(HEAVY))
+    if "--json" in args:
+        rows = json.loads(res.stdout)
+        assert len(rows) == 1 and rows[0]["state"] == "completed" and rows[0]["behind"] == 0
+    elif "--attention" not in args:
+        assert "completed" in res.stdout
+
+
+def test_an_option_value_that_needs_converting_still_is(repo: Path) -> None:
+    """str and bool options skip pydantic; an int option is still converted and checked."""
+    res = subprocess.run(
+        [GIT_SUP, "start", "g", "--worker", "true", "--max-turns", "many"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "--max-turns" in res.stderr and "valid integer" in res.stderr
