@@ -27,12 +27,12 @@ def imported(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], s
         timeout=60,
     )
     mods = {
-        line.rsplit("|", 1)[1].strip().split(".")[0]
+        line.rsplit("|", 1)[1].strip()
         for line in res.stderr.splitlines()
         if line.startswith("import time:") and "|" in line
     }
     assert "typer" in mods, res.stderr[-2000:]  # the measurement itself works
-    return res, mods
+    return res, mods | {m.split(".")[0] for m in mods}
 
 
 def test_usage_and_version_import_no_core_library(repo: Path) -> None:
@@ -40,8 +40,10 @@ def test_usage_and_version_import_no_core_library(repo: Path) -> None:
         res, mods = imported(repo, *args)
         assert res.returncode == 0, res.stderr[-2000:]
         assert not mods & {*HEAVY, "pygit2"}, (args, sorted(mods & {*HEAVY, "pygit2"}))
-    res, _ = imported(repo, "-h")
+    res, mods = imported(repo, "-h")
     assert "Usage:" in res.stdout and "ls" in res.stdout and "start" in res.stdout
+    assert "integrate" in res.stdout and "policy" in res.stdout and "watch" in res.stdout
+    assert "gitsup.cli.policy_cmd" in mods  # the usage lists every command
 
 
 @pytest.mark.parametrize("args", [["ls"], ["ls", "--json"], ["ls", "--attention"]])
@@ -57,6 +59,9 @@ def test_ls_reads_tasks_without_pydantic_rich_or_psutil(repo: Path, args: list[s
     res, mods = imported(repo, *args)
     assert res.returncode == 0, res.stderr[-2000:]
     assert not mods & set(HEAVY), sorted(mods & set(HEAVY))
+    # only the module that defines `ls` is loaded, not every command's
+    assert "gitsup.cli.tasks_cmd" in mods
+    assert not {"gitsup.cli.policy_cmd", "gitsup.cli.attention_cmd"} & mods
     if "--json" in args:
         rows = json.loads(res.stdout)
         assert len(rows) == 1 and rows[0]["state"] == "completed" and rows[0]["behind"] == 0

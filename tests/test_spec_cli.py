@@ -255,7 +255,7 @@ def test_bad_task_id_is_refused(repo: Path) -> None:
 def test_an_unforeseen_error_is_exit_1_and_says_it_is_a_bug(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(ctx: object) -> None:
+    def broken(*args: object) -> None:
         raise RuntimeError("boom")
 
     monkeypatch.setattr("gitsup.tasks.list_tasks", broken)

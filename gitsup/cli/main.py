@@ -89,17 +89,38 @@ COMMAND_MODULES = (
 )
 
 
-def _register() -> None:
-    """Command modules register themselves on `app` when imported."""
-    import importlib
+# The module that defines each top-level command: running one command builds only its module's
+# commands (typer inspects every registered command's signature on each run). A name not
+# here (a command spread over modules, or one added without an entry) registers them all.
+COMMAND_MODULE = {
+    **dict.fromkeys(
+        ("init", "start", "show", "ls", "log", "stop", "discard", "prune", "wait", "recover"),
+        "tasks_cmd",
+    ),
+    "doctor": "tasks_cmd",
+    "resume-auto": "tasks_cmd",
+    **dict.fromkeys(("watch", "cost", "report", "serve"), "attention_cmd"),
+    "integrate": "boundary_cmd",
+    "gate": "boundary_cmd",
+    "policy": "policy_cmd",
+    "pool": "pool_cmd",
+    "attach": "tmux_cmd",
+    "demo": "demo_cmd",
+}
 
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"gitsup.cli.{name}")
+
+def _register(argv: list[str] | None = None) -> None:
+    """Command modules register themselves on `app` when imported: all of them, or only the
+    one that defines the command named in `argv` (the arguments after the program name)."""
+    one = COMMAND_MODULE.get(argv[0]) if argv else None
+    for name in (one,) if one else COMMAND_MODULES:
+        # an import statement's machinery, which `python -X importtime` reports
+        __import__(f"gitsup.cli.{name}")
 
 
 def run() -> None:
     """Console-script entry: one handler maps errors to exit codes."""
-    _register()
+    _register(sys.argv[1:])
     try:
         rc = app(standalone_mode=False)
     except GitsupError as exc:

@@ -459,8 +459,9 @@ def ls_cmd(
     from gitsup.tasks import Context, list_tasks
 
     ctx = Context.discover()
-    needs = attention_of(ctx.layout)
-    rows = list_tasks(ctx)
+    records = list(ctx.store.iter_raw())  # read once, for both
+    needs = attention_of(ctx.layout, {r["id"]: r for r in records})
+    rows = list_tasks(ctx, records)
     if attention:
         rows = [r for r in rows if r.id in needs]
     if json_out:  # creation order, as always; `attention` says who needs a human
