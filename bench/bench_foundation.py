@@ -9,9 +9,14 @@ with a hermetic Git environment (no user or system config).
    a plain `git worktree add` measured in the same run (goal: ratio <= 0.8), with a breakdown
    of where the time of `prepare_task` + spawn goes.
 2. event append rate with the log at 1 MB and at 100 MB (goal: >= 20k/s, flat).
-3. `git sup ls` with 2,000 tasks: the console script and in-process `list_tasks` (goal < 0.5 s).
+3. `git sup ls` with 2,000 tasks: the console script and in-process `list_tasks` (goal < 0.5 s),
+   and the CLI's start-up per command (-h, --version, ls, ls --json) against a bare
+   `python -c pass` in the same run: end-to-end goal and the packages each command must not
+   import (`python -X importtime`), per command (CLI_BUDGET).
 4. importing a turn's commit from the task's private Git dir into `sup/<id>` (every new object
    re-hashed), against the worker's own `git commit` of that turn measured in the same run.
+6. supervisor overhead per stream-json record (bench_worker.py), 7. the policy classifier
+   without its cache (bench_policy.py); then the table of issue 18, every row from this run.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ def hermetic_env(home: Path) -> None:
             "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"),
             "GIT_TERMINAL_PROMPT": "0",
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            # the workers here report the time of their first instruction in a file
+            "GITSUP_SANDBOX_EXTRA_WRITE": str(home.parent),
         }
     )
     for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GITSUP_TASK"):
@@ -177,7 +184,7 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
     phases.wrap(TaskStore, "create", "allocate task id/dir")
     phases.wrap(LeaseStore, "acquire", "lease acquire")
     phases.wrap(GitRepo, "create_branch", "create branch")
-    phases.wrap(GitRepo, "add_worktree", "add_worktree (libgit2 checkout)")
+    phases.wrap(GitRepo, "add_worktree", "add_worktree (git, parallel checkout)")
     from gitsup import gitstate
 
     phases.wrap(gitstate, "create", "private Git dir (gitstate.create)")
@@ -272,6 +279,12 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
         time.sleep(0.1)
     pool_mod.clear(pctx)
     git(repo, "config", "--unset", "sup.poolSize")
+    du = subprocess.run(["du", "-sk", str(root / "plain" / "wt0")], capture_output=True, text=True)
+    spare_mb = int(du.stdout.split()[0]) / 1024 if du.returncode == 0 else float("nan")
+    print(
+        f"   a spare worktree costs {spare_mb:.0f} MB of disk and {files:,} inodes"
+        " (one checkout, kept while idle)"
+    )
     print(
         f"   gitsup prepare+spawn, warm pool   {fmt_s(median(pooled))}   "
         f"ratio {median(pooled) / median(plain):.2f}x  (sup.poolSize = 1; goal <= 0.80x)"
@@ -293,8 +306,15 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
         r.create_branch(f"alt{i}", head)  # type: ignore[arg-type]
         os.sync()
         t = time.perf_counter()
-        r.add_worktree(f"alt{i}", root / "alt" / f"lib{i}", f"alt{i}")
-        alt["libgit2 add_worktree (gitsup today)"].append(time.perf_counter() - t)
+        r.add_worktree(f"alt{i}", root / "alt" / f"alt{i}", f"alt{i}")
+        alt["GitRepo.add_worktree (gitsup now)"].append(time.perf_counter() - t)
+        r.create_branch(f"lib{i}", head)  # type: ignore[arg-type]
+        os.sync()
+        t = time.perf_counter()
+        r._repo.add_worktree(  # what gitsup did before: libgit2's single-threaded checkout
+            f"lib{i}", str(root / "alt" / f"lib{i}"), r._repo.references[f"refs/heads/lib{i}"]
+        )
+        alt["libgit2 add_worktree (gitsup before)"].append(time.perf_counter() - t)
         for n, (label, extra, checkout) in enumerate(variants):
             argv = ["git", *extra, "worktree", "add", "-q", "--force"]
             if not checkout:
@@ -352,6 +372,8 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
         print(f"     {label:40} {fmt_s(median(xs))}  {median(xs) / base_alt:.2f}x")
     return {
         "plain_s": m_plain,
+        "pooled_s": median(pooled),
+        "spare_mb": spare_mb,
         "ours_s": m_ours,
         "ratio": m_ours / m_plain,
         "cli_s": m_cli,
@@ -483,7 +505,7 @@ def bench_ls(root: Path, count: int) -> dict[str, float]:
     from gitsup.state import State, Status
     from gitsup.tasks import Context, list_tasks
 
-    print(f"\n== 3. git sup ls with {count:,} tasks")
+    print(f"\n== 3. git sup ls with {count:,} tasks, and the CLI's start-up per command")
     repo = root / "lsrepo"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
@@ -532,28 +554,152 @@ def bench_ls(root: Path, count: int) -> dict[str, float]:
         inproc.append(time.perf_counter() - t)
     assert len(rows) == count
 
-    def run(*args: str) -> float:
-        t = time.perf_counter()
-        res = subprocess.run([GIT_SUP, *args], cwd=repo, capture_output=True)
-        dt = time.perf_counter() - t
-        assert res.returncode == 0, res.stderr
-        return dt
-
-    cli_text = [run("ls") for _ in range(3)]
-    cli_json = [run("ls", "--json") for _ in range(3)]
-    startup = [run("--help") for _ in range(3)]
+    cli = bench_cli(repo)
     print(f"   list_tasks (in process)      {fmt_s(median(inproc))}   goal < 500 ms")
-    print(f"   git sup ls (console script)  {fmt_s(median(cli_text))}")
-    print(f"   git sup ls --json            {fmt_s(median(cli_json))}")
-    print(
-        f"   git sup --help (start-up)    {fmt_s(median(startup))}   (interpreter + CLI import, no work)"
+    return {"list_tasks_s": median(inproc), **cli}
+
+
+# --- 5. CLI start-up, per command -------------------------------------------------------------
+
+# Per command: end-to-end goal (ms) through the console script, and modules it must not import.
+HEAVY = ("pydantic", "rich", "psutil", "tree_sitter", "pyroute2", "libtmux", "apprise")
+CLI_BUDGET: dict[str, tuple[tuple[str, ...], float, tuple[str, ...]]] = {
+    "git sup -h": (("-h",), 150, (*HEAVY, "pygit2")),
+    "git sup --version": (("--version",), 150, (*HEAVY, "pygit2")),
+    "git sup ls": (("ls",), 200, HEAVY),
+    "git sup ls --json": (("ls", "--json"), 200, HEAVY),
+}
+
+
+def import_profile(cwd: Path, *args: str) -> tuple[float, set[str]]:
+    """`python -X importtime` of one command: total import time (s) and top-level packages."""
+    res = subprocess.run(
+        [GIT_SUP, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
     )
-    return {
-        "list_tasks_s": median(inproc),
-        "cli_ls_s": median(cli_text),
-        "cli_ls_json_s": median(cli_json),
-        "cli_startup_s": median(startup),
-    }
+    total, mods = 0, set()
+    for line in res.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        _, cumulative, name = line.split("|")
+        if cumulative.strip().isdigit() and name == " " + name.strip():  # top level
+            total += int(cumulative)
+        mods.add(name.strip().split(".")[0])
+    return total / 1e6, mods
+
+
+def bench_cli(repo: Path, runs: int = 7) -> dict[str, Any]:
+    """Each command end to end through the console script, interleaved with a bare
+    interpreter start (`python -c pass`, the baseline), and what each imports."""
+    bare = [sys.executable, "-c", "pass"]
+    times: dict[str, list[float]] = defaultdict(list)
+    for _ in range(runs):
+        for label, argv in [("python -c pass", bare)] + [
+            (k, [GIT_SUP, *v[0]]) for k, v in CLI_BUDGET.items()
+        ]:
+            t = time.perf_counter()
+            res = subprocess.run(argv, cwd=repo, capture_output=True)
+            times[label].append(time.perf_counter() - t)
+            assert res.returncode == 0, res.stderr
+    base = median(times["python -c pass"])
+    print(f"   python -c pass (baseline)    {fmt_s(base)}")
+    out: dict[str, Any] = {"python_s": base}
+    for label, (args, goal_ms, banned) in CLI_BUDGET.items():
+        m = median(times[label])
+        imp, mods = import_profile(repo, *args)
+        bad = sorted(mods & set(banned))
+        verdict = "ok" if m * 1000 <= goal_ms else "OVER"
+        print(
+            f"   {label:28} {fmt_s(m)}  {m / base:4.1f}x python  goal <= {goal_ms:.0f} ms: {verdict}"
+            f"   imports {imp * 1000:5.0f} ms, {len(mods)} packages"
+            + (f"  MUST NOT IMPORT {bad}" if bad else "")
+        )
+        out[label] = {"s": m, "imports_s": imp, "banned_imported": bad}
+    return out
+
+
+# --- the rows of the speed table, in one run ---------------------------------------------------
+
+
+def bench_records_row(n: int) -> dict[str, float]:
+    print(f"\n== 6. supervisor overhead per stream-json record ({n:,} records; bench_worker.py)")
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    import bench_worker
+
+    return bench_worker.bench_records(n)
+
+
+def bench_classifier_row(n: int) -> dict[str, float] | None:
+    print(f"\n== 7. policy classifier, all-unique commands, no cache ({n:,}; bench_policy.py)")
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    try:
+        import bench_policy
+
+        from gitsup.policy import Policy
+
+        policy = Policy.load()
+        cmds = bench_policy.mixed(n, unique=True)
+        rate = bench_policy.throughput(cmds, policy, cache=False)
+        lat = sorted(bench_policy.latencies(cmds[:5000], policy))
+    except Exception as exc:  # another layout of bench_policy: run it on its own
+        print(f"   not measured here ({exc!r}); see bench/bench_policy.py")
+        return None
+    p50 = lat[len(lat) // 2]
+    print(f"   {rate:,.0f} commands/s, p50 {p50:.0f} us   goal >= 30,000/s, p50 <= 30 us")
+    return {"per_s": rate, "p50_us": p50}
+
+
+def summary(r: dict[str, Any], files: int) -> None:
+    st, ls = r["start"], r["ls"]
+    rows = [
+        (
+            f"task start -> worker's first instruction, {files:,} files, default (no pool)",
+            f"{st['ratio']:.2f}x git worktree add ({st['ours_s'] * 1000:.0f} vs {st['plain_s'] * 1000:.0f} ms)",
+            "<= 0.8x",
+        ),
+        (
+            "the same, warm pool (sup.poolSize = 1)",
+            f"{st['pooled_s'] / st['plain_s']:.2f}x",
+            "",
+        ),
+        (
+            "`git sup start` through the console script, same repo",
+            f"{st['cli_s'] / st['plain_s']:.2f}x ({st['cli_s'] * 1000:.0f} ms)",
+            "<= 1.0x",
+        ),
+    ]
+    for label in CLI_BUDGET:
+        goal = CLI_BUDGET[label][1]
+        rows.append(
+            (
+                f"`{label}`, console script" + (" (2,000 tasks)" if "ls" in label else ""),
+                f"{ls[label]['s'] * 1000:.0f} ms ({ls[label]['s'] / ls['python_s']:.1f}x python -c pass)",
+                f"<= {goal:.0f} ms",
+            )
+        )
+    c = r.get("classifier")
+    rows.append(
+        (
+            "classifier, all-unique commands (no cache)",
+            f"{c['per_s']:,.0f}/s; p50 {c['p50_us']:.0f} us" if c else "see bench_policy.py",
+            ">= 30,000/s; p50 <= 30 us",
+        )
+    )
+    rec = r["records"]
+    rows.append(
+        (
+            "supervisor overhead per stream-json record (parse + append, CPU)",
+            f"{rec['record_us']:.1f} us ({rec['record_us'] / rec['json_loads_us']:.1f}x json.loads)",
+            "<= 25 us",
+        )
+    )
+    print("\n== the speed table (issue 18)\n")
+    print("| what | now | goal |\n|---|---|---|")
+    for what, now, goal in rows:
+        print(f"| {what} | {now} | {goal} |")
 
 
 # --- main ---------------------------------------------------------------------------------
@@ -594,6 +740,9 @@ def main() -> None:
         results["events"] = bench_events(root, sizes, appends)
         results["ls"] = bench_ls(root, tasks)
         results["import"] = bench_import(root, min(files, 5_000), reps)
+    results["records"] = bench_records_row(appends)
+    results["classifier"] = bench_classifier_row(5_000 if args.quick else 20_000)
+    summary(results, files)
     if args.json:
         print(json.dumps(results, indent=2))
 

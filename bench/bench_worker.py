@@ -4,9 +4,10 @@
 
 1. Replays a recorded Claude Code transcript (tests/claude/data/transcript-2.1.328.ndjson),
    repeated to N records (default 100,000), through the supervisor's per-record path:
-   framing, parsing (with the redaction screen), the policy decision for permission
-   requests, and the event append (what `Supervisor._dispatch` does for each record). Prints mean µs per record
-   (goal < 50 µs) next to a baseline measured in the same run: `json.loads` of the same lines.
+   framing, parsing (with the redaction screen) and the event append (what
+   `Supervisor._dispatch` does for each record): µs per record (goal <= 25 µs), then the
+   same with the policy decision for each permission request, next to a baseline measured
+   in the same run: `json.loads` of the same lines.
 2. Runs a real supervisor with a process worker that sleeps silently for a few seconds and
    reports the supervisor's CPU time over that idle window (goal ≈ 0: no busy polling).
 """
@@ -32,6 +33,9 @@ from gitsup.redact import Redacted  # noqa: E402
 from gitsup.workers import stream_json as sj  # noqa: E402
 from gitsup.workers.base import PermissionRequest, TurnCompleted, WorkerOutput  # noqa: E402
 
+# What an allow decision records (the classifier's own cost is measured separately).
+DECISION = {"decision": "allow", "rule": "git.commit", "reason": "commits inside the worktree"}
+
 
 def load_stream(n: int) -> bytes:
     src = REPO / "tests" / "claude" / "data" / "transcript-2.1.328.ndjson"
@@ -55,45 +59,78 @@ def load_stream(n: int) -> bytes:
     return b"\n".join(out[:n]) + b"\n"
 
 
-def bench_records(n: int) -> None:
+def bench_records(n: int, rounds: int = 3) -> dict[str, float]:
+    """µs per record: json.loads alone (the baseline), the supervisor's parse + event append
+    (the record overhead, without the policy classifier), and the whole per-record path with
+    the classifier's decision for each permission request. Best of `rounds`, interleaved;
+    CPU time of this process (user + system), which other load on the machine disturbs less
+    than wall time."""
     data = load_stream(n)
     chunks = [data[i : i + 65536] for i in range(0, len(data), 65536)]
-    # baseline: json.loads of every line
-    t = time.perf_counter()
-    for line in data.splitlines():
-        json.loads(line)
-    base = time.perf_counter() - t
-
-    d = Path(tempfile.mkdtemp())
-    log = EventLog(d / "events.jsonl", TaskId("20260101-000000"))
     policy = Policy.load(None)
-    wt = str(d)
-    framer = sj.LineFramer()
     counts = {"records": 0, "permission": 0, "output": 0, "turns": 0}
-    t = time.perf_counter()
-    for chunk in chunks:
-        for line in framer.feed(chunk):
-            counts["records"] += 1
-            ev = sj.parse_record(line)
-            if isinstance(ev, PermissionRequest):
-                counts["permission"] += 1
-                dec = decide_tool(ev.tool_name, ev.tool_input, worktree=wt, policy=policy)
-                log.append("permission_decided", {"tool": ev.tool_name, **dec.as_dict()})
-            elif isinstance(ev, WorkerOutput):
-                counts["output"] += 1
-                data = {"stream": ev.stream, "text": ev.text, **dict(ev.data)}
-                # parse_record redacted it, as in Supervisor._dispatch
-                log.append("worker_output", Redacted(data))
-            elif isinstance(ev, TurnCompleted):
-                counts["turns"] += 1
-                log.append("turn_completed", {"subtype": ev.subtype, "cost_usd": ev.cost_usd})
-    total = time.perf_counter() - t
+
+    def baseline() -> float:
+        t = time.process_time()
+        for line in data.splitlines():
+            json.loads(line)
+        return time.process_time() - t
+
+    def replay(decide: bool) -> float:
+        d = Path(tempfile.mkdtemp())
+        log = EventLog(d / "events.jsonl", TaskId("20260101-000000"))
+        wt = str(d)
+        framer = sj.LineFramer()
+        counts.update(records=0, permission=0, output=0, turns=0)
+        t = time.process_time()
+        for chunk in chunks:
+            for line in framer.feed(chunk):
+                counts["records"] += 1
+                ev = sj.parse_record(line)
+                if isinstance(ev, PermissionRequest):
+                    counts["permission"] += 1
+                    if decide:
+                        dec = decide_tool(ev.tool_name, ev.tool_input, worktree=wt, policy=policy)
+                        log.append("permission_decided", {"tool": ev.tool_name, **dec.as_dict()})
+                    else:
+                        log.append("permission_decided", {"tool": ev.tool_name, **DECISION})
+                elif isinstance(ev, WorkerOutput):
+                    counts["output"] += 1
+                    data = {"stream": ev.stream, "text": ev.text, **dict(ev.data)}
+                    # parse_record redacted it, as in Supervisor._dispatch
+                    log.append("worker_output", Redacted(data))
+                elif isinstance(ev, TurnCompleted):
+                    counts["turns"] += 1
+                    log.append("turn_completed", {"subtype": ev.subtype, "cost_usd": ev.cost_usd})
+        total = time.process_time() - t
+        log.close()
+        for p in d.iterdir():
+            p.unlink()
+        d.rmdir()
+        return total
+
+    base, record, full = [], [], []
+    for _ in range(rounds):
+        base.append(baseline())
+        record.append(replay(decide=False))
+        full.append(replay(decide=True))
     n_rec = counts["records"]
-    print(f"records replayed            {n_rec:,} ({counts})")
-    print(f"baseline json.loads          {base / n_rec * 1e6:8.2f} µs/record")
-    print(f"supervisor per-record path   {total / n_rec * 1e6:8.2f} µs/record  (goal < 50)")
-    print(f"ratio to json.loads          {total / base:8.1f}x")
-    print(f"event log size               {log.path.stat().st_size / 1e6:.1f} MB")
+    us = {
+        "json_loads_us": min(base) / n_rec * 1e6,
+        "record_us": min(record) / n_rec * 1e6,
+        "full_us": min(full) / n_rec * 1e6,
+    }
+    print(f"records replayed            {n_rec:,} ({counts}), best of {rounds}")
+    print(f"baseline json.loads          {us['json_loads_us']:8.2f} µs/record")
+    print(
+        f"parse + event append         {us['record_us']:8.2f} µs/record  (goal <= 25)   "
+        f"{us['record_us'] / us['json_loads_us']:.1f}x json.loads"
+    )
+    print(
+        f"with the policy decisions    {us['full_us']:8.2f} µs/record  "
+        f"{us['full_us'] / us['json_loads_us']:.1f}x json.loads"
+    )
+    return us
 
 
 def bench_idle(seconds: float) -> None:

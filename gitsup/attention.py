@@ -225,10 +225,19 @@ class _Tail:
 class Board:
     """Every task of a repository, kept current by reading only what was appended."""
 
-    def __init__(self, layout: Layout, *, tail_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        tail_bytes: int | None = None,
+        records: Mapping[str, dict[str, Any]] | None = None,
+    ) -> None:
         """`tail_bytes`: on the first read of a log, fold only its last bytes (enough for
-        who-needs-a-human, which the record and the latest events decide; `ls` uses it)."""
+        who-needs-a-human, which the record and the latest events decide; `ls` uses it).
+        `records`: task records the caller already read (by id), used on the first refresh
+        instead of reading them again."""
         self.layout = layout
+        self._given = dict(records) if records is not None else {}
         self.tail_bytes = tail_bytes
         self._tails: dict[str, _Tail] = {}
         self.new_events: list[dict[str, Any]] = []
@@ -247,7 +256,10 @@ class Board:
             tail = self._tails.get(name)
             if tail is None:
                 tail = self._tails[name] = _Tail(Tracker(name))
-            if not self._read_record(tdir, tail):
+            given = self._given.pop(name, None)
+            if given:
+                tail.record = given
+            elif not self._read_record(tdir, tail):
                 continue
             rec = tail.record
             if (
@@ -405,9 +417,12 @@ def sort_rows(rows: Iterable[TaskStatus]) -> list[TaskStatus]:
     return sorted(rows, key=key)
 
 
-def attention_of(layout: Layout) -> dict[str, list[str]]:
-    """Task id -> reasons, for every task that needs a human now."""
-    board = Board(layout, tail_bytes=32 * 1024)
+def attention_of(
+    layout: Layout, records: Mapping[str, dict[str, Any]] | None = None
+) -> dict[str, list[str]]:
+    """Task id -> reasons, for every task that needs a human now (`records`: the task
+    records by id, when the caller already read them)."""
+    board = Board(layout, tail_bytes=32 * 1024, records=records)
     return {r.id: r.attention for r in board.refresh() if r.attention}
 
 

@@ -73,6 +73,8 @@ EVENT_TYPES = frozenset(
 )
 
 _TAIL_BLOCK = 64 * 1024
+# json.dumps(obj, separators=(",", ":"), default=str), without building an encoder per call.
+_dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
 _SEAL_TRAILER = re.compile(r"^Sup-Sealed: seq=(\d+) offset=(\d+)(?: file=(\d+))?$", re.M)
 
 
@@ -260,18 +262,30 @@ class EventLog:
 
     def append(self, type: str, data: Mapping[str, Any] | None = None) -> Event:
         payload = dict(data or {})
-        body = json.dumps(payload, separators=(",", ":"), default=str)
+        body = _dumps(payload)
         if not isinstance(data, Redacted) and needs_redaction(body):
             payload = redact(payload)
-            body = json.dumps(payload, separators=(",", ":"), default=str)
+            body = _dumps(payload)
         if len(body) > self.max_record_bytes:
             payload = _cap(payload, self.max_record_bytes)
-            body = json.dumps(payload, separators=(",", ":"), default=str)
+            body = _dumps(payload)
         head = self._heads.get(type)
         if head is None:
             head = self._heads[type] = (
                 f',"task":{json.dumps(self.task)},"type":{json.dumps(type)},"data":'
             )
+        fd = self._fd
+        if fd is not None and self._known_seq is not None:
+            # The common case, without the general lock loop of `locked()`: the file is the
+            # one we last appended to and nobody wrote since (its size is ours, and a
+            # rotation always appends a marker line to the file it renames away).
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                size = os.fstat(fd).st_size
+                if size == self._known_size:
+                    return self._write(fd, size, self._known_seq + 1, type, head, body, payload)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
         with self.locked() as fd:
             size = self._locked_size
             if size == self._known_size and self._known_seq is not None:
@@ -280,13 +294,19 @@ class EventLog:
             else:
                 seq = self._last_seq_and_repair(fd) + 1
                 size = os.fstat(fd).st_size  # the repair may have cut a torn line
-            ts = round(time.time(), 6)  # under the lock: ts never goes back as seq goes up
-            line = f'{{"seq":{seq},"ts":{ts:.6f}{head}{body}}}\n'.encode()
-            written = os.write(fd, line)
-            # O_APPEND under our lock: the file is exactly `line` longer (a short write
-            # would leave a torn line, repaired by the next append's tail read).
-            self._known_seq = seq if written == len(line) else None
-            self._known_size = size + written
+            return self._write(fd, size, seq, type, head, body, payload)
+
+    def _write(
+        self, fd: int, size: int, seq: int, type: str, head: str, body: str, payload: dict[str, Any]
+    ) -> Event:
+        """Append record `seq` to the locked file of `size` bytes."""
+        ts = round(time.time(), 6)  # under the lock: ts never goes back as seq goes up
+        line = f'{{"seq":{seq},"ts":{ts:.6f}{head}{body}}}\n'.encode()
+        written = os.write(fd, line)
+        # O_APPEND under our lock: the file is exactly `line` longer (a short write
+        # would leave a torn line, repaired by the next append's tail read).
+        self._known_seq = seq if written == len(line) else None
+        self._known_size = size + written
         return Event(seq, ts, self.task, type, payload)
 
     def last_seq(self) -> int:

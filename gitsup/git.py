@@ -320,15 +320,56 @@ class GitRepo:
     # --- worktrees ----------------------------------------------------------------
 
     def add_worktree(self, name: str, path: Path, branch: str) -> None:
-        """Check out `branch` into a new linked worktree at `path` (must not exist)."""
-        ref = self._repo.references[f"refs/heads/{branch}"]
+        """Check out `branch` into a new linked worktree at `path` (must not exist), named
+        `name` (the last component of `path`, as git names it).
+
+        `git worktree add` with parallel checkout (`checkout.workers`, unless the user set
+        it): several times faster than libgit2's single-threaded checkout on a large tree.
+        No hook of the user's runs (`core.hooksPath` is pointed at nothing), submodules are
+        not recursed into, the user's checkout and index are not touched, and a failed or
+        interrupted add leaves neither files nor a registration behind."""
+        from gitsup import proc
+
+        if path.name != name:
+            raise GitsupError(f"worktree {path} must be named {path.name}, not {name}")
+        if self._repo.references.get(f"refs/heads/{branch}") is None:
+            raise GitsupError(f"cannot create worktree {path}: no branch {branch}")
+        if os.path.lexists(path):
+            raise GitsupError(f"cannot create worktree {path}: it already exists")
+        argv = ["git", "-c", "core.hooksPath=/dev/null", "-c", "submodule.recurse=false"]
+        if self.config_get("checkout.workers") is None:
+            argv += ["-c", f"checkout.workers={checkout_workers()}"]
+        argv += ["worktree", "add", "--quiet", os.fspath(path), branch]
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._repo.add_worktree(name, str(path), ref)
-        except OSError as exc:
-            raise GitsupError(f"cannot create worktree {path}: {exc.strerror or exc}") from exc
-        except (pygit2.GitError, ValueError) as exc:
+            res = proc.run(argv, cwd=self.common_dir, env=proc.child_env(), timeout=1800)
+        except (OSError, GitsupError) as exc:
+            self._undo_add(name, path)
             raise GitsupError(f"cannot create worktree {path}: {exc}") from exc
+        except BaseException:
+            self._undo_add(name, path)
+            raise
+        if not res.ok:
+            self._undo_add(name, path)
+            why = res.output.strip() or ("timed out" if res.timed_out else f"exit {res.returncode}")
+            raise GitsupError(f"cannot create worktree {path}: {why}")
+        if self.worktree_name_of(path) != name:
+            # git picked another name (a stale registration held this one): not ours to use.
+            self._undo_add(name, path)
+            raise GitsupError(
+                f"cannot create worktree {path}: a registration named {name} already exists",
+                hint="`git worktree prune` removes registrations whose files are gone",
+            )
+
+    def _undo_add(self, name: str, path: Path) -> None:
+        """Remove what a failed add made: the files at `path` and the registration that
+        points at `path` (never another one, whatever its name)."""
+        with contextlib.suppress(Exception):
+            registered = self.worktree_name_of(path)
+            if os.path.lexists(path):
+                shutil.rmtree(path)
+            if registered is not None:
+                self._repo.lookup_worktree(registered).prune(True)
 
     def worktree_names(self) -> list[str]:
         return list(self._repo.list_worktrees())
@@ -842,6 +883,12 @@ class GitRepo:
             complete=not truncated,
             truncated=truncated,
         )
+
+
+def checkout_workers() -> int:
+    """Parallel checkout workers for a new worktree: writing many small files is bound by
+    the file system more than by the CPU, so twice the cores (at least 2, at most 16)."""
+    return max(2, min(16, 2 * (os.cpu_count() or 1)))
 
 
 def read_bounded_file(root: Path, rel: str, limit: int, truncated: list[str]) -> UntrackedFile:

@@ -6,12 +6,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import psutil
+# psutil is imported where it is used: reading a task list needs no process table.
 
 
 def pid_alive(pid: int) -> bool:
     """A process with this pid exists and has not exited (a zombie has: only its parent has
     not collected it yet, and a detached process's parent may take its time)."""
+    import psutil
+
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -31,10 +33,14 @@ class ProcessId:
 
     @classmethod
     def of(cls, pid: int) -> ProcessId:
+        import psutil
+
         return cls(pid, psutil.Process(pid).create_time())
 
     def alive(self) -> bool:
         """True only if a process with this pid AND this start time exists."""
+        import psutil
+
         try:
             p = psutil.Process(self.pid)
             if abs(p.create_time() - self.start_time) > 0.01:

@@ -328,14 +328,16 @@ class LsRow:
         return self.__dict__.copy()
 
 
-def list_tasks(ctx: Context) -> list[LsRow]:
+def list_tasks(ctx: Context, records: list[dict[str, Any]] | None = None) -> list[LsRow]:
+    """One row per task, from `records` (the raw task records) when the caller read them."""
     now = time.time()
     rows: list[LsRow] = []
     cache: dict[tuple[str, str], int | None] = {}
     tips: dict[str, Oid | None] = {}
     # A listing reads only the fields it shows (plain JSON, no model validation: 2,000
     # records in well under the 0.5 s budget). Ids sort by day only: list by creation.
-    for rec in sorted(ctx.store.iter_raw(), key=lambda r: (r.get("created_at", 0.0), r["id"])):
+    raw = ctx.store.iter_raw() if records is None else records
+    for rec in sorted(raw, key=lambda r: (r.get("created_at", 0.0), r["id"])):
         behind: int | None = None
         source = rec.get("source_branch")
         baseline = rec.get("baseline")

@@ -255,10 +255,10 @@ def test_bad_task_id_is_refused(repo: Path) -> None:
 def test_an_unforeseen_error_is_exit_1_and_says_it_is_a_bug(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(ctx: object) -> None:
+    def broken(*args: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("gitsup.cli.tasks_cmd.list_tasks", broken)
+    monkeypatch.setattr("gitsup.tasks.list_tasks", broken)
     rc, _out, err = run_cli_inproc(repo, "ls")
     assert rc == 1
     assert "internal error" in err and "boom" in err

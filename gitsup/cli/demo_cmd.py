@@ -10,7 +10,6 @@ import typer
 from gitsup.cli.main import app
 from gitsup.cli.output import emit_json, out, progress
 from gitsup.cli.tasks_cmd import ProgressRenderer
-from gitsup.tasks import Context, show_dict, status_exit
 
 
 @app.command("demo")
@@ -24,6 +23,7 @@ def demo_cmd(
 ) -> None:
     """Run one scripted task through the whole loop in a throwaway repo (no network, no API key)."""
     from gitsup.demo import run_demo
+    from gitsup.tasks import Context, show_dict, status_exit
 
     if directory is not None:
         directory = directory.resolve()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
@@ -12,6 +13,7 @@ app = typer.Typer(
     name="git-sup",
     help="Run coding agents unattended, one task per Git worktree.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # plain help: rendering it with rich costs more than the command
     add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -39,6 +41,43 @@ def _main(
     """
 
 
+def _coerce_lazily() -> None:
+    """typer checks every parameter's value with a pydantic TypeAdapter that it builds before
+    it looks at the value: the first one imports pydantic (about 100 ms, more than a read
+    command's own work). A `str` or `bool` parameter whose value the parser already gave as
+    that type (or did not give at all) needs no conversion; only other values get the adapter.
+    Without typer's internals as expected this does nothing (all values go to pydantic)."""
+    try:
+        from typer import core
+        from typer._coercion import PassThroughRuntimeParam, build_runtime_param
+    except ImportError:  # pragma: no cover - another typer
+        return
+    param_cls = getattr(core, "_TyperParameter", None)
+    if param_cls is None or not hasattr(param_cls, "get_runtime_param"):  # pragma: no cover
+        return
+
+    class AsGiven(PassThroughRuntimeParam):
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            if type(value) is self.annotation:
+                return value
+            full = build_runtime_param(param.type_descriptor)
+            param._runtime_param = full
+            return full._coerce_value(value, param=param, ctx=ctx)
+
+    original = param_cls.get_runtime_param
+
+    def get_runtime_param(self: Any) -> Any:
+        desc = self.type_descriptor
+        plain = desc.annotation is str or desc.annotation is bool
+        if plain and self._runtime_param is None and desc.file_annotation is None:
+            return AsGiven(annotation=desc.annotation, parameter_info=desc.parameter_info)
+        return original(self)
+
+    param_cls.get_runtime_param = get_runtime_param
+
+
+_coerce_lazily()
+
 COMMAND_MODULES = (
     "tasks_cmd",
     "policy_cmd",
@@ -51,17 +90,39 @@ COMMAND_MODULES = (
 )
 
 
-def _register() -> None:
-    """Command modules register themselves on `app` when imported."""
-    import importlib
+# The module that defines each top-level command: running one command builds only its module's
+# commands (typer inspects every registered command's signature on each run). A name not
+# here (a command spread over modules, or one added without an entry) registers them all.
+COMMAND_MODULE = {
+    **dict.fromkeys(
+        ("init", "start", "show", "ls", "log", "stop", "discard", "prune", "wait", "recover"),
+        "tasks_cmd",
+    ),
+    "doctor": "tasks_cmd",
+    "resume-auto": "tasks_cmd",
+    **dict.fromkeys(("watch", "cost", "report", "serve"), "attention_cmd"),
+    "integrate": "boundary_cmd",
+    "gate": "boundary_cmd",
+    "policy": "policy_cmd",
+    "pool": "pool_cmd",
+    "attach": "tmux_cmd",
+    "demo": "demo_cmd",
+    "queue": "queue_cmd",
+}
 
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"gitsup.cli.{name}")
+
+def _register(argv: list[str] | None = None) -> None:
+    """Command modules register themselves on `app` when imported: all of them, or only the
+    one that defines the command named in `argv` (the arguments after the program name)."""
+    one = COMMAND_MODULE.get(argv[0]) if argv else None
+    for name in (one,) if one else COMMAND_MODULES:
+        # an import statement's machinery, which `python -X importtime` reports
+        __import__(f"gitsup.cli.{name}")
 
 
 def run() -> None:
     """Console-script entry: one handler maps errors to exit codes."""
-    _register()
+    _register(sys.argv[1:])
     try:
         rc = app(standalone_mode=False)
     except GitsupError as exc:

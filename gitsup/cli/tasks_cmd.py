@@ -15,22 +15,12 @@ from gitsup.cli.options import JsonOpt, ProtectedOpt
 from gitsup.cli.output import emit_json, emit_jsonl, fold, out, paint, progress, use_colour
 from gitsup.durations import format_duration
 from gitsup.errors import Exit, GitsupError
-from gitsup.tasks import (
-    Context,
-    discard_task,
-    init_repo,
-    list_tasks,
-    read_events,
-    run_task,
-    show_dict,
-    status_exit,
-    stop_task,
-)
 
 if TYPE_CHECKING:
     from gitsup.events import Event
     from gitsup.record import TaskRecord
     from gitsup.spec import TaskSpec
+    from gitsup.tasks import Context
 
 
 @app.command("init")
@@ -39,6 +29,8 @@ def init_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Set up gitsup in this repository (idempotent)."""
+    from gitsup.tasks import Context, init_repo
+
     ctx = Context.discover()
     res = init_repo(ctx, protected=protected, explicit=True)
     if json_out:
@@ -333,6 +325,8 @@ def start_cmd(
     Exit codes: 0 ready, 3 parked, 4 failed, 5 stopped, 2 bad input, 1 internal error,
     130 interrupted (Ctrl-C stops the task and keeps its work).
     """
+    from gitsup.tasks import Context, run_task, show_dict, status_exit
+
     spec = _spec_from_cli(
         goal,
         spec_file,
@@ -455,6 +449,8 @@ def show_cmd(
 ) -> None:
     """Show one task: state, status, baseline, candidate, checks, review, turns, cost;
     or a best-of-N group (id g…): its attempts side by side, ranked."""
+    from gitsup.tasks import Context, show_dict
+
     ctx = Context.discover()
     from gitsup.attempts import compare, is_group_id
 
@@ -523,15 +519,17 @@ def ls_cmd(
     """List tasks with state, status, age, branch and how far their baseline is behind;
     tasks that need a human first (marked !)."""
     from gitsup.attention import attention_of
+    from gitsup.tasks import Context, list_tasks
 
     ctx = Context.discover()
-    needs = attention_of(ctx.layout)
-    rows = list_tasks(ctx)
+    records = list(ctx.store.iter_raw())  # read once, for both
+    needs = attention_of(ctx.layout, {r["id"]: r for r in records})
+    rows = list_tasks(ctx, records)
     if attention:
         rows = [r for r in rows if r.id in needs]
     from gitsup.overlap import overlaps
 
-    ov = overlaps(ctx, ctx.store.iter_raw())
+    ov = overlaps(ctx, records)
     if json_out:  # creation order, as always; `attention` says who needs a human
         emit_json(
             [
@@ -560,6 +558,8 @@ def log_cmd(
     task: Annotated[str, typer.Argument(help="Task id.")], json_out: JsonOpt = False
 ) -> None:
     """Print the task's events, one per line."""
+    from gitsup.tasks import Context, read_events
+
     ctx = Context.discover()
     for ev in read_events(ctx, task):
         if json_out:
@@ -582,6 +582,8 @@ def stop_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Stop a running task (its supervisor stops the worker and parks the work)."""
+    from gitsup.tasks import Context, show_dict, stop_task
+
     ctx = Context.discover()
     record = stop_task(ctx, task, wait=wait)
     if json_out:
@@ -601,6 +603,8 @@ def discard_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove a task's worktree; its refs stay. Refuses to lose uncaptured work without --force."""
+    from gitsup.tasks import Context, discard_task
+
     ctx = Context.discover()
     res = discard_task(ctx, task, force=force)
     if json_out:
@@ -626,7 +630,7 @@ def prune_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove ended tasks' worktrees and branches; their refs under refs/sup/ stay."""
-    from gitsup.tasks import prune_tasks
+    from gitsup.tasks import Context, prune_tasks
 
     ctx = Context.discover()
     res = prune_tasks(ctx, force=force, dry_run=dry_run)
@@ -652,6 +656,7 @@ def wait_cmd(
 ) -> None:
     """Block until the task ends; exit with the same code as `start`."""
     from gitsup.detach import wait_task
+    from gitsup.tasks import Context, show_dict, status_exit
 
     ctx = Context.discover()
     record = wait_task(ctx, task, timeout=timeout)
@@ -679,6 +684,7 @@ def recover_cmd(
 ) -> None:
     """Continue (or park) a task whose supervisor died."""
     from gitsup.recovery import recover_task
+    from gitsup.tasks import Context, show_dict, status_exit
 
     ctx = Context.discover()
     record = recover_task(
@@ -698,6 +704,7 @@ def doctor_cmd(
 ) -> None:
     """Reconcile task records and leases with processes, cgroups, worktrees and refs."""
     from gitsup.recovery import doctor
+    from gitsup.tasks import Context
 
     ctx = Context.discover()
     findings = doctor(ctx, fix=fix)
@@ -732,6 +739,7 @@ def resume_auto_cmd(task: Annotated[str, typer.Argument(help="Task id.")]) -> No
 
     from gitsup.procid import ProcessId
     from gitsup.state import State
+    from gitsup.tasks import Context
 
     ctx = Context.discover()
     record = ctx.store.load(task)

@@ -27,6 +27,9 @@ from gitsup.workers.base import (
     WorkerOutput,
 )
 
+# dict first: what json.loads makes, checked without the Mapping ABC's slower isinstance
+_MAPPING = (dict, Mapping)
+
 __all__ = [
     "DEFAULT_MAX_LINE",
     "DEFAULT_MAX_TEXT",
@@ -201,9 +204,9 @@ def _result_text(content: Any) -> str:
     if isinstance(content, list):
         parts: list[str] = []
         for block in content:
-            if isinstance(block, Mapping) and block.get("type") == "text":
+            if isinstance(block, _MAPPING) and block.get("type") == "text":
                 parts.append(str(block.get("text", "")))
-            elif isinstance(block, Mapping):
+            elif isinstance(block, _MAPPING):
                 parts.append(f"[{block.get('type', '?')}]")
         return "\n".join(parts)
     return "" if content is None else _compact(content)
@@ -219,7 +222,7 @@ def _summarise(content: Any, limit: int) -> tuple[str, list[dict[str, Any]], lis
         return "", uses, results
     parts: list[str] = []
     for block in content:
-        if not isinstance(block, Mapping):
+        if not isinstance(block, _MAPPING):
             continue
         kind = block.get("type")
         if kind == "text":
@@ -244,14 +247,14 @@ def _summarise(content: Any, limit: int) -> tuple[str, list[dict[str, Any]], lis
 
 def _message_output(record: Mapping[str, Any], kind: str, limit: int) -> WorkerOutput:
     message = record.get("message")
-    content = message.get("content") if isinstance(message, Mapping) else None
+    content = message.get("content") if isinstance(message, _MAPPING) else None
     text, uses, results = _summarise(content, limit)
     data: dict[str, Any] = {
         "session_id": _str(record.get("session_id")),
         "uuid": _str(record.get("uuid")),
         "parent_tool_use_id": _str(record.get("parent_tool_use_id")),
     }
-    if isinstance(message, Mapping) and isinstance(message.get("id"), str):
+    if isinstance(message, _MAPPING) and isinstance(message.get("id"), str):
         data["message_id"] = message["id"]
     if uses:
         data["tool_uses"] = uses
@@ -296,7 +299,7 @@ def _turn_completed(record: Mapping[str, Any], limit: int) -> TurnCompleted:
         data["permission_denials"] = [
             {"tool_name": d.get("tool_name"), "tool_use_id": d.get("tool_use_id")}
             for d in denials[:50]
-            if isinstance(d, Mapping)
+            if isinstance(d, _MAPPING)
         ]
     return TurnCompleted(
         subtype=subtype,
@@ -307,7 +310,7 @@ def _turn_completed(record: Mapping[str, Any], limit: int) -> TurnCompleted:
         if isinstance(num_turns, int) and not isinstance(num_turns, bool)
         else None,
         session_id=_str(record.get("session_id")),
-        usage=dict(usage) if isinstance(usage, Mapping) else {},
+        usage=dict(usage) if isinstance(usage, _MAPPING) else {},
         data=data,
     )
 
@@ -317,13 +320,13 @@ def _control_request(record: Mapping[str, Any], line: str) -> object:
     request = record.get("request")
     if not isinstance(request_id, str) or not request_id:
         return _noise(line, "control_request without a request_id")
-    if not isinstance(request, Mapping):
+    if not isinstance(request, _MAPPING):
         return ControlRequest(request_id, "", {})
     subtype = _str(request.get("subtype")) or ""
     if subtype == "can_use_tool":
         tool_name = request.get("tool_name")
         tool_input = request.get("input")
-        if isinstance(tool_name, str) and tool_name and isinstance(tool_input, Mapping):
+        if isinstance(tool_name, str) and tool_name and isinstance(tool_input, _MAPPING):
             return PermissionRequest(
                 request_id=request_id,
                 tool_name=tool_name,
@@ -335,7 +338,7 @@ def _control_request(record: Mapping[str, Any], line: str) -> object:
 
 def _control_response(record: Mapping[str, Any], line: str) -> object:
     response = record.get("response")
-    if not isinstance(response, Mapping) or not isinstance(response.get("request_id"), str):
+    if not isinstance(response, _MAPPING) or not isinstance(response.get("request_id"), str):
         return _noise(line, "control_response without a request_id")
     ok = response.get("subtype") == "success"
     body = response.get("response")
@@ -343,7 +346,7 @@ def _control_response(record: Mapping[str, Any], line: str) -> object:
     return ControlResponse(
         request_id=response["request_id"],
         ok=ok,
-        response=dict(body) if isinstance(body, Mapping) else {},
+        response=dict(body) if isinstance(body, _MAPPING) else {},
         error=None if ok else (str(error) if error is not None else "error"),
     )
 
