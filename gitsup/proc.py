@@ -193,6 +193,37 @@ def kill_each(procs: Sequence[Any]) -> None:
             p.kill()
 
 
+def stop_session(
+    p: subprocess.Popen[bytes],
+    *,
+    grace: float,
+    close_input: Callable[[], None],
+    interrupt: Callable[[], bool] | None = None,
+    interrupted: str = "interrupted and closed input",
+) -> str:
+    """Stop an agent session started by `spawn_piped`, politely first: `interrupt` (returns
+    whether a turn was running, after giving it `grace` to end), close its input, then SIGTERM,
+    then SIGKILL of its group and of every descendant collected before (tool children may have
+    left the group). Returns how it ended."""
+    if p.poll() is not None:
+        signal_group(p.pid, signal.SIGKILL)
+        return "already exited"
+    kids = descendants(p.pid)
+    busy = interrupt() if interrupt is not None else False
+    close_input()
+    how = "killed"
+    if wait_exit(p, grace):
+        how = interrupted if busy else "closed input"
+    else:
+        signal_group(p.pid, signal.SIGTERM)
+        if wait_exit(p, grace):
+            how = "terminated"
+    signal_group(p.pid, signal.SIGKILL)
+    kill_each(kids)
+    wait_exit(p, grace)
+    return how
+
+
 def kill_group(pgid: int, *, grace: float = 5.0, sig: int = signal.SIGTERM) -> None:
     """SIGTERM the process group, wait up to `grace`, then SIGKILL it."""
     signal_group(pgid, sig)

@@ -254,32 +254,24 @@ Evidence (JSON):
 
 
 def claude_attempt(ctx: ReviewContext) -> Verdict:
-    from gitsup.claude_call import ClaudeCallError, claude_call
-
-    try:
-        text = claude_call(
-            REVIEW_PROMPT + json.dumps(ctx.bundle, indent=1),
-            label=f"{ctx.task}-review",
-            cwd=ctx.worktree,
-            env=ctx.env,
-            timeout=ctx.spec.review.timeout,
-            argv=ctx.spec.worker.argv if ctx.spec.worker.kind == "claude" else (),
-            network=ctx.network,
-            wrap_for=ctx.wrap_for,
-            abort=ctx.abort,
-        )
-    except ClaudeCallError as exc:
-        raise ReviewError(f"claude reviewer: {exc}") from exc
-    return parse_verdict(text)
+    argv = ctx.spec.worker.argv if ctx.spec.worker.kind == "claude" else ()
+    return _agent_attempt(ctx, "claude", argv)
 
 
 def acp_attempt(ctx: ReviewContext) -> Verdict:
     """The reviewer as an ACP agent: `[review] argv`, else the acp worker's argv, else the
     default agent (GITSUP_ACP_BIN); offered only Read, Grep and Glob, every other call
     denied, in the read-only sandbox."""
+    argv = ctx.spec.review.argv or (ctx.spec.worker.argv if ctx.spec.worker.kind == "acp" else [])
+    return _agent_attempt(ctx, "acp", argv)
+
+
+def _agent_attempt(
+    ctx: ReviewContext, kind: Literal["claude", "acp"], argv: Sequence[str]
+) -> Verdict:
+    """One read-only agent call with the review prompt and the evidence; its verdict."""
     from gitsup.claude_call import ClaudeCallError, claude_call
 
-    argv = ctx.spec.review.argv or (ctx.spec.worker.argv if ctx.spec.worker.kind == "acp" else [])
     try:
         text = claude_call(
             REVIEW_PROMPT + json.dumps(ctx.bundle, indent=1),
@@ -291,8 +283,8 @@ def acp_attempt(ctx: ReviewContext) -> Verdict:
             network=ctx.network,
             wrap_for=ctx.wrap_for,
             abort=ctx.abort,
-            kind="acp",
+            kind=kind,
         )
     except ClaudeCallError as exc:
-        raise ReviewError(f"acp reviewer: {exc}") from exc
+        raise ReviewError(f"{kind} reviewer: {exc}") from exc
     return parse_verdict(text)

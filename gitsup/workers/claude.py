@@ -23,7 +23,6 @@ import json
 import os
 import select
 import shutil
-import signal
 import threading
 import time
 import uuid
@@ -542,33 +541,26 @@ class ClaudeWorker(WorkerAdapter):
     # --- stopping ---------------------------------------------------------------------
 
     def stop(self, *, grace: float = 5.0) -> str:
-        p = self._proc
-        if p is None:
+        if self._proc is None:
             return "not started"
         self._stopping = True
-        if p.poll() is not None:
-            proc.signal_group(p.pid, signal.SIGKILL)
-            return "already exited"
-        kids = proc.descendants(p.pid)
+        return proc.stop_session(
+            self._proc,
+            grace=grace,
+            close_input=self._close_stdin,
+            interrupt=lambda: self._interrupt_turn(grace),
+            interrupted="interrupted and closed input",
+        )
+
+    def _interrupt_turn(self, grace: float) -> bool:
+        """Interrupt a running turn and give it `grace` to end; whether one was running."""
         with self._state_lock:
             busy = self._turn_active
         if busy:
             self._result_seen.clear()
             self.interrupt()
             self._result_seen.wait(timeout=grace)
-        self._close_stdin()
-        how = "killed"
-        if proc.wait_exit(p, grace):
-            how = "closed input" if not busy else "interrupted and closed input"
-        else:
-            proc.signal_group(p.pid, signal.SIGTERM)
-            if proc.wait_exit(p, grace):
-                how = "terminated"
-        # Bash-tool children may be left in the group, or reparented (setsid).
-        proc.signal_group(p.pid, signal.SIGKILL)
-        proc.kill_each(kids)
-        proc.wait_exit(p, grace)
-        return how
+        return busy
 
     @property
     def alive(self) -> bool:
