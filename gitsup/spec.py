@@ -237,13 +237,18 @@ class Budget(_Strict):
 
 
 class Worker(_Strict):
-    kind: Literal["process", "claude", "tmux"] = "claude"
+    kind: Literal["process", "claude", "tmux", "codex"] = "claude"
     argv: Argv = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     stop_grace: PositiveDuration = 5.0
     # claude/tmux: extra CLI arguments appended after gitsup's own
     extra_args: Argv = Field(default_factory=list)
     model: str | None = None
+    # codex: USD per million tokens (input, cached_input, output) when the agent reports
+    # tokens only; unset keys use gitsup.workers.app_server.DEFAULT_PRICE
+    price: dict[Literal["input", "cached_input", "output"], Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict
+    )
 
 
 class Review(_Strict):

@@ -115,6 +115,10 @@ def default_worker_factory(spec: TaskSpec, ctx: WorkerContext) -> WorkerAdapter:
         except ImportError as exc:  # pragma: no cover - depends on build stage
             raise GitsupError("the claude worker is not available in this build") from exc
         return ClaudeWorker(ctx)
+    if kind == "codex":
+        from gitsup.workers.codex import CodexWorker
+
+        return CodexWorker(ctx)
     if kind == "tmux":
         try:
             from gitsup.workers.tmux import TmuxWorker  # type: ignore[import-not-found,unused-ignore]
@@ -484,6 +488,11 @@ class Supervisor:
                 out.append(find_claude(argv, env))
             with contextlib.suppress(WorkerError):
                 out.append(find_claude([], env))
+        if spec.worker.kind == "codex":
+            from gitsup.workers.codex import find_codex
+
+            with contextlib.suppress(WorkerError):
+                out.append(find_codex(list(spec.worker.argv), env))
         return out
 
     def _wrapper(
@@ -546,6 +555,13 @@ class Supervisor:
                 return find_claude(argv, self._worker_env())[0]
             except WorkerError:
                 return None  # reported by the adapter at start, with its own message
+        if self.spec.worker.kind == "codex":
+            from gitsup.workers.codex import find_codex
+
+            try:
+                return find_codex(argv, self._worker_env())[0]
+            except WorkerError:
+                return None
         if not argv:
             return None
         first = argv[0]
@@ -581,7 +597,11 @@ class Supervisor:
                 net = Net(None, {}, None, {"mode": "host", "reason": why})
             else:
                 net = self._network_for(
-                    "worker", self._exit_stack, env, agent=self.spec.worker.kind != "process"
+                    "worker",
+                    self._exit_stack,
+                    env,
+                    agent=self.spec.worker.kind != "process",
+                    model_kind=self.spec.worker.kind,
                 )
         except GitsupError as exc:
             self.record.reasons.append(f"preflight: {exc.message}")
@@ -1278,7 +1298,13 @@ class Supervisor:
     # --- network ----------------------------------------------------------------------
 
     def _network_for(
-        self, who: str, stack: contextlib.ExitStack, env: Mapping[str, str], *, agent: bool
+        self,
+        who: str,
+        stack: contextlib.ExitStack,
+        env: Mapping[str, str],
+        *,
+        agent: bool,
+        model_kind: str = "claude",
     ) -> Net:
         """The network a worker, reviewer, decider or check gets (see docs/containment.md):
         agents reach only their model API (and the allowed `egress` endpoints) through the
@@ -1294,7 +1320,7 @@ class Supervisor:
         for e in extra:
             parse_endpoint(e)
         if agent:
-            model_endpoint(env)
+            model_endpoint(env, model_kind)
 
         def refused(host: str, port: int, reason: str) -> None:
             self.emit("egress_refused", {"who": who, "host": host, "port": port, "reason": reason})
@@ -1302,7 +1328,9 @@ class Supervisor:
         try:
             if agent or extra:
                 an = stack.enter_context(
-                    gated_namespace(self.task, env, extra, refused, model=agent)
+                    gated_namespace(
+                        self.task, env, extra, refused, model=agent, model_kind=model_kind
+                    )
                 )
                 gate = an.gate
                 stack.callback(
@@ -1331,7 +1359,12 @@ class Supervisor:
 
         allowed = [*self.spec.isolation.egress, *self.repo.config_get_all("sup.egress")]
         try:
-            plan = make_plan([model_endpoint(env), *(parse_endpoint(e) for e in allowed)])
+            plan = make_plan(
+                [
+                    model_endpoint(env, self.spec.worker.kind),
+                    *(parse_endpoint(e) for e in allowed),
+                ]
+            )
         except GitsupError:
             return None
 
