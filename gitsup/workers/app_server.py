@@ -278,7 +278,22 @@ class AppServerSession:
             decision = "decline"
         else:
             decision = "accept"
-        return [encode({"id": pending.rpc_id, "result": {"decision": decision}})]
+        out = [encode({"id": pending.rpc_id, "result": {"decision": decision}})]
+        # A decline carries no text: the supervisor's reason reaches the model as input
+        # steered into the running turn.
+        reasons = [a.message for a in pending.answers.values() if not a.allow and a.message]
+        if decision == "decline" and reasons and self.thread_id and self.turn_id:
+            out.append(
+                self._request(
+                    "turn/steer",
+                    {
+                        "threadId": self.thread_id,
+                        "expectedTurnId": self.turn_id,
+                        "input": [{"type": "text", "text": "\n".join(reasons), "text_elements": []}],
+                    },
+                )
+            )
+        return out
 
     def pending_ids(self) -> list[str]:
         return list(self._pending)
@@ -325,8 +340,8 @@ class AppServerSession:
                         session_id=self.thread_id,
                     )
                 )
-            elif method == "turn/interrupt":
-                result.events.append(WorkerOutput("control", redact_text(f"interrupt: {text}")))
+            elif method in ("turn/interrupt", "turn/steer"):
+                result.events.append(WorkerOutput("control", redact_text(f"{method}: {text}")))
             else:
                 raise ConfigRefused(f"{method} failed: {text}")
             return

@@ -8,11 +8,20 @@ the sandbox and network isolation the host allows (as for every worker).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from tests.codex.conftest import COMMIT, FIX_CALC, Run, bash, step, text
-from tests.conftest import git
+import psutil
+
+from gitsup.scripted_openai import ScriptedResponses
+from tests.codex.conftest import COMMIT, FIX_CALC, Run, bash, codex_env, step, text, write
+from tests.conftest import git, run_sup
+from tests.helpers.sup import wait_dead
 
 
 def test_writes_code_runs_tests_commits_and_is_ready(
@@ -44,3 +53,173 @@ def test_writes_code_runs_tests_commits_and_is_ready(
     assert note["status"] == "ready"
     assert "a + b" in git(repo, "show", f"{rec.candidate}:calc.py")
 
+
+
+def _user_inputs(body: dict[str, Any]) -> str:
+    return json.dumps(
+        [i for i in body.get("input", []) if i.get("role") == "user" or "output" in i]
+    )
+
+
+def test_push_attempts_are_denied_with_the_rule_and_nothing_is_pushed(
+    supervise: Callable[..., Run], repo: Path, tmp_path: Path
+) -> None:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(repo, "remote", "add", "origin", str(remote))
+    git(repo, "push", "-q", "origin", "main")
+    before = git(remote, "for-each-ref")
+    attempts = [
+        "git push origin HEAD:main",
+        "git -c core.hooksPath=/dev/null push",
+        "bash -c 'git push'",
+    ]
+    r = supervise(
+        {
+            "default": [
+                step(FIX_CALC),
+                step(COMMIT),
+                *[step(bash(a)) for a in attempts],
+                step(text("Could not push.")),
+            ]
+        }
+    )
+    decided = {
+        d["input"]["command"]: d for d in r.of("permission_decided") if d.get("tool") == "Bash"
+    }
+    for a in attempts:
+        assert decided[a]["verdict"] == "deny", decided[a]
+        assert decided[a]["answer"] == "deny"
+        assert decided[a]["rule"].startswith(("D1", "D3")), decided[a]
+    assert git(remote, "for-each-ref") == before
+    # codex ran none of them, and the model was told why (steered into the turn)
+    last = r.model.step_requests("default")[-1].body
+    outputs = [i for i in last["input"] if i.get("type") == "function_call_output"]
+    assert len(outputs) >= 5
+    assert "D1" in _user_inputs(last) or "push" in _user_inputs(last)
+    assert r.record.status.value == "ready", r.record.reasons
+
+
+def test_a_command_the_gate_asks_about_is_answered_by_the_decider(
+    supervise: Callable[..., Run], tmp_path: Path
+) -> None:
+    decider = tmp_path / "decider.py"
+    decider.write_text(
+        "import json, sys\n"
+        "req = json.load(sys.stdin)\n"
+        "if req['event'] == 'ask':\n"
+        "    print(json.dumps({'answer': 'DECIDER: no network; use the local copy'}))\n"
+        "else:\n"
+        "    print(json.dumps({'action': 'verify', 'reason': 'done'}))\n"
+    )
+    r = supervise(
+        {
+            "default": [
+                step(bash("curl -s http://127.0.0.9:9/x")),
+                step(FIX_CALC),
+                step(COMMIT),
+                step(text("done")),
+            ]
+        },
+        decider={"kind": "command", "argv": ["python3", str(decider)]},
+    )
+    asked = [d for d in r.of("permission_decided") if d["input"].get("command", "").startswith("curl")]
+    assert len(asked) == 1 and asked[0]["verdict"] == "ask", asked
+    assert asked[0]["answer"] == "deny" and "DECIDER" in asked[0]["message"]
+    assert r.of("permission_pending")
+    # the decider's words reached the model in the same turn
+    second = r.model.step_requests("default")[1].body
+    assert "DECIDER: no network" in _user_inputs(second)
+    assert r.record.status.value == "ready", r.record.reasons
+
+
+def test_garbage_from_the_model_parks_and_never_counts_as_completion(
+    supervise: Callable[..., Run],
+) -> None:
+    r = supervise({"default": [{"garbage": "{not json at all", "times": "forever"}]})
+    assert r.record.status.value == "parked", r.record.reasons
+    done = r.of("turn_completed")
+    assert done and done[-1]["is_error"] is True
+    assert r.of("model_error"), r.of("worker_output")[-5:]
+    assert r.record.candidate is None
+    # codex's own retries are bounded (gitsup sets them): 1 + 2 requests
+    assert 2 <= len(r.model.step_requests()) <= 4, len(r.model.step_requests())
+
+
+def test_failed_check_gets_a_repair_round_in_the_same_thread(
+    supervise: Callable[..., Run],
+) -> None:
+    wrong = write("${CWD}/calc.py", "def add(a, b):\n    return a * b\n")
+    r = supervise(
+        {
+            "default": [
+                step(wrong),
+                step(COMMIT),
+                step(text("done")),
+                step(FIX_CALC),
+                step(COMMIT),
+                step(text("fixed")),
+            ]
+        }
+    )
+    assert r.record.status.value == "ready", r.record.reasons
+    assert r.record.repair_rounds == 1
+    rep = r.of("repair_requested")
+    assert len(rep) == 1 and "tests" in rep[0]["message"]
+    sessions = {d["session_id"] for d in r.of("turn_completed")}
+    assert len(sessions) == 1, sessions  # one codex thread for both rounds
+    assert len(r.of("worker_started")) == 1
+    # the repair prompt came in the same conversation: the model saw the first round
+    repair = r.model.step_requests("default")[3].body
+    assert "a * b" in json.dumps(repair["input"]) and rep[0]["message"][:40] in json.dumps(
+        repair["input"]
+    )
+    costs = [d["cost_usd"] for d in r.of("turn_completed")]
+    assert all(c and c > 0 for c in costs), costs
+    assert abs(r.record.cost_usd - sum(costs)) < 1e-6
+
+
+def test_stop_mid_turn_exits_5_and_leaves_nothing_running(
+    codex_bin: str,
+    scripted_openai: Callable[..., ScriptedResponses],
+    repo: Path,
+    tmp_path: Path,
+) -> None:
+    model = scripted_openai({"default": [{"hang": 60}]})
+    spec = tmp_path / "task.toml"
+    spec.write_text('goal = "wait"\n[worker]\nkind = "codex"\n[review]\nkind = "none"\n')
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gitsup", "start", "--spec", str(spec), "--json", "-q"],
+        cwd=repo,
+        env={**os.environ, **codex_env(model.url, codex_bin)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    task = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ls = json.loads(run_sup(repo, "ls", "--json").stdout or "[]")
+        if ls and ls[0]["state"] == "running" and model.step_requests():
+            task = ls[0]["id"]
+            break
+        time.sleep(0.2)
+    assert task, "the task never reached a model request"
+    stop = run_sup(repo, "stop", task, "--json")
+    assert stop.returncode == 0, stop.stderr
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 5, err
+    rec = json.loads(out)
+    assert rec["state"] == "stopped"
+    pid = rec["worker"]["pid"]
+    assert wait_dead(pid, timeout=30), f"worker {pid} survived the stop"
+    cg = rec["worker"].get("cgroup")
+    if cg:
+        assert not Path(cg).exists()
+    # no codex process of this task is left anywhere
+    left = [
+        p.pid
+        for p in psutil.process_iter(["environ"])
+        if (p.info.get("environ") or {}).get("GITSUP_TASK") == task
+    ]
+    assert left == [], left
