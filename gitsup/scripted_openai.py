@@ -38,11 +38,9 @@ import contextlib
 import hashlib
 import json
 import re
-import shlex
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -221,7 +219,11 @@ def output_items(
                     "id": "msg_" + hashlib.sha256(ident.encode()).hexdigest()[:24],
                     "status": "completed",
                     "content": [
-                        {"type": "output_text", "text": str(block.get("text", "")), "annotations": []}
+                        {
+                            "type": "output_text",
+                            "text": str(block.get("text", "")),
+                            "annotations": [],
+                        }
                     ],
                 }
             )
@@ -259,11 +261,20 @@ def output_items(
     return items
 
 
-def response_events(items: Sequence[Mapping[str, Any]], response_id: str, tokens: int) -> Iterator[bytes]:
+def response_events(
+    items: Sequence[Mapping[str, Any]], response_id: str, tokens: int
+) -> Iterator[bytes]:
     """The SSE events of one complete response."""
     yield _sse(
         "response.created",
-        {"response": {"id": response_id, "object": "response", "status": "in_progress", "model": MODEL_ID}},
+        {
+            "response": {
+                "id": response_id,
+                "object": "response",
+                "status": "in_progress",
+                "model": MODEL_ID,
+            }
+        },
     )
     output_tokens = 0
     for index, item in enumerate(items):
@@ -364,7 +375,9 @@ class ScriptedResponses:
         server = ThreadingHTTPServer((self.host, self._port), _make_handler(self))
         server.daemon_threads = True
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="scripted-openai", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, name="scripted-openai", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -489,12 +502,16 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
                 return
             if not isinstance(body, dict):
                 model._record(RecordedRequest(self.path, body, headers, "bad_request"))
-                self._send_json(400, {"error": {"type": "invalid_request_error", "message": "not JSON"}})
+                self._send_json(
+                    400, {"error": {"type": "invalid_request_error", "message": "not JSON"}}
+                )
                 return
             conversation = str(body.get("prompt_cache_key") or "".join(_user_texts(body))[:200])
             answer = model._plan(body, conversation)
             model._record(
-                RecordedRequest(self.path, body, headers, answer.kind, answer.script, answer.step_index)
+                RecordedRequest(
+                    self.path, body, headers, answer.kind, answer.script, answer.step_index
+                )
             )
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 self._answer(body, answer)
@@ -502,7 +519,9 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
         def _answer(self, body: dict[str, Any], answer: _Answer) -> None:
             tokens = _estimate_tokens(body)
             seed = f"{answer.script}:{answer.step_index}:{responses_so_far(body)}"
-            response_id = "resp_" + hashlib.sha256(f"{seed}:{len(model.requests)}".encode()).hexdigest()[:24]
+            response_id = (
+                "resp_" + hashlib.sha256(f"{seed}:{len(model.requests)}".encode()).hexdigest()[:24]
+            )
             step = answer.step or {}
             if "hang" in step and not model._wait(float(step["hang"])):
                 self.close_connection = True

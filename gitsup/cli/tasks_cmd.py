@@ -636,6 +636,14 @@ def doctor_cmd(
 
     out(network_isolation())
     out(f"sandbox: {sandbox_summary(ctx)}")
+    from gitsup.agents import probe_agents
+    from gitsup.proc import child_env
+
+    for agent in probe_agents(child_env()):
+        found = (
+            f"{agent.version} ({agent.path})" if agent.version else f"not usable: {agent.problem}"
+        )
+        out(f"agent {agent.kind}: {found}")
     if not findings:
         out(
             "nothing to report: every task, lease and cgroup is accounted for; the boundary is intact"

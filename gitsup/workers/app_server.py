@@ -93,7 +93,9 @@ class Usage:
             v = raw.get(key)
             return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
 
-        return cls(n("inputTokens"), n("cachedInputTokens"), n("outputTokens"), n("reasoningOutputTokens"))
+        return cls(
+            n("inputTokens"), n("cachedInputTokens"), n("outputTokens"), n("reasoningOutputTokens")
+        )
 
     def minus(self, other: Usage) -> Usage:
         return Usage(
@@ -136,11 +138,7 @@ def unwrap_shell(command: str) -> str:
         argv = shlex.split(command)
     except ValueError:
         return command
-    if (
-        len(argv) == 3
-        and os.path.basename(argv[0]) in _SHELLS
-        and argv[1] in ("-c", "-lc", "-cl")
-    ):
+    if len(argv) == 3 and os.path.basename(argv[0]) in _SHELLS and argv[1] in ("-c", "-lc", "-cl"):
         return argv[2]
     return command
 
@@ -218,7 +216,13 @@ class AppServerSession:
         return [
             self._request(
                 "initialize",
-                {"clientInfo": {"name": "gitsup", "title": "gitsup", "version": self.client_version}},
+                {
+                    "clientInfo": {
+                        "name": "gitsup",
+                        "title": "gitsup",
+                        "version": self.client_version,
+                    }
+                },
             )
         ]
 
@@ -258,7 +262,9 @@ class AppServerSession:
     def interrupt(self) -> list[bytes]:
         if self.thread_id is None or self.turn_id is None:
             return []
-        return [self._request("turn/interrupt", {"threadId": self.thread_id, "turnId": self.turn_id})]
+        return [
+            self._request("turn/interrupt", {"threadId": self.thread_id, "turnId": self.turn_id})
+        ]
 
     def answer(self, request_id: str, answer: PermissionAnswer) -> list[bytes]:
         """The response to a server request once every part of it is answered."""
@@ -289,7 +295,9 @@ class AppServerSession:
                     {
                         "threadId": self.thread_id,
                         "expectedTurnId": self.turn_id,
-                        "input": [{"type": "text", "text": "\n".join(reasons), "text_elements": []}],
+                        "input": [
+                            {"type": "text", "text": "\n".join(reasons), "text_elements": []}
+                        ],
                     },
                 )
             )
@@ -428,7 +436,11 @@ class AppServerSession:
                 if kind_type == "add":
                     parts.append((f"{key}#{i}", "Write", {"file_path": path, "content": diff}))
                 else:
-                    edit: dict[str, Any] = {"file_path": path, "change": str(kind_type), "diff": diff}
+                    edit: dict[str, Any] = {
+                        "file_path": path,
+                        "change": str(kind_type),
+                        "diff": diff,
+                    }
                     parts.append((f"{key}#{i}", "Edit", edit))
                 move = kind.get("move_path") if isinstance(kind, Mapping) else None
                 target = self._resolve(move) if isinstance(move, str) else None
@@ -486,7 +498,8 @@ class AppServerSession:
                 self._pending.pop(part, None)
                 result.events.append(PermissionCancelled(part))
         elif method == "error":
-            err = p.get("error") if isinstance(p.get("error"), Mapping) else {}
+            raw_err = p.get("error")
+            err: Mapping[str, Any] = raw_err if isinstance(raw_err, Mapping) else {}
             text = str(err.get("message", "error"))
             retry = p.get("willRetry") is True
             if not retry:
@@ -500,7 +513,9 @@ class AppServerSession:
             )
         elif method in ("warning", "configWarning", "deprecationNotice", "guardianWarning"):
             text = p.get("message") or p.get("summary") or ""
-            result.events.append(WorkerOutput("warning", _clip(redact_text(str(text)), self.max_text)))
+            result.events.append(
+                WorkerOutput("warning", _clip(redact_text(str(text)), self.max_text))
+            )
         else:
             result.events.append(WorkerOutput("notification", method, {"method": method}))
 
@@ -540,7 +555,11 @@ class AppServerSession:
                 WorkerOutput(
                     "tool",
                     _clip(redact_text(text), self.max_text),
-                    {"item_id": item_id, "status": item.get("status"), "exit_code": item.get("exitCode")},
+                    {
+                        "item_id": item_id,
+                        "status": item.get("status"),
+                        "exit_code": item.get("exitCode"),
+                    },
                 )
             )
             return
@@ -549,7 +568,9 @@ class AppServerSession:
         if kind == "agentMessage":
             text = str(item.get("text") or "")
             result.events.append(
-                WorkerOutput("assistant", _clip(redact_text(text), self.max_text), {"item_id": item_id})
+                WorkerOutput(
+                    "assistant", _clip(redact_text(text), self.max_text), {"item_id": item_id}
+                )
             )
         elif kind in ("reasoning", "userMessage"):
             return

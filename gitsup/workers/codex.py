@@ -131,7 +131,12 @@ def provider_args(env: Mapping[str, str]) -> list[str]:
         f"wire_api={_toml_str('responses')},request_max_retries={MODEL_MAX_RETRIES},"
         f"stream_max_retries={MODEL_MAX_RETRIES}}}"
     )
-    return ["-c", f"model_providers.{PROVIDER_ID}={table}", "-c", f"model_provider={_toml_str(PROVIDER_ID)}"]
+    return [
+        "-c",
+        f"model_providers.{PROVIDER_ID}={table}",
+        "-c",
+        f"model_provider={_toml_str(PROVIDER_ID)}",
+    ]
 
 
 def private_codex_home(ctx: WorkerContext) -> Path:
@@ -258,12 +263,16 @@ class CodexWorker(ClaudeWorker):
                     self._turn_active = False
                 if duplicate:
                     inbox.put(
-                        ProtocolNoise(line=redact_text(line)[:512], error="turn/completed outside a turn")
+                        ProtocolNoise(
+                            line=redact_text(line)[:512], error="turn/completed outside a turn"
+                        )
                     )
                     continue
                 inbox.put(self._per_turn(ev))
                 self._result_seen.set()
-            elif isinstance(ev, PermissionRequest | PermissionCancelled | WorkerOutput | ProtocolNoise):
+            elif isinstance(
+                ev, PermissionRequest | PermissionCancelled | WorkerOutput | ProtocolNoise
+            ):
                 inbox.put(ev)
             if isinstance(ev, WorkerOutput) and ev.stream == "system":
                 self._session_id = self._session.thread_id

@@ -44,7 +44,10 @@ def _find_codex() -> tuple[str | None, str]:
     on_path = shutil.which("codex")
     if on_path:
         return on_path, ""
-    return None, f"Codex CLI not found (tried GITSUP_CODEX_BIN, {local}, codex on PATH); run .ci/install-codex"
+    return (
+        None,
+        f"Codex CLI not found (tried GITSUP_CODEX_BIN, {local}, codex on PATH); run .ci/install-codex",
+    )
 
 
 @pytest.fixture(scope="session")

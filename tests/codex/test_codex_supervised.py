@@ -54,7 +54,6 @@ def test_writes_code_runs_tests_commits_and_is_ready(
     assert "a + b" in git(repo, "show", f"{rec.candidate}:calc.py")
 
 
-
 def _user_inputs(body: dict[str, Any]) -> str:
     return json.dumps(
         [i for i in body.get("input", []) if i.get("role") == "user" or "output" in i]
@@ -123,7 +122,9 @@ def test_a_command_the_gate_asks_about_is_answered_by_the_decider(
         },
         decider={"kind": "command", "argv": ["python3", str(decider)]},
     )
-    asked = [d for d in r.of("permission_decided") if d["input"].get("command", "").startswith("curl")]
+    asked = [
+        d for d in r.of("permission_decided") if d["input"].get("command", "").startswith("curl")
+    ]
     assert len(asked) == 1 and asked[0]["verdict"] == "ask", asked
     assert asked[0]["answer"] == "deny" and "DECIDER" in asked[0]["message"]
     assert r.of("permission_pending")

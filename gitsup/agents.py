@@ -1,0 +1,121 @@
+"""The coding agents gitsup can drive, and how to find them and ask their version.
+
+`AGENTS` is a list of (kind, binary env variable, finder, version probe) entries;
+`git sup doctor` lists what `probe_agents` finds. A new worker kind adds its entry.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gitsup.errors import GitsupError
+
+VERSION_TIMEOUT = 20.0
+_VERSION_RE = re.compile(r"\d+\.\d+(?:\.\d+)?(?:[-+.][0-9A-Za-z.]+)?")
+
+
+@dataclass(frozen=True)
+class Agent:
+    kind: str  # the [worker] kind that runs it
+    binary_env: str  # the environment variable that names its binary
+    find: Callable[[Mapping[str, str]], list[str]]  # its argv; raises WorkerError if absent
+    version_args: tuple[str, ...] = ("--version",)
+    # environment for the version probe (keeps the agent from writing to the user's config)
+    probe_env: Callable[[str], Mapping[str, str]] = lambda tmp: {}
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    kind: str
+    binary_env: str
+    path: str | None
+    version: str | None
+    problem: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {
+            "kind": self.kind,
+            "binary_env": self.binary_env,
+            "path": self.path,
+            "version": self.version,
+            "problem": self.problem,
+        }
+
+
+def _find_claude(env: Mapping[str, str]) -> list[str]:
+    from gitsup.workers.claude import find_claude
+
+    return find_claude([], env)
+
+
+def _find_codex(env: Mapping[str, str]) -> list[str]:
+    from gitsup.workers.codex import find_codex
+
+    return find_codex([], env)
+
+
+AGENTS: list[Agent] = [
+    Agent(
+        "claude",
+        "GITSUP_CLAUDE_BIN",
+        _find_claude,
+        probe_env=lambda tmp: {
+            "CLAUDE_CONFIG_DIR": tmp,
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1",
+        },
+    ),
+    Agent("codex", "GITSUP_CODEX_BIN", _find_codex, probe_env=lambda tmp: {"CODEX_HOME": tmp}),
+]
+
+
+def parse_version(output: str) -> str | None:
+    """The first version-looking token of a `--version` output."""
+    for line in output.splitlines():
+        found = _VERSION_RE.search(line)
+        if found:
+            return found.group(0)
+    return None
+
+
+def probe_agents(env: Mapping[str, str], agents: Sequence[Agent] | None = None) -> list[AgentInfo]:
+    """Every known agent: where it is and its version, or why it is not usable."""
+    from gitsup import proc
+    from gitsup.workers.base import WorkerError
+
+    out: list[AgentInfo] = []
+    for agent in AGENTS if agents is None else agents:
+        try:
+            argv = agent.find(env)
+        except WorkerError as exc:
+            out.append(AgentInfo(agent.kind, agent.binary_env, None, None, str(exc)))
+            continue
+        with tempfile.TemporaryDirectory(prefix="gitsup-agent-") as tmp:
+            try:
+                res = proc.run(
+                    [*argv, *agent.version_args],
+                    env={**env, **agent.probe_env(tmp)},
+                    timeout=VERSION_TIMEOUT,
+                    merge_stderr=False,
+                )
+            except GitsupError as exc:
+                out.append(AgentInfo(agent.kind, agent.binary_env, argv[0], None, exc.message))
+                continue
+        if not res.ok:
+            why = "timed out" if res.timed_out else f"exited {res.returncode}"
+            out.append(AgentInfo(agent.kind, agent.binary_env, argv[0], None, f"--version {why}"))
+            continue
+        version = parse_version(res.output)
+        out.append(
+            AgentInfo(
+                agent.kind,
+                agent.binary_env,
+                argv[0],
+                version,
+                None if version else "no version in its --version output",
+            )
+        )
+    return out
