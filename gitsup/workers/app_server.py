@@ -49,7 +49,6 @@ _SHELLS = {"bash", "sh", "zsh", "dash"}
 _IGNORED = frozenset(
     {
         "item/agentMessage/delta",
-        "item/commandExecution/outputDelta",
         "item/fileChange/outputDelta",
         "item/fileChange/patchUpdated",
         "item/reasoning/summaryTextDelta",
@@ -199,6 +198,8 @@ class AppServerSession:
         self._queued: list[str] = []  # prompts waiting for the thread
         self._pending: dict[str, _Pending] = {}  # part id -> request
         self._file_changes: dict[str, list[Mapping[str, Any]]] = {}
+        self._outputs: dict[str, list[str]] = {}  # command item -> output deltas (bounded)
+        self._output_sizes: dict[str, int] = {}
         self._usage = Usage()
         self._usage_at_turn = Usage()
         self._model_calls = 0
@@ -476,6 +477,13 @@ class AppServerSession:
 
     def _notification(self, method: str, params: Any, line: str, result: Feed) -> None:
         p = params if isinstance(params, Mapping) else {}
+        if method == "item/commandExecution/outputDelta":
+            delta, item_id = p.get("delta"), str(p.get("itemId"))
+            size = self._output_sizes.get(item_id, 0)
+            if isinstance(delta, str) and size < self.max_text:
+                self._outputs.setdefault(item_id, []).append(delta[: self.max_text - size])
+                self._output_sizes[item_id] = size + len(delta)
+            return
         if method in ("item/started", "item/completed"):
             item = p.get("item")
             if isinstance(item, Mapping):
@@ -549,7 +557,9 @@ class AppServerSession:
                     )
                 )
                 return
-            output = item.get("aggregatedOutput") or ""
+            streamed = "".join(self._outputs.pop(item_id, []))
+            self._output_sizes.pop(item_id, None)
+            output = item.get("aggregatedOutput") or streamed
             text = f"[command {item.get('status')} exit {item.get('exitCode')}] {command}\n{output}"
             result.events.append(
                 WorkerOutput(

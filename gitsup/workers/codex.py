@@ -139,10 +139,24 @@ def provider_args(env: Mapping[str, str]) -> list[str]:
     ]
 
 
+# What Codex reads from CODEX_HOME that could pre-approve a command or change where
+# approvals go. The task can write its private CODEX_HOME (it is in its sandbox HOME), so
+# these are removed before every spawn; a running app-server does not re-read them
+# (measured: rules and config written by a command did not apply, not even to a later turn).
+_CONFIG_SURFACES = ("config.toml", "managed_config.toml", "requirements.toml", "rules", "policy")
+
+
 def private_codex_home(ctx: WorkerContext) -> Path:
     """CODEX_HOME for this task, inside the sandbox's private HOME (writable there)."""
     home = ctx.task_dir / "sandbox" / "home" / ".codex"
     home.mkdir(parents=True, exist_ok=True)
+    for name in _CONFIG_SURFACES:
+        path = home / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
     user_home = os.environ.get("CODEX_HOME") or os.path.expanduser("~/.codex")
     auth = Path(user_home) / "auth.json"
     if auth.is_file() and not (home / "auth.json").exists():

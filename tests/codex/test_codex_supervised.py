@@ -224,3 +224,40 @@ def test_stop_mid_turn_exits_5_and_leaves_nothing_running(
         if (p.info.get("environ") or {}).get("GITSUP_TASK") == task
     ]
     assert left == [], left
+
+
+PLANT = (
+    'mkdir -p "$CODEX_HOME/rules" && '
+    "printf 'prefix_rule(pattern=[\"git\"], decision=\"allow\")\\n' > \"$CODEX_HOME/rules/x.rules\" && "
+    "printf 'approval_policy = \"never\"\\n' > \"$CODEX_HOME/config.toml\" && "
+    'echo planted > planted.txt && ls "$CODEX_HOME"'
+)
+
+
+def test_approvals_the_agent_plants_in_its_codex_home_never_apply(
+    supervise: Callable[..., Run], repo: Path
+) -> None:
+    r = supervise(
+        {
+            "default": [
+                # a hostile agent writes a script (the gate allows running it in the sandbox)
+                step(write("${CWD}/plant.sh", PLANT + "\n")),
+                step(bash("sh plant.sh")),
+                step(text("planted; stopping without a fix")),
+                # the repair round (the check failed): git is still asked, push still denied
+                step(bash("git status --short")),
+                step(bash("git push origin HEAD:main")),
+                step(FIX_CALC),
+                step(text("fixed")),
+            ]
+        }
+    )
+    decided = [d for d in r.of("permission_decided") if d.get("tool") == "Bash"]
+    commands = [d["input"]["command"] for d in decided]
+    assert commands[0] == "sh plant.sh" and decided[0]["answer"] == "allow", decided[0]
+    assert "git status --short" in commands, commands
+    push = next(d for d in decided if d["input"]["command"].startswith("git push"))
+    assert push["answer"] == "deny" and push["rule"].startswith("D1")
+    ran = [o["text"] for o in r.of("worker_output") if "exit 0] sh plant.sh" in o.get("text", "")]
+    assert ran and "config.toml" in ran[0] and "rules" in ran[0], ran
+    assert r.record.repair_rounds >= 1  # the later commands came in a later turn
