@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -131,8 +132,21 @@ def encode(message: Mapping[str, Any]) -> bytes:
     return (json.dumps(message, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
 
 
+_SHELL_PREFIX = re.compile(r"^(?:/[\w./-]*/)?(?:bash|sh|zsh|dash) -(?:c|lc|cl) ")
+
+
 def unwrap_shell(command: str) -> str:
     """The script of `<shell> -c|-lc <script>`, else the command as it is."""
+    head = _SHELL_PREFIX.match(command)
+    if head is None:
+        return command
+    rest = command[head.end() :]
+    # the common shapes without a full shell-word parse: 'script' with no quote inside,
+    # or one bare word
+    if len(rest) >= 2 and rest[0] == "'" and rest[-1] == "'" and "'" not in rest[1:-1]:
+        return rest[1:-1]
+    if rest and not any(c in rest for c in " \t\n'\"\\$`"):
+        return rest
     try:
         argv = shlex.split(command)
     except ValueError:

@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
+from gitsup.scripted_model import ScriptedModel
 from gitsup.scripted_openai import ScriptedResponses
+from tests.claude import conftest as claude_conftest
 from tests.codex.conftest import COMMIT, FIX_CALC, Run, bash, codex_env, step, text, write
 from tests.conftest import git, run_sup
 from tests.helpers.sup import wait_dead
@@ -228,8 +231,8 @@ def test_stop_mid_turn_exits_5_and_leaves_nothing_running(
 
 PLANT = (
     'mkdir -p "$CODEX_HOME/rules" && '
-    "printf 'prefix_rule(pattern=[\"git\"], decision=\"allow\")\\n' > \"$CODEX_HOME/rules/x.rules\" && "
-    "printf 'approval_policy = \"never\"\\n' > \"$CODEX_HOME/config.toml\" && "
+    'printf \'prefix_rule(pattern=["git"], decision="allow")\\n\' > "$CODEX_HOME/rules/x.rules" && '
+    'printf \'approval_policy = "never"\\n\' > "$CODEX_HOME/config.toml" && '
     'echo planted > planted.txt && ls "$CODEX_HOME"'
 )
 
@@ -261,3 +264,43 @@ def test_approvals_the_agent_plants_in_its_codex_home_never_apply(
     ran = [o["text"] for o in r.of("worker_output") if "exit 0] sh plant.sh" in o.get("text", "")]
     assert ran and "config.toml" in ran[0] and "rules" in ran[0], ran
     assert r.record.repair_rounds >= 1  # the later commands came in a later turn
+
+
+claude_bin = claude_conftest.claude_bin  # the fixture, shared
+REVIEWER = "independent code reviewer"
+
+
+def test_written_by_codex_reviewed_by_claude(
+    supervise: Callable[..., Run],
+    claude_bin: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    verdict = {"verdict": "pass", "findings": []}
+    with ScriptedModel(
+        {
+            "reviewer": {
+                "match": REVIEWER,
+                "steps": [{"bash": "git log --oneline -1"}, {"text": json.dumps(verdict)}],
+            }
+        }
+    ) as anthropic:
+        env = claude_conftest.claude_env(
+            anthropic.url, tmp_path / "claude-config", {"GITSUP_CLAUDE_BIN": claude_bin}
+        )
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        r = supervise(
+            {"default": [step(FIX_CALC), step(COMMIT), step(text("done"))]},
+            review={"kind": "claude"},
+        )
+    assert r.record.status.value == "ready", r.record.reasons
+    assert r.record.review is not None and r.record.review.verdict == "pass"
+    assert r.record.worker_kind == "codex"
+    # each agent talked to its own model API only, through its own gate
+    assert r.model.step_requests("default") and anthropic.step_requests("reviewer")
+    assert not [q for q in r.model.requests if REVIEWER in json.dumps(q.body)]
+    net = r.of("worker_started")[0]["network"]
+    if net["mode"] == "gated":
+        port = r.model.url.split(":")[2].split("/")[0]
+        assert net["forward"] == [f"127.0.0.1:{port}"], net
