@@ -42,8 +42,13 @@ def claude_call(
     network: Callable[[Mapping[str, str]], AbstractContextManager[Any]] | None = None,
     wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None,
     abort: threading.Event | None = None,
+    kind: str = "claude",
 ) -> str:
     """Run one turn and return the final assistant message. Raises ClaudeCallError.
+
+    `kind` "codex" runs the Codex CLI instead, with a throw-away CODEX_HOME; it has no
+    read-only file tools, so every command and patch it asks for is declined (it judges
+    from the prompt's evidence).
 
     `network(env)`, if given, is entered around the call and yields where the call runs:
     an object with `netns` (None: the host network) and `env` (added to the call's env).
@@ -62,7 +67,7 @@ def claude_call(
             def wrap(argv: list[str]) -> list[str]:
                 return bootstrap_argv(argv, cgroup=None, netns=ns)
 
-        return _call(prompt, label, cwd, env, timeout, argv, tools, wrap, abort)
+        return _call(prompt, label, cwd, env, timeout, argv, tools, wrap, abort, kind)
 
 
 def _call(
@@ -75,8 +80,35 @@ def _call(
     tools: Sequence[str],
     wrap: Callable[[list[str]], list[str]] | None,
     abort: threading.Event | None,
+    kind: str = "claude",
+) -> str:
+    if kind == "codex":
+        import shutil
+        import tempfile
+
+        home = tempfile.mkdtemp(prefix="gitsup-codex-", dir=env.get("TMPDIR"))
+        try:
+            return _run(prompt, label, cwd, env, timeout, argv, (), wrap, abort, kind, home)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+    return _run(prompt, label, cwd, env, timeout, argv, tools, wrap, abort, kind, None)
+
+
+def _run(
+    prompt: str,
+    label: str,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    argv: Sequence[str],
+    tools: Sequence[str],
+    wrap: Callable[[list[str]], list[str]] | None,
+    abort: threading.Event | None,
+    kind: str,
+    codex_home: str | None,
 ) -> str:
     from gitsup.policy import Policy, decide_tool
+    from gitsup.workers.base import WorkerAdapter
     from gitsup.workers.claude import ClaudeWorker
 
     inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -87,9 +119,20 @@ def _call(
         env=env,
         argv=tuple(argv),
         inbox=inbox,
-        options={"tools": ",".join(tools), "ask_tools": (), "wrap": wrap},
+        options={
+            "tools": ",".join(tools),
+            "ask_tools": (),
+            "wrap": wrap,
+            **({"codex_home": codex_home} if codex_home else {}),
+        },
     )
-    worker = ClaudeWorker(wctx)
+    worker: WorkerAdapter
+    if kind == "codex":
+        from gitsup.workers.codex import CodexWorker
+
+        worker = CodexWorker(wctx)
+    else:
+        worker = ClaudeWorker(wctx)
     policy = Policy.load(None)
     deadline = time.monotonic() + timeout
     try:
@@ -119,7 +162,10 @@ def _call(
                     PermissionAnswer(True, updated_input=item.tool_input)
                     if allow
                     else PermissionAnswer(
-                        False, "Read-only: only " + ", ".join(tools) + " inside the worktree."
+                        False,
+                        "Read-only: only " + ", ".join(tools) + " inside the worktree."
+                        if tools
+                        else "Read-only: no command or change; judge from the evidence given.",
                     ),
                 )
             elif isinstance(item, TurnCompleted):

@@ -165,7 +165,7 @@ def run_review(
     kind = ctx.spec.review.kind
     if kind == "none":
         return ReviewResult(kind="none", verdict=None, attempts=0, error=None), None
-    fn = attempt_fn or (command_attempt if kind == "command" else claude_attempt)
+    fn = attempt_fn or (command_attempt if kind == "command" else claude_attempt)  # claude, codex
     tries = 1 + ctx.spec.review.retries
     last: str | None = None
     for n in range(1, tries + 1):
@@ -266,11 +266,12 @@ def claude_attempt(ctx: ReviewContext) -> Verdict:
             cwd=ctx.worktree,
             env=ctx.env,
             timeout=ctx.spec.review.timeout,
-            argv=ctx.spec.worker.argv if ctx.spec.worker.kind == "claude" else (),
+            argv=ctx.spec.worker.argv if ctx.spec.worker.kind == ctx.spec.review.kind else (),
             network=ctx.network,
             wrap_for=ctx.wrap_for,
             abort=ctx.abort,
+            kind=ctx.spec.review.kind,
         )
     except ClaudeCallError as exc:
-        raise ReviewError(f"claude reviewer: {exc}") from exc
+        raise ReviewError(f"{ctx.spec.review.kind} reviewer: {exc}") from exc
     return parse_verdict(text)

@@ -252,7 +252,7 @@ class Worker(_Strict):
 
 
 class Review(_Strict):
-    kind: Literal["claude", "command", "none"] = "claude"
+    kind: Literal["claude", "command", "none", "codex"] = "claude"
     argv: Argv = Field(default_factory=list)
     timeout: PositiveDuration = 600.0
     retries: int = Field(default=2, ge=0, le=10)

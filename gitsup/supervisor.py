@@ -488,11 +488,12 @@ class Supervisor:
                 out.append(find_claude(argv, env))
             with contextlib.suppress(WorkerError):
                 out.append(find_claude([], env))
-        if spec.worker.kind == "codex":
+        if "codex" in (spec.worker.kind, spec.review.kind):
             from gitsup.workers.codex import find_codex
 
+            argv = list(spec.worker.argv) if spec.worker.kind == "codex" else []
             with contextlib.suppress(WorkerError):
-                out.append(find_codex(list(spec.worker.argv), env))
+                out.append(find_codex(argv, env))
         return out
 
     def _wrapper(
@@ -1183,7 +1184,7 @@ class Supervisor:
             self._worker_env(),
             self.spec,
             bundle,
-            network=self._agent_network("reviewer"),
+            network=self._agent_network("reviewer", self.spec.review.kind),
             wrap=self._wrapper(None, None, read_only=True),
             wrap_for=lambda ns: self._wrapper(None, ns, read_only=True),
             abort=self._abort,
@@ -1383,13 +1384,15 @@ class Supervisor:
         self._network = {"mode": "gated", "netns": ns, **plan.as_dict()}
         return gate
 
-    def _agent_network(self, who: str) -> Callable[[Mapping[str, str]], Any]:
-        """For the claude reviewer and decider: a fresh gated namespace per call."""
+    def _agent_network(
+        self, who: str, model_kind: str = "claude"
+    ) -> Callable[[Mapping[str, str]], Any]:
+        """For the agent reviewer and decider: a fresh gated namespace per call."""
 
         @contextlib.contextmanager
         def factory(env: Mapping[str, str]) -> Any:
             with contextlib.ExitStack() as stack:
-                yield self._network_for(who, stack, env, agent=True)
+                yield self._network_for(who, stack, env, agent=True, model_kind=model_kind)
 
         return factory
 

@@ -147,8 +147,10 @@ _CONFIG_SURFACES = ("config.toml", "managed_config.toml", "requirements.toml", "
 
 
 def private_codex_home(ctx: WorkerContext) -> Path:
-    """CODEX_HOME for this task, inside the sandbox's private HOME (writable there)."""
-    home = ctx.task_dir / "sandbox" / "home" / ".codex"
+    """CODEX_HOME for this task, inside the sandbox's private HOME (writable there), or
+    the directory the caller gives (option `codex_home`: a one-off reviewer call)."""
+    given = ctx.options.get("codex_home")
+    home = Path(given) if given else ctx.task_dir / "sandbox" / "home" / ".codex"
     home.mkdir(parents=True, exist_ok=True)
     for name in _CONFIG_SURFACES:
         path = home / name

@@ -304,3 +304,38 @@ def test_written_by_codex_reviewed_by_claude(
     if net["mode"] == "gated":
         port = r.model.url.split(":")[2].split("/")[0]
         assert net["forward"] == [f"127.0.0.1:{port}"], net
+
+
+def test_codex_reviewer_is_read_only_and_its_verdict_counts(
+    supervise: Callable[..., Run], repo: Path
+) -> None:
+    verdict = {"verdict": "pass", "findings": []}
+    r = supervise(
+        {
+            "reviewer": {
+                "match": REVIEWER,
+                "steps": [
+                    step(bash("echo tampered > calc.py")),
+                    step(write("${CWD}/evil.py", "x = 1\n")),
+                    step(text(json.dumps(verdict))),
+                ],
+            },
+            "default": [step(FIX_CALC), step(COMMIT), step(text("done"))],
+        },
+        review={"kind": "codex"},
+    )
+    assert r.record.status.value == "ready", r.record.reasons
+    assert r.record.review is not None and r.record.review.verdict == "pass"
+    reviewer = r.model.step_requests("reviewer")
+    assert len(reviewer) == 3
+    # both of its attempts to change something were declined, and nothing changed
+    outputs = [
+        i["output"] for i in reviewer[-1].body["input"] if i.get("type") == "function_call_output"
+    ]
+    assert len(outputs) == 2 and all("tampered" not in o for o in outputs), outputs
+    cand = r.record.candidate or ""
+    assert "a + b" in git(repo, "show", f"{cand}:calc.py")
+    assert not git(repo, "ls-tree", "--name-only", cand, "evil.py")
+    wt = Path(r.record.worktree)
+    assert wt.is_dir() and not (wt / "evil.py").exists()
+    assert "a + b" in (wt / "calc.py").read_text()
