@@ -9,6 +9,11 @@ framing, the app-server session (parsing, redaction, approval bookkeeping), the 
 decision for permission requests, answering them, and the event append. Prints mean µs
 per record (goal < 50 µs) next to a baseline measured in the same run: `json.loads` of
 the same lines.
+
+With `--startup K` (and the Codex CLI installed: GITSUP_CODEX_BIN or .tools/codex), it
+also measures K times the agent's own start-up (`codex --version`) against the adapter's
+start to first turn: spawn, initialize, thread/start, turn/start, until the first model
+request reaches the Responses stand-in on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -115,11 +120,62 @@ def bench_records(n: int) -> None:
     print(f"event log size               {log.path.stat().st_size / 1e6:.1f} MB")
 
 
+def bench_startup(k: int) -> None:
+    import os
+    import queue
+    import statistics
+    import subprocess
+
+    from gitsup.scripted_openai import ScriptedResponses
+    from gitsup.workers.base import WorkerContext
+    from gitsup.workers.codex import CodexWorker, find_codex
+
+    env = {**os.environ, "OPENAI_API_KEY": "sk-scripted"}
+    binary = find_codex([], env)[0]
+    own: list[float] = []
+    first: list[float] = []
+    for _ in range(k):
+        with tempfile.TemporaryDirectory() as home:
+            t = time.perf_counter()
+            subprocess.run(
+                [binary, "--version"],
+                env={**env, "CODEX_HOME": home},
+                check=True,
+                capture_output=True,
+            )
+            own.append(time.perf_counter() - t)
+        with (
+            ScriptedResponses({"default": [{"text": "hi"}]}) as model,
+            tempfile.TemporaryDirectory() as d,
+        ):
+            ctx = WorkerContext(
+                task_id="bench",
+                worktree=Path(d),
+                task_dir=Path(d) / "task",
+                env={**env, "OPENAI_BASE_URL": model.url},
+                argv=(binary,),
+                inbox=queue.SimpleQueue(),
+            )
+            worker = CodexWorker(ctx)
+            t = time.perf_counter()
+            worker.start("hello")
+            while not model.step_requests() and time.perf_counter() - t < 60:
+                time.sleep(0.002)
+            first.append(time.perf_counter() - t)
+            worker.stop(grace=2.0)
+    print(f"codex --version (own start)  {statistics.median(own) * 1000:8.0f} ms median of {k}")
+    print(f"adapter start to first turn  {statistics.median(first) * 1000:8.0f} ms median of {k}")
+    print(f"ratio                        {statistics.median(first) / statistics.median(own):8.1f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--startup", type=int, default=0)
     args = ap.parse_args()
     bench_records(args.records)
+    if args.startup:
+        bench_startup(args.startup)
 
 
 if __name__ == "__main__":

@@ -339,3 +339,13 @@ def test_codex_reviewer_is_read_only_and_its_verdict_counts(
     wt = Path(r.record.worktree)
     assert wt.is_dir() and not (wt / "evil.py").exists()
     assert "a + b" in (wt / "calc.py").read_text()
+
+
+def test_rejected_credentials_fail_the_task_at_once(supervise: Callable[..., Run]) -> None:
+    r = supervise({"default": [{"http_error": 401, "times": "forever"}]})
+    assert r.record.status.value == "failed", r.record.reasons
+    (err,) = r.of("model_error")
+    assert err["kind"] == "auth" and err["status"] == 401, err
+    assert any("authentication" in x for x in r.record.reasons), r.record.reasons
+    # codex's retries are bounded by gitsup: 1 + 2 requests, then the turn fails
+    assert len(r.model.step_requests()) == 3
