@@ -22,7 +22,9 @@ become Responses output items:
   shell tool, which Codex turns into a patch).
 * a `Write` tool_use (`file_path`, `content`): the same as a patch that adds
   the file.
-* ``{"type": "function_call", "name": ..., "arguments": {...}}``: verbatim.
+* ``{"type": "function_call", "name": ..., "arguments": {...}}`` and
+  ``{"type": "custom_tool_call", "name": ..., "input": "..."}`` (e.g. Codex's code-mode
+  `exec` with JavaScript): verbatim.
 
 Which step comes next is counted from the model output already in `input`
 (each run of consecutive assistant items is one earlier response). A script is
@@ -76,7 +78,10 @@ def _prepare_step(step: Any) -> Any:
         )
     blocks = []
     for block in out.get("content", []):
-        if isinstance(block, Mapping) and block.get("type") == "function_call":
+        if isinstance(block, Mapping) and block.get("type") in (
+            "function_call",
+            "custom_tool_call",
+        ):
             block = {"type": "tool_use", "name": block.get("name"), "input": block}
         blocks.append(block)
     if "content" in out:
@@ -243,6 +248,18 @@ def output_items(
                 name, args = "apply_patch", {"input": patch}
             else:
                 name, args = _shell_call(f"apply_patch <<'PATCH'\n{patch}\nPATCH", tools)
+        elif raw.get("type") == "custom_tool_call":
+            items.append(
+                {
+                    "type": "custom_tool_call",
+                    "id": "ctc_" + hashlib.sha256(ident.encode()).hexdigest()[:24],
+                    "call_id": _call_id(ident),
+                    "name": name,
+                    "input": str(raw.get("input", "")),
+                    "status": "completed",
+                }
+            )
+            continue
         elif raw.get("type") == "function_call":
             arguments = raw.get("arguments") or {}
             args = dict(arguments) if isinstance(arguments, Mapping) else {"raw": arguments}

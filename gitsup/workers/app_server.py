@@ -114,6 +114,8 @@ class Usage:
         }
 
 
+_FIELDS = ("input", "cached_input", "output", "reasoning_output")
+
 # USD per million tokens: input (not cached), cached input, output (reasoning included).
 DEFAULT_PRICE: Mapping[str, float] = {"input": 1.25, "cached_input": 0.125, "output": 10.0}
 
@@ -214,7 +216,8 @@ class AppServerSession:
         self._file_changes: dict[str, list[Mapping[str, Any]]] = {}
         self._outputs: dict[str, list[str]] = {}  # command item -> output deltas (bounded)
         self._output_sizes: dict[str, int] = {}
-        self._usage = Usage()
+        self._usage = Usage()  # all threads of this server (sub-agents cost too)
+        self._usage_by_thread: dict[str, Usage] = {}
         self._usage_at_turn = Usage()
         self._model_calls = 0
         self._turn_error: Mapping[str, Any] | None = None
@@ -505,8 +508,23 @@ class AppServerSession:
         elif method == "thread/tokenUsage/updated":
             usage = p.get("tokenUsage")
             if isinstance(usage, Mapping):
-                self._usage = Usage.of(usage.get("total"))
+                tid = str(p.get("threadId") or self.thread_id)
+                self._usage_by_thread[tid] = Usage.of(usage.get("total"))
+                self._usage = Usage(
+                    *(sum(getattr(u, f) for u in self._usage_by_thread.values()) for f in _FIELDS)
+                )
                 self._model_calls += 1
+        elif self._other_thread(p) and method in ("turn/started", "turn/completed", "error"):
+            # a sub-agent's thread: its approvals are gated like any, its turns are not ours
+            raw_turn = p.get("turn")
+            status = raw_turn.get("status") if isinstance(raw_turn, Mapping) else None
+            result.events.append(
+                WorkerOutput(
+                    "subagent",
+                    f"thread {p.get('threadId')}: {method} {status or ''}".strip(),
+                    {"thread_id": p.get("threadId"), "method": method},
+                )
+            )
         elif method == "turn/started":
             turn = p.get("turn")
             if isinstance(turn, Mapping) and isinstance(turn.get("id"), str):
@@ -540,6 +558,10 @@ class AppServerSession:
             )
         else:
             result.events.append(WorkerOutput("notification", method, {"method": method}))
+
+    def _other_thread(self, p: Mapping[str, Any]) -> bool:
+        tid = p.get("threadId")
+        return isinstance(tid, str) and self.thread_id is not None and tid != self.thread_id
 
     def _item(self, done: bool, item: Mapping[str, Any], result: Feed) -> None:
         kind = item.get("type")

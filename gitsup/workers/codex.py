@@ -59,6 +59,9 @@ ALLOWED_CONFIG_KEYS = frozenset(
         "hide_agent_reasoning",
     }
 )
+# No web search (it runs at the model provider, outside the gate) and no sub-agents (threads
+# of their own that gitsup does not drive).
+FIXED_ARGS = ("-c", 'web_search="disabled"', "--disable", "multi_agent")
 # model API retries inside Codex (it retries a failed stream 5 times by default)
 MODEL_MAX_RETRIES = 2
 
@@ -194,7 +197,7 @@ class CodexWorker(ClaudeWorker):
         extra = list(spec.worker.extra_args) if spec is not None else []
         base = find_codex(self.ctx.argv, self.ctx.env)
         check_arguments([*base[1:], *extra])
-        return [base[0], "app-server", *provider_args(self.ctx.env), *base[1:], *extra]
+        return [base[0], "app-server", *FIXED_ARGS, *provider_args(self.ctx.env), *base[1:], *extra]
 
     def start(self, goal: str) -> WorkerIdentity:
         argv = self._argv()

@@ -357,3 +357,43 @@ def test_agents_list_and_versions(tmp_path: Path) -> None:
     ]
     assert infos[1].problem == "--version exited 3"
     assert infos[2].problem == "not installed" and infos[2].path is None
+
+
+def test_sub_agent_threads_are_gated_but_their_turns_are_not_ours() -> None:
+    s = opened()
+    other = "01a22bff-0000-7000-8000-000000000000"
+    (ev,) = s.feed(
+        line(
+            {
+                "method": "turn/completed",
+                "params": {"threadId": other, "turn": {"status": "completed"}},
+            }
+        )
+    ).events
+    assert isinstance(ev, WorkerOutput) and ev.stream == "subagent"
+    req = {
+        "id": 30,
+        "method": "item/commandExecution/requestApproval",
+        "params": {"threadId": other, "command": "git push", "cwd": CWD},
+    }
+    (perm,) = s.feed(line(req)).events
+    assert isinstance(perm, PermissionRequest) and perm.tool_input["command"] == "git push"
+    for tid, total in ((THREAD, 100), (other, 50)):
+        usage = {"total": {"inputTokens": total, "cachedInputTokens": 0, "outputTokens": 0}}
+        s.feed(
+            line(
+                {
+                    "method": "thread/tokenUsage/updated",
+                    "params": {"threadId": tid, "tokenUsage": usage},
+                }
+            )
+        )
+    (tc,) = s.feed(
+        line(
+            {
+                "method": "turn/completed",
+                "params": {"threadId": THREAD, "turn": {"status": "completed"}},
+            }
+        )
+    ).events
+    assert isinstance(tc, TurnCompleted) and tc.usage["input_tokens"] == 150

@@ -349,3 +349,74 @@ def test_rejected_credentials_fail_the_task_at_once(supervise: Callable[..., Run
     assert any("authentication" in x for x in r.record.reasons), r.record.reasons
     # codex's retries are bounded by gitsup: 1 + 2 requests, then the turn fails
     assert len(r.model.step_requests()) == 3
+
+
+def _offered(body: dict[str, Any]) -> set[str]:
+    """Tool names of a request: `tools`, and the `additional_tools` items (namespaces)."""
+
+    def walk(tools: list[dict[str, Any]]) -> set[str]:
+        out: set[str] = set()
+        for t in tools:
+            out.add(str(t.get("name") or t.get("type")))
+            out |= walk(t.get("tools") or [])
+        return out
+
+    names = walk(body.get("tools") or [])
+    for item in body.get("input") or []:
+        if item.get("type") == "additional_tools":
+            names |= walk(item.get("tools") or [])
+    return names
+
+
+def test_the_model_is_offered_no_web_search_and_no_sub_agents(
+    supervise: Callable[..., Run],
+) -> None:
+    # a model Codex has no metadata for gets its generic tool set (web search and the
+    # multi-agent tools included, measured without gitsup's flags)
+    r = supervise(
+        {"default": [step(FIX_CALC), step(COMMIT), step(text("done"))]},
+        worker={"model": "gpt-scripted"},
+    )
+    names = _offered(r.model.step_requests()[0].body)
+    assert "exec_command" in names, names
+    assert not names & {"web_search", "multi_agent_v1"}, names
+    assert r.record.status.value == "ready"
+
+
+def code_mode(js: str) -> dict[str, Any]:
+    return {"type": "custom_tool_call", "name": "exec", "input": js}
+
+
+def test_commands_from_code_mode_reach_the_gate_too(
+    supervise: Callable[..., Run], repo: Path, tmp_path: Path
+) -> None:
+    """Codex's default model gets a JavaScript `exec` tool that calls the other tools; the
+    commands it runs must reach the gate like any other."""
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(repo, "remote", "add", "origin", str(remote))
+    git(repo, "push", "-q", "origin", "main")
+    before = git(remote, "for-each-ref")
+    js = (
+        'const a = await tools.exec_command({cmd: "echo from-code-mode > cm.txt"});\n'
+        'const b = await tools.exec_command({cmd: "git push origin HEAD:main"});\n'
+        "text(JSON.stringify([a, b]));\n"
+    )
+    r = supervise(
+        {
+            "default": [
+                step(FIX_CALC),
+                step(COMMIT),
+                step(code_mode(js)),
+                step(text("done")),
+            ]
+        }
+    )
+    decided = [d for d in r.of("permission_decided") if d.get("tool") == "Bash"]
+    commands = {d["input"]["command"]: d for d in decided}
+    assert "git push origin HEAD:main" in commands, list(commands)
+    assert commands["git push origin HEAD:main"]["answer"] == "deny"
+    assert git(remote, "for-each-ref") == before
+    assert commands["echo from-code-mode > cm.txt"]["answer"] == "allow"
+    wt = Path(r.record.worktree)
+    assert (wt / "cm.txt").read_text() == "from-code-mode\n"
