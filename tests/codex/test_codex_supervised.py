@@ -26,6 +26,8 @@ from tests.codex.conftest import COMMIT, FIX_CALC, Run, bash, codex_env, step, t
 from tests.conftest import git, run_sup
 from tests.helpers.sup import wait_dead
 
+pytestmark = pytest.mark.codex
+
 
 def test_writes_code_runs_tests_commits_and_is_ready(
     supervise: Callable[..., Run], repo: Path
