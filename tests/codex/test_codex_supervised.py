@@ -422,3 +422,30 @@ def test_commands_from_code_mode_reach_the_gate_too(
     assert commands["echo from-code-mode > cm.txt"]["answer"] == "allow"
     wt = Path(r.record.worktree)
     assert (wt / "cm.txt").read_text() == "from-code-mode\n"
+
+
+def test_a_silent_model_trips_the_no_output_watchdog(supervise: Callable[..., Run]) -> None:
+    r = supervise(
+        {"default": [{"hang": 60}]},
+        budget={"no_output_timeout": "4s", "deadline": "2m", "closeout_grace": 0},
+    )
+    assert r.record.status.value in ("parked", "failed"), r.record.reasons
+    (fired,) = r.of("watchdog_timeout")
+    assert fired["kind"] == "no_output" and fired["limit"] == 4
+    assert r.record.candidate is None
+    assert wait_dead(int(r.record.worker["pid"]), timeout=30)
+
+
+def test_the_deadline_stops_a_busy_worker(supervise: Callable[..., Run]) -> None:
+    r = supervise(
+        {"default": [{"hang": 60}]},
+        budget={
+            "no_output_timeout": "60s",
+            "deadline": "6s",
+            "closeout_grace": 0,
+            "deadline_warning": 0,
+        },
+    )
+    assert r.record.status.value in ("parked", "failed"), r.record.reasons
+    assert [d["kind"] for d in r.of("watchdog_timeout")] == ["deadline"], r.of("watchdog_timeout")
+    assert wait_dead(int(r.record.worker["pid"]), timeout=30)
