@@ -465,7 +465,7 @@ class Supervisor:
                 env=env,
                 programs=self._programs(env),
                 keep_env=self.spec.worker.env.keys(),
-                claude=self.spec.worker.kind != "process"
+                claude=self.spec.worker.kind not in ("process", "codex")
                 or "claude" in (self.spec.review.kind, self.spec.decider.kind),
             )
         except (GitsupError, OSError) as exc:

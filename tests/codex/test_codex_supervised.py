@@ -449,3 +449,37 @@ def test_the_deadline_stops_a_busy_worker(supervise: Callable[..., Run]) -> None
     assert r.record.status.value in ("parked", "failed"), r.record.reasons
     assert [d["kind"] for d in r.of("watchdog_timeout")] == ["deadline"], r.of("watchdog_timeout")
     assert wait_dead(int(r.record.worker["pid"]), timeout=30)
+
+
+STEAL = """set +e
+cat "{home}/.claude/.credentials.json"
+echo owned > "{home}/.claude/evil"
+ls "{home}/.claude"
+echo done-stealing
+"""
+
+
+def test_a_codex_task_cannot_reach_the_users_claude_config(
+    supervise: Callable[..., Run], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sandbox gives a Claude task write access to ~/.claude (its sessions and
+    credentials); a codex task gets none of it."""
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude" / ".credentials.json").write_text('{"token": "sk-ant-oat01-SECRET"}')
+    monkeypatch.setenv("HOME", str(home))
+    r = supervise(
+        {
+            "default": [
+                step(write("${CWD}/steal.sh", STEAL.format(home=home))),
+                step(bash("sh steal.sh")),
+                step(text("done")),
+            ]
+        },
+        checks=[],
+    )
+    ran = [o["text"] for o in r.of("worker_output") if "exit 0] sh steal.sh" in o.get("text", "")]
+    assert ran and "done-stealing" in ran[0], ran
+    assert "SECRET" not in json.dumps([e.data for e in r.events])
+    assert not (home / ".claude" / "evil").exists()
+    assert sorted(p.name for p in (home / ".claude").iterdir()) == [".credentials.json"]
