@@ -397,3 +397,17 @@ def test_sub_agent_threads_are_gated_but_their_turns_are_not_ours() -> None:
         )
     ).events
     assert isinstance(tc, TurnCompleted) and tc.usage["input_tokens"] == 150
+
+
+def test_the_codex_model_endpoint_for_the_egress_gate() -> None:
+    from gitsup.egress import model_endpoint
+    from gitsup.errors import GitsupError
+
+    env = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "ANTHROPIC_BASE_URL": "http://127.0.0.1:8"}
+    ep = model_endpoint(env, "codex")
+    assert (ep.host, ep.port) == ("127.0.0.1", 9)
+    assert model_endpoint(env).port == 8  # claude's is unchanged
+    default = model_endpoint({}, "codex")
+    assert (default.host, default.port) == ("api.openai.com", 443)
+    with pytest.raises(GitsupError, match="OPENAI_BASE_URL"):
+        model_endpoint({"OPENAI_BASE_URL": "http://example.invalid/v1"}, "codex")
