@@ -302,9 +302,10 @@ class AppServerSession:
             decision = "decline"
         else:
             decision = "accept"
-        out = [encode({"id": pending.rpc_id, "result": {"decision": decision}})]
+        out: list[bytes] = []
         # A decline carries no text: the supervisor's reason reaches the model as input
-        # steered into the running turn.
+        # steered into the running turn, sent first so that it is queued before the
+        # decline lets the turn go on to its next model request.
         reasons = [a.message for a in pending.answers.values() if not a.allow and a.message]
         if decision == "decline" and reasons and self.thread_id and self.turn_id:
             out.append(
@@ -319,6 +320,7 @@ class AppServerSession:
                     },
                 )
             )
+        out.append(encode({"id": pending.rpc_id, "result": {"decision": decision}}))
         return out
 
     def pending_ids(self) -> list[str]:

@@ -93,10 +93,11 @@ def test_command_approval_is_a_bash_request_answered_once() -> None:
     assert isinstance(ev, PermissionRequest)
     assert ev.tool_name == "Bash" and ev.tool_input == {"command": "git push origin HEAD"}
     out = sent(s.answer(ev.request_id, PermissionAnswer(False, "D1.push: no pushing")))
-    assert out[0] == {"id": 7, "result": {"decision": "decline"}}
-    assert out[1]["method"] == "turn/steer"
-    assert out[1]["params"]["expectedTurnId"] == TURN
-    assert "D1.push" in out[1]["params"]["input"][0]["text"]
+    # the reason is steered in first, so that it is queued before the turn goes on
+    assert out[0]["method"] == "turn/steer"
+    assert out[0]["params"]["expectedTurnId"] == TURN
+    assert "D1.push" in out[0]["params"]["input"][0]["text"]
+    assert out[1] == {"id": 7, "result": {"decision": "decline"}}
     assert s.answer(ev.request_id, PermissionAnswer(True)) == []  # once
 
 
@@ -152,7 +153,7 @@ def test_file_change_asks_per_path_resolved_and_needs_every_path_allowed() -> No
     assert s.answer(ids[0], PermissionAnswer(True)) == []  # waits for the others
     assert s.answer(ids[1], PermissionAnswer(True)) == []
     out = sent(s.answer(ids[2], PermissionAnswer(False, "outside the worktree")))
-    assert out[0] == {"id": 11, "result": {"decision": "decline"}}
+    assert out[-1] == {"id": 11, "result": {"decision": "decline"}}
     # a denial first decides at once, and the rest can no longer be answered
     s.feed(_file_change("p2", [{"path": "a", "kind": "add"}, {"path": "b", "kind": "add"}]))
     evs = s.feed(
