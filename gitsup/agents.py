@@ -1,79 +1,157 @@
-"""The coding agents gitsup can drive, for `git sup doctor`: each entry says which worker
-kind runs it, which environment variable names its binary, and how to ask its version.
+"""The coding agents gitsup can drive, and how to find them and ask their version.
 
-    (kind, binary-env, version-probe)
+`AGENTS` is a list of (kind, name, binary env variable, finder, version probe) entries;
+`git sup doctor` lists what `probe_agents` finds. A new worker kind adds its entry.
 """
 
 from __future__ import annotations
 
-import os
+import re
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gitsup.errors import GitsupError
 
+VERSION_TIMEOUT = 20.0
+_VERSION_RE = re.compile(r"\d+\.\d+(?:\.\d+)?(?:[-+.][0-9A-Za-z.]+)?")
+
 
 @dataclass(frozen=True)
 class Agent:
     kind: str  # the [worker] kind that runs it
-    name: str
     binary_env: str  # the environment variable that names its binary
-    version_args: tuple[str, ...]  # argv after the binary that prints its version
-    find: Callable[[Mapping[str, str]], str | None]  # the binary, when not named by the env
+    find: Callable[[Mapping[str, str]], list[str]]  # its argv; raises WorkerError if absent
+    version_args: tuple[str, ...] = ("--version",)
+    # environment for the version probe (keeps the agent from writing to the user's config)
+    probe_env: Callable[[str], Mapping[str, str]] = lambda tmp: {}
+    name: str = ""  # what people call it
 
 
 @dataclass(frozen=True)
-class Found:
+class AgentInfo:
     kind: str
-    name: str
+    binary_env: str
     path: str | None
     version: str | None
     problem: str | None = None
+    name: str = ""
 
     def describe(self) -> str:
+        """`<kind>: [<name> ]<version> (<path>)`, or what is missing (doctor's agent lines)."""
+        who = f"{self.kind}: {self.name + ' ' if self.name else ''}"
         if self.path is None:
-            return f"{self.kind}: {self.name} not found ({self.problem})"
+            return f"{who}not found ({self.problem})"
         if self.version is None:
-            return f"{self.kind}: {self.name} at {self.path}, version unknown ({self.problem})"
-        return f"{self.kind}: {self.name} {self.version} ({self.path})"
+            return f"{who}at {self.path}, version unknown ({self.problem})"
+        return f"{who}{self.version} ({self.path})"
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "binary_env": self.binary_env,
+            "path": self.path,
+            "version": self.version,
+            "problem": self.problem,
+        }
 
 
-def _find_acp(env: Mapping[str, str]) -> str | None:
+def _find_claude(env: Mapping[str, str]) -> list[str]:
+    from gitsup.workers.claude import find_claude
+
+    return find_claude([], env)
+
+
+def _find_codex(env: Mapping[str, str]) -> list[str]:
+    from gitsup.workers.codex import find_codex
+
+    return find_codex([], env)
+
+
+def _find_acp(env: Mapping[str, str]) -> list[str]:
     from gitsup.workers.acp import find_acp
-    from gitsup.workers.base import WorkerError
 
-    try:
-        return find_acp([], env)[0]
-    except WorkerError:
-        return None
+    return find_acp([], env)
 
 
 AGENTS: list[Agent] = [
-    Agent("acp", "Claude Code ACP adapter", "GITSUP_ACP_BIN", ("--version",), _find_acp),
+    Agent(
+        "claude",
+        "GITSUP_CLAUDE_BIN",
+        _find_claude,
+        probe_env=lambda tmp: {
+            "CLAUDE_CONFIG_DIR": tmp,
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1",
+        },
+        name="Claude Code",
+    ),
+    Agent(
+        "codex",
+        "GITSUP_CODEX_BIN",
+        _find_codex,
+        probe_env=lambda tmp: {"CODEX_HOME": tmp},
+        name="Codex CLI",
+    ),
+    Agent(
+        "acp",
+        "GITSUP_ACP_BIN",
+        _find_acp,
+        probe_env=lambda tmp: {"CLAUDE_CONFIG_DIR": tmp},
+        name="Claude Code ACP adapter",
+    ),
 ]
 
 
-def probe(agent: Agent, env: Mapping[str, str], timeout: float = 20.0) -> Found:
-    """Where the agent is and what version it says it is (never raises)."""
-    from gitsup.proc import run
+def parse_version(output: str) -> str | None:
+    """The first version-looking token of a `--version` output."""
+    for line in output.splitlines():
+        found = _VERSION_RE.search(line)
+        if found:
+            return found.group(0)
+    return None
 
-    path = env.get(agent.binary_env) or agent.find(env)
-    if not path or not os.path.exists(path):
-        return Found(
-            agent.kind, agent.name, None, None, f"set {agent.binary_env} or put it on PATH"
+
+def probe_agents(env: Mapping[str, str], agents: Sequence[Agent] | None = None) -> list[AgentInfo]:
+    """Every known agent: where it is and its version, or why it is not usable."""
+    from gitsup import proc
+    from gitsup.workers.base import WorkerError
+
+    out: list[AgentInfo] = []
+    for agent in AGENTS if agents is None else agents:
+        try:
+            argv = agent.find(env)
+        except WorkerError as exc:
+            out.append(AgentInfo(agent.kind, agent.binary_env, None, None, str(exc), agent.name))
+            continue
+        with tempfile.TemporaryDirectory(prefix="gitsup-agent-") as tmp:
+            try:
+                res = proc.run(
+                    [*argv, *agent.version_args],
+                    env={**env, **agent.probe_env(tmp)},
+                    timeout=VERSION_TIMEOUT,
+                    merge_stderr=False,
+                    input=b"",
+                )
+            except GitsupError as exc:
+                out.append(
+                    AgentInfo(agent.kind, agent.binary_env, argv[0], None, exc.message, agent.name)
+                )
+                continue
+        if not res.ok:
+            why = "timed out" if res.timed_out else f"exited {res.returncode}"
+            out.append(AgentInfo(agent.kind, agent.binary_env, argv[0], None, f"--version {why}"))
+            continue
+        version = parse_version(res.output)
+        out.append(
+            AgentInfo(
+                agent.kind,
+                agent.binary_env,
+                argv[0],
+                version,
+                None if version else "no version in its --version output",
+                agent.name,
+            )
         )
-    try:
-        res = run([path, *agent.version_args], env=env, timeout=timeout, input=b"", redact=True)
-    except GitsupError as exc:
-        return Found(agent.kind, agent.name, path, None, exc.message)
-    text = res.output.strip().splitlines()
-    if res.returncode != 0 or not text:
-        return Found(agent.kind, agent.name, path, None, f"exit {res.returncode}")
-    return Found(agent.kind, agent.name, path, text[0].split()[0] if text[0].split() else None)
-
-
-def found_agents(
-    env: Mapping[str, str] | None = None, agents: Sequence[Agent] = AGENTS
-) -> list[Found]:
-    e = dict(os.environ if env is None else env)
-    return [probe(a, e) for a in agents]
+    return out

@@ -48,6 +48,10 @@ def claude_call(
 ) -> str:
     """Run one turn and return the final assistant message. Raises ClaudeCallError.
 
+    `kind` "codex" runs the Codex CLI instead, with a throw-away CODEX_HOME; it has no
+    read-only file tools, so every command and patch it asks for is declined (it judges
+    from the prompt's evidence).
+
     `network(env)`, if given, is entered around the call and yields where the call runs:
     an object with `netns` (None: the host network) and `env` (added to the call's env).
     `wrap_for(netns)`, if given, is the bootstrap prefix (sandbox, namespace) for the call's
@@ -80,6 +84,31 @@ def _call(
     abort: threading.Event | None,
     kind: str = "claude",
 ) -> str:
+    if kind == "codex":
+        import shutil
+        import tempfile
+
+        home = tempfile.mkdtemp(prefix="gitsup-codex-", dir=env.get("TMPDIR"))
+        try:
+            return _run(prompt, label, cwd, env, timeout, argv, (), wrap, abort, kind, home)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+    return _run(prompt, label, cwd, env, timeout, argv, tools, wrap, abort, kind, None)
+
+
+def _run(
+    prompt: str,
+    label: str,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    argv: Sequence[str],
+    tools: Sequence[str],
+    wrap: Callable[[list[str]], list[str]] | None,
+    abort: threading.Event | None,
+    kind: str,
+    codex_home: str | None,
+) -> str:
     from gitsup.policy import Policy, decide_tool
     from gitsup.workers.base import WorkerAdapter
     from gitsup.workers.claude import ClaudeWorker
@@ -92,10 +121,19 @@ def _call(
         env=env,
         argv=tuple(argv),
         inbox=inbox,
-        options={"tools": ",".join(tools), "ask_tools": (), "wrap": wrap},
+        options={
+            "tools": ",".join(tools),
+            "ask_tools": (),
+            "wrap": wrap,
+            **({"codex_home": codex_home} if codex_home else {}),
+        },
     )
     worker: WorkerAdapter
-    if kind == "acp":  # an ACP agent: every call but the read-only tools asks, and is denied
+    if kind == "codex":
+        from gitsup.workers.codex import CodexWorker
+
+        worker = CodexWorker(wctx)
+    elif kind == "acp":  # an ACP agent: every call but the read-only tools asks, and is denied
         from gitsup.workers.acp import AcpWorker
         from gitsup.workers.claude import ASK_TOOLS
 
@@ -133,7 +171,10 @@ def _call(
                     PermissionAnswer(True, updated_input=item.tool_input)
                     if allow
                     else PermissionAnswer(
-                        False, "Read-only: only " + ", ".join(tools) + " inside the worktree."
+                        False,
+                        "Read-only: only " + ", ".join(tools) + " inside the worktree."
+                        if tools
+                        else "Read-only: no command or change; judge from the evidence given.",
                     ),
                 )
             elif isinstance(item, TurnCompleted):

@@ -35,6 +35,7 @@ from gitsup.errors import GitsupError
 
 CLONE_NEWNET = 0x40000000
 DEFAULT_MODEL_URL = "https://api.anthropic.com"
+DEFAULT_OPENAI_URL = "https://api.openai.com"
 _HEAD_LIMIT = 16 * 1024
 _HEAD_TIMEOUT = 30.0
 _BUF = 256 * 1024
@@ -91,17 +92,23 @@ class Plan:
         }
 
 
-def model_endpoint(env: Mapping[str, str]) -> Endpoint:
-    """The model API the agent's environment points at (ANTHROPIC_BASE_URL, else Anthropic's)."""
-    url = env.get("ANTHROPIC_BASE_URL") or DEFAULT_MODEL_URL
+def model_endpoint(env: Mapping[str, str], kind: str = "claude") -> Endpoint:
+    """The model API the agent's environment points at: for Claude Code ANTHROPIC_BASE_URL,
+    else Anthropic's; for Codex (`kind` "codex") OPENAI_BASE_URL, else OpenAI's."""
+    var, default = (
+        ("OPENAI_BASE_URL", DEFAULT_OPENAI_URL)
+        if kind == "codex"
+        else ("ANTHROPIC_BASE_URL", DEFAULT_MODEL_URL)
+    )
+    url = env.get(var) or default
     u = urlsplit(url)
     if u.scheme not in ("http", "https") or not u.hostname:
-        raise GitsupError(f"ANTHROPIC_BASE_URL {url!r} is not an http(s) URL")
+        raise GitsupError(f"{var} {url!r} is not an http(s) URL")
     ep = Endpoint(u.hostname.lower(), u.port or (443 if u.scheme == "https" else 80))
     if u.scheme == "http" and not ep.loopback:
         raise GitsupError(
             f"the egress gate does not forward plain http to {ep}",
-            hint='use an https:// ANTHROPIC_BASE_URL, a 127.0.0.1 gateway, or network = "host"',
+            hint=f'use an https:// {var}, a 127.0.0.1 gateway, or network = "host"',
         )
     return ep
 
@@ -385,12 +392,13 @@ def gated_namespace(
     on_refused: Refused | None = None,
     *,
     model: bool = True,
+    model_kind: str = "claude",
 ) -> Iterator[AgentNet]:
     """A loopback-only namespace whose only way out is the gate: the model API the `env`
     points at (if `model`), plus the `extra` host:port entries."""
     from gitsup.contain import isolated_netns
 
-    endpoints = [model_endpoint(env)] if model else []
+    endpoints = [model_endpoint(env, model_kind)] if model else []
     endpoints += [parse_endpoint(e) for e in extra]
     plan = make_plan(endpoints)
     with isolated_netns(label) as ns:

@@ -142,7 +142,7 @@ class Launcher:
                 env=env,
                 programs=self._programs(env),
                 keep_env=self.spec.worker.env.keys(),
-                claude=self.spec.worker.kind != "process"
+                claude=self.spec.worker.kind not in ("process", "codex")
                 or "claude" in (self.spec.review.kind, self.spec.decider.kind)
                 or self.spec.review.kind == "acp",
             )
@@ -166,6 +166,12 @@ class Launcher:
                 out.append(find_claude(argv, env))
             with contextlib.suppress(WorkerError):
                 out.append(find_claude([], env))
+        if "codex" in (spec.worker.kind, spec.review.kind):
+            from gitsup.workers.codex import find_codex
+
+            argv = list(spec.worker.argv) if spec.worker.kind == "codex" else []
+            with contextlib.suppress(WorkerError):
+                out.append(find_codex(argv, env))
         if "acp" in (spec.worker.kind, spec.review.kind):  # the agent, and the CLI it may run
             from gitsup.workers.acp import agent_env, find_acp
 
@@ -251,6 +257,13 @@ class Launcher:
                 return find_claude(argv, self.worker_env())[0]
             except WorkerError:
                 return None  # reported by the adapter at start, with its own message
+        if self.spec.worker.kind == "codex":
+            from gitsup.workers.codex import find_codex
+
+            try:
+                return find_codex(argv, self.worker_env())[0]
+            except WorkerError:
+                return None
         if self.spec.worker.kind == "acp":
             from gitsup.workers.acp import find_acp
 
@@ -301,7 +314,9 @@ class Launcher:
                 net = Net(None, {}, None, {"mode": "host", "reason": why})
             else:
                 agent = self.spec.worker.kind != "process"
-                net = self.net.network_for("worker", self.exit_stack, env, agent=agent)
+                net = self.net.network_for(
+                    "worker", self.exit_stack, env, agent=agent, model_kind=self.spec.worker.kind
+                )
         except GitsupError as exc:
             return Spawned(failure=(f"preflight: {exc.message}",))
         self.net.describe = net.describe

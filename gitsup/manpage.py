@@ -29,6 +29,11 @@ ENVIRONMENT = (
         "ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN, ANTHROPIC_BASE_URL",
         "credentials a claude worker, decider or reviewer needs (or a logged-in Claude Code config)",
     ),
+    ("GITSUP_CODEX_BIN", "path of the Codex CLI, before PATH and a project-local install"),
+    (
+        "OPENAI_API_KEY, OPENAI_BASE_URL",
+        "a codex worker's or reviewer's key and model API (or a logged-in Codex auth.json)",
+    ),
     ("NO_COLOR", "no colour in the progress, even on a terminal"),
 )
 

@@ -165,7 +165,8 @@ def run_review(
     kind = ctx.spec.review.kind
     if kind == "none":
         return ReviewResult(kind="none", verdict=None, attempts=0, error=None), None
-    fn = attempt_fn or {"command": command_attempt, "acp": acp_attempt}.get(kind, claude_attempt)
+    attempts = {"command": command_attempt, "acp": acp_attempt, "codex": codex_attempt}
+    fn = attempt_fn or attempts.get(kind, claude_attempt)
     tries = 1 + ctx.spec.review.retries
     last: str | None = None
     for n in range(1, tries + 1):
@@ -258,6 +259,13 @@ def claude_attempt(ctx: ReviewContext) -> Verdict:
     return _agent_attempt(ctx, "claude", argv)
 
 
+def codex_attempt(ctx: ReviewContext) -> Verdict:
+    """The reviewer as Codex: every command and patch it asks for is declined, so it judges
+    from the evidence in its prompt."""
+    argv = ctx.spec.worker.argv if ctx.spec.worker.kind == "codex" else ()
+    return _agent_attempt(ctx, "codex", argv)
+
+
 def acp_attempt(ctx: ReviewContext) -> Verdict:
     """The reviewer as an ACP agent: `[review] argv`, else the acp worker's argv, else the
     default agent (GITSUP_ACP_BIN); offered only Read, Grep and Glob, every other call
@@ -267,7 +275,7 @@ def acp_attempt(ctx: ReviewContext) -> Verdict:
 
 
 def _agent_attempt(
-    ctx: ReviewContext, kind: Literal["claude", "acp"], argv: Sequence[str]
+    ctx: ReviewContext, kind: Literal["claude", "codex", "acp"], argv: Sequence[str]
 ) -> Verdict:
     """One read-only agent call with the review prompt and the evidence; its verdict."""
     from gitsup.claude_call import ClaudeCallError, claude_call

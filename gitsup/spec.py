@@ -237,17 +237,22 @@ class Budget(_Strict):
 
 
 class Worker(_Strict):
-    kind: Literal["process", "claude", "tmux", "acp"] = "claude"
+    kind: Literal["process", "claude", "tmux", "codex", "acp"] = "claude"
     argv: Argv = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     stop_grace: PositiveDuration = 5.0
     # claude/tmux: extra CLI arguments appended after gitsup's own
     extra_args: Argv = Field(default_factory=list)
     model: str | None = None
+    # codex: USD per million tokens (input, cached_input, output) when the agent reports
+    # tokens only; unset keys use gitsup.workers.app_server.DEFAULT_PRICE
+    price: dict[Literal["input", "cached_input", "output"], Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict
+    )
 
 
 class Review(_Strict):
-    kind: Literal["claude", "command", "none", "acp"] = "claude"
+    kind: Literal["claude", "command", "none", "codex", "acp"] = "claude"
     argv: Argv = Field(default_factory=list)
     timeout: PositiveDuration = 600.0
     retries: int = Field(default=2, ge=0, le=10)

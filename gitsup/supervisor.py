@@ -105,6 +105,10 @@ def default_worker_factory(spec: TaskSpec, ctx: WorkerContext) -> WorkerAdapter:
         except ImportError as exc:  # pragma: no cover - depends on build stage
             raise GitsupError("the claude worker is not available in this build") from exc
         return ClaudeWorker(ctx)
+    if kind == "codex":
+        from gitsup.workers.codex import CodexWorker
+
+        return CodexWorker(ctx)
     if kind == "acp":
         from gitsup.workers.acp import AcpWorker
 

@@ -43,9 +43,16 @@ class TaskNet:
         return [*self.spec.isolation.egress, *self.repo.config_get_all("sup.egress")]
 
     def network_for(
-        self, who: str, stack: contextlib.ExitStack, env: Mapping[str, str], *, agent: bool
+        self,
+        who: str,
+        stack: contextlib.ExitStack,
+        env: Mapping[str, str],
+        *,
+        agent: bool,
+        model_kind: str = "claude",
     ) -> Net:
-        """The network a worker, reviewer, decider or check gets, closed with `stack`."""
+        """The network a worker, reviewer, decider or check gets, closed with `stack`; an
+        agent reaches the model API of its kind (`egress.model_endpoint`)."""
         mode = self.spec.isolation.network
         if mode == "host":
             return Net(None, {}, None, {"mode": "host", "reason": 'network = "host"'})
@@ -57,7 +64,7 @@ class TaskNet:
         for e in extra:
             parse_endpoint(e)
         if agent:
-            model_endpoint(env)
+            model_endpoint(env, model_kind)
 
         def refused(host: str, port: int, reason: str) -> None:
             self.emit("egress_refused", {"who": who, "host": host, "port": port, "reason": reason})
@@ -65,7 +72,9 @@ class TaskNet:
         try:
             if agent or extra:
                 an = stack.enter_context(
-                    gated_namespace(self.task, env, extra, refused, model=agent)
+                    gated_namespace(
+                        self.task, env, extra, refused, model=agent, model_kind=model_kind
+                    )
                 )
                 gate = an.gate
                 stack.callback(
@@ -93,7 +102,8 @@ class TaskNet:
         from gitsup.egress import EgressGate, make_plan, model_endpoint, parse_endpoint
 
         try:
-            plan = make_plan([model_endpoint(env), *(parse_endpoint(e) for e in self._allowed())])
+            model = model_endpoint(env, self.spec.worker.kind)
+            plan = make_plan([model, *(parse_endpoint(e) for e in self._allowed())])
         except GitsupError:
             return None
 
@@ -112,12 +122,14 @@ class TaskNet:
         self.describe = {"mode": "gated", "netns": ns, **plan.as_dict()}
         return gate
 
-    def agent_network(self, who: str) -> Callable[[Mapping[str, str]], Any]:
-        """For the claude reviewer and decider: a fresh gated namespace per call."""
+    def agent_network(
+        self, who: str, model_kind: str = "claude"
+    ) -> Callable[[Mapping[str, str]], Any]:
+        """For the agent reviewer and decider: a fresh gated namespace per call."""
 
         @contextlib.contextmanager
         def factory(env: Mapping[str, str]) -> Iterator[Net]:
             with contextlib.ExitStack() as stack:
-                yield self.network_for(who, stack, env, agent=True)
+                yield self.network_for(who, stack, env, agent=True, model_kind=model_kind)
 
         return factory

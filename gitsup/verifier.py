@@ -180,7 +180,7 @@ class Verifier:
             self.launcher.worker_env(),
             self.spec,
             bundle,
-            network=self.launcher.net.agent_network("reviewer"),
+            network=self.launcher.net.agent_network("reviewer", self.spec.review.kind),
             wrap=wrap,
             wrap_for=wrap_for,
             abort=self.abort,

@@ -715,9 +715,10 @@ def doctor_cmd(
 
     out(network_isolation())
     out(f"sandbox: {sandbox_summary(ctx)}")
-    from gitsup.agents import found_agents
+    from gitsup.agents import probe_agents
+    from gitsup.proc import child_env
 
-    for agent in found_agents():
+    for agent in probe_agents(child_env()):
         out(f"agent {agent.describe()}")
     if not findings:
         out(

@@ -23,7 +23,8 @@ def test_doctor_says_when_no_acp_agent_is_found(
     run_sup(repo, "init")
     monkeypatch.delenv("GITSUP_ACP_BIN", raising=False)  # CI exports it
     res = run_sup(repo, "doctor", env={"PATH": "/usr/bin:/bin"})
-    assert "agent acp: Claude Code ACP adapter not found (set GITSUP_ACP_BIN" in res.stdout, res
+    assert "agent acp: Claude Code ACP adapter not found (no ACP agent:" in res.stdout, res
+    assert "set GITSUP_ACP_BIN" in res.stdout
 
 
 def test_a_binary_that_fails_its_version_probe_is_reported(repo: Path, tmp_path: Path) -> None:
@@ -32,7 +33,10 @@ def test_a_binary_that_fails_its_version_probe_is_reported(repo: Path, tmp_path:
     broken.chmod(0o755)
     run_sup(repo, "init")
     res = run_sup(repo, "doctor", env={**os.environ, "GITSUP_ACP_BIN": str(broken)})
-    assert f"agent acp: Claude Code ACP adapter at {broken}, version unknown (exit 3)" in res.stdout
+    assert (
+        f"agent acp: Claude Code ACP adapter at {broken}, version unknown (--version exited 3)"
+        in res.stdout
+    )
 
 
 def test_start_refuses_an_acp_worker_whose_agent_is_missing(

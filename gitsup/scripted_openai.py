@@ -1,0 +1,620 @@
+"""A scripted stand-in for the OpenAI Responses API, on 127.0.0.1 only.
+
+The Codex CLI talks to it when a model provider's `base_url` points here
+(`gitsup.workers.codex` does that from `OPENAI_BASE_URL`): every step of its
+agent loop is one `POST /v1/responses` carrying the whole conversation as
+`input` items, and the answer is streamed as server-sent events like the
+real API (`response.created`, `response.output_item.added|done`,
+`response.output_text.delta`, `response.completed` with `usage`). Used by the
+tests; standard library only.
+
+Scenarios have the format of `gitsup.scripted_model` (named scripts with an
+optional `match`, each a list of steps; the fault steps `http_error`,
+`garbage`, `hang` and `times` behave the same). A step's content blocks
+become Responses output items:
+
+* ``{"text": "..."}`` / a `text` block: an assistant `message`.
+* ``{"bash": "cmd"}`` / a `Bash` tool_use: a `function_call` of the shell tool
+  the request offers (`exec_command` with `cmd`, `shell_command` with
+  `command`, or `shell` with an argv).
+* ``{"patch": "*** Begin Patch ..."}``: an apply_patch call (the
+  `apply_patch` tool when offered, else `apply_patch <<'PATCH'` through the
+  shell tool, which Codex turns into a patch).
+* a `Write` tool_use (`file_path`, `content`): the same as a patch that adds
+  the file.
+* ``{"type": "function_call", "name": ..., "arguments": {...}}`` and
+  ``{"type": "custom_tool_call", "name": ..., "input": "..."}`` (e.g. Codex's code-mode
+  `exec` with JavaScript): verbatim.
+
+Which step comes next is counted from the model output already in `input`
+(each run of consecutive assistant items is one earlier response). A script is
+chosen by its `match` in the user messages, in order (then in the developer
+and system text), else the ``"default"`` script. ``${CWD}`` is the directory
+Codex states in its `<environment_context>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import re
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from gitsup.scripted_model import (
+    RecordedRequest,
+    Script,
+    ScriptError,
+    _estimate_tokens,
+    _groups,
+    _substitute,
+)
+
+__all__ = ["ScriptedResponses", "load_responses_scenario"]
+
+MODEL_ID = "gpt-scripted"
+OVERRUN_TEXT = "done"
+TEXT_CHUNK = 48
+_MODEL_ITEMS = {"function_call", "custom_tool_call", "local_shell_call", "reasoning"}
+_CWD_RE = re.compile(r"<cwd>([^<]+)</cwd>")
+
+
+def _prepare_step(step: Any) -> Any:
+    """Codex shorthands turned into the content blocks `scripted_model` validates."""
+    if not isinstance(step, Mapping):
+        return step
+    out = dict(step)
+    if "patch" in out:
+        out.setdefault("content", []).append(
+            {"type": "tool_use", "name": "apply_patch", "input": {"patch": str(out.pop("patch"))}}
+        )
+    blocks = []
+    for block in out.get("content", []):
+        if isinstance(block, Mapping) and block.get("type") in (
+            "function_call",
+            "custom_tool_call",
+        ):
+            block = {"type": "tool_use", "name": block.get("name"), "input": block}
+        blocks.append(block)
+    if "content" in out:
+        out["content"] = blocks
+    return out
+
+
+def load_responses_scenario(source: str | Path | Mapping[str, Any]) -> dict[str, Script]:
+    """Scripts from a scenario file or object (the `scripted_model` format plus `patch`)."""
+    if isinstance(source, str | Path):
+        try:
+            data = json.loads(Path(source).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ScriptError(f"cannot read scenario {source}: {exc}") from exc
+    else:
+        data = source
+    if not isinstance(data, Mapping):
+        raise ScriptError("a scenario is a JSON object")
+    scripts = data.get("scripts")
+    if scripts is None:
+        scripts = {"default": data}
+    if not isinstance(scripts, Mapping) or not scripts:
+        raise ScriptError("scenario 'scripts' must be a non-empty object")
+    table: dict[str, Script] = {}
+    for name, value in scripts.items():
+        if isinstance(value, Mapping):
+            value = {**value, "steps": [_prepare_step(s) for s in value.get("steps") or []]}
+        elif isinstance(value, Sequence) and not isinstance(value, str | bytes):
+            value = [_prepare_step(s) for s in value]
+        table[str(name)] = Script.from_value(str(name), value)
+    return table
+
+
+# --- reading requests ------------------------------------------------------------------
+
+
+def _item_text(item: Mapping[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(c.get("text", "")) for c in content if isinstance(c, Mapping) and "text" in c
+        )
+    return ""
+
+
+def _is_model_item(item: Any) -> bool:
+    if not isinstance(item, Mapping):
+        return False
+    kind = item.get("type")
+    return kind in _MODEL_ITEMS or (kind == "message" and item.get("role") == "assistant")
+
+
+def responses_so_far(body: Mapping[str, Any]) -> int:
+    """Earlier model responses in `input`: runs of consecutive assistant items."""
+    count, inside = 0, False
+    for item in body.get("input") or []:
+        model = _is_model_item(item)
+        if model and not inside:
+            count += 1
+        inside = model
+    return count
+
+
+def _user_texts(body: Mapping[str, Any]) -> list[str]:
+    return [
+        _item_text(i)
+        for i in body.get("input") or []
+        if isinstance(i, Mapping) and i.get("type") == "message" and i.get("role") == "user"
+    ]
+
+
+def _other_texts(body: Mapping[str, Any]) -> list[str]:
+    out = [str(body.get("instructions") or "")]
+    out += [
+        _item_text(i)
+        for i in body.get("input") or []
+        if isinstance(i, Mapping) and i.get("role") in ("developer", "system")
+    ]
+    return out
+
+
+def _request_cwd(body: Mapping[str, Any]) -> str | None:
+    for text in _user_texts(body):
+        found = _CWD_RE.search(text)
+        if found:
+            return found.group(1).strip()
+    return None
+
+
+def _tool_names(body: Mapping[str, Any]) -> set[str]:
+    return {
+        str(t.get("name"))
+        for t in body.get("tools") or []
+        if isinstance(t, Mapping) and isinstance(t.get("name"), str)
+    }
+
+
+# --- writing answers -------------------------------------------------------------------
+
+
+def _sse(kind: str, data: Mapping[str, Any]) -> bytes:
+    payload = {"type": kind, **data}
+    return f"event: {kind}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+
+
+def _call_id(seed: str) -> str:
+    return "call_" + hashlib.sha256(seed.encode()).hexdigest()[:24]
+
+
+def _shell_call(command: str, tools: set[str]) -> tuple[str, dict[str, Any]]:
+    if "exec_command" in tools or not tools & {"shell_command", "shell"}:
+        return "exec_command", {"cmd": command}
+    if "shell_command" in tools:
+        return "shell_command", {"command": command}
+    return "shell", {"command": ["bash", "-lc", command]}
+
+
+def _add_file_patch(path: str, content: str) -> str:
+    lines = content.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    body = "".join(f"+{line}\n" for line in lines)
+    return f"*** Begin Patch\n*** Add File: {path}\n{body}*** End Patch"
+
+
+def output_items(
+    content: Sequence[Mapping[str, Any]], tools: set[str], seed: str
+) -> list[dict[str, Any]]:
+    """The Responses output items for one step's blocks."""
+    items: list[dict[str, Any]] = []
+    for index, block in enumerate(content):
+        ident = f"{seed}:{index}"
+        if block.get("type") == "text":
+            items.append(
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "id": "msg_" + hashlib.sha256(ident.encode()).hexdigest()[:24],
+                    "status": "completed",
+                    "content": [
+                        {
+                            "type": "output_text",
+                            "text": str(block.get("text", "")),
+                            "annotations": [],
+                        }
+                    ],
+                }
+            )
+            continue
+        name = str(block.get("name"))
+        raw = block.get("input") or {}
+        args: dict[str, Any]
+        if name == "Bash":
+            name, args = _shell_call(str(raw.get("command", "")), tools)
+        elif name in ("apply_patch", "Write"):
+            patch = (
+                str(raw.get("patch", ""))
+                if name == "apply_patch"
+                else _add_file_patch(str(raw.get("file_path", "")), str(raw.get("content", "")))
+            )
+            if "apply_patch" in tools:
+                name, args = "apply_patch", {"input": patch}
+            else:
+                name, args = _shell_call(f"apply_patch <<'PATCH'\n{patch}\nPATCH", tools)
+        elif raw.get("type") == "custom_tool_call":
+            items.append(
+                {
+                    "type": "custom_tool_call",
+                    "id": "ctc_" + hashlib.sha256(ident.encode()).hexdigest()[:24],
+                    "call_id": _call_id(ident),
+                    "name": name,
+                    "input": str(raw.get("input", "")),
+                    "status": "completed",
+                }
+            )
+            continue
+        elif raw.get("type") == "function_call":
+            arguments = raw.get("arguments") or {}
+            args = dict(arguments) if isinstance(arguments, Mapping) else {"raw": arguments}
+        else:
+            args = dict(raw)
+        items.append(
+            {
+                "type": "function_call",
+                "id": "fc_" + hashlib.sha256(ident.encode()).hexdigest()[:24],
+                "call_id": _call_id(ident),
+                "name": name,
+                "arguments": json.dumps(args),
+                "status": "completed",
+            }
+        )
+    return items
+
+
+def response_events(
+    items: Sequence[Mapping[str, Any]], response_id: str, tokens: int
+) -> Iterator[bytes]:
+    """The SSE events of one complete response."""
+    yield _sse(
+        "response.created",
+        {
+            "response": {
+                "id": response_id,
+                "object": "response",
+                "status": "in_progress",
+                "model": MODEL_ID,
+            }
+        },
+    )
+    output_tokens = 0
+    for index, item in enumerate(items):
+        yield _sse("response.output_item.added", {"output_index": index, "item": item})
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            output_tokens += _estimate_tokens(text)
+            for i in range(0, len(text), TEXT_CHUNK):
+                yield _sse(
+                    "response.output_text.delta",
+                    {
+                        "item_id": item["id"],
+                        "output_index": index,
+                        "content_index": 0,
+                        "delta": text[i : i + TEXT_CHUNK],
+                    },
+                )
+        else:
+            output_tokens += _estimate_tokens(item.get("arguments", ""))
+        yield _sse("response.output_item.done", {"output_index": index, "item": item})
+    yield _sse(
+        "response.completed",
+        {
+            "response": {
+                "id": response_id,
+                "object": "response",
+                "status": "completed",
+                "model": MODEL_ID,
+                "usage": {
+                    "input_tokens": tokens,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": max(1, output_tokens),
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": tokens + max(1, output_tokens),
+                },
+            }
+        },
+    )
+
+
+# --- the server ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Answer:
+    kind: str  # step, fault, overrun
+    script: str | None
+    step_index: int | None
+    step: Mapping[str, Any] | None
+
+
+class ScriptedResponses:
+    """Serves scripts on ``http://127.0.0.1:<port>`` (`url` is the base, with `/v1`).
+
+    Use as a context manager, or `start()`/`stop()`. `requests` lists what was
+    received; `overruns` the script names that ran out of steps."""
+
+    def __init__(
+        self,
+        scenario: str | Path | Mapping[str, Any] | Sequence[Any],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        variables: Mapping[str, str] | None = None,
+    ) -> None:
+        if not host.startswith("127."):
+            raise ScriptError("the scripted model only listens on 127.0.0.0/8")
+        if isinstance(scenario, Mapping) and ("scripts" in scenario or "steps" in scenario):
+            table = load_responses_scenario(scenario)
+        elif isinstance(scenario, Mapping):
+            table = load_responses_scenario({"scripts": scenario})
+        elif isinstance(scenario, str | Path):
+            table = load_responses_scenario(scenario)
+        else:
+            table = load_responses_scenario({"scripts": {"default": list(scenario)}})
+        self.scripts = table
+        self.host = host
+        self.variables = dict(variables or {})
+        self._port = port
+        self._lock = threading.Lock()
+        self._served: dict[tuple[str, str, int], int] = {}
+        self._stopping = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.requests: list[RecordedRequest] = []
+        self.overruns: list[str] = []
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise ScriptError("the scripted model is not running")
+        return f"http://{self.host}:{self._server.server_address[1]}/v1"
+
+    def start(self) -> ScriptedResponses:
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        server = ThreadingHTTPServer((self.host, self._port), _make_handler(self))
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, name="scripted-openai", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> ScriptedResponses:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def step_requests(self, script: str | None = None) -> list[RecordedRequest]:
+        with self._lock:
+            return [
+                r
+                for r in self.requests
+                if r.kind in ("step", "fault", "overrun") and script in (None, r.script)
+            ]
+
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def _choose_script(self, body: Mapping[str, Any]) -> Script | None:
+        for text in [*_user_texts(body), *_other_texts(body)]:
+            for script in self.scripts.values():
+                if script.match and script.match in text:
+                    return script
+        return self.scripts.get("default")
+
+    def _plan(self, body: Mapping[str, Any], conversation: str) -> _Answer:
+        script = self._choose_script(body)
+        if script is None:
+            return _Answer("overrun", None, None, None)
+        turn = responses_so_far(body)
+        groups = _groups(script.steps)
+        if turn >= len(groups):
+            return self._overrun(script)
+        faults, response = groups[turn]
+        with self._lock:
+            key = (script.name, conversation, turn)
+            attempt = self._served.get(key, 0)
+            self._served[key] = attempt + 1
+        for i in faults:
+            times = script.steps[i].get("times", 1)
+            if times == "forever" or attempt < times:
+                return _Answer("fault", script.name, i, script.steps[i])
+            attempt -= times
+        if response is None:
+            return self._overrun(script)
+        return _Answer("step", script.name, response, script.steps[response])
+
+    def _overrun(self, script: Script) -> _Answer:
+        with self._lock:
+            self.overruns.append(script.name)
+        return _Answer("overrun", script.name, None, None)
+
+    def _wait(self, seconds: float) -> bool:
+        return not self._stopping.wait(max(0.0, seconds))
+
+
+def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "ScriptedResponses/1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _send_json(
+            self, status: int, payload: Any, headers: Mapping[str, str] | None = None
+        ) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _start_stream(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("cache-control", "no-cache")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+
+        def _chunk(self, data: bytes) -> None:
+            if data:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+        def _end_stream(self) -> None:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        def do_GET(self) -> None:
+            model._record(RecordedRequest(self.path, None, dict(self.headers), "not_found"))
+            self._send_json(404, {"error": {"type": "not_found", "message": self.path}})
+
+        def do_POST(self) -> None:
+            path = self.path.split("?", 1)[0]
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            headers = dict(self.headers)
+            try:
+                body = json.loads(raw or b"null")
+            except ValueError:
+                body = None
+            if not path.endswith("/responses"):
+                model._record(RecordedRequest(self.path, body, headers, "not_found"))
+                self._send_json(404, {"error": {"type": "not_found", "message": path}})
+                return
+            if not isinstance(body, dict):
+                model._record(RecordedRequest(self.path, body, headers, "bad_request"))
+                self._send_json(
+                    400, {"error": {"type": "invalid_request_error", "message": "not JSON"}}
+                )
+                return
+            conversation = str(body.get("prompt_cache_key") or "".join(_user_texts(body))[:200])
+            answer = model._plan(body, conversation)
+            model._record(
+                RecordedRequest(
+                    self.path, body, headers, answer.kind, answer.script, answer.step_index
+                )
+            )
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self._answer(body, answer)
+
+        def _answer(self, body: dict[str, Any], answer: _Answer) -> None:
+            tokens = _estimate_tokens(body)
+            seed = f"{answer.script}:{answer.step_index}:{responses_so_far(body)}"
+            response_id = (
+                "resp_" + hashlib.sha256(f"{seed}:{len(model.requests)}".encode()).hexdigest()[:24]
+            )
+            step = answer.step or {}
+            if "hang" in step and not model._wait(float(step["hang"])):
+                self.close_connection = True
+                return
+            if answer.kind == "fault":
+                self._fault(step)
+                return
+            if answer.kind == "step":
+                variables = dict(model.variables)
+                cwd = _request_cwd(body)
+                if cwd is not None:
+                    variables.setdefault("CWD", cwd)
+                content = _substitute(step["content"], variables)
+            else:
+                content = [{"type": "text", "text": OVERRUN_TEXT}]
+            items = output_items(content, _tool_names(body), seed)
+            self._start_stream()
+            for event in response_events(items, response_id, tokens):
+                self._chunk(event)
+            self._end_stream()
+
+        def _fault(self, step: Mapping[str, Any]) -> None:
+            if "http_error" in step:
+                status = int(step["http_error"])
+                payload = step.get("body") or {
+                    "error": {
+                        "type": "server_error" if status >= 500 else "invalid_request_error",
+                        "message": f"Scripted error {status}",
+                    }
+                }
+                self._send_json(status, payload, step.get("headers") or {})
+                return
+            if "garbage" in step:
+                garbage = str(step["garbage"])
+                mode = step.get("mode", "delta")
+                self.close_connection = True
+                self._start_stream()
+                if mode == "raw":
+                    self._chunk(garbage.encode())
+                    self._end_stream()
+                    return
+                self._chunk(_sse("response.created", {"response": {"id": "resp_garbage"}}))
+                if mode != "truncate":
+                    self._chunk(f"event: response.output_text.delta\ndata: {garbage}\n\n".encode())
+                    self._end_stream()
+                return
+            self.close_connection = True
+
+    return Handler
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m gitsup.scripted_openai",
+        description="Serve a scripted Responses API on 127.0.0.1 until killed.",
+    )
+    parser.add_argument("scenario", type=Path, help="scenario JSON file")
+    parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
+    args = parser.parse_args(argv)
+    try:
+        model = ScriptedResponses(args.scenario, port=args.port).start()
+    except (ScriptError, OSError) as exc:
+        sys.stderr.write(f"scripted_openai: {exc}\n")
+        return 2
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    sys.stdout.write(model.url + "\n")
+    sys.stdout.flush()
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        model.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
