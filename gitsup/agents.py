@@ -115,43 +115,39 @@ def parse_version(output: str) -> str | None:
 
 def probe_agents(env: Mapping[str, str], agents: Sequence[Agent] | None = None) -> list[AgentInfo]:
     """Every known agent: where it is and its version, or why it is not usable."""
+    out: list[AgentInfo] = []
+    for agent in AGENTS if agents is None else agents:
+        out.append(_probe(agent, env))
+    return out
+
+
+def _probe(agent: Agent, env: Mapping[str, str]) -> AgentInfo:
     from gitsup import proc
     from gitsup.workers.base import WorkerError
 
-    out: list[AgentInfo] = []
-    for agent in AGENTS if agents is None else agents:
+    def info(path: str | None, version: str | None, problem: str | None) -> AgentInfo:
+        return AgentInfo(agent.kind, agent.binary_env, path, version, problem, agent.name)
+
+    try:
+        argv = agent.find(env)
+    except WorkerError as exc:
+        return info(None, None, str(exc))
+    with tempfile.TemporaryDirectory(prefix="gitsup-agent-") as tmp:
         try:
-            argv = agent.find(env)
-        except WorkerError as exc:
-            out.append(AgentInfo(agent.kind, agent.binary_env, None, None, str(exc), agent.name))
-            continue
-        with tempfile.TemporaryDirectory(prefix="gitsup-agent-") as tmp:
-            try:
-                res = proc.run(
-                    [*argv, *agent.version_args],
-                    env={**env, **agent.probe_env(tmp)},
-                    timeout=VERSION_TIMEOUT,
-                    merge_stderr=False,
-                    input=b"",
-                )
-            except GitsupError as exc:
-                out.append(
-                    AgentInfo(agent.kind, agent.binary_env, argv[0], None, exc.message, agent.name)
-                )
-                continue
-        if not res.ok:
-            why = "timed out" if res.timed_out else f"exited {res.returncode}"
-            out.append(AgentInfo(agent.kind, agent.binary_env, argv[0], None, f"--version {why}"))
-            continue
-        version = parse_version(res.output)
-        out.append(
-            AgentInfo(
-                agent.kind,
-                agent.binary_env,
-                argv[0],
-                version,
-                None if version else "no version in its --version output",
-                agent.name,
+            res = proc.run(
+                [*argv, *agent.version_args],
+                env={**env, **agent.probe_env(tmp)},
+                timeout=VERSION_TIMEOUT,
+                merge_stderr=False,
+                input=b"",
             )
+        except GitsupError as exc:
+            return info(argv[0], None, exc.message)
+    if not res.ok:
+        return info(
+            argv[0],
+            None,
+            "--version " + ("timed out" if res.timed_out else f"exited {res.returncode}"),
         )
-    return out
+    version = parse_version(res.output)
+    return info(argv[0], version, None if version else "no version in its --version output")
