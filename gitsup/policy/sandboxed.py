@@ -10,14 +10,9 @@ from __future__ import annotations
 import posixpath
 import re
 
-from gitsup.policy.allow import (
-    _NAME,
-    AllowState,
-    _forbidden,
-    _program,
-    _runner,
-    _utility,
-)
+from gitsup.policy.allow import _NAME, _program
+from gitsup.policy.allow_programs import _forbidden, _runner, _utility
+from gitsup.policy.allow_state import AllowState
 from gitsup.policy.config import ScriptSpec, UtilitySpec
 from gitsup.policy.decision import Decision, allow, ask
 from gitsup.policy.normalise import Expander, basename, resolve
