@@ -163,7 +163,7 @@ def _git(args: list[str], part: Part, st: AllowState) -> Decision:
     if sub in ("checkout", "switch"):
         d = _git_create_branch(sub, a, st, src)
         if d.verdict != "allow" and st.sandboxed and sub == "checkout":
-            from gitsup.policy.sandboxed import git_worktree_op
+            from gitsup.policy.sandboxed_git import git_worktree_op
 
             return git_worktree_op(sub, a, st, src) or d
         return d
@@ -174,7 +174,7 @@ def _git(args: list[str], part: Part, st: AllowState) -> Decision:
     if sub not in gitcmd.BUILTINS:
         return ask(RuleId.ASK_GIT_ALIAS, f"unknown git subcommand {sub!r} (may be an alias)", src)
     if st.sandboxed:
-        from gitsup.policy.sandboxed import git_worktree_op
+        from gitsup.policy.sandboxed_git import git_worktree_op
 
         gd = git_worktree_op(sub, a, st, src)
         if gd is not None:
