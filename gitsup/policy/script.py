@@ -153,3 +153,40 @@ def split_glued(script: Script) -> str | None:
     for pos in sorted(set(script.glued), reverse=True):
         data = data[:pos] + b";" + data[pos:]
     return data.decode("utf-8", "surrogateescape")
+
+
+def _piped_into(p: Part, inner: list[Part]) -> bool:
+    return any(q.pipe_prev is p for q in inner)
+
+
+def _dq_unescape(raw: bytes) -> str:
+    text = raw.decode("utf-8", "surrogateescape")
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\" and i + 1 < n and text[i + 1] in '$`"\\\n':
+            if text[i + 1] != "\n":
+                out.append(text[i + 1])
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _cat_heredoc(inner: list[Part]) -> str | None:
+    """`$(cat <<'EOF' ... EOF)`: the whole body is `cat` of a quoted heredoc: literal text."""
+    if len(inner) != 1:
+        return None
+    p = inner[0]
+    if p.kind != "cmd" or p.assigns or len(p.words) != 1 or p.words[0].src != "cat":
+        return None
+    if not p.words[0].plain or len(p.redirects) != 1:
+        return None
+    r = p.redirects[0]
+    if not r.is_heredoc or not r.quoted or r.body is None:
+        return None
+    return r.body.rstrip("\n")
