@@ -21,19 +21,18 @@ Integrating a prefix writes one signed merge commit per candidate (the trailers 
 Crash safety: the target moves before the queue state says "integrated". A resumed
 runner first reconciles: a queued candidate the target already contains is recorded as
 integrated (never integrated twice); nothing leaves the queue without an outcome.
+
+The queue's state and its add/remove/list live in `queue_state.py`, the testing of a
+composition in `queue_checks.py`; this module is the runner (compose, bisect, integrate).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,270 +45,36 @@ from gitsup.boundary.integrate import (
     _trust,
     inside_task,
 )
-from gitsup.checks import run_check
-from gitsup.errors import Exit, GitsupError
+from gitsup.errors import GitsupError
 from gitsup.events import EventLog
 from gitsup.faults import fault
 from gitsup.git import GitRepo, RefConflict
 from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_refs
 from gitsup.lease import Lease
-from gitsup.record import CandidateNote, CheckResult
+from gitsup.queue_checks import CompositionTester, _Step
+from gitsup.queue_checks import RunResult as RunResult
+from gitsup.queue_state import DEFAULT_BATCH as DEFAULT_BATCH
+from gitsup.queue_state import MAX_RESULTS as MAX_RESULTS
+from gitsup.queue_state import STATE_FILE as STATE_FILE
+from gitsup.queue_state import Entry as Entry
+from gitsup.queue_state import Queue as Queue
+from gitsup.queue_state import QueueError as QueueError
+from gitsup.queue_state import QueueState as QueueState
+from gitsup.queue_state import _branch
+from gitsup.queue_state import add as add
+from gitsup.queue_state import default_target as default_target
+from gitsup.queue_state import list_queues as list_queues
+from gitsup.queue_state import log_ref as log_ref
+from gitsup.queue_state import queue_branches as queue_branches
+from gitsup.queue_state import remove as remove
+from gitsup.queue_state import state_ref as state_ref
+from gitsup.record import CandidateNote
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import Status
 from gitsup.tasks import Context
 
-STATE_FILE = "queue.json"
-DEFAULT_BATCH = 16
-MAX_RESULTS = 128  # check results kept in the state (per tree and check)
-
-
-class QueueError(GitsupError):
-    """A queue command was refused (exit 2)."""
-
-
-# --- state ------------------------------------------------------------------------------
-
-
-@dataclass
-class Entry:
-    task: str
-    candidate: str
-    added_at: float
-    # queued | integrated | parked | repair | removed
-    status: str = "queued"
-    reason: str = ""
-    integration_commit: str = ""
-    # conflicts: paths; failed: [{name, output_tail}]; base: the target it was tried on
-    evidence: dict[str, Any] = field(default_factory=dict)
-    repair_task: str = ""
-    repair_of: str = ""
-    finished_at: float | None = None
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Entry:
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
-
-
-@dataclass
-class QueueState:
-    into: str
-    entries: list[Entry] = field(default_factory=list)
-    check_runs: int = 0  # compositions tested (one run of the required checks on a tree)
-    check_commands: int = 0  # individual check processes run
-    # "<tree> <check key>" -> {"passed": bool, "output_tail": str}
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def as_json(self) -> bytes:
-        d = {
-            "version": 1,
-            "into": self.into,
-            "entries": [asdict(e) for e in self.entries],
-            "check_runs": self.check_runs,
-            "check_commands": self.check_commands,
-            "results": self.results,
-        }
-        return (json.dumps(d, indent=1) + "\n").encode()
-
-    @classmethod
-    def parse(cls, data: bytes, into: str) -> QueueState:
-        try:
-            d = json.loads(data)
-            return cls(
-                into=str(d.get("into", into)),
-                entries=[Entry.from_dict(e) for e in d.get("entries", [])],
-                check_runs=int(d.get("check_runs", 0)),
-                check_commands=int(d.get("check_commands", 0)),
-                results=dict(d.get("results", {})),
-            )
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise GitsupError(f"the state of the queue into {into} is unreadable: {exc}") from None
-
-    def queued(self) -> list[Entry]:
-        return [e for e in self.entries if e.status == "queued"]
-
-    def find(self, task: str) -> Entry | None:
-        for e in reversed(self.entries):
-            if e.task == task:
-                return e
-        return None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "into": self.into,
-            "queued": [e.task for e in self.queued()],
-            "entries": [asdict(e) for e in self.entries],
-            "check_runs": self.check_runs,
-            "check_commands": self.check_commands,
-        }
-
-
-def _branch(into: str) -> str:
-    branch = into.removeprefix("refs/heads/")
-    if not branch or branch.startswith(("/", "-")) or ".." in branch or branch.endswith("/"):
-        raise QueueError(f"not a branch name: {into!r}")
-    return branch
-
-
-def state_ref(branch: str) -> str:
-    return f"refs/sup/queue/{branch}/state"
-
-
-def log_ref(branch: str) -> str:
-    return f"refs/sup/queue/{branch}/log"
-
-
-class Queue:
-    """One target branch's queue: its state in Git, its directory, its event log."""
-
-    def __init__(self, ctx: Context, into: str) -> None:
-        self.ctx = ctx
-        self.repo: GitRepo = ctx.repo
-        self.branch = _branch(into)
-        self.target_ref = f"refs/heads/{self.branch}"
-        self.ref = state_ref(self.branch)
-        self.dir = ctx.layout.root / "queue" / self.branch.replace("/", "%2F")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        # `queue/<branch>` as the log's id: EventLog seals it into refs/sup/queue/<branch>/log
-        self.log = EventLog(self.dir / "events.jsonl", TaskId(f"queue/{self.branch}"))
-
-    # state: read, and change under a lock with compare-and-swap
-
-    def read(self) -> tuple[QueueState, Oid | None]:
-        tip = self.repo.ref_target(self.ref)
-        if tip is None:
-            return QueueState(into=self.branch), None
-        for name, data in self.repo.read_tree_blobs(tip):
-            if name == STATE_FILE:
-                return QueueState.parse(data, self.branch), tip
-        raise GitsupError(f"{self.ref} has no {STATE_FILE}")
-
-    @contextlib.contextmanager
-    def _lock(self) -> Iterator[None]:
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
-    @contextlib.contextmanager
-    def change(self, what: str) -> Iterator[QueueState]:
-        """Read, let the caller change, write one new state commit (under the lock)."""
-        with self._lock():
-            state, tip = self.read()
-            yield state
-            self.repo.append_segment(
-                self.ref, name=STATE_FILE, data=state.as_json(), message=what, expected_old=tip
-            )
-
-    def event(self, type: str, data: dict[str, Any], *, seal: str | None = None) -> None:
-        with self.log:
-            self.log.append(type, data)
-            if seal:
-                self.log.seal(self.repo, seal)
-
-
-# --- add, remove, list -----------------------------------------------------------------
-
-
-def _ready_candidate(ctx: Context, task: str) -> tuple[Oid, CandidateNote]:
-    tid = parse_task_id(task)
-    if not ctx.store.exists(tid):
-        raise QueueError(f"no task {task}", hint="`git sup ls` lists the tasks")
-    cand = ctx.repo.ref_target(task_refs(tid)["candidate"])
-    if cand is None:
-        raise QueueError(f"task {task} has no candidate")
-    text = ctx.repo.read_note(cand)
-    if text is None:
-        raise QueueError(f"candidate {cand[:12]} of task {task} has no note")
-    note = CandidateNote.parse(text)
-    if note.status != Status.READY:
-        raise QueueError(
-            f"candidate {cand[:12]} of task {task} is {note.status.value}, not ready",
-            hint="only ready candidates enter the queue",
-        )
-    return cand, note
-
-
-def default_target(ctx: Context) -> str:
-    return ctx.repo.head_branch() or "main"
-
-
-def add(ctx: Context, tasks: Sequence[str], into: str | None = None) -> QueueState:
-    q = Queue(ctx, into or default_target(ctx))
-    if ctx.repo.ref_target(q.target_ref) is None:
-        raise QueueError(f"no branch {q.branch} to integrate into")
-    found = [(t, *_ready_candidate(ctx, t)) for t in tasks]
-    with q.change(f"queue add {' '.join(tasks)}") as state:
-        for task, cand, _note in found:
-            held = state.find(task)
-            if held is not None and held.status == "queued":
-                raise QueueError(f"task {task} is already queued into {q.branch}")
-            if held is not None and held.status == "integrated":
-                raise QueueError(f"task {task} was already integrated into {q.branch}")
-            state.entries.append(Entry(task=task, candidate=cand, added_at=time.time()))
-    for task, cand, _note in found:
-        q.event("queue_added", {"task": task, "candidate": cand}, seal=f"queued {task}")
-    return q.read()[0]
-
-
-def remove(ctx: Context, task: str, into: str | None = None) -> QueueState:
-    parse_task_id(task)
-    queues = [Queue(ctx, into)] if into else [Queue(ctx, b) for b in queue_branches(ctx)]
-    for q in queues:
-        state, _ = q.read()
-        held = state.find(task)
-        if held is None or held.status != "queued":
-            continue
-        with q.change(f"queue remove {task}") as st:
-            e = st.find(task)
-            if e is None or e.status != "queued":
-                raise QueueError(f"task {task} left the queue meanwhile ({e.status if e else '-'})")
-            e.status, e.reason, e.finished_at = "removed", "removed by a person", time.time()
-        q.event("queue_removed", {"task": task}, seal=f"removed {task}")
-        return q.read()[0]
-    raise QueueError(f"task {task} is not queued", hint="`git sup queue` lists the queues")
-
-
-def queue_branches(ctx: Context) -> list[str]:
-    out = []
-    for name, _ in ctx.repo.direct_refs(["refs/sup/queue/"]):
-        if name.endswith("/state"):
-            out.append(name.removeprefix("refs/sup/queue/").removesuffix("/state"))
-    return out
-
-
-def list_queues(ctx: Context) -> list[QueueState]:
-    return [Queue(ctx, b).read()[0] for b in queue_branches(ctx)]
-
-
 # --- the runner ------------------------------------------------------------------------
-
-
-@dataclass
-class RunResult:
-    into: str
-    integrated: list[str] = field(default_factory=list)
-    sent_back: list[dict[str, Any]] = field(default_factory=list)
-    check_runs: int = 0  # in this run
-    check_commands: int = 0
-    check_seconds: float = 0.0
-    wall_seconds: float = 0.0
-    resumed: list[str] = field(default_factory=list)
-    target: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @property
-    def exit_code(self) -> int:
-        return Exit.OK if not self.sent_back else Exit.PARKED
-
-
-def _check_key(c: Check) -> str:
-    return json.dumps([c.name, list(c.argv)], separators=(",", ":"))
 
 
 def _task_checks(ctx: Context, task: str, note: CandidateNote) -> list[Check]:
@@ -326,16 +91,7 @@ def _spec(ctx: Context, task: str) -> TaskSpec | None:
         return None
 
 
-@dataclass
-class _Step:
-    entry: Entry
-    note: CandidateNote
-    checks: list[Check]
-    merge: Oid = field(default_factory=lambda: Oid(""))  # the unsigned composition
-    tree: Oid = field(default_factory=lambda: Oid(""))
-
-
-class Runner:
+class Runner(CompositionTester):
     def __init__(
         self,
         ctx: Context,
@@ -580,126 +336,6 @@ class Runner:
             },
             park_task=True,
         )
-
-    # checks
-
-    def _test(self, steps: list[_Step], k: int) -> tuple[bool, list[dict[str, Any]]]:
-        """Run the union of the first k candidates' required checks on the tree of the
-        k-th composition (memoised per tree and check). Returns (passed, failures)."""
-        s = steps[k - 1]
-        checks: dict[str, Check] = {}
-        for step in steps[:k]:
-            for c in step.checks:
-                checks.setdefault(_check_key(c), c)
-        state, _ = self.q.read()
-        known = {key: state.results.get(f"{s.tree} {key}") for key in checks}
-        failed = [
-            {"name": checks[key].name, "output_tail": r.get("output_tail", "")}
-            for key, r in known.items()
-            if r is not None and not r.get("passed")
-        ]
-        if failed:
-            return False, failed
-        todo = [checks[key] for key, r in known.items() if r is None]
-        if not todo:
-            return True, []
-        self.say(f"testing {k} candidate(s) on {s.tree[:12]}: {', '.join(c.name for c in todo)}")
-        results = self._run_checks(s.merge, todo)
-        self.res.check_runs += 1
-        self.res.check_commands += len(results)
-        with self.q.change(f"checks on {s.tree[:12]}") as st:
-            st.check_runs += 1
-            st.check_commands += len(results)
-            for c, r in zip(todo, results, strict=False):
-                st.results[f"{s.tree} {_check_key(c)}"] = {
-                    "passed": r.passed,
-                    "output_tail": r.output_tail,
-                }
-            for old in list(st.results)[:-MAX_RESULTS]:  # the newest are the ones reused
-                del st.results[old]
-        failed = [{"name": r.name, "output_tail": r.output_tail} for r in results if not r.passed]
-        self.q.event(
-            "queue_tested",
-            {
-                "tasks": [st.entry.task for st in steps[:k]],
-                "tree": s.tree,
-                "passed": not failed,
-                "checks": [{"name": r.name, "passed": r.passed} for r in results],
-            },
-        )
-        return not failed, failed
-
-    def _run_checks(self, commit: Oid, checks: list[Check]) -> list[CheckResult]:
-        if self._wt_root is None:
-            self._wt_root = Path(tempfile.mkdtemp(prefix=f"gitsup-queue-{os.getpid()}-"))
-        wt = self._wt_root / "worktree"
-        self.repo.add_detached_worktree(wt, commit)
-        try:
-            wrap = self._sandbox(wt, checks)
-            self._fresh_box()
-            out = []
-            for c in checks:
-                t0 = time.monotonic()
-                r = run_check(c, cwd=wt, env=self._env, wrap=wrap)
-                self.res.check_seconds += time.monotonic() - t0
-                self.say(f"check {c.name}: {'passed' if r.passed else 'FAILED'}")
-                out.append(r)
-                if not r.passed:
-                    break  # the composition fails; the rest would not change that
-            return out
-        finally:
-            self.repo.remove_detached_worktree(wt)
-
-    def _sandbox(self, wt: Path, checks: list[Check]) -> Callable[[list[str]], list[str]] | None:
-        """The task sandbox for the checks (mode from `git config sup.sandbox`, default auto),
-        with the throw-away worktree as the only writable tree."""
-        from gitsup.contain import bootstrap_argv
-        from gitsup.sandbox import build_plan, load_rules, required_problems, resolve_mode
-
-        env = proc.child_env(
-            {"GITSUP_INTEGRATION": f"queue/{self.q.branch}"}, drop=("GITSUP_TASK",)
-        )
-        key = json.dumps([str(wt), [list(c.argv) for c in checks]])
-        if key in self._plans:
-            return self._plans[key]
-        mode = resolve_mode(None, self.repo.config_get("sup.sandbox"))
-        # An (empty) private Git dir makes the plan keep the whole common dir read-only:
-        # a check writes only in its worktree and its private HOME and TMPDIR.
-        (self.q.dir / "git").mkdir(exist_ok=True)
-        plan = build_plan(
-            mode=mode,
-            rules=load_rules(self.repo.main_workdir),
-            worktree=wt,
-            common_dir=self.ctx.layout.common_dir,
-            task_dir=self.q.dir,
-            branch="",
-            env=env,
-            programs=[list(c.argv) for c in checks],
-        )
-        problems = required_problems(plan)
-        if problems:
-            raise GitsupError("; ".join(problems))
-        self._env = dict(plan.env)
-        wrap: Callable[[list[str]], list[str]] | None = None
-        if plan.active:
-
-            def wrap(argv: list[str]) -> list[str]:
-                return bootstrap_argv(argv, cgroup=None, netns=None, sandbox=plan.argv(files=argv))
-
-        self._plans[key] = wrap
-        return wrap
-
-    def _fresh_box(self) -> None:
-        """Empty the checks' private HOME, TMPDIR and Git dir: nothing one composition's
-        checks leave there (a planted `usercustomize.py`, a config) reaches the next."""
-        box = self.q.dir / "sandbox"
-        for d in (box / "home", box / "tmp", self.q.dir / "git"):
-            shutil.rmtree(d, ignore_errors=True)
-            d.mkdir(parents=True, exist_ok=True)
-
-    def _cleanup(self) -> None:
-        if self._wt_root is not None:
-            shutil.rmtree(self._wt_root, ignore_errors=True)
 
     # integration of a tested prefix
 

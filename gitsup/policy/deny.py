@@ -9,67 +9,28 @@ import gitsup.policy.gitcmd as gitcmd
 from gitsup.policy.braces import repair_braces
 from gitsup.policy.context import MAX_DEPTH, ScanState
 from gitsup.policy.decision import Decision, deny
-from gitsup.policy.normalise import UNKNOWN, basename, has_glob, inside, is_ancestor, may_match
+from gitsup.policy.deny_exec import _downloads_in, _shell_script_arg, _subst_downloads
+from gitsup.policy.deny_publish import (
+    _MUTATING,
+    _prefix_match,
+    _publish,
+    _python_publish,
+    _raw_forge,
+)
+from gitsup.policy.deny_writes import _destructive, _hooks, _operands, _write_target
+from gitsup.policy.deny_writes import dangerous_target as dangerous_target
+from gitsup.policy.deny_writes import in_hooks as in_hooks
+from gitsup.policy.deny_writes import operand_writes as operand_writes
+from gitsup.policy.deny_writes import under as under
+from gitsup.policy.normalise import UNKNOWN, basename
 from gitsup.policy.parse import Part, Script, parse, split_glued
 from gitsup.policy.rules import RuleId
-from gitsup.policy.unwrap import find_roots, merge_env, unwrap
+from gitsup.policy.unwrap import merge_env, unwrap
 
 Env = Mapping[str, Sequence[str]]
 
 _OUTPUT_OPS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&", "&>|"})
-_SYSTEM_DIRS = frozenset(
-    {
-        "/etc",
-        "/usr",
-        "/bin",
-        "/sbin",
-        "/var",
-        "/boot",
-        "/home",
-        "/root",
-        "/opt",
-        "/srv",
-        "/dev",
-        "/proc",
-        "/sys",
-    }
-)
-_BLOCK_DEVICE = re.compile(
-    r"^/dev/(sd[a-z]|nvme\d|disk\d|rdisk\d|hd[a-z]|vd[a-z]|xvd[a-z]|mmcblk\d|md\d|dm-\d|"
-    r"mapper/|loop\d|sr\d)"
-)
-_MUTATORS = frozenset(
-    {
-        "rm",
-        "rmdir",
-        "unlink",
-        "mv",
-        "cp",
-        "ln",
-        "chmod",
-        "chown",
-        "chgrp",
-        "truncate",
-        "touch",
-        "mkdir",
-        "tee",
-        "install",
-        "shred",
-        "rsync",
-        "sed",
-        "chattr",
-        "setfacl",
-        "patch",
-    }
-)
-_DEST_ONLY = frozenset({"cp", "install", "rsync"})
 _PYTHON = re.compile(r"^python(\d(\.\d+)?)?$")
-_FORGE_ENDPOINT = re.compile(
-    r"/(pulls?|merge_requests|merges|releases|dispatches|contents|statuses|check-runs)\b"
-    r"|/git/(refs|commits|trees|blobs|tags)\b|/branches/|/repository/"
-    r"(commits|branches|files|merge_requests|tags|releases)\b"
-)
-_MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _SSH_WITH_ARG = frozenset("bcDEeFIiJLlmOoPpQRSWwB")
 
 
@@ -278,33 +239,6 @@ def _arith_payload(text: str, st: ScanState) -> Decision | None:
     if parse(text).has_error:
         return None
     return payload(text, st)
-
-
-def _write_target(path: str, part: str, how: str, dotglob: bool = False) -> Decision | None:
-    if _BLOCK_DEVICE.match(path):
-        return deny(RuleId.D4_BLOCK_DEVICE, f"{how} writes the block device {path}", part)
-    if in_hooks(path, dotglob=dotglob):
-        return deny(RuleId.D3_HOOKS_DIR, f"{how} writes into a Git hooks directory ({path})", part)
-    return None
-
-
-def in_hooks(path: str, *, git_dir_itself: bool = False, dotglob: bool = False) -> bool:
-    """Does `path` name a hooks directory of a Git dir (or, with `git_dir_itself`, the Git dir)?
-    Glob components count when they may match (`.gi?/hoo*`)."""
-    comps = path.split("/")
-    for i, c in enumerate(comps):
-        if (
-            c == ".git"
-            or (c.endswith(".git") and len(c) > 4)
-            or (has_glob(c) and may_match(c, ".git", dotglob=dotglob))
-        ):
-            if i + 1 < len(comps) and (
-                comps[i + 1] == "hooks" or may_match(comps[i + 1], "hooks", dotglob=dotglob)
-            ):
-                return True
-            if git_dir_itself and i + 1 == len(comps):
-                return True
-    return False
 
 
 def check_argv(
@@ -542,315 +476,6 @@ def _forge(prog: str, args: list[str], st: ScanState, src: str) -> Decision | No
     return None
 
 
-def _publish(
-    prog: str, args: list[str], table: Mapping[str, tuple[tuple[str, ...], ...]], src: str
-) -> Decision | None:
-    entries = table.get(prog)
-    if not entries:
-        return None
-    words, _ = gitcmd.split_before_dd(args)
-    # `npm run publish` runs a script named publish: invisible, so ask rather than deny
-    for k, w in enumerate(words):
-        if w in ("run", "run-script", "exec", "dlx", "x"):
-            words = words[:k]
-            break
-    for seq in entries:
-        if _subsequence(seq, words):
-            return deny(
-                RuleId.D1_REGISTRY, f"`{prog} {' '.join(seq)}` publishes to a registry", src
-            )
-    return None
-
-
-def _subsequence(seq: Sequence[str], words: Sequence[str]) -> bool:
-    i = 0
-    for w in words:
-        if i >= len(seq):
-            break
-        item = seq[i]
-        if item.startswith("-"):
-            ok = w == item or w.startswith(item + "=")
-        else:
-            ok = not w.startswith("-") and (w == item or ("*" in item and _glob(item, w)))
-        if ok:
-            i += 1
-    return i >= len(seq)
-
-
-def _glob(pattern: str, word: str) -> bool:
-    import fnmatch
-
-    return fnmatch.fnmatchcase(word, pattern)
-
-
-def _python_publish(
-    args: list[str], table: Mapping[str, tuple[tuple[str, ...], ...]], src: str
-) -> Decision | None:
-    for i, a in enumerate(args):
-        if a == "-m" and i + 1 < len(args):
-            return _publish(args[i + 1], args[i + 2 :], table, src)
-        if a.startswith("-m") and len(a) > 2:
-            return _publish(a[2:], args[i + 1 :], table, src)
-        if basename(a) == "setup.py":
-            rest = args[i + 1 :]
-            if any(r in ("upload", "upload_docs", "register") for r in rest):
-                return deny(
-                    RuleId.D1_REGISTRY, "`python setup.py upload` publishes to a registry", src
-                )
-            return None
-        if not a.startswith("-"):
-            return None
-    return None
-
-
-def _raw_forge(prog: str, args: list[str], src: str) -> Decision | None:
-    method = ""
-    data = False
-    for i, a in enumerate(args):
-        nxt = args[i + 1] if i + 1 < len(args) else ""
-        if a in ("-X", "--request"):
-            method = nxt
-        elif a.startswith("-X") and len(a) > 2:
-            method = a[2:]
-        elif a.startswith("--request=") or a.startswith("--method="):
-            method = a.split("=", 1)[1]
-        elif a.split("=", 1)[0] in (
-            "-d",
-            "--data",
-            "--data-raw",
-            "--data-binary",
-            "--data-urlencode",
-            "-F",
-            "--form",
-            "--form-string",
-            "--json",
-            "-T",
-            "--upload-file",
-            "--post-data",
-            "--post-file",
-            "--body-data",
-            "--body-file",
-        ) or (a.startswith("-d") and len(a) > 2 and prog == "curl"):
-            data = True
-        elif prog in ("http", "https", "xh") and a.upper() in _MUTATING and a.isupper():
-            method = a
-    mutating = data or method.upper() in _MUTATING
-    if mutating and any(_FORGE_ENDPOINT.search(a) for a in args if "/" in a):
-        return deny(
-            RuleId.D1_FORGE,
-            f"`{prog}` sends a mutating request to a forge pull/merge/ref endpoint",
-            src,
-        )
-    return None
-
-
-# -- D4 -----------------------------------------------------------------------------------------
-def dangerous_target(path: str, st: ScanState) -> bool:
-    """`/`, `~`, top-level system directories and ancestors of the worktree."""
-    if path == "/" or path == st.home.rstrip("/"):
-        return True
-    if path in _SYSTEM_DIRS:
-        return True
-    if path.count("/") == 1 and path.startswith("/lib"):
-        return True
-    return is_ancestor(path, st.worktree)
-
-
-def _target_paths(value: str, st: ScanState) -> list[str]:
-    if UNKNOWN in value:
-        return []
-    out = [st.path(value)]
-    stripped = value.rstrip("/")
-    for suffix in ("/*", "/.*", "/*.*"):
-        if stripped.endswith(suffix):
-            out.append(st.path(stripped[: -len(suffix)] or "/"))
-    if value in ("*", ".*"):
-        out.append(st.path("."))
-    return out
-
-
-def _operands(args: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    dd = False
-    for a in args:
-        if dd:
-            out.append(a)
-        elif a == "--":
-            dd = True
-        elif not a.startswith("-") or a == "-":
-            out.append(a)
-    return out
-
-
-def _destructive(prog: str, args: list[str], st: ScanState, src: str) -> Decision | None:
-    if prog == "rm":
-        if any(a == "--no-preserve-root" for a in args):
-            return deny(RuleId.D4_RM_ROOT, "`rm --no-preserve-root`", src)
-        recursive = gitcmd.has_flag(args, "rR", ("--recursive",))
-        if recursive:
-            for op in _operands(args):
-                for p in _target_paths(op, st):
-                    if dangerous_target(p, st):
-                        return deny(
-                            RuleId.D4_RM_ROOT,
-                            f"recursive rm of {p} (the root, home, a "
-                            "system directory or an ancestor of the worktree)",
-                            src,
-                        )
-    if prog == "find" and "-delete" in args:
-        for root in find_roots(args):
-            for p in _target_paths(root, st):
-                if dangerous_target(p, st):
-                    return deny(RuleId.D4_RM_ROOT, f"`find {root} -delete` deletes {p}", src)
-    if prog in ("chmod", "chown", "chgrp") and gitcmd.has_flag(args, "R", ("--recursive",)):
-        for op in _operands(args):
-            for p in _target_paths(op, st):
-                if p == "/" or (p.count("/") == 1 and p != "/"):
-                    return deny(RuleId.D4_CHMOD_ROOT, f"recursive {prog} of {p}", src)
-    if prog.startswith("mkfs"):
-        return deny(RuleId.D4_BLOCK_DEVICE, f"`{prog}` formats a device", src)
-    if prog == "wipefs" and gitcmd.has_flag(args, "a", ("--all",)):
-        return deny(RuleId.D4_BLOCK_DEVICE, "`wipefs -a` wipes a device", src)
-    if prog in ("shred", "dd", "blkdiscard", "badblocks") or prog == "cat":
-        for a in args:
-            value = a.split("=", 1)[1] if (prog == "dd" and a.startswith("of=")) else a
-            if prog == "dd" and not a.startswith("of="):
-                continue
-            if prog == "cat":
-                break
-            if _BLOCK_DEVICE.match(st.path(value)):
-                return deny(
-                    RuleId.D4_BLOCK_DEVICE, f"`{prog}` writes the block device {value}", src
-                )
-    return None
-
-
-def _hooks(prog: str, args: list[str], st: ScanState, src: str) -> Decision | None:
-    written = operand_writes(prog, args)
-    for op in written:
-        if UNKNOWN not in op:
-            d = _write_target(st.path(op), src, f"`{prog}`", st.dotglob)
-            if d is not None:
-                return d
-    if prog not in _MUTATORS and prog != "dd":
-        return None
-    if prog == "sed" and not gitcmd.has_flag(args, "i", ("--in-place",)):
-        return None
-    if prog == "dd":
-        ops = [a[3:] for a in args if a.startswith("of=")]
-    elif prog in _DEST_ONLY:
-        target = gitcmd.short_value(args, "t", ("--target-directory",))
-        ops = target or _operands(args)[-1:]
-    else:
-        ops = _operands(args)
-    destructive = prog in (
-        "rm",
-        "rmdir",
-        "unlink",
-        "mv",
-        "chmod",
-        "chown",
-        "chgrp",
-        "ln",
-        "shred",
-        "chattr",
-    )
-    for op in ops:
-        if UNKNOWN in op:
-            continue
-        p = st.path(op)
-        if in_hooks(p, git_dir_itself=True, dotglob=st.dotglob) and (
-            destructive
-            or in_hooks(p, dotglob=st.dotglob)
-            or p.endswith(".git")
-            or may_match(p.rsplit("/", 1)[-1], ".git", dotglob=st.dotglob)
-        ):
-            return deny(
-                RuleId.D3_HOOKS_DIR,
-                f"`{prog}` modifies a Git hooks directory or the Git dir itself ({p})",
-                src,
-            )
-    return None
-
-
-def operand_writes(prog: str, args: Sequence[str]) -> list[str]:
-    """Files a read-looking tool writes through an operand or option: `uniq IN OUT`,
-    `sort -o OUT`, `tree -o OUT`, `base64 -o OUT`."""
-    if prog == "uniq":
-        ops = _operands(args)
-        return ops[1:2]
-    if prog in ("sort", "tree", "base64"):
-        return gitcmd.short_value(args, "o", ("--output",) if prog != "tree" else ())
-    if prog == "go" and args[:1] in (["build"], ["test"]):
-        return [a[3:] if a.startswith("-o=") else "" for a in args if a.startswith("-o=")] + [
-            args[k + 1] for k, a in enumerate(args[:-1]) if a == "-o"
-        ]
-    return []
-
-
-# -- execution of payloads and downloads ---------------------------------------------------
-def _downloads_in(part: Part | None, st: ScanState) -> bool:
-    """Is some earlier stage of the pipeline feeding this part a downloader?"""
-    seen = 0
-    while part is not None and seen < 32:
-        if part.words and any(basename(w.src) in st.policy.downloaders for w in part.words[:6]):
-            return True
-        part = part.pipe_prev
-        seen += 1
-    return False
-
-
-def _subst_downloads(part: Part, st: ScanState) -> bool:
-    for w in part.words:
-        for s in w.segs:
-            if s.inner and any(
-                p.words and any(basename(x.src) in st.policy.downloaders for x in p.words[:6])
-                for p in s.inner
-            ):
-                return True
-    for r in part.redirects:
-        if r.target is not None:
-            for s in r.target.segs:
-                if s.inner and any(
-                    p.words and basename(p.words[0].src) in st.policy.downloaders for p in s.inner
-                ):
-                    return True
-    return False
-
-
-def _shell_script_arg(args: list[str]) -> tuple[str | None, str | None, bool]:
-    """(-c script, script file, reads stdin) for a shell's arguments."""
-    i = 0
-    command_mode = False
-    while i < len(args):
-        a = args[i]
-        if a == "--" or a == "-":
-            i += 1
-            break
-        if a in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
-            i += 2
-            continue
-        if a.startswith("--command="):
-            return a.split("=", 1)[1], None, False
-        if a == "--command":
-            return (args[i + 1] if i + 1 < len(args) else None), None, False
-        if a.startswith("--"):
-            i += 1
-            continue
-        if (a.startswith("-") or a.startswith("+")) and len(a) > 1:
-            if "c" in a[1:]:
-                command_mode = True
-            i += 1
-            continue
-        break
-    rest = args[i:]
-    if command_mode:
-        return (rest[0] if rest else None), None, False
-    if rest:
-        return None, rest[0], False
-    return None, None, True
-
-
 def _execution(
     prog: str, args: list[str], env: Env, part: Part, st: ScanState, stdin: str | None
 ) -> Decision | None:
@@ -1013,13 +638,3 @@ def _update_state(argv: list[str], part: Part, st: ScanState) -> None:
             state = gitcmd.switches_to(call, st.policy)
             if state is not None:
                 st.head_protected = state
-
-
-def _prefix_match(prefix: Sequence[str], argv: Sequence[str]) -> bool:
-    if len(argv) < len(prefix):
-        return False
-    return all(p == a or ("*" in p and _glob(p, a)) for p, a in zip(prefix, argv, strict=False))
-
-
-def under(path: str, root: str) -> bool:
-    return inside(path, root)

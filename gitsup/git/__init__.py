@@ -1,0 +1,32 @@
+"""The Git gateway: the only package that imports pygit2.
+
+Everything gitsup keeps in Git goes through here: refs under `refs/sup/`
+(compare-and-swap, with reflog messages), the `refs/notes/sup` notes, the
+sealed event-log commit chain, task worktrees, and the read-only views that
+make up a candidate's evidence. The user's own checkout and index are never
+touched.
+
+`GitRepo` is built in layers, one module each: `repo.py` (opening, locations, config, refs,
+records, notes), `worktrees.py` (task and detached worktrees, checked-out branches) and
+`worktree_state.py` (status, snapshots, evidence); `types.py` holds what they hand out and
+`objectstore.py` reads one objects directory on its own.
+"""
+
+from __future__ import annotations
+
+from gitsup.git.objectstore import ObjectStore as ObjectStore
+from gitsup.git.types import NOTES_REF as NOTES_REF
+from gitsup.git.types import SUP_REF_PREFIX as SUP_REF_PREFIX
+from gitsup.git.types import CommitInfo as CommitInfo
+from gitsup.git.types import Evidence as Evidence
+from gitsup.git.types import RefConflict as RefConflict
+from gitsup.git.types import UntrackedFile as UntrackedFile
+from gitsup.git.types import is_zero as is_zero
+from gitsup.git.worktree_state import WIP_MAX_FILE_BYTES as WIP_MAX_FILE_BYTES
+from gitsup.git.worktree_state import WorkingTree
+from gitsup.git.worktree_state import read_bounded_file as read_bounded_file
+from gitsup.git.worktrees import checkout_workers as checkout_workers
+
+
+class GitRepo(WorkingTree):
+    """A non-bare repository (or one of its linked worktrees), opened with pygit2."""

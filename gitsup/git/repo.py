@@ -1,0 +1,392 @@
+"""The repository itself (`RepoBase`): opening, locations, config, commits and refs
+(compare-and-swap), gitsup's record chains, raw objects and notes."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Self
+
+import pygit2
+from pygit2.enums import SortMode
+
+from gitsup.errors import GitsupError
+from gitsup.git.objectstore import _OBJECT_TYPES
+from gitsup.git.types import NOTES_REF, SUP_REF_PREFIX, CommitInfo, RefConflict, _sig
+from gitsup.ids import Oid
+
+
+class RepoBase:
+    """A non-bare repository (or one of its linked worktrees), opened with pygit2: the base
+    that `GitRepo` (`gitsup/git/__init__.py`) extends with worktrees and their state."""
+
+    def __init__(self, repo: pygit2.Repository) -> None:
+        self._repo = repo
+
+    # --- opening ------------------------------------------------------------------
+
+    @classmethod
+    def discover(cls, start: str | os.PathLike[str] = ".") -> Self:
+        start_path = os.path.abspath(os.fspath(start))
+        found = pygit2.discover_repository(start_path)
+        if found is None:
+            raise GitsupError(
+                f"not a Git repository: {start_path}",
+                hint="run git sup inside a Git checkout, or `git init` one first",
+            )
+        return cls.open(found)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Self:
+        try:
+            repo = pygit2.Repository(os.fspath(path))
+        except pygit2.GitError as exc:
+            raise GitsupError(f"cannot open Git repository {os.fspath(path)}: {exc}") from exc
+        return cls(repo)
+
+    @classmethod
+    def open_task(cls, git_dir: Path, worktree: Path | None) -> Self:
+        """A task's private repository with its files in `worktree`, opened from the path
+        the supervisor knows: the worktree's `.git` file (worker-writable) is not read.
+        Without a worktree: only its refs and objects."""
+        if worktree is not None and not worktree.is_dir():
+            raise GitsupError(f"worktree {worktree} does not exist")
+        try:
+            repo = pygit2.Repository(os.fspath(git_dir), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+            if worktree is not None:
+                repo.workdir = os.fspath(worktree)
+        except (pygit2.GitError, OSError) as exc:
+            raise GitsupError(f"cannot open the task's Git dir {git_dir}: {exc}") from exc
+        return cls(repo)
+
+    # --- locations ----------------------------------------------------------------
+
+    @property
+    def is_bare(self) -> bool:
+        return bool(self._repo.is_bare)
+
+    @property
+    def git_dir(self) -> Path:
+        return Path(self._repo.path).resolve()
+
+    @property
+    def common_dir(self) -> Path:
+        """$GIT_COMMON_DIR: shared by the main checkout and every linked worktree."""
+        git_dir = self.git_dir
+        commondir_file = git_dir / "commondir"
+        if commondir_file.is_file():
+            target = commondir_file.read_text().strip()
+            return (git_dir / target).resolve()
+        return git_dir
+
+    @property
+    def workdir(self) -> Path:
+        wd = self._repo.workdir
+        if wd is None:
+            raise GitsupError(f"{self.git_dir} is a bare repository; gitsup needs a checkout")
+        return Path(wd).resolve()
+
+    @property
+    def main_workdir(self) -> Path:
+        """The main checkout's top directory (not a linked worktree's)."""
+        common = self.common_dir
+        if common.name == ".git":
+            return common.parent
+        return Path(type(self).open(common).workdir)
+
+    def require_checkout(self) -> None:
+        if self.is_bare:
+            raise GitsupError(
+                f"{self.git_dir} is a bare repository",
+                hint="gitsup runs tasks in worktrees of a non-bare repository; clone it first",
+            )
+
+    # --- config -------------------------------------------------------------------
+
+    def config_get(self, key: str) -> str | None:
+        try:
+            value = self._repo.config[key]
+        except KeyError:
+            return None
+        return str(value)
+
+    def config_get_all(self, key: str) -> list[str]:
+        try:
+            return [str(v) for v in self._repo.config.get_multivar(key)]
+        except (KeyError, pygit2.GitError):
+            return []
+
+    def config_set(self, key: str, value: str) -> None:
+        self._repo.config[key] = value
+
+    def config_set_multi(self, key: str, values: Sequence[str]) -> None:
+        cfg = self._repo.config
+        with contextlib.suppress(KeyError, pygit2.GitError):
+            cfg.delete_multivar(key, ".*")
+        for v in values:
+            cfg.set_multivar(key, "^$", v)
+
+    def config_add(self, key: str, value: str) -> None:
+        self._repo.config.set_multivar(key, "^$", value)
+
+    # --- commits and refs -----------------------------------------------------------
+
+    def head_commit(self) -> Oid:
+        if self._repo.head_is_unborn:
+            raise GitsupError(
+                "HEAD has no commit yet (unborn branch)",
+                hint="commit something first; a task is anchored to a commit",
+            )
+        return Oid(str(self._repo.head.target))
+
+    def head_branch(self) -> str | None:
+        """Short name of the checked-out branch, or None when detached/unborn."""
+        if self._repo.head_is_unborn or self._repo.head_is_detached:
+            return None
+        return str(self._repo.head.shorthand)
+
+    def resolve_commit(self, rev: str) -> Oid:
+        if rev == "HEAD":
+            return self.head_commit()
+        try:
+            obj = self._repo.revparse_single(rev)
+            commit = obj.peel(pygit2.Commit)
+        except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError) as exc:
+            raise GitsupError(
+                f"cannot resolve {rev!r} to a commit",
+                hint="pass --base a branch, tag or commit id that exists in this repository",
+            ) from exc
+        return Oid(str(commit.id))
+
+    def ref_target(self, name: str) -> Oid | None:
+        try:
+            ref = self._repo.references[name]
+        except (KeyError, pygit2.InvalidSpecError):
+            return None
+        ref = ref.resolve()
+        return Oid(str(ref.target))
+
+    def update_ref(self, name: str, new: Oid, *, old: Oid | None, message: str) -> None:
+        """Compare-and-swap: move `name` from `old` (None: must not exist) to `new`."""
+        refs = self._repo.references
+        if name.startswith(SUP_REF_PREFIX):
+            # core.logAllRefUpdates logs only heads/remotes/notes; an existing log file
+            # makes libgit2 keep the reflog message of refs/sup/ too.
+            with contextlib.suppress(OSError):
+                log = self.common_dir / "logs" / name
+                log.parent.mkdir(parents=True, exist_ok=True)
+                log.touch(exist_ok=True)
+        try:
+            if old is None:
+                try:
+                    self._repo.create_reference_direct(
+                        name, pygit2.Oid(hex=new), False, message=message
+                    )
+                except pygit2.AlreadyExistsError as exc:
+                    raise RefConflict(f"{name} already exists") from exc
+                return
+            try:
+                ref = refs[name]
+            except KeyError as exc:
+                raise RefConflict(f"{name} does not exist (expected {old[:12]})") from exc
+            if str(ref.target) != old:
+                raise RefConflict(f"{name} is at {str(ref.target)[:12]}, expected {old[:12]}")
+            # libgit2 re-checks the old value under the ref lock (conditional update).
+            ref.set_target(pygit2.Oid(hex=new), message)
+        except (pygit2.GitError, OSError) as exc:  # OSError: another writer holds the ref lock
+            raise RefConflict(f"cannot update {name}: {exc}") from exc
+
+    def delete_ref(self, name: str, *, old: Oid | None = None) -> None:
+        try:
+            ref = self._repo.references[name]
+        except KeyError:
+            return
+        if old is not None and str(ref.target) != old:
+            raise RefConflict(f"{name} moved to {str(ref.target)[:12]}; not deleting")
+        ref.delete()
+
+    def is_ancestor(self, ancestor: Oid, descendant: Oid) -> bool:
+        if ancestor == descendant:
+            return True
+        return bool(self._repo.descendant_of(pygit2.Oid(hex=descendant), pygit2.Oid(hex=ancestor)))
+
+    def ahead_behind(self, local: Oid, upstream: Oid) -> tuple[int, int]:
+        a, b = self._repo.ahead_behind(pygit2.Oid(hex=local), pygit2.Oid(hex=upstream))
+        return int(a), int(b)
+
+    def commit_info(self, oid: Oid) -> CommitInfo:
+        c = self._repo[pygit2.Oid(hex=oid)].peel(pygit2.Commit)
+        return CommitInfo(
+            oid=Oid(str(c.id)),
+            summary=c.message.split("\n", 1)[0],
+            author=f"{c.author.name} <{c.author.email}>",
+            time=int(c.commit_time),
+            parents=tuple(Oid(str(p)) for p in c.parent_ids),
+        )
+
+    def commits_between(self, base: Oid, head: Oid, limit: int = 1000) -> list[CommitInfo]:
+        """Commits reachable from head and not from base, newest first."""
+        walker = self._repo.walk(pygit2.Oid(hex=head), SortMode.TOPOLOGICAL | SortMode.TIME)
+        walker.hide(pygit2.Oid(hex=base))
+        out: list[CommitInfo] = []
+        for c in walker:
+            if len(out) >= limit:
+                break
+            out.append(self.commit_info(Oid(str(c.id))))
+        return out
+
+    def branch_target(self, branch: str) -> Oid | None:
+        return self.ref_target(f"refs/heads/{branch}")
+
+    def create_branch(self, branch: str, target: Oid) -> None:
+        try:
+            self._repo.branches.local.create(
+                branch, self._repo[pygit2.Oid(hex=target)].peel(pygit2.Commit)
+            )
+        except pygit2.AlreadyExistsError as exc:
+            raise GitsupError(f"branch {branch} already exists") from exc
+
+    def local_branches(self) -> list[str]:
+        return list(self._repo.branches.local)
+
+    def delete_branch(self, branch: str) -> None:
+        b = self._repo.branches.local.get(branch)
+        if b is not None:
+            b.delete()
+
+    # --- blobs, trees, commits for gitsup's own records ------------------------------
+
+    def append_segment(
+        self,
+        ref: str,
+        *,
+        name: str,
+        data: bytes,
+        message: str,
+        expected_old: Oid | None,
+    ) -> Oid:
+        """Add one blob `name` to the tree of `ref`'s tip as a new commit (CAS update).
+
+        Cost is one blob, one tree (entries = number of segments) and one commit.
+        """
+        repo = self._repo
+        blob = repo.create_blob(data)
+        if expected_old is not None:
+            parent = repo[pygit2.Oid(hex=expected_old)].peel(pygit2.Commit)
+            builder = repo.TreeBuilder(parent.tree)
+            parents = [parent.id]
+        else:
+            builder = repo.TreeBuilder()
+            parents = []
+        builder.insert(name, blob, pygit2.enums.FileMode.BLOB)
+        tree = builder.write()
+        sig = _sig(repo)
+        commit = repo.create_commit(None, sig, sig, message, tree, parents)
+        self.update_ref(ref, Oid(str(commit)), old=expected_old, message=message.split("\n")[0])
+        return Oid(str(commit))
+
+    def commit_message(self, oid: Oid) -> str:
+        return str(self._repo[pygit2.Oid(hex=oid)].peel(pygit2.Commit).message)
+
+    def tree_has_file(self, commit: Oid, path: str) -> bool:
+        """Whether `path` (relative, `/`-separated) names a file in the commit's tree."""
+        tree = self._repo[pygit2.Oid(hex=commit)].peel(pygit2.Commit).tree
+        try:
+            entry = tree[path]
+        except (KeyError, ValueError):
+            return False
+        return entry.type_str == "blob"
+
+    def read_tree_blobs(self, commit: Oid) -> Iterator[tuple[str, bytes]]:
+        tree = self._repo[pygit2.Oid(hex=commit)].peel(pygit2.Commit).tree
+        for entry in sorted(tree, key=lambda e: e.name or ""):
+            obj = self._repo[entry.id]
+            if isinstance(obj, pygit2.Blob):
+                yield entry.name or "", obj.data
+
+    # --- raw objects and ref listings (a task's private Git dir, gitsup.gitstate) -------
+
+    def has_object(self, oid: str) -> bool:
+        return pygit2.Oid(hex=oid) in self._repo.odb
+
+    def write_object(self, kind: str, data: bytes) -> Oid:
+        return Oid(str(self._repo.odb.write(_OBJECT_TYPES[kind], data)))
+
+    def direct_refs(self, prefixes: Sequence[str]) -> list[tuple[str, Oid]]:
+        """(name, target) of every non-symbolic ref under `prefixes`, sorted by name."""
+        out: list[tuple[str, Oid]] = []
+        for name in self._repo.references:
+            if not name.startswith(tuple(prefixes)):
+                continue
+            with contextlib.suppress(KeyError, pygit2.GitError, pygit2.InvalidSpecError):
+                ref = self._repo.references[name]
+                if ref.type == pygit2.enums.ReferenceType.DIRECT:
+                    out.append((name, Oid(str(ref.target))))
+        return sorted(out, key=lambda r: r[0].encode())
+
+    def head_ref(self) -> tuple[str | None, Oid | None]:
+        """(the ref HEAD names, or None when detached; its commit, or None when unborn)."""
+        try:
+            head = self._repo.references["HEAD"]
+        except (KeyError, pygit2.GitError) as exc:
+            raise GitsupError(f"cannot read HEAD of {self.git_dir}: {exc}") from exc
+        if head.type == pygit2.enums.ReferenceType.DIRECT:
+            return None, Oid(str(head.target))
+        name = str(head.target)
+        try:
+            return name, Oid(str(head.resolve().target))
+        except (KeyError, pygit2.GitError):
+            return name, None
+
+    # --- notes --------------------------------------------------------------------
+
+    def write_note(self, target: Oid, text: str) -> None:
+        sig = _sig(self._repo)
+        # libgit2 reads the notes tip, commits and moves the ref without compare-and-swap:
+        # concurrent writers (tasks finishing together) silently lose notes or fail on the
+        # ref lock. Serialize this repository's writers and check that the note landed.
+        lock = self.common_dir / "sup" / "notes.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            for attempt in range(1, 6):
+                try:
+                    self._repo.create_note(text, sig, sig, target, NOTES_REF, True)
+                except (OSError, pygit2.GitError):
+                    if attempt == 5:
+                        raise
+                else:
+                    if self.read_note(target) == text:
+                        return
+                time.sleep(0.05 * attempt)
+            raise GitsupError(f"the note on {target[:12]} did not stick: {NOTES_REF} kept moving")
+        finally:
+            os.close(fd)
+
+    def read_note(self, target: Oid) -> str | None:
+        try:
+            return str(self._repo.lookup_note(target, NOTES_REF).message)
+        except (KeyError, pygit2.GitError):
+            return None
+
+    def changed_paths(self, base: Oid, head: Oid) -> set[str]:
+        """Paths that differ between two commits' trees (both sides of a rename)."""
+        a = self._repo[pygit2.Oid(hex=base)].peel(pygit2.Commit).tree
+        b = self._repo[pygit2.Oid(hex=head)].peel(pygit2.Commit).tree
+        out: set[str] = set()
+        for delta in a.diff_to_tree(b).deltas:
+            out.add(delta.old_file.path)
+            out.add(delta.new_file.path)
+        return out
+
+    def diff_size(self, base: Oid, head: Oid) -> tuple[int, int, int]:
+        """(files changed, insertions, deletions) between two commits."""
+        a = self._repo[pygit2.Oid(hex=base)].peel(pygit2.Commit).tree
+        b = self._repo[pygit2.Oid(hex=head)].peel(pygit2.Commit).tree
+        stats = a.diff_to_tree(b).stats
+        return int(stats.files_changed), int(stats.insertions), int(stats.deletions)

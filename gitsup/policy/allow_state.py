@@ -1,0 +1,74 @@
+"""What the allow list judges against (`AllowState`): the policy, the worktree, the working
+directories a command may run in, and whether the task's kernel sandbox is enforced; it decides
+whether a path stays inside the worktree."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+
+from gitsup.policy.config import Policy
+from gitsup.policy.normalise import (
+    UNKNOWN,
+    has_glob,
+    inside,
+    may_match,
+    names_git_dir,
+    resolve,
+)
+
+_GLOB = re.compile(r"[*?\[]")
+
+
+@dataclass
+class AllowState:
+    policy: Policy
+    worktree: str
+    home: str
+    cwds: set[str] = field(default_factory=set)
+    sandboxed: bool = False  # POLICY.md section 4a: the task's kernel sandbox is enforced
+    dotglob: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.cwds:
+            self.cwds = {self.worktree}
+
+    def path_inside(self, value: str) -> bool:
+        if value in ("/dev/null", "-", ""):
+            return True
+        if UNKNOWN in value:
+            return False
+        # glob components that can match `..` escape W (sandboxed: bash rules, where only a
+        # pattern starting with `.` can match `..`; otherwise any pattern that fnmatches it)
+        if not has_glob(value):
+            return all(inside(resolve(value, cwd), self.worktree) for cwd in self.cwds)
+        dots = _dotdot_sandboxed if self.sandboxed else _dotdot
+        for cwd in self.cwds:
+            p = resolve(value, cwd)
+            if not inside(p, self.worktree):
+                return False
+            rel = p[len(self.worktree) :]
+            if any(dots(c) for c in rel.split("/")):
+                return False
+        return not any(dots(c) for c in value.split("/"))
+
+    def in_git_dir(self, value: str) -> bool:
+        """The path is (or, through a glob, may be) in a `.git` directory."""
+        if ".git" not in value and not has_glob(value) and not any(".git" in c for c in self.cwds):
+            return False  # `..` only removes components: no `.git` can appear
+        return any(names_git_dir(resolve(value, cwd), dotglob=self.dotglob) for cwd in self.cwds)
+
+    def strictly_inside(self, value: str) -> bool:
+        """Inside W and not W itself (nor a glob at W's top that may match everything)."""
+        if not self.path_inside(value) or value in ("-", "", "/dev/null"):
+            return False
+        return all(resolve(value, cwd) != self.worktree for cwd in self.cwds)
+
+
+def _dotdot(component: str) -> bool:
+    return bool(_GLOB.search(component)) and fnmatch.fnmatchcase("..", component)
+
+
+def _dotdot_sandboxed(component: str) -> bool:
+    return has_glob(component) and may_match(component, "..")

@@ -1,0 +1,123 @@
+"""The plain-command fast path: a `Script` for simple commands without running tree-sitter."""
+
+from __future__ import annotations
+
+import re
+
+from gitsup.policy.script import Part, Script, Seg, Word
+
+# The fast path: a one-line command made only of simple commands joined by `&&`, `||`, `;`
+# or `|`, whose words are each one bare word of inert characters, one '...' string or one
+# "..." string without expansions or escapes, is split without tree-sitter. The scanner
+# accepts nothing else (any other character, adjacency of two tokens, a reserved word, an
+# assignment or a declaration in command position sends the command to tree-sitter), and
+# tests/policy/test_fastparse.py proves it builds the same `Script` tree-sitter would.
+_FAST_TOKEN = re.compile(
+    r"[ \t]*((&&|\|\||[|;])|([A-Za-z0-9_./=+:,-]+)|'([^'\n]*)'|\"([^\"$`\\!\n]*)\"|(#[^\n]*)\Z|\Z)"
+)
+
+
+_FAST_NUMBER = re.compile(r"-?[0-9]+")
+
+
+_FAST_BARE = re.compile(r"[A-Za-z0-9_./=+:,\- \t]*")
+
+
+_FAST_NAME = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./-]*")
+
+
+_FAST_NOT_FIRST = frozenset(
+    {
+        "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case",
+        "esac", "in", "function", "select", "time", "coproc", "declare", "export", "local",
+        "readonly", "typeset", "unset", "unsetenv",
+    }
+)  # fmt: skip
+
+
+def _fast_parse(command: str) -> Script | None:
+    """The `Script` of a plain command (see `_FAST_TOKEN`), or None when it is not plain."""
+    if _FAST_BARE.fullmatch(command):
+        return _fast_bare(command)
+    parts: list[Part] = []
+    script = Script(src=command, parts=parts)
+    words: list[Word] = []
+    start = 0
+    end = 0
+    pipe = piped = chained = False
+    prev: Part | None = None
+    pos = 0
+    n = len(command)
+    match = _FAST_TOKEN.match
+    while True:
+        m = match(command, pos)
+        if m is None:
+            return None
+        tok, op, bare, raw, dq, comment = m.groups()
+        tok_start = m.start(1)
+        if words and tok_start == end and op is None and tok:
+            return None  # two tokens glued together: a concatenation
+        if not tok or op is not None or comment is not None:
+            if not words:
+                return None
+            first = words[0]
+            if first.node_type in ("word", "number") and (
+                first.src in _FAST_NOT_FIRST or not _FAST_NAME.fullmatch(first.src)
+            ):
+                return None
+            prev = Part(
+                command[start:end],
+                "cmd",
+                words=words,
+                pipe_prev=prev if pipe else None,
+            )
+            parts.append(prev)
+            words = []
+            if op is None:
+                return script if m.end() == n else None
+            pipe = op == "|"
+            if pipe:
+                piped = True
+            elif op != ";":
+                chained = True
+            if piped and chained:
+                return None  # tree-sitter nests `a | b | c && d` its own way
+            pos = m.end()
+            continue
+        if not words:
+            start = tok_start
+        end = m.end()
+        if bare is not None:
+            if bare[0] == "=":
+                return None  # tree-sitter drops `==` words
+            kind = "word"
+            if bare[bare[0] == "-" :][:1].isdigit():  # tree-sitter's `number` token
+                if not _FAST_NUMBER.fullmatch(bare):
+                    return None
+                kind = "number"
+            words.append(Word(bare, [Seg("lit", bare, False)], kind, bare))
+        elif raw is not None:
+            words.append(Word(tok, [Seg("lit", raw, True)], "raw_string", raw))
+        else:
+            words.append(Word(tok, [Seg("lit", dq, True)], "string", dq))
+        pos = end
+
+
+def _fast_bare(command: str) -> Script | None:
+    """`_fast_parse` of one simple command of bare words (the commonest case, split at once)."""
+    texts = command.split()
+    if not texts or texts[0] in _FAST_NOT_FIRST or not _FAST_NAME.fullmatch(texts[0]):
+        return None
+    words: list[Word] = []
+    for t in texts:
+        c = t[0]
+        if c == "=":
+            return None
+        kind = "word"
+        if c.isdigit() or (c == "-" and t[1:2].isdigit()):
+            if not _FAST_NUMBER.fullmatch(t):
+                return None
+            kind = "number"
+        words.append(Word(t, [Seg("lit", t, False)], kind, t))
+    src = command.strip(" \t")
+    return Script(src=command, parts=[Part(src, "cmd", words=words)])
