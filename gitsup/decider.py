@@ -198,7 +198,9 @@ class CommandDecider(RulesDecider):
 
 
 class ClaudeDecider(RulesDecider):
-    """A read-only Claude Code call returning JSON."""
+    """A read-only agent call returning JSON: Claude Code (`kind` "claude"), the Codex CLI
+    ("codex", every command and patch it asks for declined) or an ACP agent ("acp",
+    offered only Read, Grep and Glob), in the read-only sandbox."""
 
     kind = "claude"
 
@@ -217,11 +219,13 @@ class ClaudeDecider(RulesDecider):
         network: Any = None,
         wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None,
         abort: threading.Event | None = None,
+        kind: str = "claude",
     ) -> None:
         self.cwd, self.env, self.timeout, self.argv = cwd, dict(env), timeout, argv
         self.network = network
         self.wrap_for = wrap_for
         self.abort = abort
+        self.kind = kind
 
     def _ask(self, text: str) -> str:
         from pathlib import Path
@@ -239,9 +243,10 @@ class ClaudeDecider(RulesDecider):
                 network=self.network,
                 wrap_for=self.wrap_for,
                 abort=self.abort,
+                kind=self.kind,
             )
         except ClaudeCallError as exc:
-            raise DeciderError(str(exc)) from exc
+            raise DeciderError(f"{self.kind} decider: {exc}") from exc
 
     def on_turn_completed(self, ctx: TurnContext) -> TurnDecision:
         import json
@@ -251,7 +256,7 @@ class ClaudeDecider(RulesDecider):
             '"what to tell the worker if continue", "reason": "..."}.\nTurn: '
             + json.dumps(ctx.__dict__)
         )
-        return _parse_turn_decision(out, "claude")
+        return _parse_turn_decision(out, self.kind)
 
     def answer_question(self, tool_input: Mapping[str, Any]) -> str:
         import json
@@ -260,8 +265,40 @@ class ClaudeDecider(RulesDecider):
             'The worker asks a question; answer it within the task\'s scope as {"answer": "..."}.\n'
             + json.dumps(dict(tool_input))
         )
-        ans = _parse_answer(out)
+        ans = _parse_answer(_last_object(out))
         return ans if ans.startswith(SUPERVISOR_ANSWER) else f"{SUPERVISOR_ANSWER} {ans}"
+
+    def answer_ask(self, denial_message: str) -> str:
+        """The call stays denied; the agent only adds what the worker should do instead."""
+        out = self._ask(
+            "The permission gate denied a call of the worker (the denial stands). Tell the "
+            'worker what to do instead, within the task\'s scope, as {"answer": "..."}.\n'
+            "Denial: " + denial_message
+        )
+        ans = _parse_answer(_last_object(out))
+        if not ans.startswith(SUPERVISOR_ANSWER):
+            ans = f"{SUPERVISOR_ANSWER} {ans}"
+        return f"{denial_message}\n{ans}"
+
+
+def _last_object(text: str) -> str:
+    """The text, or the last JSON object with an `answer` in it (a model may add prose)."""
+    import json
+    import re
+
+    try:
+        json.loads(text)
+        return text
+    except ValueError:
+        pass
+    for m in reversed(list(re.finditer(r"\{[^{}]*\}", text))):
+        try:
+            cand = json.loads(m.group(0))
+        except ValueError:
+            continue
+        if isinstance(cand, dict) and "answer" in cand:
+            return m.group(0)
+    return text
 
 
 def make_decider(
@@ -274,8 +311,9 @@ def make_decider(
     wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None,
     abort: threading.Event | None = None,
 ) -> RulesDecider:
-    """`network`: the gated namespace factory for a claude decider; `wrap`: the sandbox
-    prefix for a command decider; `wrap_for(netns)`: the same for a claude decider;
+    """`network`: the gated namespace factory for an agent decider (claude, codex, acp);
+    `wrap`: the sandbox prefix for a command decider; `wrap_for(netns)`: the same for an
+    agent decider;
     `abort` (set on stop) ends a running call early."""
     d = spec.decider
     if d.kind == "command":
@@ -286,15 +324,17 @@ def make_decider(
         return CommandDecider(
             list(d.argv), cwd=cwd, env=env, timeout=d.timeout, wrap=wrap, abort=abort
         )
-    if d.kind == "claude":
-        argv = list(spec.worker.argv) if spec.worker.kind == "claude" else []
+    if d.kind in ("claude", "codex", "acp"):
+        from gitsup.spec import decider_argv
+
         return ClaudeDecider(
             cwd=cwd,
             env=env,
             timeout=d.timeout,
-            argv=argv,
+            argv=decider_argv(spec),
             network=network,
             wrap_for=wrap_for,
             abort=abort,
+            kind=d.kind,
         )
     return RulesDecider()

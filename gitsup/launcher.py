@@ -144,7 +144,7 @@ class Launcher:
                 keep_env=self.spec.worker.env.keys(),
                 claude=self.spec.worker.kind not in ("process", "codex")
                 or "claude" in (self.spec.review.kind, self.spec.decider.kind)
-                or self.spec.review.kind == "acp",
+                or "acp" in (self.spec.review.kind, self.spec.decider.kind),
             )
         except (GitsupError, OSError) as exc:
             self._sandbox_error = exc.message if isinstance(exc, GitsupError) else str(exc)
@@ -166,16 +166,24 @@ class Launcher:
                 out.append(find_claude(argv, env))
             with contextlib.suppress(WorkerError):
                 out.append(find_claude([], env))
-        if "codex" in (spec.worker.kind, spec.review.kind):
+        if "codex" in (spec.worker.kind, spec.review.kind, spec.decider.kind):
             from gitsup.workers.codex import find_codex
 
-            argv = list(spec.worker.argv) if spec.worker.kind == "codex" else []
-            with contextlib.suppress(WorkerError):
-                out.append(find_codex(argv, env))
-        if "acp" in (spec.worker.kind, spec.review.kind):  # the agent, and the CLI it may run
+            for argv in (
+                list(spec.worker.argv) if spec.worker.kind == "codex" else [],
+                list(spec.decider.argv) if spec.decider.kind == "codex" else [],
+            ):
+                with contextlib.suppress(WorkerError):
+                    out.append(find_codex(argv, env))
+        kinds = (spec.worker.kind, spec.review.kind, spec.decider.kind)
+        if "acp" in kinds:  # the agent, and the CLI it may run
             from gitsup.workers.acp import agent_env, find_acp
 
-            for argv in (spec.worker.argv if spec.worker.kind == "acp" else [], spec.review.argv):
+            for argv in (
+                spec.worker.argv if spec.worker.kind == "acp" else [],
+                spec.review.argv,
+                spec.decider.argv if spec.decider.kind == "acp" else [],
+            ):
                 with contextlib.suppress(WorkerError):
                     out.append(find_acp(argv, env))
             cli = agent_env(env).get("CLAUDE_CODE_EXECUTABLE")

@@ -75,20 +75,26 @@ def preflight_start(ctx: Context, spec: TaskSpec, baseline: Oid) -> None:
 
 
 def acp_problems(spec: TaskSpec, env: Mapping[str, str]) -> list[str]:
-    """An acp worker's or reviewer's agent that cannot be found."""
+    """An acp worker's, reviewer's or decider's agent, or a codex decider's CLI, that
+    cannot be found."""
+    from gitsup.spec import decider_argv
     from gitsup.workers.acp import find_acp
     from gitsup.workers.base import WorkerError
+    from gitsup.workers.codex import find_codex
 
     roles = []
     if spec.worker.kind == "acp":
-        roles.append(("worker", list(spec.worker.argv)))
+        roles.append(("worker", list(spec.worker.argv), find_acp))
     if spec.review.kind == "acp":
         worker_argv = list(spec.worker.argv) if spec.worker.kind == "acp" else []
-        roles.append(("reviewer", list(spec.review.argv) or worker_argv))
+        roles.append(("reviewer", list(spec.review.argv) or worker_argv, find_acp))
+    if spec.decider.kind in ("acp", "codex"):
+        find = find_acp if spec.decider.kind == "acp" else find_codex
+        roles.append(("decider", decider_argv(spec), find))
     out = []
-    for role, argv in roles:
+    for role, argv, find in roles:
         try:
-            find_acp(argv, env)
+            find(argv, env)
         except WorkerError as exc:
             out.append(f"{role}: {exc}")
     return out
@@ -140,12 +146,14 @@ def _unresolved(exe: str, env: Mapping[str, str], ctx: Context, baseline: Oid) -
 
 def claude_problems(spec: TaskSpec, env: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """(role, problem, hint) for every role that runs Claude Code and could not."""
+    from gitsup.spec import decider_argv
+
     roles: list[tuple[str, Sequence[str], str]] = []
     worker_argv = list(spec.worker.argv) if spec.worker.kind == "claude" else []
     if spec.worker.kind == "claude":
         roles.append(("worker", worker_argv, 'or run another worker: --worker "command"'))
     if spec.decider.kind == "claude":
-        roles.append(("decider", worker_argv, 'or [decider] kind = "rules"'))
+        roles.append(("decider", decider_argv(spec), 'or [decider] kind = "rules"'))
     if spec.review.kind == "claude":
         roles.append(
             (

@@ -259,9 +259,17 @@ class Review(_Strict):
 
 
 class Decider(_Strict):
-    kind: Literal["rules", "command", "claude"] = "rules"
+    kind: Literal["rules", "command", "claude", "codex", "acp"] = "rules"
     argv: Argv = Field(default_factory=list)
     timeout: PositiveDuration = 120.0
+
+
+def decider_argv(spec: TaskSpec) -> list[str]:
+    """An agent decider's argv: `[decider] argv`, else the worker's when the worker is the
+    same kind, else none (the kind's default binary)."""
+    if spec.decider.argv:
+        return list(spec.decider.argv)
+    return list(spec.worker.argv) if spec.worker.kind == spec.decider.kind else []
 
 
 class Isolation(_Strict):

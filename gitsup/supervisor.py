@@ -334,7 +334,7 @@ class Supervisor:
                     self.spec,
                     cwd=str(self.worktree),
                     env=self.launcher.worker_env(),
-                    network=self.launcher.net.agent_network("decider"),
+                    network=self.launcher.net.agent_network("decider", self.spec.decider.kind),
                     wrap=self.launcher.read_only_wrappers()[0],
                     wrap_for=self.launcher.read_only_wrappers()[1],
                     abort=self._abort,

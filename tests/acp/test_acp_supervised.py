@@ -402,3 +402,71 @@ def test_deadline_mid_turn_closes_out_then_watchdog(supervise: Callable[..., Run
         assert types.count(t) == 1, (t, types)
     assert r.of("deadline_reached")[0]["busy"] is True
     assert r.record.wip is not None  # the uncommitted fix was saved
+
+
+ASKED = "permission gate denied"
+TURN = "The worker finished a turn"
+
+
+def test_an_acp_decider_answers_the_gate_and_cannot_change_anything(
+    supervise: Callable[..., Run], acp_bin: str, tmp_path: Path
+) -> None:
+    """A Claude Code worker (its model hears the denial's message; ACP carries none to the
+    model) with an ACP agent as its decider."""
+    outside = tmp_path / "outside.txt"
+    write_outside = {
+        "type": "tool_use",
+        "name": "Write",
+        "input": {"file_path": str(outside), "content": "escaped\n"},
+    }
+    pwn = {"type": "tool_use", "name": "Write", "input": {"file_path": "${CWD}/pwned.txt"}}
+    pwn["input"]["content"] = "x\n"
+    answer = {"answer": "DECIDER: stay inside the worktree and fix calc.py"}
+    r = supervise(
+        {
+            "decider-ask": {
+                "match": ASKED,
+                "steps": [
+                    step(bash("touch pwned-by-bash")),
+                    step(pwn),
+                    step(text(json.dumps(answer))),
+                ],
+            },
+            "decider-turn": {
+                "match": TURN,
+                "steps": [step(text('{"action": "verify", "reason": "done"}'))],
+            },
+            "default": [step(write_outside), step(FIX_CALC), step(COMMIT), step(text("done"))],
+        },
+        worker={"kind": "claude", "argv": []},
+        decider={"kind": "acp", "argv": [acp_bin]},
+    )
+    pending = r.of("permission_pending")
+    assert [p["tool"] for p in pending] == ["Write"]
+    (asked,) = [
+        d for d in r.of("permission_decided") if d.get("request_id") == pending[0]["request_id"]
+    ]
+    assert asked["verdict"] == "ask" and asked["answer"] == "deny"
+    assert asked["message"].startswith("Blocked by the gitsup policy gate (rule "), asked
+    assert "Supervisor answer: DECIDER: stay inside" in asked["message"]
+    assert not outside.exists()
+    # the answer reached the worker's model as the refused call's result
+    after = json.dumps(r.model.step_requests("default")[1].body["messages"])
+    assert "DECIDER: stay inside" in after
+    # the decider was offered only the read-only tools; both attempts failed
+    calls = r.model.step_requests("decider-ask")
+    assert len(calls) == 3 and len(r.model.step_requests("decider-turn")) == 1
+    offered = {t["name"] for t in calls[-1].body.get("tools", [])}
+    assert offered & {"Bash", "Write", "Edit", "NotebookEdit"} == set(), offered
+    results = [
+        b
+        for m in calls[-1].body["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
+    assert len(results) == 2 and all(b.get("is_error") for b in results), results
+    wt = Path(r.record.worktree)
+    assert not (wt / "pwned.txt").exists() and not (wt / "pwned-by-bash").exists()
+    assert [d["source"] for d in r.of("decision")] == ["acp"], r.of("decision")
+    assert r.record.status.value == "ready", r.record.reasons

@@ -58,3 +58,29 @@ def test_start_refuses_an_acp_worker_whose_agent_is_missing(
     assert res.returncode == 2, res
     assert "reviewer: no ACP agent" in res.stderr, res.stderr
     assert run_sup(repo, "ls", "--json").stdout.strip() in ("", "[]")
+
+
+@pytest.mark.parametrize(
+    ("kind", "var", "said"),
+    [
+        ("acp", "GITSUP_ACP_BIN", "decider: no ACP agent"),
+        ("codex", "GITSUP_CODEX_BIN", "decider: the Codex CLI (`codex`) is not on PATH"),
+    ],
+)
+def test_start_refuses_a_decider_whose_agent_is_missing(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, var: str, said: str
+) -> None:
+    monkeypatch.delenv(var, raising=False)
+    env = {"PATH": "/usr/bin:/bin"}
+    spec = tmp_path / "task.toml"
+    head = 'goal = "g"\n[worker]\nkind = "process"\nargv = ["true"]\n[review]\nkind = "none"\n'
+    spec.write_text(f'{head}[decider]\nkind = "{kind}"\n')
+    res = run_sup(repo, "start", "--spec", str(spec), env=env)
+    assert res.returncode == 2, res
+    assert said in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    spec.write_text(f'{head}[decider]\nkind = "{kind}"\nargv = ["no-such-{kind}-agent"]\n')
+    res = run_sup(repo, "start", "--spec", str(spec), env=env)
+    assert res.returncode == 2, res
+    assert f"decider: worker.argv names 'no-such-{kind}-agent'" in res.stderr, res.stderr
+    assert run_sup(repo, "ls", "--json").stdout.strip() in ("", "[]")

@@ -483,3 +483,58 @@ def test_a_codex_task_cannot_reach_the_users_claude_config(
     assert "SECRET" not in json.dumps([e.data for e in r.events])
     assert not (home / ".claude" / "evil").exists()
     assert sorted(p.name for p in (home / ".claude").iterdir()) == [".credentials.json"]
+
+
+ASKED = "permission gate denied"
+TURN = "The worker finished a turn"
+
+
+def test_a_codex_decider_answers_the_gate_and_cannot_change_anything(
+    supervise: Callable[..., Run], repo: Path
+) -> None:
+    answer = {"answer": "DECIDER: no network here; fix calc.py from the local copy"}
+    r = supervise(
+        {
+            "decider-ask": {
+                "match": ASKED,
+                "steps": [
+                    step(bash("echo tampered > calc.py")),
+                    step(write("${CWD}/evil.py", "x = 1\n")),
+                    step(text(json.dumps(answer))),
+                ],
+            },
+            "decider-turn": {
+                "match": TURN,
+                "steps": [step(text('{"action": "verify", "reason": "done"}'))],
+            },
+            "default": [
+                step(bash("curl -s http://127.0.0.9:9/x")),
+                step(FIX_CALC),
+                step(COMMIT),
+                step(text("done")),
+            ],
+        },
+        decider={"kind": "codex"},
+    )
+    asked = [
+        d for d in r.of("permission_decided") if d["input"].get("command", "").startswith("curl")
+    ]
+    assert len(asked) == 1 and asked[0]["verdict"] == "ask" and asked[0]["answer"] == "deny"
+    # the gate's denial stands, the decider's words follow it, and both reached the worker
+    assert asked[0]["message"].startswith("Blocked by the gitsup policy gate (rule "), asked
+    assert "Supervisor answer: DECIDER: no network here" in asked[0]["message"]
+    assert "DECIDER: no network here" in _user_inputs(r.model.step_requests("default")[1].body)
+    # the decider ran as codex: three requests for the ask, one for the turn
+    ask_calls = r.model.step_requests("decider-ask")
+    assert len(ask_calls) == 3 and len(r.model.step_requests("decider-turn")) == 1
+    outputs = [
+        i["output"] for i in ask_calls[-1].body["input"] if i.get("type") == "function_call_output"
+    ]
+    assert len(outputs) == 2 and all("tampered" not in o for o in outputs), outputs
+    assert r.record.status.value == "ready", r.record.reasons
+    cand = r.record.candidate or ""
+    assert "a + b" in git(repo, "show", f"{cand}:calc.py")
+    assert not git(repo, "ls-tree", "--name-only", cand, "evil.py")
+    wt = Path(r.record.worktree)
+    assert not (wt / "evil.py").exists() and "a + b" in (wt / "calc.py").read_text()
+    assert [d["source"] for d in r.of("decision")] == ["codex"], r.of("decision")
