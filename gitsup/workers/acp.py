@@ -166,24 +166,12 @@ class AcpWorker(PipedAgent):
     # --- turns --------------------------------------------------------------------
 
     def send_turn(self, message: str, *, key: str) -> bool:
-        with self._state_lock:
-            if key in self._sent_keys:
-                return False
-            if self._turn_active:
-                raise WorkerError("a turn is active; a new one can be sent only after its result")
-            if not self.alive or self._session_id is None:
-                raise WorkerError("the worker is gone")
-            self._sent_keys.add(key)
-            self._turn_active = True
-            session = self._session_id
-        try:
+        def send() -> None:
+            session = self._session_id  # set once, when the session is created
+            assert session is not None
             self._call("session/prompt", ap.prompt_params(session, message), "prompt")
-        except WorkerError:
-            with self._state_lock:
-                self._turn_active = False
-                self._sent_keys.discard(key)
-            raise
-        return True
+
+        return self._open_turn(key, send, ready=lambda: self._session_id is not None)
 
     def answer(self, request_id: str, answer: PermissionAnswer) -> None:
         with self._state_lock:

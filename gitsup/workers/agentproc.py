@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -98,6 +98,31 @@ class PipedAgent(WorkerAdapter):
 
     def _attach(self, p: proc.Popen[bytes]) -> None:
         """Called once the process runs, before its output is read."""
+
+    # --- turns --------------------------------------------------------------------------
+
+    def _open_turn(
+        self, key: str, send: Callable[[], None], *, ready: Callable[[], bool] | None = None
+    ) -> bool:
+        """Send a turn once per `key` (False: already sent) when none is running: `send()`
+        writes it; a write that fails leaves no turn open and the key unsent."""
+        with self._state_lock:
+            if key in self._sent_keys:
+                return False
+            if self._turn_active:
+                raise WorkerError("a turn is active; a new one can be sent only after its result")
+            if not self.alive or (ready is not None and not ready()):
+                raise WorkerError("the worker is gone")
+            self._sent_keys.add(key)
+            self._turn_active = True
+        try:
+            send()
+        except WorkerError:
+            with self._state_lock:
+                self._turn_active = False
+                self._sent_keys.discard(key)
+            raise
+        return True
 
     # --- spawning -----------------------------------------------------------------------
 

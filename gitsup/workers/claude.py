@@ -320,24 +320,8 @@ class ClaudeWorker(PipedAgent):
                 raise WorkerError(f"cannot write to the worker: {exc}") from exc
 
     def send_turn(self, message: str, *, key: str) -> bool:
-        with self._state_lock:
-            if key in self._sent_keys:
-                return False
-            if self._turn_active:
-                raise WorkerError("a turn is active; a new one can be sent only after its result")
-            if not self.alive:
-                raise WorkerError("the worker is gone")
-            self._sent_keys.add(key)
-            self._turn_active = True
         msg_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"gitsup:{self.ctx.task_id}:{key}"))
-        try:
-            self._write(sj.user_message(message, msg_uuid))
-        except WorkerError:
-            with self._state_lock:
-                self._turn_active = False
-                self._sent_keys.discard(key)
-            raise
-        return True
+        return self._open_turn(key, lambda: self._write(sj.user_message(message, msg_uuid)))
 
     def answer(self, request_id: str, answer: PermissionAnswer) -> None:
         with self._state_lock:

@@ -194,26 +194,13 @@ class CodexWorker(ClaudeWorker):
         return identity
 
     def send_turn(self, message: str, *, key: str) -> bool:
-        with self._state_lock:
-            if key in self._sent_keys:
-                return False
-            if self._turn_active:
-                raise WorkerError("a turn is active; a new one can be sent only after its result")
-            if not self.alive:
-                raise WorkerError("the worker is gone")
-            self._sent_keys.add(key)
-            self._turn_active = True
-        try:
+        def send() -> None:
             with self._session_lock:
                 out = self._session.send_turn(message)
             for data in out:
                 self._write(data)
-        except WorkerError:
-            with self._state_lock:
-                self._turn_active = False
-                self._sent_keys.discard(key)
-            raise
-        return True
+
+        return self._open_turn(key, send)
 
     def answer(self, request_id: str, answer: PermissionAnswer) -> None:
         with self._session_lock:
