@@ -49,7 +49,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -385,6 +385,10 @@ class ScriptServer:
         self.overruns: list[str] = []
 
     # what a subclass gives
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         raise NotImplementedError
@@ -769,11 +773,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("scenario", type=Path, help="scenario JSON file")
     parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
     args = parser.parse_args(argv)
+    return serve(
+        "scripted_model", lambda: ScriptedModel(load_scenario(args.scenario), port=args.port)
+    )
+
+
+def serve(name: str, make: Callable[[], ScriptServer]) -> int:
+    """Start the server `make()` builds, print its URL and serve until SIGTERM or ^C;
+    2 (and the reason on stderr, after `name:`) when it cannot start."""
     try:
-        model = ScriptedModel(load_scenario(args.scenario), port=args.port)
-        model.start()
+        model = make().start()
     except (ScriptError, OSError) as exc:
-        sys.stderr.write(f"scripted_model: {exc}\n")
+        sys.stderr.write(f"{name}: {exc}\n")
         return 2
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

@@ -40,9 +40,7 @@ import contextlib
 import hashlib
 import json
 import re
-import signal
 import sys
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -57,6 +55,7 @@ from gitsup.scripted_model import (
     _Answer,
     _estimate_tokens,
     _substitute,
+    serve,
 )
 
 __all__ = ["ScriptedResponses", "load_responses_scenario"]
@@ -480,22 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("scenario", type=Path, help="scenario JSON file")
     parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
     args = parser.parse_args(argv)
-    try:
-        model = ScriptedResponses(args.scenario, port=args.port).start()
-    except (ScriptError, OSError) as exc:
-        sys.stderr.write(f"scripted_openai: {exc}\n")
-        return 2
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    sys.stdout.write(model.url + "\n")
-    sys.stdout.flush()
-    try:
-        done.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        model.stop()
-    return 0
+    return serve("scripted_openai", lambda: ScriptedResponses(args.scenario, port=args.port))
 
 
 if __name__ == "__main__":
