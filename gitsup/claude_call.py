@@ -11,7 +11,7 @@ import dataclasses
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -69,31 +69,26 @@ def claude_call(
             def wrap(argv: list[str]) -> list[str]:
                 return bootstrap_argv(argv, cgroup=None, netns=ns)
 
-        return _call(prompt, label, cwd, env, timeout, argv, tools, wrap, abort, kind)
+        with _codex_home(kind, env) as home:
+            if kind == "codex":
+                tools = ()  # no read-only file tools: every command and patch is declined
+            return _run(prompt, label, cwd, env, timeout, argv, tools, wrap, abort, kind, home)
 
 
-def _call(
-    prompt: str,
-    label: str,
-    cwd: Path,
-    env: Mapping[str, str],
-    timeout: float,
-    argv: Sequence[str],
-    tools: Sequence[str],
-    wrap: Callable[[list[str]], list[str]] | None,
-    abort: threading.Event | None,
-    kind: str = "claude",
-) -> str:
-    if kind == "codex":
-        import shutil
-        import tempfile
+@contextlib.contextmanager
+def _codex_home(kind: str, env: Mapping[str, str]) -> Iterator[str | None]:
+    """A throw-away CODEX_HOME for a "codex" call, removed afterwards; None for the others."""
+    if kind != "codex":
+        yield None
+        return
+    import shutil
+    import tempfile
 
-        home = tempfile.mkdtemp(prefix="gitsup-codex-", dir=env.get("TMPDIR"))
-        try:
-            return _run(prompt, label, cwd, env, timeout, argv, (), wrap, abort, kind, home)
-        finally:
-            shutil.rmtree(home, ignore_errors=True)
-    return _run(prompt, label, cwd, env, timeout, argv, tools, wrap, abort, kind, None)
+    home = tempfile.mkdtemp(prefix="gitsup-codex-", dir=env.get("TMPDIR"))
+    try:
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _run(

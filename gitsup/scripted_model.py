@@ -49,11 +49,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 __all__ = [
     "RecordedRequest",
@@ -359,32 +359,20 @@ class _Answer:
     step: Mapping[str, Any] | None
 
 
-class ScriptedModel:
-    """Serves `scripts` on ``http://127.0.0.1:<port>`` (port chosen by the OS).
+class ScriptServer:
+    """What the stand-ins share: an HTTP server on 127.0.0.0/8 that answers each request
+    from the step of the script it matches, counting fault retries per conversation.
 
-    Use as a context manager, or `start()`/`stop()`. `requests` lists what was
-    received; `overruns` the script names that ran out of steps.
-    """
+    A subclass gives the table of scripts, the script a request belongs to, the turn a
+    request is at, and the request handler. `requests` lists what was received;
+    `overruns` the script names that ran out of steps."""
 
-    def __init__(
-        self,
-        scripts: Mapping[str, Any] | Sequence[Any] | Script,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        variables: Mapping[str, str] | None = None,
-    ) -> None:
+    thread_name = "scripted-model"
+
+    def __init__(self, *, host: str, port: int, variables: Mapping[str, str] | None = None) -> None:
         if not host.startswith("127."):
             raise ScriptError("the scripted model only listens on 127.0.0.0/8")
-        if isinstance(scripts, Script):
-            table = {scripts.name: scripts}
-        elif isinstance(scripts, Mapping) and ("scripts" in scripts or "steps" in scripts):
-            table = load_scenario(scripts)
-        elif isinstance(scripts, Mapping):
-            table = {str(k): Script.from_value(str(k), v) for k, v in scripts.items()}
-        else:
-            table = {"default": Script.from_value("default", scripts)}
-        self.scripts: dict[str, Script] = table
+        self.scripts: dict[str, Script] = {}
         self.host = host
         self.variables = dict(variables or {})
         self._port = port
@@ -396,29 +384,37 @@ class ScriptedModel:
         self.requests: list[RecordedRequest] = []
         self.overruns: list[str] = []
 
-    # lifecycle
+    # what a subclass gives
 
     @property
     def url(self) -> str:
-        if self._server is None:
-            raise ScriptError("the scripted model is not running")
-        return f"http://{self.host}:{self._server.server_address[1]}"
+        raise NotImplementedError
 
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise ScriptError("the scripted model is not running")
-        return int(self._server.server_address[1])
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
 
-    def start(self) -> ScriptedModel:
+    def _choose_script(self, body: Mapping[str, Any]) -> Script | None:
+        raise NotImplementedError
+
+    def _turn(self, body: Mapping[str, Any]) -> int:
+        """How many model answers the request's conversation already holds."""
+        raise NotImplementedError
+
+    def _housekeeping(self, body: Mapping[str, Any]) -> bool:
+        """Whether the request is answered outside the scripts."""
+        return False
+
+    # lifecycle
+
+    def start(self) -> Self:
         if self._server is not None:
             return self
         self._stopping.clear()
-        server = ThreadingHTTPServer((self.host, self._port), _make_handler(self))
+        server = ThreadingHTTPServer((self.host, self._port), self._handler())
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(
-            target=server.serve_forever, name="scripted-model", daemon=True
+            target=server.serve_forever, name=self.thread_name, daemon=True
         )
         self._thread.start()
         return self
@@ -433,7 +429,7 @@ class ScriptedModel:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def __enter__(self) -> ScriptedModel:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -456,22 +452,13 @@ class ScriptedModel:
         with self._lock:
             self.requests.append(request)
 
-    def _choose_script(self, body: Mapping[str, Any]) -> Script | None:
-        first = _first_user_text(body)
-        system = _text_of(body.get("system"))
-        for haystack in (first, system):
-            for script in self.scripts.values():
-                if script.match and script.match in haystack:
-                    return script
-        return self.scripts.get("default")
-
     def _plan(self, body: Mapping[str, Any], conversation: str) -> _Answer:
-        if not body.get("tools"):
+        if self._housekeeping(body):
             return _Answer("housekeeping", None, None, None)
         script = self._choose_script(body)
         if script is None:
             return _Answer("overrun", None, None, None)
-        turn = _assistant_count(body)
+        turn = self._turn(body)
         groups = _groups(script.steps)
         if turn >= len(groups):
             return self._overrun(script)
@@ -499,51 +486,120 @@ class ScriptedModel:
         return not self._stopping.wait(max(0.0, seconds))
 
 
-def _make_handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "ScriptedModel/1"
+class ScriptHandler(BaseHTTPRequestHandler):
+    """The stand-ins' HTTP plumbing: JSON in and out, chunked event streams."""
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+    protocol_version = "HTTP/1.1"
+    # sent after the content headers of every answer
+    extra_headers: tuple[tuple[str, str], ...] = ()
+    stream_type = "text/event-stream"
 
-        def _read_json(self) -> Any:
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            try:
-                return json.loads(raw or b"null")
-            except ValueError:
-                return None
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
-        def _send_json(
-            self, status: int, payload: Any, headers: Mapping[str, str] | None = None
-        ) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.send_header("request-id", "req_scripted")
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
+    def _read_json(self) -> Any:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            return json.loads(raw or b"null")
+        except ValueError:
+            return None
 
-        def _start_stream(self) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream; charset=utf-8")
-            self.send_header("cache-control", "no-cache")
-            self.send_header("request-id", "req_scripted")
-            self.send_header("transfer-encoding", "chunked")
-            self.end_headers()
+    def _send_json(
+        self, status: int, payload: Any, headers: Mapping[str, str] | None = None
+    ) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for name, value in (*self.extra_headers, *(headers or {}).items()):
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
 
-        def _chunk(self, data: bytes) -> None:
-            if data:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                self.wfile.flush()
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", self.stream_type)
+        self.send_header("cache-control", "no-cache")
+        for name, value in self.extra_headers:
+            self.send_header(name, value)
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
 
-        def _end_stream(self) -> None:
-            self.wfile.write(b"0\r\n\r\n")
+    def _chunk(self, data: bytes) -> None:
+        if data:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+class ScriptedModel(ScriptServer):
+    """Serves `scripts` on ``http://127.0.0.1:<port>`` (port chosen by the OS).
+
+    Use as a context manager, or `start()`/`stop()`. `requests` lists what was
+    received; `overruns` the script names that ran out of steps.
+    """
+
+    def __init__(
+        self,
+        scripts: Mapping[str, Any] | Sequence[Any] | Script,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        variables: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(host=host, port=port, variables=variables)
+        if isinstance(scripts, Script):
+            table = {scripts.name: scripts}
+        elif isinstance(scripts, Mapping) and ("scripts" in scripts or "steps" in scripts):
+            table = load_scenario(scripts)
+        elif isinstance(scripts, Mapping):
+            table = {str(k): Script.from_value(str(k), v) for k, v in scripts.items()}
+        else:
+            table = {"default": Script.from_value("default", scripts)}
+        self.scripts = table
+
+    # lifecycle
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise ScriptError("the scripted model is not running")
+        return f"http://{self.host}:{self._server.server_address[1]}"
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise ScriptError("the scripted model is not running")
+        return int(self._server.server_address[1])
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
+
+    def _choose_script(self, body: Mapping[str, Any]) -> Script | None:
+        first = _first_user_text(body)
+        system = _text_of(body.get("system"))
+        for haystack in (first, system):
+            for script in self.scripts.values():
+                if script.match and script.match in haystack:
+                    return script
+        return self.scripts.get("default")
+
+    def _housekeeping(self, body: Mapping[str, Any]) -> bool:
+        return not body.get("tools")
+
+    def _turn(self, body: Mapping[str, Any]) -> int:
+        return _assistant_count(body)
+
+
+def _make_handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
+    class Handler(ScriptHandler):
+        server_version = "ScriptedModel/1"
+        extra_headers = (("request-id", "req_scripted"),)
+        stream_type = "text/event-stream; charset=utf-8"
 
         def do_GET(self) -> None:
             model._record(RecordedRequest(self.path, None, dict(self.headers), "not_found"))
@@ -717,11 +773,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("scenario", type=Path, help="scenario JSON file")
     parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
     args = parser.parse_args(argv)
+    return serve(
+        "scripted_model", lambda: ScriptedModel(load_scenario(args.scenario), port=args.port)
+    )
+
+
+def serve(name: str, make: Callable[[], ScriptServer]) -> int:
+    """Start the server `make()` builds, print its URL and serve until SIGTERM or ^C;
+    2 (and the reason on stderr, after `name:`) when it cannot start."""
     try:
-        model = ScriptedModel(load_scenario(args.scenario), port=args.port)
-        model.start()
+        model = make().start()
     except (ScriptError, OSError) as exc:
-        sys.stderr.write(f"scripted_model: {exc}\n")
+        sys.stderr.write(f"{name}: {exc}\n")
         return 2
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

@@ -40,12 +40,9 @@ import contextlib
 import hashlib
 import json
 import re
-import signal
 import sys
-import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +50,12 @@ from gitsup.scripted_model import (
     RecordedRequest,
     Script,
     ScriptError,
+    ScriptHandler,
+    ScriptServer,
+    _Answer,
     _estimate_tokens,
-    _groups,
     _substitute,
+    serve,
 )
 
 __all__ = ["ScriptedResponses", "load_responses_scenario"]
@@ -335,19 +335,13 @@ def response_events(
 # --- the server ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Answer:
-    kind: str  # step, fault, overrun
-    script: str | None
-    step_index: int | None
-    step: Mapping[str, Any] | None
-
-
-class ScriptedResponses:
+class ScriptedResponses(ScriptServer):
     """Serves scripts on ``http://127.0.0.1:<port>`` (`url` is the base, with `/v1`).
 
     Use as a context manager, or `start()`/`stop()`. `requests` lists what was
     received; `overruns` the script names that ran out of steps."""
+
+    thread_name = "scripted-openai"
 
     def __init__(
         self,
@@ -357,8 +351,7 @@ class ScriptedResponses:
         port: int = 0,
         variables: Mapping[str, str] | None = None,
     ) -> None:
-        if not host.startswith("127."):
-            raise ScriptError("the scripted model only listens on 127.0.0.0/8")
+        super().__init__(host=host, port=port, variables=variables)
         if isinstance(scenario, Mapping) and ("scripts" in scenario or "steps" in scenario):
             table = load_responses_scenario(scenario)
         elif isinstance(scenario, Mapping):
@@ -368,16 +361,6 @@ class ScriptedResponses:
         else:
             table = load_responses_scenario({"scripts": {"default": list(scenario)}})
         self.scripts = table
-        self.host = host
-        self.variables = dict(variables or {})
-        self._port = port
-        self._lock = threading.Lock()
-        self._served: dict[tuple[str, str, int], int] = {}
-        self._stopping = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self.requests: list[RecordedRequest] = []
-        self.overruns: list[str] = []
 
     @property
     def url(self) -> str:
@@ -385,46 +368,8 @@ class ScriptedResponses:
             raise ScriptError("the scripted model is not running")
         return f"http://{self.host}:{self._server.server_address[1]}/v1"
 
-    def start(self) -> ScriptedResponses:
-        if self._server is not None:
-            return self
-        self._stopping.clear()
-        server = ThreadingHTTPServer((self.host, self._port), _make_handler(self))
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, name="scripted-openai", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        self._stopping.set()
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> ScriptedResponses:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def step_requests(self, script: str | None = None) -> list[RecordedRequest]:
-        with self._lock:
-            return [
-                r
-                for r in self.requests
-                if r.kind in ("step", "fault", "overrun") and script in (None, r.script)
-            ]
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self.requests.append(request)
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
 
     def _choose_script(self, body: Mapping[str, Any]) -> Script | None:
         for text in [*_user_texts(body), *_other_texts(body)]:
@@ -433,72 +378,13 @@ class ScriptedResponses:
                     return script
         return self.scripts.get("default")
 
-    def _plan(self, body: Mapping[str, Any], conversation: str) -> _Answer:
-        script = self._choose_script(body)
-        if script is None:
-            return _Answer("overrun", None, None, None)
-        turn = responses_so_far(body)
-        groups = _groups(script.steps)
-        if turn >= len(groups):
-            return self._overrun(script)
-        faults, response = groups[turn]
-        with self._lock:
-            key = (script.name, conversation, turn)
-            attempt = self._served.get(key, 0)
-            self._served[key] = attempt + 1
-        for i in faults:
-            times = script.steps[i].get("times", 1)
-            if times == "forever" or attempt < times:
-                return _Answer("fault", script.name, i, script.steps[i])
-            attempt -= times
-        if response is None:
-            return self._overrun(script)
-        return _Answer("step", script.name, response, script.steps[response])
-
-    def _overrun(self, script: Script) -> _Answer:
-        with self._lock:
-            self.overruns.append(script.name)
-        return _Answer("overrun", script.name, None, None)
-
-    def _wait(self, seconds: float) -> bool:
-        return not self._stopping.wait(max(0.0, seconds))
+    def _turn(self, body: Mapping[str, Any]) -> int:
+        return responses_so_far(body)
 
 
 def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    class Handler(ScriptHandler):
         server_version = "ScriptedResponses/1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def _send_json(
-            self, status: int, payload: Any, headers: Mapping[str, str] | None = None
-        ) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _start_stream(self) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("cache-control", "no-cache")
-            self.send_header("transfer-encoding", "chunked")
-            self.end_headers()
-
-        def _chunk(self, data: bytes) -> None:
-            if data:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                self.wfile.flush()
-
-        def _end_stream(self) -> None:
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
 
         def do_GET(self) -> None:
             model._record(RecordedRequest(self.path, None, dict(self.headers), "not_found"))
@@ -506,13 +392,8 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             path = self.path.split("?", 1)[0]
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length) if length else b""
+            body = self._read_json()
             headers = dict(self.headers)
-            try:
-                body = json.loads(raw or b"null")
-            except ValueError:
-                body = None
             if not path.endswith("/responses"):
                 model._record(RecordedRequest(self.path, body, headers, "not_found"))
                 self._send_json(404, {"error": {"type": "not_found", "message": path}})
@@ -598,22 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("scenario", type=Path, help="scenario JSON file")
     parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
     args = parser.parse_args(argv)
-    try:
-        model = ScriptedResponses(args.scenario, port=args.port).start()
-    except (ScriptError, OSError) as exc:
-        sys.stderr.write(f"scripted_openai: {exc}\n")
-        return 2
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    sys.stdout.write(model.url + "\n")
-    sys.stdout.flush()
-    try:
-        done.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        model.stop()
-    return 0
+    return serve("scripted_openai", lambda: ScriptedResponses(args.scenario, port=args.port))
 
 
 if __name__ == "__main__":

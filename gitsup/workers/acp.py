@@ -25,18 +25,17 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import shutil
 import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from gitsup import __version__, proc
-from gitsup.procid import ProcessId
 from gitsup.redact import redact_text
 from gitsup.workers import acp_protocol as ap
+from gitsup.workers.agentproc import PipedAgent, find_agent
 from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
@@ -44,20 +43,13 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerAdapter,
     WorkerContext,
     WorkerError,
-    WorkerExited,
     WorkerIdentity,
     WorkerInputStalled,
     WorkerOutput,
-    spawn_piped,
 )
 from gitsup.workers.claude import ASK_TOOLS, find_claude
-from gitsup.workers.stream_json import LineFramer
-
-if TYPE_CHECKING:
-    import subprocess
 
 ENV_BIN = "GITSUP_ACP_BIN"
 DEFAULT_NAME = "claude-agent-acp"
@@ -77,22 +69,14 @@ SAFE_MODE = "default"
 
 def find_acp(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """The agent to run: worker.argv, else GITSUP_ACP_BIN, else `claude-agent-acp` on PATH."""
-    if argv:
-        exe = argv[0]
-        resolved = exe if os.sep in exe else shutil.which(exe, path=env.get("PATH"))
-        if resolved is None or not os.path.exists(resolved):
-            raise WorkerError(f"worker.argv names {exe!r}, which is not an executable on PATH")
-        return [resolved, *argv[1:]]
-    from_env = env.get(ENV_BIN)
-    if from_env and os.path.exists(from_env):
-        return [from_env]
-    found = shutil.which(DEFAULT_NAME, path=env.get("PATH"))
-    if found is None:
-        raise WorkerError(
-            f"no ACP agent: name one in [worker] argv, set {ENV_BIN}, or put {DEFAULT_NAME} "
-            "(npm @agentclientprotocol/claude-agent-acp) on PATH"
-        )
-    return [found]
+    return find_agent(
+        argv,
+        env,
+        env_var=ENV_BIN,
+        name=DEFAULT_NAME,
+        missing=f"no ACP agent: name one in [worker] argv, set {ENV_BIN}, or put {DEFAULT_NAME} "
+        "(npm @agentclientprotocol/claude-agent-acp) on PATH",
+    )
 
 
 def check_arguments(args: Sequence[str]) -> None:
@@ -120,30 +104,22 @@ def agent_env(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-class AcpWorker(WorkerAdapter):
+class AcpWorker(PipedAgent):
     kind = "acp"
     capabilities = Capabilities(repairable=True, persistent=False)
+    interrupted = "cancelled and closed input"
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        self._proc: subprocess.Popen[bytes] | None = None
         self._io = _Pipe()
-        self._lock = threading.Lock()
         self._next_id = 0
         # our outstanding requests: id -> what it was ("initialize", "prompt" …)
         self._calls: dict[int, str] = {}
         # the agent's requests waiting for the supervisor: request_id -> (rpc id, kind, data)
         self._pending: dict[str, tuple[int | str, str, Mapping[str, Any]]] = {}
-        self._session_id: str | None = None
         self._queued_prompt: str | None = None
-        self._turn_active = False
-        self._sent_keys: set[str] = set()
         self._session_cost: float | None = None
         self._last_cost = 0.0
-        self._stopping = False
-        self._result_seen = threading.Event()
-        self._exited = threading.Event()
-        self._stdin_closed = False
         self._last_msg_id: Any = None
         self._last_msg: list[str] = []
         self.agent_info: Mapping[str, Any] = {}
@@ -160,29 +136,19 @@ class AcpWorker(WorkerAdapter):
 
     def start(self, goal: str) -> WorkerIdentity:
         argv = self._argv()
-        wrap = self.ctx.options.get("wrap")
-        if wrap is not None:
-            argv = wrap(argv)
         env = agent_env(self.ctx.env)
         env["GITSUP_TASK"] = self.ctx.task_id
-        self._proc = spawn_piped(argv, cwd=self.ctx.worktree, env=env)
-        p = self._proc
-        assert p.stdin is not None and p.stdout is not None and p.stderr is not None
-        self._io.attach(p.stdin, self._write_timeout())
-        out_done, err_done = threading.Event(), threading.Event()
-        threading.Thread(target=self._read_stdout, args=(p.stdout, out_done), daemon=True).start()
-        threading.Thread(target=self._read_stderr, args=(p.stderr, err_done), daemon=True).start()
-        threading.Thread(target=self._wait, args=(out_done, err_done), daemon=True).start()
-        try:
-            start_time = ProcessId.of(p.pid).start_time
-        except Exception:
-            start_time = 0.0
-        with self._lock:
+        identity = self._spawn(argv, env)
+        with self._state_lock:
             self._sent_keys.add("goal")
             self._turn_active = True
             self._queued_prompt = goal
         self._call("initialize", ap.initialize_params(__version__))
-        return WorkerIdentity(pid=p.pid, start_time=start_time, pgid=p.pid)
+        return identity
+
+    def _attach(self, p: proc.Popen[bytes]) -> None:
+        assert p.stdin is not None
+        self._io.attach(p.stdin, self._write_timeout())
 
     def _write_timeout(self) -> float:
         spec = self.ctx.options.get("spec")
@@ -190,7 +156,7 @@ class AcpWorker(WorkerAdapter):
         return max(5.0, 2 * grace)
 
     def _call(self, method: str, params: Mapping[str, Any], what: str | None = None) -> int:
-        with self._lock:
+        with self._state_lock:
             self._next_id += 1
             msg_id = self._next_id
             self._calls[msg_id] = what or method
@@ -200,27 +166,15 @@ class AcpWorker(WorkerAdapter):
     # --- turns --------------------------------------------------------------------
 
     def send_turn(self, message: str, *, key: str) -> bool:
-        with self._lock:
-            if key in self._sent_keys:
-                return False
-            if self._turn_active:
-                raise WorkerError("a turn is active; a new one can be sent only after its result")
-            if not self.alive or self._session_id is None:
-                raise WorkerError("the worker is gone")
-            self._sent_keys.add(key)
-            self._turn_active = True
-            session = self._session_id
-        try:
+        def send() -> None:
+            session = self._session_id  # set once, when the session is created
+            assert session is not None
             self._call("session/prompt", ap.prompt_params(session, message), "prompt")
-        except WorkerError:
-            with self._lock:
-                self._turn_active = False
-                self._sent_keys.discard(key)
-            raise
-        return True
+
+        return self._open_turn(key, send, ready=lambda: self._session_id is not None)
 
     def answer(self, request_id: str, answer: PermissionAnswer) -> None:
-        with self._lock:
+        with self._state_lock:
             entry = self._pending.pop(request_id, None)
         if entry is None:
             return  # cancelled, or already answered: answer once
@@ -260,7 +214,7 @@ class AcpWorker(WorkerAdapter):
 
     def interrupt(self) -> None:
         """`session/cancel`; the agent's open permission requests are answered `cancelled`."""
-        with self._lock:
+        with self._state_lock:
             session = self._session_id
             open_reqs = [(rid, e) for rid, e in self._pending.items()]
             self._pending.clear()
@@ -277,22 +231,8 @@ class AcpWorker(WorkerAdapter):
 
     # --- reading ------------------------------------------------------------------
 
-    def _read_stdout(self, stream: IO[bytes], done: threading.Event) -> None:
-        framer = LineFramer()
-        fd = stream.fileno()
-        try:
-            while True:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                for line in framer.feed(chunk):
-                    self.on_line(line)
-            for line in framer.finish():
-                self.on_line(line)
-        except (OSError, ValueError):
-            pass
-        finally:
-            done.set()
+    def _on_line(self, line: str) -> None:
+        self.on_line(line)
 
     def on_line(self, line: str) -> None:
         """Handle one line of the agent's output (public for replay benchmarks)."""
@@ -359,7 +299,7 @@ class AcpWorker(WorkerAdapter):
         if msg.method == "session/request_permission":
             tool_call = msg.params.get("toolCall")
             name, tool_input = ap.tool_of(tool_call)
-            with self._lock:
+            with self._state_lock:
                 self._pending[rid] = (msg.id, "permission", {"options": msg.params.get("options")})
             self.ctx.inbox.put(
                 PermissionRequest(
@@ -381,7 +321,7 @@ class AcpWorker(WorkerAdapter):
                 data.update(line=msg.params.get("line"), limit=msg.params.get("limit"))
             else:
                 data["content"] = msg.params.get("content", "")
-            with self._lock:
+            with self._state_lock:
                 self._pending[rid] = (msg.id, "fs_read" if reading else "fs_write", data)
             tool_input = (
                 {"file_path": path}
@@ -406,7 +346,7 @@ class AcpWorker(WorkerAdapter):
         )
 
     def _on_response(self, msg: ap.Response, line: str) -> None:
-        with self._lock:
+        with self._state_lock:
             what = self._calls.pop(msg.id, None) if isinstance(msg.id, int) else None
         if what is None:
             self.ctx.inbox.put(ProtocolNoise(ap.noise_line(line), "response to no request"))
@@ -469,7 +409,7 @@ class AcpWorker(WorkerAdapter):
             self._on_prompt_done(msg)
 
     def _send_queued(self) -> None:
-        with self._lock:
+        with self._state_lock:
             text, self._queued_prompt = self._queued_prompt, None
             sid = self._session_id
         if text is not None and sid is not None:
@@ -494,7 +434,7 @@ class AcpWorker(WorkerAdapter):
         self.ctx.inbox.put(
             TurnCompleted(subtype="error_during_execution", is_error=True, result=f"acp: {why}")
         )
-        with self._lock:
+        with self._state_lock:
             self._turn_active = False
         self._result_seen.set()
         p = self._proc
@@ -502,7 +442,7 @@ class AcpWorker(WorkerAdapter):
             proc.signal_group(p.pid, signal.SIGTERM)
 
     def _on_prompt_done(self, msg: ap.Response) -> None:
-        with self._lock:
+        with self._state_lock:
             self._turn_active = False
             stale = [rid for rid, e in self._pending.items() if e[1] == "permission"]
             for rid in stale:
@@ -555,75 +495,11 @@ class AcpWorker(WorkerAdapter):
         self.ctx.inbox.put(tc)
         self._result_seen.set()
 
-    def _read_stderr(self, stream: IO[bytes], done: threading.Event) -> None:
-        limit = self.ctx.max_output_bytes
-        try:
-            for raw in iter(
-                lambda: stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536), b""
-            ):
-                text = redact_text(raw.decode("utf-8", "replace"))
-                self.ctx.inbox.put(WorkerOutput("stderr", text[:limit]))
-        except (OSError, ValueError):
-            pass
-        finally:
-            done.set()
-
-    def _wait(self, out_done: threading.Event, err_done: threading.Event) -> None:
-        p = self._proc
-        assert p is not None
-        rc = p.wait()
-        out_done.wait(timeout=5.0)
-        err_done.wait(timeout=1.0)
-        sig = -rc if rc < 0 else None
-        with self._lock:
-            mid_turn = self._turn_active
-            self._turn_active = False
-        if self._stopping:
-            how = "stopped"
-        elif mid_turn:
-            how = "exited_without_result"
-        else:
-            how = "exited" if rc == 0 else "error"
-        self.ctx.inbox.put(
-            WorkerExited(returncode=rc if rc >= 0 else None, signal=sig, classification=how)
-        )
-        self._exited.set()
-
     # --- stopping -----------------------------------------------------------------
 
     def _close_stdin(self) -> None:
         self._stdin_closed = True
         self._io.close()
-
-    def stop(self, *, grace: float = 5.0) -> str:
-        if self._proc is None:
-            return "not started"
-        self._stopping = True
-        return proc.stop_session(
-            self._proc,
-            grace=grace,
-            close_input=self._close_stdin,
-            interrupt=lambda: self._interrupt_turn(grace),
-            interrupted="cancelled and closed input",
-        )
-
-    def _interrupt_turn(self, grace: float) -> bool:
-        """Interrupt a running turn and give it `grace` to end; whether one was running."""
-        with self._lock:
-            busy = self._turn_active
-        if busy:
-            self._result_seen.clear()
-            self.interrupt()
-            self._result_seen.wait(timeout=grace)
-        return busy
-
-    @property
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None and not self._stdin_closed
-
-    @property
-    def session_id(self) -> str | None:
-        return self._session_id
 
 
 class _Pipe:
@@ -633,7 +509,7 @@ class _Pipe:
     def __init__(self) -> None:
         self._stream: IO[bytes] | None = None
         self._timeout = 5.0
-        self._lock = threading.Lock()
+        self._state_lock = threading.Lock()
         self._closed = False
         self._stalled: str | None = None
 
@@ -641,7 +517,7 @@ class _Pipe:
         self._stream, self._timeout = stream, timeout
 
     def write(self, data: bytes) -> None:
-        with self._lock:
+        with self._state_lock:
             s = self._stream
             if s is None or self._closed:
                 raise WorkerError("the worker's input is closed")
@@ -672,7 +548,7 @@ class _Pipe:
                 raise WorkerError(f"cannot write to the worker: {exc}") from exc
 
     def close(self) -> None:
-        with self._lock:
+        with self._state_lock:
             if self._closed or self._stream is None:
                 self._closed = True
                 return

@@ -22,18 +22,17 @@ import contextlib
 import json
 import os
 import select
-import shutil
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from gitsup import proc
-from gitsup.procid import ProcessId
 from gitsup.redact import redact_text
 from gitsup.workers import stream_json as sj
+from gitsup.workers.agentproc import PipedAgent, find_agent, project_local
 from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
@@ -41,14 +40,11 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerAdapter,
     WorkerContext,
     WorkerError,
-    WorkerExited,
     WorkerIdentity,
     WorkerInputStalled,
     WorkerOutput,
-    spawn_piped,
 )
 from gitsup.workers.claude_rules import read_settings_value, refused_flags, refused_modes
 
@@ -98,22 +94,15 @@ def model_call_env(budget: Any) -> dict[str, str]:
 
 def find_claude(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """The CLI to run: worker.argv, else GITSUP_CLAUDE_BIN, else `claude` on PATH."""
-    if argv:
-        exe = argv[0]
-        resolved = exe if os.sep in exe else shutil.which(exe, path=env.get("PATH"))
-        if resolved is None or not os.path.exists(resolved):
-            raise WorkerError(f"worker.argv names {exe!r}, which is not an executable on PATH")
-        return [resolved, *argv[1:]]
-    from_env = env.get("GITSUP_CLAUDE_BIN")
-    if from_env and os.path.exists(from_env):
-        return [from_env]
-    found = shutil.which("claude", path=env.get("PATH")) or project_local_claude()
-    if found is None:
-        raise WorkerError(
-            "the Claude Code CLI (`claude`) is not on PATH; install @anthropic-ai/claude-code, "
-            "set GITSUP_CLAUDE_BIN, or name it in [worker] argv"
-        )
-    return [found]
+    return find_agent(
+        argv,
+        env,
+        env_var="GITSUP_CLAUDE_BIN",
+        name="claude",
+        missing="the Claude Code CLI (`claude`) is not on PATH; install @anthropic-ai/claude-code, "
+        "set GITSUP_CLAUDE_BIN, or name it in [worker] argv",
+        local=_LOCAL_INSTALLS,
+    )
 
 
 _LOCAL_INSTALLS = (
@@ -125,18 +114,7 @@ _LOCAL_INSTALLS = (
 def project_local_claude(start: Path | None = None) -> str | None:
     """A Claude Code installed inside the project (npm install in the repository, or in
     `.tools/claude/`), found from the current directory's repository."""
-    roots: list[Path] = []
-    here = (start or Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        if (d / ".git").exists():
-            roots.append(d)
-            break
-    for root in roots:
-        for rel in _LOCAL_INSTALLS:
-            cand = root / rel
-            if cand.is_file() and os.access(cand, os.X_OK):
-                return str(cand)
-    return None
+    return project_local(_LOCAL_INSTALLS, start)
 
 
 def _rule_tool(rule: str) -> str:
@@ -243,24 +221,15 @@ def read_settings_files(paths: Iterable[Path]) -> Iterator[tuple[Path, Any]]:
             continue
 
 
-class ClaudeWorker(WorkerAdapter):
+class ClaudeWorker(PipedAgent):
     kind = "claude"
     capabilities = Capabilities(repairable=True, persistent=False)
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        self._proc: proc.Popen[bytes] | None = None
         self._write_lock = threading.Lock()
-        self._state_lock = threading.Lock()
-        self._turn_active = False
-        self._sent_keys: set[str] = set()
         self._pending: dict[str, Mapping[str, Any]] = {}
-        self._session_id: str | None = None
         self._last_total_cost = 0.0
-        self._stopping = False
-        self._result_seen = threading.Event()
-        self._exited = threading.Event()
-        self._stdin_closed = False
         self._req_counter = 0
         self._turn_api_error: str | None = None
         self._stalled: str | None = None
@@ -299,25 +268,12 @@ class ClaudeWorker(WorkerAdapter):
 
     def start(self, goal: str) -> WorkerIdentity:
         argv = self._argv()
-        wrap = self.ctx.options.get("wrap")
-        if wrap is not None:
-            argv = wrap(argv)
         env = {k: v for k, v in self.ctx.env.items() if k != "CLAUDECODE"}
         env["GITSUP_TASK"] = self.ctx.task_id
         env.setdefault("CLAUDE_CODE_ENTRYPOINT", "sdk-cli")
-        self._proc = spawn_piped(argv, cwd=self.ctx.worktree, env=env)
-        p = self._proc
-        assert p.stdout is not None and p.stderr is not None
-        out_done, err_done = threading.Event(), threading.Event()
-        threading.Thread(target=self._read_stdout, args=(p.stdout, out_done), daemon=True).start()
-        threading.Thread(target=self._read_stderr, args=(p.stderr, err_done), daemon=True).start()
-        threading.Thread(target=self._wait, args=(out_done, err_done), daemon=True).start()
-        try:
-            start_time = ProcessId.of(p.pid).start_time
-        except Exception:
-            start_time = 0.0
+        identity = self._spawn(argv, env)
         self.send_turn(goal, key="goal")
-        return WorkerIdentity(pid=p.pid, start_time=start_time, pgid=p.pid)
+        return identity
 
     # --- stdin (one writer) -----------------------------------------------------------
 
@@ -364,24 +320,8 @@ class ClaudeWorker(WorkerAdapter):
                 raise WorkerError(f"cannot write to the worker: {exc}") from exc
 
     def send_turn(self, message: str, *, key: str) -> bool:
-        with self._state_lock:
-            if key in self._sent_keys:
-                return False
-            if self._turn_active:
-                raise WorkerError("a turn is active; a new one can be sent only after its result")
-            if not self.alive:
-                raise WorkerError("the worker is gone")
-            self._sent_keys.add(key)
-            self._turn_active = True
         msg_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"gitsup:{self.ctx.task_id}:{key}"))
-        try:
-            self._write(sj.user_message(message, msg_uuid))
-        except WorkerError:
-            with self._state_lock:
-                self._turn_active = False
-                self._sent_keys.discard(key)
-            raise
-        return True
+        return self._open_turn(key, lambda: self._write(sj.user_message(message, msg_uuid)))
 
     def answer(self, request_id: str, answer: PermissionAnswer) -> None:
         with self._state_lock:
@@ -407,23 +347,6 @@ class ClaudeWorker(WorkerAdapter):
                 p.stdin.close()
 
     # --- stdout / stderr --------------------------------------------------------------
-
-    def _read_stdout(self, stream: IO[bytes], done: threading.Event) -> None:
-        framer = sj.LineFramer()
-        fd = stream.fileno()
-        try:
-            while True:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                for line in framer.feed(chunk):
-                    self._on_line(line)
-            for line in framer.finish():
-                self._on_line(line)
-        except (OSError, ValueError):
-            pass
-        finally:
-            done.set()
 
     def _on_line(self, line: str) -> None:
         ev = sj.parse_record(line, max_text=self.ctx.max_output_bytes)
@@ -503,72 +426,6 @@ class ClaudeWorker(WorkerAdapter):
                 "session_num_turns": tc.num_turns,
             },
         )
-
-    def _read_stderr(self, stream: IO[bytes], done: threading.Event) -> None:
-        limit = self.ctx.max_output_bytes
-        try:
-            for raw in iter(
-                lambda: stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536), b""
-            ):
-                text = redact_text(raw.decode("utf-8", "replace"))
-                self.ctx.inbox.put(WorkerOutput("stderr", text[:limit]))
-        except (OSError, ValueError):
-            pass
-        finally:
-            done.set()
-
-    def _wait(self, out_done: threading.Event, err_done: threading.Event) -> None:
-        p = self._proc
-        assert p is not None
-        rc = p.wait()
-        out_done.wait(timeout=5.0)
-        err_done.wait(timeout=1.0)
-        sig = -rc if rc < 0 else None
-        with self._state_lock:
-            mid_turn = self._turn_active
-            self._turn_active = False
-        if self._stopping:
-            how = "stopped"
-        elif mid_turn:
-            how = "exited_without_result"
-        else:
-            how = "exited" if rc == 0 else "error"
-        self.ctx.inbox.put(
-            WorkerExited(returncode=rc if rc >= 0 else None, signal=sig, classification=how)
-        )
-        self._exited.set()
-
-    # --- stopping ---------------------------------------------------------------------
-
-    def stop(self, *, grace: float = 5.0) -> str:
-        if self._proc is None:
-            return "not started"
-        self._stopping = True
-        return proc.stop_session(
-            self._proc,
-            grace=grace,
-            close_input=self._close_stdin,
-            interrupt=lambda: self._interrupt_turn(grace),
-            interrupted="interrupted and closed input",
-        )
-
-    def _interrupt_turn(self, grace: float) -> bool:
-        """Interrupt a running turn and give it `grace` to end; whether one was running."""
-        with self._state_lock:
-            busy = self._turn_active
-        if busy:
-            self._result_seen.clear()
-            self.interrupt()
-            self._result_seen.wait(timeout=grace)
-        return busy
-
-    @property
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None and not self._stdin_closed
-
-    @property
-    def session_id(self) -> str | None:
-        return self._session_id
 
 
 # The name other worker adapters imported before proc.signal_group existed.

@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gitsup.procid import ProcessId
 from gitsup.redact import redact_text
 from gitsup.workers import app_server as aps
+from gitsup.workers.agentproc import find_agent
 from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
@@ -41,7 +41,6 @@ from gitsup.workers.base import (
     WorkerError,
     WorkerIdentity,
     WorkerOutput,
-    spawn_piped,
 )
 from gitsup.workers.claude import ClaudeWorker, _kill_group
 
@@ -69,33 +68,15 @@ MODEL_MAX_RETRIES = 2
 def find_codex(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """The CLI: worker.argv, else GITSUP_CODEX_BIN, else `codex` on PATH, else the
     project's `.tools/codex` install."""
-    if argv:
-        exe = argv[0]
-        resolved = exe if os.sep in exe else shutil.which(exe, path=env.get("PATH"))
-        if resolved is None or not os.path.exists(resolved):
-            raise WorkerError(f"worker.argv names {exe!r}, which is not an executable on PATH")
-        return [resolved, *argv[1:]]
-    from_env = env.get("GITSUP_CODEX_BIN")
-    if from_env and os.path.exists(from_env):
-        return [from_env]
-    found = shutil.which("codex", path=env.get("PATH")) or _project_local_codex()
-    if found is None:
-        raise WorkerError(
-            "the Codex CLI (`codex`) is not on PATH; install @openai/codex (.ci/install-codex), "
-            "set GITSUP_CODEX_BIN, or name it in [worker] argv"
-        )
-    return [found]
-
-
-def _project_local_codex() -> str | None:
-    here = Path.cwd().resolve()
-    for d in (here, *here.parents):
-        if (d / ".git").exists():
-            cand = d / ".tools/codex/node_modules/.bin/codex"
-            if cand.is_file() and os.access(cand, os.X_OK):
-                return str(cand)
-            return None
-    return None
+    return find_agent(
+        argv,
+        env,
+        env_var="GITSUP_CODEX_BIN",
+        name="codex",
+        missing="the Codex CLI (`codex`) is not on PATH; install @openai/codex (.ci/install-codex), "
+        "set GITSUP_CODEX_BIN, or name it in [worker] argv",
+        local=(Path(".tools/codex/node_modules/.bin/codex"),),
+    )
 
 
 def check_arguments(args: Sequence[str]) -> None:
@@ -201,51 +182,25 @@ class CodexWorker(ClaudeWorker):
 
     def start(self, goal: str) -> WorkerIdentity:
         argv = self._argv()
-        wrap = self.ctx.options.get("wrap")
-        if wrap is not None:
-            argv = wrap(argv)
         env = dict(self.ctx.env)
         env["GITSUP_TASK"] = self.ctx.task_id
         env["CODEX_HOME"] = str(private_codex_home(self.ctx))
-        self._proc = spawn_piped(argv, cwd=self.ctx.worktree, env=env)
-        p = self._proc
-        assert p.stdout is not None and p.stderr is not None
-        out_done, err_done = threading.Event(), threading.Event()
-        threading.Thread(target=self._read_stdout, args=(p.stdout, out_done), daemon=True).start()
-        threading.Thread(target=self._read_stderr, args=(p.stderr, err_done), daemon=True).start()
-        threading.Thread(target=self._wait, args=(out_done, err_done), daemon=True).start()
-        try:
-            start_time = ProcessId.of(p.pid).start_time
-        except Exception:
-            start_time = 0.0
+        identity = self._spawn(argv, env)
         with self._session_lock:
             opening = self._session.open()
         for data in opening:
             self._write(data)
         self.send_turn(goal, key="goal")
-        return WorkerIdentity(pid=p.pid, start_time=start_time, pgid=p.pid)
+        return identity
 
     def send_turn(self, message: str, *, key: str) -> bool:
-        with self._state_lock:
-            if key in self._sent_keys:
-                return False
-            if self._turn_active:
-                raise WorkerError("a turn is active; a new one can be sent only after its result")
-            if not self.alive:
-                raise WorkerError("the worker is gone")
-            self._sent_keys.add(key)
-            self._turn_active = True
-        try:
+        def send() -> None:
             with self._session_lock:
                 out = self._session.send_turn(message)
             for data in out:
                 self._write(data)
-        except WorkerError:
-            with self._state_lock:
-                self._turn_active = False
-                self._sent_keys.discard(key)
-            raise
-        return True
+
+        return self._open_turn(key, send)
 
     def answer(self, request_id: str, answer: PermissionAnswer) -> None:
         with self._session_lock:

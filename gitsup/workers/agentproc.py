@@ -1,0 +1,232 @@
+"""What the piped agent workers (claude, codex, acp) share: finding the agent's binary,
+spawning it with its stdout/stderr readers, classifying its exit, and stopping it.
+
+A subclass gives the line handler (`_on_line`), closing its input (`_close_stdin`) and
+interrupting a turn (`interrupt`); its turn state is guarded by `_state_lock`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+from gitsup import proc
+from gitsup.procid import ProcessId
+from gitsup.redact import redact_text
+from gitsup.workers.base import (
+    WorkerAdapter,
+    WorkerContext,
+    WorkerError,
+    WorkerExited,
+    WorkerIdentity,
+    WorkerOutput,
+    spawn_piped,
+)
+from gitsup.workers.stream_json import LineFramer
+
+
+def find_agent(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    env_var: str,
+    name: str,
+    missing: str,
+    local: Sequence[Path] = (),
+) -> list[str]:
+    """The agent to run: `argv` (worker.argv), else the file `env_var` names, else `name`
+    on PATH, else the first of `local` installed in the current directory's repository.
+    Raises WorkerError with `missing` when there is none."""
+    if argv:
+        exe = argv[0]
+        resolved = exe if os.sep in exe else shutil.which(exe, path=env.get("PATH"))
+        if resolved is None or not os.path.exists(resolved):
+            raise WorkerError(f"worker.argv names {exe!r}, which is not an executable on PATH")
+        return [resolved, *argv[1:]]
+    from_env = env.get(env_var)
+    if from_env and os.path.exists(from_env):
+        return [from_env]
+    found = shutil.which(name, path=env.get("PATH")) or (project_local(local) if local else None)
+    if found is None:
+        raise WorkerError(missing)
+    return [found]
+
+
+def project_local(rels: Sequence[Path], start: Path | None = None) -> str | None:
+    """The first of `rels` that is an executable file under the repository holding
+    `start` (default: the current directory)."""
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / ".git").exists():
+            for rel in rels:
+                cand = d / rel
+                if cand.is_file() and os.access(cand, os.X_OK):
+                    return str(cand)
+            return None
+    return None
+
+
+class PipedAgent(WorkerAdapter):
+    """An agent process with piped stdin, stdout and stderr, one turn at a time."""
+
+    # what stop() reports when it interrupted a running turn
+    interrupted = "interrupted and closed input"
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        super().__init__(ctx)
+        self._proc: proc.Popen[bytes] | None = None
+        self._state_lock = threading.Lock()
+        self._turn_active = False
+        self._sent_keys: set[str] = set()
+        self._session_id: str | None = None
+        self._stopping = False
+        self._result_seen = threading.Event()
+        self._exited = threading.Event()
+        self._stdin_closed = False
+
+    # --- what a subclass gives ----------------------------------------------------------
+
+    def _on_line(self, line: str) -> None:
+        raise NotImplementedError
+
+    def _close_stdin(self) -> None:
+        raise NotImplementedError
+
+    def _attach(self, p: proc.Popen[bytes]) -> None:
+        """Called once the process runs, before its output is read."""
+
+    # --- turns --------------------------------------------------------------------------
+
+    def _open_turn(
+        self, key: str, send: Callable[[], None], *, ready: Callable[[], bool] | None = None
+    ) -> bool:
+        """Send a turn once per `key` (False: already sent) when none is running: `send()`
+        writes it; a write that fails leaves no turn open and the key unsent."""
+        with self._state_lock:
+            if key in self._sent_keys:
+                return False
+            if self._turn_active:
+                raise WorkerError("a turn is active; a new one can be sent only after its result")
+            if not self.alive or (ready is not None and not ready()):
+                raise WorkerError("the worker is gone")
+            self._sent_keys.add(key)
+            self._turn_active = True
+        try:
+            send()
+        except WorkerError:
+            with self._state_lock:
+                self._turn_active = False
+                self._sent_keys.discard(key)
+            raise
+        return True
+
+    # --- spawning -----------------------------------------------------------------------
+
+    def _spawn(self, argv: list[str], env: Mapping[str, str]) -> WorkerIdentity:
+        """Start `argv` (through the `wrap` option, if any) in the worktree with `env`,
+        and the threads that read its output and wait for its exit."""
+        wrap = self.ctx.options.get("wrap")
+        if wrap is not None:
+            argv = wrap(argv)
+        self._proc = spawn_piped(argv, cwd=self.ctx.worktree, env=env)
+        p = self._proc
+        assert p.stdout is not None and p.stderr is not None
+        self._attach(p)
+        out_done, err_done = threading.Event(), threading.Event()
+        threading.Thread(target=self._read_stdout, args=(p.stdout, out_done), daemon=True).start()
+        threading.Thread(target=self._read_stderr, args=(p.stderr, err_done), daemon=True).start()
+        threading.Thread(target=self._wait, args=(out_done, err_done), daemon=True).start()
+        try:
+            start_time = ProcessId.of(p.pid).start_time
+        except Exception:
+            start_time = 0.0
+        return WorkerIdentity(pid=p.pid, start_time=start_time, pgid=p.pid)
+
+    # --- stdout / stderr / exit ---------------------------------------------------------
+
+    def _read_stdout(self, stream: IO[bytes], done: threading.Event) -> None:
+        framer = LineFramer()
+        fd = stream.fileno()
+        try:
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                for line in framer.feed(chunk):
+                    self._on_line(line)
+            for line in framer.finish():
+                self._on_line(line)
+        except (OSError, ValueError):
+            pass
+        finally:
+            done.set()
+
+    def _read_stderr(self, stream: IO[bytes], done: threading.Event) -> None:
+        limit = self.ctx.max_output_bytes
+        try:
+            for raw in iter(
+                lambda: stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536), b""
+            ):
+                text = redact_text(raw.decode("utf-8", "replace"))
+                self.ctx.inbox.put(WorkerOutput("stderr", text[:limit]))
+        except (OSError, ValueError):
+            pass
+        finally:
+            done.set()
+
+    def _wait(self, out_done: threading.Event, err_done: threading.Event) -> None:
+        p = self._proc
+        assert p is not None
+        rc = p.wait()
+        out_done.wait(timeout=5.0)
+        err_done.wait(timeout=1.0)
+        sig = -rc if rc < 0 else None
+        with self._state_lock:
+            mid_turn = self._turn_active
+            self._turn_active = False
+        if self._stopping:
+            how = "stopped"
+        elif mid_turn:
+            how = "exited_without_result"
+        else:
+            how = "exited" if rc == 0 else "error"
+        self.ctx.inbox.put(
+            WorkerExited(returncode=rc if rc >= 0 else None, signal=sig, classification=how)
+        )
+        self._exited.set()
+
+    # --- stopping -----------------------------------------------------------------------
+
+    def stop(self, *, grace: float = 5.0) -> str:
+        if self._proc is None:
+            return "not started"
+        self._stopping = True
+        return proc.stop_session(
+            self._proc,
+            grace=grace,
+            close_input=self._close_stdin,
+            interrupt=lambda: self._interrupt_turn(grace),
+            interrupted=self.interrupted,
+        )
+
+    def _interrupt_turn(self, grace: float) -> bool:
+        """Interrupt a running turn and give it `grace` to end; whether one was running."""
+        with self._state_lock:
+            busy = self._turn_active
+        if busy:
+            self._result_seen.clear()
+            self.interrupt()
+            self._result_seen.wait(timeout=grace)
+        return busy
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None and not self._stdin_closed
+
+    @property
+    def session_id(self) -> str | None:
+        return self._session_id
