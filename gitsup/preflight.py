@@ -75,8 +75,7 @@ def preflight_start(ctx: Context, spec: TaskSpec, baseline: Oid) -> None:
 
 
 def acp_problems(spec: TaskSpec, env: Mapping[str, str]) -> list[str]:
-    """An acp worker's, reviewer's or decider's agent, or a codex decider's CLI, that
-    cannot be found."""
+    """An acp or codex worker's, reviewer's or decider's agent that cannot be found."""
     from gitsup.spec import decider_argv
     from gitsup.workers.acp import find_acp
     from gitsup.workers.base import WorkerError
@@ -85,6 +84,11 @@ def acp_problems(spec: TaskSpec, env: Mapping[str, str]) -> list[str]:
     roles = []
     if spec.worker.kind == "acp":
         roles.append(("worker", list(spec.worker.argv), find_acp))
+    if spec.worker.kind == "codex":
+        roles.append(("worker", list(spec.worker.argv), find_codex))
+    if spec.review.kind == "codex":
+        worker_argv = list(spec.worker.argv) if spec.worker.kind == "codex" else []
+        roles.append(("reviewer", worker_argv, find_codex))
     if spec.review.kind == "acp":
         worker_argv = list(spec.worker.argv) if spec.worker.kind == "acp" else []
         roles.append(("reviewer", list(spec.review.argv) or worker_argv, find_acp))

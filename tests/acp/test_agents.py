@@ -84,3 +84,25 @@ def test_start_refuses_a_decider_whose_agent_is_missing(
     assert res.returncode == 2, res
     assert f"decider: worker.argv names 'no-such-{kind}-agent'" in res.stderr, res.stderr
     assert run_sup(repo, "ls", "--json").stdout.strip() in ("", "[]")
+
+
+def test_start_refuses_a_codex_worker_or_reviewer_whose_cli_is_missing(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GITSUP_CODEX_BIN", raising=False)
+    env = {"PATH": "/usr/bin:/bin"}
+    spec = tmp_path / "task.toml"
+    spec.write_text(
+        'goal = "g"\n[worker]\nkind = "codex"\nargv = ["no-such-codex"]\n[review]\nkind = "none"\n'
+    )
+    res = run_sup(repo, "start", "--spec", str(spec), env=env)
+    assert res.returncode == 2, res
+    assert "worker: worker.argv names 'no-such-codex'" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    spec.write_text(
+        'goal = "g"\n[worker]\nkind = "process"\nargv = ["true"]\n[review]\nkind = "codex"\n'
+    )
+    res = run_sup(repo, "start", "--spec", str(spec), env=env)
+    assert res.returncode == 2, res
+    assert "reviewer: the Codex CLI (`codex`) is not on PATH" in res.stderr, res.stderr
+    assert run_sup(repo, "ls", "--json").stdout.strip() in ("", "[]")
