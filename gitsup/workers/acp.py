@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -35,7 +33,7 @@ from typing import IO, Any
 from gitsup import __version__, proc
 from gitsup.redact import redact_text
 from gitsup.workers import acp_protocol as ap
-from gitsup.workers.agentproc import PipedAgent, find_agent
+from gitsup.workers.agentproc import PipedAgent, find_agent, write_within
 from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
@@ -524,26 +522,12 @@ class _Pipe:
             if self._stalled:
                 raise WorkerInputStalled(self._stalled)
             try:
-                fd = s.fileno()
-                os.set_blocking(fd, False)
-                view = memoryview(data)
-                deadline = time.monotonic() + self._timeout
-                while view:
-                    try:
-                        n = os.write(fd, view)
-                    except BlockingIOError:
-                        n = 0
-                    view = view[n:]
-                    if not view:
-                        break
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        self._stalled = (
-                            f"the worker stopped reading its input: a write of {len(data)} "
-                            f"bytes did not complete within {self._timeout:g}s"
-                        )
-                        raise WorkerInputStalled(self._stalled)
-                    select.select([], [fd], [], min(left, 0.5))
+                if write_within(s.fileno(), data, self._timeout) < len(data):
+                    self._stalled = (
+                        f"the worker stopped reading its input: a write of {len(data)} "
+                        f"bytes did not complete within {self._timeout:g}s"
+                    )
+                    raise WorkerInputStalled(self._stalled)
             except (BrokenPipeError, OSError, ValueError) as exc:
                 raise WorkerError(f"cannot write to the worker: {exc}") from exc
 

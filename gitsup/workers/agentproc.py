@@ -8,8 +8,10 @@ interrupting a turn (`interrupt`); its turn state is guarded by `_state_lock`.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
@@ -230,3 +232,25 @@ class PipedAgent(WorkerAdapter):
     @property
     def session_id(self) -> str | None:
         return self._session_id
+
+
+def write_within(fd: int, data: bytes, timeout: float) -> int:
+    """Write `data` to the pipe `fd` (made non-blocking), giving up after `timeout` seconds
+    of a reader that does not keep up; how many bytes were written (`len(data)` when all).
+    OSError (a closed pipe included) propagates."""
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    deadline = time.monotonic() + timeout
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            n = 0
+        view = view[n:]
+        if not view:
+            break
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        select.select([], [fd], [], min(left, 0.5))
+    return len(data) - len(view)

@@ -21,9 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import threading
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -32,7 +30,7 @@ from typing import Any
 from gitsup import proc
 from gitsup.redact import redact_text
 from gitsup.workers import stream_json as sj
-from gitsup.workers.agentproc import PipedAgent, find_agent, project_local
+from gitsup.workers.agentproc import PipedAgent, find_agent, project_local, write_within
 from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
@@ -295,27 +293,13 @@ class ClaudeWorker(PipedAgent):
                 raise WorkerInputStalled(self._stalled)
             timeout = self._write_timeout()
             try:
-                fd = p.stdin.fileno()
-                os.set_blocking(fd, False)
-                view = memoryview(data)
-                deadline = time.monotonic() + timeout
-                while view:
-                    try:
-                        n = os.write(fd, view)
-                    except BlockingIOError:
-                        n = 0
-                    view = view[n:]
-                    if not view:
-                        break
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        self._stalled = (
-                            f"the worker stopped reading its input: a write of {len(data)} "
-                            f"bytes did not complete within {timeout:g}s "
-                            f"({len(data) - len(view)} written)"
-                        )
-                        raise WorkerInputStalled(self._stalled)
-                    select.select([], [fd], [], min(left, 0.5))
+                written = write_within(p.stdin.fileno(), data, timeout)
+                if written < len(data):
+                    self._stalled = (
+                        f"the worker stopped reading its input: a write of {len(data)} "
+                        f"bytes did not complete within {timeout:g}s ({written} written)"
+                    )
+                    raise WorkerInputStalled(self._stalled)
             except (BrokenPipeError, OSError, ValueError) as exc:
                 raise WorkerError(f"cannot write to the worker: {exc}") from exc
 
