@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import threading
@@ -35,6 +34,7 @@ from gitsup.workers.stream_json import (
     permission_response,
     user_message,
 )
+from tests.helpers.agents import pinned_agent
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PINNED_VERSION = "2.1.328"
@@ -59,40 +59,9 @@ SUPERVISED_FLAGS = (
 )
 
 
-def _find_claude() -> tuple[str | None, str]:
-    tried: list[str] = []
-    explicit = os.environ.get("GITSUP_CLAUDE_BIN")
-    if explicit:
-        if os.access(explicit, os.X_OK):
-            return explicit, ""
-        return None, f"GITSUP_CLAUDE_BIN={explicit} is not executable"
-    local = REPO_ROOT / ".tools" / "claude" / "node_modules" / ".bin" / "claude"
-    tried.append(str(local))
-    if os.access(local, os.X_OK):
-        return str(local), ""
-    on_path = shutil.which("claude")
-    tried.append("claude on PATH")
-    if on_path:
-        return on_path, ""
-    return None, (
-        f"Claude Code CLI not found (tried GITSUP_CLAUDE_BIN, {', '.join(tried)}); "
-        "run .ci/install-claude"
-    )
-
-
 @pytest.fixture(scope="session")
 def claude_bin() -> str:
-    path, reason = _find_claude()
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (CI is set: these tests must not be skipped)", pytrace=False)
-        pytest.skip(reason)
-    res = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
-    if res.returncode != 0:
-        pytest.fail(f"{path} --version failed ({res.returncode}): {res.stderr}", pytrace=False)
-    if PINNED_VERSION not in res.stdout and os.environ.get("CI"):
-        pytest.fail(f"{path} is {res.stdout.strip()}, CI pins {PINNED_VERSION}", pytrace=False)
-    return path
+    return pinned_agent("GITSUP_CLAUDE_BIN", "claude", "claude", PINNED_VERSION)
 
 
 @pytest.fixture

@@ -8,9 +8,6 @@ set), where it is a failure: CI must never silently skip these.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +19,8 @@ from gitsup.record import TaskRecord
 from gitsup.scripted_openai import ScriptedResponses
 from gitsup.spec import spec_from_mapping
 from gitsup.tasks import Context, run_task
+from tests.helpers.agents import pinned_agent
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PINNED_VERSION = "0.171.0"
 PYTEST_CHECK = {
     "name": "tests",
@@ -32,37 +29,9 @@ PYTEST_CHECK = {
 }
 
 
-def _find_codex() -> tuple[str | None, str]:
-    explicit = os.environ.get("GITSUP_CODEX_BIN")
-    if explicit:
-        if os.access(explicit, os.X_OK):
-            return explicit, ""
-        return None, f"GITSUP_CODEX_BIN={explicit} is not executable"
-    local = REPO_ROOT / ".tools" / "codex" / "node_modules" / ".bin" / "codex"
-    if os.access(local, os.X_OK):
-        return str(local), ""
-    on_path = shutil.which("codex")
-    if on_path:
-        return on_path, ""
-    return (
-        None,
-        f"Codex CLI not found (tried GITSUP_CODEX_BIN, {local}, codex on PATH); run .ci/install-codex",
-    )
-
-
 @pytest.fixture(scope="session")
 def codex_bin() -> str:
-    path, reason = _find_codex()
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (CI is set: these tests must not be skipped)", pytrace=False)
-        pytest.skip(reason)
-    res = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
-    if res.returncode != 0:
-        pytest.fail(f"{path} --version failed ({res.returncode}): {res.stderr}", pytrace=False)
-    if PINNED_VERSION not in res.stdout and os.environ.get("CI"):
-        pytest.fail(f"{path} is {res.stdout.strip()}, CI pins {PINNED_VERSION}", pytrace=False)
-    return path
+    return pinned_agent("GITSUP_CODEX_BIN", "codex", "codex", PINNED_VERSION)
 
 
 @pytest.fixture
