@@ -454,8 +454,11 @@ def test_an_acp_decider_answers_the_gate_and_cannot_change_anything(
     after = json.dumps(r.model.step_requests("default")[1].body["messages"])
     assert "DECIDER: stay inside" in after
     # the decider was offered only the read-only tools; both attempts failed
-    calls = r.model.step_requests("decider-ask")
-    assert len(calls) == 3 and len(r.model.step_requests("decider-turn")) == 1
+    # every scripted step was served once (a request the agent makes beyond its script is
+    # answered as an overrun, with no tool calls; Claude Code sometimes makes one more)
+    calls = [c for c in r.model.step_requests("decider-ask") if c.kind == "step"]
+    turns = [c for c in r.model.step_requests("decider-turn") if c.kind == "step"]
+    assert len(calls) == 3 and len(turns) == 1
     offered = {t["name"] for t in calls[-1].body.get("tools", [])}
     assert offered & {"Bash", "Write", "Edit", "NotebookEdit"} == set(), offered
     results = [
