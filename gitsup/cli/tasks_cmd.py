@@ -113,17 +113,18 @@ def ls_cmd(
     """List tasks with state, status, age, branch and how far their baseline is behind;
     tasks that need a human first (marked !)."""
     from gitsup.attention import attention_of
-    from gitsup.tasks import Context, list_tasks
+    from gitsup.listing import Listing, list_tasks
 
-    ctx = Context.discover()
-    records = list(ctx.store.iter_raw())  # read once, for both
-    needs = attention_of(ctx.layout, {r["id"]: r for r in records})
-    rows = list_tasks(ctx, records)
+    listing = Listing.discover()  # libgit2 only if something needs it
+    records = list(listing.store.iter_raw())  # read once, for both
+    needs = attention_of(listing.layout, {r["id"]: r for r in records})
+    rows = list_tasks(listing, records)
     if attention:
         rows = [r for r in rows if r.id in needs]
     from gitsup.overlap import overlaps
 
-    ov = overlaps(ctx, records)
+    ov = overlaps(listing, records)
+    listing.save()
     if json_out:  # creation order, as always; `attention` says who needs a human
         emit_json(
             [
