@@ -11,7 +11,7 @@ import typer
 
 from gitsup.cli.main import app
 from gitsup.cli.options import JsonOpt, ProtectedOpt
-from gitsup.cli.output import emit_json, emit_jsonl, out
+from gitsup.cli.output import emit_json, emit_json_rows, emit_jsonl, out
 from gitsup.cli.task_render import check_tail, not_captured_text, print_group
 from gitsup.durations import format_duration
 
@@ -126,7 +126,7 @@ def ls_cmd(
     ov = overlaps(listing, records)
     listing.save()
     if json_out:  # creation order, as always; `attention` says who needs a human
-        emit_json(
+        emit_json_rows(
             [
                 {**r.as_dict(), "attention": needs.get(r.id, []), "overlaps": ov.get(r.id, [])}
                 for r in rows
