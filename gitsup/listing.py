@@ -40,6 +40,7 @@ class GraphCache:
         self.path = path
         self._data: dict[str, dict[str, Any]] | None = None
         self._dirty = False
+        self._used: dict[str, set[str]] = {"behind": set(), "paths": set()}
 
     def _kinds(self) -> dict[str, dict[str, Any]]:
         if self._data is None:
@@ -60,22 +61,27 @@ class GraphCache:
         return self._data
 
     def get(self, kind: str, key: str) -> Any:
+        self._used[kind].add(key)
         return self._kinds()[kind].get(key)
 
     def put(self, kind: str, key: str, value: Any) -> None:
+        self._used[kind].add(key)
         self._kinds()[kind][key] = value
         self._dirty = True
 
     def save(self) -> None:
-        """Write what was added (nothing when nothing was); a failure to write is no error:
-        the next listing computes the same again."""
+        """Write what was added (nothing when nothing was), keeping of each kind this run
+        asked for only the pairs it asked for: a listing asks for every pair it shows, so
+        pairs of tips that moved on go (and are computed again should they come back). A
+        failure to write is no error: the next listing computes the same again."""
         if not self._dirty or self._data is None:
             return
         self._dirty = False
         body: dict[str, Any] = {"version": CACHE_VERSION}
         for kind, entries in self._data.items():
-            keys = list(entries)[-CACHE_MAX_ENTRIES:]
-            body[kind] = {k: entries[k] for k in keys}
+            used = self._used[kind]
+            keys = [k for k in entries if k in used] if used else list(entries)
+            body[kind] = {k: entries[k] for k in keys[-CACHE_MAX_ENTRIES:]}
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)

@@ -77,11 +77,15 @@ def test_ls_loads_no_libgit2_once_its_commit_pairs_are_known(repo: Path, tmp: Pa
     assert second == first
     assert "pygit2" not in mods, "a listing whose pairs are known loaded libgit2"
 
-    # the source branch moves: a new pair, computed and right (no stale count)
+    # the source branch moves: a new pair, computed and right (no stale count); the pair of
+    # the old tip is no longer kept, the changed paths (still asked for) are
     _commit(repo, "two.txt")
     third, mods = _ls_json(repo)
     assert {r["id"]: r["behind"] for r in third} == {a["id"]: 2, b["id"]: 2}
     assert "pygit2" in mods
+    now = json.loads(cache.read_text())
+    assert len(now["behind"]) == len(kept["behind"]) and now["behind"] != kept["behind"]
+    assert now["paths"] == kept["paths"]
     assert _ls_json(repo)[0] == third
 
     # a damaged cache, or one of another version, is no cache: the same rows, computed again
