@@ -119,7 +119,7 @@ MUTANTS = [
     ),
     Mutant(
         "sigint-exits-130",
-        "gitsup/cli/tasks_cmd.py",
+        "gitsup/cli/start_cmd.py",
         'if "stopped: signal SIGINT" in record.reasons:',
         "if False:",
         (C + "test_a_signalled_foreground_start_stops_the_task_and_keeps_its_work",),

@@ -231,13 +231,15 @@ class Board:
         *,
         tail_bytes: int | None = None,
         records: Mapping[str, dict[str, Any]] | None = None,
+        only_given: bool = False,
     ) -> None:
         """`tail_bytes`: on the first read of a log, fold only its last bytes (enough for
         who-needs-a-human, which the record and the latest events decide; `ls` uses it).
         `records`: task records the caller already read (by id), used on the first refresh
-        instead of reading them again."""
+        instead of reading them again; `only_given`: these tasks only."""
         self.layout = layout
         self._given = dict(records) if records is not None else {}
+        self._only = list(self._given) if only_given else None
         self.tail_bytes = tail_bytes
         self._tails: dict[str, _Tail] = {}
         self.new_events: list[dict[str, Any]] = []
@@ -247,7 +249,7 @@ class Board:
         now = time.time()
         rows: list[TaskStatus] = []
         try:
-            names = os.listdir(self.layout.tasks)
+            names = self._only if self._only is not None else os.listdir(self.layout.tasks)
         except FileNotFoundError:
             names = []
         base = str(self.layout.tasks)
@@ -270,7 +272,8 @@ class Board:
                 # Ended and not parked: nobody is needed, whatever the events say.
                 rows.append(status_of(tail.tracker, rec, now))
                 continue
-            if not tail.spec_read:
+            ended = self.tail_bytes is not None and rec.get("state") in TERMINAL_STATES
+            if not tail.spec_read and not ended:  # an ended task's budget needs no one
                 tail.spec_read = True
                 try:
                     with open(os.path.join(tdir, "spec.json"), "rb") as f:
@@ -422,8 +425,36 @@ def attention_of(
 ) -> dict[str, list[str]]:
     """Task id -> reasons, for every task that needs a human now (`records`: the task
     records by id, when the caller already read them)."""
-    board = Board(layout, tail_bytes=32 * 1024, records=records)
-    return {r.id: r.attention for r in board.refresh() if r.attention}
+    if records is None:
+        board = Board(layout, tail_bytes=32 * 1024)
+        return {r.id: r.attention for r in board.refresh() if r.attention}
+    out: dict[str, list[str]] = {}
+    rest: dict[str, dict[str, Any]] = {}
+    for tid, rec in records.items():
+        known = _ended_attention(rec)
+        if known is None:
+            rest[tid] = rec
+        elif known:
+            out[tid] = known
+    if rest:  # the logs of these tasks may still say who is needed
+        board = Board(layout, tail_bytes=32 * 1024, records=rest, only_given=True)
+        out.update((r.id, r.attention) for r in board.refresh() if r.attention)
+    return out
+
+
+def _ended_attention(rec: Mapping[str, Any]) -> list[str] | None:
+    """Who-needs-a-human of an ended task from its record alone, as `status_of` would find
+    it (an ended task's budget and decider no longer count; a parked one is needed, for the
+    record's last reason); None when its events must say (parked with no reason recorded)."""
+    if rec.get("state") not in TERMINAL_STATES:
+        return None
+    if rec.get("status") != "parked":
+        return []
+    reasons = rec.get("reasons")
+    if isinstance(reasons, list) and reasons:
+        last = str(reasons[-1])
+        return ["parked" + (f": {last}" if last else "")]
+    return None
 
 
 # --- text ---------------------------------------------------------------------------------

@@ -74,7 +74,24 @@ EVENT_TYPES = frozenset(
 
 _TAIL_BLOCK = 64 * 1024
 # json.dumps(obj, separators=(",", ":"), default=str), without building an encoder per call.
-_dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
+_encode_py = json.JSONEncoder(separators=(",", ":"), default=str).encode
+# The same text without building an encoder per call (the event append runs for every worker
+# record). No cycle check: event data comes from JSON or from gitsup's own dicts, and a cycle
+# still fails (RecursionError) instead of looping.
+_make_c: Any = getattr(json.encoder, "c_make_encoder", None)
+_encode_c = (
+    _make_c(None, str, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
+    if _make_c is not None
+    else None
+)
+
+
+def _dumps(o: Any) -> str:
+    if _encode_c is None:  # pragma: no cover - a Python without the C accelerator
+        return _encode_py(o)
+    return "".join(_encode_c(o, 0))
+
+
 _SEAL_TRAILER = re.compile(r"^Sup-Sealed: seq=(\d+) offset=(\d+)(?: file=(\d+))?$", re.M)
 
 
@@ -281,7 +298,7 @@ class EventLog:
             # rotation always appends a marker line to the file it renames away).
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                size = os.fstat(fd).st_size
+                size = os.lseek(fd, 0, os.SEEK_END)  # the file's size (appends ignore offsets)
                 if size == self._known_size:
                     return self._write(fd, size, self._known_seq + 1, type, head, body, payload)
             finally:
@@ -300,8 +317,11 @@ class EventLog:
         self, fd: int, size: int, seq: int, type: str, head: str, body: str, payload: dict[str, Any]
     ) -> Event:
         """Append record `seq` to the locked file of `size` bytes."""
-        ts = round(time.time(), 6)  # under the lock: ts never goes back as seq goes up
-        line = f'{{"seq":{seq},"ts":{ts:.6f}{head}{body}}}\n'.encode()
+        # Under the lock: ts never goes back as seq goes up. The microseconds as written,
+        # and as a float the same number `round(t, 6)` gives (one decimal conversion).
+        stamp = f"{time.time():.6f}"
+        ts = float(stamp)
+        line = f'{{"seq":{seq},"ts":{stamp}{head}{body}}}\n'.encode()
         written = os.write(fd, line)
         # O_APPEND under our lock: the file is exactly `line` longer (a short write
         # would leave a torn line, repaired by the next append's tail read).

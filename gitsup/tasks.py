@@ -16,6 +16,7 @@ from gitsup.events import Event, EventLog
 from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo
 from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_branch, task_refs
+from gitsup.listing import LsRow as LsRow  # re-exported: `ls` rows
 from gitsup.procid import ProcessId
 from gitsup.repo import Context as Context  # re-exported: the commands take it
 from gitsup.repo import worktree_root as worktree_root
@@ -311,64 +312,12 @@ def _owner_alive(record: TaskRecord) -> bool:
     return bool(pid and pid.alive())
 
 
-@dataclass(frozen=True)
-class LsRow:
-    id: str
-    state: str
-    status: str
-    age: float
-    branch: str
-    source_branch: str | None
-    behind: int | None
-    goal: str
-    candidate: str | None
-    discarded: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return self.__dict__.copy()
-
-
 def list_tasks(ctx: Context, records: list[dict[str, Any]] | None = None) -> list[LsRow]:
-    """One row per task, from `records` (the raw task records) when the caller read them."""
-    now = time.time()
-    rows: list[LsRow] = []
-    cache: dict[tuple[str, str], int | None] = {}
-    tips: dict[str, Oid | None] = {}
-    # A listing reads only the fields it shows (plain JSON, no model validation: 2,000
-    # records in well under the 0.5 s budget). Ids sort by day only: list by creation.
-    raw = ctx.store.iter_raw() if records is None else records
-    for rec in sorted(raw, key=lambda r: (r.get("created_at", 0.0), r["id"])):
-        behind: int | None = None
-        source = rec.get("source_branch")
-        baseline = rec.get("baseline")
-        if source:
-            if source not in tips:
-                tips[source] = ctx.repo.branch_target(source)
-            tip = tips[source]
-            if tip is not None and baseline:
-                key = (baseline, tip)
-                if key not in cache:
-                    try:
-                        cache[key] = ctx.repo.ahead_behind(Oid(baseline), tip)[1]
-                    except Exception:
-                        cache[key] = None
-                behind = cache[key]
-        goal = str(rec.get("goal") or "")
-        rows.append(
-            LsRow(
-                id=rec["id"],
-                state=str(rec.get("state", "")),
-                status=str(rec.get("status", "")),
-                age=round(now - float(rec.get("created_at", now)), 1),
-                branch=str(rec.get("branch", "")),
-                source_branch=source,
-                behind=behind,
-                goal=goal.splitlines()[0][:80] if goal else "",
-                candidate=rec.get("candidate"),
-                discarded=bool(rec.get("discarded_at")),
-            )
-        )
-    return rows
+    """One row per task (gitsup/listing.py), from `records` when the caller read them."""
+    from gitsup.listing import Listing
+    from gitsup.listing import list_tasks as rows_of
+
+    return rows_of(Listing.of(ctx), records)
 
 
 def read_events(ctx: Context, task: str) -> Iterator[Event]:

@@ -471,3 +471,26 @@ def test_concurrent_appends_seals_and_rotations_lose_nothing(repo: Path, tmp: Pa
         sealed += _seqs(_new_segment(repo, c)[1])
     assert sealed == list(range(1, 601))
     assert log.append("decision", {}).seq == 601
+
+
+def test_a_record_is_written_as_the_standard_encoder_writes_it(tmp: Path) -> None:
+    """The append's prebuilt encoder writes what json's compact encoder writes (non-ASCII
+    escaped, odd values through str), with `ts` as round(time, 6) and the same number in the
+    line; a payload that contains itself fails instead of looping."""
+    data = {
+        "text": 'é ✓ \x00 "q" \\',
+        "n": [1, 2.5, -0.0, 10**30, None, True, False, float("inf")],
+        "nested": {"k": {"deeper": []}, "when": Path("/x")},
+        7: "int key",
+    }
+    with EventLog(tmp / "events.jsonl", TASK) as log:
+        ev = log.append("x", data)
+    line = (tmp / "events.jsonl").read_text().rstrip("\n")
+    expected = json.JSONEncoder(separators=(",", ":"), default=str).encode(data)
+    assert line.endswith(f',"task":"{TASK}","type":"x","data":{expected}}}')
+    assert ev.ts == round(ev.ts, 6) and f'"ts":{ev.ts:.6f},' in line
+    cyclic: dict[str, object] = {}
+    cyclic["self"] = cyclic
+    with EventLog(tmp / "events.jsonl", TASK) as log, pytest.raises(RecursionError):
+        log.append("x", cyclic)
+    assert len(_lines(tmp / "events.jsonl")) == 1  # nothing half-written

@@ -258,7 +258,7 @@ def test_an_unforeseen_error_is_exit_1_and_says_it_is_a_bug(
     def broken(*args: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("gitsup.tasks.list_tasks", broken)
+    monkeypatch.setattr("gitsup.listing.list_tasks", broken)
     rc, _out, err = run_cli_inproc(repo, "ls")
     assert rc == 1
     assert "internal error" in err and "boom" in err

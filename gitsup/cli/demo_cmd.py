@@ -9,7 +9,7 @@ import typer
 
 from gitsup.cli.main import app
 from gitsup.cli.output import emit_json, out, progress
-from gitsup.cli.tasks_cmd import ProgressRenderer
+from gitsup.cli.task_render import ProgressRenderer
 
 
 @app.command("demo")

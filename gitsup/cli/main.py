@@ -78,8 +78,10 @@ def _coerce_lazily() -> None:
 
 _coerce_lazily()
 
-COMMAND_MODULES = (
+COMMAND_MODULES = (  # the task commands' three modules first
     "tasks_cmd",
+    "start_cmd",
+    "manage_cmd",
     "policy_cmd",
     "demo_cmd",
     "boundary_cmd",
@@ -94,12 +96,13 @@ COMMAND_MODULES = (
 # commands (typer inspects every registered command's signature on each run). A name not
 # here (a command spread over modules, or one added without an entry) registers them all.
 COMMAND_MODULE = {
+    # in the order the usage lists them
+    "init": "tasks_cmd",
+    "start": "start_cmd",
+    **dict.fromkeys(("show", "ls", "log"), "tasks_cmd"),
     **dict.fromkeys(
-        ("init", "start", "show", "ls", "log", "stop", "discard", "prune", "wait", "recover"),
-        "tasks_cmd",
+        ("stop", "discard", "prune", "wait", "recover", "doctor", "resume-auto"), "manage_cmd"
     ),
-    "doctor": "tasks_cmd",
-    "resume-auto": "tasks_cmd",
     **dict.fromkeys(("watch", "cost", "report", "serve"), "attention_cmd"),
     "integrate": "boundary_cmd",
     "gate": "boundary_cmd",
@@ -118,6 +121,16 @@ def _register(argv: list[str] | None = None) -> None:
     for name in (one,) if one else COMMAND_MODULES:
         # an import statement's machinery, which `python -X importtime` reports
         __import__(f"gitsup.cli.{name}")
+    if not one:
+        # The usage lists the task commands first, in their own order (three modules define
+        # them), then every other command in the order its module registered it.
+        order = {name: i for i, name in enumerate(COMMAND_MODULE)}
+
+        def key(c: Any) -> tuple[int, int]:
+            mod = (c.callback.__module__ if c.callback else "").rsplit(".", 1)[-1]
+            return (0, order.get(c.name or "", 0)) if mod in COMMAND_MODULES[:3] else (1, 0)
+
+        app.registered_commands.sort(key=key)
 
 
 def run() -> None:

@@ -13,6 +13,45 @@ def emit_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, sort_keys=False, default=str) + "\n")
 
 
+def emit_json_rows(rows: list[Any]) -> None:
+    """`emit_json(rows)`, byte for byte, faster for many flat rows (`ls --json`)."""
+    sys.stdout.write(rows_json(rows) + "\n")
+
+
+_ROW_ENCODE: Any = None
+_CONTAINERS = (list, tuple, dict)
+
+
+def rows_json(rows: list[Any]) -> str:
+    """`json.dumps(rows, indent=2, default=str)`. The indenting encoder is Python; a row
+    whose values hold no non-empty list or object is written by the C encoder instead,
+    with separators that lay it out the same (an encoded value holds no raw newline)."""
+    global _ROW_ENCODE
+    if _ROW_ENCODE is None:
+        make = getattr(json.encoder, "c_make_encoder", None)
+        if make is None:  # pragma: no cover - a Python without the C accelerator
+            return json.dumps(rows, indent=2, default=str)
+        _ROW_ENCODE = make(
+            None, str, json.encoder.encode_basestring_ascii, None, ": ", ",\n    ",
+            False, False, True,
+        )  # fmt: skip
+    if not rows:
+        return "[]"
+    out = []
+    for row in rows:
+        flat = type(row) is dict and bool(row)
+        if flat:
+            for v in row.values():
+                if v and isinstance(v, _CONTAINERS):
+                    flat = False
+                    break
+        if flat:
+            out.append("{\n    " + "".join(_ROW_ENCODE(row, 0))[1:-1] + "\n  }")
+        else:
+            out.append(json.dumps(row, indent=2, default=str).replace("\n", "\n  "))
+    return "[\n  " + ",\n  ".join(out) + "\n]"
+
+
 def emit_jsonl(value: Any) -> None:
     if hasattr(value, "model_dump"):  # a pydantic model (not imported for fast commands)
         value = value.model_dump(mode="json")

@@ -128,6 +128,15 @@ class LineFramer:
         start = 0
         while True:
             nl = data.find(b"\n", start)
+            if 0 <= nl - start <= self.max_line and not self._buf and not self._dropping:
+                # A whole line within this read (the common case): no buffering.
+                raw = data[start:nl]
+                if raw.endswith(b"\r"):
+                    raw = raw[:-1]
+                if raw.strip():
+                    out.append(raw.decode("utf-8", "replace"))
+                start = nl + 1
+                continue
             piece = data[start:] if nl < 0 else data[start:nl]
             self._take(piece)
             if nl < 0:
@@ -191,9 +200,12 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def _compact(value: Any) -> str:
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=False)
+        return _COMPACT(value)
     except (TypeError, ValueError):
         return repr(value)
 

@@ -99,6 +99,24 @@ def test_oversized_line_is_not_buffered() -> None:
     assert framer.pending == 0
 
 
+def test_lines_at_the_limit_frame_alike_whole_or_split() -> None:
+    """A line that arrives whole in one read takes the unbuffered path; one split over reads
+    is buffered: at, below and above the limit both give the same lines."""
+    lines = [b"a" * 9, b"b" * 10, b"c" * 11, b"d" * 10 + b"\r", b"", b"  ", b"e"]
+    stream = b"\n".join(lines) + b"\n"
+
+    def frame(chunks: list[bytes]) -> list[tuple[str, str, int]]:
+        framer = LineFramer(max_line=10)
+        out = [x for c in chunks for x in framer.feed(c)] + framer.finish()
+        return [(type(x).__name__, str(x), getattr(x, "size", -1)) for x in out]
+
+    whole = frame([stream])
+    assert whole == frame([stream[i : i + 1] for i in range(len(stream))])
+    assert whole == frame([stream[:12], stream[12:30], stream[30:]])
+    assert [w[0] for w in whole] == ["str", "str", "OversizedLine", "OversizedLine", "str"]
+    assert whole[2][2] == 11 and whole[3][2] == 11  # the \r counts toward the limit
+
+
 def test_framer_rejects_a_silly_limit() -> None:
     with pytest.raises(ValueError):
         LineFramer(max_line=0)

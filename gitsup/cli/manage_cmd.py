@@ -1,0 +1,195 @@
+"""Task commands that act on tasks: stop, discard, prune, wait, recover, doctor, resume-auto."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gitsup.cli.main import app
+from gitsup.cli.options import JsonOpt
+from gitsup.cli.output import emit_json, out
+from gitsup.cli.task_render import ProgressRenderer, print_summary
+from gitsup.errors import GitsupError
+
+
+@app.command("stop")
+def stop_cmd(
+    task: Annotated[str, typer.Argument(help="Task id.")],
+    wait: Annotated[
+        float, typer.Option("--wait", help="Seconds to wait for the task to stop.")
+    ] = 60.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Stop a running task (its supervisor stops the worker and parks the work)."""
+    from gitsup.tasks import Context, show_dict, stop_task
+
+    ctx = Context.discover()
+    record = stop_task(ctx, task, wait=wait)
+    if json_out:
+        emit_json(show_dict(ctx, record))
+    else:
+        out(f"task {record.id}: {record.state.value}")
+        if record.wip:
+            out(f"uncommitted work saved in refs/sup/{record.id}/wip")
+
+
+@app.command("discard")
+def discard_cmd(
+    task: Annotated[str, typer.Argument(help="Task id.")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Discard even uncaptured uncommitted work.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Remove a task's worktree; its refs stay. Refuses to lose uncaptured work without --force."""
+    from gitsup.tasks import Context, discard_task
+
+    ctx = Context.discover()
+    res = discard_task(ctx, task, force=force)
+    if json_out:
+        emit_json(res.__dict__)
+        return
+    for r in res.removed:
+        out(f"removed {r}")
+    for k in res.kept:
+        out(f"kept    {k}")
+
+
+@app.command("prune")
+def prune_cmd(
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Also remove uncaptured work and branches no other ref reaches."
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Remove ended tasks' worktrees and branches; their refs under refs/sup/ stay."""
+    from gitsup.tasks import Context, prune_tasks
+
+    ctx = Context.discover()
+    res = prune_tasks(ctx, force=force, dry_run=dry_run)
+    if json_out:
+        emit_json(res.as_dict())
+        return
+    verb = "would remove" if dry_run else "removed"
+    for r in res.removed:
+        out(f"{verb} {r['task']}: {r['what']}")
+    for k in res.kept:
+        out(f"kept    {k['task']}: {k['what']} ({k['why']})")
+    if not res.removed and not res.kept:
+        out("nothing to prune")
+
+
+@app.command("wait")
+def wait_cmd(
+    task: Annotated[str, typer.Argument(help="Task id.")],
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Give up after this many seconds.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Block until the task ends; exit with the same code as `start`."""
+    from gitsup.detach import wait_task
+    from gitsup.tasks import Context, show_dict, status_exit
+
+    ctx = Context.discover()
+    record = wait_task(ctx, task, timeout=timeout)
+    if json_out:
+        emit_json(show_dict(ctx, record))
+    else:
+        print_summary(ctx, record)
+    raise typer.Exit(status_exit(record))
+
+
+@app.command("recover")
+def recover_cmd(
+    task: Annotated[str, typer.Argument(help="Task id.")],
+    takeover: Annotated[
+        bool,
+        typer.Option(
+            "--takeover", help="Take the task over (its supervisor must be provably dead)."
+        ),
+    ] = False,
+    park: Annotated[
+        bool, typer.Option("--park", help="Park the task instead of continuing it.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Continue (or park) a task whose supervisor died."""
+    from gitsup.recovery import recover_task
+    from gitsup.tasks import Context, show_dict, status_exit
+
+    ctx = Context.discover()
+    record = recover_task(
+        ctx, task, takeover=takeover, park=park, on_event=None if quiet else ProgressRenderer()
+    )
+    if json_out:
+        emit_json(show_dict(ctx, record))
+    else:
+        print_summary(ctx, record)
+    raise typer.Exit(status_exit(record))
+
+
+@app.command("doctor")
+def doctor_cmd(
+    fix: Annotated[bool, typer.Option("--fix", help="Park or clean what is proven safe.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Reconcile task records and leases with processes, cgroups, worktrees and refs."""
+    from gitsup.recovery import doctor
+    from gitsup.tasks import Context
+
+    ctx = Context.discover()
+    findings = doctor(ctx, fix=fix)
+    if json_out:
+        emit_json([f.as_dict() for f in findings])
+        return
+    from gitsup.recovery import network_isolation, sandbox_summary
+
+    out(network_isolation())
+    out(f"sandbox: {sandbox_summary(ctx)}")
+    from gitsup.agents import probe_agents
+    from gitsup.proc import child_env
+
+    for agent in probe_agents(child_env()):
+        out(f"agent {agent.describe()}")
+    if not findings:
+        out(
+            "nothing to report: every task, lease and cgroup is accounted for; the boundary is intact"
+        )
+        return
+    for f in findings:
+        line = f"{f.kind:18} {f.task or '-':16} {f.detail}"
+        if f.fixed:
+            line += f"  -> {f.fixed}"
+        out(line)
+
+
+@app.command("resume-auto")
+def resume_auto_cmd(task: Annotated[str, typer.Argument(help="Task id.")]) -> None:
+    """Let automatic turns continue after a person typed into the worker."""
+    import os
+    import signal
+
+    from gitsup.procid import ProcessId
+    from gitsup.state import State
+    from gitsup.tasks import Context
+
+    ctx = Context.discover()
+    record = ctx.store.load(task)
+    owner = ProcessId.from_dict(record.supervisor)
+    if owner is None or not owner.alive():
+        raise GitsupError(
+            f"task {task} has no running supervisor", hint=f"`git sup recover {task} --takeover`"
+        )
+    if record.state != State.PAUSED:
+        raise GitsupError(f"task {task} is {record.state.value}, not paused")
+    os.kill(owner.pid, signal.SIGUSR1)
+    out(f"task {task}: automatic turns resume")
