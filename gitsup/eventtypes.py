@@ -11,7 +11,9 @@ output, the channel-specific keys of a notification).
 
 `REGISTRY` maps each type string to its class. `payload_of(type, data)` reads a record
 back: the typed payload when the data fits the class, else `Untyped(type, data)` — an
-unknown type, or a record of an older or newer shape, stays readable as plain data.
+unknown type, or a record of an older or newer shape, stays readable as plain data. (A
+record whose strings the log cut to its size cap still fits; one whose lists or objects
+it replaced does not.)
 `python -m gitsup.eventtypes --schema` prints the table of docs/events.md.
 """
 
@@ -24,14 +26,15 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, Literal, NewType
+from typing import Any, ClassVar, Final, Literal, NewType, TypeVar
 
 from gitsup.ids import Oid, TaskId
 
-__all__ = ["REGISTRY", "UNSET", "Payload", "Seq", "Untyped", "payload_of"]
-
 Seq = NewType("Seq", int)
 """An event's position in its task's log: 1, 2, 3 … without gaps."""
+
+T = TypeVar("T")
+D = TypeVar("D")
 
 
 class Unset(enum.Enum):
@@ -123,7 +126,8 @@ class Payload:
                 used.add(k)
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 return None
-        extra = {k: v for k, v in data.items() if k not in used}
+        # `_truncated`: the log cut the record's longest strings to its size cap (events.py)
+        extra = {k: v for k, v in data.items() if k not in used and k != "_truncated"}
         if extra:
             if rest is None:
                 return None
@@ -163,6 +167,15 @@ def payload_of(type: str, data: Mapping[str, Any]) -> Payload:
     cls = REGISTRY.get(type)
     p = cls.from_data(data) if cls is not None else None
     return p if p is not None else Untyped(type, data)
+
+
+@typing.overload
+def given(v: T | Unset) -> T | None: ...
+@typing.overload
+def given(v: T | Unset, default: D) -> T | D: ...
+def given(v: Any, default: Any = None) -> Any:
+    """A field's value, or `default` when it was left out (UNSET)."""
+    return default if v is UNSET else v
 
 
 def typed(type: str, data: Mapping[str, Any]) -> Payload:
