@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gitsup.errors import GitsupError
-from gitsup.eventtypes import REGISTRY, Payload, Seq, payload_of
+from gitsup.eventtypes import REGISTRY, Payload, PayloadError, Seq, Untyped, payload_of
 from gitsup.faults import fault
 from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId
@@ -233,7 +233,10 @@ class EventLog:
     # --- API --------------------------------------------------------------------------
 
     def append(self, payload: Payload) -> Event:
-        """Append one event: its type and data are the payload's."""
+        """Append one event: its type and data are the payload's. A type with a payload
+        class is written only through that class, never as `Untyped` data."""
+        if isinstance(payload, Untyped) and payload.type in REGISTRY:
+            raise PayloadError(f"{payload.type} has a payload class: {REGISTRY[payload.type]}")
         data = payload.to_data()
         return self.append_raw(payload.event_type, Redacted(data) if payload.PRE_REDACTED else data)
 

@@ -81,7 +81,9 @@ class Payload:
     def __init_subclass__(cls) -> None:
         t = cls.__dict__.get("TYPE")
         if t:
-            if t in REGISTRY and REGISTRY[t].__qualname__ != cls.__qualname__:
+            old = REGISTRY.get(t)
+            # dataclass(slots=True) makes the class anew: the same one is registered twice
+            if old is not None and (old.__module__, old.__name__) != (cls.__module__, cls.__name__):
                 raise TypeError(f"event type {t!r} has two payload classes")
             REGISTRY[t] = cls
 
@@ -419,12 +421,16 @@ class WatchdogTimeout(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeadlineApproaching(Payload):
+    """The deadline is near (`[budget] deadline_warning`); an idle worker is told."""
+
     TYPE: ClassVar[str] = "deadline_approaching"
     seconds_left: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeadlineReached(Payload):
+    """The deadline fell; a busy worker gets `closeout_grace` seconds to finish its turn."""
+
     TYPE: ClassVar[str] = "deadline_reached"
     closeout_grace: float
     busy: bool
@@ -432,6 +438,8 @@ class DeadlineReached(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetExceeded(Payload):
+    """Turns or cost went over the budget; the task parks."""
+
     TYPE: ClassVar[str] = "budget_exceeded"
     reason: str
 
@@ -460,6 +468,8 @@ class ModelError(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CandidateReady(Payload):
+    """The task ended with a candidate that passed its checks and review."""
+
     TYPE: ClassVar[str] = "candidate_ready"
     candidate: Oid | None
     reasons: list[str]
@@ -481,6 +491,8 @@ class CandidateParked(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CandidateFailed(Payload):
+    """The task failed (`candidate` is null unless one was written)."""
+
     TYPE: ClassVar[str] = "candidate_failed"
     candidate: Oid | None
     reasons: list[str]
@@ -510,12 +522,16 @@ class WorkImported(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ImportRefused(Payload):
+    """The worker's commits were not imported into the task branch, and why."""
+
     TYPE: ClassVar[str] = "import_refused"
     reason: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerBranchChanged(Payload):
+    """The worker moved to another branch of its worktree."""
+
     TYPE: ClassVar[str] = "worker_branch_changed"
     from_: str | None = key("from")
     to: str | None = key("to")
@@ -533,7 +549,7 @@ class WorkerStopped(Payload):
     how: str | Unset = opt()
     containment: str | Unset = opt()
     guarantee: str | Unset = opt()
-    swept: Any = opt()
+    swept: list[int] | Unset = opt()  # the pids the sweep killed
     cgroup: str | Unset = opt()
     verified_empty: bool | Unset = opt()
     removed: bool | Unset = opt()
@@ -553,6 +569,8 @@ class WorkerLeftBehind(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerInputStalled(Payload):
+    """The worker stopped reading its input (an answer or a turn could not be sent)."""
+
     TYPE: ClassVar[str] = "worker_input_stalled"
     reason: str
 
@@ -568,6 +586,8 @@ class WorkspaceTrustAccepted(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StopRequested(Payload):
+    """Someone asked the task to stop (`git sup stop`, a signal, a stop after a check)."""
+
     TYPE: ClassVar[str] = "stop_requested"
     reason: str
 
@@ -597,12 +617,16 @@ class Integrated(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HumanInput(Payload):
+    """A person typed into a tmux worker (redacted)."""
+
     TYPE: ClassVar[str] = "human_input"
     text: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HumanTakeover(Payload):
+    """A person took the worker over; automatic turns pause until `resume_with`."""
+
     TYPE: ClassVar[str] = "human_takeover"
     resume_with: str
 
@@ -667,6 +691,8 @@ class EgressRefused(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EgressSummary(Payload):
+    """What the egress gate forwarded and refused, when it closes."""
+
     TYPE: ClassVar[str] = "egress_summary"
     who: str
     connections: int
@@ -678,6 +704,8 @@ class EgressSummary(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueAdded(Payload):
+    """A ready candidate joined the queue."""
+
     TYPE: ClassVar[str] = "queue_added"
     task: TaskId
     candidate: Oid
@@ -685,12 +713,16 @@ class QueueAdded(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueRemoved(Payload):
+    """A person took a queued candidate out."""
+
     TYPE: ClassVar[str] = "queue_removed"
     task: TaskId
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueRunStarted(Payload):
+    """A queue run started (its process id)."""
+
     TYPE: ClassVar[str] = "queue_run_started"
     pid: int
 
@@ -725,6 +757,8 @@ class QueueTested(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueIntegrated(Payload):
+    """A candidate was integrated by the queue (`commit`: its integration commit)."""
+
     TYPE: ClassVar[str] = "queue_integrated"
     task: TaskId
     commit: Oid
@@ -732,6 +766,8 @@ class QueueIntegrated(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueTargetMoved(Payload):
+    """The queue advanced its target branch from `from` to `to`."""
+
     TYPE: ClassVar[str] = "queue_target_moved"
     from_: Oid = key("from")
     to: Oid = key("to")
@@ -750,6 +786,8 @@ class QueueParked(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueRepair(Payload):
+    """A repair task was started for a parked candidate."""
+
     TYPE: ClassVar[str] = "queue_repair"
     task: TaskId
     repair_task: str
@@ -757,6 +795,8 @@ class QueueRepair(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueRepairFinished(Payload):
+    """A repair task the queue started ended."""
+
     TYPE: ClassVar[str] = "queue_repair_finished"
     task: TaskId
     outcome: str
@@ -764,19 +804,21 @@ class QueueRepairFinished(Payload):
 
 def schema_table() -> str:
     """The Markdown table of docs/events.md: every type, its fields and their types."""
-    rows = ["| type | field | JSON type | written |", "|---|---|---|---|"]
+    rows = ["| type | field | JSON type | written | what |", "|---|---|---|---|---|"]
     for t in sorted(REGISTRY):
         cls = REGISTRY[t]
-        first = True
-        for f, (name, tp, k) in zip(dataclasses.fields(cls), _fields(cls), strict=True):
+        what = " ".join((cls.__doc__ or "").split()) if "__doc__" in vars(cls) else ""
+        if what.startswith(f"{cls.__name__}("):  # the signature dataclass makes up
+            what = ""
+        fields = list(zip(dataclasses.fields(cls), _fields(cls), strict=True))
+        for i, (f, (_name, tp, k)) in enumerate(fields):
             if f.metadata.get("spread"):
                 shown, when = "*(other keys)*", "as given"
             else:
                 shown = f"`{k}`"
                 when = "when set" if f.default is UNSET else "always"
-            rows.append(f"| {f'`{t}`' if first else ''} | {shown} | {_show(tp)} | {when} |")
-            first = False
-            del name
+            first = f"`{t}`" if i == 0 else ""
+            rows.append(f"| {first} | {shown} | {_show(tp)} | {when} | {what if i == 0 else ''} |")
     return "\n".join(rows) + "\n"
 
 
