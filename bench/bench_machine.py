@@ -71,9 +71,9 @@ def main() -> None:
     t = time.perf_counter()
     for it in items:
         if isinstance(it, WorkerOutput):
-            base_log.append("worker_output", {"stream": it.stream, "text": it.text})
+            base_log.append_raw("worker_output", {"stream": it.stream, "text": it.text})
         else:
-            base_log.append("protocol_noise", {"x": 1})
+            base_log.append_raw("protocol_noise", {"x": 1})
     base = (time.perf_counter() - t) / n * 1e6
 
     dispatch = getattr(sup, "_drive", None) or sup._dispatch  # type: ignore[attr-defined]

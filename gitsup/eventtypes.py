@@ -88,12 +88,21 @@ class Payload:
             REGISTRY[t] = cls
 
     def __post_init__(self) -> None:
-        for name, tp, _k in _fields(type(self)):
-            v = getattr(self, name)
-            if not _fits(v, tp):
-                raise PayloadError(
-                    f"{type(self).__name__}.{name}: {type(v).__name__} {v!r:.80} is not {tp}"
-                )
+        checks = _CHECKS.get(type(self))
+        if checks is None:
+            checks = _CHECKS[type(self)] = tuple(
+                (f.name, f.check) for f in _plan(type(self)) if f.check is not None
+            )
+        for name, check in checks:
+            if not check(getattr(self, name)):
+                self._refuse(name)
+
+    def _refuse(self, name: str) -> None:
+        v = getattr(self, name)
+        tp = next(f.tp for f in _plan(type(self)) if f.name == name)
+        raise PayloadError(
+            f"{type(self).__name__}.{name}: {type(v).__name__} {v!r:.80} is not {tp}"
+        )
 
     @property
     def event_type(self) -> str:
@@ -102,14 +111,14 @@ class Payload:
     def to_data(self) -> dict[str, Any]:
         """The event's `data`: the fields as JSON keys, in their order."""
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
+        for f in _plan(type(self)):
             v = getattr(self, f.name)
             if v is UNSET:
                 continue
-            if f.metadata.get("spread"):
+            if f.spread:
                 out.update(v)
             else:
-                out[f.metadata.get("key", f.name)] = v
+                out[f.key] = v
         return out
 
     @classmethod
@@ -191,48 +200,92 @@ def typed(type: str, data: Mapping[str, Any]) -> Payload:
 
 
 # --- type checks of field values ---------------------------------------------------------
+# Each class's fields are compiled once into checks (a payload is built for every event).
 
-_FIELDS: dict[type, list[tuple[str, Any, str]]] = {}
+Check = Callable[[Any], bool]
 
 
-def _fields(cls: type) -> list[tuple[str, Any, str]]:
-    got = _FIELDS.get(cls)
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    key: str
+    spread: bool
+    tp: Any
+    check: Check | None  # None: any value fits
+
+
+_PLANS: dict[type, tuple[_Field, ...]] = {}
+_CHECKS: dict[type, tuple[tuple[str, Check], ...]] = {}
+
+
+def _plan(cls: type) -> tuple[_Field, ...]:
+    got = _PLANS.get(cls)
     if got is None:
         hints = typing.get_type_hints(cls, vars(sys.modules[__name__]))
-        got = [
-            (f.name, hints[f.name], f.metadata.get("key", f.name)) for f in dataclasses.fields(cls)
-        ]
-        _FIELDS[cls] = got
+        got = tuple(
+            _Field(
+                f.name,
+                f.metadata.get("key", f.name),
+                bool(f.metadata.get("spread")),
+                hints[f.name],
+                _compile(hints[f.name]),
+            )
+            for f in dataclasses.fields(cls)
+        )
+        _PLANS[cls] = got
     return got
 
 
-def _fits(v: Any, tp: Any) -> bool:
+def _fields(cls: type) -> list[tuple[str, Any, str]]:
+    return [(f.name, f.tp, f.key) for f in _plan(cls)]
+
+
+_SCALARS: dict[Any, tuple[type, ...]] = {
+    str: (str,),
+    int: (int,),
+    float: (int, float),
+    bool: (bool,),
+    type(None): (type(None),),
+    Unset: (Unset,),
+}
+
+
+def _compile(tp: Any) -> Check | None:
     if tp is Any:
-        return True
+        return None
     sup = getattr(tp, "__supertype__", None)  # a NewType
     if sup is not None:
-        return _fits(v, sup)
-    origin = typing.get_origin(tp)
-    if origin is None:
-        if tp is type(None):
-            return v is None
-        if tp is float:
-            return isinstance(v, int | float) and not isinstance(v, bool)
-        if tp is int:
-            return isinstance(v, int) and not isinstance(v, bool)
-        return isinstance(v, tp)
-    args = typing.get_args(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        return any(_fits(v, a) for a in args)
+        return _compile(sup)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    options = args if origin is typing.Union or origin is types.UnionType else (tp,)
+    if all(o in _SCALARS for o in options):
+        allowed = tuple(t for o in options for t in _SCALARS[o])
+        if bool in options or int not in allowed:
+            return lambda v: isinstance(v, allowed)
+        return lambda v: isinstance(v, allowed) and v.__class__ is not bool
+    if len(options) > 1:
+        parts = [_compile(o) for o in options]
+        if any(p is None for p in parts):
+            return None
+        checks = [p for p in parts if p is not None]
+        return lambda v: any(c(v) for c in checks)
     if origin is Literal:
-        return v in args
+        return lambda v: v in args
     if origin is list:
-        return isinstance(v, list | tuple) and all(_fits(x, args[0]) for x in v)
+        item = _compile(args[0])
+        if item is None:
+            return lambda v: isinstance(v, list | tuple)
+        return lambda v: isinstance(v, list | tuple) and all(item(x) for x in v)
     if origin in (dict, Mapping):
-        return isinstance(v, Mapping) and all(
-            isinstance(k, str) and _fits(x, args[1]) for k, x in v.items()
+        value = _compile(args[1])
+        if value is None:
+            return lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)
+        return lambda v: (
+            isinstance(v, Mapping) and all(isinstance(k, str) and value(x) for k, x in v.items())
         )
-    return isinstance(v, origin)
+    if isinstance(tp, type):
+        return lambda v: isinstance(v, tp)
+    raise TypeError(f"no check for field type {tp!r}")
 
 
 # --- the event types -----------------------------------------------------------------------
