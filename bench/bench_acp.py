@@ -82,16 +82,18 @@ def bench_records(n: int) -> None:
                 if isinstance(ev, PermissionRequest):
                     counts["permission"] += 1
                     dec = decide_tool(ev.tool_name, ev.tool_input, worktree=wt, policy=policy)
-                    log.append("permission_decided", {"tool": ev.tool_name, **dec.as_dict()})
+                    log.append_raw("permission_decided", {"tool": ev.tool_name, **dec.as_dict()})
                 elif isinstance(ev, WorkerOutput):
                     counts["output"] += 1
-                    log.append(
+                    log.append_raw(
                         "worker_output",
                         Redacted({"stream": ev.stream, "text": ev.text, **dict(ev.data)}),
                     )
                 elif isinstance(ev, TurnCompleted):
                     counts["turns"] += 1
-                    log.append("turn_completed", {"subtype": ev.subtype, "cost_usd": ev.cost_usd})
+                    log.append_raw(
+                        "turn_completed", {"subtype": ev.subtype, "cost_usd": ev.cost_usd}
+                    )
     total = time.perf_counter() - t
     n_rec = counts["records"]
     print(f"records replayed            {n_rec:,} ({counts})")

@@ -100,17 +100,19 @@ def bench_records(n: int) -> None:
                     dec = decide_tool(
                         ev.tool_name, ev.tool_input, worktree="/work/tree", policy=policy
                     )
-                    log.append("permission_decided", {"tool": ev.tool_name, **dec.as_dict()})
+                    log.append_raw("permission_decided", {"tool": ev.tool_name, **dec.as_dict()})
                     counts["written"] += len(
                         session.answer(ev.request_id, PermissionAnswer(dec.verdict == "allow"))
                     )
                 elif isinstance(ev, WorkerOutput):
                     counts["output"] += 1
                     out = {"stream": ev.stream, "text": ev.text, **dict(ev.data)}
-                    log.append("worker_output", Redacted(out))
+                    log.append_raw("worker_output", Redacted(out))
                 elif isinstance(ev, TurnCompleted):
                     counts["turns"] += 1
-                    log.append("turn_completed", {"subtype": ev.subtype, "cost_usd": ev.cost_usd})
+                    log.append_raw(
+                        "turn_completed", {"subtype": ev.subtype, "cost_usd": ev.cost_usd}
+                    )
     total = time.perf_counter() - t
     n_rec = counts["records"]
     print(f"records replayed            {n_rec:,} ({counts})")

@@ -478,7 +478,7 @@ def bench_events(root: Path, sizes: list[int], n: int, rounds: int = 3) -> dict[
             first = log.last_seq()
             t = time.perf_counter()
             for _ in range(n):
-                log.append("worker_output", data)
+                log.append_raw("worker_output", data)
             dt = time.perf_counter() - t
             assert log.last_seq() == first + n
             log.close()

@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gitsup.events import EventLog  # noqa: E402
+from gitsup.eventtypes import Untyped  # noqa: E402
 from gitsup.ids import TaskId  # noqa: E402
 from gitsup.spec import spec_from_mapping  # noqa: E402
 from gitsup.workers.base import PermissionCancelled, WorkerNote, WorkerOutput  # noqa: E402
@@ -35,7 +36,7 @@ def events(n: int) -> list[object]:
         if i % 50 == 0:
             out.append(PermissionCancelled(f"r{i}"))
         elif i % 50 == 1:
-            out.append(WorkerNote("hook", {"i": i}))
+            out.append(WorkerNote(Untyped("hook", {"i": i})))
         else:
             out.append(WorkerOutput("assistant", f"line {i} " + "x" * 80))
     return out
@@ -70,9 +71,9 @@ def main() -> None:
     t = time.perf_counter()
     for it in items:
         if isinstance(it, WorkerOutput):
-            base_log.append("worker_output", {"stream": it.stream, "text": it.text})
+            base_log.append_raw("worker_output", {"stream": it.stream, "text": it.text})
         else:
-            base_log.append("protocol_noise", {"x": 1})
+            base_log.append_raw("protocol_noise", {"x": 1})
     base = (time.perf_counter() - t) / n * 1e6
 
     dispatch = getattr(sup, "_drive", None) or sup._dispatch  # type: ignore[attr-defined]

@@ -91,17 +91,21 @@ def bench_records(n: int, rounds: int = 3) -> dict[str, float]:
                     counts["permission"] += 1
                     if decide:
                         dec = decide_tool(ev.tool_name, ev.tool_input, worktree=wt, policy=policy)
-                        log.append("permission_decided", {"tool": ev.tool_name, **dec.as_dict()})
+                        log.append_raw(
+                            "permission_decided", {"tool": ev.tool_name, **dec.as_dict()}
+                        )
                     else:
-                        log.append("permission_decided", {"tool": ev.tool_name, **DECISION})
+                        log.append_raw("permission_decided", {"tool": ev.tool_name, **DECISION})
                 elif isinstance(ev, WorkerOutput):
                     counts["output"] += 1
                     data = {"stream": ev.stream, "text": ev.text, **dict(ev.data)}
                     # parse_record redacted it, as in Supervisor._dispatch
-                    log.append("worker_output", Redacted(data))
+                    log.append_raw("worker_output", Redacted(data))
                 elif isinstance(ev, TurnCompleted):
                     counts["turns"] += 1
-                    log.append("turn_completed", {"subtype": ev.subtype, "cost_usd": ev.cost_usd})
+                    log.append_raw(
+                        "turn_completed", {"subtype": ev.subtype, "cost_usd": ev.cost_usd}
+                    )
         total = time.process_time() - t
         log.close()
         for p in d.iterdir():

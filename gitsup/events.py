@@ -27,50 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from gitsup.errors import GitsupError
+from gitsup.eventtypes import REGISTRY, Payload, PayloadError, Seq, Untyped, payload_of
 from gitsup.faults import fault
 from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import task_refs
 from gitsup.redact import Redacted, needs_redaction, redact
 
-EVENT_TYPES = frozenset(
-    {
-        "task_started",
-        "state_changed",
-        "worker_started",
-        "worker_output",
-        "turn_completed",
-        "permission_decided",
-        "acceptance_started",
-        "acceptance_result",
-        "review_started",
-        "review_result",
-        "repair_requested",
-        "decision",
-        "watchdog_timeout",
-        "deadline_approaching",
-        "deadline_reached",
-        "budget_exceeded",
-        "protocol_noise",
-        "candidate_ready",
-        "candidate_parked",
-        "candidate_failed",
-        "wip_saved",
-        "work_imported",
-        "import_refused",
-        "worker_branch_changed",
-        "worker_stopped",
-        "stop_requested",
-        "task_finished",
-        "integrated",
-        "human_input",
-        "human_takeover",
-        "recovered",
-        "model_call",
-        "notification",
-        "permission_pending",
-    }
-)
+# Every type with a payload class (gitsup/eventtypes.py); other types are kept as they are.
+EVENT_TYPES = frozenset(REGISTRY)
 
 _TAIL_BLOCK = 64 * 1024
 # json.dumps(obj, separators=(",", ":"), default=str), without building an encoder per call.
@@ -97,11 +62,18 @@ _SEAL_TRAILER = re.compile(r"^Sup-Sealed: seq=(\d+) offset=(\d+)(?: file=(\d+))?
 
 @dataclass(frozen=True)
 class Event:
-    seq: int
+    """One record of the log. `data` is the record's data as written; `payload` reads it as
+    its type's payload class (`Untyped` for a type without one or a record that does not fit)."""
+
+    seq: Seq
     ts: float
-    task: str
+    task: TaskId
     type: str
     data: dict[str, Any]
+
+    @property
+    def payload(self) -> Payload:
+        return payload_of(self.type, self.data)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -277,7 +249,17 @@ class EventLog:
 
     # --- API --------------------------------------------------------------------------
 
-    def append(self, type: str, data: Mapping[str, Any] | None = None) -> Event:
+    def append(self, payload: Payload) -> Event:
+        """Append one event: its type and data are the payload's. A type with a payload
+        class is written only through that class, never as `Untyped` data."""
+        if isinstance(payload, Untyped) and payload.type in REGISTRY:
+            raise PayloadError(f"{payload.type} has a payload class: {REGISTRY[payload.type]}")
+        data = payload.to_data()
+        return self.append_raw(payload.event_type, Redacted(data) if payload.PRE_REDACTED else data)
+
+    def append_raw(self, type: str, data: Mapping[str, Any] | None = None) -> Event:
+        """Append a record of `type` with `data` as given (the log's own mechanics; events
+        are written with `append` and their payload class)."""
         payload = dict(data or {})
         body = _dumps(payload)
         if not isinstance(data, Redacted) and needs_redaction(body):
@@ -327,7 +309,7 @@ class EventLog:
         # would leave a torn line, repaired by the next append's tail read).
         self._known_seq = seq if written == len(line) else None
         self._known_size = size + written
-        return Event(seq, ts, self.task, type, payload)
+        return Event(Seq(seq), ts, self.task, type, payload)
 
     def last_seq(self) -> int:
         with self.locked() as fd:
@@ -440,9 +422,9 @@ def _parse(line: bytes) -> Event | None:
         return None
     data = obj.get("data")
     return Event(
-        seq=obj["seq"],
+        seq=Seq(obj["seq"]),
         ts=float(obj.get("ts", 0.0)),
-        task=str(obj.get("task", "")),
+        task=TaskId(str(obj.get("task", ""))),
         type=str(obj.get("type", "")),
         data=data if isinstance(data, dict) else {},
     )

@@ -4,11 +4,12 @@ finaliser (wip snapshot, candidate ref and note, `candidate_*`, the lease)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
 from typing import Any
 
+from gitsup import eventtypes as et
 from gitsup.errors import GitsupError
 from gitsup.events import EventLog
+from gitsup.eventtypes import EmitFn
 from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo, RefConflict
 from gitsup.gitstate import ImportRefused, import_tree, import_work, open_worktree
 from gitsup.ids import Oid
@@ -29,7 +30,7 @@ class Finaliser:
         journal: Journal,
         launcher: Launcher,
         *,
-        emit: Callable[[str, Mapping[str, Any]], object],
+        emit: EmitFn,
     ) -> None:
         self.repo = repo
         self.layout = layout
@@ -67,7 +68,7 @@ class Finaliser:
             reason = f"import refused: {exc.message}"
             if reason != self._import_refused:
                 self._import_refused = reason
-                self.emit("import_refused", {"reason": exc.message})
+                self.emit(et.ImportRefused(reason=exc.message))
             if reason not in self.record.reasons:
                 self.record.reasons.append(reason)
             return reason
@@ -75,21 +76,17 @@ class Finaliser:
         if res is None:
             return None
         if res.ref != self._worker_ref:
-            self.emit(
-                "worker_branch_changed",
-                {"from": self._worker_ref, "to": res.ref, "tip": res.tip},
-            )
+            self.emit(et.WorkerBranchChanged(from_=self._worker_ref, to=res.ref, tip=res.tip))
             self._worker_ref = res.ref
         if res.moved:
             self.emit(
-                "work_imported",
-                {
-                    "branch": self.record.branch,
-                    "from": res.previous,
-                    "to": res.tip,
-                    "objects": res.objects,
-                    "bytes": res.bytes,
-                },
+                et.WorkImported(
+                    branch=self.record.branch,
+                    from_=res.previous,
+                    to=res.tip,
+                    objects=res.objects,
+                    size=res.bytes,
+                )
             )
         return None
 
@@ -107,7 +104,7 @@ class Finaliser:
                 + "; the worktree lease stays held (see `git sup doctor`, "
                 "`git sup doctor --fix`)"
             )
-            self.emit("worker_left_behind", {"what": left, "lease": self.launcher.lease.path})
+            self.emit(et.WorkerLeftBehind(what=left, lease=str(self.launcher.lease.path)))
         if self.import_work() is not None and final == State.COMPLETED:
             final = State.BLOCKED
         status = STATUS_OF[final]
@@ -128,20 +125,20 @@ class Finaliser:
         self.record.status = status
         self.record.finished_at = time.time()
         self.record.exit_code = EXIT_OF[status]
-        kind = {
-            Status.READY: "candidate_ready",
-            Status.PARKED: "candidate_parked",
-            Status.STOPPED: "candidate_parked",
-        }.get(status, "candidate_failed")
-        self.emit(kind, {"candidate": self.record.candidate, "reasons": self.record.reasons})
+        cand, reasons = self.record.candidate, list(self.record.reasons)
+        if status == Status.READY:
+            self.emit(et.CandidateReady(candidate=cand, reasons=reasons))
+        elif status in (Status.PARKED, Status.STOPPED):
+            self.emit(et.CandidateParked(candidate=cand, reasons=reasons))
+        else:
+            self.emit(et.CandidateFailed(candidate=cand, reasons=reasons))
         return final
 
     def close(self, final: State) -> None:
         """After the terminal transition: `task_finished`, the last seal, the lease."""
         status = STATUS_OF[final]
         self.emit(
-            "task_finished",
-            {"state": final.value, "status": status.value, "exit_code": self.record.exit_code},
+            et.TaskFinished(state=final.value, status=status.value, exit_code=self.record.exit_code)
         )
         self.journal.save(final)
         self.journal.seal(f"task finished: {status.value}")
@@ -170,7 +167,7 @@ class Finaliser:
             self.record.not_captured = omitted
             if tree == self.repo.tree_of(parent):
                 if omitted:
-                    self.emit("wip_saved", {"ref": None, "commit": None, "not_captured": omitted})
+                    self.emit(et.WipSaved(ref=None, commit=None, not_captured=omitted))
                 return
             import_tree(self.repo, self.layout, self.task, tree)
             commit = self.repo.commit_tree(
@@ -183,10 +180,10 @@ class Finaliser:
             old = self.repo.ref_target(ref)
             self.repo.update_ref(ref, commit, old=old, message=f"gitsup: wip of {self.task}")
         except (GitsupError, OSError) as exc:
-            self.emit("protocol_noise", {"error": f"wip snapshot failed: {exc}"})
+            self.emit(et.ProtocolNoise(error=f"wip snapshot failed: {exc}"))
             return
         self.record.wip = commit
-        self.emit("wip_saved", {"ref": ref, "commit": commit, "not_captured": omitted})
+        self.emit(et.WipSaved(ref=ref, commit=commit, not_captured=omitted))
 
     def _write_candidate(self, head: Oid, status: Status) -> None:
         ref = task_refs(self.task)["candidate"]

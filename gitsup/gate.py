@@ -8,7 +8,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from gitsup import eventtypes as et
 from gitsup.decider import DeciderError, RulesDecider, TurnContext, TurnDecision
+from gitsup.eventtypes import EmitFn
 from gitsup.git import GitRepo
 from gitsup.spec import TaskSpec
 from gitsup.taskio import Decided, Gated
@@ -22,7 +24,6 @@ from gitsup.workers.base import (
 )
 
 T = TypeVar("T")
-Emit = Callable[[str, Mapping[str, Any]], object]
 
 
 class Gate:
@@ -33,7 +34,7 @@ class Gate:
         task: str,
         worktree: str,
         *,
-        emit: Emit,
+        emit: EmitFn,
         abort: threading.Event,
         sandboxed: Callable[[], bool],
     ) -> None:
@@ -64,7 +65,7 @@ class Gate:
             try:
                 return fn()
             except DeciderError as exc:
-                self.emit("decision", {"on": what, "attempt": n, "error": str(exc)[:500]})
+                self.emit(et.Decision(on=what, attempt=n, error=str(exc)[:500]))
         return None
 
     def answer(self, req: PermissionRequest, worker: WorkerAdapter | None) -> Gated:
@@ -86,7 +87,7 @@ class Gate:
             answer = PermissionAnswer(False, unattended_denial(decision))
         else:
             is_question = req.tool_name == "AskUserQuestion"
-            self.emit("permission_pending", {"request_id": req.request_id, "tool": req.tool_name})
+            self.emit(et.PermissionPending(request_id=req.request_id, tool=req.tool_name))
             text = self.with_retries(
                 "question" if is_question else "ask",
                 (lambda: self.decider.answer_question(req.tool_input))
@@ -110,15 +111,18 @@ class Gate:
             except (WorkerError, OSError):
                 pass
         self.emit(
-            "permission_decided",
-            {
-                "request_id": req.request_id,
-                "tool": req.tool_name,
-                "input": summarize_input(req.tool_input),
-                **decision.as_dict(),
-                "answer": "allow" if answer.allow else "deny",
-                "message": answer.message,
-            },
+            et.PermissionDecided(
+                request_id=req.request_id,
+                tool=req.tool_name,
+                input=summarize_input(req.tool_input),
+                verdict=decision.verdict,
+                rule=decision.rule,
+                reason=decision.reason,
+                part=decision.part,
+                sandboxed=decision.sandboxed,
+                answer="allow" if answer.allow else "deny",
+                message=answer.message,
+            )
         )
         return Gated(park=park, stalled=stalled)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from gitsup.errors import GitsupError
 from gitsup.events import Event, EventLog
+from gitsup.eventtypes import Payload, ProtocolNoise
 from gitsup.git import GitRepo, RefConflict
 from gitsup.ids import TaskId
 from gitsup.layout import Layout
@@ -48,9 +48,9 @@ class Journal:
         self.notifier = notify.notifier_for(repo, layout, spec, task)
         self.lock = threading.RLock()  # the egress gate reports from its own thread
 
-    def emit(self, type: str, data: Mapping[str, Any] | None = None) -> Event:
+    def emit(self, payload: Payload) -> Event:
         with self.lock:
-            ev = self.log.append(type, data)
+            ev = self.log.append(payload)
             if self.on_event is not None:
                 with contextlib.suppress(Exception):
                     self.on_event(ev)
@@ -73,7 +73,7 @@ class Journal:
                 self.log.seal(self.repo, reason)
             except (GitsupError, RefConflict) as exc:
                 # Sealing is retried at the next transition; the WAL keeps every event.
-                self.log.append("protocol_noise", {"error": f"seal failed: {exc}"})
+                self.log.append(ProtocolNoise(error=f"seal failed: {exc}"))
 
     def close(self) -> None:
         self.log.close()

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gitsup import eventtypes as et
 from gitsup.contain import (
     Cgroup,
     bootstrap_argv,
@@ -23,6 +24,7 @@ from gitsup.contain import (
     sweep_marked,
 )
 from gitsup.errors import GitsupError
+from gitsup.eventtypes import EmitFn
 from gitsup.faults import fault
 from gitsup.git import GitRepo
 from gitsup.ids import TaskId
@@ -56,7 +58,7 @@ class Launcher:
         journal: Journal,
         lease: Lease,
         *,
-        emit: Callable[[str, Mapping[str, Any]], object],
+        emit: EmitFn,
         save: Callable[[], None],
         inbox: Inbox,
         abort: threading.Event,
@@ -406,14 +408,18 @@ class Launcher:
             )
         self.record.spawn_pending = False
         self.emit(
-            "worker_started",
-            {
-                "kind": self.spec.worker.kind,
-                "argv": list(self.spec.worker.argv),
-                **ident.as_dict(),
-                "network": self.net.describe,
-                "sandbox": self.record.sandbox,
-            },
+            et.WorkerStarted(
+                kind=self.spec.worker.kind,
+                argv=list(self.spec.worker.argv),
+                pid=ident.pid,
+                start_time=ident.start_time,
+                pgid=ident.pgid,
+                cgroup=ident.cgroup,
+                cgroup_inode=ident.cgroup_inode,
+                extra=dict(ident.extra),
+                network=self.net.describe,
+                sandbox=self.record.sandbox,
+            )
         )
         self.save()
 
@@ -431,7 +437,7 @@ class Launcher:
         except (WorkerError, OSError) as exc:
             how = f"stop failed: {exc}"
         if announce:
-            self.emit("worker_stopped", {"reason": why, "how": how})
+            self.emit(et.WorkerStopped(reason=why, how=how))
         self.cleanup_cgroup()
         self.exit_stack.close()
 
@@ -444,21 +450,18 @@ class Launcher:
                 self.swept = True
                 swept = sweep_marked(self.task)
                 self.emit(
-                    "worker_stopped",
-                    {
-                        "containment": "process group + descendant sweep",
-                        "guarantee": "weaker: a descendant that left the process group and "
+                    et.WorkerStopped(
+                        containment="process group + descendant sweep",
+                        guarantee="weaker: a descendant that left the process group and "
                         "cleared GITSUP_TASK from its environment can escape",
-                        "swept": swept,
-                    },
+                        swept=swept,
+                    )
                 )
             return
         empty = cg.kill(timeout=self.spec.worker.stop_grace + 5)
         removed = cg.remove() if empty else False
         self.swept = True  # the cgroup, proven empty, is the stronger guarantee
-        self.emit(
-            "worker_stopped", {"cgroup": str(cg.path), "verified_empty": empty, "removed": removed}
-        )
+        self.emit(et.WorkerStopped(cgroup=str(cg.path), verified_empty=empty, removed=removed))
         if not empty:
             self.record.reasons.append(f"cgroup {cg.path} could not be emptied")
             self.left_cgroups.append(f"cgroup {cg.path} still has processes")

@@ -17,12 +17,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gitsup.eventtypes import ModelCall
+
 if TYPE_CHECKING:
     from gitsup.repo import Context
 
 _local = threading.local()
 
-CallSink = Callable[[dict[str, Any]], object]
+CallSink = Callable[[ModelCall], object]
 
 
 def bind_call_sink(sink: CallSink | None) -> None:
@@ -36,11 +38,11 @@ def report_call(role: str, cost_usd: float | None, usage: Mapping[str, Any] | No
         return
     try:
         sink(
-            {
-                "role": role,
-                "cost_usd": float(cost_usd) if cost_usd is not None else None,
-                "usage": dict(usage or {}),
-            }
+            ModelCall(
+                role=role,
+                cost_usd=float(cost_usd) if cost_usd is not None else None,
+                usage=dict(usage or {}),
+            )
         )
     except Exception:  # accounting never breaks a review or a decision
         return

@@ -14,9 +14,9 @@ directly from where it is, never through states it did not pass.
 
 from __future__ import annotations
 
+from gitsup import eventtypes as et
 from gitsup import prompts
 from gitsup.decider import TurnDecision
-from gitsup.redact import Redacted
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL, TRANSITIONS, InvalidTransition, State
 from gitsup.taskio import (
@@ -146,16 +146,15 @@ class TaskMachine:
         if isinstance(item, WorkerOutput):
             self.last_progress = now
             # redacted by the adapter where it read the output
-            data = Redacted({"stream": item.stream, "text": item.text, **dict(item.data)})
-            return [Emit("worker_output", data)]
+            return [Emit(et.WorkerOutput(stream=item.stream, text=item.text, more=item.data))]
         if isinstance(item, ProtocolNoise):
-            return [Emit("protocol_noise", {"line": item.line[:2000], "error": item.error})]
+            return [Emit(et.ProtocolNoise(line=item.line[:2000], error=item.error))]
         if isinstance(item, WorkerNote):
-            return [Emit(item.type, dict(item.data))]
+            return [Emit(item.payload)]
         if isinstance(item, PermissionRequest):
             return [AnswerPermission(item)]
         if isinstance(item, PermissionCancelled):
-            return [Emit("permission_decided", {"request_id": item.request_id, "cancelled": True})]
+            return [Emit(et.PermissionDecided(request_id=item.request_id, cancelled=True))]
         if isinstance(item, Gated):
             return self._gated(item)
         if isinstance(item, TurnCompleted):
@@ -216,7 +215,7 @@ class TaskMachine:
 
     def _stop(self, reason: str) -> list[Effect]:
         return [
-            Emit("stop_requested", {"reason": reason}),
+            Emit(et.StopRequested(reason=reason)),
             AddReason(f"stopped: {reason}"),
             *self._finish(State.STOPPED),
         ]
@@ -272,7 +271,7 @@ class TaskMachine:
 
     def _stalled(self, why: str) -> tuple[str, list[Effect]]:
         reason = f"worker input stalled: {why}"
-        return reason, [Emit("worker_input_stalled", {"reason": why}), AddReason(reason, once=True)]
+        return reason, [Emit(et.WorkerInputStalled(reason=why)), AddReason(reason, once=True)]
 
     def _gated(self, g: Gated) -> list[Effect]:
         out: list[Effect] = []
@@ -290,25 +289,26 @@ class TaskMachine:
         if self.state == State.PAUSED:
             # A person drives the worker: record the turn, decide nothing.
             self.turns += int(tc.num_turns or 0)
-            data = {"subtype": tc.subtype, "result": (tc.result or "")[:4000], "paused": True}
-            return [Emit("turn_completed", data)]
+            paused = et.TurnCompleted(
+                subtype=tc.subtype, result=(tc.result or "")[:4000], paused=True
+            )
+            return [Emit(paused)]
         self.last_progress = now
         self.turns += int(tc.num_turns or 1)
         if tc.cost_usd:
             self.cost_usd = round(self.cost_usd + float(tc.cost_usd), 6)
         out: list[Effect] = [
             Emit(
-                "turn_completed",
-                {
-                    "subtype": tc.subtype,
-                    "is_error": tc.is_error,
-                    "result": (tc.result or "")[:4000],
-                    "cost_usd": tc.cost_usd,
-                    "num_turns": tc.num_turns,
-                    "session_id": tc.session_id,
-                    "usage": dict(tc.usage),
-                    "round": self.repair_rounds,
-                },
+                et.TurnCompleted(
+                    subtype=tc.subtype,
+                    is_error=tc.is_error,
+                    result=(tc.result or "")[:4000],
+                    cost_usd=tc.cost_usd,
+                    num_turns=tc.num_turns,
+                    session_id=tc.session_id,
+                    usage=dict(tc.usage),
+                    repair_round=self.repair_rounds,
+                )
             )
         ]
         if self.state == State.RUNNING:
@@ -329,7 +329,7 @@ class TaskMachine:
             final = State.FAILED if failure.kind == "auth" else State.BLOCKED
             return [
                 *out,
-                Emit("model_error", failure.as_dict()),
+                Emit(et.typed("model_error", failure.as_dict())),
                 AddReason(reason),
                 AddReason(f"what to do: {failure.hint}"),
                 self._stop_worker(reason),
@@ -346,7 +346,7 @@ class TaskMachine:
             return []
         over = self._budget_exceeded()
         if over:
-            return [AddReason(over), Emit("budget_exceeded", {"reason": over}), *self._park(over)]
+            return [AddReason(over), Emit(et.BudgetExceeded(reason=over)), *self._park(over)]
         self._deciding = tc
         return [Decide(tc)]
 
@@ -375,7 +375,14 @@ class TaskMachine:
             )
         out: list[Effect] = [
             RecordDecision({"on": "turn_completed", **decision.as_dict()}),
-            Emit("decision", decision.as_dict()),
+            Emit(
+                et.Decision(
+                    action=decision.action,
+                    message=decision.message,
+                    reason=decision.reason,
+                    source=decision.source,
+                )
+            ),
         ]
         if decision.action == "verify":
             return [*out, *self._verify()]
@@ -407,12 +414,9 @@ class TaskMachine:
         self.worker_gone = True
         out: list[Effect] = [
             Emit(
-                "worker_stopped",
-                {
-                    "returncode": ex.returncode,
-                    "signal": ex.signal,
-                    "classification": ex.classification,
-                },
+                et.WorkerStopped(
+                    returncode=ex.returncode, signal=ex.signal, classification=ex.classification
+                )
             )
         ]
         if self.state != State.RUNNING:
@@ -428,20 +432,20 @@ class TaskMachine:
     def _human_input(self, h: HumanInput, now: float) -> list[Effect]:
         self.last_progress = now
         self.turn_active = True
-        out: list[Effect] = [Emit("human_input", {"text": h.text})]
+        out: list[Effect] = [Emit(et.HumanInput(text=h.text))]
         if self.state not in (State.RUNNING, State.WAITING):
             return out
         if self.state == State.WAITING:
             out.append(self._go(State.RUNNING, "a person typed into the worker"))
-        out.append(Emit("human_takeover", {"resume_with": f"git sup resume-auto {self.task}"}))
+        out.append(Emit(et.HumanTakeover(resume_with=f"git sup resume-auto {self.task}")))
         out.append(self._go(State.PAUSED, "human takeover: automatic turns pause"))
         return out
 
     def _resume_auto(self, now: float) -> list[Effect]:
         if self.state != State.PAUSED:
-            return [Emit("resume_auto", {"ignored": True, "state": self.state.value})]
+            return [Emit(et.ResumeAuto(ignored=True, state=self.state.value))]
         out: list[Effect] = [
-            Emit("resume_auto", {"turn_active": self.turn_active}),
+            Emit(et.ResumeAuto(turn_active=self.turn_active)),
             self._go(State.RUNNING, "automatic turns resume"),
         ]
         self.last_progress = now
@@ -459,7 +463,8 @@ class TaskMachine:
         if name == "deadline_approaching":
             self.fired.add(name)
             left = max(0.0, (self.deadline_at() or 0.0) - now)
-            out: list[Effect] = [Emit("deadline_approaching", {"seconds_left": round(left, 1)})]
+            warn = et.DeadlineApproaching(seconds_left=round(left, 1))
+            out: list[Effect] = [Emit(warn)]
             if self.has_worker and self.repairable and not self.turn_active:
                 msg = prompts.deadline_warning(left)
                 out.append(SendTurn(msg, key="deadline_approaching", purpose="deadline"))
@@ -468,7 +473,7 @@ class TaskMachine:
             self.fired.add(name)
             grace = b.closeout()
             busy = self.turn_active
-            out = [Emit("deadline_reached", {"closeout_grace": grace, "busy": busy})]
+            out = [Emit(et.DeadlineReached(closeout_grace=grace, busy=busy))]
             if busy and grace <= 0:
                 return [*out, *self._watchdog("deadline")]
             if busy:
@@ -498,7 +503,7 @@ class TaskMachine:
         )
         reason = f"watchdog: {what}"
         return [
-            Emit("watchdog_timeout", {"kind": kind, "limit": limit}),
+            Emit(et.WatchdogTimeout(kind=kind, limit=limit)),
             AddReason(reason),
             *self._park(reason),
         ]
@@ -519,9 +524,11 @@ class TaskMachine:
         message = prompts.repair_message(list(v.reasons), list(v.results), list(v.findings))
         self.repair_rounds += 1
         self._repair = v
-        data = {"round": self.repair_rounds, "problems": list(v.reasons), "message": message}
+        req = et.RepairRequested(
+            repair_round=self.repair_rounds, problems=list(v.reasons), message=message
+        )
         return [
-            Emit("repair_requested", data),
+            Emit(req),
             SendTurn(message, key=f"repair-{self.repair_rounds}", purpose="repair"),
         ]
 

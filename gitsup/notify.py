@@ -202,11 +202,12 @@ class Notifier:
             except Exception as exc:  # recorded, never raised into anything else
                 results.append({"channel": name, "ok": False, "error": f"{type(exc).__name__}"})
         from gitsup.events import EventLog
+        from gitsup.eventtypes import Notification
         from gitsup.ids import TaskId
 
         with contextlib.suppress(Exception), EventLog(self.events_path, TaskId(self.task)) as log:
             for r in results:
-                log.append("notification", {"event": event, **r})
+                log.append(Notification(event=event, result=r))
 
     def _run_command(self, body: bytes) -> dict[str, Any]:
         from gitsup.errors import GitsupError
@@ -355,10 +356,12 @@ def notifier_for(repo: Any, layout: Any, spec: Any, task: str) -> Notifier | Non
         )
     except Exception as exc:  # never a reason for the task to fail
         from gitsup.events import EventLog
+        from gitsup.eventtypes import Notification
 
         with contextlib.suppress(Exception), EventLog(layout.events(tid), tid) as log:
             log.append(
-                "notification",
-                {"event": "setup", "ok": False, "error": getattr(exc, "message", str(exc))},
+                Notification(
+                    event="setup", result={"ok": False, "error": getattr(exc, "message", str(exc))}
+                )
             )
         return None

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gitsup import eventtypes as et
 from gitsup import proc
 from gitsup.boundary.integrate import (
     _record,
@@ -135,16 +136,15 @@ class Runner(CompositionTester):
             raise QueueError(f"no branch {self.q.branch} to integrate into")
         lease = self._acquire()
         try:
-            self.q.event("queue_run_started", {"pid": os.getpid()})
+            self.q.event(et.QueueRunStarted(pid=os.getpid()))
             self._reconcile()
             self._loop()
         finally:
             self.res.wall_seconds = round(time.monotonic() - start, 3)
             self.res.target = self.repo.ref_target(self.q.target_ref) or ""
+            done = {k: v for k, v in self.res.as_dict().items() if k != "sent_back"}
             self.q.event(
-                "queue_run_finished",
-                {k: v for k, v in self.res.as_dict().items() if k != "sent_back"},
-                seal="queue run finished",
+                et.QueueRunFinished(into=done.pop("into"), result=done), seal="queue run finished"
             )
             self._cleanup()
             self.ctx.leases.release(lease)
@@ -171,7 +171,7 @@ class Runner(CompositionTester):
                     e.status, e.integration_commit = "integrated", done[e.task]
                     e.finished_at = time.time()
         self.res.resumed += list(done)
-        self.q.event("queue_resumed", {"integrated": done}, seal="resumed")
+        self.q.event(et.QueueResumed(integrated=done), seal="resumed")
 
     def _integration_of(self, target: Oid, candidate: str) -> str:
         tip: Oid | None = target
@@ -402,10 +402,8 @@ class Runner(CompositionTester):
                     e.finished_at = time.time()
         self.res.integrated += list(done)
         for s, commit in made:
-            self.q.event("queue_integrated", {"task": s.entry.task, "commit": commit})
-        self.q.event(
-            "queue_target_moved", {"from": base, "to": tip}, seal=f"{self.q.branch} at {tip[:12]}"
-        )
+            self.q.event(et.QueueIntegrated(task=TaskId(s.entry.task), commit=Oid(commit)))
+        self.q.event(et.QueueTargetMoved(from_=base, to=tip), seal=f"{self.q.branch} at {tip[:12]}")
 
     @property
     def target_ref_name(self) -> str:
@@ -427,7 +425,10 @@ class Runner(CompositionTester):
                     x.finished_at = time.time()
         item = {"task": e.task, "kind": kind, "reason": reason, "evidence": evidence}
         self.res.sent_back.append(item)
-        self.q.event("queue_parked", dict(item), seal=f"parked {e.task}")
+        self.q.event(
+            et.QueueParked(task=TaskId(e.task), kind=kind, reason=reason, evidence=evidence),
+            seal=f"parked {e.task}",
+        )
         self.say(f"{e.task}: {kind}: {reason}")
         if park_task:
             # started once the batch has landed: the repair's base is the new target
@@ -446,7 +447,7 @@ class Runner(CompositionTester):
                     if x.task == e.task and x.status == "parked" and not x.repair_task:
                         x.status, x.repair_task = "repair", repair
             self.q.event(
-                "queue_repair", {"task": e.task, "repair_task": repair}, seal=f"repair {e.task}"
+                et.QueueRepair(task=TaskId(e.task), repair_task=repair), seal=f"repair {e.task}"
             )
             self.say(f"{e.task}: repair task {repair} started")
 
@@ -537,7 +538,7 @@ class Runner(CompositionTester):
                 else:
                     e.reason += f"; repair task {e.repair_task} did not end ready"
         for task, (outcome, _cand) in done.items():
-            self.q.event("queue_repair_finished", {"task": task, "outcome": outcome})
+            self.q.event(et.QueueRepairFinished(task=TaskId(task), outcome=outcome))
 
     def _park_task(self, e: Entry, reason: str, evidence: dict[str, Any]) -> None:
         tid = TaskId(e.task)
@@ -557,8 +558,9 @@ class Runner(CompositionTester):
             self.repo.write_note(Oid(e.candidate), json.dumps(data, indent=2) + "\n")
             with EventLog(self.ctx.layout.events(tid), tid) as log:
                 log.append(
-                    "candidate_parked",
-                    {"by": "queue", "into": self.q.branch, "reason": reason, "evidence": evidence},
+                    et.CandidateParked(
+                        by="queue", into=self.q.branch, reason=reason, evidence=evidence
+                    )
                 )
                 log.seal(self.repo, f"parked by the queue into {self.q.branch}")
             record = self.ctx.store.load(tid)

@@ -17,6 +17,7 @@ from typing import Any
 from gitsup import proc
 from gitsup.checks import run_check
 from gitsup.errors import Exit, GitsupError
+from gitsup.eventtypes import QueueTested
 from gitsup.git import GitRepo
 from gitsup.ids import Oid
 from gitsup.queue_state import MAX_RESULTS, Entry, Queue
@@ -106,13 +107,12 @@ class CompositionTester:
                 del st.results[old]
         failed = [{"name": r.name, "output_tail": r.output_tail} for r in results if not r.passed]
         self.q.event(
-            "queue_tested",
-            {
-                "tasks": [st.entry.task for st in steps[:k]],
-                "tree": s.tree,
-                "passed": not failed,
-                "checks": [{"name": r.name, "passed": r.passed} for r in results],
-            },
+            QueueTested(
+                tasks=[st.entry.task for st in steps[:k]],
+                tree=s.tree,
+                passed=not failed,
+                checks=[{"name": r.name, "passed": r.passed} for r in results],
+            )
         )
         return not failed, failed
 

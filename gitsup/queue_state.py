@@ -15,6 +15,7 @@ from typing import Any
 
 from gitsup.errors import GitsupError
 from gitsup.events import EventLog
+from gitsup.eventtypes import Payload, QueueAdded, QueueRemoved
 from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_refs
@@ -168,9 +169,9 @@ class Queue:
                 self.ref, name=STATE_FILE, data=state.as_json(), message=what, expected_old=tip
             )
 
-    def event(self, type: str, data: dict[str, Any], *, seal: str | None = None) -> None:
+    def event(self, payload: Payload, *, seal: str | None = None) -> None:
         with self.log:
-            self.log.append(type, data)
+            self.log.append(payload)
             if seal:
                 self.log.seal(self.repo, seal)
 
@@ -212,7 +213,7 @@ def add(ctx: Context, tasks: Sequence[str], into: str | None = None) -> QueueSta
                 raise QueueError(f"task {task} was already integrated into {q.branch}")
             state.entries.append(Entry(task=task, candidate=cand, added_at=time.time()))
     for task, cand, _note in found:
-        q.event("queue_added", {"task": task, "candidate": cand}, seal=f"queued {task}")
+        q.event(QueueAdded(task=TaskId(task), candidate=Oid(cand)), seal=f"queued {task}")
     return q.read()[0]
 
 
@@ -229,7 +230,7 @@ def remove(ctx: Context, task: str, into: str | None = None) -> QueueState:
             if e is None or e.status != "queued":
                 raise QueueError(f"task {task} left the queue meanwhile ({e.status if e else '-'})")
             e.status, e.reason, e.finished_at = "removed", "removed by a person", time.time()
-        q.event("queue_removed", {"task": task}, seal=f"removed {task}")
+        q.event(QueueRemoved(task=TaskId(task)), seal=f"removed {task}")
         return q.read()[0]
     raise QueueError(f"task {task} is not queued", hint="`git sup queue` lists the queues")
 

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from gitsup.errors import GitsupError
+from gitsup.ids import Oid, TaskId
 from gitsup.state import State, Status
 
 RECORD_VERSION = 1
@@ -48,18 +49,18 @@ class TaskRecord(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     version: int = RECORD_VERSION
-    id: str
+    id: TaskId
     state: State = State.IDLE
     status: Status = Status.PENDING
     goal: str = ""
-    baseline: str = ""
+    baseline: Oid = Oid("")
     base_rev: str = "HEAD"
     source_branch: str | None = None
     branch: str = ""
     worktree: str = ""
-    candidate: str | None = None
-    head: str | None = None
-    wip: str | None = None
+    candidate: Oid | None = None
+    head: Oid | None = None
+    wip: Oid | None = None
     checks: list[CheckResult] = Field(default_factory=list)
     review: ReviewResult | None = None
     turns: int = 0
@@ -91,10 +92,10 @@ class CandidateNote(BaseModel):
     """The JSON note on a candidate commit in `refs/notes/sup`."""
 
     schema_: str = Field(default=NOTE_SCHEMA, alias="schema")
-    task: str
+    task: TaskId
     status: Status
-    baseline: str
-    candidate: str
+    baseline: Oid
+    candidate: Oid
     branch: str
     goal: str
     checks: list[CheckResult]

@@ -255,7 +255,7 @@ def doctor(ctx: Context, *, fix: bool) -> list[DoctorFinding]:
     for lease in ctx.leases.all():
         if lease.owner_alive:
             continue
-        held_by = records.get(lease.task)
+        held_by = records.get(TaskId(lease.task))
         if held_by is not None and held_by.left_behind:
             continue  # reported above: released once the worker is proven gone
         f = DoctorFinding(
@@ -269,7 +269,7 @@ def doctor(ctx: Context, *, fix: bool) -> list[DoctorFinding]:
     if find_cgroup_base() is not None:
         for cg in list_gitsup_cgroups():
             task = cg.name[:15]  # <task id>-w<n> or <task id>-c<hex>
-            owner_rec = records.get(task)
+            owner_rec = records.get(TaskId(task))
             if owner_rec is None:
                 continue  # another repository's task: not ours to judge
             owner = _owner(owner_rec)

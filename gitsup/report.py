@@ -16,6 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gitsup import eventtypes as et
+from gitsup.eventtypes import given
+
 if TYPE_CHECKING:
     from gitsup.repo import Context
 
@@ -127,55 +130,57 @@ def _repro(cmd: list[str]) -> str:
 
 def _summary(t: str, d: Mapping[str, Any]) -> str:
     """One escaped HTML cell for an event."""
-    if t == "state_changed":
-        s = f"{e(d.get('from'))} &rarr; <b>{e(d.get('to'))}</b>"
-        return s + (f" ({e(d['reason'])})" if d.get("reason") else "")
-    if t == "turn_completed":
-        usage = d.get("usage") or {}
-        toks = ", ".join(f"{k} {v}" for k, v in usage.items() if isinstance(v, int))
-        s = (
-            f"{e(d.get('subtype'))}; cost ${float(d.get('cost_usd') or 0):.4f}"
-            f"; round {e(d.get('round', 0))}" + (f"; tokens: {e(toks)}" if toks else "")
-        )
-        if d.get("result"):
-            s += f"<pre>{e(str(d['result'])[:2000])}</pre>"
-        return s
-    if t == "permission_decided":
-        if d.get("cancelled"):
-            return "cancelled"
-        cls = "ok" if d.get("answer") == "allow" else "bad"
-        inp = json.dumps(d.get("input") or {}, ensure_ascii=False)[:400]
-        return (
-            f"{e(d.get('tool'))}: <span class='{cls}'>{e(d.get('answer'))}</span> "
-            f"(verdict {e(d.get('verdict'))}, rule <code>{e(d.get('rule'))}</code>)"
-            f"<pre>{e(inp)}</pre>" + (f"<div>{e(d['message'])}</div>" if d.get("message") else "")
-        )
-    if t == "acceptance_result":
-        ok = bool(d.get("passed"))
-        s = (
-            f"{e(d.get('name'))}: <span class='{'ok' if ok else 'bad'}'>"
-            f"{'passed' if ok else 'FAILED'}</span> (exit {e(d.get('exit_code'))}, "
-            f"{e(d.get('duration'))}s) <code>{e(shlex.join(map(str, d.get('argv') or [])))}</code>"
-        )
-        tail = str(d.get("output_tail") or "")
-        if tail:
-            s += f"<pre>{e(tail[-4000:])}</pre>"
-        return s
-    if t == "review_result":
-        if d.get("error"):
-            return f"attempt {e(d.get('attempt'))}: <span class='bad'>{e(d['error'])}</span>"
-        return f"verdict <b>{e(d.get('verdict'))}</b>" + _findings(d.get("findings"))
-    if t == "repair_requested":
-        probs = "".join(f"<li>{e(p)}</li>" for p in d.get("problems") or [])
-        return f"<b>repair round {e(d.get('round'))}</b><ul>{probs}</ul>"
-    if t == "decision":
-        if d.get("error"):
-            return f"<span class='bad'>{e(d.get('on'))}: {e(d['error'])}</span>"
-        return f"{e(d.get('action'))}" + (f": {e(d['reason'])}" if d.get("reason") else "")
-    if t == "model_call":
-        return f"{e(d.get('role'))}: ${float(d.get('cost_usd') or 0):.4f}"
-    if t == "worker_output":
-        return f"<pre>{e(str(d.get('text', ''))[-2000:])}</pre>"
+    match et.payload_of(t, d):
+        case et.StateChanged() as p:
+            s = f"{e(p.from_)} &rarr; <b>{e(p.to)}</b>"
+            return s + (f" ({e(p.reason)})" if p.reason else "")
+        case et.TurnCompleted() as p:
+            usage = given(p.usage) or {}
+            toks = ", ".join(f"{k} {v}" for k, v in usage.items() if isinstance(v, int))
+            cost = given(p.cost_usd) or 0.0
+            s = f"{e(p.subtype)}; cost ${cost:.4f}; round {e(given(p.repair_round, 0))}" + (
+                f"; tokens: {e(toks)}" if toks else ""
+            )
+            if p.result:
+                s += f"<pre>{e(p.result[:2000])}</pre>"
+            return s
+        case et.PermissionDecided() as p:
+            if given(p.cancelled):
+                return "cancelled"
+            answer = given(p.answer)
+            cls = "ok" if answer == "allow" else "bad"
+            inp = json.dumps(given(p.input) or {}, ensure_ascii=False)[:400]
+            message = given(p.message)
+            return (
+                f"{e(given(p.tool))}: <span class='{cls}'>{e(answer)}</span> "
+                f"(verdict {e(given(p.verdict))}, rule <code>{e(given(p.rule))}</code>)"
+                f"<pre>{e(inp)}</pre>" + (f"<div>{e(message)}</div>" if message else "")
+            )
+        case et.AcceptanceResult() as p:
+            s = (
+                f"{e(p.name)}: <span class='{'ok' if p.passed else 'bad'}'>"
+                f"{'passed' if p.passed else 'FAILED'}</span> (exit {e(p.exit_code)}, "
+                f"{e(p.duration)}s) <code>{e(shlex.join(map(str, p.argv)))}</code>"
+            )
+            if p.output_tail:
+                s += f"<pre>{e(p.output_tail[-4000:])}</pre>"
+            return s
+        case et.ReviewResult() as p:
+            if p.error:
+                return f"attempt {e(given(p.attempt))}: <span class='bad'>{e(p.error)}</span>"
+            return f"verdict <b>{e(given(p.verdict))}</b>" + _findings(given(p.findings))
+        case et.RepairRequested() as p:
+            probs = "".join(f"<li>{e(x)}</li>" for x in p.problems)
+            return f"<b>repair round {e(p.repair_round)}</b><ul>{probs}</ul>"
+        case et.Decision() as p:
+            if given(p.error):
+                return f"<span class='bad'>{e(given(p.on))}: {e(given(p.error))}</span>"
+            reason = given(p.reason)
+            return f"{e(given(p.action))}" + (f": {e(reason)}" if reason else "")
+        case et.ModelCall() as p:
+            return f"{e(p.role)}: ${float(p.cost_usd or 0):.4f}"
+        case et.WorkerOutput() as p:
+            return f"<pre>{e(p.text[-2000:])}</pre>"
     text = json.dumps(d, ensure_ascii=False, default=str)
     return e(text if len(text) <= 400 else text[:400] + "…")
 

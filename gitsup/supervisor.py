@@ -26,9 +26,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from gitsup import eventtypes as et
 from gitsup.decider import make_decider
 from gitsup.errors import GitsupError
 from gitsup.events import Event
+from gitsup.eventtypes import Payload
 from gitsup.finaliser import NOT_CAPTURED_LIST_LIMIT, Finaliser, bound_not_captured
 from gitsup.gate import Gate
 from gitsup.git import GitRepo
@@ -158,15 +160,13 @@ class Supervisor:
         )
         from gitsup import ledger
 
-        ledger.bind_call_sink(
-            lambda call: None if self.machine.terminal else self.emit("model_call", call)
-        )
+        ledger.bind_call_sink(lambda call: None if self.machine.terminal else self.emit(call))
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._abort = threading.Event()
         self._abort_reason: str | None = None
 
-        def emit(type: str, data: Mapping[str, Any] | None = None) -> Event:
-            return self.emit(type, data)  # late-bound: every event goes through Supervisor.emit
+        def emit(payload: Payload) -> Event:
+            return self.emit(payload)  # late-bound: every event goes through Supervisor.emit
 
         self.launcher = Launcher(
             repo,
@@ -225,8 +225,8 @@ class Supervisor:
 
     # --- events and the record ----------------------------------------------------------
 
-    def emit(self, type: str, data: Mapping[str, Any] | None = None) -> Event:
-        return self.journal.emit(type, data)
+    def emit(self, payload: Payload) -> Event:
+        return self.journal.emit(payload)
 
     def save(self) -> None:
         self._sync_counters()
@@ -239,7 +239,7 @@ class Supervisor:
     def _transition(self, target: State, reason: str) -> None:
         previous = State(self.record.state)
         self.record.state = target
-        self.emit("state_changed", {"from": previous.value, "to": target.value, "reason": reason})
+        self.emit(et.StateChanged(from_=previous.value, to=target.value, reason=reason))
         self.save()
         self.journal.seal(f"{previous.value} -> {target.value}" + (f": {reason}" if reason else ""))
 
@@ -290,8 +290,19 @@ class Supervisor:
                 raise _AdoptRefused(str(exc)) from exc
             assert self.launcher.worker is not None
             self._drive(Adopted(self.launcher.worker.capabilities.repairable))
-            data = {"previous": dict(previous), "state": self.record.state}
-            self.emit("recovered", {**data, "action": "re-adopted", **ident.as_dict()})
+            self.emit(
+                et.Recovered(
+                    previous=dict(previous),
+                    state=self.record.state,
+                    action="re-adopted",
+                    pid=ident.pid,
+                    start_time=ident.start_time,
+                    pgid=ident.pgid,
+                    cgroup=ident.cgroup,
+                    cgroup_inode=ident.cgroup_inode,
+                    extra=dict(ident.extra),
+                )
+            )
             self.save()
 
         return self._guarded(body)
@@ -306,13 +317,12 @@ class Supervisor:
             verify = state == State.VERIFYING
             action = "park" if park else ("verify" if verify else "new worker turn")
             self.emit(
-                "recovered",
-                {
-                    "previous": dict(previous),
-                    "state": state.value,
-                    "turns_before": self.record.turns,
-                    "action": action,
-                },
+                et.Recovered(
+                    previous=dict(previous),
+                    state=state.value,
+                    turns_before=self.record.turns,
+                    action=action,
+                )
             )
             self.record.reasons.append(
                 f"recovered after the supervisor died in state {state.value}"
@@ -378,7 +388,7 @@ class Supervisor:
 
     def _do(self, e: Effect) -> object | None:
         if isinstance(e, Emit):
-            self.emit(e.type, e.data)
+            self.emit(e.payload)
         elif isinstance(e, Transition):
             self._transition(e.target, e.reason)
         elif isinstance(e, AddReason):
@@ -423,7 +433,7 @@ class Supervisor:
         except WorkerInputStalled as exc:
             return TurnSent(e.purpose, ok=False, stalled=str(exc))
         except WorkerError as exc:
-            self.emit("protocol_noise", {"error": f"send failed: {exc}"})
+            self.emit(et.ProtocolNoise(error=f"send failed: {exc}"))
             return TurnSent(e.purpose, ok=False)
         return TurnSent(e.purpose, ok=True, sent=bool(sent))
 

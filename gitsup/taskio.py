@@ -8,10 +8,11 @@ carries what the supervisor found when it carried that effect out.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from gitsup.decider import TurnDecision
+from gitsup.eventtypes import Payload
 from gitsup.record import CheckResult
 from gitsup.review import Finding
 from gitsup.state import State
@@ -139,8 +140,7 @@ class Transition:
 
 @dataclass(frozen=True)
 class Emit:
-    type: str
-    data: Mapping[str, Any] = field(default_factory=dict)
+    payload: Payload
 
 
 @dataclass(frozen=True)

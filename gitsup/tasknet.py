@@ -10,7 +10,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gitsup import eventtypes as et
 from gitsup.errors import GitsupError
+from gitsup.eventtypes import EmitFn
 from gitsup.git import GitRepo
 from gitsup.spec import TaskSpec
 
@@ -31,7 +33,7 @@ class TaskNet:
         repo: GitRepo,
         spec: TaskSpec,
         task: str,
-        emit: Callable[[str, Mapping[str, Any]], object],
+        emit: EmitFn,
     ) -> None:
         self.repo = repo
         self.spec = spec
@@ -67,7 +69,7 @@ class TaskNet:
             model_endpoint(env, model_kind)
 
         def refused(host: str, port: int, reason: str) -> None:
-            self.emit("egress_refused", {"who": who, "host": host, "port": port, "reason": reason})
+            self.emit(et.EgressRefused(who=who, host=host, port=port, reason=reason))
 
         try:
             if agent or extra:
@@ -79,8 +81,7 @@ class TaskNet:
                 gate = an.gate
                 stack.callback(
                     lambda: self.emit(
-                        "egress_summary",
-                        {"who": who, "connections": gate.forwarded, "refused": gate.refused},
+                        et.EgressSummary(who=who, connections=gate.forwarded, refused=gate.refused)
                     )
                 )
                 return Net(an.netns, an.env, an.gate, an.describe())
@@ -108,15 +109,13 @@ class TaskNet:
             return None
 
         def refused(host: str, port: int, reason: str) -> None:
-            self.emit(
-                "egress_refused", {"who": "worker", "host": host, "port": port, "reason": reason}
-            )
+            self.emit(et.EgressRefused(who="worker", host=host, port=port, reason=reason))
 
         port = extra.get("egress_proxy_port")
         try:
             gate = EgressGate(ns, plan, refused, port if isinstance(port, int) else None).start()
         except GitsupError as exc:  # the worker keeps its namespace, without a way out
-            self.emit("protocol_noise", {"error": f"egress gate not served again: {exc.message}"})
+            self.emit(et.ProtocolNoise(error=f"egress gate not served again: {exc.message}"))
             return None
         stack.callback(gate.close)
         self.describe = {"mode": "gated", "netns": ns, **plan.as_dict()}

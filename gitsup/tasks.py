@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gitsup.errors import Exit, GitsupError
 from gitsup.events import Event, EventLog
+from gitsup.eventtypes import TaskStarted
 from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo
 from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_branch, task_refs
@@ -170,16 +171,15 @@ def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tup
         store.save(record)
         with EventLog(ctx.layout.events(task), task) as log:
             log.append(
-                "task_started",
-                {
-                    "goal": spec.goal,
-                    "baseline": baseline,
-                    "base": spec.base,
-                    "branch": branch,
-                    "worktree": str(wt_path),
-                    "worker": spec.worker.kind,
-                    "checks": [c.name for c in spec.effective_checks(baseline)],
-                },
+                TaskStarted(
+                    goal=spec.goal,
+                    baseline=Oid(baseline),
+                    base=spec.base,
+                    branch=branch,
+                    worktree=str(wt_path),
+                    worker=spec.worker.kind,
+                    checks=[c.name for c in spec.effective_checks(baseline)],
+                )
             )
         return record, lease
     except BaseException:

@@ -8,12 +8,14 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
+from gitsup import eventtypes as et
 from gitsup.checks import run_check
 from gitsup.contain import create_cgroup
 from gitsup.errors import GitsupError
+from gitsup.eventtypes import EmitFn
 from gitsup.faults import fault
 from gitsup.finaliser import Finaliser
 from gitsup.ids import Oid
@@ -33,7 +35,7 @@ class Verifier:
         launcher: Launcher,
         finaliser: Finaliser,
         *,
-        emit: Callable[[str, Mapping[str, Any]], object],
+        emit: EmitFn,
         save: Callable[[], None],
         abort: threading.Event,
         abort_reason: Callable[[], str],
@@ -101,10 +103,10 @@ class Verifier:
         for check in self.spec.effective_checks(self.record.baseline):
             if self.abort.is_set():
                 break
-            self.emit("acceptance_started", {"name": check.name, "argv": check.argv})
+            self.emit(et.AcceptanceStarted(name=check.name, argv=list(check.argv)))
             r = self._run_one_check(check, env)
             results.append(r)
-            self.emit("acceptance_result", r.model_dump(mode="json"))
+            self.emit(et.typed("acceptance_result", r.model_dump(mode="json")))
         self.record.checks = results
         self.save()
         return results
@@ -165,13 +167,12 @@ class Verifier:
         evidence = wt.evidence(Oid(self.record.baseline))
         bundle = evidence_bundle(self.task, self.spec, results, evidence)
         self.emit(
-            "review_started",
-            {
-                "kind": kind,
-                "round": self.record.repair_rounds,
-                "complete": evidence.complete,
-                "head": evidence.head,
-            },
+            et.ReviewStarted(
+                kind=kind,
+                repair_round=self.record.repair_rounds,
+                complete=evidence.complete,
+                head=evidence.head,
+            )
         )
         wrap, wrap_for = self.launcher.read_only_wrappers()
         ctx = ReviewContext(
@@ -188,11 +189,11 @@ class Verifier:
 
         def on_attempt(n: int, err: str | None) -> None:
             if err:
-                self.emit("review_result", {"attempt": n, "error": err})
+                self.emit(et.ReviewResult(attempt=n, error=err))
 
         result, verdict = run_review(ctx, on_attempt=on_attempt, attempt_fn=self.review_attempt)
         self.record.review = result
-        self.emit("review_result", result.model_dump(mode="json"))
+        self.emit(et.typed("review_result", result.model_dump(mode="json")))
         self.save()
         if verdict is None:
             return [], [f"review failed after {result.attempts} attempt(s): {result.error}"], []

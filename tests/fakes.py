@@ -148,7 +148,7 @@ class FakeWorld:
             self.transitions.append((self._state, e.target, e.reason))
             self._state = e.target
         elif isinstance(e, Emit):
-            self.events.append((e.type, e.data))
+            self.events.append((e.payload.event_type, e.payload.to_data()))
         elif isinstance(e, AddReason):
             if not e.once or e.text not in self.reasons:
                 self.reasons.append(e.text)

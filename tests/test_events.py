@@ -39,7 +39,7 @@ def _append_many(path: str, n: int, who: int, barrier: mp.synchronize.Barrier) -
         if i % 97 == 0:
             log.close()
             log = EventLog(Path(path), TASK)
-        log.append("worker_output", {"who": who, "i": i, "text": "x" * (i % 50)})
+        log.append_raw("worker_output", {"who": who, "i": i, "text": "x" * (i % 50)})
     log.close()
 
 
@@ -68,7 +68,7 @@ def test_concurrent_appends_from_8_processes_get_seqs_1_to_4000(tmp: Path) -> No
 
 def test_append_returns_what_was_written(tmp: Path) -> None:
     log = EventLog(tmp / "events.jsonl", TASK)
-    evs = [log.append("decision", {"n": n, "nested": {"a": [1, 2]}}) for n in range(3)]
+    evs = [log.append_raw("decision", {"n": n, "nested": {"a": [1, 2]}}) for n in range(3)]
     assert [e.as_dict() for e in log.read()] == [e.as_dict() for e in evs]
     assert [e.seq for e in evs] == [1, 2, 3]
     assert log.count() == 3
@@ -81,7 +81,7 @@ def test_torn_last_line_is_moved_aside_and_appends_continue(tmp: Path) -> None:
     path = tmp / "events.jsonl"
     log = EventLog(path, TASK)
     for n in range(3):
-        log.append("decision", {"n": n})
+        log.append_raw("decision", {"n": n})
     log.close()
     fragment = b'{"seq":4,"ts":1.0,"task":"' + TASK.encode() + b'","type":"dec'
     with open(path, "ab") as fh:
@@ -89,11 +89,11 @@ def test_torn_last_line_is_moved_aside_and_appends_continue(tmp: Path) -> None:
     # a reader never yields the fragment
     assert [e.seq for e in EventLog(path, TASK).read()] == [1, 2, 3]
     log = EventLog(path, TASK)
-    ev = log.append("decision", {"n": 3})
+    ev = log.append_raw("decision", {"n": 3})
     assert ev.seq == 4
     assert (tmp / "events.torn").read_bytes() == fragment + b"\n"
     assert [r["seq"] for r in _lines(path)] == [1, 2, 3, 4]
-    assert log.append("decision", {}).seq == 5
+    assert log.append_raw("decision", {}).seq == 5
     assert (tmp / "events.torn").read_bytes() == fragment + b"\n"  # moved once
 
 
@@ -102,7 +102,7 @@ def test_log_that_is_only_a_fragment(tmp: Path) -> None:
     path.write_bytes(b'{"seq":1,"ts":1.0,"ta')
     log = EventLog(path, TASK)
     assert log.last_seq() == 0
-    assert log.append("decision", {}).seq == 1
+    assert log.append_raw("decision", {}).seq == 1
     assert (tmp / "events.torn").read_bytes() == b'{"seq":1,"ts":1.0,"ta\n'
     assert [r["seq"] for r in _lines(path)] == [1]
 
@@ -110,11 +110,11 @@ def test_log_that_is_only_a_fragment(tmp: Path) -> None:
 def test_garbage_complete_last_line_does_not_reset_seq(tmp: Path) -> None:
     path = tmp / "events.jsonl"
     log = EventLog(path, TASK)
-    log.append("decision", {})
-    log.append("decision", {})
+    log.append_raw("decision", {})
+    log.append_raw("decision", {})
     with open(path, "ab") as fh:
         fh.write(b"not json at all\n")
-    assert log.append("decision", {}).seq == 3
+    assert log.append_raw("decision", {}).seq == 3
     assert [e.seq for e in log.read()] == [1, 2, 3]
 
 
@@ -122,9 +122,9 @@ def test_last_seq_found_behind_a_long_last_record(tmp: Path) -> None:
     """The tail scan reads blocks backwards; a last line longer than one block still works."""
     path = tmp / "events.jsonl"
     log = EventLog(path, TASK, max_record_bytes=1024 * 1024)
-    log.append("decision", {})
-    log.append("worker_output", {"text": "y" * 300_000})
-    assert log.append("decision", {}).seq == 3
+    log.append_raw("decision", {})
+    log.append_raw("worker_output", {"text": "y" * 300_000})
+    assert log.append_raw("decision", {}).seq == 3
     assert EventLog(path, TASK).last_seq() == 3
 
 
@@ -141,7 +141,7 @@ SECRETS = {
 def test_credentials_are_redacted_before_they_reach_the_file(tmp: Path) -> None:
     path = tmp / "events.jsonl"
     log = EventLog(path, TASK)
-    ev = log.append(
+    ev = log.append_raw(
         "worker_output",
         {
             "text": f"export ANTHROPIC_API_KEY={SECRETS['anthropic']} then push with {SECRETS['github']}",
@@ -180,7 +180,7 @@ def test_record_size_is_capped(tmp: Path, data: dict) -> None:
     cap = 4096
     path = tmp / "events.jsonl"
     log = EventLog(path, TASK, max_record_bytes=cap)
-    ev = log.append("worker_output", data)
+    ev = log.append_raw("worker_output", data)
     line = path.read_bytes()
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     rec = json.loads(line)
@@ -188,12 +188,12 @@ def test_record_size_is_capped(tmp: Path, data: dict) -> None:
     assert len(line) <= cap + 200
     assert rec["data"].get("_truncated") is True
     assert ev.seq == 1
-    assert log.append("decision", {"after": True}).seq == 2
+    assert log.append_raw("decision", {"after": True}).seq == 2
 
 
 def test_small_record_is_not_marked_truncated(tmp: Path) -> None:
     log = EventLog(tmp / "events.jsonl", TASK, max_record_bytes=4096)
-    log.append("decision", {"text": "fine"})
+    log.append_raw("decision", {"text": "fine"})
     assert "_truncated" not in _lines(tmp / "events.jsonl")[0]["data"]
 
 
@@ -233,12 +233,12 @@ def test_each_seal_writes_only_the_events_since_the_last_seal(repo: Path, tmp: P
     path = tmp / "events.jsonl"
     log = EventLog(path, TASK)
     for n in range(3):
-        log.append("decision", {"n": n})
+        log.append_raw("decision", {"n": n})
     c1 = log.seal(r, "idle -> starting")
     for n in range(3, 7):
-        log.append("decision", {"n": n})
+        log.append_raw("decision", {"n": n})
     c2 = log.seal(r, "starting -> running")
-    log.append("decision", {"n": 7})
+    log.append_raw("decision", {"n": 7})
     c3 = log.seal(r, "running -> waiting: turn completed")
     assert c1 and c2 and c3
     assert _chain(repo) == [c1, c2, c3]
@@ -269,11 +269,11 @@ def test_sealing_reads_only_the_new_bytes(
     path = tmp / "events.jsonl"
     log = EventLog(path, TASK)
     for n in range(2000):
-        log.append("worker_output", {"text": f"line {n} " + "p" * 200})
+        log.append_raw("worker_output", {"text": f"line {n} " + "p" * 200})
     log.seal(r, "first")
     big = path.stat().st_size
     assert big > 400_000
-    log.append("decision", {"last": True})
+    log.append_raw("decision", {"last": True})
     new_bytes = path.stat().st_size - big
     read: list[int] = []
     real_pread = os.pread
@@ -301,7 +301,7 @@ def test_resealing_with_nothing_new_writes_nothing(repo: Path, tmp: Path) -> Non
     log = EventLog(tmp / "events.jsonl", TASK)
     assert log.seal(r, "empty log") is None
     assert r.ref_target(LOG_REF) is None
-    log.append("decision", {})
+    log.append_raw("decision", {})
     tip = log.seal(r, "one")
     before = _object_count(repo)
     assert log.seal(r, "again") is None
@@ -314,13 +314,13 @@ def test_a_torn_tail_is_not_sealed(repo: Path, tmp: Path) -> None:
     r = GitRepo.open(repo)
     path = tmp / "events.jsonl"
     log = EventLog(path, TASK)
-    log.append("decision", {})
+    log.append_raw("decision", {})
     with open(path, "ab") as fh:
         fh.write(b'{"seq":2,"ts":1,"ta')
     c = log.seal(r, "with torn tail")
     assert c is not None
     assert _seqs(_new_segment(repo, c)[1]) == [1]
-    log.append("decision", {})  # repairs the tail: seq 2
+    log.append_raw("decision", {})  # repairs the tail: seq 2
     c2 = log.seal(r, "after repair")
     assert c2 is not None
     assert _seqs(_new_segment(repo, c2)[1]) == [2]
@@ -332,10 +332,10 @@ def test_crash_after_writing_objects_before_moving_the_ref_does_not_double_seal(
     r = GitRepo.open(repo)
     path = tmp / "events.jsonl"
     log = EventLog(path, TASK)
-    log.append("decision", {"n": 1})
+    log.append_raw("decision", {"n": 1})
     log.seal(r, "first")
-    log.append("decision", {"n": 2})
-    log.append("decision", {"n": 3})
+    log.append_raw("decision", {"n": 2})
+    log.append_raw("decision", {"n": 3})
 
     class Crash(Exception):
         pass
@@ -364,7 +364,7 @@ def test_seal_position_comes_from_the_commit_trailer(repo: Path, tmp: Path) -> N
     path = tmp / "events.jsonl"
     log = EventLog(path, TASK)
     for n in range(4):
-        log.append("decision", {"n": n})
+        log.append_raw("decision", {"n": n})
     offset_after_2 = len(b"".join(path.read_bytes().splitlines(keepends=True)[:2]))
     # a seal commit written by "someone else" that covered events 1..2
     first_two = path.read_bytes()[:offset_after_2]
@@ -385,7 +385,7 @@ def test_seal_refuses_a_log_shorter_than_what_was_sealed(repo: Path, tmp: Path) 
     path = tmp / "events.jsonl"
     log = EventLog(path, TASK)
     for n in range(3):
-        log.append("decision", {"n": n})
+        log.append_raw("decision", {"n": n})
     tip = log.seal(r, "sealed")
     log.close()
     path.write_bytes(b"")  # the WAL was replaced
@@ -399,7 +399,7 @@ def test_seal_refuses_a_foreign_commit_on_the_log_ref(repo: Path, tmp: Path) -> 
     head = git(repo, "rev-parse", "HEAD")
     git(repo, "update-ref", LOG_REF, head)
     log = EventLog(tmp / "events.jsonl", TASK)
-    log.append("decision", {})
+    log.append_raw("decision", {})
     with pytest.raises(GitsupError, match="trailer"):
         log.seal(r, "x")
     assert r.ref_target(LOG_REF) == head
@@ -410,7 +410,7 @@ def _append_and_seal(path: str, repo: str, who: int, barrier: mp.synchronize.Bar
     barrier.wait()
     log = EventLog(Path(path), TASK)
     for i in range(120):
-        log.append("decision", {"who": who, "i": i})
+        log.append_raw("decision", {"who": who, "i": i})
         if i % 15 == who % 15:
             log.seal(r, f"seal by {who} at {i}")
     log.seal(r, f"final by {who}")
@@ -444,7 +444,7 @@ def _append_seal_rotate(path: str, repo: str, who: int, barrier: mp.synchronize.
     barrier.wait()
     log = EventLog(Path(path), TASK, rotate_bytes=8 * 1024, keep_files=50)
     for i in range(150):
-        log.append("decision", {"who": who, "i": i, "pad": "r" * 40})
+        log.append_raw("decision", {"who": who, "i": i, "pad": "r" * 40})
         if i % 10 == who % 10:
             log.seal(r, f"seal by {who} at {i}")
     log.seal(r, f"final by {who}")
@@ -470,7 +470,7 @@ def test_concurrent_appends_seals_and_rotations_lose_nothing(repo: Path, tmp: Pa
     for c in _chain(repo):
         sealed += _seqs(_new_segment(repo, c)[1])
     assert sealed == list(range(1, 601))
-    assert log.append("decision", {}).seq == 601
+    assert log.append_raw("decision", {}).seq == 601
 
 
 def test_a_record_is_written_as_the_standard_encoder_writes_it(tmp: Path) -> None:
@@ -484,7 +484,7 @@ def test_a_record_is_written_as_the_standard_encoder_writes_it(tmp: Path) -> Non
         7: "int key",
     }
     with EventLog(tmp / "events.jsonl", TASK) as log:
-        ev = log.append("x", data)
+        ev = log.append_raw("x", data)
     line = (tmp / "events.jsonl").read_text().rstrip("\n")
     expected = json.JSONEncoder(separators=(",", ":"), default=str).encode(data)
     assert line.endswith(f',"task":"{TASK}","type":"x","data":{expected}}}')
@@ -492,5 +492,5 @@ def test_a_record_is_written_as_the_standard_encoder_writes_it(tmp: Path) -> Non
     cyclic: dict[str, object] = {}
     cyclic["self"] = cyclic
     with EventLog(tmp / "events.jsonl", TASK) as log, pytest.raises(RecursionError):
-        log.append("x", cyclic)
+        log.append_raw("x", cyclic)
     assert len(_lines(tmp / "events.jsonl")) == 1  # nothing half-written

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gitsup.decider import TurnDecision
+from gitsup.eventtypes import Untyped
 from gitsup.machine import TaskMachine
 from gitsup.state import TRANSITIONS, State
 from gitsup.taskio import (
@@ -79,7 +80,9 @@ def test_worker_events_are_recorded_and_output_is_progress() -> None:
     w = running(spec=make_spec(budget={"no_output_timeout": "10s"}))
     w.clock.advance(8)
     w.feed(
-        WorkerOutput("stdout", "hi"), ProtocolNoise("x" * 3000, "bad"), WorkerNote("n", {"a": 1})
+        WorkerOutput("stdout", "hi"),
+        ProtocolNoise("x" * 3000, "bad"),
+        WorkerNote(Untyped("n", {"a": 1})),
     )
     assert w.types() == ["worker_output", "protocol_noise", "n"]
     assert len(w.events[1][1]["line"]) == 2000

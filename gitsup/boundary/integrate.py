@@ -41,6 +41,7 @@ from gitsup.boundary.trust import TrustCheck
 from gitsup.checks import run_check
 from gitsup.errors import Exit, GitsupError
 from gitsup.events import EventLog
+from gitsup.eventtypes import Integrated
 from gitsup.git import GitRepo, RefConflict
 from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_refs
@@ -419,15 +420,14 @@ def _record(
         repo.write_note(Oid(res.result), _with(done, extra))
     with EventLog(ctx.layout.events(tid), tid) as log:
         log.append(
-            "integrated",
-            {
-                "candidate": res.candidate,
-                "into": res.into,
-                "strategy": res.strategy,
-                "target_before": res.target_before,
-                "result": res.result,
-                "checks": [{"name": c.name, "passed": c.passed} for c in res.checks],
-            },
+            Integrated(
+                candidate=Oid(res.candidate),
+                into=res.into,
+                strategy=res.strategy,
+                target_before=Oid(res.target_before),
+                result=Oid(res.result),
+                checks=[{"name": c.name, "passed": c.passed} for c in res.checks],
+            )
         )
         log.seal(repo, f"integrated into {res.into}")
     record = ctx.store.load(tid)

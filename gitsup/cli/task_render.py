@@ -12,6 +12,7 @@ from gitsup.durations import format_duration
 
 if TYPE_CHECKING:
     from gitsup.events import Event
+    from gitsup.eventtypes import WorkerStopped
     from gitsup.record import TaskRecord
     from gitsup.tasks import Context
 
@@ -64,86 +65,92 @@ class ProgressRenderer:
                 for line in fold(str(d.get("text", ""))):
                     progress(f"  | {line}")
             return
-        if t == "state_changed":
-            now = self._clock()
-            took = now - self._phase_t0
-            self._phase_t0 = now
-            text = f"{d.get('from')} -> {d.get('to')}" + (
-                f" ({d['reason']})" if d.get("reason") else ""
-            )
-            self._line(f"{text} [{d.get('from')} took {took:.1f}s]", "bold")
-        elif t == "worker_started":
-            self._stopped_shown = False
-            self._line(f"worker started: {d.get('kind')} pid {d.get('pid')}")
-        elif t == "worker_stopped":
-            if d.get("cgroup") and d.get("verified_empty") and self._stopped_shown:
-                return  # the same stop, its cgroup proved empty
-            if self._stopped_shown and not d.get("guarantee") and d.get("verified_empty") is None:
-                return
-            self._stopped_shown = True
-            self._line(
-                "worker stopped: " + _stopped_text(d), "yellow" if d.get("guarantee") else None
-            )
-        elif t == "permission_decided":
-            if d.get("cancelled"):
-                return
-            self._line(
-                f"permission {d.get('tool')}: {d.get('verdict')} [{d.get('rule')}] -> {d.get('answer')}"
-            )
-        elif t == "acceptance_started":
-            self._line(f"check {d.get('name')}: running")
-        elif t == "acceptance_result":
-            ok = bool(d.get("passed"))
-            self._line(
-                f"check {d.get('name')}: {'passed' if ok else 'FAILED'} "
-                f"(exit {d.get('exit_code')}, {d.get('duration')}s)",
-                "green" if ok else "red",
-            )
-            if not ok:
-                for line in check_tail(str(d.get("output_tail") or "")):
-                    progress(f"  | {line}")
-        elif t == "turn_completed":
-            if d.get("is_error"):
-                sub = d.get("subtype")
+        from gitsup import eventtypes as et
+        from gitsup.eventtypes import given
+
+        match ev.payload:
+            case et.StateChanged() as p:
+                now = self._clock()
+                took = now - self._phase_t0
+                self._phase_t0 = now
+                text = f"{p.from_} -> {p.to}" + (f" ({p.reason})" if p.reason else "")
+                self._line(f"{text} [{p.from_} took {took:.1f}s]", "bold")
+            case et.WorkerStarted() as p:
+                self._stopped_shown = False
+                self._line(f"worker started: {p.kind} pid {p.pid}")
+            case et.WorkerStopped() as p:
+                verified = given(p.verified_empty)
+                if given(p.cgroup) and verified and self._stopped_shown:
+                    return  # the same stop, its cgroup proved empty
+                if self._stopped_shown and not given(p.guarantee) and verified is None:
+                    return
+                self._stopped_shown = True
+                colour = "yellow" if given(p.guarantee) else None
+                self._line("worker stopped: " + _stopped_text(p), colour)
+            case et.PermissionDecided() as p:
+                if given(p.cancelled):
+                    return
                 self._line(
-                    "turn ended with an error" + (f" ({sub})" if sub != "success" else ""), "red"
+                    f"permission {given(p.tool)}: {given(p.verdict)} [{given(p.rule)}]"
+                    f" -> {given(p.answer)}"
                 )
-            else:
-                self._line(f"turn completed ({d.get('subtype')})")
-        elif t == "model_error":
-            what = {"auth": "authentication failed", "unreachable": "unreachable"}.get(
-                str(d.get("kind")), "error"
-            )
-            self._line(f"model API {what}: {d.get('message')}", "red")
-            self._line(f"  what to do: {d.get('hint')}", "yellow")
-        elif t in ("worker_input_stalled", "worker_left_behind"):
-            text = d.get("reason") or "; ".join(map(str, d.get("what") or []))
-            self._line(f"{t.replace('_', ' ')}: {text}", "red")
-        elif t in ("candidate_ready", "candidate_parked", "candidate_failed"):
-            colour = {"candidate_ready": "green", "candidate_failed": "red"}.get(t, "yellow")
-            self._line(
-                t.replace("_", " ") + (f": {d['candidate'][:12]}" if d.get("candidate") else ""),
-                colour,
-            )
-        elif t == "wip_saved" and d.get("not_captured"):
-            self._line(f"uncommitted work saved in {d.get('ref')}")
-            for item in d["not_captured"]:
-                self._line(f"  NOT captured: {not_captured_text(item)}", "yellow")
-        elif t == "stop_requested":
-            self._line(f"stop requested: {d.get('reason')}", "yellow")
-        elif t not in ("task_finished",):
-            self._line(t.replace("_", " ") + (f": {json.dumps(d)[:160]}" if d else ""))
+            case et.AcceptanceStarted() as p:
+                self._line(f"check {p.name}: running")
+            case et.AcceptanceResult() as p:
+                self._line(
+                    f"check {p.name}: {'passed' if p.passed else 'FAILED'} "
+                    f"(exit {p.exit_code}, {p.duration}s)",
+                    "green" if p.passed else "red",
+                )
+                if not p.passed:
+                    for line in check_tail(p.output_tail):
+                        progress(f"  | {line}")
+            case et.TurnCompleted() as p:
+                if given(p.is_error):
+                    sub = p.subtype
+                    self._line(
+                        "turn ended with an error" + (f" ({sub})" if sub != "success" else ""),
+                        "red",
+                    )
+                else:
+                    self._line(f"turn completed ({p.subtype})")
+            case et.ModelError() as p:
+                what = {"auth": "authentication failed", "unreachable": "unreachable"}.get(
+                    p.kind, "error"
+                )
+                self._line(f"model API {what}: {p.message}", "red")
+                self._line(f"  what to do: {p.hint}", "yellow")
+            case et.WorkerInputStalled() as p:
+                self._line(f"worker input stalled: {p.reason}", "red")
+            case et.WorkerLeftBehind() as p:
+                self._line(f"worker left behind: {'; '.join(p.what)}", "red")
+            case et.CandidateReady() | et.CandidateParked() | et.CandidateFailed() as p:
+                colour = {"candidate_ready": "green", "candidate_failed": "red"}.get(t, "yellow")
+                cand = given(p.candidate)
+                self._line(t.replace("_", " ") + (f": {cand[:12]}" if cand else ""), colour)
+            case et.WipSaved() as p if p.not_captured:
+                self._line(f"uncommitted work saved in {p.ref}")
+                for item in p.not_captured:
+                    self._line(f"  NOT captured: {not_captured_text(item)}", "yellow")
+            case et.StopRequested() as p:
+                self._line(f"stop requested: {p.reason}", "yellow")
+            case et.TaskFinished():
+                pass
+            case _:
+                self._line(t.replace("_", " ") + (f": {json.dumps(d)[:160]}" if d else ""))
 
 
-def _stopped_text(d: dict[str, Any]) -> str:
-    if d.get("guarantee"):
-        return f"{d.get('containment')} ({d['guarantee']})"
-    if d.get("cgroup"):
-        return "cgroup " + ("verified empty" if d.get("verified_empty") else "NOT verified empty")
-    if d.get("reason"):
-        return f"{d['reason']} ({d.get('how')})"
-    rc, sig = d.get("returncode"), d.get("signal")
-    return f"exited ({d.get('classification')}, rc={rc}" + (f", signal {sig})" if sig else ")")
+def _stopped_text(p: WorkerStopped) -> str:
+    from gitsup.eventtypes import given
+
+    if given(p.guarantee):
+        return f"{given(p.containment)} ({given(p.guarantee)})"
+    if given(p.cgroup):
+        return "cgroup " + ("verified empty" if given(p.verified_empty) else "NOT verified empty")
+    if given(p.reason):
+        return f"{given(p.reason)} ({given(p.how)})"
+    rc, sig = given(p.returncode), given(p.signal)
+    return f"exited ({given(p.classification)}, rc={rc}" + (f", signal {sig})" if sig else ")")
 
 
 def check_tail(text: str, lines: int = _CHECK_TAIL_LINES) -> list[str]:

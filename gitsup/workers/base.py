@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gitsup import proc
+from gitsup.eventtypes import Payload
 
 Inbox = queue.SimpleQueue[object]
 
@@ -102,10 +103,9 @@ class HumanInput:
 
 @dataclass(frozen=True)
 class WorkerNote:
-    """Something the adapter did or saw that belongs in the event log (`type`, `data`)."""
+    """Something the adapter did or saw that belongs in the event log."""
 
-    type: str
-    data: Mapping[str, Any] = field(default_factory=dict)
+    payload: Payload
 
 
 # --- answers the supervisor gives -----------------------------------------------------

@@ -44,6 +44,7 @@ from typing import Any
 
 from gitsup import proc
 from gitsup.errors import GitsupError
+from gitsup.eventtypes import WorkspaceTrustAccepted
 from gitsup.hookrelay import socket_path_for
 from gitsup.workers.base import (
     Capabilities,
@@ -472,8 +473,9 @@ class TmuxWorker(WorkerAdapter):
         self._cmd("send-keys", "-t", self._pane_id, "Enter")
         self.ctx.inbox.put(
             WorkerNote(
-                "workspace_trust_accepted",
-                {"path": str(self.ctx.worktree), "how": "trust dialog answered in the pane"},
+                WorkspaceTrustAccepted(
+                    path=str(self.ctx.worktree), how="trust dialog answered in the pane"
+                )
             )
         )
 

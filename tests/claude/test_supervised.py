@@ -489,8 +489,8 @@ def test_worker_killed_mid_turn_is_classified_not_completed(
 
     original = sup_mod.Supervisor.emit
 
-    def emit(self: Any, type: str, data: Any = None) -> Event:
-        ev = original(self, type, data)
+    def emit(self: Any, payload: Any) -> Event:
+        ev = original(self, payload)
         kill_when_running(ev, Path(self.worktree))
         return ev
 
