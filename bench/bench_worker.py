@@ -26,15 +26,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from gitsup import eventtypes as et  # noqa: E402
 from gitsup.events import EventLog  # noqa: E402
+from gitsup.gate import summarize_input  # noqa: E402
 from gitsup.ids import TaskId  # noqa: E402
 from gitsup.policy import Policy, decide_tool  # noqa: E402
-from gitsup.redact import Redacted  # noqa: E402
 from gitsup.workers import stream_json as sj  # noqa: E402
 from gitsup.workers.base import PermissionRequest, TurnCompleted, WorkerOutput  # noqa: E402
 
 # What an allow decision records (the classifier's own cost is measured separately).
-DECISION = {"decision": "allow", "rule": "git.commit", "reason": "commits inside the worktree"}
+DECISION = {"verdict": "allow", "rule": "git.commit", "reason": "commits inside the worktree"}
 
 
 def load_stream(n: int) -> bytes:
@@ -87,24 +88,35 @@ def bench_records(n: int, rounds: int = 3) -> dict[str, float]:
             for line in framer.feed(chunk):
                 counts["records"] += 1
                 ev = sj.parse_record(line)
+                # The payloads the supervisor builds for these records (machine.py, gate.py).
                 if isinstance(ev, PermissionRequest):
                     counts["permission"] += 1
                     if decide:
                         dec = decide_tool(ev.tool_name, ev.tool_input, worktree=wt, policy=policy)
-                        log.append_raw(
-                            "permission_decided", {"tool": ev.tool_name, **dec.as_dict()}
-                        )
+                        fields = {"verdict": dec.verdict, "rule": dec.rule, "reason": dec.reason}
                     else:
-                        log.append_raw("permission_decided", {"tool": ev.tool_name, **DECISION})
+                        fields = DECISION
+                    log.append(
+                        et.PermissionDecided(
+                            request_id=ev.request_id,
+                            tool=ev.tool_name,
+                            input=summarize_input(ev.tool_input),
+                            answer="allow",
+                            **fields,
+                        )
+                    )
                 elif isinstance(ev, WorkerOutput):
                     counts["output"] += 1
-                    data = {"stream": ev.stream, "text": ev.text, **dict(ev.data)}
-                    # parse_record redacted it, as in Supervisor._dispatch
-                    log.append_raw("worker_output", Redacted(data))
+                    # parse_record redacted it, as the adapter does (WorkerOutput is pre-redacted)
+                    log.append(et.WorkerOutput(stream=ev.stream, text=ev.text, more=ev.data))
                 elif isinstance(ev, TurnCompleted):
                     counts["turns"] += 1
-                    log.append_raw(
-                        "turn_completed", {"subtype": ev.subtype, "cost_usd": ev.cost_usd}
+                    log.append(
+                        et.TurnCompleted(
+                            subtype=ev.subtype,
+                            result=(ev.result or "")[:4000],
+                            cost_usd=ev.cost_usd,
+                        )
                     )
         total = time.process_time() - t
         log.close()
