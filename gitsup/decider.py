@@ -35,7 +35,7 @@ class TurnDecision:
 
 
 @dataclass(frozen=True)
-class TurnContext:
+class TurnOutcome:
     task: str
     goal: str
     turns: int
@@ -62,7 +62,7 @@ def question_text(tool_input: Mapping[str, Any]) -> str:
 class RulesDecider:
     kind = "rules"
 
-    def on_turn_completed(self, ctx: TurnContext) -> TurnDecision:
+    def on_turn_completed(self, ctx: TurnOutcome) -> TurnDecision:
         return TurnDecision("verify", reason="turn completed; the supervisor verifies the work")
 
     def answer_question(self, tool_input: Mapping[str, Any]) -> str:
@@ -185,7 +185,7 @@ class CommandDecider(RulesDecider):
             raise DeciderError(why)
         return res.output
 
-    def on_turn_completed(self, ctx: TurnContext) -> TurnDecision:
+    def on_turn_completed(self, ctx: TurnOutcome) -> TurnDecision:
         out = self._call({"event": "turn_completed", **ctx.__dict__})
         return _parse_turn_decision(out, "command")
 
@@ -248,7 +248,7 @@ class ClaudeDecider(RulesDecider):
         except ClaudeCallError as exc:
             raise DeciderError(f"{self.kind} decider: {exc}") from exc
 
-    def on_turn_completed(self, ctx: TurnContext) -> TurnDecision:
+    def on_turn_completed(self, ctx: TurnOutcome) -> TurnDecision:
         import json
 
         out = self._ask(

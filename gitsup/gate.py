@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from gitsup.decider import DeciderError, RulesDecider, TurnContext, TurnDecision
+from gitsup.decider import DeciderError, RulesDecider, TurnOutcome, TurnDecision
 from gitsup.git import GitRepo
 from gitsup.spec import TaskSpec
 from gitsup.taskio import Decided, Gated
@@ -123,7 +123,7 @@ class Gate:
         return Gated(park=park, stalled=stalled)
 
     def decide_turn(self, tc: TurnCompleted, *, turns: int, alive: Callable[[], bool]) -> Decided:
-        ctx = TurnContext(
+        ctx = TurnOutcome(
             task=self.task,
             goal=self.spec.goal,
             turns=turns,

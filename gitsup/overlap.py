@@ -13,12 +13,12 @@ from typing import Any
 
 from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId
-from gitsup.tasks import Context
+from gitsup.tasks import SupRepo
 
 _LIVE = {"starting", "running", "waiting", "paused", "verifying"}
 
 
-def changed_paths(ctx: Context, rec: dict[str, Any]) -> set[str]:
+def changed_paths(ctx: SupRepo, rec: dict[str, Any]) -> set[str]:
     baseline = rec.get("baseline")
     if not baseline:
         return set()
@@ -44,7 +44,7 @@ def changed_paths(ctx: Context, rec: dict[str, Any]) -> set[str]:
     return paths
 
 
-def overlaps(ctx: Context, records: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
+def overlaps(ctx: SupRepo, records: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
     """task id -> ids of the other tasks whose changed paths meet its own."""
     changed: dict[str, set[str]] = {}
     for rec in records:

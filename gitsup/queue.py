@@ -72,18 +72,18 @@ from gitsup.queue_state import state_ref as state_ref
 from gitsup.record import CandidateNote
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import Status
-from gitsup.tasks import Context
+from gitsup.tasks import SupRepo
 
 # --- the runner ------------------------------------------------------------------------
 
 
-def _task_checks(ctx: Context, task: str, note: CandidateNote) -> list[Check]:
+def _task_checks(ctx: SupRepo, task: str, note: CandidateNote) -> list[Check]:
     from gitsup.boundary.integrate import _required_checks
 
     return _required_checks(ctx, parse_task_id(task), note)
 
 
-def _spec(ctx: Context, task: str) -> TaskSpec | None:
+def _spec(ctx: SupRepo, task: str) -> TaskSpec | None:
     try:
         path = ctx.layout.task_dir(TaskId(task)) / "spec.json"
         return TaskSpec.model_validate_json(path.read_bytes())
@@ -94,7 +94,7 @@ def _spec(ctx: Context, task: str) -> TaskSpec | None:
 class Runner(CompositionTester):
     def __init__(
         self,
-        ctx: Context,
+        ctx: SupRepo,
         into: str,
         *,
         batch: int = DEFAULT_BATCH,
@@ -568,7 +568,7 @@ class Runner(CompositionTester):
 
 
 def run(
-    ctx: Context,
+    ctx: SupRepo,
     into: str | None = None,
     *,
     batch: int | None = None,
@@ -581,7 +581,7 @@ def run(
     return [Runner(ctx, b, batch=size, on_progress=on_progress).run() for b in branches]
 
 
-def detach_run(ctx: Context, into: str | None, batch: int | None) -> tuple[int, Path]:
+def detach_run(ctx: SupRepo, into: str | None, batch: int | None) -> tuple[int, Path]:
     """`queue run --detach`: the same runner in its own session, output in the queue dir."""
     import sys
 

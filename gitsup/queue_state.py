@@ -20,7 +20,7 @@ from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_refs
 from gitsup.record import CandidateNote
 from gitsup.state import Status
-from gitsup.tasks import Context
+from gitsup.tasks import SupRepo
 
 STATE_FILE = "queue.json"
 
@@ -127,7 +127,7 @@ def log_ref(branch: str) -> str:
 class Queue:
     """One target branch's queue: its state in Git, its directory, its event log."""
 
-    def __init__(self, ctx: Context, into: str) -> None:
+    def __init__(self, ctx: SupRepo, into: str) -> None:
         self.ctx = ctx
         self.repo: GitRepo = ctx.repo
         self.branch = _branch(into)
@@ -175,7 +175,7 @@ class Queue:
                 self.log.seal(self.repo, seal)
 
 
-def _ready_candidate(ctx: Context, task: str) -> tuple[Oid, CandidateNote]:
+def _ready_candidate(ctx: SupRepo, task: str) -> tuple[Oid, CandidateNote]:
     tid = parse_task_id(task)
     if not ctx.store.exists(tid):
         raise QueueError(f"no task {task}", hint="`git sup ls` lists the tasks")
@@ -194,11 +194,11 @@ def _ready_candidate(ctx: Context, task: str) -> tuple[Oid, CandidateNote]:
     return cand, note
 
 
-def default_target(ctx: Context) -> str:
+def default_target(ctx: SupRepo) -> str:
     return ctx.repo.head_branch() or "main"
 
 
-def add(ctx: Context, tasks: Sequence[str], into: str | None = None) -> QueueState:
+def add(ctx: SupRepo, tasks: Sequence[str], into: str | None = None) -> QueueState:
     q = Queue(ctx, into or default_target(ctx))
     if ctx.repo.ref_target(q.target_ref) is None:
         raise QueueError(f"no branch {q.branch} to integrate into")
@@ -216,7 +216,7 @@ def add(ctx: Context, tasks: Sequence[str], into: str | None = None) -> QueueSta
     return q.read()[0]
 
 
-def remove(ctx: Context, task: str, into: str | None = None) -> QueueState:
+def remove(ctx: SupRepo, task: str, into: str | None = None) -> QueueState:
     parse_task_id(task)
     queues = [Queue(ctx, into)] if into else [Queue(ctx, b) for b in queue_branches(ctx)]
     for q in queues:
@@ -234,7 +234,7 @@ def remove(ctx: Context, task: str, into: str | None = None) -> QueueState:
     raise QueueError(f"task {task} is not queued", hint="`git sup queue` lists the queues")
 
 
-def queue_branches(ctx: Context) -> list[str]:
+def queue_branches(ctx: SupRepo) -> list[str]:
     out = []
     for name, _ in ctx.repo.direct_refs(["refs/sup/queue/"]):
         if name.endswith("/state"):
@@ -242,5 +242,5 @@ def queue_branches(ctx: Context) -> list[str]:
     return out
 
 
-def list_queues(ctx: Context) -> list[QueueState]:
+def list_queues(ctx: SupRepo) -> list[QueueState]:
     return [Queue(ctx, b).read()[0] for b in queue_branches(ctx)]

@@ -57,7 +57,7 @@ from typing import Any, Self
 
 __all__ = [
     "RecordedRequest",
-    "Script",
+    "ModelScript",
     "ScriptError",
     "ScriptedModel",
     "Step",
@@ -90,7 +90,7 @@ class ScriptError(ValueError):
 
 
 @dataclass(frozen=True)
-class Script:
+class ModelScript:
     """A named list of steps, chosen for a conversation whose prompt contains `match`."""
 
     name: str
@@ -98,8 +98,8 @@ class Script:
     match: str | None = None
 
     @classmethod
-    def from_value(cls, name: str, value: Script | Mapping[str, Any] | Sequence[Any]) -> Script:
-        if isinstance(value, Script):
+    def from_value(cls, name: str, value: ModelScript | Mapping[str, Any] | Sequence[Any]) -> ModelScript:
+        if isinstance(value, ModelScript):
             return value
         if isinstance(value, Mapping):
             raw_steps = value.get("steps")
@@ -177,7 +177,7 @@ def _groups(steps: Sequence[Mapping[str, Any]]) -> list[tuple[list[int], int | N
     return groups
 
 
-def load_scenario(source: str | Path | Mapping[str, Any]) -> dict[str, Script]:
+def load_scenario(source: str | Path | Mapping[str, Any]) -> dict[str, ModelScript]:
     """Scripts from a scenario (a JSON file path or an already parsed object).
 
     Shapes: ``{"scripts": {name: script}}`` where a script is a list of steps
@@ -195,10 +195,10 @@ def load_scenario(source: str | Path | Mapping[str, Any]) -> dict[str, Script]:
         raise ScriptError("a scenario is a JSON object")
     scripts = data.get("scripts")
     if scripts is None:
-        return {"default": Script.from_value("default", data)}
+        return {"default": ModelScript.from_value("default", data)}
     if not isinstance(scripts, Mapping) or not scripts:
         raise ScriptError("scenario 'scripts' must be a non-empty object")
-    return {str(name): Script.from_value(str(name), value) for name, value in scripts.items()}
+    return {str(name): ModelScript.from_value(str(name), value) for name, value in scripts.items()}
 
 
 # --- reading requests ------------------------------------------------------------------
@@ -372,7 +372,7 @@ class ScriptServer:
     def __init__(self, *, host: str, port: int, variables: Mapping[str, str] | None = None) -> None:
         if not host.startswith("127."):
             raise ScriptError("the scripted model only listens on 127.0.0.0/8")
-        self.scripts: dict[str, Script] = {}
+        self.scripts: dict[str, ModelScript] = {}
         self.host = host
         self.variables = dict(variables or {})
         self._port = port
@@ -393,7 +393,7 @@ class ScriptServer:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         raise NotImplementedError
 
-    def _choose_script(self, body: Mapping[str, Any]) -> Script | None:
+    def _choose_script(self, body: Mapping[str, Any]) -> ModelScript | None:
         raise NotImplementedError
 
     def _turn(self, body: Mapping[str, Any]) -> int:
@@ -476,7 +476,7 @@ class ScriptServer:
             return self._overrun(script)
         return _Answer("step", script.name, response, script.steps[response])
 
-    def _overrun(self, script: Script) -> _Answer:
+    def _overrun(self, script: ModelScript) -> _Answer:
         with self._lock:
             self.overruns.append(script.name)
         return _Answer("overrun", script.name, None, None)
@@ -545,21 +545,21 @@ class ScriptedModel(ScriptServer):
 
     def __init__(
         self,
-        scripts: Mapping[str, Any] | Sequence[Any] | Script,
+        scripts: Mapping[str, Any] | Sequence[Any] | ModelScript,
         *,
         host: str = "127.0.0.1",
         port: int = 0,
         variables: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(host=host, port=port, variables=variables)
-        if isinstance(scripts, Script):
+        if isinstance(scripts, ModelScript):
             table = {scripts.name: scripts}
         elif isinstance(scripts, Mapping) and ("scripts" in scripts or "steps" in scripts):
             table = load_scenario(scripts)
         elif isinstance(scripts, Mapping):
-            table = {str(k): Script.from_value(str(k), v) for k, v in scripts.items()}
+            table = {str(k): ModelScript.from_value(str(k), v) for k, v in scripts.items()}
         else:
-            table = {"default": Script.from_value("default", scripts)}
+            table = {"default": ModelScript.from_value("default", scripts)}
         self.scripts = table
 
     # lifecycle
@@ -579,7 +579,7 @@ class ScriptedModel(ScriptServer):
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         return _make_handler(self)
 
-    def _choose_script(self, body: Mapping[str, Any]) -> Script | None:
+    def _choose_script(self, body: Mapping[str, Any]) -> ModelScript | None:
         first = _first_user_text(body)
         system = _text_of(body.get("system"))
         for haystack in (first, system):

@@ -48,7 +48,7 @@ from typing import Any
 
 from gitsup.scripted_model import (
     RecordedRequest,
-    Script,
+    ModelScript,
     ScriptError,
     ScriptHandler,
     ScriptServer,
@@ -89,7 +89,7 @@ def _prepare_step(step: Any) -> Any:
     return out
 
 
-def load_responses_scenario(source: str | Path | Mapping[str, Any]) -> dict[str, Script]:
+def load_responses_scenario(source: str | Path | Mapping[str, Any]) -> dict[str, ModelScript]:
     """Scripts from a scenario file or object (the `scripted_model` format plus `patch`)."""
     if isinstance(source, str | Path):
         try:
@@ -105,13 +105,13 @@ def load_responses_scenario(source: str | Path | Mapping[str, Any]) -> dict[str,
         scripts = {"default": data}
     if not isinstance(scripts, Mapping) or not scripts:
         raise ScriptError("scenario 'scripts' must be a non-empty object")
-    table: dict[str, Script] = {}
+    table: dict[str, ModelScript] = {}
     for name, value in scripts.items():
         if isinstance(value, Mapping):
             value = {**value, "steps": [_prepare_step(s) for s in value.get("steps") or []]}
         elif isinstance(value, Sequence) and not isinstance(value, str | bytes):
             value = [_prepare_step(s) for s in value]
-        table[str(name)] = Script.from_value(str(name), value)
+        table[str(name)] = ModelScript.from_value(str(name), value)
     return table
 
 
@@ -371,7 +371,7 @@ class ScriptedResponses(ScriptServer):
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         return _make_handler(self)
 
-    def _choose_script(self, body: Mapping[str, Any]) -> Script | None:
+    def _choose_script(self, body: Mapping[str, Any]) -> ModelScript | None:
         for text in [*_user_texts(body), *_other_texts(body)]:
             for script in self.scripts.values():
                 if script.match and script.match in text:

@@ -71,7 +71,7 @@ from gitsup.taskio import (
 )
 from gitsup.tasknet import Net
 from gitsup.verifier import Verifier
-from gitsup.workers.base import WorkerAdapter, WorkerContext, WorkerError, WorkerInputStalled
+from gitsup.workers.base import WorkerAdapter, WorkerSetup, WorkerError, WorkerInputStalled
 
 __all__ = [
     "NOT_CAPTURED_LIST_LIMIT",
@@ -93,7 +93,7 @@ class _AdoptRefused(WorkerError):
     """A persisted worker identity did not match: not re-adopted, nothing changed."""
 
 
-def default_worker_factory(spec: TaskSpec, ctx: WorkerContext) -> WorkerAdapter:
+def default_worker_factory(spec: TaskSpec, ctx: WorkerSetup) -> WorkerAdapter:
     kind = spec.worker.kind
     if kind == "process":
         from gitsup.workers.process import ProcessWorker

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from gitsup.decider import TurnDecision
 from gitsup.record import CheckResult
-from gitsup.review import Finding
+from gitsup.review import ReviewFinding
 from gitsup.state import State
 from gitsup.workers.base import PermissionRequest, TurnCompleted
 
@@ -109,7 +109,7 @@ class Verified:
     outcome: Literal["ready", "repair", "park", "stop"]
     reasons: tuple[str, ...] = ()
     results: tuple[CheckResult, ...] = ()
-    findings: tuple[Finding, ...] = ()
+    findings: tuple[ReviewFinding, ...] = ()
     head: str | None = None
     worker_alive: bool = False
 

@@ -46,7 +46,7 @@ from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_refs
 from gitsup.procid import ProcessId
 from gitsup.record import CandidateNote, CheckResult, TaskRecord
-from gitsup.repo import Context
+from gitsup.repo import SupRepo
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import Status
 
@@ -90,7 +90,7 @@ class IntegrateResult:
 # --- who is calling ----------------------------------------------------------------------
 
 
-def inside_task(ctx: Context, *, env: Mapping[str, str], cwd: str) -> str | None:
+def inside_task(ctx: SupRepo, *, env: Mapping[str, str], cwd: str) -> str | None:
     """Why the caller counts as inside a task (None: a person or CI outside any task)."""
     marker = env.get("GITSUP_TASK", "").strip()
     if marker:
@@ -130,7 +130,7 @@ def inside_task(ctx: Context, *, env: Mapping[str, str], cwd: str) -> str | None
 # --- the integration ---------------------------------------------------------------------
 
 
-def _required_checks(ctx: Context, task: TaskId, note: CandidateNote) -> list[Check]:
+def _required_checks(ctx: SupRepo, task: TaskId, note: CandidateNote) -> list[Check]:
     spec_path = ctx.layout.task_dir(task) / "spec.json"
     try:
         spec = TaskSpec.model_validate_json(spec_path.read_bytes())
@@ -149,7 +149,7 @@ def _refuse(message: str, hint: str | None = None) -> IntegrationRefused:
 
 
 def integrate(
-    ctx: Context,
+    ctx: SupRepo,
     task: str,
     into: str,
     *,
@@ -176,7 +176,7 @@ def integrate(
 
 
 def _integrate_locked(
-    ctx: Context,
+    ctx: SupRepo,
     repo: GitRepo,
     record: TaskRecord,
     tid: TaskId,
@@ -402,7 +402,7 @@ def _run_integration_checks(
 
 
 def _record(
-    ctx: Context,
+    ctx: SupRepo,
     repo: GitRepo,
     record: TaskRecord,
     tid: TaskId,

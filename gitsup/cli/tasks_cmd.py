@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gitsup.events import Event
     from gitsup.record import TaskRecord
     from gitsup.spec import TaskSpec
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
 
 @app.command("init")
@@ -29,9 +29,9 @@ def init_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Set up gitsup in this repository (idempotent)."""
-    from gitsup.tasks import Context, init_repo
+    from gitsup.tasks import SupRepo, init_repo
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     res = init_repo(ctx, protected=protected, explicit=True)
     if json_out:
         emit_json(res.__dict__)
@@ -127,7 +127,7 @@ class ProgressRenderer:
     def __init__(self, budget: Any = None) -> None:
         import time
 
-        from gitsup.attention import Budget, Tracker
+        from gitsup.attention import BudgetLimits, Tracker
 
         self._clock = time.monotonic
         self._t0 = self._clock()
@@ -135,7 +135,7 @@ class ProgressRenderer:
         self._stopped_shown = False
         self._colour = use_colour()
         # On a terminal, the task's status line (as `git sup watch` shows it) stays below.
-        self._tracker = Tracker("", budget=budget or Budget())
+        self._tracker = Tracker("", budget=budget or BudgetLimits())
         self._status_line = self._colour
 
     def __call__(self, ev: Event) -> None:
@@ -325,7 +325,7 @@ def start_cmd(
     Exit codes: 0 ready, 3 parked, 4 failed, 5 stopped, 2 bad input, 1 internal error,
     130 interrupted (Ctrl-C stops the task and keeps its work).
     """
-    from gitsup.tasks import Context, run_task, show_dict, status_exit
+    from gitsup.tasks import SupRepo, run_task, show_dict, status_exit
 
     spec = _spec_from_cli(
         goal,
@@ -344,7 +344,7 @@ def start_cmd(
         no_commit,
         closeout_grace=closeout_grace,
     )
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     n = attempts if attempts is not None else spec.attempts.n
     if queue and (n < 2 or detach):
         raise GitsupError(
@@ -373,9 +373,9 @@ def start_cmd(
                 f"task {rec.id}: worktree {rec.worktree} on {rec.branch} at {rec.baseline[:12]}"
             )
 
-    from gitsup.attention import Budget
+    from gitsup.attention import BudgetLimits
 
-    renderer = ProgressRenderer(Budget.from_spec(spec.model_dump(mode="json")))
+    renderer = ProgressRenderer(BudgetLimits.from_spec(spec.model_dump(mode="json")))
     record = run_task(ctx, spec, on_event=None if quiet else renderer, on_prepared=prepared)
     if json_out:
         emit_json(show_dict(ctx, record))
@@ -388,7 +388,7 @@ def start_cmd(
 
 
 def _start_group(
-    ctx: Context, spec: TaskSpec, n: int, *, detach: bool, queue: bool, json_out: bool
+    ctx: SupRepo, spec: TaskSpec, n: int, *, detach: bool, queue: bool, json_out: bool
 ) -> None:
     from gitsup.attempts import start_group
 
@@ -429,7 +429,7 @@ def _print_group(g: dict[str, Any]) -> None:
         out(f"queued into {g['queued_into']}: `git sup queue run`")
 
 
-def _print_summary(ctx: Context, record: TaskRecord) -> None:
+def _print_summary(ctx: SupRepo, record: TaskRecord) -> None:
     out(f"task {record.id}: {record.status.value} ({record.state.value})")
     if record.candidate:
         out(f"candidate: {record.candidate}  (refs/sup/{record.id}/candidate)")
@@ -449,9 +449,9 @@ def show_cmd(
 ) -> None:
     """Show one task: state, status, baseline, candidate, checks, review, turns, cost;
     or a best-of-N group (id g…): its attempts side by side, ranked."""
-    from gitsup.tasks import Context, show_dict
+    from gitsup.tasks import SupRepo, show_dict
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     from gitsup.attempts import compare, is_group_id
 
     if is_group_id(task):
@@ -519,9 +519,9 @@ def ls_cmd(
     """List tasks with state, status, age, branch and how far their baseline is behind;
     tasks that need a human first (marked !)."""
     from gitsup.attention import attention_of
-    from gitsup.tasks import Context, list_tasks
+    from gitsup.tasks import SupRepo, list_tasks
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     records = list(ctx.store.iter_raw())  # read once, for both
     needs = attention_of(ctx.layout, {r["id"]: r for r in records})
     rows = list_tasks(ctx, records)
@@ -558,9 +558,9 @@ def log_cmd(
     task: Annotated[str, typer.Argument(help="Task id.")], json_out: JsonOpt = False
 ) -> None:
     """Print the task's events, one per line."""
-    from gitsup.tasks import Context, read_events
+    from gitsup.tasks import SupRepo, read_events
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     for ev in read_events(ctx, task):
         if json_out:
             emit_jsonl(ev.as_dict())
@@ -582,9 +582,9 @@ def stop_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Stop a running task (its supervisor stops the worker and parks the work)."""
-    from gitsup.tasks import Context, show_dict, stop_task
+    from gitsup.tasks import SupRepo, show_dict, stop_task
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     record = stop_task(ctx, task, wait=wait)
     if json_out:
         emit_json(show_dict(ctx, record))
@@ -603,9 +603,9 @@ def discard_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove a task's worktree; its refs stay. Refuses to lose uncaptured work without --force."""
-    from gitsup.tasks import Context, discard_task
+    from gitsup.tasks import SupRepo, discard_task
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     res = discard_task(ctx, task, force=force)
     if json_out:
         emit_json(res.__dict__)
@@ -630,9 +630,9 @@ def prune_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove ended tasks' worktrees and branches; their refs under refs/sup/ stay."""
-    from gitsup.tasks import Context, prune_tasks
+    from gitsup.tasks import SupRepo, prune_tasks
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     res = prune_tasks(ctx, force=force, dry_run=dry_run)
     if json_out:
         emit_json(res.as_dict())
@@ -656,9 +656,9 @@ def wait_cmd(
 ) -> None:
     """Block until the task ends; exit with the same code as `start`."""
     from gitsup.detach import wait_task
-    from gitsup.tasks import Context, show_dict, status_exit
+    from gitsup.tasks import SupRepo, show_dict, status_exit
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     record = wait_task(ctx, task, timeout=timeout)
     if json_out:
         emit_json(show_dict(ctx, record))
@@ -684,9 +684,9 @@ def recover_cmd(
 ) -> None:
     """Continue (or park) a task whose supervisor died."""
     from gitsup.recovery import recover_task
-    from gitsup.tasks import Context, show_dict, status_exit
+    from gitsup.tasks import SupRepo, show_dict, status_exit
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     record = recover_task(
         ctx, task, takeover=takeover, park=park, on_event=None if quiet else ProgressRenderer()
     )
@@ -704,9 +704,9 @@ def doctor_cmd(
 ) -> None:
     """Reconcile task records and leases with processes, cgroups, worktrees and refs."""
     from gitsup.recovery import doctor
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     findings = doctor(ctx, fix=fix)
     if json_out:
         emit_json([f.as_dict() for f in findings])
@@ -740,9 +740,9 @@ def resume_auto_cmd(task: Annotated[str, typer.Argument(help="Task id.")]) -> No
 
     from gitsup.procid import ProcessId
     from gitsup.state import State
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     record = ctx.store.load(task)
     owner = ProcessId.from_dict(record.supervisor)
     if owner is None or not owner.alive():

@@ -41,7 +41,7 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerContext,
+    WorkerSetup,
     WorkerError,
     WorkerIdentity,
     WorkerInputStalled,
@@ -107,7 +107,7 @@ class AcpWorker(PipedAgent):
     capabilities = Capabilities(repairable=True, persistent=False)
     interrupted = "cancelled and closed input"
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerSetup) -> None:
         super().__init__(ctx)
         self._io = _Pipe()
         self._next_id = 0

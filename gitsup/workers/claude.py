@@ -38,7 +38,7 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerContext,
+    WorkerSetup,
     WorkerError,
     WorkerIdentity,
     WorkerInputStalled,
@@ -198,7 +198,7 @@ def loaded_settings_files(worktree: Path, env: Mapping[str, str]) -> list[Path]:
     ]
 
 
-def preflight(ctx: WorkerContext, extra_args: Sequence[str]) -> None:
+def preflight(ctx: WorkerSetup, extra_args: Sequence[str]) -> None:
     """Refuse, before spawning, configuration that would pre-authorize Bash.
 
     The headless worker passes `--setting-sources ""`, so no settings file is loaded and
@@ -223,7 +223,7 @@ class ClaudeWorker(PipedAgent):
     kind = "claude"
     capabilities = Capabilities(repairable=True, persistent=False)
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerSetup) -> None:
         super().__init__(ctx)
         self._write_lock = threading.Lock()
         self._pending: dict[str, Mapping[str, Any]] = {}

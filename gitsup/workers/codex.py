@@ -37,7 +37,7 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerContext,
+    WorkerSetup,
     WorkerError,
     WorkerIdentity,
     WorkerOutput,
@@ -130,7 +130,7 @@ def provider_args(env: Mapping[str, str]) -> list[str]:
 _CONFIG_SURFACES = ("config.toml", "managed_config.toml", "requirements.toml", "rules", "policy")
 
 
-def private_codex_home(ctx: WorkerContext) -> Path:
+def private_codex_home(ctx: WorkerSetup) -> Path:
     """CODEX_HOME for this task, inside the sandbox's private HOME (writable there), or
     the directory the caller gives (option `codex_home`: a one-off reviewer call)."""
     given = ctx.options.get("codex_home")
@@ -161,7 +161,7 @@ class CodexWorker(ClaudeWorker):
     kind = "codex"
     capabilities = Capabilities(repairable=True, persistent=False)
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerSetup) -> None:
         super().__init__(ctx)
         spec = ctx.options.get("spec")
         self._session = aps.AppServerSession(

@@ -49,7 +49,7 @@ from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
     WorkerAdapter,
-    WorkerContext,
+    WorkerSetup,
     WorkerError,
     WorkerExited,
     WorkerIdentity,
@@ -231,7 +231,7 @@ class TmuxWorker(WorkerAdapter):
     kind = "tmux"
     capabilities = Capabilities(repairable=True, persistent=True)
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerSetup) -> None:
         super().__init__(ctx)
         self._bound = self._hook_bound()
         self.bridge = HookBridge(
