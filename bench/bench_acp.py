@@ -32,8 +32,8 @@ from gitsup.workers.acp import AcpWorker  # noqa: E402
 from gitsup.workers.base import (  # noqa: E402
     PermissionRequest,
     TurnCompleted,
-    WorkerSetup,
     WorkerOutput,
+    WorkerSetup,
 )
 from gitsup.workers.stream_json import LineFramer  # noqa: E402
 

@@ -28,7 +28,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gitsup.contain import bootstrap_argv, isolated_netns
-from gitsup.egress import EgressGate, Endpoint, EgressPlan
+from gitsup.egress import EgressGate, EgressPlan, Endpoint
 
 EVENTS = b"".join(
     b"event: content_block_delta\ndata: "

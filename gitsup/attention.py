@@ -277,7 +277,9 @@ class Board:
                         spec = json.loads(f.read())
                 except (OSError, ValueError):
                     spec = {}
-                tail.tracker.budget = BudgetLimits.from_spec(spec if isinstance(spec, dict) else None)
+                tail.tracker.budget = BudgetLimits.from_spec(
+                    spec if isinstance(spec, dict) else None
+                )
             self._read_events(os.path.join(tdir, "events.jsonl"), tail, keep_events)
             rows.append(status_of(tail.tracker, tail.record, now))
         return sort_rows(rows)

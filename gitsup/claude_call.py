@@ -20,9 +20,9 @@ from gitsup.workers.base import (
     PermissionAnswer,
     PermissionRequest,
     TurnCompleted,
-    WorkerSetup,
     WorkerExited,
     WorkerOptions,
+    WorkerSetup,
 )
 
 READ_ONLY_TOOLS = ("Read", "Grep", "Glob")

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from gitsup.decider import DeciderError, RulesDecider, TurnOutcome, TurnDecision
+from gitsup.decider import DeciderError, RulesDecider, TurnDecision, TurnOutcome
 from gitsup.git import GitRepo
 from gitsup.spec import TaskSpec
 from gitsup.taskio import Decided, Gated

@@ -37,10 +37,10 @@ from gitsup.tasknet import Net, TaskNet
 from gitsup.workers.base import (
     Inbox,
     WorkerAdapter,
-    WorkerSetup,
     WorkerError,
     WorkerIdentity,
     WorkerOptions,
+    WorkerSetup,
 )
 
 WorkerFactory = Callable[[TaskSpec, WorkerSetup], WorkerAdapter]

@@ -36,7 +36,10 @@ def deadline_warning(seconds_left: float) -> str:
 
 
 def repair_message(
-    problems: list[str], results: list[CheckResult], findings: list[ReviewFinding], limit: int = 8000
+    problems: list[str],
+    results: list[CheckResult],
+    findings: list[ReviewFinding],
+    limit: int = 8000,
 ) -> str:
     """One bounded corrective message: what failed, the failing output tails, the findings."""
     parts = ["The supervisor verified your work and it is not ready yet.", ""]

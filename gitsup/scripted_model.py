@@ -56,8 +56,8 @@ from pathlib import Path
 from typing import Any, Self
 
 __all__ = [
-    "RecordedRequest",
     "ModelScript",
+    "RecordedRequest",
     "ScriptError",
     "ScriptedModel",
     "Step",
@@ -98,7 +98,9 @@ class ModelScript:
     match: str | None = None
 
     @classmethod
-    def from_value(cls, name: str, value: ModelScript | Mapping[str, Any] | Sequence[Any]) -> ModelScript:
+    def from_value(
+        cls, name: str, value: ModelScript | Mapping[str, Any] | Sequence[Any]
+    ) -> ModelScript:
         if isinstance(value, ModelScript):
             return value
         if isinstance(value, Mapping):

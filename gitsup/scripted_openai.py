@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from gitsup.scripted_model import (
-    RecordedRequest,
     ModelScript,
+    RecordedRequest,
     ScriptError,
     ScriptHandler,
     ScriptServer,

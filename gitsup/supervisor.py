@@ -71,7 +71,7 @@ from gitsup.taskio import (
 )
 from gitsup.tasknet import Net
 from gitsup.verifier import Verifier
-from gitsup.workers.base import WorkerAdapter, WorkerSetup, WorkerError, WorkerInputStalled
+from gitsup.workers.base import WorkerAdapter, WorkerError, WorkerInputStalled, WorkerSetup
 
 __all__ = [
     "NOT_CAPTURED_LIST_LIMIT",

@@ -153,7 +153,9 @@ class Verifier:
 
     # --- review -------------------------------------------------------------------------
 
-    def _review(self, results: list[CheckResult]) -> tuple[list[str], list[str], list[ReviewFinding]]:
+    def _review(
+        self, results: list[CheckResult]
+    ) -> tuple[list[str], list[str], list[ReviewFinding]]:
         """Returns (fixable problems, park reasons, findings)."""
         kind = self.spec.review.kind
         if kind == "none":

@@ -41,8 +41,8 @@ from gitsup.workers.base import (
     PermissionAnswer,
     TurnCompleted,
     WorkerAdapter,
-    WorkerSetup,
     WorkerIdentity,
+    WorkerSetup,
 )
 
 

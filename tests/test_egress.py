@@ -22,8 +22,8 @@ import pytest
 from gitsup.contain import bootstrap_argv, list_gitsup_netns, netns_available
 from gitsup.egress import (
     EgressGate,
-    Endpoint,
     EgressPlan,
+    Endpoint,
     gated_namespace,
     make_plan,
     model_endpoint,

@@ -29,8 +29,8 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerSetup,
     WorkerOutput,
+    WorkerSetup,
 )
 from gitsup.workers.stream_json import parse_record
 from tests.conftest import git, run_sup

@@ -361,7 +361,7 @@ def test_an_idle_worker_at_the_deadline_is_verified_and_reviewed(repo: Path, tmp
     is checked and reviewed, and can be ready (before: parked regardless)."""
     from gitsup.spec import spec_from_mapping
     from gitsup.tasks import SupRepo, run_task
-    from gitsup.workers.base import HumanInput, WorkerSetup, WorkerIdentity
+    from gitsup.workers.base import HumanInput, WorkerIdentity, WorkerSetup
     from gitsup.workers.process import ProcessWorker
 
     class TakenOver(ProcessWorker):

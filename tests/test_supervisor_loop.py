@@ -14,7 +14,7 @@ from gitsup.events import Event
 from gitsup.spec import spec_from_mapping
 from gitsup.supervisor import Supervisor
 from gitsup.tasks import SupRepo, prepare_task
-from gitsup.workers.base import PermissionRequest, TurnCompleted, WorkerSetup, WorkerExited
+from gitsup.workers.base import PermissionRequest, TurnCompleted, WorkerExited, WorkerSetup
 from tests.fakes import OneShotWorker, ScriptedWorker
 
 Step = Callable[[WorkerSetup], list[object]]

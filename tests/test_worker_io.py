@@ -19,7 +19,7 @@ from typing import Any
 from gitsup.procid import ProcessId
 from gitsup.spec import spec_from_mapping
 from gitsup.tasks import SupRepo, run_task
-from gitsup.workers.base import TurnCompleted, WorkerSetup, WorkerIdentity
+from gitsup.workers.base import TurnCompleted, WorkerIdentity, WorkerSetup
 from gitsup.workers.process import ProcessWorker
 from tests.conftest import PYTHON, run_sup
 from tests.helpers.sup import check_cmd, kill_tree, run_cli_inproc, start_json, write_spec

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsup.workers.base import WorkerSetup, WorkerOptions
+from gitsup.workers.base import WorkerOptions, WorkerSetup
 from tests.fakes import make_spec
 
 

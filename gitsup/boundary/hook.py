@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TextIO
 
 from gitsup.boundary.evaluate import (
-    PushSetting,
     Pusher,
+    PushSetting,
     RefUpdate,
     RefVerdict,
     evaluate,

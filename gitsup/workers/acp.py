@@ -41,11 +41,11 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerSetup,
     WorkerError,
     WorkerIdentity,
     WorkerInputStalled,
     WorkerOutput,
+    WorkerSetup,
 )
 from gitsup.workers.claude import ASK_TOOLS, find_claude
 

@@ -21,11 +21,11 @@ from gitsup.procid import ProcessId
 from gitsup.redact import redact_text
 from gitsup.workers.base import (
     WorkerAdapter,
-    WorkerSetup,
     WorkerError,
     WorkerExited,
     WorkerIdentity,
     WorkerOutput,
+    WorkerSetup,
     spawn_piped,
 )
 from gitsup.workers.stream_json import LineFramer

@@ -38,11 +38,11 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerSetup,
     WorkerError,
     WorkerIdentity,
     WorkerInputStalled,
     WorkerOutput,
+    WorkerSetup,
 )
 from gitsup.workers.claude_rules import read_settings_value, refused_flags, refused_modes
 

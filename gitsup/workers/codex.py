@@ -37,10 +37,10 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerSetup,
     WorkerError,
     WorkerIdentity,
     WorkerOutput,
+    WorkerSetup,
 )
 from gitsup.workers.claude import ClaudeWorker, _kill_group
 

@@ -20,11 +20,11 @@ from gitsup.workers.base import (
     Capabilities,
     TurnCompleted,
     WorkerAdapter,
-    WorkerSetup,
     WorkerError,
     WorkerExited,
     WorkerIdentity,
     WorkerOutput,
+    WorkerSetup,
     spawn_piped,
 )
 

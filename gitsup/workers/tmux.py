@@ -49,12 +49,12 @@ from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
     WorkerAdapter,
-    WorkerSetup,
     WorkerError,
     WorkerExited,
     WorkerIdentity,
     WorkerNote,
     WorkerOutput,
+    WorkerSetup,
 )
 from gitsup.workers.claude import find_claude, loaded_settings_files, read_settings_files
 from gitsup.workers.claude_rules import read_settings_value, refused_flags, refused_modes

@@ -21,10 +21,10 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerSetup,
     WorkerError,
     WorkerExited,
     WorkerOutput,
+    WorkerSetup,
 )
 
 AGENT = r"""

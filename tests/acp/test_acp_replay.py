@@ -13,8 +13,8 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerSetup,
     WorkerOutput,
+    WorkerSetup,
 )
 
 TRANSCRIPT = Path(__file__).parent / "data" / "transcript-0.101.0.ndjson"

@@ -9,9 +9,9 @@ import pytest
 
 from gitsup.boundary.evaluate import (
     ZERO,
-    PushSetting,
-    PushPolicy,
     Pusher,
+    PushPolicy,
+    PushSetting,
     RefUpdate,
     Untrusted,
     evaluate,

@@ -9,12 +9,12 @@ import pytest
 
 from gitsup.boundary.evaluate import (
     ZERO,
-    PushSetting,
-    PushPolicy,
     Pusher,
+    PushPolicy,
+    PushSetting,
     RefUpdate,
-    Untrusted,
     RefVerdict,
+    Untrusted,
     evaluate,
     is_zero,
     protected_branch,

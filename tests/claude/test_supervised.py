@@ -517,8 +517,8 @@ def test_one_turn_at_a_time_and_idempotent_sends(
         PermissionAnswer,
         PermissionRequest,
         TurnCompleted,
-        WorkerSetup,
         WorkerError,
+        WorkerSetup,
     )
     from gitsup.workers.claude import ClaudeWorker
 
