@@ -301,7 +301,7 @@ class Notifier:
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """A webhook is one POST to one URL: redirects are failures, never followed."""
 
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+    def redirect_request(self, *_args: Any, **_kwargs: Any) -> None:
         return None
 
 

@@ -32,7 +32,7 @@ class CheckResult(BaseModel):
     timed_out: bool = False
     duration: float = 0.0
     output_tail: str = ""
-    repair_round: int = Field(default=0, alias="round")
+    repair_round: int = Field(default=0, validation_alias="round", serialization_alias="round")
 
 
 class ReviewResult(BaseModel):

@@ -115,10 +115,6 @@ def protected_branch(ref: str, patterns: Sequence[str]) -> bool:
     return ref.startswith("refs/heads/") and is_protected(ref, patterns)
 
 
-def is_review_ref(ref: str) -> bool:
-    return ref.startswith(SUP_PREFIX) or ref == NOTES_REF
-
-
 def _kind(ref: str, policy: PushPolicy) -> str:
     if protected_branch(ref, policy.protected):
         return "protected"

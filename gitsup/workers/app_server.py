@@ -323,9 +323,6 @@ class AppServerSession:
         out.append(encode({"id": pending.rpc_id, "result": {"decision": decision}}))
         return out
 
-    def pending_ids(self) -> list[str]:
-        return list(self._pending)
-
     # --- incoming ---------------------------------------------------------------------
 
     def feed(self, line: str) -> Feed:

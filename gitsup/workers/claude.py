@@ -30,7 +30,7 @@ from typing import Any
 from gitsup import proc
 from gitsup.redact import redact_text
 from gitsup.workers import stream_json as sj
-from gitsup.workers.agentproc import PipedAgent, find_agent, project_local, write_within
+from gitsup.workers.agentproc import PipedAgent, find_agent, write_within
 from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
@@ -107,12 +107,6 @@ _LOCAL_INSTALLS = (
     Path(".tools/claude/node_modules/.bin/claude"),
     Path("node_modules/.bin/claude"),
 )
-
-
-def project_local_claude(start: Path | None = None) -> str | None:
-    """A Claude Code installed inside the project (npm install in the repository, or in
-    `.tools/claude/`), found from the current directory's repository."""
-    return project_local(_LOCAL_INSTALLS, start)
 
 
 def _rule_tool(rule: str) -> str:
