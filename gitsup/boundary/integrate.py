@@ -130,7 +130,8 @@ def inside_task(ctx: SupRepo, *, env: Mapping[str, str], cwd: str) -> str | None
 # --- the integration ---------------------------------------------------------------------
 
 
-def _required_checks(ctx: SupRepo, task: TaskId, note: CandidateNote) -> list[Check]:
+def required_checks(ctx: SupRepo, task: TaskId, note: CandidateNote) -> list[Check]:
+    """The checks an integration runs: the task spec's required ones, else the note's."""
     spec_path = ctx.layout.task_dir(task) / "spec.json"
     try:
         spec = TaskSpec.model_validate_json(spec_path.read_bytes())
@@ -228,9 +229,9 @@ def _integrate_locked(
             f"the baseline {baseline[:12] or '(none)'} of task {tid} is not an ancestor of "
             f"its candidate {candidate[:12]}: the task record or note was altered"
         )
-    signing = _signing(repo)
-    trust = _trust(repo)
-    _require_integrated(trust, branch, old, baseline)
+    signing = integration_signing(repo)
+    trust = integration_trust(repo)
+    require_integrated(trust, branch, old, baseline)
 
     how = "merge"
     tree, conflicts = repo.merge_tree(old, candidate)
@@ -247,7 +248,7 @@ def _integrate_locked(
     # integration whose checks passed is ever signed.
     result = repo.commit_tree(tree, [old, candidate], subject + f"Sup-Task: {tid}\n")
 
-    checks = _required_checks(ctx, tid, note)
+    checks = required_checks(ctx, tid, note)
     res = IntegrateResult(
         task=str(tid),
         candidate=candidate,
@@ -265,7 +266,7 @@ def _integrate_locked(
 
     verdict = note.review.verdict if note.review and note.review.verdict else "none"
     passed = ", ".join(f"{c.name}=passed" for c in res.checks) or "none"
-    result = _sign(
+    result = sign_integration_commit(
         repo,
         signing,
         tree,
@@ -302,12 +303,13 @@ def _integrate_locked(
                 repo.update_ref(target_ref, old, old=result, message=f"{message}: undone")
             raise _refuse(f"{branch} left at {old[:12]}: {exc.message}") from None
         res.checkout_updated = str(checkout)
-    _record(ctx, repo, record, tid, note, res)
+    record_integration(ctx, repo, tid, note, res)
     res.integrated = True
     return res
 
 
-def _signing(repo: GitRepo) -> SigningSetup:
+def integration_signing(repo: GitRepo) -> SigningSetup:
+    """The key integration commits are signed with; refuses when it is missing."""
     signing = signing_setup(repo, create=False)
     if signing.dedicated and not Path(signing.key).exists():
         raise _refuse(
@@ -318,7 +320,8 @@ def _signing(repo: GitRepo) -> SigningSetup:
     return signing
 
 
-def _trust(repo: GitRepo) -> TrustCheck:
+def integration_trust(repo: GitRepo) -> TrustCheck:
+    """The check that a history is integrated, with the repository's trust roots and signers."""
     cfg = RepoConfig.read(GitCli(cwd=str(repo.common_dir)))
     return TrustCheck(
         str(repo.common_dir),
@@ -328,7 +331,7 @@ def _trust(repo: GitRepo) -> TrustCheck:
     )
 
 
-def _require_integrated(trust: TrustCheck, branch: str, old: str, baseline: str) -> None:
+def require_integrated(trust: TrustCheck, branch: str, old: str, baseline: str) -> None:
     """The target's history since the trust root, and what the baseline adds to it,
     must be integrated: an integration never publishes a commit a worker slipped in."""
     bad = trust.check([("target", "0" * 40, old)])["target"]
@@ -349,7 +352,10 @@ def _require_integrated(trust: TrustCheck, branch: str, old: str, baseline: str)
         )
 
 
-def _sign(repo: GitRepo, signing: SigningSetup, tree: str, parents: list[Oid], message: str) -> Oid:
+def sign_integration_commit(
+    repo: GitRepo, signing: SigningSetup, tree: str, parents: list[Oid], message: str
+) -> Oid:
+    """A signed commit of `tree` on `parents` (not on any branch yet)."""
     argv = ["git", *signing.git_config_args(), "commit-tree", "-S"]
     for p in parents:
         argv += ["-p", p]
@@ -401,14 +407,15 @@ def _run_integration_checks(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _record(
+def record_integration(
     ctx: SupRepo,
     repo: GitRepo,
-    record: TaskRecord,
     tid: TaskId,
     note: CandidateNote,
     res: IntegrateResult,
 ) -> None:
+    """Mark the task integrated: notes on the candidate and the result, the sealed
+    `integrated` event, the record's status."""
     now = time.time()
     done = note.model_copy(
         update={"status": Status.INTEGRATED, "integrated_into": res.into, "integrated_at": now}
