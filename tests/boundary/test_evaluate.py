@@ -130,7 +130,7 @@ def test_lookups_are_batched() -> None:
 
 def test_one_definition_of_protected() -> None:
     """Configured values add to the defaults, in the boundary and in the policy alike."""
-    from gitsup.policy.config import PushPolicy as ShellPolicy
+    from gitsup.policy.config import Policy as ShellPolicy
     from gitsup.protected import effective
 
     cfg = RepoConfig({"sup.protected": ["release/*"]})
