@@ -36,7 +36,6 @@ Codex states in its `<environment_context>`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import re
@@ -46,16 +45,11 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from gitsup.scripted_model import (
+from gitsup.scripted_model_server import Answer, ScriptHandler, ScriptServer, serve
+from gitsup.scripted_model_steps import (
     ModelScript,
-    RecordedRequest,
     ScriptError,
-    ScriptHandler,
-    ScriptServer,
-    _Answer,
-    _estimate_tokens,
-    _substitute,
-    serve,
+    estimate_tokens,
 )
 
 __all__ = ["ScriptedResponses", "load_responses_scenario"]
@@ -298,7 +292,7 @@ def response_events(
         yield _sse("response.output_item.added", {"output_index": index, "item": item})
         if item["type"] == "message":
             text = item["content"][0]["text"]
-            output_tokens += _estimate_tokens(text)
+            output_tokens += estimate_tokens(text)
             for i in range(0, len(text), TEXT_CHUNK):
                 yield _sse(
                     "response.output_text.delta",
@@ -310,7 +304,7 @@ def response_events(
                     },
                 )
         else:
-            output_tokens += _estimate_tokens(item.get("arguments", ""))
+            output_tokens += estimate_tokens(item.get("arguments", ""))
         yield _sse("response.output_item.done", {"output_index": index, "item": item})
     yield _sse(
         "response.completed",
@@ -387,35 +381,25 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
         server_version = "ScriptedResponses/1"
 
         def do_GET(self) -> None:
-            model._record(RecordedRequest(self.path, None, dict(self.headers), "not_found"))
-            self._send_json(404, {"error": {"type": "not_found", "message": self.path}})
+            error = {"type": "not_found", "message": self.path}
+            self._unscripted(model, None, "not_found", 404, {"error": error})
 
         def do_POST(self) -> None:
             path = self.path.split("?", 1)[0]
             body = self._read_json()
-            headers = dict(self.headers)
             if not path.endswith("/responses"):
-                model._record(RecordedRequest(self.path, body, headers, "not_found"))
-                self._send_json(404, {"error": {"type": "not_found", "message": path}})
+                error = {"type": "not_found", "message": path}
+                self._unscripted(model, body, "not_found", 404, {"error": error})
                 return
             if not isinstance(body, dict):
-                model._record(RecordedRequest(self.path, body, headers, "bad_request"))
-                self._send_json(
-                    400, {"error": {"type": "invalid_request_error", "message": "not JSON"}}
-                )
+                error = {"type": "invalid_request_error", "message": "not JSON"}
+                self._unscripted(model, body, "bad_request", 400, {"error": error})
                 return
             conversation = str(body.get("prompt_cache_key") or "".join(_user_texts(body))[:200])
-            answer = model._plan(body, conversation)
-            model._record(
-                RecordedRequest(
-                    self.path, body, headers, answer.kind, answer.script, answer.step_index
-                )
-            )
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                self._answer(body, answer)
+            self._scripted(model, body, conversation)
 
-        def _answer(self, body: dict[str, Any], answer: _Answer) -> None:
-            tokens = _estimate_tokens(body)
+        def _answer(self, body: dict[str, Any], answer: Answer) -> None:
+            tokens = estimate_tokens(body)
             seed = f"{answer.script}:{answer.step_index}:{responses_so_far(body)}"
             response_id = (
                 "resp_" + hashlib.sha256(f"{seed}:{len(model.requests)}".encode()).hexdigest()[:24]
@@ -428,11 +412,7 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
                 self._fault(step)
                 return
             if answer.kind == "step":
-                variables = dict(model.variables)
-                cwd = _request_cwd(body)
-                if cwd is not None:
-                    variables.setdefault("CWD", cwd)
-                content = _substitute(step["content"], variables)
+                content = model.step_content(step, _request_cwd(body))
             else:
                 content = [{"type": "text", "text": OVERRUN_TEXT}]
             items = output_items(content, _tool_names(body), seed)
