@@ -30,6 +30,7 @@ from typing import Any
 from gitsup.redact import redact_text
 from gitsup.workers import app_server as aps
 from gitsup.workers.agentproc import find_agent
+from gitsup.workers.app_server_protocol import DEFAULT_PRICE, ConfigRefused
 from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
@@ -154,7 +155,7 @@ def private_codex_home(ctx: WorkerSetup) -> Path:
 
 def price_table(spec: Any) -> dict[str, float]:
     custom = getattr(getattr(spec, "worker", None), "price", None) if spec is not None else None
-    return {**aps.DEFAULT_PRICE, **(dict(custom) if custom else {})}
+    return {**DEFAULT_PRICE, **(dict(custom) if custom else {})}
 
 
 class CodexWorker(ClaudeWorker):
@@ -220,7 +221,7 @@ class CodexWorker(ClaudeWorker):
         try:
             with self._session_lock:
                 fed = self._session.feed(line)
-        except aps.ConfigRefused as exc:
+        except ConfigRefused as exc:
             self.refused = str(exc)
             inbox.put(WorkerOutput("error", redact_text(f"refused: {exc}"), {"refused": True}))
             p = self._proc
