@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import re
 import sys
@@ -352,7 +353,26 @@ def _make_handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             if answer.kind == "fault":
-                self._fault(step, message_id, tokens)
+                self._answer_fault(
+                    step,
+                    lambda status: {
+                        "type": "error",
+                        "error": {
+                            "type": _ERROR_TYPES.get(status, "api_error"),
+                            "message": f"Scripted error {status}",
+                        },
+                    },
+                    # message_start, content_block_start, first delta
+                    lambda: itertools.islice(
+                        _message_events(
+                            [{"type": "text", "text": "partial answer"}],
+                            message_id=message_id,
+                            input_tokens=tokens,
+                        ),
+                        3,
+                    ),
+                    "content_block_delta",
+                )
                 return
             if answer.kind == "step":
                 content = model.step_content(step, _request_cwd(body))
@@ -376,41 +396,6 @@ def _make_handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
             ):
                 self._chunk(event)
             self._end_stream()
-
-        def _fault(self, step: Mapping[str, Any], message_id: str, tokens: int) -> None:
-            if "http_error" in step:
-                status = int(step["http_error"])
-                payload = step.get("body") or {
-                    "type": "error",
-                    "error": {
-                        "type": _ERROR_TYPES.get(status, "api_error"),
-                        "message": f"Scripted error {status}",
-                    },
-                }
-                self._send_json(status, payload, step.get("headers") or {})
-                return
-            if "garbage" in step:
-                garbage = str(step["garbage"])
-                mode = step.get("mode", "delta")
-                self.close_connection = True
-                self._start_stream()
-                if mode == "raw":
-                    self._chunk(garbage.encode())
-                    self._end_stream()
-                    return
-                events = _message_events(
-                    [{"type": "text", "text": "partial answer"}],
-                    message_id=message_id,
-                    input_tokens=tokens,
-                )
-                for _ in range(3):  # message_start, content_block_start, first delta
-                    self._chunk(next(events))
-                if mode != "truncate":
-                    self._chunk(f"event: content_block_delta\ndata: {garbage}\n\n".encode())
-                    self._end_stream()
-                return
-            # a bare hang: drop the connection without an answer
-            self.close_connection = True
 
     return Handler
 

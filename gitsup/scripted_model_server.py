@@ -10,7 +10,7 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -220,6 +220,36 @@ class ScriptHandler(BaseHTTPRequestHandler):
 
     def _answer(self, body: dict[str, Any], answer: Answer) -> None:
         raise NotImplementedError
+
+    def _answer_fault(
+        self,
+        step: Mapping[str, Any],
+        error: Callable[[int], Any],
+        partial: Callable[[], Iterable[bytes]],
+        delta_event: str,
+    ) -> None:
+        """Answer a fault step: `http_error` (the step's body, else `error(status)`); `garbage`
+        as the whole stream (`raw`), or after the valid start `partial()` as a `delta_event`
+        (`delta`, closed) or nothing more (`truncate`); else (a bare hang) no answer at all."""
+        if "http_error" in step:
+            status = int(step["http_error"])
+            self._send_json(status, step.get("body") or error(status), step.get("headers") or {})
+            return
+        self.close_connection = True
+        if "garbage" not in step:
+            return
+        garbage = str(step["garbage"])
+        mode = step.get("mode", "delta")
+        self._start_stream()
+        if mode == "raw":
+            self._chunk(garbage.encode())
+            self._end_stream()
+            return
+        for data in partial():
+            self._chunk(data)
+        if mode != "truncate":
+            self._chunk(f"event: {delta_event}\ndata: {garbage}\n\n".encode())
+            self._end_stream()
 
     def _start_stream(self) -> None:
         self.send_response(200)

@@ -409,7 +409,17 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             if answer.kind == "fault":
-                self._fault(step)
+                self._answer_fault(
+                    step,
+                    lambda status: {
+                        "error": {
+                            "type": "server_error" if status >= 500 else "invalid_request_error",
+                            "message": f"Scripted error {status}",
+                        }
+                    },
+                    lambda: [_sse("response.created", {"response": {"id": "resp_garbage"}})],
+                    "response.output_text.delta",
+                )
                 return
             if answer.kind == "step":
                 content = model.step_content(step, _request_cwd(body))
@@ -420,33 +430,6 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
             for event in response_events(items, response_id, tokens):
                 self._chunk(event)
             self._end_stream()
-
-        def _fault(self, step: Mapping[str, Any]) -> None:
-            if "http_error" in step:
-                status = int(step["http_error"])
-                payload = step.get("body") or {
-                    "error": {
-                        "type": "server_error" if status >= 500 else "invalid_request_error",
-                        "message": f"Scripted error {status}",
-                    }
-                }
-                self._send_json(status, payload, step.get("headers") or {})
-                return
-            if "garbage" in step:
-                garbage = str(step["garbage"])
-                mode = step.get("mode", "delta")
-                self.close_connection = True
-                self._start_stream()
-                if mode == "raw":
-                    self._chunk(garbage.encode())
-                    self._end_stream()
-                    return
-                self._chunk(_sse("response.created", {"response": {"id": "resp_garbage"}}))
-                if mode != "truncate":
-                    self._chunk(f"event: response.output_text.delta\ndata: {garbage}\n\n".encode())
-                    self._end_stream()
-                return
-            self.close_connection = True
 
     return Handler
 
