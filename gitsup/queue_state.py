@@ -5,9 +5,7 @@ compare-and-swap) and its event log; adding, removing and listing queued candida
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -15,6 +13,7 @@ from typing import Any
 
 from gitsup.errors import GitsupError
 from gitsup.events import EventLog
+from gitsup.fsutil import locked
 from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_refs
@@ -149,14 +148,8 @@ class Queue:
                 return QueueState.parse(data, self.branch), tip
         raise GitsupError(f"{self.ref} has no {STATE_FILE}")
 
-    @contextlib.contextmanager
-    def _lock(self) -> Iterator[None]:
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+    def _lock(self) -> contextlib.AbstractContextManager[None]:
+        return locked(self.dir / "lock")
 
     @contextlib.contextmanager
     def change(self, what: str) -> Iterator[QueueState]:
