@@ -57,6 +57,7 @@ from gitsup.scripted_model_steps import (
     RecordedRequest,
     ScriptError,
     estimate_tokens,
+    load_scenario,
 )
 
 __all__ = [
@@ -86,30 +87,6 @@ _ERROR_TYPES = {
     500: "api_error",
     529: "overloaded_error",
 }
-
-
-def load_scenario(source: str | Path | Mapping[str, Any]) -> dict[str, ModelScript]:
-    """Scripts from a scenario (a JSON file path or an already parsed object).
-
-    Shapes: ``{"scripts": {name: script}}`` where a script is a list of steps
-    or ``{"match": ..., "steps": [...]}``; or one script ``{"steps": [...]}``
-    (named "default"). Other top-level keys (`description`, ...) are ignored.
-    """
-    if isinstance(source, str | Path):
-        try:
-            data = json.loads(Path(source).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ScriptError(f"cannot read scenario {source}: {exc}") from exc
-    else:
-        data = source
-    if not isinstance(data, Mapping):
-        raise ScriptError("a scenario is a JSON object")
-    scripts = data.get("scripts")
-    if scripts is None:
-        return {"default": ModelScript.from_value("default", data)}
-    if not isinstance(scripts, Mapping) or not scripts:
-        raise ScriptError("scenario 'scripts' must be a non-empty object")
-    return {str(name): ModelScript.from_value(str(name), value) for name, value in scripts.items()}
 
 
 # --- reading requests ------------------------------------------------------------------

@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 _FAULT_KEYS = ("http_error", "garbage")
@@ -124,3 +125,36 @@ def substitute(value: Any, variables: Mapping[str, str]) -> Any:
 
 def estimate_tokens(value: Any) -> int:
     return max(1, len(json.dumps(value, separators=(",", ":"))) // 4)
+
+
+def scenario_scripts(source: str | Path | Mapping[str, Any]) -> Mapping[str, Any]:
+    """The scripts of a scenario (a JSON file path or an already parsed object), unchecked:
+    ``{"scripts": {name: script}}``, or one script ``{"steps": [...]}`` named "default"."""
+    if isinstance(source, str | Path):
+        try:
+            data = json.loads(Path(source).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ScriptError(f"cannot read scenario {source}: {exc}") from exc
+    else:
+        data = source
+    if not isinstance(data, Mapping):
+        raise ScriptError("a scenario is a JSON object")
+    scripts = data.get("scripts")
+    if scripts is None:
+        return {"default": data}
+    if not isinstance(scripts, Mapping) or not scripts:
+        raise ScriptError("scenario 'scripts' must be a non-empty object")
+    return scripts
+
+
+def load_scenario(source: str | Path | Mapping[str, Any]) -> dict[str, ModelScript]:
+    """Scripts from a scenario (a JSON file path or an already parsed object).
+
+    Shapes: ``{"scripts": {name: script}}`` where a script is a list of steps
+    or ``{"match": ..., "steps": [...]}``; or one script ``{"steps": [...]}``
+    (named "default"). Other top-level keys (`description`, ...) are ignored.
+    """
+    return {
+        str(name): ModelScript.from_value(str(name), value)
+        for name, value in scenario_scripts(source).items()
+    }

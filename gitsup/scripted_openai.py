@@ -50,6 +50,7 @@ from gitsup.scripted_model_steps import (
     ModelScript,
     ScriptError,
     estimate_tokens,
+    scenario_scripts,
 )
 
 __all__ = ["ScriptedResponses", "load_responses_scenario"]
@@ -85,22 +86,8 @@ def _prepare_step(step: Any) -> Any:
 
 def load_responses_scenario(source: str | Path | Mapping[str, Any]) -> dict[str, ModelScript]:
     """Scripts from a scenario file or object (the `scripted_model` format plus `patch`)."""
-    if isinstance(source, str | Path):
-        try:
-            data = json.loads(Path(source).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ScriptError(f"cannot read scenario {source}: {exc}") from exc
-    else:
-        data = source
-    if not isinstance(data, Mapping):
-        raise ScriptError("a scenario is a JSON object")
-    scripts = data.get("scripts")
-    if scripts is None:
-        scripts = {"default": data}
-    if not isinstance(scripts, Mapping) or not scripts:
-        raise ScriptError("scenario 'scripts' must be a non-empty object")
     table: dict[str, ModelScript] = {}
-    for name, value in scripts.items():
+    for name, value in scenario_scripts(source).items():
         if isinstance(value, Mapping):
             value = {**value, "steps": [_prepare_step(s) for s in value.get("steps") or []]}
         elif isinstance(value, Sequence) and not isinstance(value, str | bytes):
