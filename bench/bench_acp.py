@@ -32,8 +32,8 @@ from gitsup.workers.acp import AcpWorker  # noqa: E402
 from gitsup.workers.base import (  # noqa: E402
     PermissionRequest,
     TurnCompleted,
-    WorkerContext,
     WorkerOutput,
+    WorkerSetup,
 )
 from gitsup.workers.stream_json import LineFramer  # noqa: E402
 
@@ -67,7 +67,7 @@ def bench_records(n: int) -> None:
     policy = Policy.load(None)
     wt = str(d)
     inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-    w = AcpWorker(WorkerContext("20260101-000000", d, d, {}, (), inbox))
+    w = AcpWorker(WorkerSetup("20260101-000000", d, d, {}, (), inbox))
     w._session_id = "bench"
     framer = LineFramer()
     counts = {"records": 0, "permission": 0, "output": 0, "turns": 0}

@@ -146,7 +146,7 @@ def bench_watch(root: Path, n: int) -> None:
 
 def bench_report(root: Path, quick: bool) -> None:
     from gitsup.report import render_task
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
     repo = root / "report-repo"
     repo.mkdir()
@@ -182,7 +182,7 @@ def bench_report(root: Path, quick: bool) -> None:
     }
     (tdir / "task.json").write_text(json.dumps(rec))
     (tdir / "events.jsonl").write_text("\n".join(_events(tid, 5000)) + "\n")
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     page_len = 0
 
     def inproc() -> None:

@@ -139,9 +139,9 @@ def main() -> int:
         lines = [f"create refs/heads/b{i:03d} {news[i]}" for i in range(n)]
         lines += [f"create refs/sup/20260101-{i:06x}/log {news[i]}" for i in range(n)]
         git(repo, "update-ref", "--stdin", input="\n".join(lines) + "\n")
-        from gitsup.tasks import Context, init_repo
+        from gitsup.tasks import SupRepo, init_repo
 
-        init_repo(Context.discover(repo))
+        init_repo(SupRepo.discover(repo))
         remote = tmp / "remote.git"
         git(tmp, "init", "-q", "--bare", str(remote))
         git(repo, "remote", "add", "origin", str(remote))

@@ -129,7 +129,7 @@ def bench_startup(k: int) -> None:
     import subprocess
 
     from gitsup.scripted_openai import ScriptedResponses
-    from gitsup.workers.base import WorkerContext
+    from gitsup.workers.base import WorkerSetup
     from gitsup.workers.codex import CodexWorker, find_codex
 
     env = {**os.environ, "OPENAI_API_KEY": "sk-scripted"}
@@ -150,7 +150,7 @@ def bench_startup(k: int) -> None:
             ScriptedResponses({"default": [{"text": "hi"}]}) as model,
             tempfile.TemporaryDirectory() as d,
         ):
-            ctx = WorkerContext(
+            ctx = WorkerSetup(
                 task_id="bench",
                 worktree=Path(d),
                 task_dir=Path(d) / "task",

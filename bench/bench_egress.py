@@ -28,7 +28,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gitsup.contain import bootstrap_argv, isolated_netns
-from gitsup.egress import EgressGate, Endpoint, Plan
+from gitsup.egress import EgressGate, EgressPlan, Endpoint
 
 EVENTS = b"".join(
     b"event: content_block_delta\ndata: "
@@ -105,7 +105,7 @@ def main() -> None:
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     rows: list[tuple[str, str, list[float]]] = []
     with isolated_netns(f"bench-{os.getpid()}") as ns:
-        plan = Plan(forward=(port,), connect=(Endpoint("127.0.0.1", port),))
+        plan = EgressPlan(forward=(port,), connect=(Endpoint("127.0.0.1", port),))
         gate = EgressGate(ns, plan).start()
         try:
             for keep in (True, False):

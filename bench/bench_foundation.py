@@ -156,7 +156,7 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
     from gitsup.lease import LeaseStore
     from gitsup.spec import spec_from_mapping
     from gitsup.store import TaskStore
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
     print(f"\n== 1. task start -> worker's first instruction ({files:,} files, {reps} runs each)")
     t0 = time.perf_counter()
@@ -207,7 +207,7 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
 
     def ours_start() -> tuple[float, float]:
         stamp.unlink(missing_ok=True)
-        ctx = Context.discover(repo)
+        ctx = SupRepo.discover(repo)
         phases.mark()
         os.sync()
         t_wall = time.time()
@@ -262,7 +262,7 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
     from gitsup import pool as pool_mod
 
     git(repo, "config", "sup.poolSize", "1")
-    pctx = Context.discover(repo)
+    pctx = SupRepo.discover(repo)
     pool_mod.fill(pctx)
     pooled: list[float] = []
     for _ in range(reps):
@@ -272,7 +272,7 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
         stamp.unlink(missing_ok=True)
         os.sync()
         t_wall = time.time()
-        tasks_mod.run_task(Context.discover(repo), spec)
+        tasks_mod.run_task(SupRepo.discover(repo), spec)
         pooled.append(float(stamp.read_text().strip()) - t_wall)
     end = time.monotonic() + 300
     while not pool_mod.spares(pctx) and time.monotonic() < end:
@@ -389,13 +389,13 @@ def bench_import(root: Path, files: int, reps: int) -> dict[str, Any]:
     from gitsup import gitstate
     from gitsup.ids import Oid, TaskId
     from gitsup.spec import spec_from_mapping
-    from gitsup.tasks import Context, prepare_task
+    from gitsup.tasks import SupRepo, prepare_task
 
     print(f"\n== 4. import of a turn's commit into sup/<id> ({files:,} files, {reps} turns each)")
     base = root / "import"
     base.mkdir()
     repo = make_repo(base, files)
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     spec = spec_from_mapping(
         {
             "goal": "bench",
@@ -503,7 +503,7 @@ def bench_events(root: Path, sizes: list[int], n: int, rounds: int = 3) -> dict[
 def bench_ls(root: Path, count: int) -> dict[str, float]:
     from gitsup.record import TaskRecord
     from gitsup.state import State, Status
-    from gitsup.tasks import Context, list_tasks
+    from gitsup.tasks import SupRepo, list_tasks
 
     print(f"\n== 3. git sup ls with {count:,} tasks, and the CLI's start-up per command")
     repo = root / "lsrepo"
@@ -518,7 +518,7 @@ def bench_ls(root: Path, count: int) -> dict[str, float]:
         (repo / "a.txt").write_text(f"{i}\n")
         git(repo, "commit", "-q", "-am", f"c{i}")
         bases.append(git(repo, "rev-parse", "HEAD"))
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     store = ctx.store
     states = [
         (State.COMPLETED, Status.READY),

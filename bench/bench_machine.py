@@ -56,12 +56,12 @@ def main() -> None:
     os.environ.update(env)
     from gitsup.state import State
     from gitsup.supervisor import Supervisor
-    from gitsup.tasks import Context, prepare_task
+    from gitsup.tasks import SupRepo, prepare_task
 
     spec = spec_from_mapping(
         {"goal": "g", "worker": {"kind": "process", "argv": ["true"]}, "review": {"kind": "none"}}
     )
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     record, lease = prepare_task(ctx, spec)
     record.state = State.RUNNING
     sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease)

@@ -57,9 +57,9 @@ def ready_task(repo: Path, name: str, files: dict[str, str], check: list[str]) -
     from gitsup.record import CandidateNote
     from gitsup.spec import spec_from_mapping
     from gitsup.state import State, Status
-    from gitsup.tasks import Context, prepare_task
+    from gitsup.tasks import SupRepo, prepare_task
 
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     spec = spec_from_mapping(
         {
             "goal": name,
@@ -102,7 +102,7 @@ def ready_task(repo: Path, name: str, files: dict[str, str], check: list[str]) -
 
 
 def make_repo(tmp: Path, n: int, culprit: int, t: float) -> tuple[Path, list[str]]:
-    from gitsup.tasks import Context, init_repo
+    from gitsup.tasks import SupRepo, init_repo
 
     repo = tmp / "repo"
     repo.mkdir()
@@ -110,7 +110,7 @@ def make_repo(tmp: Path, n: int, culprit: int, t: float) -> tuple[Path, list[str
     (repo / "README").write_text("bench\n")
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "initial")
-    init_repo(Context.discover(repo), explicit=True)
+    init_repo(SupRepo.discover(repo), explicit=True)
     check = [
         sys.executable,
         "-c",
@@ -127,12 +127,12 @@ def make_repo(tmp: Path, n: int, culprit: int, t: float) -> tuple[Path, list[str
 
 def run_queue(repo: Path, ids: list[str], batch: int) -> dict[str, float]:
     from gitsup import queue
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
     cwd = os.getcwd()
     os.chdir(repo)
     try:
-        ctx = Context.discover(repo)
+        ctx = SupRepo.discover(repo)
         queue.add(ctx, ids, "main")
         t0 = time.perf_counter()
         [res] = queue.run(ctx, "main", batch=batch)

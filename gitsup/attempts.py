@@ -26,7 +26,7 @@ from gitsup.layout import task_refs
 from gitsup.record import CandidateNote
 from gitsup.spec import Attempts, TaskSpec
 from gitsup.state import TERMINAL, Status
-from gitsup.tasks import Context
+from gitsup.tasks import SupRepo
 
 GROUP_FILE = "group.json"
 _GROUP_RE = re.compile(r"^g[0-9]{8}-[0-9a-f]{6}$")
@@ -69,7 +69,7 @@ class Ranked:
         )
 
 
-def evidence(ctx: Context, task: str, baseline: str) -> Ranked:
+def evidence(ctx: SupRepo, task: str, baseline: str) -> Ranked:
     rec = ctx.store.load(task)
     cand = ctx.repo.ref_target(task_refs(TaskId(task))["candidate"])
     note = None
@@ -78,8 +78,8 @@ def evidence(ctx: Context, task: str, baseline: str) -> Ranked:
         if text:
             note = CandidateNote.parse(text)
     checks = note.checks if note else []
-    last = max((c.round for c in checks), default=0)
-    required = [c for c in checks if c.required and c.round == last]
+    last = max((c.repair_round for c in checks), default=0)
+    required = [c for c in checks if c.required and c.repair_round == last]
     files = lines = 0
     if cand is not None:
         files, ins, dels = ctx.repo.diff_size(Oid(baseline), cand)
@@ -113,7 +113,7 @@ def evidence(ctx: Context, task: str, baseline: str) -> Ranked:
 # --- the group in Git --------------------------------------------------------------------
 
 
-def read_group(ctx: Context, group: str) -> tuple[dict[str, Any], Oid]:
+def read_group(ctx: SupRepo, group: str) -> tuple[dict[str, Any], Oid]:
     if not is_group_id(group):
         raise GitsupError(f"not a group id: {group!r}", hint="group ids look like g20261130-a1b2c3")
     tip = ctx.repo.ref_target(group_ref(group))
@@ -125,7 +125,7 @@ def read_group(ctx: Context, group: str) -> tuple[dict[str, Any], Oid]:
     raise GitsupError(f"{group_ref(group)} has no {GROUP_FILE}")
 
 
-def _write_group(ctx: Context, group: str, data: dict[str, Any]) -> Oid:
+def _write_group(ctx: SupRepo, group: str, data: dict[str, Any]) -> Oid:
     old = ctx.repo.ref_target(group_ref(group))
     return ctx.repo.append_segment(
         group_ref(group),
@@ -136,7 +136,7 @@ def _write_group(ctx: Context, group: str, data: dict[str, Any]) -> Oid:
     )
 
 
-def compare(ctx: Context, group: str) -> dict[str, Any]:
+def compare(ctx: SupRepo, group: str) -> dict[str, Any]:
     """The members side by side, ranked; `chosen` once every member has finished (and then
     the ranking is recorded in the group's note, once)."""
     data, tip = read_group(ctx, group)
@@ -172,7 +172,7 @@ def compare(ctx: Context, group: str) -> dict[str, Any]:
 
 
 def start_group(
-    ctx: Context,
+    ctx: SupRepo,
     spec: TaskSpec,
     n: int,
     *,

@@ -26,13 +26,13 @@ TERMINAL_STATES = frozenset({"completed", "blocked", "failed", "stopped"})
 
 
 @dataclass
-class Budget:
+class BudgetLimits:
     max_turns: int | None = None
     max_cost_usd: float | None = None
     deadline: float | None = None  # seconds after the start
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any] | None) -> Budget:
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> BudgetLimits:
         b = (spec or {}).get("budget") or {}
         if not isinstance(b, Mapping):
             return cls()
@@ -50,7 +50,7 @@ class Tracker:
     """The fold of one task's events. Feed events in seq order."""
 
     task: str
-    budget: Budget = field(default_factory=Budget)
+    budget: BudgetLimits = field(default_factory=BudgetLimits)
     state: str = "idle"
     status: str = "pending"
     started_at: float | None = None
@@ -280,7 +280,9 @@ class Board:
                         spec = json.loads(f.read())
                 except (OSError, ValueError):
                     spec = {}
-                tail.tracker.budget = Budget.from_spec(spec if isinstance(spec, dict) else None)
+                tail.tracker.budget = BudgetLimits.from_spec(
+                    spec if isinstance(spec, dict) else None
+                )
             self._read_events(os.path.join(tdir, "events.jsonl"), tail, keep_events)
             rows.append(status_of(tail.tracker, tail.record, now))
         return sort_rows(rows)

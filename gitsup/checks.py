@@ -44,7 +44,7 @@ def run_check(
             exit_code=None,
             passed=False,
             output_tail=exc.message,
-            round=repair_round,
+            repair_round=repair_round,
         )
     tail = res.output[-OUTPUT_TAIL:]
     if res.timed_out:
@@ -58,7 +58,7 @@ def run_check(
         timed_out=res.timed_out,
         duration=_seconds(res.duration),
         output_tail=tail,
-        round=repair_round,
+        repair_round=repair_round,
     )
 
 

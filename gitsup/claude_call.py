@@ -20,9 +20,9 @@ from gitsup.workers.base import (
     PermissionAnswer,
     PermissionRequest,
     TurnCompleted,
-    WorkerContext,
     WorkerExited,
     WorkerOptions,
+    WorkerSetup,
 )
 
 READ_ONLY_TOOLS = ("Read", "Grep", "Glob")
@@ -109,7 +109,7 @@ def _run(
     from gitsup.workers.claude import ClaudeWorker
 
     inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-    wctx = WorkerContext(
+    wctx = WorkerSetup(
         task_id=label,
         worktree=cwd,
         task_dir=cwd,

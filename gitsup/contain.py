@@ -227,7 +227,7 @@ def bootstrap_argv(
     netns: str | None,
     sandbox: Sequence[str] = (),
 ) -> list[str]:
-    """`sandbox`: the bootstrap's `--sandbox JSON` arguments (gitsup.sandbox.Plan.argv)."""
+    """`sandbox`: the bootstrap's `--sandbox JSON` arguments (gitsup.sandbox.SandboxPlan.argv)."""
     if cgroup is None and netns is None and not sandbox:
         return argv
     pre = [sys.executable, "-m", "gitsup.bootstrap"]

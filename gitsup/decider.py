@@ -35,7 +35,7 @@ class TurnDecision:
 
 
 @dataclass(frozen=True)
-class TurnContext:
+class TurnOutcome:
     task: str
     goal: str
     turns: int
@@ -62,7 +62,7 @@ def question_text(tool_input: Mapping[str, Any]) -> str:
 class RulesDecider:
     kind = "rules"
 
-    def on_turn_completed(self, ctx: TurnContext) -> TurnDecision:
+    def on_turn_completed(self, ctx: TurnOutcome) -> TurnDecision:
         return TurnDecision("verify", reason="turn completed; the supervisor verifies the work")
 
     def answer_question(self, tool_input: Mapping[str, Any]) -> str:
@@ -97,20 +97,10 @@ def _parse_turn_decision(text: str, source: str) -> TurnDecision:
         obj = json.loads(text)
     except ValueError as exc:
         # a model may wrap its JSON in prose; take the last object with an action
-        import re
-
-        found = None
-        for m in reversed(list(re.finditer(r"\{[^{}]*\}", text))):
-            try:
-                cand = json.loads(m.group(0))
-            except ValueError:
-                continue
-            if isinstance(cand, dict) and "action" in cand:
-                found = cand
-                break
+        found = _embedded_object(text, "action")
         if found is None:
             raise DeciderError(f"decider output is not JSON: {exc}") from exc
-        obj = found
+        obj = found[0]
     if not isinstance(obj, dict):
         raise DeciderError("decider output is not a JSON object")
     action = obj.get("action")
@@ -185,7 +175,7 @@ class CommandDecider(RulesDecider):
             raise DeciderError(why)
         return res.output
 
-    def on_turn_completed(self, ctx: TurnContext) -> TurnDecision:
+    def on_turn_completed(self, ctx: TurnOutcome) -> TurnDecision:
         out = self._call({"event": "turn_completed", **ctx.__dict__})
         return _parse_turn_decision(out, "command")
 
@@ -248,7 +238,7 @@ class ClaudeDecider(RulesDecider):
         except ClaudeCallError as exc:
             raise DeciderError(f"{self.kind} decider: {exc}") from exc
 
-    def on_turn_completed(self, ctx: TurnContext) -> TurnDecision:
+    def on_turn_completed(self, ctx: TurnOutcome) -> TurnDecision:
         import json
 
         out = self._ask(
@@ -281,24 +271,32 @@ class ClaudeDecider(RulesDecider):
         return f"{denial_message}\n{ans}"
 
 
+def _embedded_object(text: str, key: str) -> tuple[dict[str, Any], str] | None:
+    """The last flat JSON object in `text` that has `key`, and its source text."""
+    import json
+    import re
+
+    for m in reversed(list(re.finditer(r"\{[^{}]*\}", text))):
+        try:
+            cand = json.loads(m.group(0))
+        except ValueError:
+            continue
+        if isinstance(cand, dict) and key in cand:
+            return cand, m.group(0)
+    return None
+
+
 def _last_object(text: str) -> str:
     """The text, or the last JSON object with an `answer` in it (a model may add prose)."""
     import json
-    import re
 
     try:
         json.loads(text)
         return text
     except ValueError:
         pass
-    for m in reversed(list(re.finditer(r"\{[^{}]*\}", text))):
-        try:
-            cand = json.loads(m.group(0))
-        except ValueError:
-            continue
-        if isinstance(cand, dict) and "answer" in cand:
-            return m.group(0)
-    return text
+    found = _embedded_object(text, "answer")
+    return text if found is None else found[1]
 
 
 def make_decider(

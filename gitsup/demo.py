@@ -21,7 +21,7 @@ from gitsup.errors import GitsupError
 from gitsup.events import Event
 from gitsup.record import TaskRecord
 from gitsup.spec import spec_from_mapping
-from gitsup.tasks import Context, run_task
+from gitsup.tasks import SupRepo, run_task
 
 CALC = "def add(a, b):\n    return a - b\n"
 TEST = (
@@ -93,7 +93,7 @@ def run_demo(
     script = resources.files("gitsup.data") / "demo_worker.py"
     data["worker"] = {"kind": "process", "argv": [sys.executable, str(script)]}
     spec = spec_from_mapping(data, "demo")
-    record = run_task(Context.discover(repo), spec, on_event=on_event)
+    record = run_task(SupRepo.discover(repo), spec, on_event=on_event)
     return DemoResult(repo, record, "process (scripted; Claude Code CLI not installed)", "")
 
 

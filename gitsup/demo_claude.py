@@ -14,7 +14,7 @@ from gitsup.events import Event
 from gitsup.record import TaskRecord
 from gitsup.scripted_model import ScriptedModel, load_scenario
 from gitsup.spec import spec_from_mapping
-from gitsup.tasks import Context, run_task
+from gitsup.tasks import SupRepo, run_task
 
 
 def run_claude_demo(
@@ -49,7 +49,7 @@ def run_claude_demo(
             },
             "demo",
         )
-        record = run_task(Context.discover(repo), spec, on_event=on_event)
+        record = run_task(SupRepo.discover(repo), spec, on_event=on_event)
     return (
         record,
         f"Claude Code {version} (the real CLI) with gitsup's bundled scripted model on 127.0.0.1",

@@ -23,10 +23,10 @@ from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL
 from gitsup.store import TaskStore
 from gitsup.supervisor import Supervisor
-from gitsup.tasks import Context, prepare_task, remove_unstarted, status_exit
+from gitsup.tasks import SupRepo, prepare_task, remove_unstarted, status_exit
 
 
-def start_detached(ctx: Context, spec: TaskSpec, *, wait_started: float = 15.0) -> TaskRecord:
+def start_detached(ctx: SupRepo, spec: TaskSpec, *, wait_started: float = 15.0) -> TaskRecord:
     record, lease = prepare_task(ctx, spec, detached=True)
     task_dir = ctx.layout.task_dir(TaskId(record.id))
     me = ProcessId.current()
@@ -60,7 +60,7 @@ def start_detached(ctx: Context, spec: TaskSpec, *, wait_started: float = 15.0) 
     )
 
 
-def wait_task(ctx: Context, task: str, *, timeout: float | None = None) -> TaskRecord:
+def wait_task(ctx: SupRepo, task: str, *, timeout: float | None = None) -> TaskRecord:
     """Block until the task is terminal. Raises if its supervisor died first."""
     store = ctx.store
     end = None if timeout is None else time.monotonic() + timeout
@@ -103,7 +103,7 @@ def _main(argv: list[str]) -> int:
     lease = leases.transfer(held, ProcessId.current())
     main_repo = GitRepo.open(common_dir)
     sup = Supervisor(main_repo, layout, record, spec, lease)
-    final = remove_unstarted(Context(main_repo, layout), sup.run())
+    final = remove_unstarted(SupRepo(main_repo, layout), sup.run())
     return status_exit(final)
 
 

@@ -75,7 +75,7 @@ def parse_endpoint(text: str) -> Endpoint:
 
 
 @dataclass(frozen=True)
-class Plan:
+class EgressPlan:
     """What a gate lets through: loopback ports forwarded as they are, CONNECT targets."""
 
     forward: tuple[int, ...] = ()
@@ -113,7 +113,7 @@ def model_endpoint(env: Mapping[str, str], kind: str = "claude") -> Endpoint:
     return ep
 
 
-def make_plan(endpoints: Sequence[Endpoint]) -> Plan:
+def make_plan(endpoints: Sequence[Endpoint]) -> EgressPlan:
     forward: list[int] = []
     connect: list[Endpoint] = []
     for ep in endpoints:
@@ -122,7 +122,7 @@ def make_plan(endpoints: Sequence[Endpoint]) -> Plan:
                 forward.append(ep.port)
         elif ep not in connect:
             connect.append(ep)
-    return Plan(tuple(forward), tuple(connect))
+    return EgressPlan(tuple(forward), tuple(connect))
 
 
 def _listen_inside(netns: str, ports: Sequence[int]) -> list[socket.socket]:
@@ -164,7 +164,7 @@ class EgressGate:
     """Listeners inside `netns`, served by one asyncio loop on a host-side thread."""
 
     netns: str
-    plan: Plan
+    plan: EgressPlan
     on_refused: Refused = field(default=lambda host, port, reason: None)
     proxy_port: int | None = None
     _loop: asyncio.AbstractEventLoop | None = None
@@ -195,7 +195,7 @@ class EgressGate:
         if port in self.plan.forward:
             return
         (s,) = _listen_inside(self.netns, [port])
-        self.plan = Plan((*self.plan.forward, port), self.plan.connect)
+        self.plan = EgressPlan((*self.plan.forward, port), self.plan.connect)
         assert self._loop is not None
         fut = asyncio.run_coroutine_threadsafe(self._serve_forward(s, port), self._loop)
         fut.result(10)

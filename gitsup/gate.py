@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from gitsup import eventtypes as et
-from gitsup.decider import DeciderError, RulesDecider, TurnContext, TurnDecision
+from gitsup.decider import DeciderError, RulesDecider, TurnDecision, TurnOutcome
 from gitsup.eventtypes import EmitFn
 from gitsup.git import GitRepo
 from gitsup.spec import TaskSpec
@@ -127,7 +127,7 @@ class Gate:
         return Gated(park=park, stalled=stalled)
 
     def decide_turn(self, tc: TurnCompleted, *, turns: int, alive: Callable[[], bool]) -> Decided:
-        ctx = TurnContext(
+        ctx = TurnOutcome(
             task=self.task,
             goal=self.spec.goal,
             turns=turns,

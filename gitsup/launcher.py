@@ -32,20 +32,20 @@ from gitsup.journal import Journal
 from gitsup.layout import Layout, task_refs
 from gitsup.lease import Lease, LeaseStore
 from gitsup.procid import ProcessId
-from gitsup.sandbox import Plan
+from gitsup.sandbox import SandboxPlan
 from gitsup.spec import TaskSpec
 from gitsup.taskio import Spawned
 from gitsup.tasknet import Net, TaskNet
 from gitsup.workers.base import (
     Inbox,
     WorkerAdapter,
-    WorkerContext,
     WorkerError,
     WorkerIdentity,
     WorkerOptions,
+    WorkerSetup,
 )
 
-WorkerFactory = Callable[[TaskSpec, WorkerContext], WorkerAdapter]
+WorkerFactory = Callable[[TaskSpec, WorkerSetup], WorkerAdapter]
 Wrap = Callable[[list[str]], list[str]]
 
 
@@ -84,7 +84,7 @@ class Launcher:
         self.exit_stack = contextlib.ExitStack()
         self.swept = False
         self.left_cgroups: list[str] = []
-        self._sandbox: Plan | None = None
+        self._sandbox: SandboxPlan | None = None
         self._sandbox_error: str | None = None
         # Whether the kernel sandbox (Landlock, mount namespace, no privileges) is in force
         # for everything this task runs; known once the worker environment is built.
@@ -115,7 +115,7 @@ class Launcher:
         plan = self.sandbox_plan(env)
         return dict(plan.env) if plan is not None else env
 
-    def sandbox_plan(self, env: Mapping[str, str] | None = None) -> Plan | None:
+    def sandbox_plan(self, env: Mapping[str, str] | None = None) -> SandboxPlan | None:
         """The task's sandbox (gitsup/sandbox.py), built once; None when it cannot be built
         (the reason is a preflight failure)."""
         if self._sandbox is not None or self._sandbox_error is not None:
@@ -288,8 +288,8 @@ class Launcher:
             return first if os.path.isabs(first) else str(self.worktree / first)
         return shutil.which(first, path=self.worker_env().get("PATH")) or first
 
-    def _context(self, env: Mapping[str, str], options: WorkerOptions) -> WorkerContext:
-        return WorkerContext(
+    def _context(self, env: Mapping[str, str], options: WorkerOptions) -> WorkerSetup:
+        return WorkerSetup(
             task_id=self.task,
             worktree=self.worktree,
             task_dir=self.layout.task_dir(self.task),

@@ -10,18 +10,16 @@ never fatal to unrelated paths.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gitsup.errors import GitsupError
-from gitsup.fsutil import atomic_write
+from gitsup.fsutil import atomic_write, locked
 from gitsup.procid import ProcessId
 
 
@@ -81,15 +79,8 @@ class LeaseStore:
     def _file(self, path: str) -> Path:
         return self.dir / (hashlib.sha256(path.encode()).hexdigest()[:32] + ".json")
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return locked(self.dir / ".lock")
 
     def _read(self, f: Path) -> Lease | None:
         try:

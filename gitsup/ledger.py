@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gitsup.eventtypes import ModelCall
 
 if TYPE_CHECKING:
-    from gitsup.repo import Context
+    from gitsup.repo import SupRepo
 
 _local = threading.local()
 
@@ -164,7 +164,7 @@ def task_cost(
 # --- the repository -----------------------------------------------------------------------
 
 
-def sealed_events(ctx: Context, task: str) -> list[dict[str, Any]]:
+def sealed_events(ctx: SupRepo, task: str) -> list[dict[str, Any]]:
     """The task's events from Git (sealed segments), then any newer ones from the WAL."""
     from gitsup.events import EventLog
     from gitsup.ids import TaskId
@@ -191,7 +191,7 @@ def sealed_events(ctx: Context, task: str) -> list[dict[str, Any]]:
     return events
 
 
-def task_ids(ctx: Context) -> list[str]:
+def task_ids(ctx: SupRepo) -> list[str]:
     """Tasks known from Git (log refs) and from the local task directories."""
     ids: set[str] = set()
     refs = ctx.repo.common_dir / "refs" / "sup"
@@ -215,7 +215,7 @@ def task_ids(ctx: Context) -> list[str]:
     return sorted(ids)
 
 
-def outcome(ctx: Context, task: str) -> str:
+def outcome(ctx: SupRepo, task: str) -> str:
     """integrated | ready | discarded | parked | failed | stopped | running."""
     from gitsup.ids import Oid, TaskId
     from gitsup.layout import task_refs
@@ -253,7 +253,7 @@ def outcome(ctx: Context, task: str) -> str:
     return "running" if raw else "unknown"
 
 
-def cost_summary(ctx: Context, since: float | None = None) -> dict[str, Any]:
+def cost_summary(ctx: SupRepo, since: float | None = None) -> dict[str, Any]:
     tasks: list[dict[str, Any]] = []
     by_day: dict[str, float] = {}
     by_outcome: dict[str, dict[str, Any]] = {}

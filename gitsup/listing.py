@@ -23,7 +23,7 @@ from gitsup.layout import Layout
 from gitsup.store import TaskStore
 
 if TYPE_CHECKING:
-    from gitsup.repo import Context
+    from gitsup.repo import SupRepo
 
 _OID = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
 CACHE_VERSION = 1
@@ -97,7 +97,7 @@ class Listing:
     """A repository as a listing reads it: its state directory, its branch tips, the graph
     cache, and the Git gateway opened only when one of them needs it."""
 
-    def __init__(self, layout: Layout, cwd: str = ".", ctx: Context | None = None) -> None:
+    def __init__(self, layout: Layout, cwd: str = ".", ctx: SupRepo | None = None) -> None:
         self.layout = layout
         self.store = TaskStore(layout)
         self._cwd = cwd
@@ -114,25 +114,25 @@ class Listing:
     def discover(cls, cwd: str = ".") -> Listing:
         common = locate(cwd)
         if common is None:
-            from gitsup.repo import Context
+            from gitsup.repo import SupRepo
 
-            ctx = Context.discover(cwd)
+            ctx = SupRepo.discover(cwd)
             return cls(ctx.layout, cwd, ctx)
         from pathlib import Path
 
         return cls(Layout(Path(common)), cwd)
 
     @classmethod
-    def of(cls, ctx: Context) -> Listing:
+    def of(cls, ctx: SupRepo) -> Listing:
         return cls(ctx.layout, ".", ctx)
 
     @property
-    def ctx(self) -> Context:
+    def ctx(self) -> SupRepo:
         """The repository through the Git gateway (loads libgit2 on first use)."""
         if self._ctx is None:
-            from gitsup.repo import Context
+            from gitsup.repo import SupRepo
 
-            self._ctx = Context.discover(self._cwd)
+            self._ctx = SupRepo.discover(self._cwd)
         return self._ctx
 
     def branch_target(self, name: str) -> str | None:

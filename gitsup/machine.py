@@ -18,7 +18,7 @@ from gitsup import eventtypes as et
 from gitsup import prompts
 from gitsup.decider import TurnDecision
 from gitsup.spec import TaskSpec
-from gitsup.state import TERMINAL, TRANSITIONS, InvalidTransition, State
+from gitsup.state import TERMINAL, State, check_transition
 from gitsup.taskio import (
     Abandon,
     AddReason,
@@ -194,8 +194,7 @@ class TaskMachine:
     # --- helpers ------------------------------------------------------------------------
 
     def _go(self, target: State, reason: str = "") -> Transition:
-        if target not in TRANSITIONS[self.state]:
-            raise InvalidTransition(f"{self.state} -> {target} is not a valid transition")
+        check_transition(self.state, target)
         self.state = target
         return Transition(target, reason)
 

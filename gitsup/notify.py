@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gitsup.attention import Budget, Tracker
+from gitsup.attention import BudgetLimits, Tracker
 
 NOTIFY_EVENTS = ("ready", "parked", "failed", "stopped", "needs-human")
 SIGNATURE_HEADER = "X-Gitsup-Signature"
@@ -120,7 +120,7 @@ class Notifier:
         config = load_config(raw, git_config)
         if not config.enabled:
             return None
-        budget = Budget.from_spec(spec.model_dump(mode="json"))
+        budget = BudgetLimits.from_spec(spec.model_dump(mode="json"))
         return cls(config, task, task_dir, events_path, Tracker(task, budget=budget))
 
     def on_event(self, ev: Any) -> None:
@@ -302,7 +302,7 @@ class Notifier:
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """A webhook is one POST to one URL: redirects are failures, never followed."""
 
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+    def redirect_request(self, *_args: Any, **_kwargs: Any) -> None:
         return None
 
 

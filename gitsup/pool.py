@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gitsup.errors import GitsupError
 from gitsup.ids import Oid
-from gitsup.repo import Context, worktree_root
+from gitsup.repo import SupRepo, worktree_root
 from gitsup.store import TaskLock
 
 
@@ -30,7 +30,7 @@ class Spare:
     commit: Oid
 
 
-def pool_size(ctx: Context) -> int:
+def pool_size(ctx: SupRepo) -> int:
     raw = ctx.repo.config_get("sup.poolSize")
     try:
         return max(0, int(raw)) if raw else 0
@@ -38,16 +38,16 @@ def pool_size(ctx: Context) -> int:
         raise GitsupError(f"sup.poolSize must be a whole number, not {raw!r}") from None
 
 
-def pool_dir(ctx: Context) -> Path:
+def pool_dir(ctx: SupRepo) -> Path:
     return worktree_root(ctx) / ".pool"
 
 
-def _lock(ctx: Context) -> TaskLock:
+def _lock(ctx: SupRepo) -> TaskLock:
     ctx.layout.ensure()
     return TaskLock(ctx.layout.root / "pool.lock")
 
 
-def spares(ctx: Context) -> list[Spare]:
+def spares(ctx: SupRepo) -> list[Spare]:
     d = pool_dir(ctx)
     out = []
     if d.is_dir():
@@ -59,7 +59,7 @@ def spares(ctx: Context) -> list[Spare]:
     return out
 
 
-def take(ctx: Context, baseline: Oid) -> Spare | None:
+def take(ctx: SupRepo, baseline: Oid) -> Spare | None:
     """Claim a spare (one at the baseline if there is one). The claim removes its marker."""
     with _lock(ctx):
         ready = spares(ctx)
@@ -71,7 +71,7 @@ def take(ctx: Context, baseline: Oid) -> Spare | None:
         return spare
 
 
-def fill(ctx: Context, size: int | None = None) -> list[Spare]:
+def fill(ctx: SupRepo, size: int | None = None) -> list[Spare]:
     """Make spares at HEAD until the pool holds `size` (default sup.poolSize)."""
     want = pool_size(ctx) if size is None else size
     made: list[Spare] = []
@@ -93,7 +93,7 @@ def fill(ctx: Context, size: int | None = None) -> list[Spare]:
             (d / f"{name}.making").unlink(missing_ok=True)
 
 
-def clear(ctx: Context) -> int:
+def clear(ctx: SupRepo) -> int:
     """Remove every spare (and leftovers of interrupted fills)."""
     d = pool_dir(ctx)
     n = 0
@@ -111,7 +111,7 @@ def clear(ctx: Context) -> int:
     return n
 
 
-def refill_in_background(ctx: Context) -> None:
+def refill_in_background(ctx: SupRepo) -> None:
     from gitsup.proc import spawn_detached
 
     spawn_detached(
@@ -121,7 +121,7 @@ def refill_in_background(ctx: Context) -> None:
     )
 
 
-def install_spare(ctx: Context, spare: Spare, dest: Path, branch: str, baseline: Oid) -> None:
+def install_spare(ctx: SupRepo, spare: Spare, dest: Path, branch: str, baseline: Oid) -> None:
     """Move a claimed spare to `dest` and check out `branch` (already at `baseline`)."""
     from gitsup import proc
     from gitsup.git import GitRepo
@@ -145,4 +145,4 @@ def install_spare(ctx: Context, spare: Spare, dest: Path, branch: str, baseline:
 
 
 if __name__ == "__main__":
-    fill(Context.discover(sys.argv[1] if len(sys.argv) > 1 else "."))
+    fill(SupRepo.discover(sys.argv[1] if len(sys.argv) > 1 else "."))

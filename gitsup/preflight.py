@@ -19,7 +19,7 @@ from gitsup.errors import GitsupError
 
 if TYPE_CHECKING:
     from gitsup.ids import Oid
-    from gitsup.repo import Context
+    from gitsup.repo import SupRepo
     from gitsup.spec import TaskSpec
 
 _CLAUDE_CHOICES = (
@@ -40,7 +40,7 @@ def task_env(spec: TaskSpec) -> dict[str, str]:
     return env
 
 
-def preflight_start(ctx: Context, spec: TaskSpec, baseline: Oid) -> None:
+def preflight_start(ctx: SupRepo, spec: TaskSpec, baseline: Oid) -> None:
     """Raise a GitsupError (exit 2) for the first thing that would make the task fail late."""
     env = task_env(spec)
     problems: list[str] = []
@@ -114,7 +114,7 @@ def _command_roles(spec: TaskSpec) -> list[tuple[str, list[str]]]:
 
 
 def check_executables(
-    ctx: Context, spec: TaskSpec, baseline: Oid, env: Mapping[str, str]
+    ctx: SupRepo, spec: TaskSpec, baseline: Oid, env: Mapping[str, str]
 ) -> list[str]:
     out = []
     for check in spec.checks:
@@ -124,7 +124,7 @@ def check_executables(
     return out
 
 
-def _unresolved(exe: str, env: Mapping[str, str], ctx: Context, baseline: Oid) -> str | None:
+def _unresolved(exe: str, env: Mapping[str, str], ctx: SupRepo, baseline: Oid) -> str | None:
     """Why `exe` would not start in the worktree, or None. A bare name is looked up on the
     PATH the process will see; a relative path must be a file of the baseline."""
     if not exe:
@@ -252,7 +252,7 @@ def missing_credentials(env: Mapping[str, str]) -> str | None:
     )
 
 
-def worktree_root_problem(ctx: Context) -> str | None:
+def worktree_root_problem(ctx: SupRepo) -> str | None:
     """The configured (or default) worktree root must be a directory gitsup can create and
     write in. Proven by doing it (root may write where permission bits say no, and /proc
     or a read-only mount refuse what access() allows); what the probe created is removed."""

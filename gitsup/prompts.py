@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gitsup.record import CheckResult
-    from gitsup.review import Finding
+    from gitsup.review import ReviewFinding
     from gitsup.spec import TaskSpec
 
 
@@ -36,7 +36,10 @@ def deadline_warning(seconds_left: float) -> str:
 
 
 def repair_message(
-    problems: list[str], results: list[CheckResult], findings: list[Finding], limit: int = 8000
+    problems: list[str],
+    results: list[CheckResult],
+    findings: list[ReviewFinding],
+    limit: int = 8000,
 ) -> str:
     """One bounded corrective message: what failed, the failing output tails, the findings."""
     parts = ["The supervisor verified your work and it is not ready yet.", ""]

@@ -39,12 +39,12 @@ from typing import Any
 from gitsup import eventtypes as et
 from gitsup import proc
 from gitsup.boundary.integrate import (
-    _record,
-    _require_integrated,
-    _sign,
-    _signing,
-    _trust,
     inside_task,
+    integration_signing,
+    integration_trust,
+    record_integration,
+    require_integrated,
+    sign_integration_commit,
 )
 from gitsup.errors import GitsupError
 from gitsup.events import EventLog
@@ -73,18 +73,18 @@ from gitsup.queue_state import state_ref as state_ref
 from gitsup.record import CandidateNote
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import Status
-from gitsup.tasks import Context
+from gitsup.tasks import SupRepo
 
 # --- the runner ------------------------------------------------------------------------
 
 
-def _task_checks(ctx: Context, task: str, note: CandidateNote) -> list[Check]:
-    from gitsup.boundary.integrate import _required_checks
+def _task_checks(ctx: SupRepo, task: str, note: CandidateNote) -> list[Check]:
+    from gitsup.boundary.integrate import required_checks
 
-    return _required_checks(ctx, parse_task_id(task), note)
+    return required_checks(ctx, parse_task_id(task), note)
 
 
-def _spec(ctx: Context, task: str) -> TaskSpec | None:
+def _spec(ctx: SupRepo, task: str) -> TaskSpec | None:
     try:
         path = ctx.layout.task_dir(TaskId(task)) / "spec.json"
         return TaskSpec.model_validate_json(path.read_bytes())
@@ -95,7 +95,7 @@ def _spec(ctx: Context, task: str) -> TaskSpec | None:
 class Runner(CompositionTester):
     def __init__(
         self,
-        ctx: Context,
+        ctx: SupRepo,
         into: str,
         *,
         batch: int = DEFAULT_BATCH,
@@ -210,7 +210,7 @@ class Runner(CompositionTester):
             integrated=True,
         )
         with self.ctx.store.lock(tid):
-            _record(self.ctx, self.repo, self.ctx.store.load(tid), tid, note, res)
+            record_integration(self.ctx, self.repo, tid, note, res)
 
     # the loop
 
@@ -255,8 +255,8 @@ class Runner(CompositionTester):
         """The target's history since the trust root must be integrated (else nothing is
         built on it), and so must what each baseline adds to it: baseline -> why not.
         Two `rev-list`s for the whole batch."""
-        trust = _trust(self.repo)
-        _require_integrated(trust, self.q.branch, target, target)
+        trust = integration_trust(self.repo)
+        require_integrated(trust, self.q.branch, target, target)
         baselines: set[str] = set()
         for e in pending:
             text = self.repo.read_note(Oid(e.candidate))
@@ -340,8 +340,8 @@ class Runner(CompositionTester):
     # integration of a tested prefix
 
     def _integrate(self, base: Oid, steps: list[_Step]) -> None:
-        signing = _signing(self.repo)
-        trust = _trust(self.repo)
+        signing = integration_signing(self.repo)
+        trust = integration_trust(self.repo)
         tip = base
         made: list[tuple[_Step, Oid]] = []
         for s in steps:
@@ -356,7 +356,9 @@ class Runner(CompositionTester):
                 + f"Sup-Baseline: {note.baseline}\nSup-Checks: {passed}\nSup-Review: {verdict}\n"
                 + f"Sup-Queue: {self.q.branch}\n"
             )
-            tip = _sign(self.repo, signing, s.tree, [tip, Oid(s.entry.candidate)], message)
+            tip = sign_integration_commit(
+                self.repo, signing, s.tree, [tip, Oid(s.entry.candidate)], message
+            )
             made.append((s, tip))
         bad = trust.check([(self.target_ref_name, base, tip)])[self.target_ref_name]
         if bad is not None:
@@ -570,7 +572,7 @@ class Runner(CompositionTester):
 
 
 def run(
-    ctx: Context,
+    ctx: SupRepo,
     into: str | None = None,
     *,
     batch: int | None = None,
@@ -583,7 +585,7 @@ def run(
     return [Runner(ctx, b, batch=size, on_progress=on_progress).run() for b in branches]
 
 
-def detach_run(ctx: Context, into: str | None, batch: int | None) -> tuple[int, Path]:
+def detach_run(ctx: SupRepo, into: str | None, batch: int | None) -> tuple[int, Path]:
     """`queue run --detach`: the same runner in its own session, output in the queue dir."""
     import sys
 

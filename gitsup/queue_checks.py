@@ -23,7 +23,7 @@ from gitsup.ids import Oid
 from gitsup.queue_state import MAX_RESULTS, Entry, Queue
 from gitsup.record import CandidateNote, CheckResult
 from gitsup.spec import Check
-from gitsup.tasks import Context
+from gitsup.tasks import SupRepo
 
 
 @dataclass
@@ -62,7 +62,7 @@ class _Step:
 class CompositionTester:
     """The check-running half of the queue runner (`queue.Runner`)."""
 
-    ctx: Context
+    ctx: SupRepo
     repo: GitRepo
     q: Queue
     res: RunResult

@@ -5,9 +5,7 @@ compare-and-swap) and its event log; adding, removing and listing queued candida
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -16,12 +14,13 @@ from typing import Any
 from gitsup.errors import GitsupError
 from gitsup.events import EventLog
 from gitsup.eventtypes import Payload, QueueAdded, QueueRemoved
+from gitsup.fsutil import locked
 from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_refs
 from gitsup.record import CandidateNote
 from gitsup.state import Status
-from gitsup.tasks import Context
+from gitsup.tasks import SupRepo
 
 STATE_FILE = "queue.json"
 
@@ -128,7 +127,7 @@ def log_ref(branch: str) -> str:
 class Queue:
     """One target branch's queue: its state in Git, its directory, its event log."""
 
-    def __init__(self, ctx: Context, into: str) -> None:
+    def __init__(self, ctx: SupRepo, into: str) -> None:
         self.ctx = ctx
         self.repo: GitRepo = ctx.repo
         self.branch = _branch(into)
@@ -150,14 +149,8 @@ class Queue:
                 return QueueState.parse(data, self.branch), tip
         raise GitsupError(f"{self.ref} has no {STATE_FILE}")
 
-    @contextlib.contextmanager
-    def _lock(self) -> Iterator[None]:
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+    def _lock(self) -> contextlib.AbstractContextManager[None]:
+        return locked(self.dir / "lock")
 
     @contextlib.contextmanager
     def change(self, what: str) -> Iterator[QueueState]:
@@ -176,7 +169,7 @@ class Queue:
                 self.log.seal(self.repo, seal)
 
 
-def _ready_candidate(ctx: Context, task: str) -> tuple[Oid, CandidateNote]:
+def _ready_candidate(ctx: SupRepo, task: str) -> tuple[Oid, CandidateNote]:
     tid = parse_task_id(task)
     if not ctx.store.exists(tid):
         raise QueueError(f"no task {task}", hint="`git sup ls` lists the tasks")
@@ -195,11 +188,11 @@ def _ready_candidate(ctx: Context, task: str) -> tuple[Oid, CandidateNote]:
     return cand, note
 
 
-def default_target(ctx: Context) -> str:
+def default_target(ctx: SupRepo) -> str:
     return ctx.repo.head_branch() or "main"
 
 
-def add(ctx: Context, tasks: Sequence[str], into: str | None = None) -> QueueState:
+def add(ctx: SupRepo, tasks: Sequence[str], into: str | None = None) -> QueueState:
     q = Queue(ctx, into or default_target(ctx))
     if ctx.repo.ref_target(q.target_ref) is None:
         raise QueueError(f"no branch {q.branch} to integrate into")
@@ -217,7 +210,7 @@ def add(ctx: Context, tasks: Sequence[str], into: str | None = None) -> QueueSta
     return q.read()[0]
 
 
-def remove(ctx: Context, task: str, into: str | None = None) -> QueueState:
+def remove(ctx: SupRepo, task: str, into: str | None = None) -> QueueState:
     parse_task_id(task)
     queues = [Queue(ctx, into)] if into else [Queue(ctx, b) for b in queue_branches(ctx)]
     for q in queues:
@@ -235,7 +228,7 @@ def remove(ctx: Context, task: str, into: str | None = None) -> QueueState:
     raise QueueError(f"task {task} is not queued", hint="`git sup queue` lists the queues")
 
 
-def queue_branches(ctx: Context) -> list[str]:
+def queue_branches(ctx: SupRepo) -> list[str]:
     out = []
     for name, _ in ctx.repo.direct_refs(["refs/sup/queue/"]):
         if name.endswith("/state"):
@@ -243,5 +236,5 @@ def queue_branches(ctx: Context) -> list[str]:
     return out
 
 
-def list_queues(ctx: Context) -> list[QueueState]:
+def list_queues(ctx: SupRepo) -> list[QueueState]:
     return [Queue(ctx, b).read()[0] for b in queue_branches(ctx)]

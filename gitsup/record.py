@@ -20,7 +20,10 @@ NOTE_SCHEMA = "gitsup.candidate/1"
 
 
 class CheckResult(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # `repair_round` is "round" in JSON (the name Python's builtin has)
+    model_config = ConfigDict(
+        extra="ignore", validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
 
     name: str
     argv: list[str]
@@ -30,7 +33,7 @@ class CheckResult(BaseModel):
     timed_out: bool = False
     duration: float = 0.0
     output_tail: str = ""
-    round: int = 0
+    repair_round: int = Field(default=0, validation_alias="round", serialization_alias="round")
 
 
 class ReviewResult(BaseModel):
@@ -72,7 +75,7 @@ class TaskRecord(BaseModel):
     supervisor: dict[str, Any] | None = None
     worker: dict[str, Any] | None = None
     spawn_pending: bool = False
-    sandbox: dict[str, Any] | None = None  # gitsup.sandbox.Plan.report()
+    sandbox: dict[str, Any] | None = None  # gitsup.sandbox.SandboxPlan.report()
     detached: bool = False
     created_at: float = Field(default_factory=time.time)
     updated_at: float = Field(default_factory=time.time)

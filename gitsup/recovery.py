@@ -30,7 +30,7 @@ from gitsup.ids import TaskId
 from gitsup.proc import signal_group
 from gitsup.procid import ProcessId, pid_alive
 from gitsup.record import TaskRecord
-from gitsup.repo import Context
+from gitsup.repo import SupRepo
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL, State
 from gitsup.supervisor import Supervisor
@@ -103,7 +103,7 @@ def _owner(record: TaskRecord) -> ProcessId | None:
 
 
 def recover_task(
-    ctx: Context,
+    ctx: SupRepo,
     task: str,
     *,
     takeover: bool,
@@ -206,7 +206,7 @@ class DoctorFinding:
         return {"kind": self.kind, "task": self.task, "detail": self.detail, "fixed": self.fixed}
 
 
-def doctor(ctx: Context, *, fix: bool) -> list[DoctorFinding]:
+def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
     findings: list[DoctorFinding] = []
     records = {r.id: r for r in ctx.store.iter_records()}
     # Tasks whose supervisor died.
@@ -321,7 +321,7 @@ def doctor(ctx: Context, *, fix: bool) -> list[DoctorFinding]:
     return findings
 
 
-def _sandbox_problem(ctx: Context) -> str | None:
+def _sandbox_problem(ctx: SupRepo) -> str | None:
     from gitsup.sandbox import resolve_mode
 
     try:
@@ -331,7 +331,7 @@ def _sandbox_problem(ctx: Context) -> str | None:
     return None
 
 
-def sandbox_summary(ctx: Context) -> str:
+def sandbox_summary(ctx: SupRepo) -> str:
     """What the task sandbox enforces on this host (doctor's second line)."""
     from gitsup.sandbox import describe_host, resolve_mode
 

@@ -1,7 +1,7 @@
 """The repository a command works on, and where gitsup keeps its state for it.
 
 Below the use cases (gitsup/tasks.py and its callers): the pool, the preflight checks and the
-cost ledger take a `Context` without importing the commands that make one.
+cost ledger take a `SupRepo` without importing the commands that make one.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from gitsup.store import TaskStore
 
 
 @dataclass(frozen=True)
-class Context:
+class SupRepo:
     """The repository a command works on, and where gitsup keeps its state for it."""
 
     repo: GitRepo
     layout: Layout
 
     @classmethod
-    def discover(cls, cwd: str | os.PathLike[str] = ".") -> Context:
+    def discover(cls, cwd: str | os.PathLike[str] = ".") -> SupRepo:
         repo = GitRepo.discover(cwd)
         repo.require_checkout()
         return cls(repo, Layout(repo.common_dir))
@@ -38,7 +38,7 @@ class Context:
         return LeaseStore(self.layout.leases)
 
 
-def worktree_root(ctx: Context) -> Path:
+def worktree_root(ctx: SupRepo) -> Path:
     """Where task worktrees go: `sup.worktreeRoot`, else `<checkout>.sup` next to the checkout."""
     configured = ctx.repo.config_get("sup.worktreeRoot")
     main = ctx.repo.main_workdir

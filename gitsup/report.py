@@ -20,7 +20,7 @@ from gitsup import eventtypes as et
 from gitsup.eventtypes import given
 
 if TYPE_CHECKING:
-    from gitsup.repo import Context
+    from gitsup.repo import SupRepo
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 MAX_DIFF_BYTES = 16 * 1024 * 1024
@@ -66,7 +66,7 @@ class PageData:
     cost: dict[str, Any]
 
 
-def collect(ctx: Context, task: str) -> PageData:
+def collect(ctx: SupRepo, task: str) -> PageData:
     from gitsup.ids import Oid
     from gitsup.ledger import sealed_events, task_cost
     from gitsup.tasks import show_dict
@@ -99,7 +99,7 @@ def collect(ctx: Context, task: str) -> PageData:
     )
 
 
-def _diff(ctx: Context, a: str, b: str) -> tuple[str, bool]:
+def _diff(ctx: SupRepo, a: str, b: str) -> tuple[str, bool]:
     from gitsup.proc import run
 
     res = run(
@@ -359,11 +359,11 @@ def render(data: PageData, *, index_href: str | None = None) -> str:
     return "".join(p)
 
 
-def render_task(ctx: Context, task: str, *, index_href: str | None = None) -> str:
+def render_task(ctx: SupRepo, task: str, *, index_href: str | None = None) -> str:
     return render(collect(ctx, task), index_href=index_href)
 
 
-def render_index(ctx: Context) -> str:
+def render_index(ctx: SupRepo) -> str:
     from gitsup.attention import Board
 
     rows = Board(ctx.layout).refresh()
@@ -386,7 +386,7 @@ def render_index(ctx: Context) -> str:
     return "".join(p)
 
 
-def serve(ctx: Context, *, port: int = 0, ready: Any = None) -> None:
+def serve(ctx: SupRepo, *, port: int = 0, ready: Any = None) -> None:
     """Serve the index and every task page on 127.0.0.1 until interrupted."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 

@@ -7,7 +7,7 @@ Kinds:
   Only the final assistant message is parsed.
 - `none`: allowed only when the spec says so; recorded as such.
 
-Verdict: {"verdict": "pass"|"revise"|"human", "findings": [{"severity": "P0".."P3",
+ReviewVerdict: {"verdict": "pass"|"revise"|"human", "findings": [{"severity": "P0".."P3",
 "title", "path", "line", "detail"}]}. Invalid output, a timeout or an API error is retried
 within a bound; then the review fails (and the task parks). Incomplete evidence can never
 produce `pass`.
@@ -34,7 +34,7 @@ from gitsup.spec import TaskSpec
 MAX_EVIDENCE_CHECK_TAIL = 2000
 
 
-class Finding(BaseModel):
+class ReviewFinding(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     severity: Literal["P0", "P1", "P2", "P3"]
@@ -47,11 +47,11 @@ class Finding(BaseModel):
         return f"{(self.path or '').strip()}::{' '.join(self.title.lower().split())}"
 
 
-class Verdict(BaseModel):
+class ReviewVerdict(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     verdict: Literal["pass", "revise", "human"]
-    findings: list[Finding] = Field(default_factory=list)
+    findings: list[ReviewFinding] = Field(default_factory=list)
 
 
 class ReviewError(Exception):
@@ -103,7 +103,7 @@ def evidence_bundle(
 _FENCE = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.S)
 
 
-def parse_verdict(text: str) -> Verdict:
+def parse_verdict(text: str) -> ReviewVerdict:
     """The verdict in a reviewer's final message: the whole text, the last fenced JSON
     block, or the last JSON object in it that has a `verdict`."""
     candidates: list[str] = [text.strip()]
@@ -130,14 +130,14 @@ def parse_verdict(text: str) -> Verdict:
         if not isinstance(obj, dict) or "verdict" not in obj:
             continue
         try:
-            return Verdict.model_validate(obj)
+            return ReviewVerdict.model_validate(obj)
         except ValidationError as exc:
             last_error = f"invalid verdict: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}"
     raise ReviewError(last_error)
 
 
 @dataclass(frozen=True)
-class ReviewContext:
+class ReviewRequest:
     task: str
     worktree: Path
     env: Mapping[str, str]
@@ -152,15 +152,15 @@ class ReviewContext:
     abort: threading.Event | None = None  # set on stop: a running attempt ends early
 
 
-Attempt = Callable[[ReviewContext], Verdict]
+Attempt = Callable[[ReviewRequest], ReviewVerdict]
 
 
 def run_review(
-    ctx: ReviewContext,
+    ctx: ReviewRequest,
     *,
     on_attempt: Callable[[int, str | None], None] | None = None,
     attempt_fn: Attempt | None = None,
-) -> tuple[ReviewResult, Verdict | None]:
+) -> tuple[ReviewResult, ReviewVerdict | None]:
     """Review with retries. Returns the recorded result and the verdict (None on failure)."""
     kind = ctx.spec.review.kind
     if kind == "none":
@@ -182,11 +182,11 @@ def run_review(
             continue
         if verdict.verdict == "pass" and not ctx.bundle.get("complete", False):
             # Truncated evidence can never pass.
-            verdict = Verdict(
+            verdict = ReviewVerdict(
                 verdict="human",
                 findings=[
                     *verdict.findings,
-                    Finding(
+                    ReviewFinding(
                         severity="P2",
                         title="evidence was truncated; a pass cannot be given on partial evidence",
                         detail="; ".join(ctx.bundle.get("truncated", [])),
@@ -210,7 +210,7 @@ def run_review(
 # --- command reviewer -------------------------------------------------------------------
 
 
-def command_attempt(ctx: ReviewContext) -> Verdict:
+def command_attempt(ctx: ReviewRequest) -> ReviewVerdict:
     argv = ctx.spec.review.argv
     if not argv:
         raise GitsupError('[review] kind = "command" needs argv')
@@ -254,19 +254,19 @@ Evidence (JSON):
 """
 
 
-def claude_attempt(ctx: ReviewContext) -> Verdict:
+def claude_attempt(ctx: ReviewRequest) -> ReviewVerdict:
     argv = ctx.spec.worker.argv if ctx.spec.worker.kind == "claude" else ()
     return _agent_attempt(ctx, "claude", argv)
 
 
-def codex_attempt(ctx: ReviewContext) -> Verdict:
+def codex_attempt(ctx: ReviewRequest) -> ReviewVerdict:
     """The reviewer as Codex: every command and patch it asks for is declined, so it judges
     from the evidence in its prompt."""
     argv = ctx.spec.worker.argv if ctx.spec.worker.kind == "codex" else ()
     return _agent_attempt(ctx, "codex", argv)
 
 
-def acp_attempt(ctx: ReviewContext) -> Verdict:
+def acp_attempt(ctx: ReviewRequest) -> ReviewVerdict:
     """The reviewer as an ACP agent: `[review] argv`, else the acp worker's argv, else the
     default agent (GITSUP_ACP_BIN); offered only Read, Grep and Glob, every other call
     denied, in the read-only sandbox."""
@@ -275,8 +275,8 @@ def acp_attempt(ctx: ReviewContext) -> Verdict:
 
 
 def _agent_attempt(
-    ctx: ReviewContext, kind: Literal["claude", "codex", "acp"], argv: Sequence[str]
-) -> Verdict:
+    ctx: ReviewRequest, kind: Literal["claude", "codex", "acp"], argv: Sequence[str]
+) -> ReviewVerdict:
     """One read-only agent call with the review prompt and the evidence; its verdict."""
     from gitsup.claude_call import ClaudeCallError, claude_call
 

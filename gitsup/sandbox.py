@@ -169,7 +169,7 @@ def probe() -> HostSupport:
 
 
 @dataclass
-class Plan:
+class SandboxPlan:
     """The sandbox of one task: the bootstrap description, the environment, the report."""
 
     mode: Mode
@@ -279,7 +279,7 @@ def resolve_mode(spec_mode: str | None, config_value: str | None) -> Mode:
     return "auto"
 
 
-def required_problems(plan: Plan) -> list[str]:
+def required_problems(plan: SandboxPlan) -> list[str]:
     if plan.mode != "required":
         return []
     return [f'sandbox is required ([sandbox] mode = "required") but {m}' for m in plan.host.missing]
@@ -349,13 +349,13 @@ def build_plan(
     keep_env: Iterable[str] = (),
     host: HostSupport | None = None,
     claude: bool = False,
-) -> Plan:
+) -> SandboxPlan:
     """The sandbox for one task. `env` is the environment gitsup would give the task
     without a sandbox; the plan's env is the allowlisted subset plus private dirs.
     `claude`: the task runs Claude Code (worker, reviewer or decider), which keeps its
     config and session in CLAUDE_CONFIG_DIR, or by default in ~/.claude and ~/.claude.json."""
     host = host or probe()
-    plan = Plan(mode=mode, host=host)
+    plan = SandboxPlan(mode=mode, host=host)
     if mode == "off":
         plan.env = dict(env)
         return plan

@@ -41,23 +41,28 @@ consumes no step. A script that has run out of steps answers "done"
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
+import itertools
 import json
 import re
-import signal
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
+
+from gitsup.scripted_model_server import Answer, ScriptHandler, ScriptServer, serve
+from gitsup.scripted_model_steps import (
+    ModelScript,
+    RecordedRequest,
+    ScriptError,
+    estimate_tokens,
+    load_scenario,
+)
 
 __all__ = [
+    "ModelScript",
     "RecordedRequest",
-    "Script",
     "ScriptError",
     "ScriptedModel",
     "Step",
@@ -72,7 +77,6 @@ MODEL_ID = "claude-scripted-1"
 DELTA_CHUNK = 24  # characters of tool input JSON per input_json_delta
 OVERRUN_TEXT = "done"
 HOUSEKEEPING_TEXT = "Scripted session"
-_FAULT_KEYS = ("http_error", "garbage")
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -83,122 +87,6 @@ _ERROR_TYPES = {
     500: "api_error",
     529: "overloaded_error",
 }
-
-
-class ScriptError(ValueError):
-    """A script or scenario that cannot be served."""
-
-
-@dataclass(frozen=True)
-class Script:
-    """A named list of steps, chosen for a conversation whose prompt contains `match`."""
-
-    name: str
-    steps: tuple[Mapping[str, Any], ...]
-    match: str | None = None
-
-    @classmethod
-    def from_value(cls, name: str, value: Script | Mapping[str, Any] | Sequence[Any]) -> Script:
-        if isinstance(value, Script):
-            return value
-        if isinstance(value, Mapping):
-            raw_steps = value.get("steps")
-            match = value.get("match")
-            if match is not None and not isinstance(match, str):
-                raise ScriptError(f"script {name!r}: match must be a string")
-        else:
-            raw_steps, match = value, None
-        if not isinstance(raw_steps, Sequence) or isinstance(raw_steps, str | bytes):
-            raise ScriptError(f"script {name!r}: steps must be a list")
-        steps = tuple(_normalise_step(name, i, s) for i, s in enumerate(raw_steps))
-        return cls(name=name, steps=steps, match=match)
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request the server saw. `kind`: step, fault, overrun, housekeeping,
-    count_tokens, bad_request or not_found."""
-
-    path: str
-    body: Any
-    headers: Mapping[str, str]
-    kind: str
-    script: str | None = None
-    step: int | None = None
-    time: float = field(default_factory=time.time)
-
-
-def _normalise_step(script: str, index: int, step: Any) -> Mapping[str, Any]:
-    where = f"script {script!r} step {index}"
-    if isinstance(step, Sequence) and not isinstance(step, str | bytes):
-        step = {"content": list(step)}
-    if not isinstance(step, Mapping):
-        raise ScriptError(f"{where}: a step is a list of blocks or an object")
-    out = dict(step)
-    if "text" in out:
-        out.setdefault("content", []).append({"type": "text", "text": str(out.pop("text"))})
-    if "bash" in out:
-        command = out.pop("bash")
-        out.setdefault("content", []).append(
-            {"type": "tool_use", "name": "Bash", "input": {"command": command}}
-        )
-    faults = [k for k in _FAULT_KEYS if k in out]
-    if len(faults) > 1 or (faults and "content" in out):
-        raise ScriptError(f"{where}: combine at most one of http_error, garbage, content")
-    if not faults and "content" not in out and "hang" not in out:
-        raise ScriptError(f"{where}: no content, http_error, garbage or hang")
-    times = out.get("times", 1)
-    if times != "forever" and (not isinstance(times, int) or times < 1):
-        raise ScriptError(f"{where}: times must be a positive integer or 'forever'")
-    for block in out.get("content", []):
-        if not isinstance(block, Mapping) or block.get("type") not in ("text", "tool_use"):
-            raise ScriptError(f"{where}: blocks are text or tool_use objects")
-        if block["type"] == "tool_use" and not isinstance(block.get("name"), str):
-            raise ScriptError(f"{where}: a tool_use block needs a name")
-    return out
-
-
-def _is_fault(step: Mapping[str, Any]) -> bool:
-    return "content" not in step
-
-
-def _groups(steps: Sequence[Mapping[str, Any]]) -> list[tuple[list[int], int | None]]:
-    """Per assistant turn: the fault steps that precede its response, and the response."""
-    groups: list[tuple[list[int], int | None]] = []
-    faults: list[int] = []
-    for i, step in enumerate(steps):
-        if _is_fault(step):
-            faults.append(i)
-        else:
-            groups.append((faults, i))
-            faults = []
-    if faults:
-        groups.append((faults, None))
-    return groups
-
-
-def load_scenario(source: str | Path | Mapping[str, Any]) -> dict[str, Script]:
-    """Scripts from a scenario (a JSON file path or an already parsed object).
-
-    Shapes: ``{"scripts": {name: script}}`` where a script is a list of steps
-    or ``{"match": ..., "steps": [...]}``; or one script ``{"steps": [...]}``
-    (named "default"). Other top-level keys (`description`, ...) are ignored.
-    """
-    if isinstance(source, str | Path):
-        try:
-            data = json.loads(Path(source).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ScriptError(f"cannot read scenario {source}: {exc}") from exc
-    else:
-        data = source
-    if not isinstance(data, Mapping):
-        raise ScriptError("a scenario is a JSON object")
-    scripts = data.get("scripts")
-    if scripts is None:
-        return {"default": Script.from_value("default", data)}
-    if not isinstance(scripts, Mapping) or not scripts:
-        raise ScriptError("scenario 'scripts' must be a non-empty object")
-    return {str(name): Script.from_value(str(name), value) for name, value in scripts.items()}
 
 
 # --- reading requests ------------------------------------------------------------------
@@ -228,7 +116,6 @@ def _assistant_count(body: Mapping[str, Any]) -> int:
 
 
 _CWD_RE = re.compile(r"Primary working directory: (\S+)")
-_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def _request_cwd(body: Mapping[str, Any]) -> str | None:
@@ -240,20 +127,6 @@ def _request_cwd(body: Mapping[str, Any]) -> str | None:
         if found:
             return found.group(1)
     return None
-
-
-def _substitute(value: Any, variables: Mapping[str, str]) -> Any:
-    if isinstance(value, str):
-        return _VAR_RE.sub(lambda m: variables.get(m.group(1), m.group(0)), value)
-    if isinstance(value, list):
-        return [_substitute(v, variables) for v in value]
-    if isinstance(value, dict):
-        return {k: _substitute(v, variables) for k, v in value.items()}
-    return value
-
-
-def _estimate_tokens(value: Any) -> int:
-    return max(1, len(json.dumps(value, separators=(",", ":"))) // 4)
 
 
 # --- writing answers -------------------------------------------------------------------
@@ -326,7 +199,7 @@ def _message_events(
             deltas = [
                 {"type": "input_json_delta", "partial_json": t} for t in _chunks(raw, DELTA_CHUNK)
             ]
-        output_tokens += _estimate_tokens(text)
+        output_tokens += estimate_tokens(text)
         yield _sse(
             "content_block_start",
             {"type": "content_block_start", "index": index, "content_block": start},
@@ -348,194 +221,6 @@ def _message_events(
     yield _sse("message_stop", {"type": "message_stop"})
 
 
-# --- the server ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Answer:
-    kind: str  # step, fault, overrun, housekeeping
-    script: str | None
-    step_index: int | None
-    step: Mapping[str, Any] | None
-
-
-class ScriptServer:
-    """What the stand-ins share: an HTTP server on 127.0.0.0/8 that answers each request
-    from the step of the script it matches, counting fault retries per conversation.
-
-    A subclass gives the table of scripts, the script a request belongs to, the turn a
-    request is at, and the request handler. `requests` lists what was received;
-    `overruns` the script names that ran out of steps."""
-
-    thread_name = "scripted-model"
-
-    def __init__(self, *, host: str, port: int, variables: Mapping[str, str] | None = None) -> None:
-        if not host.startswith("127."):
-            raise ScriptError("the scripted model only listens on 127.0.0.0/8")
-        self.scripts: dict[str, Script] = {}
-        self.host = host
-        self.variables = dict(variables or {})
-        self._port = port
-        self._lock = threading.Lock()
-        self._served: dict[tuple[str, str, int], int] = {}
-        self._stopping = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self.requests: list[RecordedRequest] = []
-        self.overruns: list[str] = []
-
-    # what a subclass gives
-
-    @property
-    def url(self) -> str:
-        raise NotImplementedError
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        raise NotImplementedError
-
-    def _choose_script(self, body: Mapping[str, Any]) -> Script | None:
-        raise NotImplementedError
-
-    def _turn(self, body: Mapping[str, Any]) -> int:
-        """How many model answers the request's conversation already holds."""
-        raise NotImplementedError
-
-    def _housekeeping(self, body: Mapping[str, Any]) -> bool:
-        """Whether the request is answered outside the scripts."""
-        return False
-
-    # lifecycle
-
-    def start(self) -> Self:
-        if self._server is not None:
-            return self
-        self._stopping.clear()
-        server = ThreadingHTTPServer((self.host, self._port), self._handler())
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, name=self.thread_name, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        self._stopping.set()
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    # views for tests
-
-    def step_requests(self, script: str | None = None) -> list[RecordedRequest]:
-        """Requests answered from a script (steps, faults and overruns)."""
-        with self._lock:
-            return [
-                r
-                for r in self.requests
-                if r.kind in ("step", "fault", "overrun") and script in (None, r.script)
-            ]
-
-    # answering (called from handler threads)
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self.requests.append(request)
-
-    def _plan(self, body: Mapping[str, Any], conversation: str) -> _Answer:
-        if self._housekeeping(body):
-            return _Answer("housekeeping", None, None, None)
-        script = self._choose_script(body)
-        if script is None:
-            return _Answer("overrun", None, None, None)
-        turn = self._turn(body)
-        groups = _groups(script.steps)
-        if turn >= len(groups):
-            return self._overrun(script)
-        faults, response = groups[turn]
-        with self._lock:
-            key = (script.name, conversation, turn)
-            attempt = self._served.get(key, 0)
-            self._served[key] = attempt + 1
-        for i in faults:  # each fault answers `times` attempts, then the next applies
-            times = script.steps[i].get("times", 1)
-            if times == "forever" or attempt < times:
-                return _Answer("fault", script.name, i, script.steps[i])
-            attempt -= times
-        if response is None:
-            return self._overrun(script)
-        return _Answer("step", script.name, response, script.steps[response])
-
-    def _overrun(self, script: Script) -> _Answer:
-        with self._lock:
-            self.overruns.append(script.name)
-        return _Answer("overrun", script.name, None, None)
-
-    def _wait(self, seconds: float) -> bool:
-        """Sleeps; False if the server is stopping."""
-        return not self._stopping.wait(max(0.0, seconds))
-
-
-class ScriptHandler(BaseHTTPRequestHandler):
-    """The stand-ins' HTTP plumbing: JSON in and out, chunked event streams."""
-
-    protocol_version = "HTTP/1.1"
-    # sent after the content headers of every answer
-    extra_headers: tuple[tuple[str, str], ...] = ()
-    stream_type = "text/event-stream"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _read_json(self) -> Any:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            return json.loads(raw or b"null")
-        except ValueError:
-            return None
-
-    def _send_json(
-        self, status: int, payload: Any, headers: Mapping[str, str] | None = None
-    ) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        for name, value in (*self.extra_headers, *(headers or {}).items()):
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _start_stream(self) -> None:
-        self.send_response(200)
-        self.send_header("content-type", self.stream_type)
-        self.send_header("cache-control", "no-cache")
-        for name, value in self.extra_headers:
-            self.send_header(name, value)
-        self.send_header("transfer-encoding", "chunked")
-        self.end_headers()
-
-    def _chunk(self, data: bytes) -> None:
-        if data:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
-
-    def _end_stream(self) -> None:
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
-
-
 class ScriptedModel(ScriptServer):
     """Serves `scripts` on ``http://127.0.0.1:<port>`` (port chosen by the OS).
 
@@ -545,21 +230,21 @@ class ScriptedModel(ScriptServer):
 
     def __init__(
         self,
-        scripts: Mapping[str, Any] | Sequence[Any] | Script,
+        scripts: Mapping[str, Any] | Sequence[Any] | ModelScript,
         *,
         host: str = "127.0.0.1",
         port: int = 0,
         variables: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(host=host, port=port, variables=variables)
-        if isinstance(scripts, Script):
+        if isinstance(scripts, ModelScript):
             table = {scripts.name: scripts}
         elif isinstance(scripts, Mapping) and ("scripts" in scripts or "steps" in scripts):
             table = load_scenario(scripts)
         elif isinstance(scripts, Mapping):
-            table = {str(k): Script.from_value(str(k), v) for k, v in scripts.items()}
+            table = {str(k): ModelScript.from_value(str(k), v) for k, v in scripts.items()}
         else:
-            table = {"default": Script.from_value("default", scripts)}
+            table = {"default": ModelScript.from_value("default", scripts)}
         self.scripts = table
 
     # lifecycle
@@ -579,7 +264,7 @@ class ScriptedModel(ScriptServer):
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         return _make_handler(self)
 
-    def _choose_script(self, body: Mapping[str, Any]) -> Script | None:
+    def _choose_script(self, body: Mapping[str, Any]) -> ModelScript | None:
         first = _first_user_text(body)
         system = _text_of(body.get("system"))
         for haystack in (first, system):
@@ -602,10 +287,8 @@ def _make_handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
         stream_type = "text/event-stream; charset=utf-8"
 
         def do_GET(self) -> None:
-            model._record(RecordedRequest(self.path, None, dict(self.headers), "not_found"))
-            self._send_json(
-                404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}}
-            )
+            error = {"type": "not_found_error", "message": "no"}
+            self._unscripted(model, None, "not_found", 404, {"type": "error", "error": error})
 
         def do_HEAD(self) -> None:
             self.send_response(200)
@@ -615,42 +298,25 @@ def _make_handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             path = self.path.split("?", 1)[0]
             body = self._read_json()
-            headers = dict(self.headers)
             if path.endswith("/v1/messages/count_tokens"):
-                model._record(RecordedRequest(self.path, body, headers, "count_tokens"))
-                self._send_json(200, {"input_tokens": _estimate_tokens(body)})
+                tokens = {"input_tokens": estimate_tokens(body)}
+                self._unscripted(model, body, "count_tokens", 200, tokens)
                 return
             if not path.endswith("/v1/messages"):
-                model._record(RecordedRequest(self.path, body, headers, "not_found"))
-                self._send_json(
-                    404,
-                    {"type": "error", "error": {"type": "not_found_error", "message": path}},
-                )
+                error = {"type": "not_found_error", "message": path}
+                self._unscripted(model, body, "not_found", 404, {"type": "error", "error": error})
                 return
             if not isinstance(body, dict):
-                model._record(RecordedRequest(self.path, body, headers, "bad_request"))
-                self._send_json(
-                    400,
-                    {
-                        "type": "error",
-                        "error": {"type": "invalid_request_error", "message": "not JSON"},
-                    },
-                )
+                error = {"type": "invalid_request_error", "message": "not JSON"}
+                self._unscripted(model, body, "bad_request", 400, {"type": "error", "error": error})
                 return
             conversation = str(
                 self.headers.get("x-claude-code-session-id") or _first_user_text(body)[:200]
             )
-            answer = model._plan(body, conversation)
-            model._record(
-                RecordedRequest(
-                    self.path, body, headers, answer.kind, answer.script, answer.step_index
-                )
-            )
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                self._answer(body, answer)
+            self._scripted(model, body, conversation)
 
-        def _answer(self, body: JsonObject, answer: _Answer) -> None:
-            tokens = _estimate_tokens(body)
+        def _answer(self, body: JsonObject, answer: Answer) -> None:
+            tokens = estimate_tokens(body)
             message_id = (
                 "msg_01"
                 + hashlib.sha256(
@@ -664,14 +330,29 @@ def _make_handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             if answer.kind == "fault":
-                self._fault(step, message_id, tokens)
+                self._answer_fault(
+                    step,
+                    lambda status: {
+                        "type": "error",
+                        "error": {
+                            "type": _ERROR_TYPES.get(status, "api_error"),
+                            "message": f"Scripted error {status}",
+                        },
+                    },
+                    # message_start, content_block_start, first delta
+                    lambda: itertools.islice(
+                        _message_events(
+                            [{"type": "text", "text": "partial answer"}],
+                            message_id=message_id,
+                            input_tokens=tokens,
+                        ),
+                        3,
+                    ),
+                    "content_block_delta",
+                )
                 return
             if answer.kind == "step":
-                variables = dict(model.variables)
-                cwd = _request_cwd(body)
-                if cwd is not None:
-                    variables.setdefault("CWD", cwd)
-                content = _substitute(step["content"], variables)
+                content = model.step_content(step, _request_cwd(body))
                 stop_reason = step.get("stop_reason")
             elif answer.kind == "housekeeping":
                 content, stop_reason = [{"type": "text", "text": HOUSEKEEPING_TEXT}], None
@@ -692,41 +373,6 @@ def _make_handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
             ):
                 self._chunk(event)
             self._end_stream()
-
-        def _fault(self, step: Mapping[str, Any], message_id: str, tokens: int) -> None:
-            if "http_error" in step:
-                status = int(step["http_error"])
-                payload = step.get("body") or {
-                    "type": "error",
-                    "error": {
-                        "type": _ERROR_TYPES.get(status, "api_error"),
-                        "message": f"Scripted error {status}",
-                    },
-                }
-                self._send_json(status, payload, step.get("headers") or {})
-                return
-            if "garbage" in step:
-                garbage = str(step["garbage"])
-                mode = step.get("mode", "delta")
-                self.close_connection = True
-                self._start_stream()
-                if mode == "raw":
-                    self._chunk(garbage.encode())
-                    self._end_stream()
-                    return
-                events = _message_events(
-                    [{"type": "text", "text": "partial answer"}],
-                    message_id=message_id,
-                    input_tokens=tokens,
-                )
-                for _ in range(3):  # message_start, content_block_start, first delta
-                    self._chunk(next(events))
-                if mode != "truncate":
-                    self._chunk(f"event: content_block_delta\ndata: {garbage}\n\n".encode())
-                    self._end_stream()
-                return
-            # a bare hang: drop the connection without an answer
-            self.close_connection = True
 
     return Handler
 
@@ -776,27 +422,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return serve(
         "scripted_model", lambda: ScriptedModel(load_scenario(args.scenario), port=args.port)
     )
-
-
-def serve(name: str, make: Callable[[], ScriptServer]) -> int:
-    """Start the server `make()` builds, print its URL and serve until SIGTERM or ^C;
-    2 (and the reason on stderr, after `name:`) when it cannot start."""
-    try:
-        model = make().start()
-    except (ScriptError, OSError) as exc:
-        sys.stderr.write(f"{name}: {exc}\n")
-        return 2
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    sys.stdout.write(model.url + "\n")
-    sys.stdout.flush()
-    try:
-        done.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        model.stop()
-    return 0
 
 
 if __name__ == "__main__":

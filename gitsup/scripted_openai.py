@@ -36,7 +36,6 @@ Codex states in its `<environment_context>`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import re
@@ -46,16 +45,12 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from gitsup.scripted_model import (
-    RecordedRequest,
-    Script,
+from gitsup.scripted_model_server import Answer, ScriptHandler, ScriptServer, serve
+from gitsup.scripted_model_steps import (
+    ModelScript,
     ScriptError,
-    ScriptHandler,
-    ScriptServer,
-    _Answer,
-    _estimate_tokens,
-    _substitute,
-    serve,
+    estimate_tokens,
+    scenario_scripts,
 )
 
 __all__ = ["ScriptedResponses", "load_responses_scenario"]
@@ -89,29 +84,15 @@ def _prepare_step(step: Any) -> Any:
     return out
 
 
-def load_responses_scenario(source: str | Path | Mapping[str, Any]) -> dict[str, Script]:
+def load_responses_scenario(source: str | Path | Mapping[str, Any]) -> dict[str, ModelScript]:
     """Scripts from a scenario file or object (the `scripted_model` format plus `patch`)."""
-    if isinstance(source, str | Path):
-        try:
-            data = json.loads(Path(source).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ScriptError(f"cannot read scenario {source}: {exc}") from exc
-    else:
-        data = source
-    if not isinstance(data, Mapping):
-        raise ScriptError("a scenario is a JSON object")
-    scripts = data.get("scripts")
-    if scripts is None:
-        scripts = {"default": data}
-    if not isinstance(scripts, Mapping) or not scripts:
-        raise ScriptError("scenario 'scripts' must be a non-empty object")
-    table: dict[str, Script] = {}
-    for name, value in scripts.items():
+    table: dict[str, ModelScript] = {}
+    for name, value in scenario_scripts(source).items():
         if isinstance(value, Mapping):
             value = {**value, "steps": [_prepare_step(s) for s in value.get("steps") or []]}
         elif isinstance(value, Sequence) and not isinstance(value, str | bytes):
             value = [_prepare_step(s) for s in value]
-        table[str(name)] = Script.from_value(str(name), value)
+        table[str(name)] = ModelScript.from_value(str(name), value)
     return table
 
 
@@ -298,7 +279,7 @@ def response_events(
         yield _sse("response.output_item.added", {"output_index": index, "item": item})
         if item["type"] == "message":
             text = item["content"][0]["text"]
-            output_tokens += _estimate_tokens(text)
+            output_tokens += estimate_tokens(text)
             for i in range(0, len(text), TEXT_CHUNK):
                 yield _sse(
                     "response.output_text.delta",
@@ -310,7 +291,7 @@ def response_events(
                     },
                 )
         else:
-            output_tokens += _estimate_tokens(item.get("arguments", ""))
+            output_tokens += estimate_tokens(item.get("arguments", ""))
         yield _sse("response.output_item.done", {"output_index": index, "item": item})
     yield _sse(
         "response.completed",
@@ -371,7 +352,7 @@ class ScriptedResponses(ScriptServer):
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         return _make_handler(self)
 
-    def _choose_script(self, body: Mapping[str, Any]) -> Script | None:
+    def _choose_script(self, body: Mapping[str, Any]) -> ModelScript | None:
         for text in [*_user_texts(body), *_other_texts(body)]:
             for script in self.scripts.values():
                 if script.match and script.match in text:
@@ -387,35 +368,25 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
         server_version = "ScriptedResponses/1"
 
         def do_GET(self) -> None:
-            model._record(RecordedRequest(self.path, None, dict(self.headers), "not_found"))
-            self._send_json(404, {"error": {"type": "not_found", "message": self.path}})
+            error = {"type": "not_found", "message": self.path}
+            self._unscripted(model, None, "not_found", 404, {"error": error})
 
         def do_POST(self) -> None:
             path = self.path.split("?", 1)[0]
             body = self._read_json()
-            headers = dict(self.headers)
             if not path.endswith("/responses"):
-                model._record(RecordedRequest(self.path, body, headers, "not_found"))
-                self._send_json(404, {"error": {"type": "not_found", "message": path}})
+                error = {"type": "not_found", "message": path}
+                self._unscripted(model, body, "not_found", 404, {"error": error})
                 return
             if not isinstance(body, dict):
-                model._record(RecordedRequest(self.path, body, headers, "bad_request"))
-                self._send_json(
-                    400, {"error": {"type": "invalid_request_error", "message": "not JSON"}}
-                )
+                error = {"type": "invalid_request_error", "message": "not JSON"}
+                self._unscripted(model, body, "bad_request", 400, {"error": error})
                 return
             conversation = str(body.get("prompt_cache_key") or "".join(_user_texts(body))[:200])
-            answer = model._plan(body, conversation)
-            model._record(
-                RecordedRequest(
-                    self.path, body, headers, answer.kind, answer.script, answer.step_index
-                )
-            )
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                self._answer(body, answer)
+            self._scripted(model, body, conversation)
 
-        def _answer(self, body: dict[str, Any], answer: _Answer) -> None:
-            tokens = _estimate_tokens(body)
+        def _answer(self, body: dict[str, Any], answer: Answer) -> None:
+            tokens = estimate_tokens(body)
             seed = f"{answer.script}:{answer.step_index}:{responses_so_far(body)}"
             response_id = (
                 "resp_" + hashlib.sha256(f"{seed}:{len(model.requests)}".encode()).hexdigest()[:24]
@@ -425,14 +396,20 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             if answer.kind == "fault":
-                self._fault(step)
+                self._answer_fault(
+                    step,
+                    lambda status: {
+                        "error": {
+                            "type": "server_error" if status >= 500 else "invalid_request_error",
+                            "message": f"Scripted error {status}",
+                        }
+                    },
+                    lambda: [_sse("response.created", {"response": {"id": "resp_garbage"}})],
+                    "response.output_text.delta",
+                )
                 return
             if answer.kind == "step":
-                variables = dict(model.variables)
-                cwd = _request_cwd(body)
-                if cwd is not None:
-                    variables.setdefault("CWD", cwd)
-                content = _substitute(step["content"], variables)
+                content = model.step_content(step, _request_cwd(body))
             else:
                 content = [{"type": "text", "text": OVERRUN_TEXT}]
             items = output_items(content, _tool_names(body), seed)
@@ -440,33 +417,6 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
             for event in response_events(items, response_id, tokens):
                 self._chunk(event)
             self._end_stream()
-
-        def _fault(self, step: Mapping[str, Any]) -> None:
-            if "http_error" in step:
-                status = int(step["http_error"])
-                payload = step.get("body") or {
-                    "error": {
-                        "type": "server_error" if status >= 500 else "invalid_request_error",
-                        "message": f"Scripted error {status}",
-                    }
-                }
-                self._send_json(status, payload, step.get("headers") or {})
-                return
-            if "garbage" in step:
-                garbage = str(step["garbage"])
-                mode = step.get("mode", "delta")
-                self.close_connection = True
-                self._start_stream()
-                if mode == "raw":
-                    self._chunk(garbage.encode())
-                    self._end_stream()
-                    return
-                self._chunk(_sse("response.created", {"response": {"id": "resp_garbage"}}))
-                if mode != "truncate":
-                    self._chunk(f"event: response.output_text.delta\ndata: {garbage}\n\n".encode())
-                    self._end_stream()
-                return
-            self.close_connection = True
 
     return Handler
 

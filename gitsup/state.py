@@ -15,7 +15,6 @@ Invalid transitions raise; a terminal state is entered once.
 
 from __future__ import annotations
 
-import threading
 from enum import StrEnum
 
 from gitsup.errors import Exit
@@ -91,29 +90,7 @@ class InvalidTransition(Exception):
     """A bug: the supervisor asked for a transition the state machine does not have."""
 
 
-class StateMachine:
-    """Thread-safe; lifecycle operations are serialized by one lock."""
-
-    def __init__(self, state: State = State.IDLE) -> None:
-        self._state = state
-        self._lock = threading.RLock()
-
-    @property
-    def state(self) -> State:
-        return self._state
-
-    @property
-    def terminal(self) -> bool:
-        return self._state in TERMINAL
-
-    def can(self, target: State) -> bool:
-        return target in TRANSITIONS[self._state]
-
-    def transition(self, target: State) -> State:
-        """Move to `target`; returns the previous state. Raises InvalidTransition."""
-        with self._lock:
-            if target not in TRANSITIONS[self._state]:
-                raise InvalidTransition(f"{self._state} -> {target} is not a valid transition")
-            previous = self._state
-            self._state = target
-            return previous
+def check_transition(current: State, target: State) -> None:
+    """Raises InvalidTransition unless the state machine has the edge `current -> target`."""
+    if target not in TRANSITIONS[current]:
+        raise InvalidTransition(f"{current} -> {target} is not a valid transition")

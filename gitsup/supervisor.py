@@ -73,7 +73,7 @@ from gitsup.taskio import (
 )
 from gitsup.tasknet import Net
 from gitsup.verifier import Verifier
-from gitsup.workers.base import WorkerAdapter, WorkerContext, WorkerError, WorkerInputStalled
+from gitsup.workers.base import WorkerAdapter, WorkerError, WorkerInputStalled, WorkerSetup
 
 __all__ = [
     "NOT_CAPTURED_LIST_LIMIT",
@@ -95,7 +95,7 @@ class _AdoptRefused(WorkerError):
     """A persisted worker identity did not match: not re-adopted, nothing changed."""
 
 
-def default_worker_factory(spec: TaskSpec, ctx: WorkerContext) -> WorkerAdapter:
+def default_worker_factory(spec: TaskSpec, ctx: WorkerSetup) -> WorkerAdapter:
     kind = spec.worker.kind
     if kind == "process":
         from gitsup.workers.process import ProcessWorker

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from gitsup.decider import TurnDecision
 from gitsup.eventtypes import Payload
 from gitsup.record import CheckResult
-from gitsup.review import Finding
+from gitsup.review import ReviewFinding
 from gitsup.state import State
 from gitsup.workers.base import PermissionRequest, TurnCompleted
 
@@ -110,7 +110,7 @@ class Verified:
     outcome: Literal["ready", "repair", "park", "stop"]
     reasons: tuple[str, ...] = ()
     results: tuple[CheckResult, ...] = ()
-    findings: tuple[Finding, ...] = ()
+    findings: tuple[ReviewFinding, ...] = ()
     head: str | None = None
     worker_alive: bool = False
 

@@ -19,7 +19,7 @@ from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_branch, task_refs
 from gitsup.listing import LsRow as LsRow  # re-exported: `ls` rows
 from gitsup.procid import ProcessId
-from gitsup.repo import Context as Context  # re-exported: the commands take it
+from gitsup.repo import SupRepo as SupRepo  # re-exported: the commands take it
 from gitsup.repo import worktree_root as worktree_root
 from gitsup.state import TERMINAL, State, Status
 from gitsup.store import TaskLock
@@ -46,7 +46,7 @@ class InitResult:
 
 
 def init_repo(
-    ctx: Context, *, protected: list[str] | None = None, explicit: bool = False
+    ctx: SupRepo, *, protected: list[str] | None = None, explicit: bool = False
 ) -> InitResult:
     """Idempotent: state dir, notes display ref, protected branches, the boundary (hook,
     signing key, allowed signers, trust root; see gitsup/boundary/setup.py).
@@ -64,7 +64,7 @@ def init_repo(
 
 
 def _init_repo_locked(
-    ctx: Context, *, protected: list[str] | None = None, explicit: bool = False
+    ctx: SupRepo, *, protected: list[str] | None = None, explicit: bool = False
 ) -> InitResult:
     changed: list[str] = []
     if not ctx.layout.root.exists():
@@ -99,7 +99,7 @@ def _init_repo_locked(
 # --- start --------------------------------------------------------------------------
 
 
-def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tuple[TaskRecord, Any]:
+def prepare_task(ctx: SupRepo, spec: TaskSpec, *, detached: bool = False) -> tuple[TaskRecord, Any]:
     """Validate, allocate the task, take the lease, create branch, worktree and baseline ref.
 
     Returns the record (state idle) and the lease. Undoes its own steps on failure.
@@ -189,7 +189,7 @@ def prepare_task(ctx: Context, spec: TaskSpec, *, detached: bool = False) -> tup
         raise
 
 
-def _init_undo(ctx: Context) -> Any:
+def _init_undo(ctx: SupRepo) -> Any:
     """A step that undoes a first `init` (state directory, config, pre-push hook) as long as
     nothing else has used or changed them since; it never removes another task's state."""
     config = ctx.repo.common_dir / "config"
@@ -240,7 +240,7 @@ def _rmtree(path: Path) -> None:
 
 
 def run_task(
-    ctx: Context,
+    ctx: SupRepo,
     spec: TaskSpec,
     *,
     on_event: EventSink | None = None,
@@ -264,7 +264,7 @@ def run_task(
     return remove_unstarted(ctx, sup.run())
 
 
-def remove_unstarted(ctx: Context, record: TaskRecord) -> TaskRecord:
+def remove_unstarted(ctx: SupRepo, record: TaskRecord) -> TaskRecord:
     """A task whose worker never started leaves no worktree or branch behind (its record,
     event log and baseline ref stay: they say what happened)."""
     if record.state != State.FAILED or (record.worker or {}).get("pid") is not None:
@@ -299,7 +299,7 @@ def remove_unstarted(ctx: Context, record: TaskRecord) -> TaskRecord:
 # --- show / ls / log -------------------------------------------------------------------
 
 
-def show_dict(ctx: Context, record: TaskRecord) -> dict[str, Any]:
+def show_dict(ctx: SupRepo, record: TaskRecord) -> dict[str, Any]:
     d = record.model_dump(mode="json")
     d["events"] = EventLog(ctx.layout.events(TaskId(record.id)), TaskId(record.id)).count()
     d["refs"] = {k: v for k, v in task_refs(TaskId(record.id)).items()}
@@ -312,7 +312,7 @@ def _owner_alive(record: TaskRecord) -> bool:
     return bool(pid and pid.alive())
 
 
-def list_tasks(ctx: Context, records: list[dict[str, Any]] | None = None) -> list[LsRow]:
+def list_tasks(ctx: SupRepo, records: list[dict[str, Any]] | None = None) -> list[LsRow]:
     """One row per task (gitsup/listing.py), from `records` when the caller read them."""
     from gitsup.listing import Listing
     from gitsup.listing import list_tasks as rows_of
@@ -320,7 +320,7 @@ def list_tasks(ctx: Context, records: list[dict[str, Any]] | None = None) -> lis
     return rows_of(Listing.of(ctx), records)
 
 
-def read_events(ctx: Context, task: str) -> Iterator[Event]:
+def read_events(ctx: SupRepo, task: str) -> Iterator[Event]:
     tid = parse_task_id(task)
     ctx.store.load(tid)
     return EventLog(ctx.layout.events(tid), tid).read()
@@ -329,7 +329,7 @@ def read_events(ctx: Context, task: str) -> Iterator[Event]:
 # --- stop / discard ----------------------------------------------------------------------
 
 
-def stop_task(ctx: Context, task: str, *, wait: float = 60.0) -> TaskRecord:
+def stop_task(ctx: SupRepo, task: str, *, wait: float = 60.0) -> TaskRecord:
     record = ctx.store.load(task)
     if record.state in TERMINAL:
         raise GitsupError(
@@ -372,7 +372,7 @@ class DiscardResult:
     kept: list[str]
 
 
-def discard_task(ctx: Context, task: str, *, force: bool = False) -> DiscardResult:
+def discard_task(ctx: SupRepo, task: str, *, force: bool = False) -> DiscardResult:
     """Remove the task's worktree and lease. Its refs (branch, baseline, candidate,
     wip, log) stay: they are the record. Refuses while a live supervisor owns it,
     and when uncommitted work is not captured in a ref (unless `force`)."""
@@ -421,7 +421,7 @@ def discard_task(ctx: Context, task: str, *, force: bool = False) -> DiscardResu
     return DiscardResult(record.id, removed, kept)
 
 
-def _uncaptured_work(ctx: Context, record: TaskRecord) -> str | None:
+def _uncaptured_work(ctx: SupRepo, record: TaskRecord) -> str | None:
     """Uncommitted changes in the worktree that no wip ref holds."""
     repo = ctx.repo
     wt = Path(record.worktree) if record.worktree else None
@@ -481,7 +481,7 @@ class PruneResult:
         return {"dry_run": self.dry_run, "removed": self.removed, "kept": self.kept}
 
 
-def prune_tasks(ctx: Context, *, force: bool = False, dry_run: bool = False) -> PruneResult:
+def prune_tasks(ctx: SupRepo, *, force: bool = False, dry_run: bool = False) -> PruneResult:
     """Remove the worktrees and branches of tasks that ended. The task's refs under
     refs/sup/ stay. A worktree with uncommitted work no ref holds, and a branch whose
     commits no other ref reaches, are kept unless `force`."""
@@ -536,7 +536,7 @@ def prune_tasks(ctx: Context, *, force: bool = False, dry_run: bool = False) -> 
     return PruneResult(dry_run, removed, kept)
 
 
-def _held_elsewhere(ctx: Context, record: TaskRecord, tip: Oid) -> bool:
+def _held_elsewhere(ctx: SupRepo, record: TaskRecord, tip: Oid) -> bool:
     """Whether another ref (a task ref of this task, or any other branch) reaches `tip`."""
     repo = ctx.repo
     refs = task_refs(TaskId(record.id))

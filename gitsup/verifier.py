@@ -22,7 +22,7 @@ from gitsup.ids import Oid
 from gitsup.journal import Journal
 from gitsup.launcher import Launcher
 from gitsup.record import CheckResult, ReviewResult
-from gitsup.review import Attempt, Finding, ReviewContext, evidence_bundle, run_review
+from gitsup.review import Attempt, ReviewFinding, ReviewRequest, evidence_bundle, run_review
 from gitsup.spec import Check, TaskSpec
 from gitsup.taskio import Verified
 
@@ -70,7 +70,7 @@ class Verifier:
             return Verified("stop", (self.abort_reason(),))
         head, fixable = self._candidate_problems(results)
         hard: list[str] = [park_reason] if park_reason else []
-        findings: list[Finding] = []
+        findings: list[ReviewFinding] = []
         if not fixable and not hard:
             verdict_problems, hard_review, findings = self._review(results)
             fixable += verdict_problems
@@ -155,7 +155,9 @@ class Verifier:
 
     # --- review -------------------------------------------------------------------------
 
-    def _review(self, results: list[CheckResult]) -> tuple[list[str], list[str], list[Finding]]:
+    def _review(
+        self, results: list[CheckResult]
+    ) -> tuple[list[str], list[str], list[ReviewFinding]]:
         """Returns (fixable problems, park reasons, findings)."""
         kind = self.spec.review.kind
         if kind == "none":
@@ -175,7 +177,7 @@ class Verifier:
             )
         )
         wrap, wrap_for = self.launcher.read_only_wrappers()
-        ctx = ReviewContext(
+        ctx = ReviewRequest(
             self.task,
             self.worktree,
             self.launcher.worker_env(),

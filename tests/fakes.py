@@ -41,8 +41,8 @@ from gitsup.workers.base import (
     PermissionAnswer,
     TurnCompleted,
     WorkerAdapter,
-    WorkerContext,
     WorkerIdentity,
+    WorkerSetup,
 )
 
 
@@ -204,7 +204,7 @@ class ScriptedWorker(WorkerAdapter):
     capabilities = Capabilities(repairable=True, persistent=False)
 
     def __init__(
-        self, ctx: WorkerContext, steps: Iterable[Callable[[WorkerContext], list[object]]]
+        self, ctx: WorkerSetup, steps: Iterable[Callable[[WorkerSetup], list[object]]]
     ) -> None:
         super().__init__(ctx)
         self.steps = list(steps)

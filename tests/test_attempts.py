@@ -46,9 +46,9 @@ def _argv(tmp: Path, body: str, name: str) -> str:
 
 
 def test_best_of_three_chooses_the_pass_and_keeps_all(repo: Path, tmp: Path) -> None:
-    from gitsup.tasks import Context, init_repo
+    from gitsup.tasks import SupRepo, init_repo
 
-    init_repo(Context.discover(repo), explicit=True)
+    init_repo(SupRepo.discover(repo), explicit=True)
     start = git(repo, "rev-parse", "main")
     reviewer = tmp / "review.py"
     reviewer.write_text(REVIEWER)

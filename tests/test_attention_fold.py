@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gitsup.attention import Board, Budget, Tracker
+from gitsup.attention import Board, BudgetLimits, Tracker
 from gitsup.layout import Layout
 
 
@@ -17,7 +17,7 @@ def ev(seq: int, type: str, **data: Any) -> dict[str, Any]:
 
 
 def test_reasons_and_waiting_for() -> None:
-    tr = Tracker("t", budget=Budget(max_turns=10, max_cost_usd=1.0, deadline=3600))
+    tr = Tracker("t", budget=BudgetLimits(max_turns=10, max_cost_usd=1.0, deadline=3600))
     tr.feed(ev(1, "task_started", goal="g", checks=["a", "b"]))
     tr.feed(ev(2, "state_changed", to="running"))
     assert tr.attention() == [] and tr.waiting_for() == "the worker"

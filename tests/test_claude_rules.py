@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gitsup.workers import claude, tmux
+from gitsup.workers import claude
+from gitsup.workers import tmux_setup as tmux
 from gitsup.workers.base import WorkerError
 from gitsup.workers.claude_rules import (
     FLAGS,

@@ -22,8 +22,8 @@ import pytest
 from gitsup.contain import bootstrap_argv, list_gitsup_netns, netns_available
 from gitsup.egress import (
     EgressGate,
+    EgressPlan,
     Endpoint,
-    Plan,
     gated_namespace,
     make_plan,
     model_endpoint,
@@ -32,7 +32,7 @@ from gitsup.egress import (
 from gitsup.errors import GitsupError
 from gitsup.events import Event
 from gitsup.spec import spec_from_mapping
-from gitsup.tasks import Context, run_task
+from gitsup.tasks import SupRepo, run_task
 from tests.conftest import git, run_sup
 
 pytestmark = pytest.mark.skipif(netns_available() is not None, reason="no network namespaces")
@@ -155,7 +155,7 @@ def test_endpoints_and_plans() -> None:
     plan = make_plan(
         [Endpoint("127.0.0.1", 9), Endpoint("Reg.Example", 443), Endpoint("localhost", 9)]
     )
-    assert plan == Plan((9,), (Endpoint("Reg.Example", 443),))
+    assert plan == EgressPlan((9,), (Endpoint("Reg.Example", 443),))
 
 
 def test_agent_reaches_only_its_model_port(echo: Echo, other: Echo) -> None:
@@ -180,7 +180,7 @@ def test_connect_proxy_allows_listed_endpoints_only_and_reports_refusals(
 
     refused: list[tuple[str, int, str]] = []
     # a loopback CONNECT target stands in for a remote host (never contact another address)
-    plan = Plan(connect=(Endpoint("127.0.0.1", echo.port),))
+    plan = EgressPlan(connect=(Endpoint("127.0.0.1", echo.port),))
     with isolated_netns("egress-test") as ns:
         gate = EgressGate(ns, plan, lambda h, p, r: refused.append((h, p, r))).start()
         try:
@@ -280,7 +280,7 @@ def _run(repo: Path, tmp_path: Path, ports: list[int], **extra: Any) -> tuple[An
         **extra,
     }
     events: list[Event] = []
-    rec = run_task(Context.discover(repo), spec_from_mapping(data), on_event=events.append)
+    rec = run_task(SupRepo.discover(repo), spec_from_mapping(data), on_event=events.append)
     return rec, events
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from gitsup.git import GitRepo, RefConflict
 from gitsup.ids import Oid
-from gitsup.tasks import Context, init_repo
+from gitsup.tasks import SupRepo, init_repo
 from tests.conftest import git
 
 
@@ -57,7 +57,7 @@ def test_notes_written_concurrently_are_all_kept(repo: Path) -> None:
 
 
 def _initer(repo: str, barrier, out) -> None:  # type: ignore[no-untyped-def]
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     barrier.wait()
     try:
         init_repo(ctx)

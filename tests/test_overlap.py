@@ -12,9 +12,9 @@ from tests.helpers.sup import read_record, wait_for, write_worker
 
 
 def test_ls_flags_overlapping_tasks(repo: Path, tmp: Path) -> None:
-    from gitsup.tasks import Context, init_repo
+    from gitsup.tasks import SupRepo, init_repo
 
-    init_repo(Context.discover(repo), explicit=True)
+    init_repo(SupRepo.discover(repo), explicit=True)
     s = Setup(repo, tmp, tmp, tmp)
     a = make_task(s, files=(("calc.py", "def add(a, b):\n    return a + b\n"),), checks=[])
     b = make_task(s, files=(("calc.py", "def add(a, b):\n    return b + a\n"),), checks=[])

@@ -14,7 +14,7 @@ from gitsup.errors import GitsupError
 from gitsup.lease import LeaseConflict
 from gitsup.procid import ProcessId
 from gitsup.spec import spec_from_mapping
-from gitsup.tasks import Context, prepare_task, worktree_root
+from gitsup.tasks import SupRepo, prepare_task, worktree_root
 from tests.conftest import git
 
 SPEC = {"goal": "g", "worker": {"kind": "process", "argv": ["true"]}, "review": {"kind": "none"}}
@@ -32,7 +32,7 @@ def _leftovers(repo: Path) -> dict[str, object]:
 
 
 def test_prepare_creates_branch_worktree_baseline_lease_and_first_event(repo: Path) -> None:
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     base = git(repo, "rev-parse", "HEAD")
     record, lease = prepare_task(ctx, spec_from_mapping(SPEC))
     try:
@@ -59,7 +59,7 @@ def test_prepare_creates_branch_worktree_baseline_lease_and_first_event(repo: Pa
 
 def test_worktree_root_is_configurable(repo: Path, tmp: Path) -> None:
     git(repo, "config", "sup.worktreeRoot", str(tmp / "elsewhere"))
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     record, lease = prepare_task(ctx, spec_from_mapping(SPEC))
     ctx.leases.release(lease)
     assert Path(record.worktree) == tmp / "elsewhere" / record.id
@@ -70,7 +70,7 @@ def test_prepare_from_a_linked_worktree_keeps_state_in_the_common_dir(
     repo: Path, tmp: Path
 ) -> None:
     git(repo, "worktree", "add", "-q", str(tmp / "linked"), "-b", "other")
-    ctx = Context.discover(tmp / "linked")
+    ctx = SupRepo.discover(tmp / "linked")
     record, lease = prepare_task(ctx, spec_from_mapping(SPEC))
     ctx.leases.release(lease)
     assert (repo / ".git" / "sup" / "tasks" / record.id / "task.json").exists()
@@ -82,7 +82,7 @@ def test_existing_worktree_path_is_refused_and_everything_undone(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("gitsup.ids.os.urandom", lambda n: b"\x12\x34\x56")
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     from gitsup.ids import new_task_id
 
     squatter = worktree_root(ctx) / new_task_id()
@@ -96,7 +96,7 @@ def test_existing_worktree_path_is_refused_and_everything_undone(
 
 
 def test_lease_conflict_is_refused_and_everything_undone(repo: Path) -> None:
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         ctx.leases.acquire(worktree_root(ctx), "someone-else", owner=ProcessId.of(other.pid))
@@ -112,7 +112,7 @@ def test_lease_conflict_is_refused_and_everything_undone(repo: Path) -> None:
 def test_failure_after_the_worktree_exists_removes_it(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     before = _leftovers(repo)
 
     def boom(*a: object, **k: object) -> None:

@@ -23,13 +23,13 @@ CALC = "VERSION = 1\n\n\ndef add(a, b):\n    return a + b\n"
 @pytest.fixture
 def qsetup(repo: Path, tmp: Path) -> Setup:
     """A green main (add adds), gitsup initialised, a shared file two candidates fight over."""
-    from gitsup.tasks import Context, init_repo
+    from gitsup.tasks import SupRepo, init_repo
 
     (repo / "calc.py").write_text(CALC)
     (repo / "shared.txt").write_text("one\ntwo\nthree\n")
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "green main")
-    init_repo(Context.discover(repo), explicit=True)
+    init_repo(SupRepo.discover(repo), explicit=True)
     return Setup(repo, tmp, tmp, tmp)
 
 

@@ -29,8 +29,8 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerContext,
     WorkerOutput,
+    WorkerSetup,
 )
 from gitsup.workers.stream_json import parse_record
 from tests.conftest import git, run_sup
@@ -248,7 +248,7 @@ def test_process_worker_output_is_redacted_where_it_is_read(tmp_path: Path) -> N
     leak = tmp_path / "leak.txt"
     leak.write_text("\n".join(line for line, _ in s.values()) + "\n")
     inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-    ctx = WorkerContext(
+    ctx = WorkerSetup(
         task_id="t",
         worktree=tmp_path,
         task_dir=tmp_path,
@@ -274,7 +274,7 @@ def test_a_key_written_in_pieces_is_still_redacted(tmp_path: Path) -> None:
 
     tail = _rand(40)
     inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-    ctx = WorkerContext(
+    ctx = WorkerSetup(
         task_id="t",
         worktree=tmp_path,
         task_dir=tmp_path,

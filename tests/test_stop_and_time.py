@@ -360,8 +360,8 @@ def test_an_idle_worker_at_the_deadline_is_verified_and_reviewed(repo: Path, tmp
     """A person took over (paused) and the worker's turn ended: at the deadline its result
     is checked and reviewed, and can be ready (before: parked regardless)."""
     from gitsup.spec import spec_from_mapping
-    from gitsup.tasks import Context, run_task
-    from gitsup.workers.base import HumanInput, WorkerContext, WorkerIdentity
+    from gitsup.tasks import SupRepo, run_task
+    from gitsup.workers.base import HumanInput, WorkerIdentity, WorkerSetup
     from gitsup.workers.process import ProcessWorker
 
     class TakenOver(ProcessWorker):
@@ -370,7 +370,7 @@ def test_an_idle_worker_at_the_deadline_is_verified_and_reviewed(repo: Path, tmp
             self.ctx.inbox.put(HumanInput("I'll take it from here"))
             return super().start(goal)
 
-    def factory(spec: Any, ctx: WorkerContext) -> TakenOver:
+    def factory(spec: Any, ctx: WorkerSetup) -> TakenOver:
         return TakenOver(ctx)
 
     worker = shlex.split(write_worker(tmp, FIX_AND_COMMIT))
@@ -384,7 +384,7 @@ def test_an_idle_worker_at_the_deadline_is_verified_and_reviewed(repo: Path, tmp
         }
     )
     events: list[Any] = []
-    rec = run_task(Context.discover(repo), spec, on_event=events.append, worker_factory=factory)
+    rec = run_task(SupRepo.discover(repo), spec, on_event=events.append, worker_factory=factory)
     types = [e.type for e in events]
     assert "human_takeover" in types
     reached = [e.data for e in events if e.type == "deadline_reached"]

@@ -13,14 +13,14 @@ from typing import Any
 from gitsup.events import Event
 from gitsup.spec import spec_from_mapping
 from gitsup.supervisor import Supervisor
-from gitsup.tasks import Context, prepare_task
-from gitsup.workers.base import PermissionRequest, TurnCompleted, WorkerContext, WorkerExited
+from gitsup.tasks import SupRepo, prepare_task
+from gitsup.workers.base import PermissionRequest, TurnCompleted, WorkerExited, WorkerSetup
 from tests.fakes import OneShotWorker, ScriptedWorker
 
-Step = Callable[[WorkerContext], list[object]]
+Step = Callable[[WorkerSetup], list[object]]
 
 
-def fix_and_commit(ctx: WorkerContext) -> list[object]:
+def fix_and_commit(ctx: WorkerSetup) -> list[object]:
     (ctx.worktree / "calc.py").write_text("def add(a, b):\n    return a + b\n")
     subprocess.run(["git", "commit", "-qam", "fix add"], cwd=ctx.worktree, check=True)
     return [
@@ -31,7 +31,7 @@ def fix_and_commit(ctx: WorkerContext) -> list[object]:
 
 
 def wrong(op: str) -> Step:
-    def step(ctx: WorkerContext) -> list[object]:
+    def step(ctx: WorkerSetup) -> list[object]:
         (ctx.worktree / "calc.py").write_text(f"def add(a, b):\n    return a {op} b\n")
         subprocess.run(["git", "commit", "-qam", "try"], cwd=ctx.worktree, check=True)
         return [TurnCompleted(result="done", num_turns=1)]
@@ -59,12 +59,12 @@ def supervise(
         "isolation": {"network": "host"},
         **spec,
     }
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     record, lease = prepare_task(ctx, spec_from_mapping(data))
     events: list[Event] = []
     made: list[ScriptedWorker] = []
 
-    def factory(_spec: Any, wctx: WorkerContext) -> ScriptedWorker:
+    def factory(_spec: Any, wctx: WorkerSetup) -> ScriptedWorker:
         made.append(worker(wctx, steps))
         return made[0]
 

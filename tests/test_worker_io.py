@@ -18,8 +18,8 @@ from typing import Any
 
 from gitsup.procid import ProcessId
 from gitsup.spec import spec_from_mapping
-from gitsup.tasks import Context, run_task
-from gitsup.workers.base import TurnCompleted, WorkerContext, WorkerIdentity
+from gitsup.tasks import SupRepo, run_task
+from gitsup.workers.base import TurnCompleted, WorkerIdentity, WorkerSetup
 from gitsup.workers.process import ProcessWorker
 from tests.conftest import PYTHON, run_sup
 from tests.helpers.sup import check_cmd, kill_tree, run_cli_inproc, start_json, write_spec
@@ -165,7 +165,7 @@ class _UnstoppableWorker(ProcessWorker):
 def test_the_lease_stays_held_until_the_worker_is_proven_gone(repo: Path, tmp: Path) -> None:
     made: list[_UnstoppableWorker] = []
 
-    def factory(spec: Any, ctx: WorkerContext) -> _UnstoppableWorker:
+    def factory(spec: Any, ctx: WorkerSetup) -> _UnstoppableWorker:
         w = _UnstoppableWorker(ctx)
         made.append(w)
         return w
@@ -179,7 +179,7 @@ def test_the_lease_stays_held_until_the_worker_is_proven_gone(repo: Path, tmp: P
             "autonomy": {"require_local_commit": False},
         }
     )
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     try:
         rec = run_task(ctx, spec, worker_factory=factory)
         pid = made[0].survivor.pid
@@ -217,4 +217,4 @@ def test_a_worker_that_is_gone_releases_the_lease(repo: Path, tmp: Path) -> None
     )
     assert rc == 0, err
     assert rec["left_behind"] == []
-    assert Context.discover(repo).leases.get(rec["worktree"]) is None
+    assert SupRepo.discover(repo).leases.get(rec["worktree"]) is None

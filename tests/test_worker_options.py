@@ -1,4 +1,4 @@
-"""WorkerContext.options is typed (WorkerOptions) and still reads as the mapping it was."""
+"""WorkerSetup.options is typed (WorkerOptions) and still reads as the mapping it was."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from gitsup.workers.base import WorkerContext, WorkerOptions
+from gitsup.workers.base import WorkerOptions, WorkerSetup
 from tests.fakes import make_spec
 
 
-def _ctx(options: object) -> WorkerContext:
+def _ctx(options: object) -> WorkerSetup:
     inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-    return WorkerContext("t", Path("/w"), Path("/d"), {}, (), inbox, options=options)  # type: ignore[arg-type]
+    return WorkerSetup("t", Path("/w"), Path("/d"), {}, (), inbox, options=options)  # type: ignore[arg-type]
 
 
 def test_a_mapping_is_converted_and_reads_as_before() -> None:
@@ -34,4 +34,4 @@ def test_typed_options_pass_through_and_default_to_empty() -> None:
     assert _ctx(typed).options is typed
     assert _ctx(None).options == WorkerOptions()
     inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-    assert WorkerContext("t", Path("/w"), Path("/d"), {}, (), inbox).options == WorkerOptions()
+    assert WorkerSetup("t", Path("/w"), Path("/d"), {}, (), inbox).options == WorkerOptions()

@@ -13,7 +13,7 @@ import pytest
 
 from gitsup.errors import GitsupError
 from gitsup.spec import spec_from_mapping
-from gitsup.tasks import Context, prepare_task, worktree_root
+from gitsup.tasks import SupRepo, prepare_task, worktree_root
 from tests.conftest import git
 
 SPEC = {"goal": "g", "worker": {"kind": "process", "argv": ["true"]}, "review": {"kind": "none"}}
@@ -48,7 +48,7 @@ def test_the_task_worktree_matches_the_baseline_and_the_user_checkout_is_untouch
     (repo / "calc.py").write_text("uncommitted work of the user\n")  # dirty user checkout
     index_before = (repo / ".git" / "index").read_bytes()
     head_before = (repo / ".git" / "HEAD").read_text()
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     record, lease = prepare_task(ctx, spec_from_mapping(SPEC))
     ctx.leases.release(lease)
     wt = Path(record.worktree)
@@ -75,7 +75,7 @@ def test_no_hook_of_the_user_runs_when_a_task_worktree_is_made(repo: Path, tmp: 
     git(repo, "worktree", "add", "-q", "--detach", str(tmp / "plain"), "HEAD")
     assert marker.exists()
     marker.unlink()
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     record, lease = prepare_task(ctx, spec_from_mapping(SPEC))
     ctx.leases.release(lease)
     assert (Path(record.worktree) / "calc.py").exists()
@@ -83,7 +83,7 @@ def test_no_hook_of_the_user_runs_when_a_task_worktree_is_made(repo: Path, tmp: 
     # nor one found through the user's core.hooksPath
     _hook(tmp / "myhooks" / "post-checkout", marker)
     git(repo, "config", "core.hooksPath", str(tmp / "myhooks"))
-    record, lease = prepare_task(Context.discover(repo), spec_from_mapping(SPEC))
+    record, lease = prepare_task(SupRepo.discover(repo), spec_from_mapping(SPEC))
     ctx.leases.release(lease)
     assert (Path(record.worktree) / "calc.py").exists()
     assert not marker.exists()
@@ -116,7 +116,7 @@ def test_a_failed_checkout_leaves_nothing_and_keeps_the_users_registrations(
     # would drop its registration
     git(repo, "worktree", "add", "-q", "-b", "usb", str(tmp / "usb-stick"))
     os.rename(tmp / "usb-stick", tmp / "unmounted")
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     before = _state(repo)
     bindir = tmp / "bin"
     _failing_git(bindir, tmp)
@@ -129,7 +129,7 @@ def test_a_failed_checkout_leaves_nothing_and_keeps_the_users_registrations(
     root = worktree_root(ctx)
     assert not root.exists() or list(root.iterdir()) == []
     # and the next start works
-    record, lease = prepare_task(Context.discover(repo), spec_from_mapping(SPEC))
+    record, lease = prepare_task(SupRepo.discover(repo), spec_from_mapping(SPEC))
     ctx.leases.release(lease)
     assert git(Path(record.worktree), "status", "--porcelain") == ""
 
@@ -146,7 +146,7 @@ def test_a_stale_registration_under_the_task_name_is_refused_and_left_alone(
     (stale / "gitdir").write_text(f"{tmp / 'gone' / '.git'}\n")
     (stale / "HEAD").write_text("ref: refs/heads/main\n")
     (stale / "commondir").write_text("../..\n")
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     before = _state(repo)
     with pytest.raises(GitsupError, match=f"registration named {tid}"):
         prepare_task(ctx, spec_from_mapping(SPEC))

@@ -67,21 +67,21 @@ class Pusher(NamedTuple):
         return self.task is not None
 
 
-class Policy(NamedTuple):
+class PushPolicy(NamedTuple):
     protected: tuple[str, ...] = DEFAULT_PROTECTED
     tags: Allowance = "allow"
     other: Allowance = "allow"
 
 
-class GateContext(NamedTuple):
+class PushSetting(NamedTuple):
     pusher: Pusher
     destination: str  # remote name / URL, or "this repository" in pre-receive
     to_review_remote: bool
-    policy: Policy = Policy()
+    policy: PushPolicy = PushPolicy()
     server: bool = False  # the pre-receive gate (messages name the server's configuration)
 
 
-class Verdict(NamedTuple):
+class RefVerdict(NamedTuple):
     ref: str
     accepted: bool
     reason: str
@@ -115,11 +115,7 @@ def protected_branch(ref: str, patterns: Sequence[str]) -> bool:
     return ref.startswith("refs/heads/") and is_protected(ref, patterns)
 
 
-def is_review_ref(ref: str) -> bool:
-    return ref.startswith(SUP_PREFIX) or ref == NOTES_REF
-
-
-def _kind(ref: str, policy: Policy) -> str:
+def _kind(ref: str, policy: PushPolicy) -> str:
     if protected_branch(ref, policy.protected):
         return "protected"
     if ref == NOTES_REF:
@@ -132,8 +128,8 @@ def _kind(ref: str, policy: Policy) -> str:
 
 
 def evaluate(
-    ctx: GateContext, updates: Sequence[RefUpdate], lookup: CandidateLookup
-) -> list[Verdict]:
+    ctx: PushSetting, updates: Sequence[RefUpdate], lookup: CandidateLookup
+) -> list[RefVerdict]:
     """Accept or reject every update, with a reason. Never raises for odd input."""
     if ctx.pusher.in_task:
         why = f" ({ctx.pusher.why})" if ctx.pusher.why else ""
@@ -142,7 +138,7 @@ def evaluate(
             f"`git sup integrate {ctx.pusher.task} --into <branch>` from outside the task, "
             "then push from there"
         )
-        return [Verdict(u.ref, False, reason) for u in updates]
+        return [RefVerdict(u.ref, False, reason) for u in updates]
 
     kinds = [_kind(u.ref, ctx.policy) for u in updates]
     protected: list[RefUpdate] = []
@@ -174,7 +170,7 @@ def _fast_forward(u: RefUpdate, lookup: CandidateLookup) -> str | None:
     return None
 
 
-def _not_integrated(ctx: GateContext, u: RefUpdate, bad: Untrusted) -> str:
+def _not_integrated(ctx: PushSetting, u: RefUpdate, bad: Untrusted) -> str:
     branch = u.ref.removeprefix("refs/heads/")
     n = f"{bad.total} commit{'s' if bad.total != 1 else ''}"
     trust = (
@@ -190,42 +186,42 @@ def _not_integrated(ctx: GateContext, u: RefUpdate, bad: Untrusted) -> str:
     )
 
 
-def _one(ctx: GateContext, u: RefUpdate, kind: str, lookup: CandidateLookup) -> Verdict:
+def _one(ctx: PushSetting, u: RefUpdate, kind: str, lookup: CandidateLookup) -> RefVerdict:
     if kind == "protected":
         if u.is_delete:
-            return Verdict(u.ref, False, "protected branch: deletion is not allowed")
+            return RefVerdict(u.ref, False, "protected branch: deletion is not allowed")
         problem = _fast_forward(u, lookup)
         if problem:
-            return Verdict(u.ref, False, f"protected branch: {problem}")
+            return RefVerdict(u.ref, False, f"protected branch: {problem}")
         if u.old == u.new:
-            return Verdict(u.ref, True, "unchanged")
+            return RefVerdict(u.ref, True, "unchanged")
         bad = lookup.untrusted(u)
         if bad is not None:
-            return Verdict(u.ref, False, _not_integrated(ctx, u, bad))
-        return Verdict(u.ref, True, "every new commit is integrated")
+            return RefVerdict(u.ref, False, _not_integrated(ctx, u, bad))
+        return RefVerdict(u.ref, True, "every new commit is integrated")
     if kind == "notes":
         if u.is_delete:
-            return Verdict(u.ref, False, f"{NOTES_REF} is evidence: it is never deleted")
+            return RefVerdict(u.ref, False, f"{NOTES_REF} is evidence: it is never deleted")
         problem = _fast_forward(u, lookup)
         if problem:
-            return Verdict(u.ref, False, f"{NOTES_REF} is never rewritten: {problem}")
-        return Verdict(u.ref, True, "notes fast-forward")
+            return RefVerdict(u.ref, False, f"{NOTES_REF} is never rewritten: {problem}")
+        return RefVerdict(u.ref, True, "notes fast-forward")
     if kind == "review":
         if not ctx.to_review_remote:
-            return Verdict(
+            return RefVerdict(
                 u.ref,
                 False,
                 f"gitsup refs go only to the review remote, not to {ctx.destination} "
                 "(set `git config sup.reviewRemote <remote>`)",
             )
         if u.is_delete:
-            return Verdict(u.ref, False, "gitsup refs are never deleted on the review remote")
+            return RefVerdict(u.ref, False, "gitsup refs are never deleted on the review remote")
         problem = _fast_forward(u, lookup)
         if problem:
-            return Verdict(u.ref, False, f"gitsup refs are never rewritten: {problem}")
-        return Verdict(u.ref, True, "review ref")
+            return RefVerdict(u.ref, False, f"gitsup refs are never rewritten: {problem}")
+        return RefVerdict(u.ref, True, "review ref")
     allowance = ctx.policy.tags if kind == "tag" else ctx.policy.other
     if allowance != "allow":
         what, key = ("tags", "sup.pushTags") if kind == "tag" else ("this ref", "sup.pushOther")
-        return Verdict(u.ref, False, f"policy denies pushing {what} ({key} = {allowance})")
-    return Verdict(u.ref, True, "allowed by policy")
+        return RefVerdict(u.ref, False, f"policy denies pushing {what} ({key} = {allowance})")
+    return RefVerdict(u.ref, True, "allowed by policy")

@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TextIO
 
 from gitsup.boundary.evaluate import (
-    GateContext,
     Pusher,
+    PushSetting,
     RefUpdate,
-    Verdict,
+    RefVerdict,
     evaluate,
     protected_branch,
 )
@@ -35,7 +35,7 @@ from gitsup.boundary.trust import TrustCheck
 USAGE = "usage: python -m gitsup.boundary.hook pre-push REMOTE URL | pre-receive"
 
 
-def _report(verdicts: Sequence[Verdict], err: TextIO) -> int:
+def _report(verdicts: Sequence[RefVerdict], err: TextIO) -> int:
     rejected = [v for v in verdicts if not v.accepted]
     for v in rejected:
         err.write(format_rejection(v.ref, v.reason) + "\n")
@@ -118,10 +118,10 @@ def _touches_protected(updates: Sequence[RefUpdate], patterns: Sequence[str]) ->
 
 def decide_client(
     git: GitCli, pusher: Pusher, remote: str, url: str, updates: Sequence[RefUpdate]
-) -> list[Verdict]:
+) -> list[RefVerdict]:
     cfg = RepoConfig.read(git)
     policy = cfg.policy()
-    ctx = GateContext(
+    ctx = PushSetting(
         pusher=pusher,
         destination=remote or url,
         to_review_remote=is_review_remote(cfg, remote, url),
@@ -156,7 +156,7 @@ def pre_receive(
     git = GitCli(cwd=cwd, env=env)
     cfg = RepoConfig.read(git)
     policy = cfg.policy()
-    ctx = GateContext(
+    ctx = PushSetting(
         pusher=server_pusher(env=env),
         destination="this repository",
         to_review_remote=cfg.is_true("sup.gateReview"),

@@ -47,7 +47,7 @@ from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_refs
 from gitsup.procid import ProcessId
 from gitsup.record import CandidateNote, CheckResult, TaskRecord
-from gitsup.repo import Context
+from gitsup.repo import SupRepo
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import Status
 
@@ -91,7 +91,7 @@ class IntegrateResult:
 # --- who is calling ----------------------------------------------------------------------
 
 
-def inside_task(ctx: Context, *, env: Mapping[str, str], cwd: str) -> str | None:
+def inside_task(ctx: SupRepo, *, env: Mapping[str, str], cwd: str) -> str | None:
     """Why the caller counts as inside a task (None: a person or CI outside any task)."""
     marker = env.get("GITSUP_TASK", "").strip()
     if marker:
@@ -131,7 +131,8 @@ def inside_task(ctx: Context, *, env: Mapping[str, str], cwd: str) -> str | None
 # --- the integration ---------------------------------------------------------------------
 
 
-def _required_checks(ctx: Context, task: TaskId, note: CandidateNote) -> list[Check]:
+def required_checks(ctx: SupRepo, task: TaskId, note: CandidateNote) -> list[Check]:
+    """The checks an integration runs: the task spec's required ones, else the note's."""
     spec_path = ctx.layout.task_dir(task) / "spec.json"
     try:
         spec = TaskSpec.model_validate_json(spec_path.read_bytes())
@@ -150,7 +151,7 @@ def _refuse(message: str, hint: str | None = None) -> IntegrationRefused:
 
 
 def integrate(
-    ctx: Context,
+    ctx: SupRepo,
     task: str,
     into: str,
     *,
@@ -177,7 +178,7 @@ def integrate(
 
 
 def _integrate_locked(
-    ctx: Context,
+    ctx: SupRepo,
     repo: GitRepo,
     record: TaskRecord,
     tid: TaskId,
@@ -229,9 +230,9 @@ def _integrate_locked(
             f"the baseline {baseline[:12] or '(none)'} of task {tid} is not an ancestor of "
             f"its candidate {candidate[:12]}: the task record or note was altered"
         )
-    signing = _signing(repo)
-    trust = _trust(repo)
-    _require_integrated(trust, branch, old, baseline)
+    signing = integration_signing(repo)
+    trust = integration_trust(repo)
+    require_integrated(trust, branch, old, baseline)
 
     how = "merge"
     tree, conflicts = repo.merge_tree(old, candidate)
@@ -248,7 +249,7 @@ def _integrate_locked(
     # integration whose checks passed is ever signed.
     result = repo.commit_tree(tree, [old, candidate], subject + f"Sup-Task: {tid}\n")
 
-    checks = _required_checks(ctx, tid, note)
+    checks = required_checks(ctx, tid, note)
     res = IntegrateResult(
         task=str(tid),
         candidate=candidate,
@@ -266,7 +267,7 @@ def _integrate_locked(
 
     verdict = note.review.verdict if note.review and note.review.verdict else "none"
     passed = ", ".join(f"{c.name}=passed" for c in res.checks) or "none"
-    result = _sign(
+    result = sign_integration_commit(
         repo,
         signing,
         tree,
@@ -303,12 +304,13 @@ def _integrate_locked(
                 repo.update_ref(target_ref, old, old=result, message=f"{message}: undone")
             raise _refuse(f"{branch} left at {old[:12]}: {exc.message}") from None
         res.checkout_updated = str(checkout)
-    _record(ctx, repo, record, tid, note, res)
+    record_integration(ctx, repo, tid, note, res)
     res.integrated = True
     return res
 
 
-def _signing(repo: GitRepo) -> SigningSetup:
+def integration_signing(repo: GitRepo) -> SigningSetup:
+    """The key integration commits are signed with; refuses when it is missing."""
     signing = signing_setup(repo, create=False)
     if signing.dedicated and not Path(signing.key).exists():
         raise _refuse(
@@ -319,7 +321,8 @@ def _signing(repo: GitRepo) -> SigningSetup:
     return signing
 
 
-def _trust(repo: GitRepo) -> TrustCheck:
+def integration_trust(repo: GitRepo) -> TrustCheck:
+    """The check that a history is integrated, with the repository's trust roots and signers."""
     cfg = RepoConfig.read(GitCli(cwd=str(repo.common_dir)))
     return TrustCheck(
         str(repo.common_dir),
@@ -329,7 +332,7 @@ def _trust(repo: GitRepo) -> TrustCheck:
     )
 
 
-def _require_integrated(trust: TrustCheck, branch: str, old: str, baseline: str) -> None:
+def require_integrated(trust: TrustCheck, branch: str, old: str, baseline: str) -> None:
     """The target's history since the trust root, and what the baseline adds to it,
     must be integrated: an integration never publishes a commit a worker slipped in."""
     bad = trust.check([("target", "0" * 40, old)])["target"]
@@ -350,7 +353,10 @@ def _require_integrated(trust: TrustCheck, branch: str, old: str, baseline: str)
         )
 
 
-def _sign(repo: GitRepo, signing: SigningSetup, tree: str, parents: list[Oid], message: str) -> Oid:
+def sign_integration_commit(
+    repo: GitRepo, signing: SigningSetup, tree: str, parents: list[Oid], message: str
+) -> Oid:
+    """A signed commit of `tree` on `parents` (not on any branch yet)."""
     argv = ["git", *signing.git_config_args(), "commit-tree", "-S"]
     for p in parents:
         argv += ["-p", p]
@@ -402,14 +408,15 @@ def _run_integration_checks(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _record(
-    ctx: Context,
+def record_integration(
+    ctx: SupRepo,
     repo: GitRepo,
-    record: TaskRecord,
     tid: TaskId,
     note: CandidateNote,
     res: IntegrateResult,
 ) -> None:
+    """Mark the task integrated: notes on the candidate and the result, the sealed
+    `integrated` event, the record's status."""
     now = time.time()
     done = note.model_copy(
         update={"status": Status.INTEGRATED, "integrated_into": res.into, "integrated_at": now}

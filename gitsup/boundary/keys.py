@@ -110,10 +110,3 @@ def signing_setup(repo: GitRepo, *, create: bool) -> SigningSetup:
                     fh.write(f'{principal} namespaces="git" {public}\n')
                 changed.append(f"allowed signer {principal} added to {allowed}")
     return SigningSetup(key, public, dedicated, allowed, changed)
-
-
-def allowed_signers_text(path: str) -> str:
-    try:
-        return Path(os.path.expanduser(path)).read_text()
-    except OSError:
-        return ""

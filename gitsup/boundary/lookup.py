@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 
 from gitsup.boundary import gitrun
-from gitsup.boundary.evaluate import Allowance, Policy, RefUpdate, Untrusted
+from gitsup.boundary.evaluate import Allowance, PushPolicy, RefUpdate, Untrusted
 from gitsup.boundary.gitrun import GitCli
 from gitsup.boundary.trust import TrustCheck
 from gitsup.protected import effective, is_protected
@@ -37,8 +37,8 @@ class RepoConfig:
     def get_all(self, key: str) -> list[str]:
         return list(self.values.get(key.lower(), []))
 
-    def policy(self) -> Policy:
-        return Policy(
+    def policy(self) -> PushPolicy:
+        return PushPolicy(
             protected=effective(self.get_all("sup.protected")),
             tags=_allowance(self.get("sup.pushTags")),
             other=_allowance(self.get("sup.pushOther")),

@@ -90,9 +90,9 @@ def watch_cmd(
     `{"kind": "status", ...}` and `{"kind": "event", ...}` lines.
     """
     from gitsup.attention import Board, plain_line
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     board = Board(ctx.layout)
     tty = not json_out and not once and use_colour(sys.stdout)
 
@@ -180,9 +180,9 @@ def cost_cmd(
 ) -> None:
     """What tasks cost, from Git: per task, per day, per outcome, per integrated change."""
     from gitsup.ledger import cost_summary
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    summary = cost_summary(Context.discover(), _parse_since(since))
+    summary = cost_summary(SupRepo.discover(), _parse_since(since))
     if json_out:
         emit_json(summary)
         return
@@ -216,9 +216,9 @@ def report_cmd(
 ) -> None:
     """One self-contained HTML page for a task: timeline, checks, review, diff, cost."""
     from gitsup.report import render_task
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    page = render_task(Context.discover(), task)
+    page = render_task(SupRepo.discover(), task)
     if output is None:
         sys.stdout.write(page)
         return
@@ -235,13 +235,13 @@ def serve_cmd(
 ) -> None:
     """Serve the pages of all tasks, with an index, on 127.0.0.1 (never another address)."""
     from gitsup.report import serve
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
     def ready(url: str) -> None:
         out(url)
         sys.stdout.flush()
 
     try:
-        serve(Context.discover(), port=port, ready=ready)
+        serve(SupRepo.discover(), port=port, ready=ready)
     except OSError as exc:
         raise GitsupError(f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}") from None

@@ -123,7 +123,7 @@ def integrate_cmd(
     """
     from gitsup.boundary.integrate import Strategy, integrate
     from gitsup.errors import GitsupError
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
     try:
         strat = Strategy(strategy)
@@ -131,7 +131,7 @@ def integrate_cmd(
         raise GitsupError(
             f"unknown strategy {strategy!r}", hint="--strategy ff, merge or auto"
         ) from None
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     res = integrate(ctx, task, into, strategy=strat, on_progress=None if json_out else progress)
     if json_out:
         emit_json(res.as_dict())
@@ -148,9 +148,9 @@ def integrate_cmd(
 def _publish_remote(ctx: object, branch: str) -> str:
     """The remote a published branch goes to: its upstream's, else sup.reviewRemote, else
     origin."""
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    assert isinstance(ctx, Context)
+    assert isinstance(ctx, SupRepo)
     repo = ctx.repo
     return (
         repo.config_get(f"branch.{branch}.remote")

@@ -23,7 +23,7 @@ def demo_cmd(
 ) -> None:
     """Run one scripted task through the whole loop in a throwaway repo (no network, no API key)."""
     from gitsup.demo import run_demo
-    from gitsup.tasks import Context, show_dict, status_exit
+    from gitsup.tasks import SupRepo, show_dict, status_exit
 
     if directory is not None:
         directory = directory.resolve()
@@ -32,7 +32,7 @@ def demo_cmd(
     res = run_demo(directory, worker=worker, on_event=None if quiet else ProgressRenderer())
     rec = res.record
     if json_out:
-        d = show_dict(Context.discover(res.repo), rec)
+        d = show_dict(SupRepo.discover(res.repo), rec)
         d["demo"] = {"repo": str(res.repo), "worker": res.worker}
         emit_json(d)
         raise typer.Exit(status_exit(rec))

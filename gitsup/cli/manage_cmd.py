@@ -22,9 +22,9 @@ def stop_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Stop a running task (its supervisor stops the worker and parks the work)."""
-    from gitsup.tasks import Context, show_dict, stop_task
+    from gitsup.tasks import SupRepo, show_dict, stop_task
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     record = stop_task(ctx, task, wait=wait)
     if json_out:
         emit_json(show_dict(ctx, record))
@@ -43,9 +43,9 @@ def discard_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove a task's worktree; its refs stay. Refuses to lose uncaptured work without --force."""
-    from gitsup.tasks import Context, discard_task
+    from gitsup.tasks import SupRepo, discard_task
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     res = discard_task(ctx, task, force=force)
     if json_out:
         emit_json(res.__dict__)
@@ -70,9 +70,9 @@ def prune_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove ended tasks' worktrees and branches; their refs under refs/sup/ stay."""
-    from gitsup.tasks import Context, prune_tasks
+    from gitsup.tasks import SupRepo, prune_tasks
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     res = prune_tasks(ctx, force=force, dry_run=dry_run)
     if json_out:
         emit_json(res.as_dict())
@@ -96,9 +96,9 @@ def wait_cmd(
 ) -> None:
     """Block until the task ends; exit with the same code as `start`."""
     from gitsup.detach import wait_task
-    from gitsup.tasks import Context, show_dict, status_exit
+    from gitsup.tasks import SupRepo, show_dict, status_exit
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     record = wait_task(ctx, task, timeout=timeout)
     if json_out:
         emit_json(show_dict(ctx, record))
@@ -124,9 +124,9 @@ def recover_cmd(
 ) -> None:
     """Continue (or park) a task whose supervisor died."""
     from gitsup.recovery import recover_task
-    from gitsup.tasks import Context, show_dict, status_exit
+    from gitsup.tasks import SupRepo, show_dict, status_exit
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     record = recover_task(
         ctx, task, takeover=takeover, park=park, on_event=None if quiet else ProgressRenderer()
     )
@@ -144,9 +144,9 @@ def doctor_cmd(
 ) -> None:
     """Reconcile task records and leases with processes, cgroups, worktrees and refs."""
     from gitsup.recovery import doctor
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     findings = doctor(ctx, fix=fix)
     if json_out:
         emit_json([f.as_dict() for f in findings])
@@ -180,9 +180,9 @@ def resume_auto_cmd(task: Annotated[str, typer.Argument(help="Task id.")]) -> No
 
     from gitsup.procid import ProcessId
     from gitsup.state import State
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     record = ctx.store.load(task)
     owner = ProcessId.from_dict(record.supervisor)
     if owner is None or not owner.alive():

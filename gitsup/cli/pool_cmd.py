@@ -25,9 +25,9 @@ def fill_cmd(
 ) -> None:
     """Make spare worktrees at HEAD until the pool is full."""
     from gitsup.pool import fill
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    made = fill(Context.discover(), size)
+    made = fill(SupRepo.discover(), size)
     if json_out:
         emit_json([{"path": str(s.path), "commit": s.commit} for s in made])
         return
@@ -38,9 +38,9 @@ def fill_cmd(
 def ls_cmd(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
     """List the spare worktrees."""
     from gitsup.pool import pool_size, spares
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     items = spares(ctx)
     if json_out:
         emit_json(
@@ -59,6 +59,6 @@ def ls_cmd(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
 def clear_cmd() -> None:
     """Remove every spare worktree."""
     from gitsup.pool import clear
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    out(f"removed {clear(Context.discover())} spare worktree(s)")
+    out(f"removed {clear(SupRepo.discover())} spare worktree(s)")

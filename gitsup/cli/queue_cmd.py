@@ -41,9 +41,9 @@ def queue_cmd(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     if ctx.invoked_subcommand is not None:
         return
     from gitsup.queue import list_queues
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    states = list_queues(Context.discover())
+    states = list_queues(SupRepo.discover())
     if json_out:
         emit_json([s.as_dict() for s in states])
         return
@@ -58,9 +58,9 @@ def add_cmd(
 ) -> None:
     """Queue ready candidates for integration into a branch."""
     from gitsup.queue import add
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    st = add(Context.discover(), tasks, into)
+    st = add(SupRepo.discover(), tasks, into)
     if json_out:
         emit_json(st.as_dict())
         return
@@ -74,9 +74,9 @@ def remove_cmd(
 ) -> None:
     """Take a queued candidate out of the queue."""
     from gitsup.queue import remove
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    st = remove(Context.discover(), task, into)
+    st = remove(SupRepo.discover(), task, into)
     out(f"removed {task} from the queue into {st.into}")
 
 
@@ -97,9 +97,9 @@ def run_cmd(
 
     Exit 0: everything queued was integrated; 3: some candidates were parked."""
     from gitsup.queue import detach_run, run
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     if detach:
         pid, log = detach_run(ctx, into, batch)
         if json_out:

@@ -16,7 +16,7 @@ from gitsup.errors import Exit, GitsupError
 if TYPE_CHECKING:
     from gitsup.record import TaskRecord
     from gitsup.spec import TaskSpec
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
 
 def _spec_from_cli(
@@ -162,7 +162,7 @@ def start_cmd(
     Exit codes: 0 ready, 3 parked, 4 failed, 5 stopped, 2 bad input, 1 internal error,
     130 interrupted (Ctrl-C stops the task and keeps its work).
     """
-    from gitsup.tasks import Context, run_task, show_dict, status_exit
+    from gitsup.tasks import SupRepo, run_task, show_dict, status_exit
 
     spec = _spec_from_cli(
         goal,
@@ -181,7 +181,7 @@ def start_cmd(
         no_commit,
         closeout_grace=closeout_grace,
     )
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     n = attempts if attempts is not None else spec.attempts.n
     if queue and (n < 2 or detach):
         raise GitsupError(
@@ -210,9 +210,9 @@ def start_cmd(
                 f"task {rec.id}: worktree {rec.worktree} on {rec.branch} at {rec.baseline[:12]}"
             )
 
-    from gitsup.attention import Budget
+    from gitsup.attention import BudgetLimits
 
-    renderer = ProgressRenderer(Budget.from_spec(spec.model_dump(mode="json")))
+    renderer = ProgressRenderer(BudgetLimits.from_spec(spec.model_dump(mode="json")))
     record = run_task(ctx, spec, on_event=None if quiet else renderer, on_prepared=prepared)
     if json_out:
         emit_json(show_dict(ctx, record))
@@ -225,7 +225,7 @@ def start_cmd(
 
 
 def _start_group(
-    ctx: Context, spec: TaskSpec, n: int, *, detach: bool, queue: bool, json_out: bool
+    ctx: SupRepo, spec: TaskSpec, n: int, *, detach: bool, queue: bool, json_out: bool
 ) -> None:
     from gitsup.attempts import start_group
 

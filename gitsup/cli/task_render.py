@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from gitsup.events import Event
     from gitsup.eventtypes import WorkerStopped
     from gitsup.record import TaskRecord
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
 
 _QUIET_TYPES = {"worker_output", "protocol_noise"}
@@ -28,7 +28,7 @@ class ProgressRenderer:
     def __init__(self, budget: Any = None) -> None:
         import time
 
-        from gitsup.attention import Budget, Tracker
+        from gitsup.attention import BudgetLimits, Tracker
 
         self._clock = time.monotonic
         self._t0 = self._clock()
@@ -36,7 +36,7 @@ class ProgressRenderer:
         self._stopped_shown = False
         self._colour = use_colour()
         # On a terminal, the task's status line (as `git sup watch` shows it) stays below.
-        self._tracker = Tracker("", budget=budget or Budget())
+        self._tracker = Tracker("", budget=budget or BudgetLimits())
         self._status_line = self._colour
 
     def __call__(self, ev: Event) -> None:
@@ -185,7 +185,7 @@ def print_group(g: dict[str, Any]) -> None:
         out(f"queued into {g['queued_into']}: `git sup queue run`")
 
 
-def print_summary(ctx: Context, record: TaskRecord) -> None:
+def print_summary(ctx: SupRepo, record: TaskRecord) -> None:
     out(f"task {record.id}: {record.status.value} ({record.state.value})")
     if record.candidate:
         out(f"candidate: {record.candidate}  (refs/sup/{record.id}/candidate)")

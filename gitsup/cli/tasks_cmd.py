@@ -22,9 +22,9 @@ def init_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Set up gitsup in this repository (idempotent)."""
-    from gitsup.tasks import Context, init_repo
+    from gitsup.tasks import SupRepo, init_repo
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     res = init_repo(ctx, protected=protected, explicit=True)
     if json_out:
         emit_json(res.__dict__)
@@ -43,9 +43,9 @@ def show_cmd(
 ) -> None:
     """Show one task: state, status, baseline, candidate, checks, review, turns, cost;
     or a best-of-N group (id g…): its attempts side by side, ranked."""
-    from gitsup.tasks import Context, show_dict
+    from gitsup.tasks import SupRepo, show_dict
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     from gitsup.attempts import compare, is_group_id
 
     if is_group_id(task):
@@ -153,9 +153,9 @@ def log_cmd(
     task: Annotated[str, typer.Argument(help="Task id.")], json_out: JsonOpt = False
 ) -> None:
     """Print the task's events, one per line."""
-    from gitsup.tasks import Context, read_events
+    from gitsup.tasks import SupRepo, read_events
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     for ev in read_events(ctx, task):
         if json_out:
             emit_jsonl(ev.as_dict())

@@ -25,9 +25,9 @@ def attach_argv(socket: str, *, read_only: bool) -> list[str]:
 
 def task_socket(task: str) -> str:
     from gitsup.state import TERMINAL
-    from gitsup.tasks import Context
+    from gitsup.tasks import SupRepo
 
-    ctx = Context.discover()
+    ctx = SupRepo.discover()
     record = ctx.store.load(task)
     if record.worker_kind != "tmux":
         raise GitsupError(

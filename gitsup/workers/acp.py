@@ -41,11 +41,11 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerContext,
     WorkerError,
     WorkerIdentity,
     WorkerInputStalled,
     WorkerOutput,
+    WorkerSetup,
 )
 from gitsup.workers.claude import ASK_TOOLS, find_claude
 
@@ -107,7 +107,7 @@ class AcpWorker(PipedAgent):
     capabilities = Capabilities(repairable=True, persistent=False)
     interrupted = "cancelled and closed input"
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerSetup) -> None:
         super().__init__(ctx)
         self._io = _Pipe()
         self._next_id = 0

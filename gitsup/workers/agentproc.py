@@ -21,11 +21,11 @@ from gitsup.procid import ProcessId
 from gitsup.redact import redact_text
 from gitsup.workers.base import (
     WorkerAdapter,
-    WorkerContext,
     WorkerError,
     WorkerExited,
     WorkerIdentity,
     WorkerOutput,
+    WorkerSetup,
     spawn_piped,
 )
 from gitsup.workers.stream_json import LineFramer
@@ -78,7 +78,7 @@ class PipedAgent(WorkerAdapter):
     # what stop() reports when it interrupted a running turn
     interrupted = "interrupted and closed input"
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerSetup) -> None:
         super().__init__(ctx)
         self._proc: proc.Popen[bytes] | None = None
         self._state_lock = threading.Lock()

@@ -25,148 +25,37 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gitsup.redact import redact_text
+from gitsup.workers.app_server_protocol import (
+    APPROVAL_POLICY,
+    APPROVALS_REVIEWER,
+    DEFAULT_PRICE,
+    IGNORED_NOTIFICATIONS,
+    MAX_TOOL_TEXT,
+    SANDBOX_MODE,
+    USAGE_FIELDS,
+    ConfigRefused,
+    Usage,
+    clip,
+    cost_usd,
+    encode,
+    error_class,
+    http_status,
+    noise,
+    unwrap_shell,
+)
 from gitsup.workers.base import (
     PermissionAnswer,
     PermissionCancelled,
     PermissionRequest,
-    ProtocolNoise,
     TurnCompleted,
     WorkerOutput,
 )
-
-APPROVAL_POLICY = "untrusted"  # measured: every command and every patch asks
-SANDBOX_MODE = "danger-full-access"  # gitsup's kernel sandbox is the boundary, not Codex's
-APPROVALS_REVIEWER = "user"  # never `auto_review`: the gate answers, not a model
-MAX_NOISE_LINE = 512
-MAX_TOOL_TEXT = 2000
-_SHELLS = {"bash", "sh", "zsh", "dash"}
-_IGNORED = frozenset(
-    {
-        "item/agentMessage/delta",
-        "item/fileChange/outputDelta",
-        "item/fileChange/patchUpdated",
-        "item/reasoning/summaryTextDelta",
-        "item/reasoning/summaryPartAdded",
-        "item/reasoning/textDelta",
-        "item/plan/delta",
-        "command/exec/outputDelta",
-        "thread/status/changed",
-        "account/rateLimits/updated",
-        "remoteControl/status/changed",
-        "thread/started",
-        "mcpServer/startupStatus/updated",
-        "skills/changed",
-        "thread/settings/updated",
-        "turn/diff/updated",
-        "hook/started",
-        "hook/completed",
-    }
-)
-
-
-class ConfigRefused(Exception):
-    """The server runs the thread with settings that would bypass the gate."""
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Cumulative token counts of a thread (`thread/tokenUsage/updated` `total`)."""
-
-    input: int = 0
-    cached_input: int = 0
-    output: int = 0
-    reasoning_output: int = 0
-
-    @classmethod
-    def of(cls, raw: Any) -> Usage:
-        if not isinstance(raw, Mapping):
-            return cls()
-
-        def n(key: str) -> int:
-            v = raw.get(key)
-            return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
-
-        return cls(
-            n("inputTokens"), n("cachedInputTokens"), n("outputTokens"), n("reasoningOutputTokens")
-        )
-
-    def minus(self, other: Usage) -> Usage:
-        return Usage(
-            max(0, self.input - other.input),
-            max(0, self.cached_input - other.cached_input),
-            max(0, self.output - other.output),
-            max(0, self.reasoning_output - other.reasoning_output),
-        )
-
-    def as_dict(self) -> dict[str, int]:
-        return {
-            "input_tokens": self.input,
-            "cached_input_tokens": self.cached_input,
-            "output_tokens": self.output,
-            "reasoning_output_tokens": self.reasoning_output,
-        }
-
-
-_FIELDS = ("input", "cached_input", "output", "reasoning_output")
-
-# USD per million tokens: input (not cached), cached input, output (reasoning included).
-DEFAULT_PRICE: Mapping[str, float] = {"input": 1.25, "cached_input": 0.125, "output": 10.0}
-
-
-def cost_usd(usage: Usage, price: Mapping[str, float]) -> float:
-    fresh = max(0, usage.input - usage.cached_input)
-    total = (
-        fresh * float(price.get("input", 0.0))
-        + usage.cached_input * float(price.get("cached_input", price.get("input", 0.0)))
-        + usage.output * float(price.get("output", 0.0))
-    )
-    return round(total / 1_000_000, 8)
-
-
-def encode(message: Mapping[str, Any]) -> bytes:
-    return (json.dumps(message, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
-
-
-_SHELL_PREFIX = re.compile(r"^(?:/[\w./-]*/)?(?:bash|sh|zsh|dash) -(?:c|lc|cl) ")
-
-
-def unwrap_shell(command: str) -> str:
-    """The script of `<shell> -c|-lc <script>`, else the command as it is."""
-    head = _SHELL_PREFIX.match(command)
-    if head is None:
-        return command
-    rest = command[head.end() :]
-    # the common shapes without a full shell-word parse: 'script' with no quote inside,
-    # or one bare word
-    if len(rest) >= 2 and rest[0] == "'" and rest[-1] == "'" and "'" not in rest[1:-1]:
-        return rest[1:-1]
-    if rest and not any(c in rest for c in " \t\n'\"\\$`"):
-        return rest
-    try:
-        argv = shlex.split(command)
-    except ValueError:
-        return command
-    if len(argv) == 3 and os.path.basename(argv[0]) in _SHELLS and argv[1] in ("-c", "-lc", "-cl"):
-        return argv[2]
-    return command
-
-
-def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    cut = max(0, limit - 40)
-    return f"{text[:cut]}… [{len(text) - cut} more chars]"
-
-
-def _noise(line: str, error: str) -> ProtocolNoise:
-    return ProtocolNoise(line=_clip(redact_text(line), MAX_NOISE_LINE), error=error)
 
 
 @dataclass
@@ -323,9 +212,6 @@ class AppServerSession:
         out.append(encode({"id": pending.rpc_id, "result": {"decision": decision}}))
         return out
 
-    def pending_ids(self) -> list[str]:
-        return list(self._pending)
-
     # --- incoming ---------------------------------------------------------------------
 
     def feed(self, line: str) -> Feed:
@@ -333,28 +219,28 @@ class AppServerSession:
         try:
             msg = json.loads(line)
         except (ValueError, RecursionError) as exc:
-            result.events.append(_noise(line, f"invalid JSON: {exc}"))
+            result.events.append(noise(line, f"invalid JSON: {exc}"))
             return result
         if not isinstance(msg, dict):
-            result.events.append(_noise(line, f"not a JSON object: {type(msg).__name__}"))
+            result.events.append(noise(line, f"not a JSON object: {type(msg).__name__}"))
             return result
         method = msg.get("method")
         if "id" in msg and isinstance(method, str):
             self._server_request(msg, method, line, result)
         elif isinstance(method, str):
-            if method not in _IGNORED:
+            if method not in IGNORED_NOTIFICATIONS:
                 self._notification(method, msg.get("params"), line, result)
         elif "id" in msg:
             self._response(msg, line, result)
         else:
-            result.events.append(_noise(line, "neither a request, a response nor a notification"))
+            result.events.append(noise(line, "neither a request, a response nor a notification"))
         return result
 
     def _response(self, msg: Mapping[str, Any], line: str, result: Feed) -> None:
         rid = msg.get("id")
         method = self._calls.pop(rid, None) if isinstance(rid, int) else None
         if method is None:
-            result.events.append(_noise(line, "response to no request of ours"))
+            result.events.append(noise(line, "response to no request of ours"))
             return
         error = msg.get("error")
         if error is not None:
@@ -513,7 +399,10 @@ class AppServerSession:
                 tid = str(p.get("threadId") or self.thread_id)
                 self._usage_by_thread[tid] = Usage.of(usage.get("total"))
                 self._usage = Usage(
-                    *(sum(getattr(u, f) for u in self._usage_by_thread.values()) for f in _FIELDS)
+                    *(
+                        sum(getattr(u, f) for u in self._usage_by_thread.values())
+                        for f in USAGE_FIELDS
+                    )
                 )
                 self._model_calls += 1
         elif self._other_thread(p) and method in ("turn/started", "turn/completed", "error"):
@@ -549,14 +438,14 @@ class AppServerSession:
             result.events.append(
                 WorkerOutput(
                     "api_retry" if retry else "error",
-                    _clip(redact_text(text), self.max_text),
+                    clip(redact_text(text), self.max_text),
                     {"will_retry": retry, "codex_error": err.get("codexErrorInfo")},
                 )
             )
         elif method in ("warning", "configWarning", "deprecationNotice", "guardianWarning"):
             text = p.get("message") or p.get("summary") or ""
             result.events.append(
-                WorkerOutput("warning", _clip(redact_text(str(text)), self.max_text))
+                WorkerOutput("warning", clip(redact_text(str(text)), self.max_text))
             )
         else:
             result.events.append(WorkerOutput("notification", method, {"method": method}))
@@ -590,7 +479,7 @@ class AppServerSession:
                 result.events.append(
                     WorkerOutput(
                         "tool_use",
-                        _clip(redact_text(f"[command] {command}"), MAX_TOOL_TEXT),
+                        clip(redact_text(f"[command] {command}"), MAX_TOOL_TEXT),
                         {"item_id": item_id},
                     )
                 )
@@ -602,7 +491,7 @@ class AppServerSession:
             result.events.append(
                 WorkerOutput(
                     "tool",
-                    _clip(redact_text(text), self.max_text),
+                    clip(redact_text(text), self.max_text),
                     {
                         "item_id": item_id,
                         "status": item.get("status"),
@@ -617,7 +506,7 @@ class AppServerSession:
             text = str(item.get("text") or "")
             result.events.append(
                 WorkerOutput(
-                    "assistant", _clip(redact_text(text), self.max_text), {"item_id": item_id}
+                    "assistant", clip(redact_text(text), self.max_text), {"item_id": item_id}
                 )
             )
         elif kind in ("reasoning", "userMessage"):
@@ -649,10 +538,10 @@ class AppServerSession:
             info = err.get("codexErrorInfo")
             message = str(err.get("message") or "model error")
             data.update(terminal_reason="api_error", codex_error=info)
-            status_code = _http_status(info)
+            status_code = http_status(info)
             if status_code is not None:
                 data["api_error_status"] = status_code
-            data["api_error"] = _error_class(info)
+            data["api_error"] = error_class(info)
             text = f"API Error: {message}"
             is_error = True
         for k in list(self._pending):
@@ -661,7 +550,7 @@ class AppServerSession:
             TurnCompleted(
                 subtype=subtype,
                 is_error=is_error,
-                result=_clip(redact_text(text), self.max_text),
+                result=clip(redact_text(text), self.max_text),
                 cost_usd=cost_usd(usage, self.price),
                 num_turns=max(1, self._model_calls),
                 session_id=self.thread_id,
@@ -669,37 +558,3 @@ class AppServerSession:
                 data=data,
             )
         ]
-
-
-def _http_status(info: Any) -> int | None:
-    if isinstance(info, Mapping):
-        for v in info.values():
-            if isinstance(v, Mapping):
-                code = v.get("httpStatusCode")
-                if isinstance(code, int) and not isinstance(code, bool):
-                    return code
-    return None
-
-
-_ERROR_CLASSES = {
-    "unauthorized": "authentication_failed",
-    "usageLimitExceeded": "billing_error",
-    "serverOverloaded": "overloaded",
-    "rateLimitExceeded": "rate_limit",
-    "internalServerError": "server_error",
-    "modelNotFound": "model_not_found",
-    "badRequest": "bad_request",
-    "contextWindowExceeded": "context_window_exceeded",
-}
-
-
-def _error_class(info: Any) -> str:
-    if isinstance(info, str):
-        return _ERROR_CLASSES.get(info, info)
-    if isinstance(info, Mapping):
-        if "httpConnectionFailed" in info or "responseStreamConnectionFailed" in info:
-            return "unknown"
-        if "responseStreamDisconnected" in info:
-            return "malformed"
-        return next(iter(info), "other")
-    return "other"

@@ -197,7 +197,7 @@ _OPTION_FIELDS = frozenset(
 
 
 @dataclass(frozen=True)
-class WorkerContext:
+class WorkerSetup:
     """What an adapter gets from the supervisor. Adapters never create these themselves."""
 
     task_id: str
@@ -227,7 +227,7 @@ class WorkerAdapter(ABC):
     kind: ClassVar[str]
     capabilities: ClassVar[Capabilities]
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerSetup) -> None:
         self.ctx = ctx
 
     @abstractmethod

@@ -30,7 +30,7 @@ from typing import Any
 from gitsup import proc
 from gitsup.redact import redact_text
 from gitsup.workers import stream_json as sj
-from gitsup.workers.agentproc import PipedAgent, find_agent, project_local, write_within
+from gitsup.workers.agentproc import PipedAgent, find_agent, write_within
 from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
@@ -38,11 +38,11 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerContext,
     WorkerError,
     WorkerIdentity,
     WorkerInputStalled,
     WorkerOutput,
+    WorkerSetup,
 )
 from gitsup.workers.claude_rules import read_settings_value, refused_flags, refused_modes
 
@@ -107,12 +107,6 @@ _LOCAL_INSTALLS = (
     Path(".tools/claude/node_modules/.bin/claude"),
     Path("node_modules/.bin/claude"),
 )
-
-
-def project_local_claude(start: Path | None = None) -> str | None:
-    """A Claude Code installed inside the project (npm install in the repository, or in
-    `.tools/claude/`), found from the current directory's repository."""
-    return project_local(_LOCAL_INSTALLS, start)
 
 
 def _rule_tool(rule: str) -> str:
@@ -198,7 +192,7 @@ def loaded_settings_files(worktree: Path, env: Mapping[str, str]) -> list[Path]:
     ]
 
 
-def preflight(ctx: WorkerContext, extra_args: Sequence[str]) -> None:
+def preflight(ctx: WorkerSetup, extra_args: Sequence[str]) -> None:
     """Refuse, before spawning, configuration that would pre-authorize Bash.
 
     The headless worker passes `--setting-sources ""`, so no settings file is loaded and
@@ -223,7 +217,7 @@ class ClaudeWorker(PipedAgent):
     kind = "claude"
     capabilities = Capabilities(repairable=True, persistent=False)
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerSetup) -> None:
         super().__init__(ctx)
         self._write_lock = threading.Lock()
         self._pending: dict[str, Mapping[str, Any]] = {}

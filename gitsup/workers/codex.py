@@ -30,6 +30,7 @@ from typing import Any
 from gitsup.redact import redact_text
 from gitsup.workers import app_server as aps
 from gitsup.workers.agentproc import find_agent
+from gitsup.workers.app_server_protocol import DEFAULT_PRICE, ConfigRefused
 from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
@@ -37,10 +38,10 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerContext,
     WorkerError,
     WorkerIdentity,
     WorkerOutput,
+    WorkerSetup,
 )
 from gitsup.workers.claude import ClaudeWorker, _kill_group
 
@@ -130,7 +131,7 @@ def provider_args(env: Mapping[str, str]) -> list[str]:
 _CONFIG_SURFACES = ("config.toml", "managed_config.toml", "requirements.toml", "rules", "policy")
 
 
-def private_codex_home(ctx: WorkerContext) -> Path:
+def private_codex_home(ctx: WorkerSetup) -> Path:
     """CODEX_HOME for this task, inside the sandbox's private HOME (writable there), or
     the directory the caller gives (option `codex_home`: a one-off reviewer call)."""
     given = ctx.options.get("codex_home")
@@ -154,14 +155,14 @@ def private_codex_home(ctx: WorkerContext) -> Path:
 
 def price_table(spec: Any) -> dict[str, float]:
     custom = getattr(getattr(spec, "worker", None), "price", None) if spec is not None else None
-    return {**aps.DEFAULT_PRICE, **(dict(custom) if custom else {})}
+    return {**DEFAULT_PRICE, **(dict(custom) if custom else {})}
 
 
 class CodexWorker(ClaudeWorker):
     kind = "codex"
     capabilities = Capabilities(repairable=True, persistent=False)
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerSetup) -> None:
         super().__init__(ctx)
         spec = ctx.options.get("spec")
         self._session = aps.AppServerSession(
@@ -220,7 +221,7 @@ class CodexWorker(ClaudeWorker):
         try:
             with self._session_lock:
                 fed = self._session.feed(line)
-        except aps.ConfigRefused as exc:
+        except ConfigRefused as exc:
             self.refused = str(exc)
             inbox.put(WorkerOutput("error", redact_text(f"refused: {exc}"), {"refused": True}))
             p = self._proc

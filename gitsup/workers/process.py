@@ -20,11 +20,11 @@ from gitsup.workers.base import (
     Capabilities,
     TurnCompleted,
     WorkerAdapter,
-    WorkerContext,
     WorkerError,
     WorkerExited,
     WorkerIdentity,
     WorkerOutput,
+    WorkerSetup,
     spawn_piped,
 )
 
@@ -33,7 +33,7 @@ class ProcessWorker(WorkerAdapter):
     kind = "process"
     capabilities = Capabilities(repairable=False, persistent=False)
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerSetup) -> None:
         super().__init__(ctx)
         self._proc: proc.Popen[bytes] | None = None
         self._readers: list[threading.Thread] = []

@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_LINE = 4 * 1024 * 1024  # one record; a big Write/Read tool_result fits
-DEFAULT_MAX_TEXT = 16 * 1024  # one WorkerOutput text (WorkerContext.max_output_bytes)
+DEFAULT_MAX_TEXT = 16 * 1024  # one WorkerOutput text (WorkerSetup.max_output_bytes)
 MAX_TOOL_INPUT = 2000  # characters of one tool input shown in a summary
 MAX_NOISE_LINE = 512  # characters of a bad line kept in ProtocolNoise
 DENY_DEFAULT = "Denied by the supervisor."

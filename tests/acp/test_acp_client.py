@@ -21,10 +21,10 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerContext,
     WorkerError,
     WorkerExited,
     WorkerOutput,
+    WorkerSetup,
 )
 
 AGENT = r"""
@@ -95,7 +95,7 @@ def run_agent(
         "AGENT_PLAN": json.dumps(plan),
     }
     inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-    ctx = WorkerContext(
+    ctx = WorkerSetup(
         "20260101-acp000", worktree, tmp_path, env, (sys.executable, str(script)), inbox
     )
     w = AcpWorker(ctx)
@@ -259,7 +259,7 @@ def test_bypass_arguments_are_refused(tmp_path: Path) -> None:
         (sys.executable, "--approval-mode", "yolo"),
         (sys.executable, "--approval-mode=auto_edit"),
     ):
-        ctx = WorkerContext(
+        ctx = WorkerSetup(
             "20260101-acp000", tmp_path, tmp_path, dict(os.environ), argv, queue.SimpleQueue()
         )
         with pytest.raises(WorkerError, match="refused"):

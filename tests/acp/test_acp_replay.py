@@ -13,8 +13,8 @@ from gitsup.workers.base import (
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
-    WorkerContext,
     WorkerOutput,
+    WorkerSetup,
 )
 
 TRANSCRIPT = Path(__file__).parent / "data" / "transcript-0.101.0.ndjson"
@@ -33,7 +33,7 @@ def replay_lines() -> list[str]:
 
 def replayer(tmp_path: Path) -> tuple[AcpWorker, queue.SimpleQueue[object]]:
     inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-    w = AcpWorker(WorkerContext("20260101-acp000", tmp_path, tmp_path, {}, (), inbox))
+    w = AcpWorker(WorkerSetup("20260101-acp000", tmp_path, tmp_path, {}, (), inbox))
     w._session_id = "4f80dd6b"
     w._calls[3] = "prompt"  # the session/prompt this capture answers
     w._turn_active = True

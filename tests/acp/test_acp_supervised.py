@@ -20,7 +20,7 @@ from gitsup.events import Event
 from gitsup.record import TaskRecord
 from gitsup.scripted_model import ScriptedModel
 from gitsup.spec import spec_from_mapping
-from gitsup.tasks import Context, run_task
+from gitsup.tasks import SupRepo, run_task
 from tests.claude.conftest import claude_env
 from tests.conftest import git, run_sup
 from tests.helpers.sup import wait_dead
@@ -100,7 +100,7 @@ def supervise(
                 {**data[k], **v} if isinstance(v, dict) and isinstance(data.get(k), dict) else v
             )
         events: list[Event] = []
-        record = run_task(Context.discover(repo), spec_from_mapping(data), on_event=events.append)
+        record = run_task(SupRepo.discover(repo), spec_from_mapping(data), on_event=events.append)
         return Run(record, events, model)
 
     return go

@@ -74,9 +74,9 @@ def make_bare(tmp: Path, name: str, source: Path, *, review: bool) -> Path:
 
 @pytest.fixture
 def setup(repo: Path, tmp: Path) -> Setup:
-    from gitsup.tasks import Context, init_repo
+    from gitsup.tasks import SupRepo, init_repo
 
-    init_repo(Context.discover(repo), explicit=True)
+    init_repo(SupRepo.discover(repo), explicit=True)
     origin = make_bare(tmp, "origin", repo, review=True)
     other = make_bare(tmp, "other", repo, review=False)
     git(repo, "remote", "add", "origin", str(origin))
@@ -107,9 +107,9 @@ def make_task(
     from gitsup.record import CandidateNote
     from gitsup.spec import spec_from_mapping
     from gitsup.state import State, Status
-    from gitsup.tasks import Context, prepare_task
+    from gitsup.tasks import SupRepo, prepare_task
 
-    ctx = Context.discover(setup.repo)
+    ctx = SupRepo.discover(setup.repo)
     spec = spec_from_mapping(
         {
             "goal": "fix add",

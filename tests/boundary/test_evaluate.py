@@ -9,9 +9,9 @@ import pytest
 
 from gitsup.boundary.evaluate import (
     ZERO,
-    GateContext,
-    Policy,
     Pusher,
+    PushPolicy,
+    PushSetting,
     RefUpdate,
     Untrusted,
     evaluate,
@@ -45,11 +45,11 @@ class FakeLookup:
         return Untrusted(update.new, why, 1) if why else None
 
 
-def _ctx(task: str | None = None, review: bool = False, **policy: object) -> GateContext:
-    return GateContext(Pusher(task, "test"), "origin", review, Policy(**policy))  # type: ignore[arg-type]
+def _ctx(task: str | None = None, review: bool = False, **policy: object) -> PushSetting:
+    return PushSetting(Pusher(task, "test"), "origin", review, PushPolicy(**policy))  # type: ignore[arg-type]
 
 
-def _one(ctx: GateContext, u: RefUpdate, lookup: FakeLookup | None = None) -> tuple[bool, str]:
+def _one(ctx: PushSetting, u: RefUpdate, lookup: FakeLookup | None = None) -> tuple[bool, str]:
     (v,) = evaluate(ctx, [u], lookup or FakeLookup({}, {}))
     return v.accepted, v.reason
 

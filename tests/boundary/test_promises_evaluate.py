@@ -9,12 +9,12 @@ import pytest
 
 from gitsup.boundary.evaluate import (
     ZERO,
-    GateContext,
-    Policy,
     Pusher,
+    PushPolicy,
+    PushSetting,
     RefUpdate,
+    RefVerdict,
     Untrusted,
-    Verdict,
     evaluate,
     is_zero,
     protected_branch,
@@ -51,8 +51,8 @@ class Lookup:
 
 def ctx(
     task: str | None = None, why: str = "", review: bool = False, **policy: object
-) -> GateContext:
-    return GateContext(Pusher(task, why), "backup", review, Policy(**policy))  # type: ignore[arg-type]
+) -> PushSetting:
+    return PushSetting(Pusher(task, why), "backup", review, PushPolicy(**policy))  # type: ignore[arg-type]
 
 
 def test_inside_a_task_every_ref_is_refused_by_name_with_the_way_out() -> None:
@@ -63,8 +63,8 @@ def test_inside_a_task_every_ref_is_refused_by_name_with_the_way_out() -> None:
         "then push from there"
     )
     assert evaluate(ctx("20260101-abcdef", "GITSUP_TASK is set"), updates, Lookup()) == [
-        Verdict("refs/heads/main", False, want),
-        Verdict("refs/sup/x/log", False, want),
+        RefVerdict("refs/heads/main", False, want),
+        RefVerdict("refs/sup/x/log", False, want),
     ]
     # without a `why`, no empty parentheses
     (v,) = evaluate(ctx("20260101-abcdef"), updates[:1], Lookup())
@@ -75,13 +75,13 @@ def test_protected_branch_verdicts() -> None:
     lk = Lookup({C: "is not a signed integration"}, {(A, B): True, (A, C): True})
     main = "refs/heads/main"
     assert evaluate(ctx(), [RefUpdate(main, A, B)], lk) == [
-        Verdict(main, True, "every new commit is integrated")
+        RefVerdict(main, True, "every new commit is integrated")
     ]
     assert evaluate(ctx(), [RefUpdate("refs/heads/master", ZERO, B)], lk) == [
-        Verdict("refs/heads/master", True, "every new commit is integrated")
+        RefVerdict("refs/heads/master", True, "every new commit is integrated")
     ]
     assert evaluate(ctx(), [RefUpdate(main, A, ZERO)], lk) == [
-        Verdict(main, False, "protected branch: deletion is not allowed")
+        RefVerdict(main, False, "protected branch: deletion is not allowed")
     ]
     (v,) = evaluate(ctx(), [RefUpdate(main, A, C)], lk)
     assert not v.accepted
@@ -90,7 +90,7 @@ def test_protected_branch_verdicts() -> None:
     )
     assert f"git config --add sup.trustRoot {C}" in v.reason
     assert evaluate(ctx(), [RefUpdate(main, B, A)], lk) == [
-        Verdict(
+        RefVerdict(
             main,
             False,
             f"protected branch: non-fast-forward from {B[:12]} to {A[:12]} (force update)",
@@ -106,7 +106,7 @@ def test_review_ref_verdicts() -> None:
     ref = "refs/sup/20260101-abcdef/candidate"
     lk = Lookup(ancestry={(A, B): True})
     assert evaluate(ctx(), [RefUpdate(ref, ZERO, B)], lk) == [
-        Verdict(
+        RefVerdict(
             ref,
             False,
             "gitsup refs go only to the review remote, not to backup "
@@ -114,13 +114,13 @@ def test_review_ref_verdicts() -> None:
         )
     ]
     assert evaluate(ctx(review=True), [RefUpdate(ref, A, B)], lk) == [
-        Verdict(ref, True, "review ref")
+        RefVerdict(ref, True, "review ref")
     ]
     assert evaluate(ctx(review=True), [RefUpdate(ref, A, ZERO)], lk) == [
-        Verdict(ref, False, "gitsup refs are never deleted on the review remote")
+        RefVerdict(ref, False, "gitsup refs are never deleted on the review remote")
     ]
     assert evaluate(ctx(review=True), [RefUpdate(ref, B, A)], lk) == [
-        Verdict(
+        RefVerdict(
             ref,
             False,
             f"gitsup refs are never rewritten: non-fast-forward from {B[:12]} to {A[:12]} "
@@ -130,7 +130,7 @@ def test_review_ref_verdicts() -> None:
     # a no-op update is no rewrite and asks nothing
     lk2 = Lookup()
     assert evaluate(ctx(review=True), [RefUpdate(ref, A, A)], lk2) == [
-        Verdict(ref, True, "review ref")
+        RefVerdict(ref, True, "review ref")
     ]
     assert lk2.asked == [] and lk2.prefetched == []
 
@@ -138,16 +138,16 @@ def test_review_ref_verdicts() -> None:
 def test_policy_verdicts() -> None:
     tag, other = "refs/tags/v1", "refs/heads/feature"
     assert evaluate(ctx(tags="deny"), [RefUpdate(tag, ZERO, B)], Lookup()) == [
-        Verdict(tag, False, "policy denies pushing tags (sup.pushTags = deny)")
+        RefVerdict(tag, False, "policy denies pushing tags (sup.pushTags = deny)")
     ]
     assert evaluate(ctx(other="deny"), [RefUpdate(other, ZERO, B)], Lookup()) == [
-        Verdict(other, False, "policy denies pushing this ref (sup.pushOther = deny)")
+        RefVerdict(other, False, "policy denies pushing this ref (sup.pushOther = deny)")
     ]
     assert evaluate(ctx(other="deny"), [RefUpdate(tag, ZERO, B)], Lookup()) == [
-        Verdict(tag, True, "allowed by policy")
+        RefVerdict(tag, True, "allowed by policy")
     ]
     assert evaluate(ctx(tags="deny"), [RefUpdate(other, ZERO, B)], Lookup()) == [
-        Verdict(other, True, "allowed by policy")
+        RefVerdict(other, True, "allowed by policy")
     ]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gitsup.ledger import cost_summary
-from gitsup.tasks import Context
+from gitsup.tasks import SupRepo
 from gitsup.workers import stream_json
 from tests.claude.test_supervised import (  # the shared scripted-run harness
     COMMIT,
@@ -77,7 +77,7 @@ def test_cost_equals_the_result_records_with_repair_and_reviewer(
         )
     expected = sum(per_session.values())
     assert len(per_session) == 2 and expected > 0, results  # the worker and the reviewer
-    summary = cost_summary(Context.discover(repo))
+    summary = cost_summary(SupRepo.discover(repo))
     (task,) = summary["tasks"]
     assert summary["total_usd"] == pytest.approx(expected, abs=1e-6)
     assert task["reviewer_usd"] > 0 and task["worker_usd"] > 0

@@ -29,12 +29,12 @@ def test_conflict_becomes_a_repair_task_that_re_enters(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from gitsup.spec import TaskSpec, Worker
-    from gitsup.tasks import Context, init_repo
+    from gitsup.tasks import SupRepo, init_repo
 
     (repo / "shared.txt").write_text("one\ntwo\nthree\n")
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "shared")
-    init_repo(Context.discover(repo), explicit=True)
+    init_repo(SupRepo.discover(repo), explicit=True)
     setup = Setup(repo, tmp, tmp, tmp)
     has_e = [sys.executable, "-c", "assert 'by e' in open('shared.txt').read()"]
     c = make_task(setup, files=(("shared.txt", "one\nTWO by c\nthree\n"),), checks=[])

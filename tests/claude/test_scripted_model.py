@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gitsup.scripted_model import Script, ScriptedModel, ScriptError, load_scenario
+from gitsup.scripted_model import ModelScript, ScriptedModel, ScriptError, load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((REPO / "fixtures" / "scenarios").glob("*.json"))
@@ -244,7 +244,7 @@ def test_bad_requests() -> None:
 )
 def test_bad_scripts_are_refused(bad: Any) -> None:
     with pytest.raises(ScriptError):
-        Script.from_value("s", bad)
+        ModelScript.from_value("s", bad)
 
 
 def test_refuses_non_loopback() -> None:

@@ -22,7 +22,7 @@ from gitsup.events import Event
 from gitsup.record import TaskRecord
 from gitsup.scripted_model import ScriptedModel
 from gitsup.spec import spec_from_mapping
-from gitsup.tasks import Context, run_task
+from gitsup.tasks import SupRepo, run_task
 from tests.claude.conftest import claude_env
 from tests.conftest import git, run_sup
 from tests.helpers.sup import wait_dead, wait_for
@@ -96,7 +96,7 @@ def supervise(
                 {**data[k], **v} if isinstance(v, dict) and isinstance(data.get(k), dict) else v
             )
         events: list[Event] = []
-        record = run_task(Context.discover(repo), spec_from_mapping(data), on_event=events.append)
+        record = run_task(SupRepo.discover(repo), spec_from_mapping(data), on_event=events.append)
         return Run(record, events, model)
 
     return go
@@ -434,7 +434,7 @@ def test_noop_after_worker_is_paused_does_not_fire(repo: Path) -> None:
     )
     from gitsup.supervisor import Supervisor
 
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     record, lease = prepare_task(ctx, spec)
     events: list[Event] = []
     took_over = threading.Event()
@@ -517,15 +517,15 @@ def test_one_turn_at_a_time_and_idempotent_sends(
         PermissionAnswer,
         PermissionRequest,
         TurnCompleted,
-        WorkerContext,
         WorkerError,
+        WorkerSetup,
     )
     from gitsup.workers.claude import ClaudeWorker
 
     model = scripted_model({"default": [{"hang": 2}, step(text("one")), step(text("two"))]})
     env = claude_env(model.url, tmp_path / "cfg", {"GITSUP_CLAUDE_BIN": claude_bin})
     inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-    w = ClaudeWorker(WorkerContext("20260101-abcdef", tmp_path, tmp_path, env, (), inbox))
+    w = ClaudeWorker(WorkerSetup("20260101-abcdef", tmp_path, tmp_path, env, (), inbox))
     w.start("first")
     with pytest.raises(WorkerError, match="turn is active"):
         w.send_turn("second", key="k2")

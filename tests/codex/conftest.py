@@ -18,7 +18,7 @@ from gitsup.events import Event
 from gitsup.record import TaskRecord
 from gitsup.scripted_openai import ScriptedResponses
 from gitsup.spec import spec_from_mapping
-from gitsup.tasks import Context, run_task
+from gitsup.tasks import SupRepo, run_task
 from tests.helpers.agents import pinned_agent
 
 PINNED_VERSION = "0.171.0"
@@ -109,7 +109,7 @@ def supervise(
                 {**data[k], **v} if isinstance(v, dict) and isinstance(data.get(k), dict) else v
             )
         events: list[Event] = []
-        record = run_task(Context.discover(repo), spec_from_mapping(data), on_event=events.append)
+        record = run_task(SupRepo.discover(repo), spec_from_mapping(data), on_event=events.append)
         return Run(record, events, model)
 
     return go

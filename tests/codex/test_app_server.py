@@ -13,13 +13,8 @@ from typing import Any
 import pytest
 
 from gitsup.agents import AGENTS, Agent, parse_version, probe_agents
-from gitsup.workers.app_server import (
-    AppServerSession,
-    ConfigRefused,
-    Usage,
-    cost_usd,
-    unwrap_shell,
-)
+from gitsup.workers.app_server import AppServerSession
+from gitsup.workers.app_server_protocol import ConfigRefused, Usage, cost_usd, unwrap_shell
 from gitsup.workers.base import (
     PermissionAnswer,
     PermissionCancelled,

@@ -220,7 +220,7 @@ def test_attach_command_line() -> None:
 
 def test_task_input_is_checked() -> None:
     from gitsup.workers.base import WorkerError
-    from gitsup.workers.tmux import clean_input
+    from gitsup.workers.tmux_setup import clean_input
 
     assert clean_input("a\r\nb\rc\td") == "a\nb\nc\td"
     for bad in ("\x1b[31m", "a\x00b", "\x9b", "x\x7f"):

@@ -16,7 +16,7 @@ from gitsup.redact import REDACTED
 from gitsup.scripted_model import ScriptedModel
 from gitsup.spec import spec_from_mapping
 from gitsup.state import Status
-from gitsup.tasks import Context, run_task
+from gitsup.tasks import SupRepo, run_task
 from tests.conftest import git
 from tests.tmux.conftest import seed_config
 from tests.tmux.test_tmux_worker import events_of, tmux_spec
@@ -51,7 +51,7 @@ def test_tmux_worker_key_stays_out_of_git_and_the_event_log(
     model = scripted_model({"default": {"steps": steps}})
     config = seed_config(tmp / "claude-config")
     spec = spec_from_mapping(tmux_spec(claude_bin, model, config), "test")
-    record = run_task(Context.discover(repo), spec)
+    record = run_task(SupRepo.discover(repo), spec)
     evs = events_of(repo, record.id)
     assert record.status == Status.READY, (record.reasons, evs[-15:])
     # the hook's Stop event carried the final message: redacted there

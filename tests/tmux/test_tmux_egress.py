@@ -13,7 +13,7 @@ from gitsup.contain import list_gitsup_netns, netns_available
 from gitsup.scripted_model import ScriptedModel
 from gitsup.spec import spec_from_mapping
 from gitsup.state import Status
-from gitsup.tasks import Context, run_task
+from gitsup.tasks import SupRepo, run_task
 from tests.tmux.conftest import seed_config
 from tests.tmux.test_tmux_worker import COMMIT_STEPS, events_of, tmux_spec
 
@@ -30,7 +30,7 @@ def test_tui_completes_through_the_gate_with_network_none(
     model = scripted_model({"default": {"steps": COMMIT_STEPS}})
     config = seed_config(tmp / "claude-config")
     data = {**tmux_spec(claude_bin, model, config), "isolation": {"network": "none"}}
-    record = run_task(Context.discover(repo), spec_from_mapping(data, "test"))
+    record = run_task(SupRepo.discover(repo), spec_from_mapping(data, "test"))
     evs = events_of(repo, record.id)
     assert record.status == Status.READY, (record.reasons, evs[-15:])
     started = next(e for e in evs if e["type"] == "worker_started")["data"]
@@ -58,7 +58,7 @@ def test_tui_under_auto_says_it_runs_on_the_host_network(
     model = scripted_model({"default": {"steps": COMMIT_STEPS}})
     config = seed_config(tmp / "claude-config")
     record = run_task(
-        Context.discover(repo), spec_from_mapping(tmux_spec(claude_bin, model, config), "test")
+        SupRepo.discover(repo), spec_from_mapping(tmux_spec(claude_bin, model, config), "test")
     )
     evs = events_of(repo, record.id)
     assert record.status == Status.READY, (record.reasons, evs[-15:])

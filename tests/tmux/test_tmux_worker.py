@@ -17,7 +17,7 @@ from gitsup.scripted_model import ScriptedModel
 from gitsup.spec import spec_from_mapping
 from gitsup.state import State, Status
 from gitsup.store import TaskStore
-from gitsup.tasks import Context, read_events, run_task
+from gitsup.tasks import SupRepo, read_events, run_task
 from tests.conftest import git, run_sup
 from tests.tmux.conftest import claude_env, seed_config
 
@@ -56,7 +56,7 @@ def tmux_spec(claude_bin: str, model: ScriptedModel, config: Path, **worker: Any
 
 
 def events_of(repo: Path, task: str) -> list[dict[str, Any]]:
-    return [e.as_dict() for e in read_events(Context.discover(repo), task)]
+    return [e.as_dict() for e in read_events(SupRepo.discover(repo), task)]
 
 
 def test_task_completes_through_the_tui(
@@ -69,7 +69,7 @@ def test_task_completes_through_the_tui(
     model = scripted_model({"default": {"steps": COMMIT_STEPS}})
     config = seed_config(tmp / "claude-config")
     spec = spec_from_mapping(tmux_spec(claude_bin, model, config), "test")
-    ctx = Context.discover(repo)
+    ctx = SupRepo.discover(repo)
     seen: list[str] = []
     record = run_task(ctx, spec, on_event=lambda e: seen.append(e.type))
     evs = events_of(repo, record.id)
@@ -107,7 +107,7 @@ def test_push_denied_at_pretooluse_even_when_bash_is_pre_allowed(
     spec = spec_from_mapping(
         tmux_spec(claude_bin, model, config, extra_args=["--settings", allow_bash]), "test"
     )
-    record = run_task(Context.discover(repo), spec)
+    record = run_task(SupRepo.discover(repo), spec)
     evs = events_of(repo, record.id)
     assert record.status == Status.READY, (record.reasons, evs[-10:])
     decided = [e["data"] for e in evs if e["type"] == "permission_decided"]
@@ -165,7 +165,7 @@ def task_types(repo: Path, task: str) -> list[str]:
 
 
 def worker_extra(repo: Path, task: str) -> dict[str, Any]:
-    rec = TaskStore(Context.discover(repo).layout).load(task)
+    rec = TaskStore(SupRepo.discover(repo).layout).load(task)
     extra = (rec.worker or {}).get("extra") or {}
     return dict(extra)
 
@@ -228,7 +228,7 @@ def test_typing_into_the_pane_pauses_until_resume_auto(
         except AssertionError:
             continue
     wait_for(lambda: "human_takeover" in task_types(repo, task), 1, "the takeover")
-    rec = TaskStore(Context.discover(repo).layout).load(task)
+    rec = TaskStore(SupRepo.discover(repo).layout).load(task)
     assert rec.state == State.PAUSED
     assert rec.worktree
     (Path(rec.worktree) / "release.flag").write_text("go")  # the long test run ends
@@ -237,7 +237,7 @@ def test_typing_into_the_pane_pauses_until_resume_auto(
         lambda: sum(t == "turn_completed" for t in task_types(repo, task)) >= 1, 60, "a turn end"
     )
     time.sleep(1.0)
-    assert TaskStore(Context.discover(repo).layout).load(task).state == State.PAUSED
+    assert TaskStore(SupRepo.discover(repo).layout).load(task).state == State.PAUSED
     assert "decision" not in task_types(repo, task)
     # The TUI either hands the typed prompt to the model within the running turn or as a
     # turn of its own once the step ends (both happen with 2.1.328); either way nothing is
@@ -258,7 +258,7 @@ def model_steps(model: ScriptedModel) -> int:
 
 
 def kill_supervisor(repo: Path, task: str) -> None:
-    rec = TaskStore(Context.discover(repo).layout).load(task)
+    rec = TaskStore(SupRepo.discover(repo).layout).load(task)
     owner = ProcessId.from_dict(rec.supervisor)
     assert owner is not None and owner.alive()
     os.kill(owner.pid, signal.SIGKILL)
