@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+import gitsup.policy.deny_inert as deny_inert
 import gitsup.policy.gitcmd as gitcmd
 from gitsup.policy.braces import repair_braces
 from gitsup.policy.context import MAX_DEPTH, ScanState
 from gitsup.policy.decision import Decision, deny
 from gitsup.policy.deny_exec import _downloads_in, _shell_script_arg, _subst_downloads
+from gitsup.policy.deny_inert import inert, relevant_names
 from gitsup.policy.deny_publish import (
     _MUTATING,
     _prefix_match,
@@ -106,7 +108,10 @@ def scan_script(script: Script, st: ScanState) -> Decision | None:
             "a function that pipes into itself in the background (fork bomb)",
             script.fork_bombs[0],
         )
+    names = relevant_names(st.policy) if deny_inert.ENABLED else None
     for part in script.parts:
+        if names is not None and inert(part, names):
+            continue
         d = scan_part(part, st)
         if d is not None:
             return d

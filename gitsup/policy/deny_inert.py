@@ -1,0 +1,89 @@
+"""Parts the deny scan provably ignores, so it need not run its rules over them.
+
+A part is *inert* for deny detection when it is a simple command with no redirection, no
+assignment, only literal words, and a first word that is a bare program name (no `/`) the deny
+rules never name: for such a part `deny.scan_part` returns None and changes no scan state,
+whatever its arguments. The names below are every program the deny scanners, the wrapper
+unwrapping, the state updates and the variable collection of `deny.py`, `deny_writes.py`,
+`deny_publish.py`, `deny_exec.py`, `unwrap.py` and `context.py` look at; a program added to one
+of them must be added here. `tests/policy/test_inert.py` compares verdicts with and without the
+shortcut over both labelled corpora and generated commands.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gitsup.policy.config import Policy
+from gitsup.policy.deny_writes import _MUTATORS as _WRITE_MUTATORS
+from gitsup.policy.script import Part
+
+# Set to False to run every rule over every part (the tests compare both).
+ENABLED = True
+
+_PYTHON = re.compile(r"^python(\d(\.\d+)?)?$")
+
+_NAMED = frozenset(
+    {
+        # deny.py: git rules, execution, state updates, subscripts evaluated as code
+        "git", "hub", "eval", "source", ".", "sudo", "xargs", "alias", "su", "runuser", "ssh",
+        "mosh", "tee", "cp", "mv", "install",
+        "test", "[", "printf", "read", "mapfile", "readarray", "let", "unset", "getopts", "wait",
+        "declare", "typeset", "local", "export", "readonly",
+        # deny_writes.py: destructive commands and writes through operands
+        "rm", "find", "chmod", "chown", "chgrp", "wipefs", "shred", "dd", "blkdiscard",
+        "badblocks", "uniq", "sort", "tree", "base64", "go",
+        # unwrap.py: wrappers handled in code
+        "parallel",
+    }
+)  # fmt: skip
+
+
+def relevant_names(policy: Policy) -> frozenset[str] | None:
+    """The program names the deny scan judges under `policy`, or None when a repository deny
+    prefix may match any program (then no part is skipped). Computed once per policy."""
+    cached = policy._deny_names
+    if cached:
+        return cached.get("names")
+    names: frozenset[str] | None = None
+    if not policy.deny_prefixes:
+        names = frozenset(
+            _NAMED
+            | _WRITE_MUTATORS
+            | policy.shells
+            | policy.interpreters
+            | policy.downloaders
+            | policy.http_clients
+            | set(policy.forge)
+            | set(policy.publish)
+            | {key.split()[0] for key in policy.wrappers}
+        )
+    cached["names"] = names
+    return names
+
+
+def inert(part: Part, names: frozenset[str]) -> bool:
+    """True when the deny scan of `part` provably finds nothing and records nothing."""
+    if part.kind != "cmd" or part.redirects or part.assigns or not part.words:
+        return False
+    for w in part.words:
+        for s in w.segs:
+            if s.kind != "lit":
+                return False
+    head = part.words[0]
+    name = head.one_field
+    if not isinstance(name, str):
+        if name is None:
+            return False
+        name = "".join(s.text for s in head.segs)
+        for s in head.segs:
+            if not s.quoted and ("{" in s.text or "~" in s.text):
+                return False
+    return bool(
+        name
+        and "/" not in head.src
+        and "/" not in name
+        and name not in names
+        and not name.startswith(("git-", "mkfs"))
+        and not _PYTHON.match(name)
+    )
