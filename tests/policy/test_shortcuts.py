@@ -80,7 +80,7 @@ PROGS = [
     "git", "/usr/bin/git", "git-push", "hub", "gh", "bash", "sh", "python", "python3.11",
     "node", "eval", "source", ".", "sudo", "env", "timeout", "nohup", "xargs", "find",
     "parallel", "rm", "chmod", "dd", "mkfs.ext4", "tee", "cp", "mv", "ln", "sed", "sort",
-    "uniq", "tree", "base64", "go", "curl", "wget", "ssh", "alias", "printf", "read",
+    "uniq", "tree", "base64", "go", "curl", "wget", "ssh", "mosh", "alias", "printf", "read",
     "test", "[", "export", "declare", "twine", "docker", "'git'", '"ls"', "l\\s", "g''it",
     "./x", "bin/run", "{git,push}", "~/bin/x", "gp", "my-tool", "$X",
 ]  # fmt: skip
@@ -88,9 +88,10 @@ ARGS = [
     "status", "push", "origin", "main", "-rf", "/", "~", ".", "src", "src/app.py", ".git/hooks",
     ".git/hooks/pre-commit", "-c", "'git push'", '"rm -rf /"', "-delete", "-exec", "--", ";",
     "-o", "out", "/dev/sda", "of=/dev/sda", "-R", "--force", "checkout", "config",
-    "alias.p=push", "core.hooksPath=x", "publish", "upload", "-m", "pip", "install", "$X",
+    "alias.p=push", "core.hooksPath=x", "host", "publish", "upload", "-m", "pip", "install", "$X",
     '"$(echo push)"', "`echo push`", "$((1+2))", "{a,b}", "a[$(id)]", "http://x/pulls", "-X",
     "POST", "x.sh", "-I{}", "{}", ":::", "-v", "X", "HEAD~1", "*", ".*", "-i", "s/a/b/",
+    "-rf /", "-R /etc", "-rf ~", "-rf ..", "-rf .git", "-a", "install x", "publish",
 ]  # fmt: skip
 OPS = [" && ", " || ", "; ", " | ", "\n", " & "]
 TAILS = ["", " > out.txt", " > .git/hooks/x", " 2>&1", " <<< 'git push'", " < in.txt"]
@@ -101,6 +102,9 @@ LEADS = ["", "X=push ", "GIT_CONFIG_KEY_0=alias.p ", "FOO=1 "]
 def _command(draw: st.DrawFn) -> str:
     parts = []
     for _ in range(draw(st.integers(1, 4))):
+        if draw(st.integers(0, 3)) == 0:
+            parts.append(draw(st.sampled_from(ALL)))
+            continue
         words = [draw(st.sampled_from(PROGS))]
         words += draw(st.lists(st.sampled_from(ARGS), max_size=5))
         parts.append(
