@@ -16,7 +16,6 @@ from gitsup.policy.allow_programs import is_pythonish as is_pythonish
 from gitsup.policy.allow_state import AllowState as AllowState
 from gitsup.policy.decision import Decision, allow, ask
 from gitsup.policy.normalise import (
-    Expander,
     resolve,
 )
 from gitsup.policy.parse import Part, Script
@@ -106,7 +105,7 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
         kw = part.words[0].src if part.words else "declare"
         return ask(RuleId.ASK_ASSIGNMENT, f"`{kw}` changes the environment", src)
     if part.kind == "test":
-        ex = Expander({}, st.home, st.worktree)
+        ex = st.expander()
         return _test(
             [" ".join(a[0]) if a else "" for a in map(ex.word, part.words)],
             st,
@@ -130,7 +129,7 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
         return ask(
             RuleId.ASK_COMMAND_NAME, f"quoted, escaped or expanded command name {prog!r}", src
         )
-    ex = Expander({}, st.home, st.worktree)
+    ex = st.expander()
     argvs = ex.argvs(part.words)
     if len(argvs) != 1 or not argvs[0]:
         return ask(RuleId.ASK_EXPANSION, "brace expansion with several results", src)
@@ -156,7 +155,7 @@ def _redirects(part: Part, st: AllowState) -> Decision | None:
             )
         if r.op == "<<<":
             continue
-        fields = Expander({}, st.home, st.worktree).word(r.target)
+        fields = st.expander().word(r.target)
         if len(fields) != 1 or len(fields[0]) != 1:
             return ask(
                 RuleId.ASK_EXPANSION,

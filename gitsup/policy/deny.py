@@ -124,6 +124,8 @@ def _collect_git_aliases(script: Script, st: ScanState) -> None:
         if part.kind != "cmd" or not part.words or basename(part.words[0].src) != "git":
             continue
         for argv in ex.argvs(part.words):
+            if "config" not in argv:
+                continue  # the subcommand is one of the words
             call = gitcmd.parse_git(argv)
             if call.sub != "config":
                 continue
@@ -637,7 +639,7 @@ def _update_state(argv: list[str], part: Part, st: ScanState) -> None:
             st.files[dst] = st.files[src_]
         if src_ in st.downloaded:
             st.downloaded.add(dst)
-    if prog == "git":
+    if prog == "git" and ("checkout" in argv or "switch" in argv):
         call = gitcmd.parse_git(argv)
         if not any(name == "-C" for name, _ in call.options):
             state = gitcmd.switches_to(call, st.policy)
