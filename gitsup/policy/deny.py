@@ -19,6 +19,7 @@ from gitsup.policy.deny_publish import (
     _python_publish,
     _raw_forge,
 )
+from gitsup.policy.deny_writes import _MUTATORS as _WRITE_MUTATORS
 from gitsup.policy.deny_writes import _destructive, _hooks, _operands, _write_target
 from gitsup.policy.deny_writes import dangerous_target as dangerous_target
 from gitsup.policy.deny_writes import in_hooks as in_hooks
@@ -308,13 +309,34 @@ def _rules(
         d = _raw_forge(prog, args, src)
         if d is not None:
             return d
-    d = _destructive(prog, args, st, src)
-    if d is not None:
-        return d
-    d = _hooks(prog, args, st, src)
-    if d is not None:
-        return d
-    return _execution(prog, args, env, part, st, stdin)
+    if prog in _DESTRUCTIVE_NAMES or prog.startswith("mkfs"):
+        d = _destructive(prog, args, st, src)
+        if d is not None:
+            return d
+    if prog in _HOOK_WRITERS:
+        d = _hooks(prog, args, st, src)
+        if d is not None:
+            return d
+    if (
+        prog in _EXECUTORS
+        or prog in policy.shells
+        or prog in policy.interpreters
+        or _PYTHON.match(prog)
+        or (part.words and "/" in part.words[0].src)
+    ):
+        return _execution(prog, args, env, part, st, stdin)
+    return None
+
+
+# The programs `_destructive` (besides `mkfs*`), `_hooks` and `_execution` (besides shells,
+# interpreters and programs named by a path) judge; for any other program they find nothing.
+_DESTRUCTIVE_NAMES = frozenset(
+    {"rm", "find", "chmod", "chown", "chgrp", "wipefs", "shred", "dd", "blkdiscard", "badblocks"}
+)
+_HOOK_WRITERS = frozenset({"uniq", "sort", "tree", "base64", "go", "dd"} | _WRITE_MUTATORS)
+_EXECUTORS = frozenset(
+    {"eval", "source", ".", "sudo", "xargs", "alias", "su", "runuser", "ssh", "mosh"}
+)
 
 
 # -- git ---------------------------------------------------------------------------------------
@@ -342,10 +364,11 @@ def git_rules(
         return deny(RuleId.D1_FORGE, f"`hub {sub}` changes the remote forge", src)
     if sub in policy.git_publish:
         return deny(RuleId.D1_PUSH, f"`git {sub}` publishes to a remote", src)
-    pos = gitcmd.positionals(call.args)
-    for group, verb in policy.git_publish_nested:
-        if sub == group and verb in pos:
-            return deny(RuleId.D1_PUSH, f"`git {group} {verb}` publishes to a remote", src)
+    if any(sub == group for group, _ in policy.git_publish_nested):
+        pos = gitcmd.positionals(call.args)
+        for group, verb in policy.git_publish_nested:
+            if sub == group and verb in pos:
+                return deny(RuleId.D1_PUSH, f"`git {group} {verb}` publishes to a remote", src)
     if sub == "config":
         for w in gitcmd.config_writes(call.args):
             if w.key == "core.hookspath" or (w.key == "core" and "section" in w.action):

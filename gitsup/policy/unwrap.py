@@ -113,6 +113,11 @@ def unwrap(argv: Sequence[str], policy: Policy, stdin: str | None) -> list[Inner
         return _find(argv)
     if prog == "parallel":
         return _parallel(argv)
+    firsts = policy._deny_names.get("wrappers")
+    if firsts is None:
+        firsts = policy._deny_names["wrappers"] = frozenset(k.split()[0] for k in policy.wrappers)
+    if prog not in firsts:
+        return []  # every wrapper entry starts with its program's name
     found = _wrapper(argv, policy)
     if found is None:
         return []
