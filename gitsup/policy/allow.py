@@ -50,6 +50,9 @@ _MUTATORS = frozenset(
 )
 
 
+_STRUCTURE: str = RuleId.A_STRUCTURE.value
+
+
 def judge_script(script: Script, st: AllowState) -> Decision:
     if "gap" in script.flags:
         return ask(
@@ -64,7 +67,7 @@ def judge_script(script: Script, st: AllowState) -> Decision:
             f"defines a shell function ({name}); its calls are not accounted for",
             script.src,
         )
-    rule: str = RuleId.A_STRUCTURE.value
+    rule: str = _STRUCTURE
     reason = "only structure: comments, cd, inert assignments"
     best_depth = 1 << 30
     for part in script.parts:
@@ -73,7 +76,7 @@ def judge_script(script: Script, st: AllowState) -> Decision:
             continue
         if d.verdict != "allow":
             return d
-        if d.rule != RuleId.A_STRUCTURE and (rule == RuleId.A_STRUCTURE or part.depth < best_depth):
+        if d.rule != _STRUCTURE and (rule == _STRUCTURE or part.depth < best_depth):
             rule, reason, best_depth = d.rule, d.reason, part.depth
     return Decision("allow", rule, reason, script.src)
 
@@ -87,7 +90,7 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
     if part.kind == "opaque":
         return ask(RuleId.ASK_UNKNOWN, "a shell construct the classifier does not account for", src)
     for w in part.words:
-        if w.expands:
+        if w.one_field.__class__ is not str and w.expands:
             return ask(RuleId.ASK_EXPANSION, f"unresolved expansion {w.src!r}", src)
     for name, value in part.assigns:
         if value is None:
