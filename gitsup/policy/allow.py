@@ -82,6 +82,26 @@ def judge_script(script: Script, st: AllowState) -> Decision:
 
 
 def judge_part(part: Part, st: AllowState) -> Decision | None:
+    words = part.words
+    if (
+        words
+        and part.kind == "cmd"
+        and not part.background
+        and not part.assigns
+        and not part.redirects
+    ):
+        # The commonest part: a plain program name and words whose one literal field is known
+        # (every check below passes for it); judged as the program at once.
+        argv: list[str] = []
+        for w in words:
+            one = w.one_field
+            if one.__class__ is not str:
+                break
+            argv.append(one)
+        else:
+            head = words[0]
+            if argv[0] == head.src and head.plain and _NAME.match(argv[0]):
+                return _program(argv, part, st)
     src = part.src
     if part.background:
         return ask(RuleId.ASK_BACKGROUND, "runs in the background (&)", src)
