@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from gitsup.policy.config import Policy
 from gitsup.policy.normalise import UNKNOWN, Expander, basename, resolve
-from gitsup.policy.parse import Part, Script, decode_ansi_c
+from gitsup.policy.parse import Part, decode_ansi_c
 
 MAX_DEPTH = 8  # nesting of shell payloads (bash -c 'bash -c ...')
 _PRINTF_DIRECTIVE = re.compile(r"%(?:%|[-+ #0]*\d*(?:\.\d+)?[sbdiouxXcq])")
@@ -44,10 +44,10 @@ class ScanState:
         return resolve(value, self.worktree, self.home)
 
     # -- literal data --------------------------------------------------------------------
-    def collect_variables(self, script: Script) -> None:
-        """Literal values assigned anywhere in the script (order is not evaluated)."""
+    def collect_variables(self, parts: list[Part]) -> None:
+        """Literal values assigned anywhere in the script's `parts` (order is not evaluated)."""
         ex = self.expander()
-        for part in script.parts:
+        for part in parts:
             for name, word in part.assigns:
                 values = self.variables.setdefault(name, [])
                 if word is None:  # a for-loop variable: every listed word

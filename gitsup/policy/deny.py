@@ -101,27 +101,29 @@ def scan_from_each_line(text: str, st: ScanState) -> Decision | None:
 
 
 def scan_script(script: Script, st: ScanState) -> Decision | None:
-    st.collect_variables(script)
-    _collect_git_aliases(script, st)
+    # Inert parts (deny_inert.py) assign nothing, define no alias and match no rule: only the
+    # others are collected from and scanned.
+    names = relevant_names(st.policy) if deny_inert.ENABLED else None
+    parts = script.parts if names is None else [p for p in script.parts if not inert(p, names)]
+    if parts:
+        st.collect_variables(parts)
+        _collect_git_aliases(parts, st)
     if script.fork_bombs:
         return deny(
             RuleId.D4_FORK_BOMB,
             "a function that pipes into itself in the background (fork bomb)",
             script.fork_bombs[0],
         )
-    names = relevant_names(st.policy) if deny_inert.ENABLED else None
-    for part in script.parts:
-        if names is not None and inert(part, names):
-            continue
+    for part in parts:
         d = scan_part(part, st)
         if d is not None:
             return d
     return None
 
 
-def _collect_git_aliases(script: Script, st: ScanState) -> None:
+def _collect_git_aliases(parts: list[Part], st: ScanState) -> None:
     ex = st.expander()
-    for part in script.parts:
+    for part in parts:
         if part.kind != "cmd" or not part.words or basename(part.words[0].src) != "git":
             continue
         for argv in ex.argvs(part.words):
