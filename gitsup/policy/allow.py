@@ -70,6 +70,7 @@ def judge_script(script: Script, st: AllowState) -> Decision:
     rule: str = _STRUCTURE
     reason = "only structure: comments, cd, inert assignments"
     best_depth = 1 << 30
+    best: Decision | None = None
     for part in script.parts:
         d = judge_part(part, st)
         if d is None:
@@ -77,7 +78,9 @@ def judge_script(script: Script, st: AllowState) -> Decision:
         if d.verdict != "allow":
             return d
         if d.rule != _STRUCTURE and (rule == _STRUCTURE or part.depth < best_depth):
-            rule, reason, best_depth = d.rule, d.reason, part.depth
+            rule, reason, best_depth, best = d.rule, d.reason, part.depth, d
+    if best is not None and best.part == script.src and not best.sandboxed:
+        return best  # the same decision (a one-part command): not built twice
     return Decision("allow", rule, reason, script.src)
 
 

@@ -23,7 +23,7 @@ from gitsup.policy.normalise import (
 _GLOB = re.compile(r"[*?\[]")
 
 
-@dataclass
+@dataclass(slots=True)
 class AllowState:
     policy: Policy
     worktree: str
@@ -31,6 +31,8 @@ class AllowState:
     cwds: set[str] = field(default_factory=set)
     sandboxed: bool = False  # POLICY.md section 4a: the task's kernel sandbox is enforced
     dotglob: bool = False
+    _root_only: bool = field(default=False, init=False, repr=False)
+    _expander: Expander | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.cwds:
@@ -38,7 +40,6 @@ class AllowState:
         self._root_only = self.cwds == {self.worktree} and (
             posixpath.normpath(self.worktree) == self.worktree
         )
-        self._expander: Expander | None = None
 
     def expander(self) -> Expander:
         """The plain-form expander (no variables), one per state."""

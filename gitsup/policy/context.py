@@ -16,7 +16,7 @@ MAX_DEPTH = 8  # nesting of shell payloads (bash -c 'bash -c ...')
 _PRINTF_DIRECTIVE = re.compile(r"%(?:%|[-+ #0]*\d*(?:\.\d+)?[sbdiouxXcq])")
 
 
-@dataclass
+@dataclass(slots=True)
 class ScanState:
     policy: Policy
     worktree: str
