@@ -67,6 +67,8 @@ def inert(part: Part, names: frozenset[str]) -> bool:
     if part.kind != "cmd" or part.redirects or part.assigns or not part.words:
         return False
     for w in part.words:
+        if w.one_field.__class__ is str:
+            continue  # known literal text: every segment is literal
         for s in w.segs:
             if s.kind != "lit":
                 return False

@@ -107,9 +107,7 @@ def _command(draw: st.DrawFn) -> str:
             continue
         words = [draw(st.sampled_from(PROGS))]
         words += draw(st.lists(st.sampled_from(ARGS), max_size=5))
-        parts.append(
-            draw(st.sampled_from(LEADS)) + " ".join(words) + draw(st.sampled_from(TAILS))
-        )
+        parts.append(draw(st.sampled_from(LEADS)) + " ".join(words) + draw(st.sampled_from(TAILS)))
     text = parts[0]
     for p in parts[1:]:
         text += draw(st.sampled_from(OPS)) + p
@@ -117,7 +115,7 @@ def _command(draw: st.DrawFn) -> str:
     if shape == 1:
         text = "bash -c '" + text.replace("'", "'\\''") + "'"
     elif shape == 2:
-        text = "echo \"$(" + text + ")\""
+        text = 'echo "$(' + text + ')"'
     elif shape == 3:
         text = "( " + text + " )"
     return text
