@@ -4,10 +4,10 @@ A part is *inert* for deny detection when it is a simple command with no redirec
 assignment, only literal words, and a first word that is a bare program name (no `/`) the deny
 rules never name: for such a part `deny.scan_part` returns None and changes no scan state,
 whatever its arguments. The names below are every program the deny scanners, the wrapper
-unwrapping, the state updates and the variable collection of `deny.py`, `deny_writes.py`,
-`deny_publish.py`, `deny_exec.py`, `unwrap.py` and `context.py` look at; a program added to one
-of them must be added here. `tests/policy/test_inert.py` compares verdicts with and without the
-shortcut over both labelled corpora and generated commands.
+unwrapping, the state updates and the variable collection of `deny.py`, `deny_state.py`,
+`deny_writes.py`, `deny_publish.py`, `deny_exec.py`, `unwrap.py` and `context.py` look at; a
+program added to one of them must be added here. `tests/policy/test_shortcuts.py` compares
+decisions with and without the shortcut over both labelled corpora and generated commands.
 """
 
 from __future__ import annotations
