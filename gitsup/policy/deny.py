@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 
 import gitsup.policy.deny_inert as deny_inert
@@ -12,6 +11,16 @@ from gitsup.policy.context import MAX_DEPTH, ScanState
 from gitsup.policy.decision import Decision, deny
 from gitsup.policy.deny_exec import _downloads_in, _shell_script_arg, _subst_downloads
 from gitsup.policy.deny_inert import inert, relevant_names
+from gitsup.policy.deny_names import (
+    DESTRUCTIVE,
+    EXECUTORS,
+    GIT,
+    GIT_PREFIX,
+    HOOK_WRITERS,
+    MKFS_PREFIX,
+    PYTHON,
+    SUBSCRIPT_EVALUATORS,
+)
 from gitsup.policy.deny_publish import (
     _MUTATING,
     _prefix_match,
@@ -20,7 +29,6 @@ from gitsup.policy.deny_publish import (
     _raw_forge,
 )
 from gitsup.policy.deny_state import update_state
-from gitsup.policy.deny_writes import _MUTATORS as _WRITE_MUTATORS
 from gitsup.policy.deny_writes import _destructive, _hooks, _write_target
 from gitsup.policy.deny_writes import dangerous_target as dangerous_target
 from gitsup.policy.deny_writes import in_hooks as in_hooks
@@ -34,7 +42,6 @@ from gitsup.policy.unwrap import merge_env, unwrap
 Env = Mapping[str, Sequence[str]]
 
 _OUTPUT_OPS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&", "&>|"})
-_PYTHON = re.compile(r"^python(\d(\.\d+)?)?$")
 _SSH_WITH_ARG = frozenset("bcDEeFIiJLlmOoPpQRSWwB")
 
 
@@ -187,29 +194,6 @@ def scan_part(part: Part, st: ScanState) -> Decision | None:
     return None
 
 
-# Builtins whose name operands (`a[sub]`) or operands bash evaluates as arithmetic: code in an
-# array subscript runs even when the word is quoted (`[[ -v 'a[$(cmd)]' ]]`, `printf -v`).
-_SUBSCRIPT_EVALUATORS = frozenset(
-    {
-        "test",
-        "[",
-        "printf",
-        "read",
-        "mapfile",
-        "readarray",
-        "let",
-        "unset",
-        "getopts",
-        "wait",
-        "declare",
-        "typeset",
-        "local",
-        "export",
-        "readonly",
-    }
-)
-
-
 def _subscript_code(part: Part, st: ScanState) -> Decision | None:
     if "[" not in part.src and "$" not in part.src:
         return None  # no subscript, and no variable that could hold one
@@ -217,7 +201,7 @@ def _subscript_code(part: Part, st: ScanState) -> Decision | None:
     if part.kind == "arith":
         texts = [part.src.replace("'", "").replace('"', "")]
     elif part.kind in ("test", "decl") or (
-        part.kind == "cmd" and part.words and basename(part.words[0].src) in _SUBSCRIPT_EVALUATORS
+        part.kind == "cmd" and part.words and basename(part.words[0].src) in SUBSCRIPT_EVALUATORS
     ):
         ex = st.expander()
         texts = [v for w in part.words for alt in ex.word(w) for v in alt]
@@ -293,7 +277,7 @@ def _rules(
     for prefix in policy.deny_prefixes:
         if _prefix_match(prefix, [prog, *args]):
             return deny(RuleId.DENY_REPO, f"the repository policy denies `{' '.join(prefix)}`", src)
-    if prog == "git" or prog.startswith("git-") or prog == "hub":
+    if prog in GIT or prog.startswith(GIT_PREFIX):
         d = git_rules(argv, env, part, st, stdin, wdepth)
         if d is not None:
             return d
@@ -304,7 +288,7 @@ def _rules(
     d = _publish(prog, args, policy.publish, src)
     if d is not None:
         return d
-    if _PYTHON.match(prog):
+    if PYTHON.match(prog):
         d = _python_publish(args, policy.publish, src)
         if d is not None:
             return d
@@ -312,34 +296,23 @@ def _rules(
         d = _raw_forge(prog, args, src)
         if d is not None:
             return d
-    if prog in _DESTRUCTIVE_NAMES or prog.startswith("mkfs"):
+    if prog in DESTRUCTIVE or prog.startswith(MKFS_PREFIX):
         d = _destructive(prog, args, st, src)
         if d is not None:
             return d
-    if prog in _HOOK_WRITERS:
+    if prog in HOOK_WRITERS:
         d = _hooks(prog, args, st, src)
         if d is not None:
             return d
     if (
-        prog in _EXECUTORS
+        prog in EXECUTORS
         or prog in policy.shells
         or prog in policy.interpreters
-        or _PYTHON.match(prog)
+        or PYTHON.match(prog)
         or (part.words and "/" in part.words[0].src)
     ):
         return _execution(prog, args, env, part, st, stdin)
     return None
-
-
-# The programs `_destructive` (besides `mkfs*`), `_hooks` and `_execution` (besides shells,
-# interpreters and programs named by a path) judge; for any other program they find nothing.
-_DESTRUCTIVE_NAMES = frozenset(
-    {"rm", "find", "chmod", "chown", "chgrp", "wipefs", "shred", "dd", "blkdiscard", "badblocks"}
-)
-_HOOK_WRITERS = frozenset({"uniq", "sort", "tree", "base64", "go", "dd"} | _WRITE_MUTATORS)
-_EXECUTORS = frozenset(
-    {"eval", "source", ".", "sudo", "xargs", "alias", "su", "runuser", "ssh", "mosh"}
-)
 
 
 # -- git ---------------------------------------------------------------------------------------
@@ -515,7 +488,7 @@ def _execution(
     policy = st.policy
     src = part.src
     is_shell = prog in policy.shells
-    is_interp = prog in policy.interpreters or bool(_PYTHON.match(prog))
+    is_interp = prog in policy.interpreters or bool(PYTHON.match(prog))
     if is_shell or is_interp or prog in ("eval", "source", ".", "sudo", "xargs"):
         if (is_shell or is_interp or prog == "sudo") and _downloads_in(part.pipe_prev, st):
             return deny(

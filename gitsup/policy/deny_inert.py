@@ -2,54 +2,33 @@
 
 A part is *inert* for deny detection when it is a simple command with no redirection, no
 assignment, only literal words, and a first word that is a bare program name (no `/`) the deny
-rules never name: for such a part `deny.scan_part` returns None and changes no scan state,
-whatever its arguments. The names below are every program the deny scanners, the wrapper
-unwrapping, the state updates and the variable collection of `deny.py`, `deny_state.py`,
-`deny_writes.py`, `deny_publish.py`, `deny_exec.py`, `unwrap.py` and `context.py` look at; a
-program added to one of them must be added here. `tests/policy/test_shortcuts.py` compares
+scan never judges: for such a part `deny.scan_part` returns None and changes no scan state,
+whatever its arguments. The judged names are not listed here: they are the table every
+name-specific step of the scan reads (`deny_names.py`) and the policy's own tables, so the
+shortcut cannot drift from what the scan judges. `tests/policy/test_shortcuts.py` compares
 decisions with and without the shortcut over both labelled corpora and generated commands.
 """
 
 from __future__ import annotations
 
-import re
-
 from gitsup.policy.config import Policy
-from gitsup.policy.deny_writes import _MUTATORS as _WRITE_MUTATORS
+from gitsup.policy.deny_names import JUDGED, PREFIXES, PYTHON
 from gitsup.policy.script import Part
 
 # Set to False to run every rule over every part (the tests compare both).
 ENABLED = True
-
-_PYTHON = re.compile(r"^python(\d(\.\d+)?)?$")
-
-_NAMED = frozenset(
-    {
-        # deny.py: git rules, execution, state updates, subscripts evaluated as code
-        "git", "hub", "eval", "source", ".", "sudo", "xargs", "alias", "su", "runuser", "ssh",
-        "mosh", "tee", "cp", "mv", "install",
-        "test", "[", "printf", "read", "mapfile", "readarray", "let", "unset", "getopts", "wait",
-        "declare", "typeset", "local", "export", "readonly",
-        # deny_writes.py: destructive commands and writes through operands
-        "rm", "find", "chmod", "chown", "chgrp", "wipefs", "shred", "dd", "blkdiscard",
-        "badblocks", "uniq", "sort", "tree", "base64", "go",
-        # unwrap.py: wrappers handled in code
-        "parallel",
-    }
-)  # fmt: skip
 
 
 def relevant_names(policy: Policy) -> frozenset[str] | None:
     """The program names the deny scan judges under `policy`, or None when a repository deny
     prefix may match any program (then no part is skipped). Computed once per policy."""
     cached = policy._deny_names
-    if cached:
-        return cached.get("names")
+    if "names" in cached:
+        return cached["names"]
     names: frozenset[str] | None = None
     if not policy.deny_prefixes:
         names = frozenset(
-            _NAMED
-            | _WRITE_MUTATORS
+            JUDGED
             | policy.shells
             | policy.interpreters
             | policy.downloaders
@@ -86,6 +65,6 @@ def inert(part: Part, names: frozenset[str]) -> bool:
         and "/" not in head.src
         and "/" not in name
         and name not in names
-        and not name.startswith(("git-", "mkfs"))
-        and not _PYTHON.match(name)
+        and not name.startswith(PREFIXES)
+        and not PYTHON.match(name)
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gitsup.policy.gitcmd as gitcmd
 from gitsup.policy.context import ScanState
+from gitsup.policy.deny_names import STATE
 from gitsup.policy.deny_writes import _operands
 from gitsup.policy.normalise import basename
 from gitsup.policy.script import Part
@@ -65,6 +66,8 @@ def update_state(argv: list[str], part: Part, st: ScanState) -> None:
                 name = u.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
                 if name:
                     st.downloaded.add(st.path(name))
+    if prog not in STATE:
+        return
     if prog == "tee":
         data = st.stdin_of(part)
         for op in _operands(args):
