@@ -52,6 +52,14 @@ def _is_program(node: ast.expr, module: str) -> bool:
             and len(node.args) == 1
             and isinstance(node.args[0], (ast.Subscript, ast.Attribute))
         )
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "argv"
+        and isinstance(node.slice, ast.Constant)
+        and node.slice.value == 0
+    ):
+        return True  # `argv[0]`
     # `part.words[0].src`
     return (
         isinstance(node, ast.Attribute)
@@ -180,6 +188,7 @@ RULES = {
         '_FROBS = frozenset({"rm", "frobnicate"})\ndef _frob(prog):\n    return prog in _FROBS\n'
     ),
     "head word": 'def _frob(part):\n    return part.words[0].src != "frobnicate"\n',
+    "argv": 'def _frob(argv):\n    return argv[0] == "frobnicate"\n',
     "prefix": 'def _frob(prog):\n    return prog.startswith("frob")\n',
     "unreadable": "def _frob(prog, table):\n    return prog in table\n",
 }
