@@ -49,6 +49,10 @@ def _fast_parse(command: str) -> Script | None:
         fast = _fast_ops(command)
         if fast is not None:
             return fast
+    elif "\n" in command or not ("'" in command or '"' in command or "#" in command):
+        # No token holds a newline; and outside quotes and comments the tokens hold only the
+        # characters of `_FAST_BARE_OPS`, so without them one of the others is unmatchable.
+        return None
     parts: list[Part] = []
     script = Script(src=command, parts=parts)
     words: list[Word] = []
