@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 from gitsup.policy import Policy, classify_command
+from gitsup.policy.examples import check_examples
+from gitsup.policy.rules import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 W = "/home/dev/repo"
@@ -199,6 +201,18 @@ def main() -> None:
     t = time.perf_counter_ns()
     classify_command("git status", worktree=W, policy=policy, home=HOME)
     print(f"latency of one cached decision: {(time.perf_counter_ns() - t) / 1000:.1f} us")
+    policy._cache.clear()
+    t = time.perf_counter()
+    check_examples(policy)
+    examples = time.perf_counter() - t
+    count = sum(
+        len(r.spec.match)
+        + len(r.spec.not_match)
+        + len(r.spec.match_sandboxed)
+        + len(r.spec.not_match_sandboxed)
+        for r in registry().values()
+    )
+    print(f"rule examples self-test at policy load: {examples * 1000:.0f} ms ({count} examples)")
     rate, startup = cli_batch(realistic)
     print(
         f"`git sup policy check --json -` end to end: {rate:,.0f} cmd/s "

@@ -16,7 +16,6 @@ from gitsup.policy.allow_programs import is_pythonish as is_pythonish
 from gitsup.policy.allow_state import AllowState as AllowState
 from gitsup.policy.decision import Decision, allow, ask
 from gitsup.policy.normalise import (
-    Expander,
     resolve,
 )
 from gitsup.policy.parse import Part, Script
@@ -51,6 +50,9 @@ _MUTATORS = frozenset(
 )
 
 
+_STRUCTURE: str = RuleId.A_STRUCTURE.value
+
+
 def judge_script(script: Script, st: AllowState) -> Decision:
     if "gap" in script.flags:
         return ask(
@@ -65,21 +67,44 @@ def judge_script(script: Script, st: AllowState) -> Decision:
             f"defines a shell function ({name}); its calls are not accounted for",
             script.src,
         )
-    rule: str = RuleId.A_STRUCTURE.value
+    rule: str = _STRUCTURE
     reason = "only structure: comments, cd, inert assignments"
     best_depth = 1 << 30
+    best: Decision | None = None
     for part in script.parts:
         d = judge_part(part, st)
         if d is None:
             continue
         if d.verdict != "allow":
             return d
-        if d.rule != RuleId.A_STRUCTURE and (rule == RuleId.A_STRUCTURE or part.depth < best_depth):
-            rule, reason, best_depth = d.rule, d.reason, part.depth
+        if d.rule != _STRUCTURE and (rule == _STRUCTURE or part.depth < best_depth):
+            rule, reason, best_depth, best = d.rule, d.reason, part.depth, d
+    if best is not None and best.part == script.src and not best.sandboxed:
+        return best  # the same decision (a one-part command): not built twice
     return Decision("allow", rule, reason, script.src)
 
 
 def judge_part(part: Part, st: AllowState) -> Decision | None:
+    words = part.words
+    if (
+        words
+        and part.kind == "cmd"
+        and not part.background
+        and not part.assigns
+        and not part.redirects
+    ):
+        # The commonest part: a plain program name and words whose one literal field is known
+        # (every check below passes for it); judged as the program at once.
+        argv: list[str] = []
+        for w in words:
+            one = w.one_field
+            if one.__class__ is not str:
+                break
+            argv.append(one)
+        else:
+            head = words[0]
+            if argv[0] == head.src and head.plain and _NAME.match(argv[0]):
+                return _program(argv, part, st)
     src = part.src
     if part.background:
         return ask(RuleId.ASK_BACKGROUND, "runs in the background (&)", src)
@@ -88,7 +113,7 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
     if part.kind == "opaque":
         return ask(RuleId.ASK_UNKNOWN, "a shell construct the classifier does not account for", src)
     for w in part.words:
-        if w.expands:
+        if w.one_field.__class__ is not str and w.expands:
             return ask(RuleId.ASK_EXPANSION, f"unresolved expansion {w.src!r}", src)
     for name, value in part.assigns:
         if value is None:
@@ -106,7 +131,7 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
         kw = part.words[0].src if part.words else "declare"
         return ask(RuleId.ASK_ASSIGNMENT, f"`{kw}` changes the environment", src)
     if part.kind == "test":
-        ex = Expander({}, st.home, st.worktree)
+        ex = st.expander()
         return _test(
             [" ".join(a[0]) if a else "" for a in map(ex.word, part.words)],
             st,
@@ -130,7 +155,7 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
         return ask(
             RuleId.ASK_COMMAND_NAME, f"quoted, escaped or expanded command name {prog!r}", src
         )
-    ex = Expander({}, st.home, st.worktree)
+    ex = st.expander()
     argvs = ex.argvs(part.words)
     if len(argvs) != 1 or not argvs[0]:
         return ask(RuleId.ASK_EXPANSION, "brace expansion with several results", src)
@@ -156,7 +181,7 @@ def _redirects(part: Part, st: AllowState) -> Decision | None:
             )
         if r.op == "<<<":
             continue
-        fields = Expander({}, st.home, st.worktree).word(r.target)
+        fields = st.expander().word(r.target)
         if len(fields) != 1 or len(fields[0]) != 1:
             return ask(
                 RuleId.ASK_EXPANSION,

@@ -5,12 +5,14 @@ whether a path stays inside the worktree."""
 from __future__ import annotations
 
 import fnmatch
+import posixpath
 import re
 from dataclasses import dataclass, field
 
 from gitsup.policy.config import Policy
 from gitsup.policy.normalise import (
     UNKNOWN,
+    Expander,
     has_glob,
     inside,
     may_match,
@@ -21,7 +23,7 @@ from gitsup.policy.normalise import (
 _GLOB = re.compile(r"[*?\[]")
 
 
-@dataclass
+@dataclass(slots=True)
 class AllowState:
     policy: Policy
     worktree: str
@@ -29,10 +31,22 @@ class AllowState:
     cwds: set[str] = field(default_factory=set)
     sandboxed: bool = False  # POLICY.md section 4a: the task's kernel sandbox is enforced
     dotglob: bool = False
+    _root_only: bool = field(default=False, init=False, repr=False)
+    _expander: Expander | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.cwds:
             self.cwds = {self.worktree}
+        self._root_only = self.cwds == {self.worktree} and (
+            posixpath.normpath(self.worktree) == self.worktree
+        )
+
+    def expander(self) -> Expander:
+        """The plain-form expander (no variables), one per state."""
+        ex = self._expander
+        if ex is None:
+            ex = self._expander = Expander({}, self.home, self.worktree)
+        return ex
 
     def path_inside(self, value: str) -> bool:
         if value in ("/dev/null", "-", ""):
@@ -42,6 +56,14 @@ class AllowState:
         # glob components that can match `..` escape W (sandboxed: bash rules, where only a
         # pattern starting with `.` can match `..`; otherwise any pattern that fnmatches it)
         if not has_glob(value):
+            if (
+                self._root_only
+                and value[0] != "/"
+                and ".." not in value
+                and len(self.cwds) == 1
+                and self.worktree in self.cwds
+            ):
+                return True  # relative, without `..`: it stays below W
             return all(inside(resolve(value, cwd), self.worktree) for cwd in self.cwds)
         dots = _dotdot_sandboxed if self.sandboxed else _dotdot
         for cwd in self.cwds:

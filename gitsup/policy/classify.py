@@ -17,6 +17,7 @@ from gitsup.policy.parse import MAX_NESTING, parse
 from gitsup.policy.rules import RuleId
 
 _CACHE_LIMIT = 8192
+_NORMAL: dict[str, str] = {}  # worktree -> its lexical normal form
 
 
 def default_home() -> str:
@@ -44,8 +45,13 @@ def classify_command(
     hit = cache.get(key)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
+    norm = _NORMAL.get(worktree)
+    if norm is None:
+        if len(_NORMAL) >= 64:
+            _NORMAL.clear()
+        norm = _NORMAL[worktree] = posixpath.normpath(worktree)
     try:
-        decision = _classify(command, posixpath.normpath(worktree), policy, home_dir, sandboxed)
+        decision = _classify(command, norm, policy, home_dir, sandboxed)
     except RecursionError:
         decision = ask(
             RuleId.ASK_TOO_COMPLEX, "the command nests too deeply to be judged", command[:200]

@@ -202,6 +202,9 @@ class Policy:
     _sandboxed_index: dict[str, tuple[RunnerSpec, ...]] = field(
         default_factory=dict, compare=False, hash=False, repr=False
     )
+    _deny_names: dict[str, frozenset[str] | None] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     @classmethod
     def load(cls, repo_root: Path | None = None, *, extra_protected: Sequence[str] = ()) -> Policy:

@@ -9,14 +9,15 @@ import re
 from dataclasses import dataclass, field
 
 from gitsup.policy.config import Policy
+from gitsup.policy.deny_names import VARIABLE_SETTERS
 from gitsup.policy.normalise import UNKNOWN, Expander, basename, resolve
-from gitsup.policy.parse import Part, Script, decode_ansi_c
+from gitsup.policy.parse import Part, decode_ansi_c
 
 MAX_DEPTH = 8  # nesting of shell payloads (bash -c 'bash -c ...')
 _PRINTF_DIRECTIVE = re.compile(r"%(?:%|[-+ #0]*\d*(?:\.\d+)?[sbdiouxXcq])")
 
 
-@dataclass
+@dataclass(slots=True)
 class ScanState:
     policy: Policy
     worktree: str
@@ -44,10 +45,10 @@ class ScanState:
         return resolve(value, self.worktree, self.home)
 
     # -- literal data --------------------------------------------------------------------
-    def collect_variables(self, script: Script) -> None:
-        """Literal values assigned anywhere in the script (order is not evaluated)."""
+    def collect_variables(self, parts: list[Part]) -> None:
+        """Literal values assigned anywhere in the script's `parts` (order is not evaluated)."""
         ex = self.expander()
-        for part in script.parts:
+        for part in parts:
             for name, word in part.assigns:
                 values = self.variables.setdefault(name, [])
                 if word is None:  # a for-loop variable: every listed word
@@ -61,19 +62,16 @@ class ScanState:
                     v = " ".join(alt)
                     if UNKNOWN not in v and v not in values:
                         values.append(v)
+            if part.kind != "cmd" or not part.words or part.words[0].src not in VARIABLE_SETTERS:
+                continue
             # `printf -v X FORMAT ARGS`
-            if (
-                part.kind == "cmd"
-                and len(part.words) >= 4
-                and part.words[0].src == "printf"
-                and part.words[1].src == "-v"
-            ):
+            if len(part.words) >= 4 and part.words[0].src == "printf" and part.words[1].src == "-v":
                 for argv in ex.argvs(part.words):
                     if len(argv) >= 4 and UNKNOWN not in argv[3]:
                         value = _printf(decode_ansi_c(argv[3]), argv[4:])
                         self.variables.setdefault(argv[2], []).append(value)
             # `read X <<< literal`
-            if part.kind == "cmd" and part.words and part.words[0].src == "read":
+            if part.words[0].src == "read":
                 data = self.stdin_of(part)
                 if data is not None:
                     names = [w.src for w in part.words[1:] if not w.src.startswith("-")]

@@ -34,21 +34,25 @@ class Decision:
         }
 
 
+# RuleId -> its value, looked up once (the enum's `.value` descriptor is slow on a hot path)
+_VALUE: dict[str, str] = {m: m.value for m in RuleId}
+
+
 def _text(reason: str) -> str:
     # normalise.UNKNOWN, as people read it
     return reason.replace("\x00?", "<unknown>") if "\x00" in reason else reason
 
 
 def allow(rule: RuleId, reason: str, part: str) -> Decision:
-    return Decision("allow", rule.value, _text(reason), part)
+    return Decision("allow", _VALUE[rule], _text(reason), part)
 
 
 def ask(rule: RuleId, reason: str, part: str) -> Decision:
-    return Decision("ask", rule.value, _text(reason), part)
+    return Decision("ask", _VALUE[rule], _text(reason), part)
 
 
 def deny(rule: RuleId, reason: str, part: str) -> Decision:
-    return Decision("deny", rule.value, _text(reason), part)
+    return Decision("deny", _VALUE[rule], _text(reason), part)
 
 
 def worst(decisions: Iterable[Decision]) -> Decision | None:

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 
+import gitsup.policy.deny_inert as deny_inert
 import gitsup.policy.gitcmd as gitcmd
 from gitsup.policy.braces import repair_braces
 from gitsup.policy.context import MAX_DEPTH, ScanState
 from gitsup.policy.decision import Decision, deny
 from gitsup.policy.deny_exec import _downloads_in, _shell_script_arg, _subst_downloads
+from gitsup.policy.deny_inert import inert, relevant_names
+from gitsup.policy.deny_names import (
+    DESTRUCTIVE,
+    EXECUTORS,
+    GIT,
+    GIT_PREFIX,
+    HOOK_WRITERS,
+    MKFS_PREFIX,
+    PYTHON,
+    SUBSCRIPT_EVALUATORS,
+)
 from gitsup.policy.deny_publish import (
     _MUTATING,
     _prefix_match,
@@ -17,7 +28,8 @@ from gitsup.policy.deny_publish import (
     _python_publish,
     _raw_forge,
 )
-from gitsup.policy.deny_writes import _destructive, _hooks, _operands, _write_target
+from gitsup.policy.deny_state import update_state
+from gitsup.policy.deny_writes import _destructive, _hooks, _write_target
 from gitsup.policy.deny_writes import dangerous_target as dangerous_target
 from gitsup.policy.deny_writes import in_hooks as in_hooks
 from gitsup.policy.deny_writes import operand_writes as operand_writes
@@ -30,7 +42,6 @@ from gitsup.policy.unwrap import merge_env, unwrap
 Env = Mapping[str, Sequence[str]]
 
 _OUTPUT_OPS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&", "&>|"})
-_PYTHON = re.compile(r"^python(\d(\.\d+)?)?$")
 _SSH_WITH_ARG = frozenset("bcDEeFIiJLlmOoPpQRSWwB")
 
 
@@ -98,27 +109,34 @@ def scan_from_each_line(text: str, st: ScanState) -> Decision | None:
 
 
 def scan_script(script: Script, st: ScanState) -> Decision | None:
-    st.collect_variables(script)
-    _collect_git_aliases(script, st)
+    # Inert parts (deny_inert.py) assign nothing, define no alias and match no rule: only the
+    # others are collected from and scanned.
+    names = relevant_names(st.policy) if deny_inert.ENABLED else None
+    parts = script.parts if names is None else [p for p in script.parts if not inert(p, names)]
+    if parts:
+        st.collect_variables(parts)
+        _collect_git_aliases(parts, st)
     if script.fork_bombs:
         return deny(
             RuleId.D4_FORK_BOMB,
             "a function that pipes into itself in the background (fork bomb)",
             script.fork_bombs[0],
         )
-    for part in script.parts:
+    for part in parts:
         d = scan_part(part, st)
         if d is not None:
             return d
     return None
 
 
-def _collect_git_aliases(script: Script, st: ScanState) -> None:
+def _collect_git_aliases(parts: list[Part], st: ScanState) -> None:
     ex = st.expander()
-    for part in script.parts:
+    for part in parts:
         if part.kind != "cmd" or not part.words or basename(part.words[0].src) != "git":
             continue
         for argv in ex.argvs(part.words):
+            if "config" not in argv:
+                continue  # the subcommand is one of the words
             call = gitcmd.parse_git(argv)
             if call.sub != "config":
                 continue
@@ -172,31 +190,8 @@ def scan_part(part: Part, st: ScanState) -> Decision | None:
         if d is not None:
             return d
     if argvs:
-        _update_state(argvs[0], part, st)
+        update_state(argvs[0], part, st)
     return None
-
-
-# Builtins whose name operands (`a[sub]`) or operands bash evaluates as arithmetic: code in an
-# array subscript runs even when the word is quoted (`[[ -v 'a[$(cmd)]' ]]`, `printf -v`).
-_SUBSCRIPT_EVALUATORS = frozenset(
-    {
-        "test",
-        "[",
-        "printf",
-        "read",
-        "mapfile",
-        "readarray",
-        "let",
-        "unset",
-        "getopts",
-        "wait",
-        "declare",
-        "typeset",
-        "local",
-        "export",
-        "readonly",
-    }
-)
 
 
 def _subscript_code(part: Part, st: ScanState) -> Decision | None:
@@ -206,7 +201,7 @@ def _subscript_code(part: Part, st: ScanState) -> Decision | None:
     if part.kind == "arith":
         texts = [part.src.replace("'", "").replace('"', "")]
     elif part.kind in ("test", "decl") or (
-        part.kind == "cmd" and part.words and basename(part.words[0].src) in _SUBSCRIPT_EVALUATORS
+        part.kind == "cmd" and part.words and basename(part.words[0].src) in SUBSCRIPT_EVALUATORS
     ):
         ex = st.expander()
         texts = [v for w in part.words for alt in ex.word(w) for v in alt]
@@ -282,7 +277,7 @@ def _rules(
     for prefix in policy.deny_prefixes:
         if _prefix_match(prefix, [prog, *args]):
             return deny(RuleId.DENY_REPO, f"the repository policy denies `{' '.join(prefix)}`", src)
-    if prog == "git" or prog.startswith("git-") or prog == "hub":
+    if prog in GIT or prog.startswith(GIT_PREFIX):
         d = git_rules(argv, env, part, st, stdin, wdepth)
         if d is not None:
             return d
@@ -293,7 +288,7 @@ def _rules(
     d = _publish(prog, args, policy.publish, src)
     if d is not None:
         return d
-    if _PYTHON.match(prog):
+    if PYTHON.match(prog):
         d = _python_publish(args, policy.publish, src)
         if d is not None:
             return d
@@ -301,13 +296,23 @@ def _rules(
         d = _raw_forge(prog, args, src)
         if d is not None:
             return d
-    d = _destructive(prog, args, st, src)
-    if d is not None:
-        return d
-    d = _hooks(prog, args, st, src)
-    if d is not None:
-        return d
-    return _execution(prog, args, env, part, st, stdin)
+    if prog in DESTRUCTIVE or prog.startswith(MKFS_PREFIX):
+        d = _destructive(prog, args, st, src)
+        if d is not None:
+            return d
+    if prog in HOOK_WRITERS:
+        d = _hooks(prog, args, st, src)
+        if d is not None:
+            return d
+    if (
+        prog in EXECUTORS
+        or prog in policy.shells
+        or prog in policy.interpreters
+        or PYTHON.match(prog)
+        or (part.words and "/" in part.words[0].src)
+    ):
+        return _execution(prog, args, env, part, st, stdin)
+    return None
 
 
 # -- git ---------------------------------------------------------------------------------------
@@ -335,10 +340,11 @@ def git_rules(
         return deny(RuleId.D1_FORGE, f"`hub {sub}` changes the remote forge", src)
     if sub in policy.git_publish:
         return deny(RuleId.D1_PUSH, f"`git {sub}` publishes to a remote", src)
-    pos = gitcmd.positionals(call.args)
-    for group, verb in policy.git_publish_nested:
-        if sub == group and verb in pos:
-            return deny(RuleId.D1_PUSH, f"`git {group} {verb}` publishes to a remote", src)
+    if any(sub == group for group, _ in policy.git_publish_nested):
+        pos = gitcmd.positionals(call.args)
+        for group, verb in policy.git_publish_nested:
+            if sub == group and verb in pos:
+                return deny(RuleId.D1_PUSH, f"`git {group} {verb}` publishes to a remote", src)
     if sub == "config":
         for w in gitcmd.config_writes(call.args):
             if w.key == "core.hookspath" or (w.key == "core" and "section" in w.action):
@@ -482,7 +488,7 @@ def _execution(
     policy = st.policy
     src = part.src
     is_shell = prog in policy.shells
-    is_interp = prog in policy.interpreters or bool(_PYTHON.match(prog))
+    is_interp = prog in policy.interpreters or bool(PYTHON.match(prog))
     if is_shell or is_interp or prog in ("eval", "source", ".", "sudo", "xargs"):
         if (is_shell or is_interp or prog == "sudo") and _downloads_in(part.pipe_prev, st):
             return deny(
@@ -565,76 +571,3 @@ def _run_file(name: str, st: ScanState, src: str, direct: bool = False) -> Decis
     if content is not None:
         return payload(content, st)
     return None
-
-
-# -- state ------------------------------------------------------------------------------------
-def _update_state(argv: list[str], part: Part, st: ScanState) -> None:
-    prog = basename(argv[0]) if argv else ""
-    args = argv[1:]
-    ex = st.expander()
-    is_download = prog in st.policy.downloaders
-    for r in part.redirects:
-        if r.op in (">", ">>", ">|", "&>", "&>>") and r.target is not None:
-            path = st.path(ex.value(r.target))
-            if is_download:
-                st.downloaded.add(path)
-                continue
-            content = st.stdout_of(part)
-            if content is not None:
-                st.files[path] = (st.files.get(path, "") if r.op in (">>", "&>>") else "") + content
-    if is_download:
-        for i, a in enumerate(args):
-            nxt = args[i + 1] if i + 1 < len(args) else ""
-            if (
-                a in ("-o", "--output", "-O", "--output-document")
-                and nxt
-                and not (prog == "curl" and a == "-O")
-            ):
-                if nxt != "-":
-                    st.downloaded.add(st.path(nxt))
-            elif a.startswith("--output=") or a.startswith("--output-document="):
-                st.downloaded.add(st.path(a.split("=", 1)[1]))
-            elif a.startswith("-o") and len(a) > 2 and prog == "curl":
-                st.downloaded.add(st.path(a[2:]))
-            elif (
-                a.startswith("-")
-                and not a.startswith("--")
-                and len(a) > 2
-                and nxt
-                and a[-1] in ("o" if prog == "curl" else "O")
-            ):
-                st.downloaded.add(st.path(nxt))
-        urls = [a for a in args if "://" in a]
-        remote_name = prog == "wget" and not any(
-            a.startswith("-O") or a.startswith("--output-document") for a in args
-        )
-        remote_name = remote_name or (
-            prog == "curl"
-            and any(
-                a in ("-O", "--remote-name")
-                or (a.startswith("-") and not a.startswith("--") and "O" in a)
-                for a in args
-            )
-        )
-        if remote_name:
-            for u in urls:
-                name = u.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-                if name:
-                    st.downloaded.add(st.path(name))
-    if prog == "tee":
-        data = st.stdin_of(part)
-        for op in _operands(args):
-            if data is not None:
-                st.files[st.path(op)] = data
-    if prog in ("cp", "mv", "install") and len(_operands(args)) == 2:
-        src_, dst = (st.path(x) for x in _operands(args))
-        if src_ in st.files:
-            st.files[dst] = st.files[src_]
-        if src_ in st.downloaded:
-            st.downloaded.add(dst)
-    if prog == "git":
-        call = gitcmd.parse_git(argv)
-        if not any(name == "-C" for name, _ in call.options):
-            state = gitcmd.switches_to(call, st.policy)
-            if state is not None:
-                st.head_protected = state

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import gitsup.policy.gitcmd as gitcmd
 from gitsup.policy.context import ScanState
 from gitsup.policy.decision import Decision, deny
+from gitsup.policy.deny_names import MKFS_PREFIX, MUTATORS
 from gitsup.policy.normalise import UNKNOWN, has_glob, inside, is_ancestor, may_match
 from gitsup.policy.rules import RuleId
 from gitsup.policy.unwrap import find_roots
@@ -36,32 +37,6 @@ _SYSTEM_DIRS = frozenset(
 _BLOCK_DEVICE = re.compile(
     r"^/dev/(sd[a-z]|nvme\d|disk\d|rdisk\d|hd[a-z]|vd[a-z]|xvd[a-z]|mmcblk\d|md\d|dm-\d|"
     r"mapper/|loop\d|sr\d)"
-)
-
-
-_MUTATORS = frozenset(
-    {
-        "rm",
-        "rmdir",
-        "unlink",
-        "mv",
-        "cp",
-        "ln",
-        "chmod",
-        "chown",
-        "chgrp",
-        "truncate",
-        "touch",
-        "mkdir",
-        "tee",
-        "install",
-        "shred",
-        "rsync",
-        "sed",
-        "chattr",
-        "setfacl",
-        "patch",
-    }
 )
 
 
@@ -158,17 +133,15 @@ def _destructive(prog: str, args: list[str], st: ScanState, src: str) -> Decisio
             for p in _target_paths(op, st):
                 if p == "/" or (p.count("/") == 1 and p != "/"):
                     return deny(RuleId.D4_CHMOD_ROOT, f"recursive {prog} of {p}", src)
-    if prog.startswith("mkfs"):
+    if prog.startswith(MKFS_PREFIX):
         return deny(RuleId.D4_BLOCK_DEVICE, f"`{prog}` formats a device", src)
     if prog == "wipefs" and gitcmd.has_flag(args, "a", ("--all",)):
         return deny(RuleId.D4_BLOCK_DEVICE, "`wipefs -a` wipes a device", src)
-    if prog in ("shred", "dd", "blkdiscard", "badblocks") or prog == "cat":
+    if prog in ("shred", "dd", "blkdiscard", "badblocks"):
         for a in args:
             value = a.split("=", 1)[1] if (prog == "dd" and a.startswith("of=")) else a
             if prog == "dd" and not a.startswith("of="):
                 continue
-            if prog == "cat":
-                break
             if _BLOCK_DEVICE.match(st.path(value)):
                 return deny(
                     RuleId.D4_BLOCK_DEVICE, f"`{prog}` writes the block device {value}", src
@@ -183,7 +156,7 @@ def _hooks(prog: str, args: list[str], st: ScanState, src: str) -> Decision | No
             d = _write_target(st.path(op), src, f"`{prog}`", st.dotglob)
             if d is not None:
                 return d
-    if prog not in _MUTATORS and prog != "dd":
+    if prog not in MUTATORS and prog != "dd":
         return None
     if prog == "sed" and not gitcmd.has_flag(args, "i", ("--in-place",)):
         return None

@@ -23,6 +23,12 @@ _FAST_NUMBER = re.compile(r"-?[0-9]+")
 _FAST_BARE = re.compile(r"[A-Za-z0-9_./=+:,\- \t]*")
 
 
+_FAST_BARE_OPS = re.compile(r"[A-Za-z0-9_./=+:,\-&|; \t]*")
+
+
+_FAST_OPS = frozenset({"&&", "||", "|", ";"})
+
+
 _FAST_NAME = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./-]*")
 
 
@@ -39,6 +45,14 @@ def _fast_parse(command: str) -> Script | None:
     """The `Script` of a plain command (see `_FAST_TOKEN`), or None when it is not plain."""
     if _FAST_BARE.fullmatch(command):
         return _fast_bare(command)
+    if _FAST_BARE_OPS.fullmatch(command):
+        fast = _fast_ops(command)
+        if fast is not None:
+            return fast
+    elif "\n" in command or not ("'" in command or '"' in command or "#" in command):
+        # No token holds a newline; and outside quotes and comments the tokens hold only the
+        # characters of `_FAST_BARE_OPS`, so without them one of the others is unmatchable.
+        return None
     parts: list[Part] = []
     script = Script(src=command, parts=parts)
     words: list[Word] = []
@@ -121,3 +135,55 @@ def _fast_bare(command: str) -> Script | None:
         words.append(Word(t, [Seg("lit", t, False)], kind, t))
     src = command.strip(" \t")
     return Script(src=command, parts=[Part(src, "cmd", words=words)])
+
+
+def _fast_ops(command: str) -> Script | None:
+    """`_fast_parse` of bare words and operators each standing apart (`a -x && b | c`), split
+    at whitespace; None when an operator touches a word or another operator."""
+    parts: list[Part] = []
+    words: list[Word] = []
+    start = end = pos = 0
+    pipe = piped = chained = False
+    prev: Part | None = None
+    for t in command.split():
+        pos = command.find(t, pos)
+        if t in _FAST_OPS:
+            if not words:
+                return None
+            first = words[0].src
+            if first in _FAST_NOT_FIRST or not _FAST_NAME.fullmatch(first):
+                return None
+            prev = Part(command[start:end], "cmd", words=words, pipe_prev=prev if pipe else None)
+            parts.append(prev)
+            words = []
+            pipe = t == "|"
+            if pipe:
+                piped = True
+            elif t != ";":
+                chained = True
+            if piped and chained:
+                return None
+            pos += len(t)
+            continue
+        if "&" in t or "|" in t or ";" in t:
+            return None  # an operator glued to a word, or `&`
+        c = t[0]
+        if c == "=":
+            return None
+        kind = "word"
+        if c.isdigit() or (c == "-" and t[1:2].isdigit()):
+            if not _FAST_NUMBER.fullmatch(t):
+                return None
+            kind = "number"
+        if not words:
+            start = pos
+        pos += len(t)
+        end = pos
+        words.append(Word(t, [Seg("lit", t, False)], kind, t))
+    if not words:
+        return None
+    first = words[0].src
+    if first in _FAST_NOT_FIRST or not _FAST_NAME.fullmatch(first):
+        return None
+    parts.append(Part(command[start:end], "cmd", words=words, pipe_prev=prev if pipe else None))
+    return Script(src=command, parts=parts)

@@ -290,6 +290,8 @@ def short_value(args: Sequence[str], letters: str, longs: Sequence[str] = ()) ->
 def alias_definitions(call: GitCall, env: Mapping[str, Sequence[str]]) -> list[tuple[str, str]]:
     """Aliases defined for this invocation: `-c alias.x=..`, `GIT_CONFIG_KEY_n` pairs,
     `--config-env`, `GIT_CONFIG_PARAMETERS`."""
+    if not call.options and not env:
+        return []
     out: list[tuple[str, str]] = []
     for key, value in call.config():
         if key.startswith("alias."):
@@ -321,6 +323,8 @@ def config_env_pairs(env: Mapping[str, Sequence[str]]) -> list[tuple[str, str]]:
 
 
 def sets_hooks_path(call: GitCall, env: Mapping[str, Sequence[str]]) -> bool:
+    if not call.options and not env:
+        return False
     keys = [k for k, _ in call.config()] + [k for k, _ in config_env_pairs(env)]
     if any(k == "core.hookspath" for k in keys):
         return True
@@ -465,6 +469,15 @@ _BRANCH_WITH_ARG = frozenset(
 )
 
 
+# The subcommands `_d2_ref_reason` judges (every other one writes no protected ref).
+_D2_SUBS = frozenset(
+    {
+        "rebase", "branch", "checkout", "switch", "worktree", "update-ref", "symbolic-ref",
+        "fetch", "pull", "filter-branch", "filter-repo",
+    }
+)  # fmt: skip
+
+
 def d2_reason(
     call: GitCall, policy: Policy, head_protected: bool, stdin: str | None
 ) -> tuple[RuleId, str] | None:
@@ -482,6 +495,8 @@ def d2_reason(
 def _d2_ref_reason(call: GitCall, policy: Policy, stdin: str | None) -> str | None:
     """Why this git call writes a protected ref (D2.protected-ref), or None."""
     sub = call.sub or ""
+    if sub not in _D2_SUBS:
+        return None
     args = call.args
     before, _ = split_before_dd(args)
     if sub == "rebase":

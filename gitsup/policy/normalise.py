@@ -243,6 +243,14 @@ class Expander:
 
     def argvs(self, words: Sequence[Word]) -> list[list[str]]:
         """Candidate argument vectors (capped) for a list of words."""
+        plain: list[str] = []
+        for w in words:  # the commonest case: every word's one literal field is known
+            one = w.one_field
+            if one.__class__ is not str:
+                break
+            plain.append(one)
+        else:
+            return [plain]
         per_word = [self.word(w) for w in words]
         simple: list[str] = []
         for alts in per_word:  # the common case: every word is one field
@@ -307,6 +315,8 @@ def is_ancestor(path: str, of: str) -> bool:
 
 
 def basename(prog: str) -> str:
+    if "/" not in prog:
+        return prog
     return prog.rstrip("/").rsplit("/", 1)[-1]
 
 

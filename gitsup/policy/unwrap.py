@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gitsup.policy.config import Policy, WrapperSpec
+from gitsup.policy.deny_names import UNWRAPPED
 from gitsup.policy.normalise import UNKNOWN, basename
 
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -107,12 +108,18 @@ def unwrap(argv: Sequence[str], policy: Policy, stdin: str | None) -> list[Inner
     if not argv:
         return []
     prog = basename(argv[0])
-    if prog == "xargs":
-        return _xargs(argv, stdin)
-    if prog == "find":
-        return _find(argv)
-    if prog == "parallel":
-        return _parallel(argv)
+    if prog in UNWRAPPED:
+        if prog == "xargs":
+            return _xargs(argv, stdin)
+        if prog == "find":
+            return _find(argv)
+        if prog == "parallel":
+            return _parallel(argv)
+    firsts = policy._deny_names.get("wrappers")
+    if firsts is None:
+        firsts = policy._deny_names["wrappers"] = frozenset(k.split()[0] for k in policy.wrappers)
+    if prog not in firsts:
+        return []  # every wrapper entry starts with its program's name
     found = _wrapper(argv, policy)
     if found is None:
         return []

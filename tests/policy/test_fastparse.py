@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gitsup.policy.fastpath import _fast_ops
 from gitsup.policy.parse import _fast_parse, parse_tree
 from tests.policy.test_corpus import ROWS
 
@@ -118,3 +119,34 @@ def test_fast_path_equals_tree_sitter_on_near_plain_text(pieces: list[str]) -> N
     fast = _fast_parse(cmd)
     if fast is not None:
         assert fast == parse_tree(cmd)
+
+
+_OPS_ALPHABET = "ab-=.0159+:,/_ \t|&;"
+_OPS_WORDS = ["git", "ls", "if", "time", "A=1", "-10", "&&", "||", "|", ";", " ", "\t"]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(alphabet=_OPS_ALPHABET, min_size=1, max_size=3), st.sampled_from(_OPS_WORDS)
+        ),
+        max_size=10,
+    )
+)
+def test_the_word_and_operator_split_equals_tree_sitter(pieces: list[str]) -> None:
+    """Bare words and operators standing apart are split at whitespace (`_fast_ops`); what it
+    takes is exactly what tree-sitter builds, and what it refuses the token scanner still sees."""
+    cmd = "".join(pieces)
+    fast = _fast_ops(cmd)
+    if fast is not None:
+        assert fast == parse_tree(cmd)
+        assert _fast_parse(cmd) == fast
+
+
+def test_the_word_and_operator_split_takes_lists_and_pipelines() -> None:
+    for cmd in ("cd src && ls mod1", "a | b | c", "ls  -la\tsrc && x -1", "a ; b || c"):
+        fast = _fast_ops(cmd)
+        assert fast is not None and fast == parse_tree(cmd), cmd
+    for cmd in ("a&&b", "a &", "ls ;", "a | b && c", "&& a", "a && if", "a || 1x"):
+        assert _fast_ops(cmd) is None, cmd
