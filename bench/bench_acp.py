@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_acp.py [--records N]
 
 Replays a recorded ACP stream of Claude Code's ACP adapter
-(tests/acp/data/transcript-0.101.0.ndjson), repeated to N records (default 100,000),
+(tests/workers/acp/data/transcript-0.101.0.ndjson), repeated to N records (default 100,000),
 through the supervisor's per-record path: framing, decoding and mapping in the acp
 worker (with the redaction screen), the policy decision for permission requests, and the
 event append (what `Supervisor._dispatch` does for each event). Prints mean µs per
@@ -24,11 +24,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gitsup.events import EventLog  # noqa: E402
 from gitsup.ids import TaskId  # noqa: E402
 from gitsup.policy import Policy, decide_tool  # noqa: E402
 from gitsup.redact import Redacted  # noqa: E402
-from gitsup.workers.acp import AcpWorker  # noqa: E402
+from gitsup.store.events import EventLog  # noqa: E402
+from gitsup.workers.acp.worker import AcpWorker  # noqa: E402
 from gitsup.workers.base import (  # noqa: E402
     PermissionRequest,
     TurnCompleted,

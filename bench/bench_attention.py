@@ -108,7 +108,7 @@ def make_tasks(common: Path, n: int, events_each: int) -> list[str]:
 
 
 def bench_watch(root: Path, n: int) -> None:
-    from gitsup.attention import Board
+    from gitsup.attention.fold import Board
     from gitsup.cli.attention_cmd import render_frame
     from gitsup.layout import Layout
 
@@ -145,8 +145,8 @@ def bench_watch(root: Path, n: int) -> None:
 
 
 def bench_report(root: Path, quick: bool) -> None:
-    from gitsup.report import render_task
-    from gitsup.tasks import SupRepo
+    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.tasks.report import render_task
 
     repo = root / "report-repo"
     repo.mkdir()

@@ -139,7 +139,7 @@ def main() -> int:
         lines = [f"create refs/heads/b{i:03d} {news[i]}" for i in range(n)]
         lines += [f"create refs/sup/20260101-{i:06x}/log {news[i]}" for i in range(n)]
         git(repo, "update-ref", "--stdin", input="\n".join(lines) + "\n")
-        from gitsup.tasks import SupRepo, init_repo
+        from gitsup.tasks.lifecycle import SupRepo, init_repo
 
         init_repo(SupRepo.discover(repo))
         remote = tmp / "remote.git"
@@ -189,8 +189,8 @@ def main() -> int:
         )
 
         # main -> one signed integration of a candidate (what `git sup integrate` writes).
-        from gitsup.boundary.keys import signing_setup
         from gitsup.git import GitRepo
+        from gitsup.integration.keys import signing_setup
 
         sign = signing_setup(GitRepo.open(repo), create=False).git_config_args()
 
@@ -218,8 +218,8 @@ def main() -> int:
             )
         )
         # 100 protected branches, each gaining its own signed integration.
-        from gitsup.boundary.setup import install_gate
         from gitsup.boundary.signing import config_dir
+        from gitsup.integration.setup import install_gate
 
         git(repo, "config", "--add", "sup.protected", "rel/*")
         cands = [git(repo, "commit-tree", "-p", root, "-m", f"cand {i}", tree) for i in range(n)]

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_codex.py [--records N]
 
-Replays a recorded `codex app-server` session (tests/codex/data/app-server-0.171.0.jsonl:
+Replays a recorded `codex app-server` session (tests/workers/codex/data/app-server-0.171.0.jsonl:
 a write-test-commit turn with its approvals, items, output deltas and token usage),
 repeated to N records (default 100,000), through the supervisor's per-record path:
 framing, the app-server session (parsing, redaction, approval bookkeeping), the policy
@@ -28,17 +28,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gitsup.events import EventLog  # noqa: E402
 from gitsup.ids import TaskId  # noqa: E402
 from gitsup.policy import Policy, decide_tool  # noqa: E402
 from gitsup.redact import Redacted  # noqa: E402
-from gitsup.workers.app_server import AppServerSession  # noqa: E402
+from gitsup.store.events import EventLog  # noqa: E402
 from gitsup.workers.base import (  # noqa: E402
     PermissionAnswer,
     PermissionRequest,
     TurnCompleted,
     WorkerOutput,
 )
+from gitsup.workers.codex.app_server import AppServerSession  # noqa: E402
 from gitsup.workers.stream_json import LineFramer  # noqa: E402
 
 TRANSCRIPT = REPO / "tests" / "codex" / "data" / "app-server-0.171.0.jsonl"
@@ -128,9 +128,9 @@ def bench_startup(k: int) -> None:
     import statistics
     import subprocess
 
-    from gitsup.scripted_openai import ScriptedResponses
+    from gitsup.demo.scripted_openai import ScriptedResponses
     from gitsup.workers.base import WorkerSetup
-    from gitsup.workers.codex import CodexWorker, find_codex
+    from gitsup.workers.codex.worker import CodexWorker, find_codex
 
     env = {**os.environ, "OPENAI_API_KEY": "sk-scripted"}
     binary = find_codex([], env)[0]

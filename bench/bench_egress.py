@@ -27,8 +27,8 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from gitsup.contain import bootstrap_argv, isolated_netns
-from gitsup.egress import EgressGate, EgressPlan, Endpoint
+from gitsup.host.contain import bootstrap_argv, isolated_netns
+from gitsup.host.egress import EgressGate, EgressPlan, Endpoint
 
 EVENTS = b"".join(
     b"event: content_block_delta\ndata: "

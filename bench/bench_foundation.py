@@ -149,14 +149,14 @@ class Phases:
 
 
 def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
-    from gitsup import journal as journal_mod
-    from gitsup import launcher as launcher_mod
-    from gitsup import tasks as tasks_mod
     from gitsup.git import GitRepo
-    from gitsup.lease import LeaseStore
     from gitsup.spec import spec_from_mapping
-    from gitsup.store import TaskStore
-    from gitsup.tasks import SupRepo
+    from gitsup.store.lease import LeaseStore
+    from gitsup.store.records import TaskStore
+    from gitsup.supervision import journal as journal_mod
+    from gitsup.supervision import launcher as launcher_mod
+    from gitsup.tasks import lifecycle as tasks_mod
+    from gitsup.tasks.lifecycle import SupRepo
 
     print(f"\n== 1. task start -> worker's first instruction ({files:,} files, {reps} runs each)")
     t0 = time.perf_counter()
@@ -185,7 +185,7 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
     phases.wrap(LeaseStore, "acquire", "lease acquire")
     phases.wrap(GitRepo, "create_branch", "create branch")
     phases.wrap(GitRepo, "add_worktree", "add_worktree (git, parallel checkout)")
-    from gitsup import gitstate
+    from gitsup.git import taskgit as gitstate
 
     phases.wrap(gitstate, "create", "private Git dir (gitstate.create)")
     phases.wrap(GitRepo, "update_ref", "update_ref")
@@ -257,9 +257,9 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
         )
         cli.append(float(stamp.read_text().strip()) - t_wall)
 
-    # with a warm pool of spare worktrees (sup.poolSize = 1; gitsup/pool.py): the spare is
+    # with a warm pool of spare worktrees (sup.poolSize = 1; gitsup/tasks/pool.py): the spare is
     # made in the background after each start, off the critical path
-    from gitsup import pool as pool_mod
+    from gitsup.tasks import pool as pool_mod
 
     git(repo, "config", "sup.poolSize", "1")
     pctx = SupRepo.discover(repo)
@@ -386,10 +386,10 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
 
 
 def bench_import(root: Path, files: int, reps: int) -> dict[str, Any]:
-    from gitsup import gitstate
+    from gitsup.git import taskgit as gitstate
     from gitsup.ids import Oid, TaskId
     from gitsup.spec import spec_from_mapping
-    from gitsup.tasks import SupRepo, prepare_task
+    from gitsup.tasks.lifecycle import SupRepo, prepare_task
 
     print(f"\n== 4. import of a turn's commit into sup/<id> ({files:,} files, {reps} turns each)")
     base = root / "import"
@@ -462,8 +462,8 @@ def prefill(path: Path, size: int) -> int:
 
 
 def bench_events(root: Path, sizes: list[int], n: int, rounds: int = 3) -> dict[str, float]:
-    from gitsup.events import EventLog
     from gitsup.ids import TaskId
+    from gitsup.store.events import EventLog
 
     print(f"\n== 2. event append rate ({n:,} appends of ~200 B, one process, best of {rounds})")
     data = {"stream": "stdout", "text": "compiling module 42 of 97 ... ok " * 3}
@@ -501,9 +501,9 @@ def bench_events(root: Path, sizes: list[int], n: int, rounds: int = 3) -> dict[
 
 
 def bench_ls(root: Path, count: int) -> dict[str, float]:
-    from gitsup.record import TaskRecord
     from gitsup.state import State, Status
-    from gitsup.tasks import SupRepo, list_tasks
+    from gitsup.store.record import TaskRecord
+    from gitsup.tasks.lifecycle import SupRepo, list_tasks
 
     print(f"\n== 3. git sup ls with {count:,} tasks, and the CLI's start-up per command")
     repo = root / "lsrepo"

@@ -5,7 +5,7 @@
 * http: a PreToolUse POST to the loopback endpoint (secret header checked), decided by the
   policy gate in a stand-in supervisor (its own process: hook server + a thread doing
   inbox -> decide_tool -> answer), reply read by the client. Keep-alive (as Claude Code's axios client) and a new connection per call.
-* relay: one `python -m gitsup.hookrelay` process per call (Claude Code command hook),
+* relay: one `python -m gitsup.workers.claude.relay` process per call (Claude Code command hook),
   forwarding to the same supervisor over the registry unix socket; compared with a bare
   `python -c pass` of the same interpreter, `node -e 0`, and the console script
   `git-sup hook claude` (which goes through the CLI framework).
@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gitsup.hookrelay import locate, socket_path_for
 from gitsup.policy import Policy, decide_tool, unattended_denial
 from gitsup.workers.base import PermissionAnswer, PermissionRequest
-from gitsup.workers.hooks import SECRET_HEADER, HookBridge, HookServer
+from gitsup.workers.claude.hooks import SECRET_HEADER, HookBridge, HookServer
+from gitsup.workers.claude.relay import locate, socket_path_for
 
 SECRET = "bench-secret"
 
@@ -149,11 +149,15 @@ def main() -> None:
 
     py = sys.executable
     env = {k: v for k, v in os.environ.items() if k != "GITSUP_HOOK_SECRET"}
-    relay_out = bytes(spawn([py, "-m", "gitsup.hookrelay"], push.encode(), env)())  # type: ignore[call-overload]
+    relay_out = bytes(spawn([py, "-m", "gitsup.workers.claude.relay"], push.encode(), env)())  # type: ignore[call-overload]
     assert b"deny" in relay_out, relay_out
     rows: list[tuple[str, list[str], bytes | None]] = [
         ("python -c pass", [py, "-c", "pass"], None),
-        ("python -m gitsup.hookrelay (deny)", [py, "-m", "gitsup.hookrelay"], push.encode()),
+        (
+            "python -m gitsup.workers.claude.relay (deny)",
+            [py, "-m", "gitsup.workers.claude.relay"],
+            push.encode(),
+        ),
     ]
     node = shutil.which("node")
     if node:
@@ -174,7 +178,7 @@ def main() -> None:
     for k, v in results.items():
         print(f"{k:{width}}  {v}")
     base = spawn_times["python -c pass"]
-    relay = spawn_times["python -m gitsup.hookrelay (deny)"]
+    relay = spawn_times["python -m gitsup.workers.claude.relay (deny)"]
     print(f"relay / python -c pass = {relay / base:.2f}x (goal <= 1.5x)")
     if "node -e 0" in spawn_times:
         print(f"relay / node -e 0      = {relay / spawn_times['node -e 0']:.2f}x (goal < 1)")

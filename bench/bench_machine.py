@@ -23,10 +23,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gitsup.events import EventLog  # noqa: E402
-from gitsup.eventtypes import Untyped  # noqa: E402
 from gitsup.ids import TaskId  # noqa: E402
 from gitsup.spec import spec_from_mapping  # noqa: E402
+from gitsup.store.events import EventLog  # noqa: E402
+from gitsup.store.eventtypes import Untyped  # noqa: E402
 from gitsup.workers.base import PermissionCancelled, WorkerNote, WorkerOutput  # noqa: E402
 
 
@@ -55,8 +55,8 @@ def main() -> None:
         subprocess.run(["git", *args], cwd=repo, check=True, env=env)
     os.environ.update(env)
     from gitsup.state import State
-    from gitsup.supervisor import Supervisor
-    from gitsup.tasks import SupRepo, prepare_task
+    from gitsup.supervision.supervisor import Supervisor
+    from gitsup.tasks.lifecycle import SupRepo, prepare_task
 
     spec = spec_from_mapping(
         {"goal": "g", "worker": {"kind": "process", "argv": ["true"]}, "review": {"kind": "none"}}

@@ -51,13 +51,13 @@ def hermetic(tmp: Path) -> None:
 
 def ready_task(repo: Path, name: str, files: dict[str, str], check: list[str]) -> str:
     """A finished task with a ready candidate (what `git sup start` leaves behind)."""
-    from gitsup.gitstate import import_work
+    from gitsup.git.taskgit import import_work
     from gitsup.ids import Oid, TaskId
     from gitsup.layout import task_refs
-    from gitsup.record import CandidateNote
     from gitsup.spec import spec_from_mapping
     from gitsup.state import State, Status
-    from gitsup.tasks import SupRepo, prepare_task
+    from gitsup.store.record import CandidateNote
+    from gitsup.tasks.lifecycle import SupRepo, prepare_task
 
     ctx = SupRepo.discover(repo)
     spec = spec_from_mapping(
@@ -102,7 +102,7 @@ def ready_task(repo: Path, name: str, files: dict[str, str], check: list[str]) -
 
 
 def make_repo(tmp: Path, n: int, culprit: int, t: float) -> tuple[Path, list[str]]:
-    from gitsup.tasks import SupRepo, init_repo
+    from gitsup.tasks.lifecycle import SupRepo, init_repo
 
     repo = tmp / "repo"
     repo.mkdir()
@@ -126,8 +126,8 @@ def make_repo(tmp: Path, n: int, culprit: int, t: float) -> tuple[Path, list[str
 
 
 def run_queue(repo: Path, ids: list[str], batch: int) -> dict[str, float]:
-    from gitsup import queue
-    from gitsup.tasks import SupRepo
+    from gitsup.tasks import queue
+    from gitsup.tasks.lifecycle import SupRepo
 
     cwd = os.getcwd()
     os.chdir(repo)

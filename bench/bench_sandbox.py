@@ -26,8 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gitsup.contain import bootstrap_argv, create_cgroup, find_cgroup_base  # noqa: E402
-from gitsup.sandbox import build_plan, default_rules  # noqa: E402
+from gitsup.host.contain import bootstrap_argv, create_cgroup, find_cgroup_base  # noqa: E402
+from gitsup.host.sandbox import build_plan, default_rules  # noqa: E402
 
 CHECK = """
 import json, os, pathlib, subprocess, email.parser, http.client, unittest, decimal

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_worker.py [--records N]
 
-1. Replays a recorded Claude Code transcript (tests/claude/data/transcript-2.1.328.ndjson),
+1. Replays a recorded Claude Code transcript (tests/workers/claude/data/transcript-2.1.328.ndjson),
    repeated to N records (default 100,000), through the supervisor's per-record path:
    framing, parsing (with the redaction screen) and the event append (what
    `Supervisor._dispatch` does for each record): µs per record (goal <= 25 µs), then the
@@ -27,10 +27,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gitsup import eventtypes as et  # noqa: E402
-from gitsup.events import EventLog  # noqa: E402
-from gitsup.gate import summarize_input  # noqa: E402
 from gitsup.ids import TaskId  # noqa: E402
 from gitsup.policy import Policy, decide_tool  # noqa: E402
+from gitsup.store.events import EventLog  # noqa: E402
+from gitsup.supervision.gate import summarize_input  # noqa: E402
 from gitsup.workers import stream_json as sj  # noqa: E402
 from gitsup.workers.base import PermissionRequest, TurnCompleted, WorkerOutput  # noqa: E402
 

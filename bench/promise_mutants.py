@@ -28,49 +28,49 @@ class Mutant(NamedTuple):
     tests: tuple[str, ...]
 
 
-T = "tests/test_promises_task.py::"
-C = "tests/test_promises_cli.py::"
+T = "tests/supervision/test_promises_task.py::"
+C = "tests/cli/test_promises_cli.py::"
 B = "tests/boundary/test_promises_boundary.py::"
 
 MUTANTS = [
     Mutant(
         "ready-only-for-the-verified-commit",
-        "gitsup/finaliser.py",
+        "gitsup/supervision/finaliser.py",
         "if final == State.COMPLETED and head != verified_head:",
         "if False:",
         (T + "test_the_branch_moving_after_verification_parks_the_task",),
     ),
     Mutant(
         "optional-checks-do-not-park",
-        "gitsup/verifier.py",
+        "gitsup/supervision/verifier.py",
         "failed = [r.name for r in results if r.required and not r.passed]",
         "failed = [r.name for r in results if not r.passed]",
         (T + "test_what_the_worker_is_told_and_which_failing_check_parks",),
     ),
     Mutant(
         "required-checks-park",
-        "gitsup/verifier.py",
+        "gitsup/supervision/verifier.py",
         "failed = [r.name for r in results if r.required and not r.passed]",
         "failed = []",
         (T + "test_what_the_worker_is_told_and_which_failing_check_parks",),
     ),
     Mutant(
         "require-local-commit-off",
-        "gitsup/verifier.py",
+        "gitsup/supervision/verifier.py",
         "if self.spec.autonomy.require_local_commit:",
         "if True:",
         (T + "test_require_local_commit",),
     ),
     Mutant(
         "require-local-commit-on",
-        "gitsup/verifier.py",
+        "gitsup/supervision/verifier.py",
         "if self.spec.autonomy.require_local_commit:",
         "if False:",
         (T + "test_require_local_commit",),
     ),
     Mutant(
         "per-check-timeout",
-        "gitsup/checks.py",
+        "gitsup/verification/checks.py",
         "timeout=check.timeout,",
         "timeout=None,",
         (T + "test_a_check_over_its_timeout_is_stopped_with_its_process_group",),
@@ -84,35 +84,35 @@ MUTANTS = [
     ),
     Mutant(
         "baseline-in-the-environment",
-        "gitsup/launcher.py",
+        "gitsup/supervision/launcher.py",
         '"GITSUP_BASELINE": self.record.baseline,',
         "",
         (T + "test_what_the_worker_is_told_and_which_failing_check_parks",),
     ),
     Mutant(
         "detach-own-session",
-        "gitsup/detach.py",
+        "gitsup/tasks/detach.py",
         "start_new_session=True,",
         "start_new_session=False,",
         (C + "test_detach_returns_while_the_task_runs_in_its_own_session",),
     ),
     Mutant(
         "wait-timeout",
-        "gitsup/detach.py",
+        "gitsup/tasks/detach.py",
         "if end is not None and time.monotonic() > end:",
         "if False:",
         (C + "test_detach_returns_while_the_task_runs_in_its_own_session",),
     ),
     Mutant(
         "doctor-missing-worktree",
-        "gitsup/recovery.py",
+        "gitsup/supervision/recovery.py",
         'findings.append(Finding("missing-worktree", rec.worktree, rec.id))',
         "pass",
         (C + "test_doctor_finds_missing_and_unknown_worktrees",),
     ),
     Mutant(
         "doctor-stale-lease",
-        "gitsup/recovery.py",
+        "gitsup/supervision/recovery.py",
         "        if lease.owner_alive:\n            continue\n",
         "        continue\n",
         (C + "test_wait_and_doctor_when_the_supervisor_died",),
@@ -140,24 +140,24 @@ MUTANTS = [
     ),
     Mutant(
         "integrate-rechecks-clean-target",
-        "gitsup/boundary/integrate.py",
+        "gitsup/integration/integrate.py",
         "    if checkout is not None:\n        _require_clean(checkout, branch)\n    message =",
         "    message =",
         (B + "test_integrate_rechecks_a_clean_target_after_its_checks",),
     ),
     Mutant(
         "pool-spare-not-at-baseline",
-        "gitsup/pool.py",
+        "gitsup/tasks/pool.py",
         "    if spare.commit == baseline:\n",
         "    if True:\n",
-        ("tests/test_promises_pool.py",),
+        ("tests/tasks/test_promises_pool.py",),
     ),
     Mutant(
         "launcher-resolved-interpreter",
-        "gitsup/boundary/install.py",
+        "gitsup/git/hooks.py",
         "python=shlex.quote(os.path.realpath(python or sys.executable)),",
         "python=shlex.quote(python or sys.executable),",
-        ("tests/test_promises_init.py",),
+        ("tests/tasks/test_promises_init.py",),
     ),
 ]
 

@@ -245,7 +245,7 @@ class Worker(_Strict):
     extra_args: Argv = Field(default_factory=list)
     model: str | None = None
     # codex: USD per million tokens (input, cached_input, output) when the agent reports
-    # tokens only; unset keys use gitsup.workers.app_server.DEFAULT_PRICE
+    # tokens only; unset keys use gitsup.workers.codex.app_server.DEFAULT_PRICE
     price: dict[Literal["input", "cached_input", "output"], Annotated[float, Field(ge=0)]] = Field(
         default_factory=dict
     )
@@ -293,7 +293,7 @@ class Isolation(_Strict):
 
 
 class Sandbox(_Strict):
-    # None: git config sup.sandbox, else "auto" (gitsup/sandbox.py)
+    # None: git config sup.sandbox, else "auto" (gitsup/host/sandbox.py)
     mode: Literal["auto", "required", "off"] | None = None
 
 
@@ -304,7 +304,7 @@ class Events(_Strict):
 
 
 class Notify(_Strict):
-    """Outbound notifications (gitsup/notify.py); unset keys fall back to `sup.notify.*`."""
+    """Outbound notifications (gitsup/attention/notify.py); unset keys fall back to `sup.notify.*`."""
 
     webhook: str | None = None
     command: Argv | None = None
@@ -316,7 +316,7 @@ class Notify(_Strict):
 
 
 class Attempts(_Strict):
-    """Best-of-N (gitsup/attempts.py): `n` tasks from the same baseline and spec; attempt i
+    """Best-of-N (gitsup/tasks/attempts.py): `n` tasks from the same baseline and spec; attempt i
     uses `workers[i % len(workers)]` when workers are given (other kinds or models)."""
 
     n: int = Field(default=1, ge=1, le=16)

@@ -9,11 +9,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitsup.decider import TurnDecision
-from gitsup.machine import TaskMachine
 from gitsup.spec import TaskSpec, spec_from_mapping
 from gitsup.state import TRANSITIONS, State
-from gitsup.taskio import (
+from gitsup.supervision.machine import TaskMachine
+from gitsup.supervision.taskio import (
     AddReason,
     AnswerPermission,
     Close,
@@ -36,6 +35,7 @@ from gitsup.taskio import (
     Verify,
     WorkImported,
 )
+from gitsup.verification.decider import TurnDecision
 from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
@@ -132,7 +132,7 @@ class FakeWorld:
 
     def tick(self) -> str | None:
         """Move the clock to the next timer and fire it; its name, or None."""
-        from gitsup.taskio import TimerFired
+        from gitsup.supervision.taskio import TimerFired
 
         nxt = self.machine.next_timer()
         if nxt is None:

@@ -71,7 +71,11 @@ CASES = [
     ("cli-only-typer", "tasks.py", "def _x() -> None:\n    import typer\n"),
     # A lower layer importing a higher one (lazily, inside a function, still counts).
     ("layers", "git/repo.py", "def _x() -> None:\n    from gitsup import tasks\n"),
-    ("layers", "store.py", "def _x() -> None:\n    from gitsup.supervisor import Supervisor\n"),
+    (
+        "layers",
+        "store.py",
+        "def _x() -> None:\n    from gitsup.supervision.supervisor import Supervisor\n",
+    ),
     # Workers and policy know nothing of each other; the gate joins them.
     ("layers", "workers/base.py", "def _x() -> None:\n    from gitsup.policy import decision\n"),
     # A new module that no layer names.

@@ -12,7 +12,6 @@ from gitsup.durations import format_duration, parse_duration
 from gitsup.errors import Exit, GitsupError
 from gitsup.ids import new_task_id, parse_task_id
 from gitsup.layout import Layout
-from gitsup.record import TaskRecord
 from gitsup.state import (
     EXIT_OF,
     STATUS_OF,
@@ -23,7 +22,8 @@ from gitsup.state import (
     Status,
     check_transition,
 )
-from gitsup.store import TaskStore
+from gitsup.store.record import TaskRecord
+from gitsup.store.records import TaskStore
 from tests.conftest import REPO_ROOT
 
 # The state-machine diagram of DESIGN.md (shared/docs, next to the repository); the copy below

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitsup import proc
+from gitsup.host import proc
 from gitsup.redact import _PATTERNS, REDACTED, needs_redaction, redact, redact_text
 from gitsup.workers.base import (
     HumanInput,
@@ -295,7 +295,7 @@ def test_a_key_written_in_pieces_is_still_redacted(tmp_path: Path) -> None:
 
 
 def test_hook_events_are_redacted_but_prompts_are_recognised() -> None:
-    from gitsup.workers.hooks import HookBridge
+    from gitsup.workers.claude.hooks import HookBridge
 
     line, raw = make_secrets()["github"]
     inbox: queue.SimpleQueue[object] = queue.SimpleQueue()

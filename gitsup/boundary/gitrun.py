@@ -1,4 +1,4 @@
-"""The hook path's own process runner (standard library only; gitsup/proc.py is the runner
+"""The hook path's own process runner (standard library only; gitsup/host/proc.py is the runner
 everywhere else, but it is not for a path that must not import psutil or pay its start-up).
 
 `GitCli` runs plain `git` in the hook's environment, so in a `pre-receive` hook it sees the

@@ -16,7 +16,7 @@ from gitsup.cli.output import emit_json, emit_jsonl, out, use_colour
 from gitsup.errors import GitsupError
 
 if TYPE_CHECKING:
-    from gitsup.attention import TaskStatus
+    from gitsup.attention.fold import TaskStatus
 
 
 _SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
@@ -37,7 +37,7 @@ def render_frame(
 ) -> str:
     """The watch screen: a header and one line per task, each cut to `width` columns,
     coloured with ANSI SGR codes when `colour` (the terminal's width and height)."""
-    from gitsup.attention import HEADER, line_parts
+    from gitsup.attention.fold import HEADER, line_parts
 
     need = sum(1 for r in rows if r.attention)
     live = sum(1 for r in rows if r.state not in ("completed", "blocked", "failed", "stopped"))
@@ -89,8 +89,8 @@ def watch_cmd(
     Updates in place on a terminal, prints a line per change otherwise, `--json` streams
     `{"kind": "status", ...}` and `{"kind": "event", ...}` lines.
     """
-    from gitsup.attention import Board, plain_line
-    from gitsup.tasks import SupRepo
+    from gitsup.attention.fold import Board, plain_line
+    from gitsup.tasks.lifecycle import SupRepo
 
     ctx = SupRepo.discover()
     board = Board(ctx.layout)
@@ -179,8 +179,8 @@ def cost_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """What tasks cost, from Git: per task, per day, per outcome, per integrated change."""
-    from gitsup.ledger import cost_summary
-    from gitsup.tasks import SupRepo
+    from gitsup.store.ledger import cost_summary
+    from gitsup.tasks.lifecycle import SupRepo
 
     summary = cost_summary(SupRepo.discover(), _parse_since(since))
     if json_out:
@@ -215,8 +215,8 @@ def report_cmd(
     ] = None,
 ) -> None:
     """One self-contained HTML page for a task: timeline, checks, review, diff, cost."""
-    from gitsup.report import render_task
-    from gitsup.tasks import SupRepo
+    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.tasks.report import render_task
 
     page = render_task(SupRepo.discover(), task)
     if output is None:
@@ -234,8 +234,8 @@ def serve_cmd(
     port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (0: any free one).")] = 0,
 ) -> None:
     """Serve the pages of all tasks, with an index, on 127.0.0.1 (never another address)."""
-    from gitsup.report import serve
-    from gitsup.tasks import SupRepo
+    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.tasks.report import serve
 
     def ready(url: str) -> None:
         out(url)

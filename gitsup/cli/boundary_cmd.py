@@ -75,9 +75,9 @@ def gate_install(
 
     The gate keeps its own allowed signers and trust root (the protected tips it has now,
     plus this repository's trust root) in the repository's config."""
-    from gitsup.boundary.setup import install_gate
     from gitsup.errors import GitsupError
     from gitsup.git import GitRepo
+    from gitsup.integration.setup import install_gate
 
     try:
         source: GitRepo | None = GitRepo.discover(".")
@@ -121,9 +121,9 @@ def integrate_cmd(
 
     Exit codes: 0 integrated, 2 refused (nothing changed), 3 checks failed (target untouched).
     """
-    from gitsup.boundary.integrate import Strategy, integrate
     from gitsup.errors import GitsupError
-    from gitsup.tasks import SupRepo
+    from gitsup.integration.integrate import Strategy, integrate
+    from gitsup.tasks.lifecycle import SupRepo
 
     try:
         strat = Strategy(strategy)
@@ -148,7 +148,7 @@ def integrate_cmd(
 def _publish_remote(ctx: object, branch: str) -> str:
     """The remote a published branch goes to: its upstream's, else sup.reviewRemote, else
     origin."""
-    from gitsup.tasks import SupRepo
+    from gitsup.tasks.lifecycle import SupRepo
 
     assert isinstance(ctx, SupRepo)
     repo = ctx.repo

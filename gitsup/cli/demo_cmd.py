@@ -22,8 +22,8 @@ def demo_cmd(
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Run one scripted task through the whole loop in a throwaway repo (no network, no API key)."""
-    from gitsup.demo import run_demo
-    from gitsup.tasks import SupRepo, show_dict, status_exit
+    from gitsup.demo.run import run_demo
+    from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
 
     if directory is not None:
         directory = directory.resolve()

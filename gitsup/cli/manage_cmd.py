@@ -22,7 +22,7 @@ def stop_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Stop a running task (its supervisor stops the worker and parks the work)."""
-    from gitsup.tasks import SupRepo, show_dict, stop_task
+    from gitsup.tasks.lifecycle import SupRepo, show_dict, stop_task
 
     ctx = SupRepo.discover()
     record = stop_task(ctx, task, wait=wait)
@@ -43,7 +43,7 @@ def discard_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove a task's worktree; its refs stay. Refuses to lose uncaptured work without --force."""
-    from gitsup.tasks import SupRepo, discard_task
+    from gitsup.tasks.lifecycle import SupRepo, discard_task
 
     ctx = SupRepo.discover()
     res = discard_task(ctx, task, force=force)
@@ -70,7 +70,7 @@ def prune_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove ended tasks' worktrees and branches; their refs under refs/sup/ stay."""
-    from gitsup.tasks import SupRepo, prune_tasks
+    from gitsup.tasks.lifecycle import SupRepo, prune_tasks
 
     ctx = SupRepo.discover()
     res = prune_tasks(ctx, force=force, dry_run=dry_run)
@@ -95,8 +95,8 @@ def wait_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Block until the task ends; exit with the same code as `start`."""
-    from gitsup.detach import wait_task
-    from gitsup.tasks import SupRepo, show_dict, status_exit
+    from gitsup.tasks.detach import wait_task
+    from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
 
     ctx = SupRepo.discover()
     record = wait_task(ctx, task, timeout=timeout)
@@ -123,8 +123,8 @@ def recover_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Continue (or park) a task whose supervisor died."""
-    from gitsup.recovery import recover_task
-    from gitsup.tasks import SupRepo, show_dict, status_exit
+    from gitsup.supervision.recovery import recover_task
+    from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
 
     ctx = SupRepo.discover()
     record = recover_task(
@@ -143,20 +143,20 @@ def doctor_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Reconcile task records and leases with processes, cgroups, worktrees and refs."""
-    from gitsup.recovery import doctor
-    from gitsup.tasks import SupRepo
+    from gitsup.supervision.recovery import doctor
+    from gitsup.tasks.lifecycle import SupRepo
 
     ctx = SupRepo.discover()
     findings = doctor(ctx, fix=fix)
     if json_out:
         emit_json([f.as_dict() for f in findings])
         return
-    from gitsup.recovery import network_isolation, sandbox_summary
+    from gitsup.supervision.recovery import network_isolation, sandbox_summary
 
     out(network_isolation())
     out(f"sandbox: {sandbox_summary(ctx)}")
-    from gitsup.agents import probe_agents
-    from gitsup.proc import child_env
+    from gitsup.host.proc import child_env
+    from gitsup.workers.agents import probe_agents
 
     for agent in probe_agents(child_env()):
         out(f"agent {agent.describe()}")
@@ -178,9 +178,9 @@ def resume_auto_cmd(task: Annotated[str, typer.Argument(help="Task id.")]) -> No
     import os
     import signal
 
-    from gitsup.procid import ProcessId
+    from gitsup.host.procid import ProcessId
     from gitsup.state import State
-    from gitsup.tasks import SupRepo
+    from gitsup.tasks.lifecycle import SupRepo
 
     ctx = SupRepo.discover()
     record = ctx.store.load(task)

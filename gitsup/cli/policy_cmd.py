@@ -42,7 +42,7 @@ def find_worktree(start: Path) -> Path:
 
 def git_protected(worktree: Path) -> list[str]:
     """Values of `git config --get-all sup.protected` (absent: empty)."""
-    from gitsup import proc
+    from gitsup.host import proc
 
     try:
         res = proc.run(["git", "config", "--get-all", "sup.protected"], cwd=worktree, timeout=10)

@@ -24,8 +24,8 @@ def fill_cmd(
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Make spare worktrees at HEAD until the pool is full."""
-    from gitsup.pool import fill
-    from gitsup.tasks import SupRepo
+    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.tasks.pool import fill
 
     made = fill(SupRepo.discover(), size)
     if json_out:
@@ -37,8 +37,8 @@ def fill_cmd(
 @pool_app.command("ls")
 def ls_cmd(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
     """List the spare worktrees."""
-    from gitsup.pool import pool_size, spares
-    from gitsup.tasks import SupRepo
+    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.tasks.pool import pool_size, spares
 
     ctx = SupRepo.discover()
     items = spares(ctx)
@@ -58,7 +58,7 @@ def ls_cmd(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
 @pool_app.command("clear")
 def clear_cmd() -> None:
     """Remove every spare worktree."""
-    from gitsup.pool import clear
-    from gitsup.tasks import SupRepo
+    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.tasks.pool import clear
 
     out(f"removed {clear(SupRepo.discover())} spare worktree(s)")

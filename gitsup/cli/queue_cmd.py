@@ -1,4 +1,4 @@
-"""`git sup queue`: the integration queue (gitsup/queue.py)."""
+"""`git sup queue`: the integration queue (gitsup/tasks/queue.py)."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def queue_cmd(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """List the queues: entries in order with their outcome (integrated, parked, queued)."""
     if ctx.invoked_subcommand is not None:
         return
-    from gitsup.queue import list_queues
-    from gitsup.tasks import SupRepo
+    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.tasks.queue import list_queues
 
     states = list_queues(SupRepo.discover())
     if json_out:
@@ -57,8 +57,8 @@ def add_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Queue ready candidates for integration into a branch."""
-    from gitsup.queue import add
-    from gitsup.tasks import SupRepo
+    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.tasks.queue import add
 
     st = add(SupRepo.discover(), tasks, into)
     if json_out:
@@ -73,8 +73,8 @@ def remove_cmd(
     into: IntoOpt = None,
 ) -> None:
     """Take a queued candidate out of the queue."""
-    from gitsup.queue import remove
-    from gitsup.tasks import SupRepo
+    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.tasks.queue import remove
 
     st = remove(SupRepo.discover(), task, into)
     out(f"removed {task} from the queue into {st.into}")
@@ -96,8 +96,8 @@ def run_cmd(
     """Integrate the queued candidates (resumes a queue whose runner died).
 
     Exit 0: everything queued was integrated; 3: some candidates were parked."""
-    from gitsup.queue import detach_run, run
-    from gitsup.tasks import SupRepo
+    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.tasks.queue import detach_run, run
 
     ctx = SupRepo.discover()
     if detach:

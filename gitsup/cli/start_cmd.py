@@ -14,9 +14,9 @@ from gitsup.cli.task_render import ProgressRenderer, print_group, print_summary
 from gitsup.errors import Exit, GitsupError
 
 if TYPE_CHECKING:
-    from gitsup.record import TaskRecord
     from gitsup.spec import TaskSpec
-    from gitsup.tasks import SupRepo
+    from gitsup.store.record import TaskRecord
+    from gitsup.tasks.lifecycle import SupRepo
 
 
 def _spec_from_cli(
@@ -162,7 +162,7 @@ def start_cmd(
     Exit codes: 0 ready, 3 parked, 4 failed, 5 stopped, 2 bad input, 1 internal error,
     130 interrupted (Ctrl-C stops the task and keeps its work).
     """
-    from gitsup.tasks import SupRepo, run_task, show_dict, status_exit
+    from gitsup.tasks.lifecycle import SupRepo, run_task, show_dict, status_exit
 
     spec = _spec_from_cli(
         goal,
@@ -192,7 +192,7 @@ def start_cmd(
         _start_group(ctx, spec, n, detach=detach, queue=queue, json_out=json_out)
         return
     if detach:
-        from gitsup.detach import start_detached
+        from gitsup.tasks.detach import start_detached
 
         record = start_detached(ctx, spec)
         if json_out:
@@ -210,7 +210,7 @@ def start_cmd(
                 f"task {rec.id}: worktree {rec.worktree} on {rec.branch} at {rec.baseline[:12]}"
             )
 
-    from gitsup.attention import BudgetLimits
+    from gitsup.attention.fold import BudgetLimits
 
     renderer = ProgressRenderer(BudgetLimits.from_spec(spec.model_dump(mode="json")))
     record = run_task(ctx, spec, on_event=None if quiet else renderer, on_prepared=prepared)
@@ -227,7 +227,7 @@ def start_cmd(
 def _start_group(
     ctx: SupRepo, spec: TaskSpec, n: int, *, detach: bool, queue: bool, json_out: bool
 ) -> None:
-    from gitsup.attempts import start_group
+    from gitsup.tasks.attempts import start_group
 
     res = start_group(ctx, spec, n, wait=not detach, queue_into="" if queue else None)
     if json_out:

@@ -11,10 +11,10 @@ from gitsup.cli.output import fold, out, paint, progress, use_colour
 from gitsup.durations import format_duration
 
 if TYPE_CHECKING:
-    from gitsup.events import Event
-    from gitsup.eventtypes import WorkerStopped
-    from gitsup.record import TaskRecord
-    from gitsup.tasks import SupRepo
+    from gitsup.store.events import Event
+    from gitsup.store.eventtypes import WorkerStopped
+    from gitsup.store.record import TaskRecord
+    from gitsup.tasks.lifecycle import SupRepo
 
 
 _QUIET_TYPES = {"worker_output", "protocol_noise"}
@@ -28,7 +28,7 @@ class ProgressRenderer:
     def __init__(self, budget: Any = None) -> None:
         import time
 
-        from gitsup.attention import BudgetLimits, Tracker
+        from gitsup.attention.fold import BudgetLimits, Tracker
 
         self._clock = time.monotonic
         self._t0 = self._clock()
@@ -42,7 +42,7 @@ class ProgressRenderer:
     def __call__(self, ev: Event) -> None:
         import time
 
-        from gitsup.attention import tracker_line
+        from gitsup.attention.fold import tracker_line
 
         self._tracker.feed(ev.as_dict())
         if self._status_line:
@@ -65,8 +65,8 @@ class ProgressRenderer:
                 for line in fold(str(d.get("text", ""))):
                     progress(f"  | {line}")
             return
-        from gitsup import eventtypes as et
-        from gitsup.eventtypes import given
+        from gitsup.store import eventtypes as et
+        from gitsup.store.eventtypes import given
 
         match ev.payload:
             case et.StateChanged() as p:
@@ -141,7 +141,7 @@ class ProgressRenderer:
 
 
 def _stopped_text(p: WorkerStopped) -> str:
-    from gitsup.eventtypes import given
+    from gitsup.store.eventtypes import given
 
     if given(p.guarantee):
         return f"{given(p.containment)} ({given(p.guarantee)})"

@@ -22,7 +22,7 @@ def init_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Set up gitsup in this repository (idempotent)."""
-    from gitsup.tasks import SupRepo, init_repo
+    from gitsup.tasks.lifecycle import SupRepo, init_repo
 
     ctx = SupRepo.discover()
     res = init_repo(ctx, protected=protected, explicit=True)
@@ -43,10 +43,10 @@ def show_cmd(
 ) -> None:
     """Show one task: state, status, baseline, candidate, checks, review, turns, cost;
     or a best-of-N group (id g…): its attempts side by side, ranked."""
-    from gitsup.tasks import SupRepo, show_dict
+    from gitsup.tasks.lifecycle import SupRepo, show_dict
 
     ctx = SupRepo.discover()
-    from gitsup.attempts import compare, is_group_id
+    from gitsup.tasks.attempts import compare, is_group_id
 
     if is_group_id(task):
         g = compare(ctx, task)
@@ -112,8 +112,8 @@ def ls_cmd(
 ) -> None:
     """List tasks with state, status, age, branch and how far their baseline is behind;
     tasks that need a human first (marked !)."""
-    from gitsup.attention import attention_of
-    from gitsup.listing import Listing, list_tasks
+    from gitsup.attention.fold import attention_of
+    from gitsup.tasks.listing import Listing, list_tasks
 
     listing = Listing.discover()  # libgit2 only if something needs it
     records = list(listing.store.iter_raw())  # read once, for both
@@ -121,7 +121,7 @@ def ls_cmd(
     rows = list_tasks(listing, records)
     if attention:
         rows = [r for r in rows if r.id in needs]
-    from gitsup.overlap import overlaps
+    from gitsup.tasks.overlap import overlaps
 
     ov = overlaps(listing, records)
     listing.save()
@@ -153,7 +153,7 @@ def log_cmd(
     task: Annotated[str, typer.Argument(help="Task id.")], json_out: JsonOpt = False
 ) -> None:
     """Print the task's events, one per line."""
-    from gitsup.tasks import SupRepo, read_events
+    from gitsup.tasks.lifecycle import SupRepo, read_events
 
     ctx = SupRepo.discover()
     for ev in read_events(ctx, task):

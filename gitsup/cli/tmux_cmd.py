@@ -25,7 +25,7 @@ def attach_argv(socket: str, *, read_only: bool) -> list[str]:
 
 def task_socket(task: str) -> str:
     from gitsup.state import TERMINAL
-    from gitsup.tasks import SupRepo
+    from gitsup.tasks.lifecycle import SupRepo
 
     ctx = SupRepo.discover()
     record = ctx.store.load(task)
@@ -80,7 +80,7 @@ def hook_claude_cmd() -> None:
     """Claude Code command hook: forward the hook JSON on stdin to the supervisor owning
     the session's directory and print its answer (nothing when no supervisor owns it).
 
-    Faster, for registering in Claude Code settings: `python3 -m gitsup.hookrelay`."""
-    from gitsup.hookrelay import main
+    Faster, for registering in Claude Code settings: `python3 -m gitsup.workers.claude.relay`."""
+    from gitsup.workers.claude.relay import main
 
     raise typer.Exit(main())

@@ -193,7 +193,7 @@ class WorkingTree(Worktrees):
         Without a baseline every ignore counts as the baseline's."""
         if baseline is None:
             return [(p, True) for p in paths]
-        from gitsup import proc
+        from gitsup.host import proc
 
         res = proc.run(
             ["git", "check-ignore", "-v", "-z", "--no-index", "--stdin"],

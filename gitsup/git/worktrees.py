@@ -30,7 +30,7 @@ class Worktrees(RepoBase):
         No hook of the user's runs (`core.hooksPath` is pointed at nothing), submodules are
         not recursed into, the user's checkout and index are not touched, and a failed or
         interrupted add leaves neither files nor a registration behind."""
-        from gitsup import proc
+        from gitsup.host import proc
 
         if path.name != name:
             raise GitsupError(f"worktree {path} must be named {path.name}, not {name}")
@@ -146,7 +146,7 @@ class Worktrees(RepoBase):
 
     def add_detached_worktree(self, path: Path, commit: Oid) -> None:
         """A throw-away linked worktree at `commit` (no branch), e.g. for integration checks."""
-        from gitsup import proc
+        from gitsup.host import proc
 
         res = proc.run(
             ["git", "worktree", "add", "--detach", "--quiet", str(path), commit],
@@ -158,7 +158,7 @@ class Worktrees(RepoBase):
             raise GitsupError(f"cannot create worktree {path}: {res.output.strip()}")
 
     def remove_detached_worktree(self, path: Path) -> None:
-        from gitsup import proc
+        from gitsup.host import proc
 
         proc.run(
             ["git", "worktree", "remove", "--force", str(path)],
@@ -173,7 +173,7 @@ class Worktrees(RepoBase):
     def advance_checkout(self, old: Oid, new: Oid) -> None:
         """Move this (clean) checkout's index and files from `old` to `new` the way
         `git merge --ff-only` does (`read-tree -m -u`: refuses to lose local changes)."""
-        from gitsup import proc
+        from gitsup.host import proc
 
         env = proc.child_env()
         proc.run(["git", "update-index", "-q", "--refresh"], cwd=self.workdir, env=env)

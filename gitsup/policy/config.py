@@ -107,7 +107,7 @@ class DefaultFile(_Model):
     wrappers: dict[str, WrapperSpec]
     allow: AllowSection
     sandboxed_allow: SandboxedAllowSection = SandboxedAllowSection()
-    sandbox: dict[str, Any] = Field(default_factory=dict)  # filesystem rules (gitsup.sandbox)
+    sandbox: dict[str, Any] = Field(default_factory=dict)  # filesystem rules (gitsup.host.sandbox)
 
 
 class RepoAllow(_Model):
@@ -127,7 +127,7 @@ class RepoFile(_Model):
     sandboxed_allow: RepoSandboxedAllow = RepoSandboxedAllow()
     ask: tuple[str, ...] = ()  # command prefixes that always ask ("cargo build")
     deny: tuple[str, ...] = ()  # command prefixes that are denied ("terraform apply")
-    sandbox: dict[str, Any] = Field(default_factory=dict)  # gitsup/sandbox.py reads it
+    sandbox: dict[str, Any] = Field(default_factory=dict)  # gitsup/host/sandbox.py reads it
 
     @field_validator("protected")
     @classmethod

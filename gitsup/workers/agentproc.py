@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from gitsup import proc
-from gitsup.procid import ProcessId
+from gitsup.host import proc
+from gitsup.host.procid import ProcessId
 from gitsup.redact import redact_text
 from gitsup.workers.base import (
     WorkerAdapter,

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gitsup import proc
-from gitsup.eventtypes import Payload
+from gitsup.host import proc
+from gitsup.store.eventtypes import Payload
 
 Inbox = queue.SimpleQueue[object]
 

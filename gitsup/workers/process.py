@@ -13,8 +13,8 @@ import signal
 import threading
 from typing import IO
 
-from gitsup import proc
-from gitsup.procid import ProcessId
+from gitsup.host import proc
+from gitsup.host.procid import ProcessId
 from gitsup.redact import redact_text
 from gitsup.workers.base import (
     Capabilities,

@@ -62,8 +62,8 @@ class Setup:
 def make_bare(tmp: Path, name: str, source: Path, *, review: bool) -> Path:
     """An empty bare repository, gated from the start (allowed signers and trust root
     taken from `source`, an initialised repository); main then pushed through both gates."""
-    from gitsup.boundary.setup import install_gate
     from gitsup.git import GitRepo
+    from gitsup.integration.setup import install_gate
 
     bare = tmp / f"{name}.git"
     git(tmp, "init", "-q", "--bare", str(bare))
@@ -74,7 +74,7 @@ def make_bare(tmp: Path, name: str, source: Path, *, review: bool) -> Path:
 
 @pytest.fixture
 def setup(repo: Path, tmp: Path) -> Setup:
-    from gitsup.tasks import SupRepo, init_repo
+    from gitsup.tasks.lifecycle import SupRepo, init_repo
 
     init_repo(SupRepo.discover(repo), explicit=True)
     origin = make_bare(tmp, "origin", repo, review=True)
@@ -104,10 +104,10 @@ def make_task(
 
     from gitsup.ids import Oid, TaskId
     from gitsup.layout import task_refs
-    from gitsup.record import CandidateNote
     from gitsup.spec import spec_from_mapping
     from gitsup.state import State, Status
-    from gitsup.tasks import SupRepo, prepare_task
+    from gitsup.store.record import CandidateNote
+    from gitsup.tasks.lifecycle import SupRepo, prepare_task
 
     ctx = SupRepo.discover(setup.repo)
     spec = spec_from_mapping(
@@ -130,7 +130,7 @@ def make_task(
     head = Oid(git(wt, "rev-parse", "HEAD"))
     tid = TaskId(record.id)
     # what the supervisor does after a turn: import the worker's commit into sup/<id>
-    from gitsup.gitstate import import_work
+    from gitsup.git.taskgit import import_work
 
     import_work(ctx.repo, ctx.layout, tid, Oid(record.baseline), record.branch)
     ctx.repo.update_ref(task_refs(tid)["candidate"], head, old=None, message="test candidate")

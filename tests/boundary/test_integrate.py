@@ -231,7 +231,7 @@ def test_refuses_under_a_workers_process_tree(setup: Setup, ready: dict[str, Any
     """A worker that drops its marker and leaves its worktree is still found: it is an
     ancestor process recorded as a task's worker."""
     # The process-tree check on its own: inside the sandbox the worker cannot read the task
-    # records (hidden) nor write the repository (tests/test_sandbox.py).
+    # records (hidden) nor write the repository (tests/host/test_sandbox.py).
     git(setup.repo, "config", "sup.sandbox", "off")
     out = setup.tmp / "integrate-from-worker.txt"
     git_sup = repr(str(Path(PYTHON).parent / "git-sup"))

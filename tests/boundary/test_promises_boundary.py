@@ -23,7 +23,7 @@ def test_a_push_from_inside_a_tasks_process_tree_is_refused(setup: Setup, how: s
     """The worker strips GITSUP_TASK and pushes from the main checkout: the hook still finds
     the task through the process tree (the recorded worker pid, or an ancestor's cwd)."""
     # The hook's process-tree rule on its own: inside the sandbox the push cannot even write
-    # the repository or reach the remote (tests/test_sandbox.py).
+    # the repository or reach the remote (tests/host/test_sandbox.py).
     git(setup.repo, "config", "sup.sandbox", "off")
     out = setup.tmp / "push.json"
     repo = str(setup.repo)

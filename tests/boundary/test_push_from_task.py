@@ -110,7 +110,7 @@ def test_push_from_the_worker_process_itself_is_rejected(setup: Setup) -> None:
     from tests.boundary.conftest import start_task
 
     # The hook and the gate on their own: inside the sandbox the push cannot even write the
-    # remote (tests/test_sandbox.py), and this test reports through a file next to it.
+    # remote (tests/host/test_sandbox.py), and this test reports through a file next to it.
     git(setup.repo, "config", "sup.sandbox", "off")
     out = setup.tmp / "push-attempts.txt"
     body = f"""

@@ -1,0 +1,1 @@
+"""What needs a human (the attention fold) and telling them (notifications)."""

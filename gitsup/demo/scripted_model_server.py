@@ -1,0 +1,291 @@
+"""What the scripted model stand-ins share: an HTTP server on 127.0.0.0/8 that answers each
+request from the step of the script it matches, its JSON and event-stream plumbing, and
+`serve` (the `python -m` entry points). Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+from gitsup.demo.scripted_model_steps import (
+    ModelScript,
+    RecordedRequest,
+    ScriptError,
+    step_groups,
+    substitute,
+)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """How a request is answered: which script and step, or why none."""
+
+    kind: str  # step, fault, overrun, housekeeping
+    script: str | None
+    step_index: int | None
+    step: Mapping[str, Any] | None
+
+
+class ScriptServer:
+    """What the stand-ins share: an HTTP server on 127.0.0.0/8 that answers each request
+    from the step of the script it matches, counting fault retries per conversation.
+
+    A subclass gives the table of scripts, the script a request belongs to, the turn a
+    request is at, and the request handler. `requests` lists what was received;
+    `overruns` the script names that ran out of steps."""
+
+    thread_name = "scripted-model"
+
+    def __init__(self, *, host: str, port: int, variables: Mapping[str, str] | None = None) -> None:
+        if not host.startswith("127."):
+            raise ScriptError("the scripted model only listens on 127.0.0.0/8")
+        self.scripts: dict[str, ModelScript] = {}
+        self.host = host
+        self.variables = dict(variables or {})
+        self._port = port
+        self._lock = threading.Lock()
+        self._served: dict[tuple[str, str, int], int] = {}
+        self._stopping = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.requests: list[RecordedRequest] = []
+        self.overruns: list[str] = []
+
+    # what a subclass gives
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+    def _choose_script(self, body: Mapping[str, Any]) -> ModelScript | None:
+        raise NotImplementedError
+
+    def _turn(self, body: Mapping[str, Any]) -> int:
+        """How many model answers the request's conversation already holds."""
+        raise NotImplementedError
+
+    def _housekeeping(self, body: Mapping[str, Any]) -> bool:
+        """Whether the request is answered outside the scripts."""
+        return False
+
+    # lifecycle
+
+    def start(self) -> Self:
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        server = ThreadingHTTPServer((self.host, self._port), self._handler())
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, name=self.thread_name, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # views for tests
+
+    def step_requests(self, script: str | None = None) -> list[RecordedRequest]:
+        """Requests answered from a script (steps, faults and overruns)."""
+        with self._lock:
+            return [
+                r
+                for r in self.requests
+                if r.kind in ("step", "fault", "overrun") and script in (None, r.script)
+            ]
+
+    # answering (called from handler threads)
+
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def _plan(self, body: Mapping[str, Any], conversation: str) -> Answer:
+        if self._housekeeping(body):
+            return Answer("housekeeping", None, None, None)
+        script = self._choose_script(body)
+        if script is None:
+            return Answer("overrun", None, None, None)
+        turn = self._turn(body)
+        groups = step_groups(script.steps)
+        if turn >= len(groups):
+            return self._overrun(script)
+        faults, response = groups[turn]
+        with self._lock:
+            key = (script.name, conversation, turn)
+            attempt = self._served.get(key, 0)
+            self._served[key] = attempt + 1
+        for i in faults:  # each fault answers `times` attempts, then the next applies
+            times = script.steps[i].get("times", 1)
+            if times == "forever" or attempt < times:
+                return Answer("fault", script.name, i, script.steps[i])
+            attempt -= times
+        if response is None:
+            return self._overrun(script)
+        return Answer("step", script.name, response, script.steps[response])
+
+    def _overrun(self, script: ModelScript) -> Answer:
+        with self._lock:
+            self.overruns.append(script.name)
+        return Answer("overrun", script.name, None, None)
+
+    def step_content(self, step: Mapping[str, Any], cwd: str | None) -> Any:
+        """The step's content with `${NAME}` variables and `${CWD}` (the worker's directory,
+        as the request states it) filled in."""
+        variables = dict(self.variables)
+        if cwd is not None:
+            variables.setdefault("CWD", cwd)
+        return substitute(step["content"], variables)
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleeps; False if the server is stopping."""
+        return not self._stopping.wait(max(0.0, seconds))
+
+
+class ScriptHandler(BaseHTTPRequestHandler):
+    """The stand-ins' HTTP plumbing: JSON in and out, chunked event streams."""
+
+    protocol_version = "HTTP/1.1"
+    # sent after the content headers of every answer
+    extra_headers: tuple[tuple[str, str], ...] = ()
+    stream_type = "text/event-stream"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _read_json(self) -> Any:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            return json.loads(raw or b"null")
+        except ValueError:
+            return None
+
+    def _send_json(
+        self, status: int, payload: Any, headers: Mapping[str, str] | None = None
+    ) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for name, value in (*self.extra_headers, *(headers or {}).items()):
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _unscripted(
+        self, model: ScriptServer, body: Any, kind: str, status: int, payload: Any
+    ) -> None:
+        """Record a request answered outside the scripts (`kind`), and answer it."""
+        model._record(RecordedRequest(self.path, body, dict(self.headers), kind))
+        self._send_json(status, payload)
+
+    def _scripted(self, model: ScriptServer, body: dict[str, Any], conversation: str) -> None:
+        """Answer from the step the request's conversation is at, and record it."""
+        answer = model._plan(body, conversation)
+        model._record(
+            RecordedRequest(
+                self.path, body, dict(self.headers), answer.kind, answer.script, answer.step_index
+            )
+        )
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self._answer(body, answer)
+
+    def _answer(self, body: dict[str, Any], answer: Answer) -> None:
+        raise NotImplementedError
+
+    def _answer_fault(
+        self,
+        step: Mapping[str, Any],
+        error: Callable[[int], Any],
+        partial: Callable[[], Iterable[bytes]],
+        delta_event: str,
+    ) -> None:
+        """Answer a fault step: `http_error` (the step's body, else `error(status)`); `garbage`
+        as the whole stream (`raw`), or after the valid start `partial()` as a `delta_event`
+        (`delta`, closed) or nothing more (`truncate`); else (a bare hang) no answer at all."""
+        if "http_error" in step:
+            status = int(step["http_error"])
+            self._send_json(status, step.get("body") or error(status), step.get("headers") or {})
+            return
+        self.close_connection = True
+        if "garbage" not in step:
+            return
+        garbage = str(step["garbage"])
+        mode = step.get("mode", "delta")
+        self._start_stream()
+        if mode == "raw":
+            self._chunk(garbage.encode())
+            self._end_stream()
+            return
+        for data in partial():
+            self._chunk(data)
+        if mode != "truncate":
+            self._chunk(f"event: {delta_event}\ndata: {garbage}\n\n".encode())
+            self._end_stream()
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", self.stream_type)
+        self.send_header("cache-control", "no-cache")
+        for name, value in self.extra_headers:
+            self.send_header(name, value)
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+
+    def _chunk(self, data: bytes) -> None:
+        if data:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+def serve(name: str, make: Callable[[], ScriptServer]) -> int:
+    """Start the server `make()` builds, print its URL and serve until SIGTERM or ^C;
+    2 (and the reason on stderr, after `name:`) when it cannot start."""
+    try:
+        model = make().start()
+    except (ScriptError, OSError) as exc:
+        sys.stderr.write(f"{name}: {exc}\n")
+        return 2
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    sys.stdout.write(model.url + "\n")
+    sys.stdout.flush()
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        model.stop()
+    return 0

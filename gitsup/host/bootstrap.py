@@ -1,0 +1,430 @@
+"""The worker bootstrap: join a cgroup and/or a network namespace, sandbox, then exec.
+
+    python -m gitsup.host.bootstrap [--cgroup DIR] [--netns PATH] [--sandbox JSON] -- ARGV...
+
+Runs before the real command executes, so no descendant of it can start outside the
+cgroup, the namespace or the sandbox. Order: join the cgroup, enter the network namespace,
+then (with --sandbox) a private mount namespace, Landlock, no_new_privs and every
+capability dropped, then exec. Standard library only; exits 126 when it cannot contain.
+
+The sandbox JSON (built by gitsup.host.sandbox) says exactly what to enforce; the bootstrap
+enforces all of it or fails (it never silently does less than the record claims):
+
+    {"mountns": bool, "landlock": bool, "caps": bool,
+     "read": [path...], "listed": [dir...], "write": [path...], "deny": [glob...],
+     "hide": [dir...], "ro": [path...], "rw_mounts": [dir...], "fanout": [dir...]}
+
+`read`/`write`: Landlock hierarchies (missing paths are skipped); `deny`: globs removed
+from the `read` hierarchies that contain them (the hierarchy is split into its other
+entries; gitsup.host.sandbox does that once per task and passes the split `read` with the
+directories that stay listable in `listed`); `fanout`: object directories whose 256
+loose-object subdirectories are writable; `hide`: directories covered by an empty tmpfs in the mount namespace (their
+`read`/`write` sub-paths are bound back); `ro`: paths bound read-only over themselves.
+GITSUP_SANDBOX_REFUSE=landlock,mountns (a testing knob) makes the bootstrap refuse those.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fnmatch
+import json
+import os
+import stat
+import sys
+
+CLONE_NEWNET = 0x40000000
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+
+# mount(2)
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MS_RELATIME = 1 << 21
+# statvfs f_flag bits that are also mount flags: nodev, noexec, noatime, nodiratime
+_KEPT_FLAGS = 4 | 8 | 1024 | 2048
+ST_RELATIME = 4096
+
+# prctl(2)
+PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+# securebits: NOROOT, NO_SETUID_FIXUP, KEEP_CAPS (off), NO_CAP_AMBIENT_RAISE, each locked
+SECUREBITS_LOCKED = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3) | (1 << 5) | (1 << 6) | (1 << 7)
+
+# Landlock (syscall numbers are the same on every architecture gitsup runs on)
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_ADD_RULE = 445
+SYS_LANDLOCK_RESTRICT_SELF = 446
+SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_RULE_PATH_BENEATH = 1
+FS_EXECUTE = 1 << 0
+FS_WRITE_FILE = 1 << 1
+FS_READ_FILE = 1 << 2
+FS_READ_DIR = 1 << 3
+FS_REFER = 1 << 13
+FS_TRUNCATE = 1 << 14
+FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
+SCOPE_SIGNAL = 1 << 1
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _fail(msg: str) -> None:
+    sys.stderr.write(f"gitsup bootstrap: {msg}\n")
+    sys.stderr.flush()
+    os._exit(126)
+
+
+def _err() -> str:
+    return os.strerror(ctypes.get_errno())
+
+
+def _refused(what: str) -> bool:
+    return what in os.environ.get("GITSUP_SANDBOX_REFUSE", "").split(",")
+
+
+# --- Landlock -------------------------------------------------------------------------------
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 without Landlock."""
+    v = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    return int(v) if v > 0 else 0
+
+
+def _fs_rights(abi: int) -> int:
+    rights = (1 << 13) - 1  # EXECUTE .. MAKE_SYM (ABI 1)
+    if abi >= 2:
+        rights |= FS_REFER
+    if abi >= 3:
+        rights |= FS_TRUNCATE
+    return rights
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def expand_read(paths: list[str], deny: list[str]) -> tuple[list[str], list[str]]:
+    """`paths` minus every `deny` glob: a hierarchy that contains a denied path is replaced
+    by its entries (recursively), leaving out the denied ones. Returns those hierarchies and
+    the split directories (which stay listable)."""
+    out: list[str] = []
+    listed: list[str] = []
+
+    def covers(d: str) -> bool:
+        prefix = d.rstrip("/") + "/"
+        return any(g.startswith(prefix) for g in deny)
+
+    def walk(p: str, is_dir: bool) -> None:
+        if any(fnmatch.fnmatchcase(p, g) for g in deny):
+            return
+        if not is_dir or not covers(p):
+            out.append(p)
+            return
+        try:
+            entries = list(os.scandir(p))
+        except OSError:
+            return
+        listed.append(p)
+        for e in entries:
+            walk(e.path, e.is_dir(follow_symlinks=False))
+
+    for p in paths:
+        walk(p, os.path.isdir(p) and not os.path.islink(p))
+    return out, listed
+
+
+def _landlock(read: list[str], write: list[str], deny: list[str], listed: list[str]) -> int:
+    abi = landlock_abi()
+    if abi < 1 or _refused("landlock"):
+        _fail("Landlock is not available on this host")
+    rights = _fs_rights(abi)
+    attr = _RulesetAttr(rights, 0, 0)
+    size = 8
+    if abi >= 6:
+        attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+        size = 24
+    rfd = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0)
+    if rfd < 0:
+        _fail(f"cannot create a Landlock ruleset: {_err()}")
+    read_rights = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+    if deny:
+        read, more = expand_read(read, deny)
+        listed = [*listed, *more]
+    for paths, allowed in ((read, read_rights), (listed, FS_READ_DIR), (write, rights)):
+        for p in paths:
+            try:
+                fd = os.open(p, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # a path that does not exist needs no rule
+            try:
+                is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+                mask = allowed if is_dir else allowed & FILE_RIGHTS
+                rule = _PathBeneath(mask, fd)
+                if _libc.syscall(
+                    SYS_LANDLOCK_ADD_RULE, rfd, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0
+                ):
+                    _fail(f"cannot add a Landlock rule for {p}: {_err()}")
+            finally:
+                os.close(fd)
+    if _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, rfd, 0):
+        _fail(f"cannot enforce the Landlock ruleset: {_err()}")
+    os.close(rfd)
+    return abi
+
+
+# --- the mount namespace --------------------------------------------------------------------
+
+
+def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    if _libc.mount(
+        None if src is None else src.encode(),
+        target.encode(),
+        None if fstype is None else fstype.encode(),
+        flags,
+        None if data is None else data.encode(),
+    ):
+        _fail(f"cannot mount {target}: {_err()}")
+
+
+def _under(path: str, d: str) -> bool:
+    return path == d or path.startswith(d.rstrip("/") + "/")
+
+
+def _covered(path: str, dirs: list[str]) -> bool:
+    return any(_under(path, d) for d in dirs)
+
+
+def _write_file(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _mount_ns(cfg: dict[str, list[str]]) -> None:
+    """A private mount namespace: the host's sockets and temp dirs hidden under empty tmpfs,
+    the task's own paths bound back (read-only unless writable), `ro` paths read-only."""
+    if _refused("mountns"):
+        _fail("mount namespaces are not available on this host")
+    uid, gid = os.getuid(), os.getgid()
+    flags = CLONE_NEWNS if os.geteuid() == 0 else CLONE_NEWNS | CLONE_NEWUSER
+    if _libc.unshare(flags):
+        _fail(f"cannot create a mount namespace: {_err()}")
+    if flags & CLONE_NEWUSER:
+        _write_file("/proc/self/setgroups", "deny")
+        _write_file("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write_file("/proc/self/gid_map", f"{gid} {gid} 1")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    hide = [h for h in cfg.get("hide", []) if os.path.isdir(h) and not os.path.islink(h)]
+    ro = [p for p in cfg.get("ro", []) if os.path.exists(p)]
+    ops: list[tuple[str, str]] = [(h, "tmpfs") for h in hide]
+    ops += [(p, "read") for p in cfg.get("read", []) if _covered(p, hide) and os.path.exists(p)]
+    ops += [(p, "ro") for p in ro]
+    # writable: bound back read-write when hidden or inside a read-only bind, unless a
+    # writable bind around it covers it already (`rw_mounts`: writable at the mount level
+    # only; Landlock narrows them)
+    rw = [p for p in cfg.get("rw_mounts", []) if os.path.exists(p)]
+    rw += [p for p in cfg.get("write", []) if os.path.exists(p) and not _covered(p, rw)]
+    rw = [p for p in rw if _covered(p, [*hide, *ro])]
+    masks = [*hide, *ro]
+
+    def needs_bind(p: str) -> bool:
+        # covered by a writable bind with nothing hidden or read-only in between
+        return not any(
+            q != p
+            and _under(p, q)
+            and not any(m != q and _under(m, q) and _under(p, m) for m in masks)
+            for q in rw
+        )
+
+    ops += [(p, "write") for p in rw if needs_bind(p)]
+    # a readable path that is writable, or visible through a writable bind, needs no
+    # read-only bind of its own
+    ops = [(p, k) for p, k in ops if k != "read" or (p not in rw and needs_bind(p))]
+    # parents first; at one path: tmpfs, then read, then write, then ro
+    rank = {"tmpfs": 0, "read": 1, "write": 2, "ro": 3}
+    ops.sort(key=lambda o: (o[0].rstrip("/").count("/"), rank[o[1]]))
+    fds: dict[str, int] = {}
+    for p, kind in ops:
+        if kind != "tmpfs" and p not in fds:
+            try:
+                fds[p] = os.open(p, os.O_PATH | os.O_CLOEXEC)
+            except OSError as exc:
+                _fail(f"cannot open {p}: {exc.strerror}")
+    for p, kind in ops:
+        if kind == "tmpfs":
+            if not os.path.isdir(p):
+                continue  # below a directory hidden already (and not bound back)
+            _mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=64m")
+            continue
+        fd = fds[p]
+        is_dir = os.path.isdir(f"/proc/self/fd/{fd}")
+        if not os.path.lexists(p):
+            try:
+                if is_dir:
+                    os.makedirs(p, exist_ok=True)
+                else:
+                    os.makedirs(os.path.dirname(p), exist_ok=True)
+                    os.close(os.open(p, os.O_WRONLY | os.O_CREAT, 0o600))
+            except OSError as exc:
+                _fail(f"cannot create the mount point {p}: {exc.strerror}")
+        _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC, None)
+        if kind != "write":
+            # keep the flags a user namespace may not clear (nodev, noexec, atime…)
+            kept = os.statvfs(p).f_flag
+            flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | (kept & _KEPT_FLAGS)
+            if kept & ST_RELATIME:
+                flags |= MS_RELATIME
+            _mount(None, p, None, flags, None)
+    for fd in fds.values():
+        os.close(fd)
+    # The working directory still points into the host's mounts: enter it again by name,
+    # so that relative paths (`..` included) see the namespace's view, not the host's.
+    try:
+        cwd = os.getcwd()
+        os.chdir(cwd)
+    except OSError as exc:
+        _fail(f"cannot enter the working directory in the mount namespace: {exc.strerror}")
+
+
+# --- privileges -----------------------------------------------------------------------------
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _no_new_privs() -> None:
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0):
+        _fail(f"cannot set no_new_privs: {_err()}")
+
+
+def _drop_caps() -> None:
+    """Every capability out of every set, securebits locked so exec as uid 0 regains none."""
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        last = 63
+    if _libc.prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED, 0, 0, 0) and os.geteuid() == 0:
+        _fail(f"cannot lock securebits: {_err()}")
+    for cap in range(last + 1):
+        dropped = _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0
+        if not dropped and ctypes.get_errno() != 22 and os.geteuid() == 0:
+            _fail(f"cannot drop capability {cap} from the bounding set: {_err()}")
+    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    nr = SYS_CAPSET.get(os.uname().machine)
+    if nr is None:
+        _fail(f"capset: unknown architecture {os.uname().machine}")
+    hdr = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (_CapData * 2)()
+    if _libc.syscall(nr, ctypes.byref(hdr), data):
+        _fail(f"cannot drop capabilities: {_err()}")
+
+
+def apply_sandbox(cfg: dict[str, object]) -> None:
+    """Enforce the sandbox description on this process (see the module docstring)."""
+    paths = {k: [str(p) for p in v] for k, v in cfg.items() if isinstance(v, list)}
+    if cfg.get("mountns"):
+        _mount_ns(paths)
+    _no_new_privs()
+    if cfg.get("landlock"):
+        # its own terminal (a tmux pane), by name too; no other terminal
+        ttys = []
+        for fd in (0, 1, 2):
+            try:
+                ttys.append(os.ttyname(fd))
+            except OSError:
+                continue
+        fanout = [os.path.join(d, f"{i:02x}") for d in paths.get("fanout", []) for i in range(256)]
+        _landlock(
+            paths.get("read", []),
+            [*paths.get("write", []), *fanout, *ttys],
+            paths.get("deny", []),
+            paths.get("listed", []),
+        )
+    if cfg.get("caps", True):
+        _drop_caps()
+
+
+def main(argv: list[str]) -> None:
+    cgroup = netns = sandbox = None
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        if argv[i] == "--cgroup" and i + 1 < len(argv):
+            cgroup = argv[i + 1]
+            i += 2
+        elif argv[i] == "--netns" and i + 1 < len(argv):
+            netns = argv[i + 1]
+            i += 2
+        elif argv[i] == "--sandbox" and i + 1 < len(argv):
+            sandbox = argv[i + 1]
+            i += 2
+        else:
+            _fail(f"unknown argument {argv[i]!r}")
+    cmd = argv[i + 1 :]
+    if not cmd:
+        _fail("no command")
+    if cgroup is not None:
+        try:
+            fd = os.open(os.path.join(cgroup, "cgroup.procs"), os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            _fail(f"cannot join cgroup {cgroup}: {exc.strerror}")
+    if netns is not None:
+        try:
+            fd = os.open(netns, os.O_RDONLY)
+        except OSError as exc:
+            _fail(f"cannot open network namespace {netns}: {exc.strerror}")
+        if _libc.setns(fd, CLONE_NEWNET) != 0:
+            _fail(f"cannot enter network namespace {netns}: {_err()}")
+        os.close(fd)
+    if sandbox is not None:
+        try:
+            cfg = json.loads(sandbox)
+        except ValueError:
+            _fail("the sandbox description is not JSON")
+        if not isinstance(cfg, dict):
+            _fail("the sandbox description is not an object")
+        apply_sandbox(cfg)
+    try:
+        os.execvp(cmd[0], cmd)
+    except OSError as exc:
+        sys.stderr.write(f"gitsup bootstrap: cannot run {cmd[0]!r}: {exc.strerror}\n")
+        os._exit(127)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

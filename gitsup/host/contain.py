@@ -1,0 +1,378 @@
+"""Containment: cgroup v2 per worker, network namespaces for checks and process workers.
+
+cgroup v2 (Linux): gitsup finds the writable v2 hierarchy (`/sys/fs/cgroup`, or the hybrid
+mount at `/sys/fs/cgroup/unified`), creates one cgroup per worker below its own cgroup, and
+the worker joins it *before* it executes: the argv is prefixed with the bootstrap
+(`python -m gitsup.host.bootstrap`), which writes its own pid to `cgroup.procs` (and enters the
+network namespace, if any) and then execs the real command. Nothing the worker starts,
+`setsid()` daemons included, can leave the cgroup. Cleanup writes `cgroup.kill` (fallback:
+freeze, SIGKILL every pid, thaw), verifies `cgroup.procs` is empty, then removes the cgroups
+bottom-up.
+
+Without cgroups (mode `off`, or `auto` on a host without a writable v2 tree) a worker is
+contained by its process group plus a psutil sweep of its descendants. That is weaker:
+a descendant that calls `setsid()` and is reparented to init escapes both.
+
+Network namespaces (pyroute2): acceptance checks and process workers run in a fresh
+namespace with only loopback up; agents in one whose only way out is the egress gate
+(gitsup/host/egress.py). `[isolation] network`: auto (default), none, host. Each is named
+`gitsup-<task>-<supervisor pid>-<hex>` so that doctor and recover find what a dead
+supervisor left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gitsup.errors import GitsupError
+
+if TYPE_CHECKING:
+    import psutil
+
+_CANDIDATE_MOUNTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
+
+
+@dataclass(frozen=True)
+class Cgroup:
+    path: Path
+    inode: int
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def procs(self) -> list[int]:
+        """Every pid in this cgroup and its descendants."""
+        pids: list[int] = []
+        for d in self._tree():
+            with contextlib.suppress(OSError):
+                pids += [int(x) for x in (d / "cgroup.procs").read_text().split()]
+        return pids
+
+    def _tree(self) -> list[Path]:
+        out: list[Path] = []
+        if not self.path.exists():
+            return out
+        for root, dirs, _files in os.walk(self.path, topdown=True):
+            out.append(Path(root))
+            dirs[:] = [d for d in dirs]
+        return out
+
+    def exists(self) -> bool:
+        try:
+            return os.stat(self.path).st_ino == self.inode
+        except OSError:
+            return False
+
+    def empty(self) -> bool:
+        return not self.procs()
+
+    def kill(self, *, timeout: float = 5.0) -> bool:
+        """Kill everything inside; True when verified empty."""
+        if not self.path.exists():
+            return True
+        killfile = self.path / "cgroup.kill"
+        if killfile.exists():
+            with contextlib.suppress(OSError):
+                killfile.write_text("1")
+        else:  # kernels before 5.14: freeze, kill every pid, thaw
+            freeze = self.path / "cgroup.freeze"
+            with contextlib.suppress(OSError):
+                freeze.write_text("1")
+            for pid in self.procs():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                freeze.write_text("0")
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.empty():
+                return True
+            for pid in self.procs():  # stragglers that raced the kill
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.02)
+        return self.empty()
+
+    def remove(self) -> bool:
+        """rmdir bottom-up; only empty cgroups can be removed."""
+        ok = True
+        for d in sorted(self._tree(), key=lambda p: len(p.parts), reverse=True):
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                ok = False
+        return ok
+
+    def as_dict(self) -> dict[str, object]:
+        return {"path": str(self.path), "inode": self.inode}
+
+
+def _own_cgroup_v2() -> str | None:
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                return line[3:] or "/"
+    except OSError:
+        return None
+    return None
+
+
+def _cgroup2_mounts() -> list[str]:
+    mounts: list[str] = []
+    try:
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            left, _, right = line.partition(" - ")
+            if right.split(" ", 1)[0] == "cgroup2":
+                mounts.append(left.split(" ")[4])
+    except OSError:
+        pass
+    return mounts or [m for m in _CANDIDATE_MOUNTS if Path(m, "cgroup.controllers").exists()]
+
+
+def find_cgroup_base() -> Path | None:
+    """A writable directory in the cgroup v2 tree where gitsup may create worker cgroups.
+
+    GITSUP_CGROUP_ROOT overrides the search (a path, or "none" for a host without one)."""
+    forced = os.environ.get("GITSUP_CGROUP_ROOT")
+    if forced is not None:
+        if forced == "none" or not Path(forced, "cgroup.procs").exists():
+            return None
+        return Path(forced)
+    own = _own_cgroup_v2()
+    if own is None:
+        return None
+    for mount in _cgroup2_mounts():
+        base = Path(mount) / own.lstrip("/")
+        if not (base / "cgroup.procs").exists():
+            continue
+        probe = base / f"gitsup-probe-{os.getpid()}"
+        try:
+            probe.mkdir()
+            probe.rmdir()
+        except OSError:
+            continue
+        return base
+    return None
+
+
+class CgroupUnavailable(GitsupError):
+    pass
+
+
+def _base_dir(base: Path) -> Path:
+    d = base / "gitsup"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def create_cgroup(name: str, base: Path | None = None) -> Cgroup:
+    b = base or find_cgroup_base()
+    if b is None:
+        raise CgroupUnavailable("no writable cgroup v2 hierarchy on this host")
+    path = _base_dir(b) / name
+    path.mkdir()
+    return Cgroup(path, os.stat(path).st_ino)
+
+
+def resolve_mode(mode: str) -> Path | None:
+    """The cgroup base for `mode` (auto|required|off); raises for required-but-missing."""
+    if mode == "off":
+        return None
+    base = find_cgroup_base()
+    if base is None and mode == "required":
+        raise CgroupUnavailable(
+            'cgroup containment is required ([isolation] cgroup = "required") but this host has '
+            "no writable cgroup v2 hierarchy",
+            hint='run as a user allowed to create cgroups, or set [isolation] cgroup = "auto"',
+        )
+    return base
+
+
+def list_gitsup_cgroups(base: Path | None = None) -> list[Cgroup]:
+    b = base or find_cgroup_base()
+    if b is None or not (b / "gitsup").is_dir():
+        return []
+    out = []
+    for d in sorted((b / "gitsup").iterdir()):
+        if d.is_dir():
+            with contextlib.suppress(OSError):
+                out.append(Cgroup(d, os.stat(d).st_ino))
+    return out
+
+
+def cgroup_from_dict(d: object) -> Cgroup | None:
+    if isinstance(d, dict) and isinstance(d.get("path"), str) and isinstance(d.get("inode"), int):
+        return Cgroup(Path(d["path"]), int(d["inode"]))
+    return None
+
+
+# --- the bootstrap argv ---------------------------------------------------------------------
+
+
+def bootstrap_argv(
+    argv: list[str],
+    *,
+    cgroup: Cgroup | None,
+    netns: str | None,
+    sandbox: Sequence[str] = (),
+) -> list[str]:
+    """`sandbox`: the bootstrap's `--sandbox JSON` arguments (gitsup.host.sandbox.SandboxPlan.argv)."""
+    if cgroup is None and netns is None and not sandbox:
+        return argv
+    pre = [sys.executable, "-m", "gitsup.host.bootstrap"]
+    if cgroup is not None:
+        pre += ["--cgroup", str(cgroup.path)]
+    if netns is not None:
+        pre += ["--netns", netns]
+    return [*pre, *sandbox, "--", *argv]
+
+
+# --- network namespaces ----------------------------------------------------------------------
+
+
+NETNS_DIR = "/var/run/netns"
+
+
+@contextlib.contextmanager
+def isolated_netns(label: str) -> Iterator[str]:
+    """A fresh network namespace with only loopback up; yields its path; removed afterwards."""
+    try:
+        from pyroute2 import NetNS, netns
+    except ImportError as exc:  # pragma: no cover - dependency
+        raise GitsupError("network isolation needs pyroute2") from exc
+    name = f"gitsup-{label}-{os.getpid()}-{os.urandom(3).hex()}"
+    try:
+        netns.create(name)
+    except (OSError, Exception) as exc:
+        raise GitsupError(
+            f"cannot create a network namespace: {exc}",
+            hint='network = "none" needs CAP_SYS_ADMIN; use network = "host" here',
+        ) from exc
+    try:
+        ns = NetNS(name)
+        try:
+            idx = ns.link_lookup(ifname="lo")
+            if idx:
+                ns.link("set", index=idx[0], state="up")
+        finally:
+            ns.close()
+        yield os.path.join(NETNS_DIR, name)
+    finally:
+        with contextlib.suppress(Exception):
+            netns.remove(name)
+
+
+def netns_available() -> str | None:
+    """None when this host can create network namespaces, else why not (cheap: a thread
+    unshares its own network namespace and ends)."""
+    import ctypes
+    import importlib.util
+    import threading
+
+    if importlib.util.find_spec("pyroute2") is None:
+        return "pyroute2 is not installed"
+    err: list[str] = []
+
+    def probe() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(0x40000000) != 0:  # CLONE_NEWNET, this thread only
+            err.append(os.strerror(ctypes.get_errno()))
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    if err:
+        return f"cannot create network namespaces ({err[0]}; needs CAP_SYS_ADMIN)"
+    return None
+
+
+@dataclass(frozen=True)
+class NamedNetns:
+    name: str
+    label: str
+    pid: int
+
+    @property
+    def path(self) -> str:
+        return os.path.join(NETNS_DIR, self.name)
+
+
+def list_gitsup_netns() -> list[NamedNetns]:
+    """gitsup's named network namespaces: gitsup-<label>-<pid>-<hex>."""
+    try:
+        names = sorted(os.listdir(NETNS_DIR))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if not name.startswith("gitsup-"):
+            continue
+        head, pid, _hex = [*name[7:].rsplit("-", 2), "", ""][:3]
+        if head and pid.isdigit():
+            out.append(NamedNetns(name, head, int(pid)))
+    return out
+
+
+def remove_netns(name: str) -> bool:
+    from pyroute2 import netns
+
+    try:
+        netns.remove(name)
+    except Exception:
+        return False
+    return not os.path.exists(os.path.join(NETNS_DIR, name))
+
+
+def executable_problems(path: str) -> list[str]:
+    """A worker executable must exist, be executable, and not be writable by everyone."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [f"worker executable {path} not found"]
+    problems = []
+    if not os.access(path, os.X_OK):
+        problems.append(f"worker executable {path} is not executable")
+    if st.st_mode & stat.S_IWOTH:
+        problems.append(f"worker executable {path} is world-writable")
+    return problems
+
+
+def sweep_marked(task: str, *, grace: float = 2.0) -> list[int]:
+    """Kill processes that carry the task's marker (GITSUP_TASK) in their environment:
+    the fallback that catches `setsid` descendants when there is no cgroup."""
+    import psutil
+
+    found = marked_processes(task)
+    for p in found:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(found, timeout=grace)
+    return [p.pid for p in found]
+
+
+def marked_processes(task: str) -> list[psutil.Process]:
+    """Processes (other than this one) whose environment carries GITSUP_TASK=<task>."""
+    import psutil
+
+    me = os.getpid()
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        if p.pid == me:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if p.environ().get("GITSUP_TASK") == task:
+                found.append(p)
+    return found

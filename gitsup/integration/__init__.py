@@ -1,0 +1,2 @@
+"""Trusted integration: signing keys, repository set-up, integrating a
+candidate into a protected branch."""

@@ -1,0 +1,2 @@
+"""What gitsup keeps: task records, the event log, leases, the cost ledger, the
+repository context."""

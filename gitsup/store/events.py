@@ -1,0 +1,430 @@
+"""The per-task event log: an append-only JSONL write-ahead log, sealed into Git.
+
+Records are `{seq, ts, task, type, data}`. `seq` is strictly increasing even
+with several processes appending: each append takes an exclusive `flock` on
+the log and reads only its tail to learn the last seq, so an append costs
+O(1) in the size of the log. A torn last line (a writer killed mid-write) is
+moved aside to `events.torn` and cut off before the next append.
+Credential-shaped strings are redacted; one record is capped in size.
+
+Sealing writes the events since the last seal as one segment blob in a new
+commit on `refs/sup/<id>/log` (see `seal`). The seal position lives in the
+sealed commit's message, so a crash between writing the commit and anything
+else can never seal the same events twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gitsup.errors import GitsupError
+from gitsup.faults import fault
+from gitsup.git import GitRepo
+from gitsup.ids import Oid, TaskId
+from gitsup.layout import task_refs
+from gitsup.redact import Redacted, needs_redaction, redact
+from gitsup.store.eventtypes import REGISTRY, Payload, PayloadError, Seq, Untyped, payload_of
+
+# Every type with a payload class (gitsup/store/eventtypes.py); other types are kept as they are.
+EVENT_TYPES = frozenset(REGISTRY)
+
+_TAIL_BLOCK = 64 * 1024
+# json.dumps(obj, separators=(",", ":"), default=str), without building an encoder per call.
+_encode_py = json.JSONEncoder(separators=(",", ":"), default=str).encode
+# The same text without building an encoder per call (the event append runs for every worker
+# record). No cycle check: event data comes from JSON or from gitsup's own dicts, and a cycle
+# still fails (RecursionError) instead of looping.
+_make_c: Any = getattr(json.encoder, "c_make_encoder", None)
+_encode_c = (
+    _make_c(None, str, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
+    if _make_c is not None
+    else None
+)
+
+
+def _dumps(o: Any) -> str:
+    if _encode_c is None:  # pragma: no cover - a Python without the C accelerator
+        return _encode_py(o)
+    return "".join(_encode_c(o, 0))
+
+
+_SEAL_TRAILER = re.compile(r"^Sup-Sealed: seq=(\d+) offset=(\d+)(?: file=(\d+))?$", re.M)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One record of the log. `data` is the record's data as written; `payload` reads it as
+    its type's payload class (`Untyped` for a type without one or a record that does not fit)."""
+
+    seq: Seq
+    ts: float
+    task: TaskId
+    type: str
+    data: dict[str, Any]
+
+    @property
+    def payload(self) -> Payload:
+        return payload_of(self.type, self.data)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "ts": self.ts,
+            "task": self.task,
+            "type": self.type,
+            "data": self.data,
+        }
+
+
+def _cap(data: dict[str, Any], limit: int) -> dict[str, Any]:
+    """Shrink the longest strings of `data` so its JSON fits in about `limit` bytes."""
+    budget = max(256, limit // 2)
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        if isinstance(v, str) and len(v) > budget // max(1, len(data)):
+            keep = max(64, budget // max(1, len(data)))
+            out[k] = v[:keep] + f"… [{len(v) - keep} chars cut]"
+        elif isinstance(v, dict | list) and len(json.dumps(v, default=str)) > budget:
+            out[k] = "[cut: too large]"
+        else:
+            out[k] = v
+    out["_truncated"] = True
+    if len(json.dumps(out, separators=(",", ":"), default=str)) > limit:
+        # Too many keys for per-value cuts to help: keep only what the record was.
+        keys = [str(k)[:40] for k in list(data)[:10]]
+        out = {"_truncated": True, "_cut": f"{len(data)} keys over the size cap", "keys": keys}
+    return out
+
+
+class EventLog:
+    def __init__(
+        self,
+        path: Path,
+        task: TaskId,
+        *,
+        max_record_bytes: int = 64 * 1024,
+        rotate_bytes: int = 64 * 1024 * 1024,
+        keep_files: int = 5,
+    ) -> None:
+        self.path = path
+        self.task = task
+        self.max_record_bytes = max_record_bytes
+        self.rotate_bytes = rotate_bytes
+        self.keep_files = keep_files
+        self._fd: int | None = None
+        self._known_seq: int | None = None  # seq and file size right after our last append
+        self._known_size = -1
+        self._locked_size = 0
+        self._heads: dict[str, str] = {}
+
+    # --- file handling ----------------------------------------------------------------
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[int]:
+        """The log file, exclusively locked. If another process rotated the file while we
+        waited for the lock, reopen the new one (the classic rotate-safe lock pattern)."""
+        while True:
+            fd = self._open()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            self._locked_size = st.st_size
+            if st.st_size == self._known_size:
+                # Unchanged since our own last append: not rotated either, because a
+                # rotation always appends a marker line to the file it renames away.
+                break
+            try:
+                current = os.stat(self.path).st_ino
+            except FileNotFoundError:
+                current = -1
+            if current == st.st_ino:
+                break
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            self.close()
+            self._known_seq, self._known_size = None, -1
+        try:
+            yield fd
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def rotated(self) -> list[Path]:
+        """Rotated files, oldest first (events.N.jsonl … events.1.jsonl)."""
+        out = []
+        for i in range(1, self.keep_files + 1):
+            p = self.path.with_name(f"events.{i}.jsonl")
+            if p.exists():
+                out.append(p)
+        return list(reversed(out))
+
+    def _rotate(self) -> None:
+        """Under the lock, right after a seal that covers the whole file. The marker line
+        (not an event: no seq) tells other writers holding this file that it moved."""
+        with open(self.path, "ab") as fh:
+            fh.write(b'{"rotated":true}\n')
+        for i in range(self.keep_files, 0, -1):
+            src = self.path.with_name(f"events.{i}.jsonl")
+            if src.exists():
+                if i == self.keep_files:
+                    src.unlink()
+                else:
+                    os.replace(src, self.path.with_name(f"events.{i + 1}.jsonl"))
+        os.replace(self.path, self.path.with_name("events.1.jsonl"))
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
+
+    def _last_seq_and_repair(self, fd: int) -> int:
+        """Read the tail (under the lock) and return the last seq; cut a torn last line."""
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return self._last_rotated_seq()
+        if os.pread(fd, 1, size - 1) != b"\n":
+            end = _rfind_newline(fd, size) + 1
+            self._move_torn(fd, end, size)
+            size = end
+        pos, partial, block = size, b"", 4096
+        while pos > 0:
+            start = max(0, pos - block)
+            block = min(block * 4, _TAIL_BLOCK)
+            chunk = os.pread(fd, pos - start, start) + partial
+            # Fast path: the last complete line is a well-formed record.
+            nl = chunk.rfind(b"\n", 0, len(chunk) - 1)
+            if nl >= 0 or start == 0:
+                seq = _seq_of(chunk[nl + 1 :].rstrip(b"\n"))
+                if seq is not None:
+                    return seq
+            lines = chunk.split(b"\n")
+            pos = start
+            partial = lines[0] if pos > 0 else b""
+            for line in reversed(lines[1:] if pos > 0 else lines):
+                if line:
+                    seq = _seq_of(line)
+                    if seq is not None:
+                        return seq
+        return 0
+
+    def _last_rotated_seq(self) -> int:
+        """After a rotation the current file is empty; seq goes on from the last file."""
+        newest = self.path.with_name("events.1.jsonl")
+        if not newest.exists():
+            return 0
+        with open(newest, "rb") as fh:
+            fh.seek(max(0, newest.stat().st_size - _TAIL_BLOCK))
+            lines = fh.read().rstrip(b"\n").split(b"\n")
+        for line in reversed(lines):
+            seq = _seq_of(line)
+            if seq is not None:
+                return seq
+        return 0
+
+    def _move_torn(self, fd: int, start: int, end: int) -> None:
+        fragment = os.pread(fd, end - start, start)
+        torn = self.path.with_name(self.path.name.replace(".jsonl", "") + ".torn")
+        with open(torn, "ab") as fh:
+            fh.write(fragment + b"\n")
+        os.ftruncate(fd, start)
+
+    # --- API --------------------------------------------------------------------------
+
+    def append(self, payload: Payload) -> Event:
+        """Append one event: its type and data are the payload's. A type with a payload
+        class is written only through that class, never as `Untyped` data."""
+        if isinstance(payload, Untyped) and payload.type in REGISTRY:
+            raise PayloadError(f"{payload.type} has a payload class: {REGISTRY[payload.type]}")
+        data = payload.to_data()
+        return self.append_raw(payload.event_type, Redacted(data) if payload.PRE_REDACTED else data)
+
+    def append_raw(self, type: str, data: Mapping[str, Any] | None = None) -> Event:
+        """Append a record of `type` with `data` as given (the log's own mechanics; events
+        are written with `append` and their payload class)."""
+        payload = dict(data or {})
+        body = _dumps(payload)
+        if not isinstance(data, Redacted) and needs_redaction(body):
+            payload = redact(payload)
+            body = _dumps(payload)
+        if len(body) > self.max_record_bytes:
+            payload = _cap(payload, self.max_record_bytes)
+            body = _dumps(payload)
+        head = self._heads.get(type)
+        if head is None:
+            head = self._heads[type] = (
+                f',"task":{json.dumps(self.task)},"type":{json.dumps(type)},"data":'
+            )
+        fd = self._fd
+        if fd is not None and self._known_seq is not None:
+            # The common case, without the general lock loop of `locked()`: the file is the
+            # one we last appended to and nobody wrote since (its size is ours, and a
+            # rotation always appends a marker line to the file it renames away).
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                size = os.lseek(fd, 0, os.SEEK_END)  # the file's size (appends ignore offsets)
+                if size == self._known_size:
+                    return self._write(fd, size, self._known_seq + 1, type, head, body, payload)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        with self.locked() as fd:
+            size = self._locked_size
+            if size == self._known_size and self._known_seq is not None:
+                # Nobody wrote since our own last append (we hold the lock): no tail read.
+                seq = self._known_seq + 1
+            else:
+                seq = self._last_seq_and_repair(fd) + 1
+                size = os.fstat(fd).st_size  # the repair may have cut a torn line
+            return self._write(fd, size, seq, type, head, body, payload)
+
+    def _write(
+        self, fd: int, size: int, seq: int, type: str, head: str, body: str, payload: dict[str, Any]
+    ) -> Event:
+        """Append record `seq` to the locked file of `size` bytes."""
+        # Under the lock: ts never goes back as seq goes up. The microseconds as written,
+        # and as a float the same number `round(t, 6)` gives (one decimal conversion).
+        stamp = f"{time.time():.6f}"
+        ts = float(stamp)
+        line = f'{{"seq":{seq},"ts":{stamp}{head}{body}}}\n'.encode()
+        written = os.write(fd, line)
+        # O_APPEND under our lock: the file is exactly `line` longer (a short write
+        # would leave a torn line, repaired by the next append's tail read).
+        self._known_seq = seq if written == len(line) else None
+        self._known_size = size + written
+        return Event(Seq(seq), ts, self.task, type, payload)
+
+    def last_seq(self) -> int:
+        with self.locked() as fd:
+            return self._last_seq_and_repair(fd)
+
+    def read(self, *, offset: int = 0) -> Iterator[Event]:
+        """Every complete, well-formed record: the rotated files, then the current one
+        from byte `offset` on (an offset applies to the current file only)."""
+        files = ([] if offset else self.rotated()) + [self.path]
+        for path in files:
+            if not path.exists():
+                continue
+            with open(path, "rb") as fh:
+                if path == self.path:
+                    fh.seek(offset)
+                for line in fh:
+                    if not line.endswith(b"\n"):
+                        break
+                    ev = _parse(line)
+                    if ev is not None:
+                        yield ev
+
+    def count(self) -> int:
+        return self.last_seq() if self.path.exists() else 0
+
+    # --- sealing into Git -------------------------------------------------------------
+
+    def seal(self, repo: GitRepo, reason: str) -> Oid | None:
+        """Seal the events since the last seal into `refs/sup/<id>/log`.
+
+        Returns the new log commit, or None when there was nothing new.
+        """
+        ref = task_refs(self.task)["log"]
+        with self.locked() as fd:
+            size = os.fstat(fd).st_size
+            tip = repo.ref_target(ref)
+            inode = os.fstat(fd).st_ino
+            sealed_seq, sealed_offset = 0, 0
+            if tip is not None:
+                m = _SEAL_TRAILER.search(repo.commit_message(tip))
+                if m is None:
+                    raise GitsupError(
+                        f"{ref} has a commit without a seal trailer; not sealing onto it"
+                    )
+                sealed_seq, sealed_offset = int(m.group(1)), int(m.group(2))
+                if m.group(3) is not None and int(m.group(3)) != inode:
+                    # The file was rotated after that seal (rotation happens only when
+                    # everything in it is sealed): this file is new, seal it from 0.
+                    sealed_offset = 0
+            if sealed_offset > size:
+                raise GitsupError(
+                    f"{self.path} is shorter than what {ref} says was sealed; refusing to seal",
+                    hint="the event log was truncated or replaced; `git sup doctor` reports it",
+                )
+            data = os.pread(fd, size - sealed_offset, sealed_offset)
+            end = data.rfind(b"\n") + 1
+            data = data[:end]
+            if not data:
+                self._maybe_rotate(size, sealed_offset)
+                return None
+            first = _seq_of(data.split(b"\n", 1)[0]) or sealed_seq + 1
+            last = _seq_of(data.rstrip(b"\n").rsplit(b"\n", 1)[-1]) or first
+            name = f"{first:09d}-{last:09d}.jsonl"
+            message = (
+                f"{reason}\n\nevents {first}..{last} of task {self.task}\n\n"
+                f"Sup-Task: {self.task}\n"
+                f"Sup-Sealed: seq={last} offset={sealed_offset + end} file={inode}\n"
+            )
+            fault("during_seal")
+            commit = repo.append_segment(
+                ref, name=name, data=data, message=message, expected_old=tip
+            )
+            self._maybe_rotate(size, sealed_offset + end)
+            return commit
+
+    def _maybe_rotate(self, size: int, sealed_to: int) -> None:
+        if size > self.rotate_bytes and sealed_to == size:
+            self._rotate()
+            self._known_seq, self._known_size = None, -1
+
+
+def _rfind_newline(fd: int, size: int) -> int:
+    pos = size
+    while pos > 0:
+        start = max(0, pos - _TAIL_BLOCK)
+        i = os.pread(fd, pos - start, start).rfind(b"\n")
+        if i >= 0:
+            return start + i
+        pos = start
+    return -1
+
+
+def _seq_of(line: bytes) -> int | None:
+    # Fast path: records start with {"seq":N,
+    if line.startswith(b'{"seq":'):
+        end = line.find(b",", 7)
+        if end > 7:
+            with contextlib.suppress(ValueError):
+                return int(line[7:end])
+    ev = _parse(line)
+    return ev.seq if ev else None
+
+
+def _parse(line: bytes) -> Event | None:
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("seq"), int):
+        return None
+    data = obj.get("data")
+    return Event(
+        seq=Seq(obj["seq"]),
+        ts=float(obj.get("ts", 0.0)),
+        task=TaskId(str(obj.get("task", ""))),
+        type=str(obj.get("type", "")),
+        data=data if isinstance(data, dict) else {},
+    )

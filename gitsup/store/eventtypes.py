@@ -1,0 +1,912 @@
+# ruff: noqa: RUF009 - key(), opt() and spread() return dataclasses.field(...)
+"""The payload of every event type, as code: one frozen dataclass per type.
+
+An event's `data` on disk is the payload's fields as JSON keys, in the order the class
+declares them. A few keys are not Python names (`from`, `round`, `bytes`): their fields
+say so (`key("from")`). A field that defaults to `UNSET` is left out of the JSON when it
+was not given, so one class covers the few types written in more than one shape (a
+`worker_stopped` from the stop, the cgroup or the exit). A `spread` field is a mapping
+whose items are written as keys of their own (the transport-specific keys of a worker's
+output, the channel-specific keys of a notification).
+
+`REGISTRY` maps each type string to its class. `payload_of(type, data)` reads a record
+back: the typed payload when the data fits the class, else `Untyped(type, data)` — an
+unknown type, or a record of an older or newer shape, stays readable as plain data. (A
+record whose strings the log cut to its size cap still fits; one whose lists or objects
+it replaced does not.)
+`python -m gitsup.store.eventtypes --schema` prints the table of docs/events.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import sys
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, Literal, NewType, TypeVar
+
+from gitsup.ids import Oid, TaskId
+
+Seq = NewType("Seq", int)
+"""An event's position in its task's log: 1, 2, 3 … without gaps."""
+
+T = TypeVar("T")
+D = TypeVar("D")
+
+
+class Unset(enum.Enum):
+    UNSET = "unset"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = Unset.UNSET
+"""A field left out of the event (not the same as a field written as null)."""
+
+
+def key(name: str) -> Any:
+    """A field written under another JSON key (`from`, `round`, `bytes`)."""
+    return field(metadata={"key": name})
+
+
+def opt(name: str | None = None) -> Any:
+    """A field that may be left out (UNSET), written as `name` when it is not its own name."""
+    meta = {"key": name} if name else {}
+    return field(default=UNSET, metadata=meta)
+
+
+def spread() -> Any:
+    """A mapping whose items are written as keys of the event's data, where it stands."""
+    return field(default_factory=dict, metadata={"spread": True})
+
+
+class PayloadError(TypeError):
+    """A payload built with a value of the wrong type (a TypeError, as a wrong field name is)."""
+
+
+REGISTRY: dict[str, type[Payload]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """An event's data. Subclasses set `TYPE` and are registered under it."""
+
+    TYPE: ClassVar[str] = ""
+    PRE_REDACTED: ClassVar[bool] = False  # its text was redacted where it was read
+
+    def __init_subclass__(cls) -> None:
+        t = cls.__dict__.get("TYPE")
+        if t:
+            old = REGISTRY.get(t)
+            # dataclass(slots=True) makes the class anew: the same one is registered twice
+            if old is not None and (old.__module__, old.__name__) != (cls.__module__, cls.__name__):
+                raise TypeError(f"event type {t!r} has two payload classes")
+            REGISTRY[t] = cls
+
+    def __post_init__(self) -> None:
+        checks = _CHECKS.get(type(self))
+        if checks is None:
+            checks = _CHECKS[type(self)] = tuple(
+                (f.name, f.check) for f in _plan(type(self)) if f.check is not None
+            )
+        for name, check in checks:
+            if not check(getattr(self, name)):
+                self._refuse(name)
+
+    def _refuse(self, name: str) -> None:
+        v = getattr(self, name)
+        tp = next(f.tp for f in _plan(type(self)) if f.name == name)
+        raise PayloadError(
+            f"{type(self).__name__}.{name}: {type(v).__name__} {v!r:.80} is not {tp}"
+        )
+
+    @property
+    def event_type(self) -> str:
+        return self.TYPE
+
+    def to_data(self) -> dict[str, Any]:
+        """The event's `data`: the fields as JSON keys, in their order."""
+        out: dict[str, Any] = {}
+        for f in _plan(type(self)):
+            v = getattr(self, f.name)
+            if v is UNSET:
+                continue
+            if f.spread:
+                out.update(v)
+            else:
+                out[f.key] = v
+        return out
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> Payload | None:
+        """The payload of `data`, or None when `data` does not fit this class."""
+        kwargs: dict[str, Any] = {}
+        used: set[str] = set()
+        rest: str | None = None
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("spread"):
+                rest = f.name
+                continue
+            k = f.metadata.get("key", f.name)
+            if k in data:
+                kwargs[f.name] = data[k]
+                used.add(k)
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                return None
+        # `_truncated`: the log cut the record's longest strings to its size cap (events.py)
+        extra = {k: v for k, v in data.items() if k not in used and k != "_truncated"}
+        if extra:
+            if rest is None:
+                return None
+            kwargs[rest] = extra
+        try:
+            return cls(**kwargs)
+        except TypeError:
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class Untyped(Payload):
+    """An event of a type without a payload class, or a record that does not fit its class
+    (an older or newer shape, a record cut to the size cap): kept as it was."""
+
+    type: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.type, str) or not isinstance(self.data, Mapping):
+            raise PayloadError(f"Untyped({self.type!r}, …): a type string and a mapping")
+
+    @property
+    def event_type(self) -> str:
+        return self.type
+
+    def to_data(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
+EmitFn = Callable[[Payload], object]
+"""How a collaborator of the supervisor writes an event."""
+
+
+def payload_of(type: str, data: Mapping[str, Any]) -> Payload:
+    """Read an event's data back: its typed payload, or `Untyped` when it does not fit."""
+    cls = REGISTRY.get(type)
+    p = cls.from_data(data) if cls is not None else None
+    return p if p is not None else Untyped(type, data)
+
+
+@typing.overload
+def given(v: T | Unset) -> T | None: ...
+@typing.overload
+def given(v: T | Unset, default: D) -> T | D: ...
+def given(v: Any, default: Any = None) -> Any:
+    """A field's value, or `default` when it was left out (UNSET)."""
+    return default if v is UNSET else v
+
+
+def typed(type: str, data: Mapping[str, Any]) -> Payload:
+    """The payload of a known `type` built from `data`; a PayloadError when it does not fit
+    (for emitters that hold their data as a mapping, like a pydantic model's dump)."""
+    cls = REGISTRY[type]
+    p = cls.from_data(data)
+    if p is None:
+        raise PayloadError(f"{type}: {sorted(data)} does not fit {cls.__name__}")
+    return p
+
+
+# --- type checks of field values ---------------------------------------------------------
+# Each class's fields are compiled once into checks (a payload is built for every event).
+
+Check = Callable[[Any], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    key: str
+    spread: bool
+    tp: Any
+    check: Check | None  # None: any value fits
+
+
+_PLANS: dict[type, tuple[_Field, ...]] = {}
+_CHECKS: dict[type, tuple[tuple[str, Check], ...]] = {}
+
+
+def _plan(cls: type) -> tuple[_Field, ...]:
+    got = _PLANS.get(cls)
+    if got is None:
+        hints = typing.get_type_hints(cls, vars(sys.modules[__name__]))
+        got = tuple(
+            _Field(
+                f.name,
+                f.metadata.get("key", f.name),
+                bool(f.metadata.get("spread")),
+                hints[f.name],
+                _compile(hints[f.name]),
+            )
+            for f in dataclasses.fields(cls)
+        )
+        _PLANS[cls] = got
+    return got
+
+
+def _fields(cls: type) -> list[tuple[str, Any, str]]:
+    return [(f.name, f.tp, f.key) for f in _plan(cls)]
+
+
+_SCALARS: dict[Any, tuple[type, ...]] = {
+    str: (str,),
+    int: (int,),
+    float: (int, float),
+    bool: (bool,),
+    type(None): (type(None),),
+    Unset: (Unset,),
+}
+
+
+def _compile(tp: Any) -> Check | None:
+    if tp is Any:
+        return None
+    sup = getattr(tp, "__supertype__", None)  # a NewType
+    if sup is not None:
+        return _compile(sup)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    options = args if origin is typing.Union or origin is types.UnionType else (tp,)
+    if all(o in _SCALARS for o in options):
+        allowed = tuple(t for o in options for t in _SCALARS[o])
+        if bool in options or int not in allowed:
+            return lambda v: isinstance(v, allowed)
+        return lambda v: isinstance(v, allowed) and v.__class__ is not bool
+    if len(options) > 1:
+        parts = [_compile(o) for o in options]
+        if any(p is None for p in parts):
+            return None
+        checks = [p for p in parts if p is not None]
+        return lambda v: any(c(v) for c in checks)
+    if origin is Literal:
+        return lambda v: v in args
+    if origin is list:
+        item = _compile(args[0])
+        if item is None:
+            return lambda v: isinstance(v, list | tuple)
+        return lambda v: isinstance(v, list | tuple) and all(item(x) for x in v)
+    if origin in (dict, Mapping):
+        value = _compile(args[1])
+        if value is None:
+            return lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)
+        return lambda v: (
+            isinstance(v, Mapping) and all(isinstance(k, str) and value(x) for k, x in v.items())
+        )
+    if isinstance(tp, type):
+        return lambda v: isinstance(v, tp)
+    raise TypeError(f"no check for field type {tp!r}")
+
+
+# --- the event types -----------------------------------------------------------------------
+# Class names are the type strings in CamelCase; fields are in the order they are written.
+
+JsonMap = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskStarted(Payload):
+    """The task exists: its goal, baseline, branch and worktree, and the checks it runs."""
+
+    TYPE: ClassVar[str] = "task_started"
+    goal: str
+    baseline: Oid
+    base: str
+    branch: str
+    worktree: str
+    worker: str
+    checks: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateChanged(Payload):
+    """A transition of the task's state machine."""
+
+    TYPE: ClassVar[str] = "state_changed"
+    from_: str = key("from")
+    to: str = key("to")
+    reason: str = key("reason")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerStarted(Payload):
+    """A worker was spawned: what runs, its persisted identity, its network and sandbox."""
+
+    TYPE: ClassVar[str] = "worker_started"
+    kind: str
+    argv: list[str]
+    pid: int
+    start_time: float
+    pgid: int
+    cgroup: str | None
+    cgroup_inode: int | None
+    extra: JsonMap
+    network: JsonMap | None
+    sandbox: JsonMap | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerOutput(Payload):
+    """A line the worker wrote (redacted where it was read), with its adapter's own keys."""
+
+    TYPE: ClassVar[str] = "worker_output"
+    PRE_REDACTED: ClassVar[bool] = True
+    stream: str
+    text: str
+    more: Mapping[str, Any] = spread()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnCompleted(Payload):
+    """The worker ended a turn (`paused`: while a person drives it, nothing is decided)."""
+
+    TYPE: ClassVar[str] = "turn_completed"
+    subtype: str | None
+    is_error: bool | Unset = opt()
+    result: str = key("result")
+    cost_usd: float | Unset | None = opt()
+    num_turns: int | Unset | None = opt()
+    session_id: str | Unset | None = opt()
+    usage: JsonMap | Unset = opt()
+    repair_round: int | Unset = opt("round")
+    paused: bool | Unset = opt()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PermissionPending(Payload):
+    """The worker asked for a tool; the permission gate is deciding."""
+
+    TYPE: ClassVar[str] = "permission_pending"
+    request_id: str
+    tool: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PermissionDecided(Payload):
+    """The gate's answer (the policy decision and what the worker was told), or a request
+    the worker `cancelled`."""
+
+    TYPE: ClassVar[str] = "permission_decided"
+    request_id: str
+    tool: str | Unset = opt()
+    input: JsonMap | Unset = opt()
+    verdict: str | Unset = opt()
+    rule: str | Unset = opt()
+    reason: str | Unset = opt()
+    part: str | Unset = opt()
+    sandboxed: bool | Unset = opt()
+    answer: Literal["allow", "deny"] | Unset = opt()
+    message: str | Unset | None = opt()
+    cancelled: bool | Unset = opt()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptanceStarted(Payload):
+    """An acceptance check starts."""
+
+    TYPE: ClassVar[str] = "acceptance_started"
+    name: str
+    argv: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptanceResult(Payload):
+    """An acceptance check's result (the record's `checks` item)."""
+
+    TYPE: ClassVar[str] = "acceptance_result"
+    name: str
+    argv: list[str]
+    required: bool
+    exit_code: int | None
+    passed: bool
+    timed_out: bool
+    duration: float
+    output_tail: str
+    repair_round: int = key("round")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReviewStarted(Payload):
+    """The independent review starts on `head` (`complete`: the evidence is whole)."""
+
+    TYPE: ClassVar[str] = "review_started"
+    kind: str
+    repair_round: int = key("round")
+    complete: bool = key("complete")
+    head: Oid | None = key("head")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReviewResult(Payload):
+    """The review's result (the record's `review`), or one failed `attempt` of it."""
+
+    TYPE: ClassVar[str] = "review_result"
+    kind: str | Unset = opt()
+    verdict: str | Unset | None = opt()
+    findings: list[JsonMap] | Unset = opt()
+    attempts: int | Unset = opt()
+    attempt: int | Unset = opt()
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RepairRequested(Payload):
+    """A repair round starts: the problems and the message the worker gets."""
+
+    TYPE: ClassVar[str] = "repair_requested"
+    repair_round: int = key("round")
+    problems: list[str] = key("problems")
+    message: str = key("message")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision(Payload):
+    """The decider's answer after a turn (`action` …), or its failed `attempt`."""
+
+    TYPE: ClassVar[str] = "decision"
+    on: str | Unset = opt()
+    attempt: int | Unset = opt()
+    error: str | Unset = opt()
+    action: str | Unset = opt()
+    message: str | Unset = opt()
+    reason: str | Unset = opt()
+    source: str | Unset = opt()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WatchdogTimeout(Payload):
+    """No output for too long, or the deadline's close-out grace ran out."""
+
+    TYPE: ClassVar[str] = "watchdog_timeout"
+    kind: str  # no_output | deadline
+    limit: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeadlineApproaching(Payload):
+    """The deadline is near (`[budget] deadline_warning`); an idle worker is told."""
+
+    TYPE: ClassVar[str] = "deadline_approaching"
+    seconds_left: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeadlineReached(Payload):
+    """The deadline fell; a busy worker gets `closeout_grace` seconds to finish its turn."""
+
+    TYPE: ClassVar[str] = "deadline_reached"
+    closeout_grace: float
+    busy: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetExceeded(Payload):
+    """Turns or cost went over the budget; the task parks."""
+
+    TYPE: ClassVar[str] = "budget_exceeded"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProtocolNoise(Payload):
+    """A worker line that is not the protocol (`line`), or something that went wrong
+    on the way (`error` only)."""
+
+    TYPE: ClassVar[str] = "protocol_noise"
+    line: str | Unset = opt()
+    error: str = key("error")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelError(Payload):
+    """The model API failed a turn (classified: auth, unreachable, …)."""
+
+    TYPE: ClassVar[str] = "model_error"
+    kind: str
+    message: str
+    status: int | None
+    error: str | None
+    hint: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CandidateReady(Payload):
+    """The task ended with a candidate that passed its checks and review."""
+
+    TYPE: ClassVar[str] = "candidate_ready"
+    candidate: Oid | None
+    reasons: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CandidateParked(Payload):
+    """Parked by the task (`candidate`, `reasons`), or later by the integration queue
+    (`by`, `into`, `reason`, `evidence`)."""
+
+    TYPE: ClassVar[str] = "candidate_parked"
+    candidate: Oid | Unset | None = opt()
+    reasons: list[str] | Unset = opt()
+    by: str | Unset = opt()
+    into: str | Unset = opt()
+    reason: str | Unset = opt()
+    evidence: JsonMap | Unset = opt()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CandidateFailed(Payload):
+    """The task failed (`candidate` is null unless one was written)."""
+
+    TYPE: ClassVar[str] = "candidate_failed"
+    candidate: Oid | None
+    reasons: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WipSaved(Payload):
+    """The worktree's state saved as a wip commit (`ref`, `commit`; null when nothing was)."""
+
+    TYPE: ClassVar[str] = "wip_saved"
+    ref: str | None
+    commit: Oid | None
+    not_captured: list[JsonMap]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkImported(Payload):
+    """The worker's commits, verified and imported into the task branch."""
+
+    TYPE: ClassVar[str] = "work_imported"
+    branch: str
+    from_: Oid | None = key("from")
+    to: Oid = key("to")
+    objects: int = key("objects")
+    size: int = key("bytes")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportRefused(Payload):
+    """The worker's commits were not imported into the task branch, and why."""
+
+    TYPE: ClassVar[str] = "import_refused"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerBranchChanged(Payload):
+    """The worker moved to another branch of its worktree."""
+
+    TYPE: ClassVar[str] = "worker_branch_changed"
+    from_: str | None = key("from")
+    to: str | None = key("to")
+    tip: Oid = key("tip")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerStopped(Payload):
+    """The worker was stopped (`reason`, `how`), its process group swept (`containment`,
+    `guarantee`, `swept`), its cgroup emptied (`cgroup`, `verified_empty`, `removed`), or it
+    exited (`returncode`, `signal`, `classification`)."""
+
+    TYPE: ClassVar[str] = "worker_stopped"
+    reason: str | Unset = opt()
+    how: str | Unset = opt()
+    containment: str | Unset = opt()
+    guarantee: str | Unset = opt()
+    swept: list[int] | Unset = opt()  # the pids the sweep killed
+    cgroup: str | Unset = opt()
+    verified_empty: bool | Unset = opt()
+    removed: bool | Unset = opt()
+    returncode: int | Unset | None = opt()
+    signal: int | Unset | None = opt()
+    classification: str | Unset = opt()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerLeftBehind(Payload):
+    """Cleanup could not prove the worker gone; the worktree lease stays held."""
+
+    TYPE: ClassVar[str] = "worker_left_behind"
+    what: list[str]
+    lease: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerInputStalled(Payload):
+    """The worker stopped reading its input (an answer or a turn could not be sent)."""
+
+    TYPE: ClassVar[str] = "worker_input_stalled"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkspaceTrustAccepted(Payload):
+    """The tmux worker's trust dialog was answered for the worktree."""
+
+    TYPE: ClassVar[str] = "workspace_trust_accepted"
+    path: str
+    how: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopRequested(Payload):
+    """Someone asked the task to stop (`git sup stop`, a signal, a stop after a check)."""
+
+    TYPE: ClassVar[str] = "stop_requested"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskFinished(Payload):
+    """The last event of a task: its final state, status and exit code."""
+
+    TYPE: ClassVar[str] = "task_finished"
+    state: str
+    status: str
+    exit_code: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Integrated(Payload):
+    """The candidate was integrated into `into` (`result` is the commit the branch got)."""
+
+    TYPE: ClassVar[str] = "integrated"
+    candidate: Oid
+    into: str
+    strategy: str
+    target_before: Oid
+    result: Oid
+    checks: list[JsonMap]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HumanInput(Payload):
+    """A person typed into a tmux worker (redacted)."""
+
+    TYPE: ClassVar[str] = "human_input"
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HumanTakeover(Payload):
+    """A person took the worker over; automatic turns pause until `resume_with`."""
+
+    TYPE: ClassVar[str] = "human_takeover"
+    resume_with: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeAuto(Payload):
+    """Automatic turns resume (`turn_active`), or a resume that was `ignored` in `state`."""
+
+    TYPE: ClassVar[str] = "resume_auto"
+    ignored: bool | Unset = opt()
+    state: str | Unset = opt()
+    turn_active: bool | Unset = opt()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recovered(Payload):
+    """A supervisor took the task over after its predecessor died: the worker re-adopted
+    (with its identity) or a new worker turn, a verification or a park."""
+
+    TYPE: ClassVar[str] = "recovered"
+    previous: JsonMap
+    state: str
+    turns_before: int | Unset = opt()
+    action: str = key("action")
+    pid: int | Unset = opt()
+    start_time: float | Unset = opt()
+    pgid: int | Unset = opt()
+    cgroup: str | Unset | None = opt()
+    cgroup_inode: int | Unset | None = opt()
+    extra: JsonMap | Unset = opt()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCall(Payload):
+    """A model call of the supervisor's own (reviewer, decider) and what it cost."""
+
+    TYPE: ClassVar[str] = "model_call"
+    role: str
+    cost_usd: float | None
+    usage: JsonMap
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Notification(Payload):
+    """One delivery of a notification, with its channel's own keys (`channel`, `ok` …)."""
+
+    TYPE: ClassVar[str] = "notification"
+    event: str
+    result: Mapping[str, Any] = spread()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EgressRefused(Payload):
+    """The egress gate refused a connection."""
+
+    TYPE: ClassVar[str] = "egress_refused"
+    who: str
+    host: str
+    port: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EgressSummary(Payload):
+    """What the egress gate forwarded and refused, when it closes."""
+
+    TYPE: ClassVar[str] = "egress_summary"
+    who: str
+    connections: int
+    refused: int
+
+
+# --- the integration queue's log (refs/sup/queue/<branch>/log) ---------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueAdded(Payload):
+    """A ready candidate joined the queue."""
+
+    TYPE: ClassVar[str] = "queue_added"
+    task: TaskId
+    candidate: Oid
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueRemoved(Payload):
+    """A person took a queued candidate out."""
+
+    TYPE: ClassVar[str] = "queue_removed"
+    task: TaskId
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueRunStarted(Payload):
+    """A queue run started (its process id)."""
+
+    TYPE: ClassVar[str] = "queue_run_started"
+    pid: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueRunFinished(Payload):
+    """What a run of the queue did (`integrated`, check counts and times, `target` …)."""
+
+    TYPE: ClassVar[str] = "queue_run_finished"
+    into: str
+    result: Mapping[str, Any] = spread()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueResumed(Payload):
+    """A run found integrations an interrupted run made and recorded them."""
+
+    TYPE: ClassVar[str] = "queue_resumed"
+    integrated: dict[str, str]  # task -> its integration commit
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueTested(Payload):
+    """The checks ran on the composition of `tasks` (`tree`)."""
+
+    TYPE: ClassVar[str] = "queue_tested"
+    tasks: list[str]
+    tree: str
+    passed: bool
+    checks: list[JsonMap]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueIntegrated(Payload):
+    """A candidate was integrated by the queue (`commit`: its integration commit)."""
+
+    TYPE: ClassVar[str] = "queue_integrated"
+    task: TaskId
+    commit: Oid
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueTargetMoved(Payload):
+    """The queue advanced its target branch from `from` to `to`."""
+
+    TYPE: ClassVar[str] = "queue_target_moved"
+    from_: Oid = key("from")
+    to: Oid = key("to")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueParked(Payload):
+    """A candidate sent back without being integrated, with the evidence why."""
+
+    TYPE: ClassVar[str] = "queue_parked"
+    task: TaskId
+    kind: str
+    reason: str
+    evidence: JsonMap
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueRepair(Payload):
+    """A repair task was started for a parked candidate."""
+
+    TYPE: ClassVar[str] = "queue_repair"
+    task: TaskId
+    repair_task: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueRepairFinished(Payload):
+    """A repair task the queue started ended."""
+
+    TYPE: ClassVar[str] = "queue_repair_finished"
+    task: TaskId
+    outcome: str
+
+
+def schema_table() -> str:
+    """The Markdown table of docs/events.md: every type, its fields and their types."""
+    rows = ["| type | field | JSON type | written | what |", "|---|---|---|---|---|"]
+    for t in sorted(REGISTRY):
+        cls = REGISTRY[t]
+        what = " ".join((cls.__doc__ or "").split()) if "__doc__" in vars(cls) else ""
+        if what.startswith(f"{cls.__name__}("):  # the signature dataclass makes up
+            what = ""
+        fields = list(zip(dataclasses.fields(cls), _fields(cls), strict=True))
+        for i, (f, (_name, tp, k)) in enumerate(fields):
+            if f.metadata.get("spread"):
+                shown, when = "*(other keys)*", "as given"
+            else:
+                shown = f"`{k}`"
+                when = "when set" if f.default is UNSET else "always"
+            first = f"`{t}`" if i == 0 else ""
+            rows.append(f"| {first} | {shown} | {_show(tp)} | {when} | {what if i == 0 else ''} |")
+    return "\n".join(rows) + "\n"
+
+
+def _show(tp: Any) -> str:
+    if tp is Any:
+        return "any"
+    if tp is Oid:
+        return "commit id"
+    if tp is TaskId:
+        return "task id"
+    simple = {str: "string", int: "integer", float: "number", bool: "boolean"}
+    if tp in simple:
+        return simple[tp]
+    if tp is type(None):
+        return "null"
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        return " or ".join(_show(a) for a in args if a is not Unset)
+    if origin is Literal:
+        return " or ".join(f'"{a}"' for a in args)
+    if origin is list:
+        return f"list of {_show(args[0])}"
+    if origin in (dict, Mapping):
+        return "object"
+    return str(tp)
+
+
+def _main(argv: list[str]) -> int:
+    if argv != ["--schema"]:
+        sys.stderr.write("usage: python -m gitsup.store.eventtypes --schema\n")
+        return 2
+    sys.stdout.write(schema_table())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))

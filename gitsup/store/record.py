@@ -1,0 +1,142 @@
+"""Task records (`tasks/<id>/task.json`) and candidate notes (`refs/notes/sup`).
+
+Both are versioned; a newer version than this gitsup knows is a clear error.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gitsup.errors import GitsupError
+from gitsup.ids import Oid, TaskId
+from gitsup.state import State, Status
+
+RECORD_VERSION = 1
+NOTE_SCHEMA = "gitsup.candidate/1"
+
+
+class CheckResult(BaseModel):
+    # `repair_round` is "round" in JSON (the name Python's builtin has)
+    model_config = ConfigDict(
+        extra="ignore", validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
+
+    name: str
+    argv: list[str]
+    required: bool = True
+    exit_code: int | None = None
+    passed: bool = False
+    timed_out: bool = False
+    duration: float = 0.0
+    output_tail: str = ""
+    repair_round: int = Field(default=0, validation_alias="round", serialization_alias="round")
+
+
+class ReviewResult(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    kind: str
+    verdict: str | None = None  # pass | revise | human | None (not run / failed)
+    findings: list[dict[str, Any]] = Field(default_factory=list)
+    attempts: int = 0
+    error: str | None = None
+
+
+class TaskRecord(BaseModel):
+    """The durable state of one task. `git sup show --json` prints this (plus `events`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    version: int = RECORD_VERSION
+    id: TaskId
+    state: State = State.IDLE
+    status: Status = Status.PENDING
+    goal: str = ""
+    baseline: Oid = Oid("")
+    base_rev: str = "HEAD"
+    source_branch: str | None = None
+    branch: str = ""
+    worktree: str = ""
+    candidate: Oid | None = None
+    head: Oid | None = None
+    wip: Oid | None = None
+    checks: list[CheckResult] = Field(default_factory=list)
+    review: ReviewResult | None = None
+    turns: int = 0
+    cost_usd: float = 0.0
+    repair_rounds: int = 0
+    reasons: list[str] = Field(default_factory=list)
+    decisions: list[dict[str, Any]] = Field(default_factory=list)
+    worker_kind: str = ""
+    supervisor: dict[str, Any] | None = None
+    worker: dict[str, Any] | None = None
+    spawn_pending: bool = False
+    sandbox: dict[str, Any] | None = None  # gitsup.host.sandbox.SandboxPlan.report()
+    detached: bool = False
+    created_at: float = Field(default_factory=time.time)
+    updated_at: float = Field(default_factory=time.time)
+    finished_at: float | None = None
+    discarded_at: float | None = None
+    # What the wip snapshot could not hold: [{"path", "bytes", "why"}] (see docs/cli.md).
+    not_captured: list[dict[str, Any]] = Field(default_factory=list)
+    # What cleanup could not prove gone (worker pid, cgroup): the lease stays held.
+    left_behind: list[str] = Field(default_factory=list)
+    exit_code: int | None = None
+
+    def touch(self) -> None:
+        self.updated_at = time.time()
+
+
+class CandidateNote(BaseModel):
+    """The JSON note on a candidate commit in `refs/notes/sup`."""
+
+    schema_: str = Field(default=NOTE_SCHEMA, alias="schema")
+    task: TaskId
+    status: Status
+    baseline: Oid
+    candidate: Oid
+    branch: str
+    goal: str
+    checks: list[CheckResult]
+    review: ReviewResult | None
+    turns: int
+    cost_usd: float
+    repair_rounds: int = 0
+    reasons: list[str] = Field(default_factory=list)
+    decisions: list[dict[str, Any]] = Field(default_factory=list)
+    created_at: float
+    finished_at: float | None
+    integrated_into: str | None = None
+    integrated_at: float | None = None
+    # The cost ledger of the task (gitsup/store/ledger.py): per turn, repair round and model call.
+    cost: dict[str, Any] | None = None
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    def to_text(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True), indent=2) + "\n"
+
+    @classmethod
+    def parse(cls, text: str) -> CandidateNote:
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise GitsupError(f"candidate note is not JSON: {exc}") from None
+        schema = str(raw.get("schema", "")) if isinstance(raw, dict) else ""
+        if not schema.startswith("gitsup.candidate/"):
+            raise GitsupError("not a gitsup candidate note")
+        if int(schema.rsplit("/", 1)[1] or 0) > 1:
+            raise GitsupError(
+                f"candidate note schema {schema} is newer than this gitsup understands",
+                hint="upgrade gitsup",
+            )
+        return cls.model_validate(raw)
+
+
+# The store (TaskStore, TaskLock) lives in gitsup.store.records, which imports this module only when
+# a record is loaded or saved (no pydantic import for listings).
+__all__ = ["CandidateNote", "CheckResult", "ReviewResult", "TaskRecord"]

@@ -1,0 +1,140 @@
+"""Task directories under `$GIT_COMMON_DIR/sup/tasks/`: create, load, save, list.
+
+Models (pydantic) are imported only when a record is loaded or saved, so a listing
+(`iter_raw`) costs neither the import nor the validation.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gitsup.errors import GitsupError
+from gitsup.host.fsutil import atomic_write
+from gitsup.ids import TaskId, new_task_id, parse_task_id
+from gitsup.layout import Layout
+
+if TYPE_CHECKING:
+    from gitsup.store.record import TaskRecord
+
+
+class TaskStore:
+    """Task directories under `$GIT_COMMON_DIR/sup/tasks/`."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+
+    def create(self) -> TaskId:
+        self.layout.ensure()
+        for _ in range(64):
+            tid = new_task_id()
+            try:
+                self.layout.task_dir(tid).mkdir()
+            except FileExistsError:
+                continue
+            return tid
+        raise GitsupError("could not allocate a unique task id")
+
+    def exists(self, task: TaskId) -> bool:
+        return self.layout.record(task).exists()
+
+    def load(self, task: str) -> TaskRecord:
+        from pydantic import ValidationError
+
+        from gitsup.store.record import RECORD_VERSION, TaskRecord
+
+        tid = parse_task_id(task)
+        path = self.layout.record(tid)
+        try:
+            raw = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            raise GitsupError(
+                f"no task {task} in this repository", hint="`git sup ls` lists the tasks"
+            ) from None
+        except ValueError as exc:
+            raise GitsupError(f"task record {path} is corrupt: {exc}") from None
+        if isinstance(raw, dict) and int(raw.get("version", 1)) > RECORD_VERSION:
+            raise GitsupError(
+                f"task {task} was written by a newer gitsup (record version {raw['version']})",
+                hint="upgrade gitsup",
+            )
+        try:
+            return TaskRecord.model_validate(raw)
+        except ValidationError as exc:
+            raise GitsupError(f"task record {path} is invalid: {exc.errors()[0]['msg']}") from None
+
+    def save(self, record: TaskRecord) -> None:
+        record.touch()
+        path = self.layout.record(TaskId(record.id))
+        atomic_write(path, record.model_dump_json(indent=1).encode())
+
+    def ids(self) -> list[TaskId]:
+        if not self.layout.tasks.exists():
+            return []
+        return sorted(
+            TaskId(p.name) for p in self.layout.tasks.iterdir() if (p / "task.json").exists()
+        )
+
+    def iter_raw(self) -> Iterator[dict[str, Any]]:
+        """Each task record as plain JSON (unreadable ones skipped), for fast listings."""
+        try:
+            names = os.listdir(self.layout.tasks)
+        except FileNotFoundError:
+            return
+        base = os.fspath(self.layout.tasks)
+        loads, read = json.loads, _read_small
+        for name in names:
+            try:
+                raw = loads(read(f"{base}/{name}/task.json"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(raw, dict) and isinstance(raw.get("id"), str):
+                yield raw
+
+    def iter_records(self) -> Iterator[TaskRecord]:
+        for tid in self.ids():
+            try:
+                yield self.load(tid)
+            except GitsupError:
+                continue
+
+    def lock(self, task: TaskId) -> TaskLock:
+        return TaskLock(self.layout.task_dir(task) / "lock")
+
+
+def _read_small(path: str) -> bytes:
+    """A whole small file in as few system calls as there can be (open, read, close)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, 1 << 16)
+        if len(data) == 1 << 16:  # larger than most records: read on to the end
+            parts = [data]
+            while chunk := os.read(fd, 1 << 20):
+                parts.append(chunk)
+            data = b"".join(parts)
+        return data
+    finally:
+        os.close(fd)
+
+
+class TaskLock:
+    """Serializes lifecycle operations on one task across processes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def __enter__(self) -> TaskLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

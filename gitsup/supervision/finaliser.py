@@ -1,0 +1,246 @@
+"""The task's Git side: importing the worker's commits into the task branch, and the one
+finaliser (wip snapshot, candidate ref and note, `candidate_*`, the lease)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gitsup.errors import GitsupError
+from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo, RefConflict
+from gitsup.git.taskgit import ImportRefused, import_tree, import_work, open_worktree
+from gitsup.ids import Oid
+from gitsup.layout import Layout, task_refs
+from gitsup.spec import TaskSpec
+from gitsup.state import EXIT_OF, STATUS_OF, State, Status
+from gitsup.store import eventtypes as et
+from gitsup.store.events import EventLog
+from gitsup.store.eventtypes import EmitFn
+from gitsup.store.record import CandidateNote
+from gitsup.supervision.journal import Journal
+from gitsup.supervision.launcher import Launcher
+
+
+class Finaliser:
+    def __init__(
+        self,
+        repo: GitRepo,
+        layout: Layout,
+        spec: TaskSpec,
+        journal: Journal,
+        launcher: Launcher,
+        *,
+        emit: EmitFn,
+    ) -> None:
+        self.repo = repo
+        self.layout = layout
+        self.spec = spec
+        self.journal = journal
+        self.launcher = launcher
+        self.emit = emit
+        self.task = launcher.task
+        self.worktree = launcher.worktree
+        self._worker_ref: str | None = f"refs/heads/{journal.record.branch}"
+        self._import_refused: str | None = None
+        self._left: list[str] = []
+
+    @property
+    def record(self) -> Any:
+        return self.journal.record
+
+    def branch_head(self) -> Oid | None:
+        return self.repo.branch_target(self.record.branch)
+
+    def worktree_repo(self) -> GitRepo | None:
+        try:
+            return open_worktree(self.layout, self.task, self.worktree)
+        except GitsupError:
+            return None
+
+    def import_work(self) -> str | None:
+        """Import the worker's commits into the task branch (verified). Returns why the
+        import was refused (also recorded as a reason), None when it went through."""
+        try:
+            res = import_work(
+                self.repo, self.layout, self.task, Oid(self.record.baseline), self.record.branch
+            )
+        except (ImportRefused, GitsupError) as exc:
+            reason = f"import refused: {exc.message}"
+            if reason != self._import_refused:
+                self._import_refused = reason
+                self.emit(et.ImportRefused(reason=exc.message))
+            if reason not in self.record.reasons:
+                self.record.reasons.append(reason)
+            return reason
+        self._import_refused = None
+        if res is None:
+            return None
+        if res.ref != self._worker_ref:
+            self.emit(et.WorkerBranchChanged(from_=self._worker_ref, to=res.ref, tip=res.tip))
+            self._worker_ref = res.ref
+        if res.moved:
+            self.emit(
+                et.WorkImported(
+                    branch=self.record.branch,
+                    from_=res.previous,
+                    to=res.tip,
+                    objects=res.objects,
+                    size=res.bytes,
+                )
+            )
+        return None
+
+    def finalise(self, final: State, verified_head: str | None) -> State:
+        """Everything before the terminal transition (the worker is already stopped).
+        Returns the final state: a ready task whose branch moved after verification, or
+        whose work could not be imported, parks."""
+        left = self._left = self.launcher.left_behind()
+        if left:
+            # The lease is released only when cleanup proved the worker gone.
+            self.record.left_behind = left
+            self.record.reasons.append(
+                "cleanup could not prove the worker gone: "
+                + "; ".join(left)
+                + "; the worktree lease stays held (see `git sup doctor`, "
+                "`git sup doctor --fix`)"
+            )
+            self.emit(et.WorkerLeftBehind(what=left, lease=str(self.launcher.lease.path)))
+        if self.import_work() is not None and final == State.COMPLETED:
+            final = State.BLOCKED
+        status = STATUS_OF[final]
+        head = self.branch_head()
+        self.record.head = head
+        if final == State.COMPLETED and head != verified_head:
+            # The branch moved after verification: not what was verified.
+            final, status = State.BLOCKED, Status.PARKED
+            self.record.reasons.append("branch moved after verification")
+        if status != Status.READY:
+            self._save_wip(head)
+        if (
+            head is not None
+            and head != self.record.baseline
+            and self.repo.is_ancestor(Oid(self.record.baseline), head)
+        ):
+            self._write_candidate(head, status)
+        self.record.status = status
+        self.record.finished_at = time.time()
+        self.record.exit_code = EXIT_OF[status]
+        cand, reasons = self.record.candidate, list(self.record.reasons)
+        if status == Status.READY:
+            self.emit(et.CandidateReady(candidate=cand, reasons=reasons))
+        elif status in (Status.PARKED, Status.STOPPED):
+            self.emit(et.CandidateParked(candidate=cand, reasons=reasons))
+        else:
+            self.emit(et.CandidateFailed(candidate=cand, reasons=reasons))
+        return final
+
+    def close(self, final: State) -> None:
+        """After the terminal transition: `task_finished`, the last seal, the lease."""
+        status = STATUS_OF[final]
+        self.emit(
+            et.TaskFinished(state=final.value, status=status.value, exit_code=self.record.exit_code)
+        )
+        self.journal.save(final)
+        self.journal.seal(f"task finished: {status.value}")
+        self.journal.close()
+        if not self._left:
+            self.launcher.release_lease()
+        self.journal.drain()
+
+    def _save_wip(self, head: Oid | None) -> None:
+        wt = self.worktree_repo()
+        if wt is None:
+            return
+        omitted: list[dict[str, Any]] = []
+        try:
+            # The worker's state: its files, and its commits when they were not imported
+            # (e.g. on a branch that does not descend from the baseline).
+            tree = wt.snapshot_tree(
+                include_untracked=True,
+                max_file_bytes=WIP_MAX_FILE_BYTES,
+                baseline=Oid(self.record.baseline),
+                omitted=omitted,
+            )
+            parent = head or Oid(self.record.baseline)
+            # What is not saved is said (event, record, `git sup show`), never dropped silently.
+            omitted = bound_not_captured(omitted)
+            self.record.not_captured = omitted
+            if tree == self.repo.tree_of(parent):
+                if omitted:
+                    self.emit(et.WipSaved(ref=None, commit=None, not_captured=omitted))
+                return
+            import_tree(self.repo, self.layout, self.task, tree)
+            commit = self.repo.commit_tree(
+                tree,
+                [parent],
+                f"gitsup: work in progress of task {self.task}\n\n"
+                "Uncommitted changes (tracked and untracked) saved when the task ended.\n",
+            )
+            ref = task_refs(self.task)["wip"]
+            old = self.repo.ref_target(ref)
+            self.repo.update_ref(ref, commit, old=old, message=f"gitsup: wip of {self.task}")
+        except (GitsupError, OSError) as exc:
+            self.emit(et.ProtocolNoise(error=f"wip snapshot failed: {exc}"))
+            return
+        self.record.wip = commit
+        self.emit(et.WipSaved(ref=ref, commit=commit, not_captured=omitted))
+
+    def _write_candidate(self, head: Oid, status: Status) -> None:
+        ref = task_refs(self.task)["candidate"]
+        old = self.repo.ref_target(ref)
+        try:
+            if old != head:
+                self.repo.update_ref(
+                    ref, head, old=old, message=f"gitsup: candidate {status.value}"
+                )
+        except RefConflict as exc:
+            self.record.reasons.append(f"candidate ref not written: {exc}")
+            return
+        self.record.candidate = head
+        note = CandidateNote(
+            task=self.task,
+            status=status,
+            baseline=self.record.baseline,
+            candidate=head,
+            branch=self.record.branch,
+            goal=self.spec.goal,
+            checks=self.record.checks,
+            review=self.record.review,
+            turns=self.record.turns,
+            cost_usd=self.record.cost_usd,
+            repair_rounds=self.record.repair_rounds,
+            reasons=self.record.reasons,
+            decisions=self.record.decisions,
+            created_at=self.record.created_at,
+            finished_at=time.time(),
+            cost=_cost_breakdown(self.task, self.journal.log),
+        )
+        self.repo.write_note(head, note.to_text())
+
+
+def _cost_breakdown(task: str, log: EventLog) -> dict[str, Any] | None:
+    from gitsup.store.ledger import task_cost
+
+    try:
+        return task_cost(task, (e.as_dict() for e in log.read())).breakdown()
+    except Exception:
+        return None
+
+
+NOT_CAPTURED_LIST_LIMIT = 200
+
+
+def bound_not_captured(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """At most NOT_CAPTURED_LIST_LIMIT entries (those that block a discard first); the rest
+    become one summary entry with their count and total size."""
+    if len(items) <= NOT_CAPTURED_LIST_LIMIT:
+        return items
+    ordered = sorted(items, key=lambda i: not i.get("blocks_discard", True))
+    keep, rest = ordered[: NOT_CAPTURED_LIST_LIMIT - 1], ordered[NOT_CAPTURED_LIST_LIMIT - 1 :]
+    summary = {
+        "path": f"({len(rest)} more paths)",
+        "bytes": sum(int(i.get("bytes") or 0) for i in rest),
+        "why": "; ".join(sorted({str(i.get("why")) for i in rest})),
+        "blocks_discard": any(i.get("blocks_discard", True) for i in rest),
+    }
+    return [*keep, summary]

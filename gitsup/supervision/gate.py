@@ -1,0 +1,152 @@
+"""The permission gate (the shell-policy classifier, then the decider for what it cannot
+settle) and the decider's verdict on a finished turn. Both answer the task machine with
+what came of it; neither changes the task's state."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from gitsup.git import GitRepo
+from gitsup.spec import TaskSpec
+from gitsup.store import eventtypes as et
+from gitsup.store.eventtypes import EmitFn
+from gitsup.supervision.taskio import Decided, Gated
+from gitsup.verification.decider import DeciderError, RulesDecider, TurnDecision, TurnOutcome
+from gitsup.workers.base import (
+    PermissionAnswer,
+    PermissionRequest,
+    TurnCompleted,
+    WorkerAdapter,
+    WorkerError,
+    WorkerInputStalled,
+)
+
+T = TypeVar("T")
+
+
+class Gate:
+    def __init__(
+        self,
+        repo: GitRepo,
+        spec: TaskSpec,
+        task: str,
+        worktree: str,
+        *,
+        emit: EmitFn,
+        abort: threading.Event,
+        sandboxed: Callable[[], bool],
+    ) -> None:
+        self.repo = repo
+        self.spec = spec
+        self.task = task
+        self.worktree = worktree
+        self.emit = emit
+        self.abort = abort
+        self.sandboxed = sandboxed
+        self.decider: RulesDecider = RulesDecider()
+        self._policy: Any = None
+
+    def policy(self) -> Any:
+        if self._policy is None:
+            from gitsup.policy import Policy
+
+            self._policy = Policy.load(
+                self.repo.main_workdir, extra_protected=self.repo.config_get_all("sup.protected")
+            )
+        return self._policy
+
+    def with_retries(self, what: str, fn: Callable[[], T]) -> T | None:
+        tries = 1 + self.spec.autonomy.max_decision_retries
+        for n in range(1, tries + 1):
+            if self.abort.is_set():
+                return None
+            try:
+                return fn()
+            except DeciderError as exc:
+                self.emit(et.Decision(on=what, attempt=n, error=str(exc)[:500]))
+        return None
+
+    def answer(self, req: PermissionRequest, worker: WorkerAdapter | None) -> Gated:
+        """Decide one permission request, answer the worker, record it."""
+        from gitsup.policy import decide_tool, unattended_denial
+
+        decision = decide_tool(
+            req.tool_name,
+            req.tool_input,
+            worktree=self.worktree,
+            policy=self.policy(),
+            git_common_dir=str(self.repo.common_dir),
+            sandboxed=self.sandboxed(),
+        )
+        park: str | None = None
+        if decision.verdict == "allow":
+            answer = PermissionAnswer(True, updated_input=req.tool_input)
+        elif decision.verdict == "deny":
+            answer = PermissionAnswer(False, unattended_denial(decision))
+        else:
+            is_question = req.tool_name == "AskUserQuestion"
+            self.emit(et.PermissionPending(request_id=req.request_id, tool=req.tool_name))
+            text = self.with_retries(
+                "question" if is_question else "ask",
+                (lambda: self.decider.answer_question(req.tool_input))
+                if is_question
+                else (lambda: self.decider.answer_ask(unattended_denial(decision))),
+            )
+            if text is None:
+                park = "decider failed to answer a permission request"
+                text = (
+                    RulesDecider().answer_question(req.tool_input)
+                    if is_question
+                    else unattended_denial(decision)
+                )
+            answer = PermissionAnswer(False, text)
+        stalled: str | None = None
+        if worker is not None:
+            try:
+                worker.answer(req.request_id, answer)
+            except WorkerInputStalled as exc:
+                stalled = str(exc)
+            except (WorkerError, OSError):
+                pass
+        self.emit(
+            et.PermissionDecided(
+                request_id=req.request_id,
+                tool=req.tool_name,
+                input=summarize_input(req.tool_input),
+                verdict=decision.verdict,
+                rule=decision.rule,
+                reason=decision.reason,
+                part=decision.part,
+                sandboxed=decision.sandboxed,
+                answer="allow" if answer.allow else "deny",
+                message=answer.message,
+            )
+        )
+        return Gated(park=park, stalled=stalled)
+
+    def decide_turn(self, tc: TurnCompleted, *, turns: int, alive: Callable[[], bool]) -> Decided:
+        ctx = TurnOutcome(
+            task=self.task,
+            goal=self.spec.goal,
+            turns=turns,
+            last_result=tc.result,
+            is_error=tc.is_error,
+            subtype=tc.subtype,
+            worker_alive=alive(),
+        )
+        decision: TurnDecision | None = self.with_retries(
+            "turn_completed", lambda: self.decider.on_turn_completed(ctx)
+        )
+        return Decided(decision, self.decider.kind, alive())
+
+
+def summarize_input(tool_input: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tool_input.items():
+        if isinstance(v, str) and len(v) > 2000:
+            out[k] = v[:2000] + f"… [{len(v) - 2000} chars cut]"
+        else:
+            out[k] = v
+    return out

@@ -1,0 +1,83 @@
+"""A task's journal: its event log (append, then seal into Git), its record and the
+notifier, written in one place so that an event, the record and the sealed log agree."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+
+from gitsup.errors import GitsupError
+from gitsup.git import GitRepo, RefConflict
+from gitsup.ids import TaskId
+from gitsup.layout import Layout
+from gitsup.spec import TaskSpec
+from gitsup.state import State
+from gitsup.store.events import Event, EventLog
+from gitsup.store.eventtypes import Payload, ProtocolNoise
+from gitsup.store.record import TaskRecord
+from gitsup.store.records import TaskStore
+
+EventSink = Callable[[Event], None]
+
+
+class Journal:
+    def __init__(
+        self,
+        repo: GitRepo,
+        layout: Layout,
+        record: TaskRecord,
+        spec: TaskSpec,
+        *,
+        on_event: EventSink | None = None,
+    ) -> None:
+        from gitsup.attention import notify
+
+        self.repo = repo
+        self.store = TaskStore(layout)
+        self.record = record
+        task = TaskId(record.id)
+        self.log = EventLog(
+            layout.events(task),
+            task,
+            max_record_bytes=spec.events.max_record_bytes,
+            rotate_bytes=spec.events.rotate_bytes,
+            keep_files=spec.events.keep_files,
+        )
+        self.on_event = on_event
+        self.notifier = notify.notifier_for(repo, layout, spec, task)
+        self.lock = threading.RLock()  # the egress gate reports from its own thread
+
+    def emit(self, payload: Payload) -> Event:
+        with self.lock:
+            ev = self.log.append(payload)
+            if self.on_event is not None:
+                with contextlib.suppress(Exception):
+                    self.on_event(ev)
+            if self.notifier is not None:
+                with contextlib.suppress(Exception):
+                    self.notifier.on_event(ev)
+        return ev
+
+    def save(self, state: State) -> None:
+        self.record.state = state
+        self.store.save(self.record)
+
+    def add_reason(self, text: str, *, once: bool = False) -> None:
+        if not once or text not in self.record.reasons:
+            self.record.reasons.append(text)
+
+    def seal(self, reason: str) -> None:
+        with self.lock:
+            try:
+                self.log.seal(self.repo, reason)
+            except (GitsupError, RefConflict) as exc:
+                # Sealing is retried at the next transition; the WAL keeps every event.
+                self.log.append(ProtocolNoise(error=f"seal failed: {exc}"))
+
+    def close(self) -> None:
+        self.log.close()
+
+    def drain(self) -> None:
+        if self.notifier is not None:  # the task has ended: let bounded deliveries finish
+            self.notifier.join(120.0)

@@ -1,0 +1,488 @@
+"""Everything a task runs goes through the launcher: the worker's environment and sandbox
+plan, the preflight, its cgroup and network, spawning or re-adopting the worker, stopping it
+and proving it gone. The reviewer, the decider and the checks get their wrapper (sandbox,
+cgroup, network namespace) here too (gitsup/supervision/tasknet.py holds the networks)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gitsup.errors import GitsupError
+from gitsup.faults import fault
+from gitsup.git import GitRepo
+from gitsup.host.contain import (
+    Cgroup,
+    bootstrap_argv,
+    create_cgroup,
+    executable_problems,
+    resolve_mode,
+    sweep_marked,
+)
+from gitsup.host.procid import ProcessId
+from gitsup.host.sandbox import SandboxPlan
+from gitsup.ids import TaskId
+from gitsup.layout import Layout, task_refs
+from gitsup.spec import TaskSpec
+from gitsup.store import eventtypes as et
+from gitsup.store.eventtypes import EmitFn
+from gitsup.store.lease import Lease, LeaseStore
+from gitsup.supervision.journal import Journal
+from gitsup.supervision.taskio import Spawned
+from gitsup.supervision.tasknet import Net, TaskNet
+from gitsup.workers.base import (
+    Inbox,
+    WorkerAdapter,
+    WorkerError,
+    WorkerIdentity,
+    WorkerOptions,
+    WorkerSetup,
+)
+
+WorkerFactory = Callable[[TaskSpec, WorkerSetup], WorkerAdapter]
+Wrap = Callable[[list[str]], list[str]]
+
+
+class Launcher:
+    def __init__(
+        self,
+        repo: GitRepo,
+        layout: Layout,
+        spec: TaskSpec,
+        journal: Journal,
+        lease: Lease,
+        *,
+        emit: EmitFn,
+        save: Callable[[], None],
+        inbox: Inbox,
+        abort: threading.Event,
+        worker_factory: WorkerFactory,
+    ) -> None:
+        self.repo = repo
+        self.layout = layout
+        self.spec = spec
+        self.journal = journal
+        self.lease = lease
+        self.emit = emit
+        self.save = save
+        self.inbox = inbox
+        self.abort = abort
+        self.worker_factory = worker_factory
+        self.task = TaskId(journal.record.id)
+        self.worktree = Path(journal.record.worktree)
+        self.net = TaskNet(repo, spec, self.task, emit)
+        self.worker: WorkerAdapter | None = None
+        self.spawns = 0
+        self.cg_base: Path | None = None
+        self.cgroup: Cgroup | None = None
+        self.exit_stack = contextlib.ExitStack()
+        self.swept = False
+        self.left_cgroups: list[str] = []
+        self._sandbox: SandboxPlan | None = None
+        self._sandbox_error: str | None = None
+        # Whether the kernel sandbox (Landlock, mount namespace, no privileges) is in force
+        # for everything this task runs; known once the worker environment is built.
+        self.sandbox_enforced = False
+
+    @property
+    def record(self) -> Any:
+        return self.journal.record
+
+    # --- environment and sandbox ------------------------------------------------------
+
+    def worker_env(self) -> dict[str, str]:
+        from gitsup.host.proc import child_env
+
+        env = child_env(
+            {
+                "GITSUP_TASK": self.task,
+                "GITSUP_WORKTREE": str(self.worktree),
+                "GITSUP_BASELINE": self.record.baseline,
+            },
+            drop=("CLAUDECODE",),
+        )
+        env.update(self.spec.worker.env)
+        from gitsup.workers.claude.worker import model_call_env
+
+        for k, v in model_call_env(self.spec.budget).items():
+            env.setdefault(k, v)
+        plan = self.sandbox_plan(env)
+        return dict(plan.env) if plan is not None else env
+
+    def sandbox_plan(self, env: Mapping[str, str] | None = None) -> SandboxPlan | None:
+        """The task's sandbox (gitsup/host/sandbox.py), built once; None when it cannot be built
+        (the reason is a preflight failure)."""
+        if self._sandbox is not None or self._sandbox_error is not None:
+            return self._sandbox
+        if env is None:
+            self.worker_env()
+            return self._sandbox
+        from gitsup.host.sandbox import build_plan, load_rules
+        from gitsup.host.sandbox import resolve_mode as sandbox_mode
+
+        try:
+            mode = sandbox_mode(self.spec.sandbox.mode, self.repo.config_get("sup.sandbox"))
+            env = dict(env)
+            for var, key in (("NAME", "user.name"), ("EMAIL", "user.email")):
+                value = self.repo.config_get(key)
+                if value and f"GIT_AUTHOR_{var}" not in env:
+                    env.setdefault(f"GIT_AUTHOR_{var}", value)
+                    env.setdefault(f"GIT_COMMITTER_{var}", value)
+            self._sandbox = build_plan(
+                mode=mode,
+                rules=load_rules(self.repo.main_workdir),
+                worktree=self.worktree,
+                common_dir=self.layout.common_dir,
+                task_dir=self.layout.task_dir(self.task),
+                branch=self.record.branch,
+                env=env,
+                programs=self._programs(env),
+                keep_env=self.spec.worker.env.keys(),
+                claude=self.spec.worker.kind not in ("process", "codex")
+                or "claude" in (self.spec.review.kind, self.spec.decider.kind)
+                or "acp" in (self.spec.review.kind, self.spec.decider.kind),
+            )
+        except (GitsupError, OSError) as exc:
+            self._sandbox_error = exc.message if isinstance(exc, GitsupError) else str(exc)
+            return None
+        self.sandbox_enforced = self._sandbox.enforced
+        self.record.sandbox = self._sandbox.report()
+        return self._sandbox
+
+    def _programs(self, env: Mapping[str, str]) -> list[list[str]]:
+        """Every argv this task runs, so that the sandbox lets them be read and executed."""
+        spec = self.spec
+        out = [list(spec.worker.argv), *(list(c.argv) for c in spec.checks)]
+        out += [list(spec.review.argv), list(spec.decider.argv)]
+        if "claude" in (spec.review.kind, spec.decider.kind) or spec.worker.kind != "process":
+            from gitsup.workers.claude.worker import find_claude
+
+            argv = list(spec.worker.argv) if spec.worker.kind != "process" else []
+            with contextlib.suppress(WorkerError):
+                out.append(find_claude(argv, env))
+            with contextlib.suppress(WorkerError):
+                out.append(find_claude([], env))
+        if "codex" in (spec.worker.kind, spec.review.kind, spec.decider.kind):
+            from gitsup.workers.codex.worker import find_codex
+
+            for argv in (
+                list(spec.worker.argv) if spec.worker.kind == "codex" else [],
+                list(spec.decider.argv) if spec.decider.kind == "codex" else [],
+            ):
+                with contextlib.suppress(WorkerError):
+                    out.append(find_codex(argv, env))
+        kinds = (spec.worker.kind, spec.review.kind, spec.decider.kind)
+        if "acp" in kinds:  # the agent, and the CLI it may run
+            from gitsup.workers.acp.worker import agent_env, find_acp
+
+            for argv in (
+                spec.worker.argv if spec.worker.kind == "acp" else [],
+                spec.review.argv,
+                spec.decider.argv if spec.decider.kind == "acp" else [],
+            ):
+                with contextlib.suppress(WorkerError):
+                    out.append(find_acp(argv, env))
+            cli = agent_env(env).get("CLAUDE_CODE_EXECUTABLE")
+            if cli:
+                out.append([cli])
+        return out
+
+    def wrapper(
+        self, cg: Cgroup | None, netns: str | None, *, read_only: bool = False
+    ) -> Wrap | None:
+        """The bootstrap prefix for one process of this task (None: run it as is). Fails
+        closed: nothing runs when the sandbox could not be built or is required but missing
+        (a path that skips the spawn preflight, such as verifying after a recovery)."""
+        from gitsup.host.sandbox import required_problems
+
+        plan = self.sandbox_plan()
+        if plan is not None and cg is None and netns is None and not plan.active:
+            return None
+
+        def wrap(argv: list[str]) -> list[str]:
+            if plan is None:
+                raise GitsupError(f"sandbox: {self._sandbox_error}")
+            problems = required_problems(plan)
+            if problems:
+                raise GitsupError("; ".join(problems))
+            sandbox = plan.argv(read_only=read_only, files=argv)
+            return bootstrap_argv(argv, cgroup=cg, netns=netns, sandbox=sandbox)
+
+        return wrap
+
+    def read_only_wrappers(self) -> tuple[Wrap | None, Callable[[str | None], Wrap | None]]:
+        """For the reviewer and the decider: read-only, on the host or in a namespace."""
+        return (
+            self.wrapper(None, None, read_only=True),
+            lambda ns: self.wrapper(None, ns, read_only=True),
+        )
+
+    def policy_sandboxed(self) -> bool:
+        """POLICY.md section 4a applies only when the kernel contains the worker: the sandbox
+        is enforced and its network is a namespace (loopback, or gated to the model API)."""
+        return self.sandbox_enforced and self.net.describe.get("mode") in ("gated", "loopback")
+
+    # --- preflight and spawn --------------------------------------------------------------
+
+    def preflight(self) -> list[str]:
+        """Everything that must hold before anything runs. Returns the failures."""
+        problems: list[str] = []
+        for d in (self.layout.task_dir(self.task), self.layout.leases):
+            if not os.access(d, os.W_OK):
+                problems.append(f"state directory {d} is not writable")
+        current = self.repo.ref_target(task_refs(self.task)["baseline"])
+        if current != self.record.baseline:
+            problems.append("baseline ref changed between validation and spawn")
+        head = self.repo.branch_target(self.record.branch)
+        if head != self.record.baseline and self.record.turns == 0:
+            problems.append(f"{self.record.branch} moved between validation and spawn")
+        try:
+            self.cg_base = resolve_mode(self.spec.isolation.cgroup)
+        except GitsupError as exc:
+            problems.append(exc.message)
+        plan = self.sandbox_plan()
+        if plan is None:
+            problems.append(f"sandbox: {self._sandbox_error}")
+        else:
+            from gitsup.host.sandbox import required_problems
+
+            problems += required_problems(plan)
+        exe = self._worker_executable()
+        if exe is not None:
+            problems += executable_problems(exe)
+        return problems
+
+    def _worker_executable(self) -> str | None:
+        argv = list(self.spec.worker.argv)
+        if self.spec.worker.kind == "claude":
+            from gitsup.workers.claude.worker import find_claude
+
+            try:
+                return find_claude(argv, self.worker_env())[0]
+            except WorkerError:
+                return None  # reported by the adapter at start, with its own message
+        if self.spec.worker.kind == "codex":
+            from gitsup.workers.codex.worker import find_codex
+
+            try:
+                return find_codex(argv, self.worker_env())[0]
+            except WorkerError:
+                return None
+        if self.spec.worker.kind == "acp":
+            from gitsup.workers.acp.worker import find_acp
+
+            try:
+                return find_acp(argv, self.worker_env())[0]
+            except WorkerError:
+                return None
+        if not argv:
+            return None
+        first = argv[0]
+        if os.sep in first:
+            return first if os.path.isabs(first) else str(self.worktree / first)
+        return shutil.which(first, path=self.worker_env().get("PATH")) or first
+
+    def _context(self, env: Mapping[str, str], options: WorkerOptions) -> WorkerSetup:
+        return WorkerSetup(
+            task_id=self.task,
+            worktree=self.worktree,
+            task_dir=self.layout.task_dir(self.task),
+            env=env,
+            argv=tuple(self.spec.worker.argv),
+            inbox=self.inbox,
+            options=options,
+        )
+
+    def spawn(self, prompt: str) -> Spawned:
+        """Preflight, cgroup, network, then the worker. What came of it is the answer."""
+        problems = self.preflight()
+        if problems:
+            return Spawned(failure=tuple(f"preflight: {p}" for p in problems))
+        self.spawns += 1
+        cg = None
+        if self.cg_base is not None:
+            try:
+                cg = create_cgroup(f"{self.task}-w{self.spawns}", self.cg_base)
+            except (GitsupError, OSError) as exc:
+                if self.spec.isolation.cgroup == "required":
+                    return Spawned(failure=(f"preflight: cannot create the worker cgroup: {exc}",))
+        self.cgroup = cg
+        env = self.worker_env()
+        try:
+            if self.spec.worker.kind == "tmux" and self.spec.isolation.network == "auto":
+                # The TUI outlives its supervisor; the gate (a thread of it) does not, and a
+                # model request cut mid-flight ends the TUI's turn. Gated only when asked.
+                why = (
+                    'auto: a tmux worker outlives its supervisor\'s gate; network = "none" gates it'
+                )
+                net = Net(None, {}, None, {"mode": "host", "reason": why})
+            else:
+                agent = self.spec.worker.kind != "process"
+                net = self.net.network_for(
+                    "worker", self.exit_stack, env, agent=agent, model_kind=self.spec.worker.kind
+                )
+        except GitsupError as exc:
+            return Spawned(failure=(f"preflight: {exc.message}",))
+        self.net.describe = net.describe
+        netns = net.netns
+        ctx = self._context(
+            {**env, **net.env},
+            WorkerOptions(
+                spec=self.spec, wrap=self.wrapper(cg, netns), egress=net.gate, abort=self.abort
+            ),
+        )
+        # Crash window marker: a record with spawn_pending and no worker identity means
+        # "a worker may have been spawned"; recover/doctor look for it in the cgroup.
+        self.record.spawn_pending = True
+        self.record.worker = {
+            "pid": None,
+            "cgroup": str(cg.path) if cg else None,
+            "cgroup_inode": cg.inode if cg else None,
+        }
+        self.save()
+        fault("before_spawn")
+        try:
+            self.worker = self.worker_factory(self.spec, ctx)
+            ident = self.worker.start(prompt)
+        except (WorkerError, GitsupError) as exc:
+            msg = exc.message if isinstance(exc, GitsupError) else str(exc)
+            self.record.spawn_pending = False
+            if self.abort.is_set():
+                return Spawned(aborted="")
+            self.cleanup_cgroup()
+            return Spawned(failure=(f"worker could not start: {msg}",))
+        fault("after_spawn")
+        if netns is not None:  # a re-adopting supervisor serves the same namespace again
+            ident = WorkerIdentity(
+                ident.pid,
+                ident.start_time,
+                ident.pgid,
+                ident.cgroup,
+                ident.cgroup_inode,
+                {
+                    **ident.extra,
+                    "netns": netns,
+                    "egress_proxy_port": getattr(net.gate, "proxy_port", None),
+                },
+            )
+        if cg is not None:
+            ident = WorkerIdentity(
+                ident.pid, ident.start_time, ident.pgid, str(cg.path), cg.inode, ident.extra
+            )
+        self._record_worker(ident)
+        if self.abort.is_set():
+            return Spawned(repairable=self.worker.capabilities.repairable, aborted="")
+        return Spawned(repairable=self.worker.capabilities.repairable)
+
+    def adopt(self) -> WorkerIdentity:
+        """Take over a persistent worker that survived its supervisor (raises WorkerError
+        when its identity does not match)."""
+        env = self.worker_env()
+        ctx = self._context(
+            env,
+            WorkerOptions(
+                spec=self.spec, egress=self.net.regate(self.record, env, self.exit_stack)
+            ),
+        )
+        worker = self.worker_factory(self.spec, ctx)
+        ident = worker.adopt(self.record.worker or {})
+        self.worker = worker
+        self.spawns = max(self.spawns, 1)
+        return ident
+
+    def _record_worker(self, ident: WorkerIdentity) -> None:
+        """Persist the worker's identity (record and lease) before clearing spawn_pending,
+        so every crash window leaves a recognizable trace."""
+        self.record.worker = ident.as_dict()
+        self.record.worker_kind = self.spec.worker.kind
+        self.save()
+        with contextlib.suppress(GitsupError, OSError):
+            self.lease = LeaseStore(self.layout.leases).update_extra(
+                self.lease, {"supervisor": self.record.supervisor, "worker": ident.as_dict()}
+            )
+        self.record.spawn_pending = False
+        self.emit(
+            et.WorkerStarted(
+                kind=self.spec.worker.kind,
+                argv=list(self.spec.worker.argv),
+                pid=ident.pid,
+                start_time=ident.start_time,
+                pgid=ident.pgid,
+                cgroup=ident.cgroup,
+                cgroup_inode=ident.cgroup_inode,
+                extra=dict(ident.extra),
+                network=self.net.describe,
+                sandbox=self.record.sandbox,
+            )
+        )
+        self.save()
+
+    # --- stopping -------------------------------------------------------------------------
+
+    def worker_alive(self) -> bool:
+        return self.worker is not None and self.worker.alive
+
+    def stop_worker(self, why: str, *, announce: bool) -> None:
+        w = self.worker
+        if w is None:
+            return
+        try:
+            how = w.stop(grace=self.spec.worker.stop_grace)
+        except (WorkerError, OSError) as exc:
+            how = f"stop failed: {exc}"
+        if announce:
+            self.emit(et.WorkerStopped(reason=why, how=how))
+        self.cleanup_cgroup()
+        self.exit_stack.close()
+
+    def cleanup_cgroup(self) -> None:
+        cg = self.cgroup
+        if cg is None:
+            # A worker that was only detached (a re-adopted tmux session) keeps running.
+            detached = bool(getattr(self.worker, "detached", False))
+            if self.spawns and not self.swept and not detached:
+                self.swept = True
+                swept = sweep_marked(self.task)
+                self.emit(
+                    et.WorkerStopped(
+                        containment="process group + descendant sweep",
+                        guarantee="weaker: a descendant that left the process group and "
+                        "cleared GITSUP_TASK from its environment can escape",
+                        swept=swept,
+                    )
+                )
+            return
+        empty = cg.kill(timeout=self.spec.worker.stop_grace + 5)
+        removed = cg.remove() if empty else False
+        self.swept = True  # the cgroup, proven empty, is the stronger guarantee
+        self.emit(et.WorkerStopped(cgroup=str(cg.path), verified_empty=empty, removed=removed))
+        if not empty:
+            self.record.reasons.append(f"cgroup {cg.path} could not be emptied")
+            self.left_cgroups.append(f"cgroup {cg.path} still has processes")
+        self.cgroup = None
+
+    def left_behind(self) -> list[str]:
+        """What of the worker cleanup could not prove gone: its process (same pid and
+        start time) after a bounded wait, a cgroup that could not be emptied."""
+        left = list(self.left_cgroups)
+        if getattr(self.worker, "detached", False):
+            return left  # a re-adopted worker let go on purpose keeps running
+        w = self.record.worker or {}
+        ident = ProcessId.from_dict(w) if isinstance(w.get("pid"), int) else None
+        if ident is not None:
+            end = time.monotonic() + self.spec.worker.stop_grace
+            while ident.alive() and time.monotonic() < end:
+                time.sleep(0.05)
+            if ident.alive():
+                left.append(f"worker pid {ident.pid} is still running")
+        return left
+
+    def release_lease(self) -> None:
+        with contextlib.suppress(Exception):
+            LeaseStore(self.layout.leases).release(self.lease)

@@ -1,0 +1,548 @@
+"""The task machine: what the supervisor decides, without doing any of it.
+
+`TaskMachine.on(input, now)` takes one input (a worker event, a timer firing, a stop or
+resume request, the outcome of something the supervisor did) and returns the effects to
+carry out, in order. It holds the state, the counters (turns, cost, repair rounds), the
+budgets and the timers; it never reads a clock, a file or a process. The supervisor loop
+(gitsup/supervision/supervisor.py) executes the effects; an effect that asks something of the world
+(spawn, import, decide, gate, verify, send, finish) is always the last of its list, and what
+it found comes back as the next input.
+
+Transitions are the honest ones (gitsup/state.py): a task that fails or parks goes there
+directly from where it is, never through states it did not pass.
+"""
+
+from __future__ import annotations
+
+from gitsup.spec import TaskSpec
+from gitsup.state import TERMINAL, State, check_transition
+from gitsup.store import eventtypes as et
+from gitsup.supervision import prompts
+from gitsup.supervision.taskio import (
+    Abandon,
+    AddReason,
+    Adopted,
+    AnswerPermission,
+    Begin,
+    Close,
+    Decide,
+    Decided,
+    Effect,
+    Emit,
+    Finish,
+    Finished,
+    Gated,
+    ImportWork,
+    RecordDecision,
+    Recover,
+    ResumeAuto,
+    SendTurn,
+    Spawn,
+    Spawned,
+    StopRequest,
+    StopWorker,
+    TimerFired,
+    Transition,
+    TurnSent,
+    Verified,
+    Verify,
+    WorkImported,
+)
+from gitsup.verification.decider import TurnDecision
+from gitsup.workers.base import (
+    HumanInput,
+    PermissionCancelled,
+    PermissionRequest,
+    ProtocolNoise,
+    TurnCompleted,
+    WorkerExited,
+    WorkerNote,
+    WorkerOutput,
+)
+from gitsup.workers.stream_json import model_failure
+
+# --- the machine --------------------------------------------------------------------------
+
+
+class TaskMachine:
+    """One task's decisions. Counters start from the record (a recovered task goes on
+    counting); `now` is monotonic seconds, given with every input."""
+
+    def __init__(
+        self,
+        spec: TaskSpec,
+        task: str,
+        *,
+        state: State = State.IDLE,
+        turns: int = 0,
+        cost_usd: float = 0.0,
+        repair_rounds: int = 0,
+        now: float = 0.0,
+    ) -> None:
+        self.spec = spec
+        self.task = task
+        self.state = state
+        self.turns = turns
+        self.cost_usd = cost_usd
+        self.repair_rounds = repair_rounds
+        self.started = now
+        self.last_progress = now
+        self.fired: set[str] = set()  # timers that fired (each fires once)
+        self.turn_active = False
+        self.worker_gone = False
+        self.has_worker = False
+        self.repairable = False
+        self.finishing = False
+        self.verified_head: str | None = None
+        self._turn: TurnCompleted | None = None  # the turn waiting for its import
+        self._deciding: TurnCompleted | None = None  # the turn the decider is asked about
+        self._repair: Verified | None = None  # the repair round waiting for its send
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    # --- timers -----------------------------------------------------------------------
+
+    def deadline_at(self) -> float | None:
+        """When the deadline falls, or None: a deadline of 0 is off."""
+        d = self.spec.budget.deadline
+        return None if d <= 0 else self.started + d
+
+    def past_deadline(self, now: float) -> bool:
+        dl = self.deadline_at()
+        return "deadline_reached" in self.fired or (dl is not None and now >= dl)
+
+    def next_timer(self) -> tuple[float, str] | None:
+        """The next timer as (when, name), or None. A timer set to 0 is off: it never fires."""
+        if self.terminal or self.finishing:
+            return None
+        b = self.spec.budget
+        cands: list[tuple[float, str]] = []
+        dl = self.deadline_at()
+        if dl is not None:
+            if "deadline_approaching" not in self.fired and 0 < b.deadline_warning < b.deadline:
+                cands.append((dl - b.deadline_warning, "deadline_approaching"))
+            if "deadline_reached" not in self.fired:
+                cands.append((dl, "deadline_reached"))
+            elif "watchdog_timeout" not in self.fired:
+                cands.append((dl + b.closeout(), "deadline_closeout"))
+        if self.state == State.RUNNING and b.no_output_timeout > 0:
+            cands.append((self.last_progress + b.no_output_timeout, "no_output"))
+        return min(cands) if cands else None
+
+    # --- the one entry ----------------------------------------------------------------
+
+    def on(self, item: object, now: float) -> list[Effect]:
+        """The effects of one input, in order. A finished task ignores everything."""
+        if isinstance(item, Finished):
+            return self._finished(item)
+        if isinstance(item, Abandon) and not self.terminal:
+            return self._finish(State.BLOCKED if self.state == State.VERIFYING else State.FAILED)
+        if self.terminal or self.finishing:
+            return []
+        if isinstance(item, StopRequest):
+            return self._stop(item.reason)
+        if isinstance(item, WorkerOutput):
+            self.last_progress = now
+            # redacted by the adapter where it read the output
+            return [Emit(et.WorkerOutput(stream=item.stream, text=item.text, more=item.data))]
+        if isinstance(item, ProtocolNoise):
+            return [Emit(et.ProtocolNoise(line=item.line[:2000], error=item.error))]
+        if isinstance(item, WorkerNote):
+            return [Emit(item.payload)]
+        if isinstance(item, PermissionRequest):
+            return [AnswerPermission(item)]
+        if isinstance(item, PermissionCancelled):
+            return [Emit(et.PermissionDecided(request_id=item.request_id, cancelled=True))]
+        if isinstance(item, Gated):
+            return self._gated(item)
+        if isinstance(item, TurnCompleted):
+            return self._turn_completed(item, now)
+        if isinstance(item, WorkImported):
+            return self._imported(item)
+        if isinstance(item, Decided):
+            return self._decided(item, now)
+        if isinstance(item, TurnSent):
+            return self._sent(item, now)
+        if isinstance(item, WorkerExited):
+            return self._worker_exited(item)
+        if isinstance(item, HumanInput):
+            return self._human_input(item, now)
+        if isinstance(item, ResumeAuto):
+            return self._resume_auto(now)
+        if isinstance(item, TimerFired):
+            return self._timer(item.name, now)
+        if isinstance(item, Verified):
+            return self._verified(item, now)
+        if isinstance(item, Begin):
+            return [
+                self._go(State.STARTING, "spawning worker"),
+                Spawn(prompts.task_prompt(self.spec)),
+            ]
+        if isinstance(item, Recover):
+            return self._recover(item)
+        if isinstance(item, Spawned):
+            return self._spawned(item, now)
+        if isinstance(item, Adopted):
+            self.has_worker, self.repairable, self.worker_gone = True, item.repairable, False
+            self.last_progress = now
+            self.turn_active = self.state in (State.RUNNING, State.PAUSED)
+            return []
+        raise TypeError(f"not an input of the task machine: {item!r}")
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _go(self, target: State, reason: str = "") -> Transition:
+        check_transition(self.state, target)
+        self.state = target
+        return Transition(target, reason)
+
+    def _stop_worker(self, why: str) -> StopWorker:
+        announce = not self.worker_gone
+        self.worker_gone = True
+        return StopWorker(why, announce)
+
+    def _finish(self, final: State) -> list[Effect]:
+        self.finishing = True
+        return [self._stop_worker(f"task {final.value}"), Finish(final, self.verified_head)]
+
+    def _finished(self, f: Finished) -> list[Effect]:
+        if self.terminal:
+            return []
+        return [self._go(f.final, f.reason), Close(f.final)]
+
+    def _stop(self, reason: str) -> list[Effect]:
+        return [
+            Emit(et.StopRequested(reason=reason)),
+            AddReason(f"stopped: {reason}"),
+            *self._finish(State.STOPPED),
+        ]
+
+    def _verify(self, park_reason: str | None = None) -> list[Effect]:
+        """Enter verifying (from where the task is) and run the checks and the review."""
+        out: list[Effect] = []
+        if self.state == State.PAUSED:
+            out.append(self._go(State.VERIFYING, park_reason or "verifying"))
+        if self.state == State.RUNNING:
+            out.append(self._go(State.WAITING, park_reason or "verifying"))
+        if self.state != State.VERIFYING:
+            out.append(self._go(State.VERIFYING, park_reason or "turn completed"))
+        return [*out, Verify(park_reason)]
+
+    def _park(self, reason: str) -> list[Effect]:
+        """Stop the worker and verify, parking whatever the checks say."""
+        return [self._stop_worker(reason), *self._verify(reason)]
+
+    # --- start, recovery ------------------------------------------------------------------
+
+    def _recover(self, r: Recover) -> list[Effect]:
+        self.worker_gone = True
+        if r.park or r.worktree_missing:
+            why = "recovered: parked on request" if r.park else "recovered: worktree is missing"
+            final = State.FAILED if self.state == State.STARTING else State.BLOCKED
+            return [AddReason(why), *self._finish(final)]
+        if self.state == State.VERIFYING:
+            return self._verify()
+        out: list[Effect] = []
+        prompt = prompts.task_prompt(self.spec)
+        if self.state != State.STARTING:
+            prompt = prompts.recovery_prompt(self.spec)
+        if self.state in (State.WAITING, State.PAUSED):
+            out.append(self._go(State.RUNNING, "recovery: new worker"))
+        return [*out, Spawn(prompt)]
+
+    def _spawned(self, s: Spawned, now: float) -> list[Effect]:
+        if s.aborted is not None:
+            return self._stop(s.aborted)
+        if s.failure:
+            return [*(AddReason(r) for r in s.failure), *self._finish(State.FAILED)]
+        # worker_gone stays as it was: a recovered task (its worker gone) never takes a
+        # repair round, even from the new worker it spawned.
+        self.has_worker, self.repairable = True, s.repairable
+        self.turn_active = True
+        self.last_progress = now
+        if self.state == State.STARTING:
+            return [self._go(State.RUNNING, "worker started")]
+        return []
+
+    # --- permissions ----------------------------------------------------------------------
+
+    def _stalled(self, why: str) -> tuple[str, list[Effect]]:
+        reason = f"worker input stalled: {why}"
+        return reason, [Emit(et.WorkerInputStalled(reason=why)), AddReason(reason, once=True)]
+
+    def _gated(self, g: Gated) -> list[Effect]:
+        out: list[Effect] = []
+        park = g.park
+        if g.stalled is not None:
+            park, out = self._stalled(g.stalled)
+        if park is None:
+            return out
+        return [*out, AddReason(park, once=True), *self._park(park)]
+
+    # --- turns -----------------------------------------------------------------------------
+
+    def _turn_completed(self, tc: TurnCompleted, now: float) -> list[Effect]:
+        self.turn_active = False
+        if self.state == State.PAUSED:
+            # A person drives the worker: record the turn, decide nothing.
+            self.turns += int(tc.num_turns or 0)
+            paused = et.TurnCompleted(
+                subtype=tc.subtype, result=(tc.result or "")[:4000], paused=True
+            )
+            return [Emit(paused)]
+        self.last_progress = now
+        self.turns += int(tc.num_turns or 1)
+        if tc.cost_usd:
+            self.cost_usd = round(self.cost_usd + float(tc.cost_usd), 6)
+        out: list[Effect] = [
+            Emit(
+                et.TurnCompleted(
+                    subtype=tc.subtype,
+                    is_error=tc.is_error,
+                    result=(tc.result or "")[:4000],
+                    cost_usd=tc.cost_usd,
+                    num_turns=tc.num_turns,
+                    session_id=tc.session_id,
+                    usage=dict(tc.usage),
+                    repair_round=self.repair_rounds,
+                )
+            )
+        ]
+        if self.state == State.RUNNING:
+            why = "turn ended with an error" if tc.is_error else "turn completed"
+            out.append(self._go(State.WAITING, why))
+        elif self.state != State.WAITING:
+            return out
+        failure = model_failure(tc)
+        if failure is not None:
+            # Never a completion, never a repair round. Credentials/configuration: failed
+            # at once; unreachable/overloaded (after the CLI's own retries) or else: parked.
+            if failure.kind == "auth":
+                reason = f"model API authentication failed: {failure.message}"
+            elif failure.kind == "unreachable":
+                reason = f"model API unreachable: {failure.message}"
+            else:
+                reason = f"model API error: {failure.message}"
+            final = State.FAILED if failure.kind == "auth" else State.BLOCKED
+            return [
+                *out,
+                Emit(et.typed("model_error", failure.as_dict())),
+                AddReason(reason),
+                AddReason(f"what to do: {failure.hint}"),
+                self._stop_worker(reason),
+                *self._finish(final),
+            ]
+        self._turn = tc
+        return [*out, ImportWork()]
+
+    def _imported(self, w: WorkImported) -> list[Effect]:
+        tc, self._turn = self._turn, None
+        if w.refused is not None:
+            return self._finish(State.BLOCKED)
+        if tc is None:
+            return []
+        over = self._budget_exceeded()
+        if over:
+            return [AddReason(over), Emit(et.BudgetExceeded(reason=over)), *self._park(over)]
+        self._deciding = tc
+        return [Decide(tc)]
+
+    def _budget_exceeded(self) -> str | None:
+        b = self.spec.budget
+        if self.turns > b.max_turns:
+            return f"budget: {self.turns} turns exceed max_turns {b.max_turns}"
+        if b.max_cost_usd is not None and self.cost_usd > b.max_cost_usd:
+            return f"budget: cost ${self.cost_usd:.4f} exceeds max_cost_usd ${b.max_cost_usd:g}"
+        return None
+
+    def _decided(self, d: Decided, now: float) -> list[Effect]:
+        tc, self._deciding = self._deciding, None
+        decision = d.decision
+        if decision is None:
+            decision = TurnDecision("park", reason="decider failed; parking", source=d.decider_kind)
+        elif (
+            decision.noop
+            and tc is not None
+            and tc.subtype == "exit"
+            and not tc.is_error
+            and not d.worker_alive
+        ):
+            decision = TurnDecision(
+                "verify", reason="noop decision after a clean worker exit", source=decision.source
+            )
+        out: list[Effect] = [
+            RecordDecision({"on": "turn_completed", **decision.as_dict()}),
+            Emit(
+                et.Decision(
+                    action=decision.action,
+                    message=decision.message,
+                    reason=decision.reason,
+                    source=decision.source,
+                )
+            ),
+        ]
+        if decision.action == "verify":
+            return [*out, *self._verify()]
+        if decision.action == "continue" and decision.message:
+            if self.past_deadline(now):
+                return [*out, *self._verify()]  # no new turn after the deadline
+            key = f"continue-{self.turns}"
+            return [*out, SendTurn(decision.message, key=key, purpose="continue")]
+        return [*out, *self._verify(decision.reason or "decider parked the task")]
+
+    def _sent(self, s: TurnSent, now: float) -> list[Effect]:
+        out: list[Effect] = []
+        if s.stalled is not None:
+            out = self._stalled(s.stalled)[1]
+        if s.ok and s.sent:
+            self.turn_active = True
+            self.last_progress = now
+        if s.purpose == "continue":
+            return out if s.ok else [*out, *self._verify("worker cannot take another turn")]
+        if s.purpose == "repair":
+            if s.ok:
+                return [*out, self._go(State.RUNNING, f"repair round {self.repair_rounds}")]
+            rep, self._repair = self._repair, None
+            fixable = list(rep.reasons) if rep is not None else []
+            return [*out, *self._conclude(["repair turn could not be sent to the worker"], fixable)]
+        return out
+
+    def _worker_exited(self, ex: WorkerExited) -> list[Effect]:
+        self.worker_gone = True
+        out: list[Effect] = [
+            Emit(
+                et.WorkerStopped(
+                    returncode=ex.returncode, signal=ex.signal, classification=ex.classification
+                )
+            )
+        ]
+        if self.state != State.RUNNING:
+            return out
+        # Gone without ending its turn: classified, never taken as completion.
+        reason = (
+            f"worker exited without completing its turn ({ex.classification}, rc={ex.returncode})"
+        )
+        return [*out, AddReason(reason), self._go(State.WAITING, reason), *self._verify(reason)]
+
+    # --- human takeover (tmux) ----------------------------------------------------------
+
+    def _human_input(self, h: HumanInput, now: float) -> list[Effect]:
+        self.last_progress = now
+        self.turn_active = True
+        out: list[Effect] = [Emit(et.HumanInput(text=h.text))]
+        if self.state not in (State.RUNNING, State.WAITING):
+            return out
+        if self.state == State.WAITING:
+            out.append(self._go(State.RUNNING, "a person typed into the worker"))
+        out.append(Emit(et.HumanTakeover(resume_with=f"git sup resume-auto {self.task}")))
+        out.append(self._go(State.PAUSED, "human takeover: automatic turns pause"))
+        return out
+
+    def _resume_auto(self, now: float) -> list[Effect]:
+        if self.state != State.PAUSED:
+            return [Emit(et.ResumeAuto(ignored=True, state=self.state.value))]
+        out: list[Effect] = [
+            Emit(et.ResumeAuto(turn_active=self.turn_active)),
+            self._go(State.RUNNING, "automatic turns resume"),
+        ]
+        self.last_progress = now
+        if self.turn_active:
+            return out
+        resumed = TurnCompleted(
+            subtype="resumed", result="resumed after a human takeover", num_turns=0
+        )
+        return [*out, *self._turn_completed(resumed, now)]
+
+    # --- timers -------------------------------------------------------------------------
+
+    def _timer(self, name: str, now: float) -> list[Effect]:
+        b = self.spec.budget
+        if name == "deadline_approaching":
+            self.fired.add(name)
+            left = max(0.0, (self.deadline_at() or 0.0) - now)
+            warn = et.DeadlineApproaching(seconds_left=round(left, 1))
+            out: list[Effect] = [Emit(warn)]
+            if self.has_worker and self.repairable and not self.turn_active:
+                msg = prompts.deadline_warning(left)
+                out.append(SendTurn(msg, key="deadline_approaching", purpose="deadline"))
+            return out
+        if name == "deadline_reached":
+            self.fired.add(name)
+            grace = b.closeout()
+            busy = self.turn_active
+            out = [Emit(et.DeadlineReached(closeout_grace=grace, busy=busy))]
+            if busy and grace <= 0:
+                return [*out, *self._watchdog("deadline")]
+            if busy:
+                return out
+            # Idle at the deadline: its result is verified and reviewed like any other (no
+            # repair round follows), not parked regardless.
+            self.fired.add("watchdog_timeout")
+            return [
+                *out,
+                self._stop_worker("deadline reached; the worker was idle"),
+                *self._verify(),
+            ]
+        if name == "deadline_closeout":
+            return self._watchdog("deadline")
+        if name == "no_output":
+            return self._watchdog("no_output")
+        raise ValueError(f"unknown timer {name!r}")
+
+    def _watchdog(self, kind: str) -> list[Effect]:
+        self.fired.add("watchdog_timeout")
+        b = self.spec.budget
+        limit = b.no_output_timeout if kind == "no_output" else b.deadline
+        what = (
+            f"no output for {limit:g}s"
+            if kind == "no_output"
+            else f"deadline of {limit:g}s reached"
+        )
+        reason = f"watchdog: {what}"
+        return [
+            Emit(et.WatchdogTimeout(kind=kind, limit=limit)),
+            AddReason(reason),
+            *self._park(reason),
+        ]
+
+    # --- verification -----------------------------------------------------------------------
+
+    def _verified(self, v: Verified, now: float) -> list[Effect]:
+        if v.outcome == "stop":
+            return self._stop(v.reasons[0] if v.reasons else "stop requested")
+        self.verified_head = v.head
+        if v.outcome == "ready":
+            return self._finish(State.COMPLETED)
+        if v.outcome == "park":
+            return self._conclude(list(v.reasons), [])
+        why_not = self._no_repair(v, now)
+        if why_not is not None:
+            return self._conclude([why_not], list(v.reasons))
+        message = prompts.repair_message(list(v.reasons), list(v.results), list(v.findings))
+        self.repair_rounds += 1
+        self._repair = v
+        req = et.RepairRequested(
+            repair_round=self.repair_rounds, problems=list(v.reasons), message=message
+        )
+        return [
+            Emit(req),
+            SendTurn(message, key=f"repair-{self.repair_rounds}", purpose="repair"),
+        ]
+
+    def _no_repair(self, v: Verified, now: float) -> str | None:
+        """Why no repair round starts, or None when one does."""
+        rounds = self.spec.autonomy.max_repair_rounds
+        if self.past_deadline(now):
+            return "deadline reached; no repair round starts after it"
+        if self.repair_rounds >= rounds:
+            return f"repair rounds exhausted ({rounds})"
+        if not self.has_worker or not self.repairable:
+            return f"worker ({self.spec.worker.kind}) cannot take a repair turn"
+        if self.worker_gone or not v.worker_alive:
+            return "worker is gone; a non-persistent worker is never restarted silently"
+        return None
+
+    def _conclude(self, hard: list[str], fixable: list[str]) -> list[Effect]:
+        return [*(AddReason(p, once=True) for p in [*hard, *fixable]), *self._finish(State.BLOCKED)]

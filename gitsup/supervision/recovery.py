@@ -1,0 +1,345 @@
+"""After a supervisor died: prove what is gone, then continue or park (`recover`), and
+reconcile desired state with actual state (`doctor`).
+
+Nothing here deletes uncommitted work: a task that is parked by `doctor --fix` has its
+worktree snapshotted to `refs/sup/<id>/wip` first (the finalizer does it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from gitsup.errors import GitsupError
+from gitsup.host.contain import (
+    Cgroup,
+    cgroup_from_dict,
+    find_cgroup_base,
+    list_gitsup_cgroups,
+    marked_processes,
+)
+from gitsup.host.proc import signal_group
+from gitsup.host.procid import ProcessId, pid_alive
+from gitsup.ids import TaskId
+from gitsup.spec import TaskSpec
+from gitsup.state import TERMINAL, State
+from gitsup.store.events import Event
+from gitsup.store.record import TaskRecord
+from gitsup.store.suprepo import SupRepo
+from gitsup.supervision.supervisor import Supervisor
+
+
+@dataclass
+class WorkerProof:
+    gone: bool
+    how: str
+    killed: list[int] = field(default_factory=list)
+
+
+def _worker_cgroup(record: TaskRecord) -> Cgroup | None:
+    w = record.worker or {}
+    path, inode = w.get("cgroup"), w.get("cgroup_inode")
+    if isinstance(path, str) and isinstance(inode, int):
+        return Cgroup(Path(path), inode)
+    if isinstance(path, dict):
+        return cgroup_from_dict(path)
+    return None
+
+
+def prove_worker_gone(record: TaskRecord, *, kill: bool) -> WorkerProof:
+    """The old worker is provably gone: its cgroup is empty (or was killed empty), or its
+    pid is gone / belongs to another process, and no process carries the task's marker."""
+    cg = _worker_cgroup(record)
+    killed: list[int] = []
+    if cg is not None and cg.path.exists():
+        if not cg.exists():
+            return WorkerProof(False, f"cgroup {cg.path} was replaced (inode differs)")
+        procs = cg.procs()
+        if procs:
+            if not kill:
+                return WorkerProof(False, f"cgroup {cg.path} still has {len(procs)} process(es)")
+            killed += procs
+            if not cg.kill(timeout=10.0):
+                return WorkerProof(False, f"cgroup {cg.path} could not be emptied", killed)
+        cg.remove()
+    w = record.worker or {}
+    ident = ProcessId.from_dict(w) if isinstance(w.get("pid"), int) else None
+    if ident is not None and ident.alive():
+        if not kill:
+            return WorkerProof(False, f"worker pid {ident.pid} is alive")
+        signal_group(int(w.get("pgid") or ident.pid), signal.SIGKILL)
+        killed.append(ident.pid)
+        end = time.monotonic() + 5
+        while ident.alive() and time.monotonic() < end:
+            time.sleep(0.02)
+        if ident.alive():
+            return WorkerProof(False, f"worker pid {ident.pid} survived SIGKILL", killed)
+    marked = marked_processes(record.id)
+    if marked:
+        if not kill:
+            return WorkerProof(
+                False, f"{len(marked)} process(es) still carry GITSUP_TASK={record.id}"
+            )
+        for p in marked:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+                killed.append(p.pid)
+        _gone, alive = psutil.wait_procs(marked, timeout=5)
+        if alive:
+            return WorkerProof(False, f"{len(alive)} marked process(es) survived SIGKILL", killed)
+    how = "cgroup empty" if cg is not None else "pid gone (no cgroup: weaker proof)"
+    return WorkerProof(True, how, killed)
+
+
+def _owner(record: TaskRecord) -> ProcessId | None:
+    return ProcessId.from_dict(record.supervisor)
+
+
+def recover_task(
+    ctx: SupRepo,
+    task: str,
+    *,
+    takeover: bool,
+    park: bool = False,
+    on_event: Callable[[Event], None] | None = None,
+) -> TaskRecord:
+    record = ctx.store.load(task)
+    if record.state in TERMINAL:
+        raise GitsupError(
+            f"task {task} already ended ({record.state.value}, {record.status.value}); nothing to recover"
+        )
+    owner = _owner(record)
+    if owner is not None and owner.alive():
+        raise GitsupError(
+            f"task {task} is owned by a live supervisor (pid {owner.pid})",
+            hint=f"`git sup stop {task}` stops it; recover is for tasks whose supervisor died",
+        )
+    if not takeover:
+        raise GitsupError(
+            f"the supervisor of task {task} is dead (state {record.state.value})",
+            hint=f"`git sup recover {task} --takeover` continues it with a new worker; add --park to park it",
+        )
+    spec = TaskSpec.model_validate_json(
+        (ctx.layout.task_dir(TaskId(task)) / "spec.json").read_text()
+    )
+    if not park and spec.worker.kind == "tmux" and (record.worker or {}).get("pid"):
+        # A persistent worker survives its supervisor: re-adopt it when its identity
+        # still matches; a replaced process is refused and the task is parked.
+        from gitsup.workers.base import WorkerError
+
+        lease = ctx.leases.acquire(record.worktree, record.id, steal_dead=True)
+        sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
+        try:
+            return sup.adopt({"supervisor": record.supervisor, "worker": record.worker})
+        except WorkerError as exc:
+            record = ctx.store.load(task)
+            if record.state in TERMINAL:
+                return record
+            ctx.leases.release(lease)
+            park = True
+            record.reasons.append(f"worker not re-adopted: {exc}")
+            ctx.store.save(record)
+    proof = prove_worker_gone(record, kill=True)
+    if not proof.gone:
+        raise GitsupError(
+            f"cannot take over task {task}: the old worker is not provably gone ({proof.how})",
+            hint="`git sup doctor` lists what is running",
+        )
+    spec = TaskSpec.model_validate_json(
+        (ctx.layout.task_dir(TaskId(task)) / "spec.json").read_text()
+    )
+    lease = ctx.leases.acquire(record.worktree, record.id, steal_dead=True)
+    previous: dict[str, Any] = {
+        "supervisor": record.supervisor,
+        "worker": record.worker,
+        "spawn_pending": record.spawn_pending,
+        "worker_proof": proof.how,
+        "killed": proof.killed,
+    }
+    previous["netns_removed"] = _remove_dead_netns(task)
+    sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
+    return sup.resume(park=park, previous=previous)
+
+
+def _remove_dead_netns(task: str) -> list[str]:
+    """The network namespaces a dead supervisor of `task` left behind, removed."""
+    from gitsup.host.contain import list_gitsup_netns, remove_netns
+
+    gone = []
+    for ns in list_gitsup_netns():
+        if ns.label == task and not pid_alive(ns.pid) and remove_netns(ns.name):
+            gone.append(ns.name)
+    return gone
+
+
+def network_isolation() -> str:
+    """What network isolation tasks get here (doctor's first line)."""
+    from gitsup.host.contain import netns_available
+
+    why = netns_available()
+    if why is None:
+        return (
+            "network: isolated by default (loopback-only namespaces; agents reach only their "
+            "model API through the egress gate)"
+        )
+    return f'network: NOT isolated (network = "auto" falls back to the host network): {why}'
+
+
+# --- doctor --------------------------------------------------------------------------------
+
+
+@dataclass
+class DoctorFinding:
+    kind: str
+    detail: str
+    task: str | None = None
+    fixed: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "task": self.task, "detail": self.detail, "fixed": self.fixed}
+
+
+def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
+    findings: list[DoctorFinding] = []
+    records = {r.id: r for r in ctx.store.iter_records()}
+    # Tasks whose supervisor died.
+    for rec in records.values():
+        if rec.state in TERMINAL:
+            continue
+        owner = _owner(rec)
+        if owner is not None and owner.alive():
+            continue
+        f = DoctorFinding(
+            "orphaned-task",
+            f"state {rec.state.value} but supervisor "
+            + (f"pid {owner.pid} is gone" if owner else "never recorded")
+            + (", spawn was pending" if rec.spawn_pending else ""),
+            rec.id,
+        )
+        if not Path(rec.worktree).exists():
+            f.detail += "; worktree is missing"
+        if fix:
+            try:
+                recover_task(ctx, rec.id, takeover=True, park=True)
+                f.fixed = "parked (work saved to refs/sup/<id>/wip when uncommitted)"
+            except GitsupError as exc:
+                f.fixed = f"not fixed: {exc.message}"
+        findings.append(f)
+    # Ended tasks whose cleanup could not prove the worker gone (their lease stays held).
+    for rec in records.values():
+        if rec.state not in TERMINAL or not rec.left_behind:
+            continue
+        f = DoctorFinding("worker-left-behind", "; ".join(rec.left_behind), rec.id)
+        if fix:
+            proof = prove_worker_gone(rec, kill=True)
+            if proof.gone:
+                fresh = ctx.store.load(rec.id)
+                fresh.left_behind = []
+                ctx.store.save(fresh)
+                records[rec.id] = fresh
+                lease = ctx.leases.get(rec.worktree)
+                if lease is not None and lease.task == rec.id:
+                    ctx.leases.break_lease(lease.path)
+                f.fixed = f"gone ({proof.how}); lease released"
+            else:
+                f.fixed = f"not fixed: {proof.how}"
+        findings.append(f)
+    # Leases whose owner is dead.
+    for lease in ctx.leases.all():
+        if lease.owner_alive:
+            continue
+        held_by = records.get(TaskId(lease.task))
+        if held_by is not None and held_by.left_behind:
+            continue  # reported above: released once the worker is proven gone
+        f = DoctorFinding(
+            "stale-lease", f"{lease.path} held by dead pid {lease.owner.pid}", lease.task
+        )
+        if fix and (held_by is None or ctx.store.load(held_by.id).state in TERMINAL):
+            ctx.leases.break_lease(lease.path)
+            f.fixed = "released"
+        findings.append(f)
+    # cgroups that belong to no running task.
+    if find_cgroup_base() is not None:
+        for cg in list_gitsup_cgroups():
+            task = cg.name[:15]  # <task id>-w<n> or <task id>-c<hex>
+            owner_rec = records.get(TaskId(task))
+            if owner_rec is None:
+                continue  # another repository's task: not ours to judge
+            owner = _owner(owner_rec)
+            if owner_rec.state not in TERMINAL and owner is not None and owner.alive():
+                continue
+            procs = cg.procs()
+            f = DoctorFinding("orphan-cgroup", f"{cg.path} with {len(procs)} process(es)", task)
+            if fix:
+                empty = cg.kill()
+                f.fixed = (
+                    "killed and removed"
+                    if empty and cg.remove()
+                    else "not fixed: could not empty it"
+                )
+            findings.append(f)
+    # Network namespaces whose supervisor is gone.
+    from gitsup.host.contain import list_gitsup_netns, netns_available, remove_netns
+
+    for ns in list_gitsup_netns():
+        if ns.label not in records or pid_alive(ns.pid):
+            continue  # another repository's, or still in use
+        f = DoctorFinding("orphan-netns", f"{ns.path} of dead supervisor pid {ns.pid}", ns.label)
+        if fix:
+            f.fixed = "removed" if remove_netns(ns.name) else "not fixed: could not remove it"
+        findings.append(f)
+    why = netns_available()
+    if why is not None:
+        findings.append(
+            DoctorFinding(
+                "no-network-isolation", f'tasks with network = "auto" use the host network: {why}'
+            )
+        )
+    # Worktrees that are gone, or left behind.
+    for rec in list(records.values()):
+        if rec.discarded_at is None and rec.worktree and not Path(rec.worktree).exists():
+            findings.append(DoctorFinding("missing-worktree", rec.worktree, rec.id))
+    for name in ctx.repo.worktree_names():
+        if len(name) == 15 and name[8] == "-" and name not in records:
+            findings.append(
+                DoctorFinding("unknown-worktree", f"git worktree {name} has no task record", name)
+            )
+    # The boundary: protected branches, integrations, the hook, the gate's settings.
+    from gitsup.integration.setup import tampering
+
+    findings.extend(DoctorFinding(kind, detail) for kind, detail in tampering(ctx.repo))
+    misconfigured = _sandbox_problem(ctx)
+    if misconfigured is not None:
+        findings.append(DoctorFinding("sandbox", f"misconfigured: {misconfigured}"))
+    return findings
+
+
+def _sandbox_problem(ctx: SupRepo) -> str | None:
+    from gitsup.host.sandbox import resolve_mode
+
+    try:
+        resolve_mode(None, ctx.repo.config_get("sup.sandbox"))
+    except GitsupError as exc:
+        return exc.message
+    return None
+
+
+def sandbox_summary(ctx: SupRepo) -> str:
+    """What the task sandbox enforces on this host (doctor's second line)."""
+    from gitsup.host.sandbox import describe_host, resolve_mode
+
+    try:
+        mode = resolve_mode(None, ctx.repo.config_get("sup.sandbox"))
+    except GitsupError as exc:
+        return f"misconfigured: {exc.message}"
+    return describe_host(mode)
+
+
+__all__ = ["DoctorFinding", "State", "WorkerProof", "doctor", "prove_worker_gone", "recover_task"]

@@ -1,0 +1,457 @@
+"""The supervisor: one task's loop. Inputs (worker events, timers, stop and resume requests)
+go to the task machine (gitsup/supervision/machine.py), which decides; the loop carries out the effects
+it returns through small collaborators:
+
+    journal    (gitsup/supervision/journal.py)    events, the record, sealing the log
+    launcher   (gitsup/supervision/launcher.py)   preflight, sandbox, cgroup, network, spawn/adopt/stop
+    gate       (gitsup/supervision/gate.py)       permission requests, the decider's turn verdicts
+    verifier   (gitsup/supervision/verifier.py)   import, checks, review -> ready | repair | park
+    finaliser  (gitsup/supervision/finaliser.py)  wip, candidate and note, `task_finished`, the lease
+
+It runs in one thread. Workers report through the inbox (a SimpleQueue); timers are
+computed, never polled: the loop blocks on the inbox until the next one is due.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from gitsup.errors import GitsupError
+from gitsup.git import GitRepo
+from gitsup.host.procid import ProcessId
+from gitsup.ids import TaskId
+from gitsup.layout import Layout
+from gitsup.spec import TaskSpec
+from gitsup.state import State
+from gitsup.store import eventtypes as et
+from gitsup.store.events import Event
+from gitsup.store.eventtypes import Payload
+from gitsup.store.lease import Lease
+from gitsup.store.record import TaskRecord
+from gitsup.supervision.finaliser import NOT_CAPTURED_LIST_LIMIT, Finaliser, bound_not_captured
+from gitsup.supervision.gate import Gate
+from gitsup.supervision.journal import EventSink, Journal
+from gitsup.supervision.launcher import Launcher, WorkerFactory
+from gitsup.supervision.machine import TaskMachine
+from gitsup.supervision.taskio import (
+    Abandon,
+    AddReason,
+    Adopted,
+    AnswerPermission,
+    Begin,
+    Close,
+    Decide,
+    Effect,
+    Emit,
+    Finish,
+    Finished,
+    ImportWork,
+    RecordDecision,
+    Recover,
+    ResumeAuto,
+    SendTurn,
+    Spawn,
+    StopRequest,
+    StopWorker,
+    TimerFired,
+    Transition,
+    TurnSent,
+    Verify,
+    WorkImported,
+)
+from gitsup.supervision.tasknet import Net
+from gitsup.supervision.verifier import Verifier
+from gitsup.verification.decider import make_decider
+from gitsup.verification.review import Attempt
+from gitsup.workers.base import WorkerAdapter, WorkerError, WorkerInputStalled, WorkerSetup
+
+__all__ = [
+    "NOT_CAPTURED_LIST_LIMIT",
+    "STOP_REQUEST_FILE",
+    "EventSink",
+    "Net",
+    "ResumeAuto",
+    "StopRequest",
+    "Supervisor",
+    "WorkerFactory",
+    "bound_not_captured",
+    "default_worker_factory",
+    "stop_reason",
+    "supervisor_identity",
+]
+
+
+class _AdoptRefused(WorkerError):
+    """A persisted worker identity did not match: not re-adopted, nothing changed."""
+
+
+def default_worker_factory(spec: TaskSpec, ctx: WorkerSetup) -> WorkerAdapter:
+    kind = spec.worker.kind
+    if kind == "process":
+        from gitsup.workers.process import ProcessWorker
+
+        return ProcessWorker(ctx)
+    if kind == "claude":
+        try:
+            from gitsup.workers.claude.worker import ClaudeWorker
+        except ImportError as exc:  # pragma: no cover - depends on build stage
+            raise GitsupError("the claude worker is not available in this build") from exc
+        return ClaudeWorker(ctx)
+    if kind == "codex":
+        from gitsup.workers.codex.worker import CodexWorker
+
+        return CodexWorker(ctx)
+    if kind == "acp":
+        from gitsup.workers.acp.worker import AcpWorker
+
+        return AcpWorker(ctx)
+    if kind == "tmux":
+        try:
+            from gitsup.workers.claude.tmux import TmuxWorker  # type: ignore[import-not-found,unused-ignore]
+        except ImportError as exc:
+            raise GitsupError(
+                "the tmux worker is not available yet",
+                hint='use [worker] kind = "claude" or "process"',
+            ) from exc
+        worker: WorkerAdapter = TmuxWorker(ctx)
+        return worker
+    raise GitsupError(f"unknown worker kind {kind!r}")
+
+
+class Supervisor:
+    def __init__(
+        self,
+        repo: GitRepo,
+        layout: Layout,
+        record: TaskRecord,
+        spec: TaskSpec,
+        lease: Lease,
+        *,
+        on_event: EventSink | None = None,
+        worker_factory: WorkerFactory = default_worker_factory,
+        review_attempt: Attempt | None = None,
+    ) -> None:
+        self.repo = repo
+        self.layout = layout
+        self.spec = spec
+        self.task = TaskId(record.id)
+        self.worktree = Path(record.worktree)
+        self.journal = Journal(repo, layout, record, spec, on_event=on_event)
+        self.store = self.journal.store
+        self.log = self.journal.log
+        self.machine = TaskMachine(
+            spec,
+            self.task,
+            state=State(record.state),
+            turns=record.turns,
+            cost_usd=record.cost_usd,
+            repair_rounds=record.repair_rounds,
+            now=time.monotonic(),
+        )
+        from gitsup.store import ledger
+
+        ledger.bind_call_sink(lambda call: None if self.machine.terminal else self.emit(call))
+        self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._abort = threading.Event()
+        self._abort_reason: str | None = None
+
+        def emit(payload: Payload) -> Event:
+            return self.emit(payload)  # late-bound: every event goes through Supervisor.emit
+
+        self.launcher = Launcher(
+            repo,
+            layout,
+            spec,
+            self.journal,
+            lease,
+            emit=emit,
+            save=self.save,
+            inbox=self.inbox,
+            abort=self._abort,
+            worker_factory=worker_factory,
+        )
+        self.gate = Gate(
+            repo,
+            spec,
+            self.task,
+            str(self.worktree),
+            emit=emit,
+            abort=self._abort,
+            sandboxed=self.launcher.policy_sandboxed,
+        )
+        self.finaliser = Finaliser(repo, layout, spec, self.journal, self.launcher, emit=emit)
+        self.verifier = Verifier(
+            spec,
+            self.journal,
+            self.launcher,
+            self.finaliser,
+            emit=emit,
+            save=self.save,
+            abort=self._abort,
+            abort_reason=lambda: self._abort_reason or "stop requested",
+            review_attempt=review_attempt,
+        )
+
+    @property
+    def record(self) -> TaskRecord:
+        return self.journal.record
+
+    @record.setter
+    def record(self, value: TaskRecord) -> None:
+        self.journal.record = value
+
+    @property
+    def lease(self) -> Lease:
+        return self.launcher.lease
+
+    @property
+    def worker(self) -> WorkerAdapter | None:
+        return self.launcher.worker
+
+    @property
+    def sandbox_enforced(self) -> bool:
+        """Whether the kernel sandbox is in force for everything this task runs."""
+        return self.launcher.sandbox_enforced
+
+    # --- events and the record ----------------------------------------------------------
+
+    def emit(self, payload: Payload) -> Event:
+        return self.journal.emit(payload)
+
+    def save(self) -> None:
+        self._sync_counters()
+        self.journal.save(State(self.record.state))
+
+    def _sync_counters(self) -> None:
+        m, r = self.machine, self.record
+        r.turns, r.cost_usd, r.repair_rounds = m.turns, m.cost_usd, m.repair_rounds
+
+    def _transition(self, target: State, reason: str) -> None:
+        previous = State(self.record.state)
+        self.record.state = target
+        self.emit(et.StateChanged(from_=previous.value, to=target.value, reason=reason))
+        self.save()
+        self.journal.seal(f"{previous.value} -> {target.value}" + (f": {reason}" if reason else ""))
+
+    # --- stop requests and signals ------------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        self._abort_reason = self._abort_reason or reason
+        self._abort.set()
+        self.inbox.put(StopRequest(reason))
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGUSR1:
+            self.inbox.put(ResumeAuto())
+            return
+        self.request_stop(stop_reason(self.layout.task_dir(self.task), signum))
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = {
+            s: signal.signal(s, self._on_signal)
+            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+        }
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    # --- the three ways in ------------------------------------------------------------------
+
+    def run(self) -> TaskRecord:
+        """Supervise a new task from its first worker to its end."""
+        return self._guarded(lambda: self._drive(Begin()))
+
+    def adopt(self, previous: Mapping[str, Any]) -> TaskRecord:
+        """Re-adopt a persistent worker that survived its supervisor, then supervise on."""
+
+        def body() -> None:
+            try:
+                ident = self.launcher.adopt()
+            except WorkerError as exc:
+                # Refused (identity mismatch): nothing was taken over; the caller
+                # (recover_task) parks the task after proving the old worker gone.
+                self.record = self.store.load(self.task)
+                raise _AdoptRefused(str(exc)) from exc
+            assert self.launcher.worker is not None
+            self._drive(Adopted(self.launcher.worker.capabilities.repairable))
+            self.emit(
+                et.Recovered(
+                    previous=dict(previous),
+                    state=self.record.state,
+                    action="re-adopted",
+                    pid=ident.pid,
+                    start_time=ident.start_time,
+                    pgid=ident.pgid,
+                    cgroup=ident.cgroup,
+                    cgroup_inode=ident.cgroup_inode,
+                    extra=dict(ident.extra),
+                )
+            )
+            self.save()
+
+        return self._guarded(body)
+
+    def resume(self, *, park: bool, previous: Mapping[str, Any]) -> TaskRecord:
+        """Continue (or park) a task whose supervisor died, after its old worker is
+        provably gone. A new worker gets an explicit recovery turn; nothing is re-sent
+        silently."""
+
+        def body() -> None:
+            state = self.machine.state
+            verify = state == State.VERIFYING
+            action = "park" if park else ("verify" if verify else "new worker turn")
+            self.emit(
+                et.Recovered(
+                    previous=dict(previous),
+                    state=state.value,
+                    turns_before=self.record.turns,
+                    action=action,
+                )
+            )
+            self.record.reasons.append(
+                f"recovered after the supervisor died in state {state.value}"
+            )
+            self.save()
+            missing = not os.path.isdir(self.worktree)
+            if not park and not missing and state not in (State.STARTING, State.VERIFYING):
+                self.launcher.spawns = max(self.launcher.spawns, 1)  # the next prompt resumes
+            self._drive(Recover(park=park, worktree_missing=missing))
+
+        return self._guarded(body)
+
+    def _guarded(self, body: Callable[[], None]) -> TaskRecord:
+        """The guard all three share: signals become stop requests; an internal error ends
+        the task (recorded) instead of leaving it running unsupervised."""
+        with self._signals():
+            try:
+                self.gate.decider = make_decider(
+                    self.spec,
+                    cwd=str(self.worktree),
+                    env=self.launcher.worker_env(),
+                    network=self.launcher.net.agent_network("decider", self.spec.decider.kind),
+                    wrap=self.launcher.read_only_wrappers()[0],
+                    wrap_for=self.launcher.read_only_wrappers()[1],
+                    abort=self._abort,
+                )
+                self.record.supervisor = supervisor_identity()
+                body()
+                self._loop()
+            except BaseException as exc:
+                if not self.machine.terminal and not isinstance(exc, _AdoptRefused):
+                    self.record.reasons.append(f"internal error: {type(exc).__name__}: {exc}")
+                    with contextlib.suppress(BaseException):
+                        self._drive(Abandon())
+                raise
+        return self.record
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self.machine.terminal:
+            nxt = self.machine.next_timer()
+            timeout = None if nxt is None else max(0.0, nxt[0] - time.monotonic())
+            try:
+                item = self.inbox.get(timeout=timeout)
+            except queue.Empty:
+                if nxt is not None:
+                    self._drive(TimerFired(nxt[1]))
+                continue
+            self._drive(item)
+
+    def _drive(self, item: object) -> None:
+        """Feed one input to the machine and carry out its effects; what an effect finds
+        is the next input."""
+        todo = [item]
+        while todo:
+            effects = self.machine.on(todo.pop(0), time.monotonic())
+            self._sync_counters()
+            for effect in effects:
+                nxt = self._do(effect)
+                if nxt is not None:
+                    todo.append(nxt)
+
+    def _do(self, e: Effect) -> object | None:
+        if isinstance(e, Emit):
+            self.emit(e.payload)
+        elif isinstance(e, Transition):
+            self._transition(e.target, e.reason)
+        elif isinstance(e, AddReason):
+            self.journal.add_reason(e.text, once=e.once)
+        elif isinstance(e, RecordDecision):
+            self.record.decisions.append(dict(e.decision))
+        elif isinstance(e, StopWorker):
+            self.launcher.stop_worker(e.why, announce=e.announce)
+        elif isinstance(e, Spawn):
+            res = self.launcher.spawn(e.prompt)
+            if res.aborted is not None:
+                return replace(res, aborted=self._abort_reason or "stop requested")
+            return res
+        elif isinstance(e, ImportWork):
+            return WorkImported(self.finaliser.import_work())
+        elif isinstance(e, Decide):
+            decided = self.gate.decide_turn(
+                e.turn, turns=self.record.turns, alive=self.launcher.worker_alive
+            )
+            if self._abort.is_set():  # a stop asked for while the decider ran
+                return StopRequest(self._abort_reason or "stop requested")
+            return decided
+        elif isinstance(e, AnswerPermission):
+            return self.gate.answer(e.request, self.launcher.worker)
+        elif isinstance(e, SendTurn):
+            return self._send(e)
+        elif isinstance(e, Verify):
+            return self.verifier.verify(e.park_reason)
+        elif isinstance(e, Finish):
+            final = self.finaliser.finalise(e.final, e.verified_head)
+            return Finished(final, "; ".join(self.record.reasons[-3:]))
+        elif isinstance(e, Close):
+            self.finaliser.close(e.final)
+        return None
+
+    def _send(self, e: SendTurn) -> TurnSent:
+        w = self.launcher.worker
+        if w is None or not w.capabilities.repairable or not w.alive:
+            return TurnSent(e.purpose, ok=False)
+        try:
+            sent = w.send_turn(e.message, key=e.key)
+        except WorkerInputStalled as exc:
+            return TurnSent(e.purpose, ok=False, stalled=str(exc))
+        except WorkerError as exc:
+            self.emit(et.ProtocolNoise(error=f"send failed: {exc}"))
+            return TurnSent(e.purpose, ok=False)
+        return TurnSent(e.purpose, ok=True, sent=bool(sent))
+
+
+STOP_REQUEST_FILE = "stop-request"
+
+
+def stop_reason(task_dir: Path, signum: int) -> str:
+    """Who asked to stop: `git sup stop` leaves a note before it signals."""
+    name = signal.Signals(signum).name
+    try:
+        who = (task_dir / STOP_REQUEST_FILE).read_text(encoding="utf-8").strip()[:200]
+    except (OSError, UnicodeDecodeError):
+        who = ""
+    return f"requested by {who}" if who and signum == signal.SIGTERM else f"signal {name}"
+
+
+def supervisor_identity() -> dict[str, Any]:
+    from gitsup.host.contain import _own_cgroup_v2
+
+    return {**ProcessId.current().as_dict(), "cgroup": _own_cgroup_v2()}

@@ -1,0 +1,230 @@
+"""The inputs and effects of the task machine (gitsup/supervision/machine.py): plain immutable data.
+
+Inputs are the worker events of gitsup.workers.base plus the ones below; an input named
+after an effect (Spawned, WorkImported, Decided, Gated, TurnSent, Verified, Finished)
+carries what the supervisor found when it carried that effect out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gitsup.state import State
+from gitsup.store.eventtypes import Payload
+from gitsup.store.record import CheckResult
+from gitsup.verification.decider import TurnDecision
+from gitsup.verification.review import ReviewFinding
+from gitsup.workers.base import PermissionRequest, TurnCompleted
+
+# --- inputs (besides the worker events of gitsup.workers.base) ------------------------
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    reason: str
+
+
+@dataclass(frozen=True)
+class ResumeAuto:
+    """`git sup resume-auto`: automatic turns continue after a human takeover."""
+
+
+@dataclass(frozen=True)
+class Begin:
+    """A new task starts: spawn its first worker."""
+
+
+@dataclass(frozen=True)
+class Recover:
+    """The supervisor died; its old worker is provably gone. `park`: park instead of going on
+    (`worktree_missing` parks too)."""
+
+    park: bool = False
+    worktree_missing: bool = False
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """What came of a Spawn: `failure` (the task failed to start, reasons given) or
+    `aborted` (a stop arrived meanwhile), else the worker runs."""
+
+    repairable: bool = False
+    failure: tuple[str, ...] = ()
+    aborted: str | None = None
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """A persistent worker that survived its supervisor was taken over."""
+
+    repairable: bool
+
+
+@dataclass(frozen=True)
+class TimerFired:
+    name: str
+
+
+@dataclass(frozen=True)
+class WorkImported:
+    """After ImportWork: `refused` says why the worker's commits were refused."""
+
+    refused: str | None = None
+
+
+@dataclass(frozen=True)
+class Decided:
+    """After Decide: the decider's answer (None: it failed every attempt)."""
+
+    decision: TurnDecision | None
+    decider_kind: str
+    worker_alive: bool
+
+
+@dataclass(frozen=True)
+class Gated:
+    """After AnswerPermission: `park` when the decider could not answer, `stalled` when the
+    worker did not take the answer."""
+
+    park: str | None = None
+    stalled: str | None = None
+
+
+@dataclass(frozen=True)
+class TurnSent:
+    """After SendTurn. `ok`: the worker takes turns and got the message (or had it already);
+    `sent`: a new turn started; `stalled`: its input is stuck."""
+
+    purpose: Literal["continue", "repair", "deadline"]
+    ok: bool
+    sent: bool = False
+    stalled: str | None = None
+
+
+@dataclass(frozen=True)
+class Verified:
+    """After Verify: `outcome` is ready, repair (`problems` the worker can fix) or park."""
+
+    outcome: Literal["ready", "repair", "park", "stop"]
+    reasons: tuple[str, ...] = ()
+    results: tuple[CheckResult, ...] = ()
+    findings: tuple[ReviewFinding, ...] = ()
+    head: str | None = None
+    worker_alive: bool = False
+
+
+@dataclass(frozen=True)
+class Finished:
+    """After Finish: the state the finaliser settled on (a ready task whose branch moved
+    parks) and the reason the transition records."""
+
+    final: State
+    reason: str
+
+
+@dataclass(frozen=True)
+class Abandon:
+    """An internal error: end the task (parked when verifying, else failed)."""
+
+
+# --- effects ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Transition:
+    target: State
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Emit:
+    payload: Payload
+
+
+@dataclass(frozen=True)
+class AddReason:
+    """Append to the record's reasons (`once`: unless it is there already)."""
+
+    text: str
+    once: bool = False
+
+
+@dataclass(frozen=True)
+class RecordDecision:
+    decision: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Spawn:
+    prompt: str
+
+
+@dataclass(frozen=True)
+class ImportWork:
+    pass
+
+
+@dataclass(frozen=True)
+class Decide:
+    turn: TurnCompleted
+
+
+@dataclass(frozen=True)
+class AnswerPermission:
+    request: PermissionRequest
+
+
+@dataclass(frozen=True)
+class SendTurn:
+    message: str
+    key: str
+    purpose: Literal["continue", "repair", "deadline"]
+
+
+@dataclass(frozen=True)
+class StopWorker:
+    """Stop the worker. `announce`: it was not known gone, so its stop is an event."""
+
+    why: str
+    announce: bool
+
+
+@dataclass(frozen=True)
+class Verify:
+    """Run the checks and the review. `park_reason`: the task parks whatever they find."""
+
+    park_reason: str | None
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The finaliser: wip, candidate and note, `candidate_*`; then `Finished` comes back."""
+
+    final: State
+    verified_head: str | None
+
+
+@dataclass(frozen=True)
+class Close:
+    """The end: `task_finished`, final seal, the lease."""
+
+    final: State
+
+
+Effect = (
+    Transition
+    | Emit
+    | AddReason
+    | RecordDecision
+    | Spawn
+    | ImportWork
+    | Decide
+    | AnswerPermission
+    | SendTurn
+    | StopWorker
+    | Verify
+    | Finish
+    | Close
+)

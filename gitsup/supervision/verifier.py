@@ -1,0 +1,228 @@
+"""Verification: import the worker's commits, run the acceptance checks, judge the
+candidate, then the independent reviewer. The answer is ready, repair (problems the worker
+can fix) or park (with the reasons); whether a repair round starts is the task machine's
+call (gitsup/supervision/machine.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from gitsup.errors import GitsupError
+from gitsup.faults import fault
+from gitsup.host.contain import create_cgroup
+from gitsup.ids import Oid
+from gitsup.spec import Check, TaskSpec
+from gitsup.store import eventtypes as et
+from gitsup.store.eventtypes import EmitFn
+from gitsup.store.record import CheckResult, ReviewResult
+from gitsup.supervision.finaliser import Finaliser
+from gitsup.supervision.journal import Journal
+from gitsup.supervision.launcher import Launcher
+from gitsup.supervision.taskio import Verified
+from gitsup.verification.checks import run_check
+from gitsup.verification.review import (
+    Attempt,
+    ReviewFinding,
+    ReviewRequest,
+    evidence_bundle,
+    run_review,
+)
+
+
+class Verifier:
+    def __init__(
+        self,
+        spec: TaskSpec,
+        journal: Journal,
+        launcher: Launcher,
+        finaliser: Finaliser,
+        *,
+        emit: EmitFn,
+        save: Callable[[], None],
+        abort: threading.Event,
+        abort_reason: Callable[[], str],
+        review_attempt: Attempt | None = None,
+    ) -> None:
+        self.spec = spec
+        self.journal = journal
+        self.launcher = launcher
+        self.finaliser = finaliser
+        self.emit = emit
+        self.save = save
+        self.abort = abort
+        self.abort_reason = abort_reason
+        self.review_attempt = review_attempt
+        self.task = launcher.task
+        self.worktree = launcher.worktree
+        self._seen_findings: set[str] = set()
+        self._clean_before_checks = True
+
+    @property
+    def record(self) -> Any:
+        return self.journal.record
+
+    def verify(self, park_reason: str | None) -> Verified:
+        """Checks, then review; `park_reason` parks whatever they find."""
+        refused = self.finaliser.import_work()
+        if refused is not None:
+            return Verified("park", (refused,))
+        results = self._run_checks()
+        fault("after_checks")
+        if self.abort.is_set():
+            return Verified("stop", (self.abort_reason(),))
+        head, fixable = self._candidate_problems(results)
+        hard: list[str] = [park_reason] if park_reason else []
+        findings: list[ReviewFinding] = []
+        if not fixable and not hard:
+            verdict_problems, hard_review, findings = self._review(results)
+            fixable += verdict_problems
+            hard += hard_review
+        # A stop asked for during checks or review ends the task stopped, never completed.
+        if self.abort.is_set():
+            return Verified("stop", (self.abort_reason(),))
+        if not fixable and not hard:
+            return Verified("ready", head=head)
+        if hard:
+            return Verified("park", (*hard, *fixable), head=head)
+        return Verified(
+            "repair",
+            tuple(fixable),
+            tuple(results),
+            tuple(findings),
+            head=head,
+            worker_alive=self.launcher.worker_alive(),
+        )
+
+    # --- checks -------------------------------------------------------------------------
+
+    def _run_checks(self) -> list[CheckResult]:
+        results: list[CheckResult] = []
+        env = self.launcher.worker_env()
+        # The worker's result is judged as it was before the checks ran: what the checks
+        # write themselves (__pycache__, .pytest_cache, build output) is not its change.
+        wt = self.finaliser.worktree_repo()
+        self._clean_before_checks = wt is None or wt.is_clean()
+        for check in self.spec.effective_checks(self.record.baseline):
+            if self.abort.is_set():
+                break
+            self.emit(et.AcceptanceStarted(name=check.name, argv=list(check.argv)))
+            r = self._run_one_check(check, env)
+            results.append(r)
+            self.emit(et.typed("acceptance_result", r.model_dump(mode="json")))
+        self.record.checks = results
+        self.save()
+        return results
+
+    def _run_one_check(self, check: Check, env: dict[str, str]) -> CheckResult:
+        """One check, in its own cgroup (when available) and network namespace (if asked)."""
+        with contextlib.ExitStack() as stack:
+            cg = None
+            base = self.launcher.cg_base
+            if base is not None:
+                with contextlib.suppress(GitsupError, OSError):
+                    cg = create_cgroup(f"{self.task}-c{os.urandom(3).hex()}", base)
+            net = self.launcher.net.network_for("check", stack, env, agent=False)
+            if net.env:
+                env = {**env, **net.env}
+            try:
+                return run_check(
+                    check,
+                    cwd=self.worktree,
+                    env=env,
+                    repair_round=self.record.repair_rounds,
+                    abort=self.abort,
+                    wrap=self.launcher.wrapper(cg, net.netns),
+                )
+            finally:
+                if cg is not None:
+                    cg.kill(timeout=5.0)
+                    cg.remove()
+
+    def _candidate_problems(self, results: list[CheckResult]) -> tuple[Oid | None, list[str]]:
+        """The branch head verified, and what keeps it from being a candidate."""
+        problems = []
+        failed = [r.name for r in results if r.required and not r.passed]
+        if failed:
+            problems.append("required checks failed: " + ", ".join(failed))
+        head = self.finaliser.branch_head()
+        self.record.head = head
+        if self.spec.autonomy.require_local_commit:
+            if head is None or head == self.record.baseline:
+                problems.append("no local commit after the baseline")
+            elif not self.finaliser.repo.is_ancestor(Oid(self.record.baseline), head):
+                problems.append("branch head does not descend from the baseline")
+        if not self._clean_before_checks:
+            problems.append("worktree has uncommitted changes")
+        return head, problems
+
+    # --- review -------------------------------------------------------------------------
+
+    def _review(
+        self, results: list[CheckResult]
+    ) -> tuple[list[str], list[str], list[ReviewFinding]]:
+        """Returns (fixable problems, park reasons, findings)."""
+        kind = self.spec.review.kind
+        if kind == "none":
+            self.record.review = ReviewResult(kind="none", verdict=None)
+            return [], [], []
+        wt = self.finaliser.worktree_repo()
+        if wt is None:
+            return [], ["worktree is gone; nothing to review"], []
+        evidence = wt.evidence(Oid(self.record.baseline))
+        bundle = evidence_bundle(self.task, self.spec, results, evidence)
+        self.emit(
+            et.ReviewStarted(
+                kind=kind,
+                repair_round=self.record.repair_rounds,
+                complete=evidence.complete,
+                head=evidence.head,
+            )
+        )
+        wrap, wrap_for = self.launcher.read_only_wrappers()
+        ctx = ReviewRequest(
+            self.task,
+            self.worktree,
+            self.launcher.worker_env(),
+            self.spec,
+            bundle,
+            network=self.launcher.net.agent_network("reviewer", self.spec.review.kind),
+            wrap=wrap,
+            wrap_for=wrap_for,
+            abort=self.abort,
+        )
+
+        def on_attempt(n: int, err: str | None) -> None:
+            if err:
+                self.emit(et.ReviewResult(attempt=n, error=err))
+
+        result, verdict = run_review(ctx, on_attempt=on_attempt, attempt_fn=self.review_attempt)
+        self.record.review = result
+        self.emit(et.typed("review_result", result.model_dump(mode="json")))
+        self.save()
+        if verdict is None:
+            return [], [f"review failed after {result.attempts} attempt(s): {result.error}"], []
+        serious = [f for f in verdict.findings if f.severity in ("P0", "P1")]
+        if serious:
+            return (
+                [],
+                [f"review: {f.severity} finding: {f.title}" for f in serious],
+                verdict.findings,
+            )
+        if verdict.verdict == "human":
+            return [], ["review: a person must decide (verdict human)"], verdict.findings
+        if verdict.verdict == "pass":
+            return [], [], verdict.findings
+        repeated = [f for f in verdict.findings if f.key() in self._seen_findings]
+        if repeated:
+            return (
+                [],
+                [f"review: finding repeated from an earlier round: {f.title}" for f in repeated],
+                verdict.findings,
+            )
+        self._seen_findings.update(f.key() for f in verdict.findings)
+        titles = "; ".join(f.title for f in verdict.findings) or "no findings given"
+        return [f"review asked for revisions: {titles}"], [], verdict.findings

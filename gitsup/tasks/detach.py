@@ -1,0 +1,111 @@
+"""`git sup start --detach` and `git sup wait`: a supervisor in the background.
+
+The foreground process validates and prepares the task (so bad input fails at once),
+then starts `python -m gitsup.tasks.detach` in its own session with its output in the task
+directory (`supervisor.log`); the child takes the lease over and runs the supervisor.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from gitsup.errors import Exit, GitsupError
+from gitsup.git import GitRepo
+from gitsup.host.proc import spawn_detached
+from gitsup.host.procid import ProcessId
+from gitsup.ids import TaskId
+from gitsup.layout import Layout
+from gitsup.spec import TaskSpec
+from gitsup.state import TERMINAL
+from gitsup.store.lease import LeaseStore
+from gitsup.store.record import TaskRecord
+from gitsup.store.records import TaskStore
+from gitsup.supervision.supervisor import Supervisor
+from gitsup.tasks.lifecycle import SupRepo, prepare_task, remove_unstarted, status_exit
+
+
+def start_detached(ctx: SupRepo, spec: TaskSpec, *, wait_started: float = 15.0) -> TaskRecord:
+    record, lease = prepare_task(ctx, spec, detached=True)
+    task_dir = ctx.layout.task_dir(TaskId(record.id))
+    me = ProcessId.current()
+    spawn_detached(
+        [
+            sys.executable,
+            "-m",
+            "gitsup.tasks.detach",
+            str(ctx.layout.common_dir),
+            record.id,
+            str(me.pid),
+            repr(me.start_time),
+        ],
+        cwd=ctx.repo.main_workdir,
+        log=task_dir / "supervisor.log",
+    )
+    store = ctx.store
+    end = time.monotonic() + wait_started
+    while time.monotonic() < end:
+        rec = store.load(record.id)
+        if rec.supervisor is not None or rec.state in TERMINAL:
+            return rec
+        time.sleep(0.05)
+    held = ctx.leases.get(record.worktree)
+    if held is not None and held.owner == me:
+        ctx.leases.release(lease)
+    raise GitsupError(
+        f"the background supervisor of task {record.id} did not start",
+        hint=f"see {task_dir / 'supervisor.log'}",
+        exit_code=Exit.INTERNAL,
+    )
+
+
+def wait_task(ctx: SupRepo, task: str, *, timeout: float | None = None) -> TaskRecord:
+    """Block until the task is terminal. Raises if its supervisor died first."""
+    store = ctx.store
+    end = None if timeout is None else time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        rec = store.load(task)
+        if rec.state in TERMINAL:
+            return rec
+        owner = ProcessId.from_dict(rec.supervisor)
+        if owner is not None and not owner.alive():
+            rec = store.load(task)
+            if rec.state in TERMINAL:
+                return rec
+            raise GitsupError(
+                f"the supervisor of task {task} died while the task was {rec.state.value}",
+                hint=f"`git sup recover {task} --takeover` continues or parks it",
+                exit_code=Exit.INTERNAL,
+            )
+        if end is not None and time.monotonic() > end:
+            raise GitsupError(
+                f"task {task} is still {rec.state.value} after {timeout:g}s",
+                exit_code=Exit.INTERNAL,
+            )
+        time.sleep(delay)
+        delay = min(0.5, delay * 1.5)
+
+
+def _main(argv: list[str]) -> int:
+    common_dir, task, parent_pid, parent_start = argv
+    layout = Layout(Path(common_dir))
+    store = TaskStore(layout)
+    record = store.load(task)
+    spec = TaskSpec.model_validate_json((layout.task_dir(TaskId(task)) / "spec.json").read_text())
+    leases = LeaseStore(layout.leases)
+    held = leases.get(record.worktree)
+    parent = ProcessId(int(parent_pid), float(parent_start))
+    if held is None or held.owner != parent:
+        sys.stderr.write(f"gitsup: lease of task {task} is not held by the starting process\n")
+        return Exit.INTERNAL
+    lease = leases.transfer(held, ProcessId.current())
+    main_repo = GitRepo.open(common_dir)
+    sup = Supervisor(main_repo, layout, record, spec, lease)
+    final = remove_unstarted(SupRepo(main_repo, layout), sup.run())
+    return status_exit(final)
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

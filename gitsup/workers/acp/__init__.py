@@ -1,0 +1,1 @@
+"""Workers over the Agent Client Protocol."""

@@ -1,0 +1,1 @@
+"""The Codex worker over `codex app-server`."""

@@ -1,0 +1,514 @@
+"""The task sandbox against a hostile task, on the real kernel, as root.
+
+A process worker, an acceptance check and a double-forked grandchild each run
+tests/host/sandbox_attack.py: writes to the user's checkout, home, repository config, hooks,
+refs, notes and objects, a push to a remote, reading SSH and integration keys, leaving the
+cgroup, entering other namespaces, mounting, writing /proc/sys and cgroupfs, signalling
+the supervisor, connecting to host UNIX sockets. Every attempt must fail, the user's
+repository and home must be byte-identical, and the task's own commit must still land.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitsup.host.contain import _cgroup2_mounts
+from gitsup.host.sandbox import build_plan, default_rules, probe
+from tests.conftest import PYTHON, git, run_sup
+from tests.helpers.sup import start_json, write_worker
+
+ATTACK = str(Path(__file__).with_name("sandbox_attack.py"))
+NO_REVIEW = ("--review", "none")
+# the worker's own commit makes this pass; the attacks do not touch it
+CHECK_FIXED = shlex.join([PYTHON, "-c", "from calc import add; assert add(1, 2) == 3"])
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not probe().landlock or not probe().mountns,
+    reason="the attack tests need root, Landlock and mount namespaces (as on CI)",
+)
+
+
+class Listener:
+    """A UNIX socket server on the host that records every connection it accepts."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.accepted = 0
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(address)
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.accepted += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
+        if not self.address.startswith("\0"):
+            Path(self.address).unlink(missing_ok=True)
+
+
+def common_dir(repo: Path) -> Path:
+    return repo / ".git"
+
+
+def snapshot(repo: Path, remote: Path, home: Path) -> dict[str, Any]:
+    """What must not change: checkout files, config, hooks, refs other than the task's,
+    every object file that exists now, the remote's refs and the planted home files."""
+    gd = common_dir(repo)
+
+    def digest(p: Path) -> str:
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+
+    checkout = {
+        str(p.relative_to(repo)): digest(p)
+        for p in repo.rglob("*")
+        if p.is_file() and ".git" not in p.relative_to(repo).parts
+    }
+    refs = [
+        line
+        for line in git(repo, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
+        if not line.startswith(("refs/sup/", "refs/heads/sup/", "refs/notes/sup "))
+    ]
+    return {
+        "checkout": checkout,
+        "config": digest(gd / "config"),
+        "hooks": {p.name: digest(p) for p in (gd / "hooks").iterdir() if p.is_file()},
+        "packed-refs": digest(gd / "packed-refs"),
+        "refs": refs,
+        "objects": {
+            str(p.relative_to(gd)): digest(p) for p in (gd / "objects").rglob("*") if p.is_file()
+        },
+        "remote": git(remote, "for-each-ref", "--format=%(refname) %(objectname)"),
+        "home": {str(p.relative_to(home)): digest(p) for p in home.rglob("*") if p.is_file()},
+    }
+
+
+@pytest.fixture
+def hostile(
+    repo: Path, tmp: Path, hermetic_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, Any]]:
+    """A repository, a gated-looking bare remote, planted secrets, host sockets, and the
+    attack targets file."""
+    monkeypatch.delenv("GITSUP_SANDBOX_EXTRA_WRITE", raising=False)
+    home = hermetic_env
+    (home / ".ssh").mkdir(mode=0o700)
+    (home / ".ssh" / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n")
+    keydir = home / ".config" / "gitsup"
+    keydir.mkdir(parents=True)
+    (keydir / "integration-key").write_text("integration signing key\n")
+    init = run_sup(repo, "init")
+    assert init.returncode == 0, init.stderr
+    git(repo, "tag", "v0")
+    git(repo, "pack-refs")  # packs the tag; main stays a loose ref
+    remote = tmp / "remote.git"
+    git(tmp, "init", "-q", "--bare", str(remote))
+    git(repo, "push", "-q", "--no-verify", str(remote), "main")
+    evil = git(repo, "commit-tree", "HEAD^{tree}", "-p", "HEAD", "-m", "evil")
+    head = git(repo, "rev-parse", "HEAD")
+    obj = common_dir(repo) / "objects" / head[:2] / head[2:]
+    assert obj.is_file()
+    suffix = os.urandom(4).hex()
+    listeners = [
+        Listener(str(tmp / "host.sock")),
+        Listener(f"/run/gitsup-test-{suffix}.sock"),
+        Listener(f"\0gitsup-test-{suffix}"),
+    ]
+    cgroup_root = next(
+        (m for m in _cgroup2_mounts() if Path(m, "cgroup.procs").exists()), "/sys/fs/cgroup"
+    )
+    targets = {
+        "checkout": str(repo),
+        "common_dir": str(common_dir(repo)),
+        "home": str(home),
+        "integration_key": str(keydir / "integration-key"),
+        "evil_commit": evil,
+        "remote": str(remote),
+        "object": str(obj),
+        "replace_object": True,  # the user's objects are read-only to a task with a private Git dir
+        "cgroup_root": cgroup_root,
+        "sockets": [listeners[0].address, listeners[1].address],
+        "abstract": f"gitsup-test-{suffix}",
+        "block_device": next(
+            (str(p) for p in sorted(Path("/dev").iterdir()) if p.is_block_device()), None
+        ),
+    }
+    targets_file = tmp / "targets.json"
+    targets_file.write_text(json.dumps(targets))
+    try:
+        yield {
+            "repo": repo,
+            "remote": remote,
+            "home": home,
+            "targets": targets_file,
+            "listeners": listeners,
+            "before": snapshot(repo, remote, home),
+        }
+    finally:
+        for li in listeners:
+            li.close()
+
+
+def results_of(repo: Path, task: str, label: str) -> dict[str, str]:
+    path = common_dir(repo) / "sup" / "tasks" / task / "sandbox" / "tmp" / f"attack-{label}.json"
+    assert path.is_file(), f"the {label} attack left no report at {path}"
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def assert_all_blocked(results: dict[str, str], label: str, *, git_state: str) -> None:
+    expected = {
+        "write_checkout", "write_home_gitconfig", "write_repo_config", "write_hook",
+        "write_packed_refs", "write_main_ref", "git_update_ref_main", "write_notes_ref",
+        "git_notes_forge", "push_remote_main", "overwrite_object", "rewrite_dotgit_file",
+        "remove_dotgit_file", "read_ssh_key", "read_integration_key", "read_etc_shadow",
+        "read_supervisor_environ", "signal_supervisor", "move_cgroup", "write_cgroupfs",
+        "write_proc_sys", "setns_init_net", "setns_init_mnt", "nsenter_init", "unshare_user",
+        "mount_tmpfs", "connect_host_socket_0", "connect_host_socket_1",
+        "connect_abstract_socket", "write_supervisor_record", "hardlink_repo_config",
+        "symlink_repo_config", "read_kernel_log",
+    }  # fmt: skip
+    if any(p.is_block_device() for p in Path("/dev").iterdir()):
+        expected.add("read_block_device")
+    if git_state == "private":
+        expected.add("replace_object")
+    assert set(results) == expected, set(results) ^ expected
+    escaped = {k: v for k, v in results.items() if not v.startswith("blocked")}
+    assert not escaped, f"{label} escaped: {escaped}"
+
+
+def test_hostile_worker_check_and_grandchild_stay_inside(hostile: dict[str, Any]) -> None:
+    repo: Path = hostile["repo"]
+    worker = shlex.join(
+        [PYTHON, ATTACK, "worker", str(hostile["targets"]), "--grandchild", "--then-commit"]
+    )
+    check = shlex.join([PYTHON, ATTACK, "check", str(hostile["targets"])])
+    rc, rec, err = start_json(
+        repo,
+        "make add() add",
+        "--worker",
+        worker,
+        "--check",
+        check,
+        "--check",
+        CHECK_FIXED,
+        *NO_REVIEW,
+        timeout=180,
+    )
+    assert rc == 0, (rec.get("reasons"), err)
+    assert rec["status"] == "ready" and rec["candidate"], rec
+    sb = rec["sandbox"]
+    assert sb["enforced"] is True and sb["mount_ns"] is True and sb["landlock_abi"] >= 1, sb
+    assert sb["caps_dropped"] and sb["no_new_privs"] and sb["env_allowlist"], sb
+    git_state = sb["git_state"]
+    for label in ("worker", "grandchild", "check"):
+        assert_all_blocked(results_of(repo, rec["id"], label), label, git_state=git_state)
+    assert [li.accepted for li in hostile["listeners"]] == [0, 0, 0]
+    after = snapshot(repo, hostile["remote"], hostile["home"])
+    before = hostile["before"]
+    # the task's commit adds objects (shared Git state); none that existed changed
+    new_objects = set(after["objects"]) - set(before["objects"])
+    assert {k: after["objects"].get(k) for k in before["objects"]} == before["objects"]
+    if git_state == "private":
+        # what is new came from the supervisor (the verified import, the sealed log, notes):
+        # every new object is reachable from a ref; none of the worker's own objects is loose
+        reachable = set(git(repo, "rev-list", "--objects", "--all").split())
+        stray = {
+            k for k in new_objects if k.replace("objects/", "").replace("/", "") not in reachable
+        }
+        assert not stray, stray
+    after["objects"] = before["objects"]
+    assert after == before
+    notes = git(repo, "log", "-p", "refs/notes/sup", check=False)
+    assert "forged" not in notes
+    # the task's own commit landed
+    cand = rec["candidate"]
+    assert git(repo, "show", f"{cand}:calc.py").count("a + b") == 1
+    started = [
+        json.loads(line)
+        for line in (common_dir(repo) / "sup" / "tasks" / rec["id"] / "events.jsonl")
+        .read_text()
+        .splitlines()
+        if '"worker_started"' in line
+    ]
+    assert started and started[0]["data"]["sandbox"] == sb
+
+
+def _sandbox_env_worker(tmp: Path) -> str:
+    return write_worker(
+        tmp,
+        f"""
+        import json, os, pathlib, subprocess
+        keys = sorted(os.environ)
+        tmpdir = os.environ.get("TMPDIR") or {str(tmp)!r}
+        pathlib.Path(tmpdir, "env.json").write_text(json.dumps(
+            {{"keys": keys, "home": os.environ["HOME"], "tmpdir": tmpdir}}))
+        p = pathlib.Path("calc.py")
+        p.write_text(p.read_text().replace("a - b", "a + b"))
+        subprocess.run(["git", "commit", "-q", "-am", "fix add"], check=True)
+        """,
+    )
+
+
+def test_environment_is_an_allowlist(
+    repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp / "agent.sock"))
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_not_for_tasks")
+    monkeypatch.setenv("GIT_ASKPASS", "/usr/bin/true")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "nope")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-agent-setting")
+    assert run_sup(repo, "init").returncode == 0
+    rc, rec, err = start_json(
+        repo, "fix", "--worker", _sandbox_env_worker(tmp), "--check", CHECK_FIXED, *NO_REVIEW
+    )
+    assert rc == 0, (rec.get("reasons"), err)
+    box = common_dir(repo) / "sup" / "tasks" / rec["id"] / "sandbox"
+    seen = json.loads((box / "tmp" / "env.json").read_text())
+    keys = set(seen["keys"])
+    assert not keys & {"SSH_AUTH_SOCK", "GITHUB_TOKEN", "GIT_ASKPASS", "AWS_SECRET_ACCESS_KEY"}
+    assert {"ANTHROPIC_API_KEY", "GITSUP_TASK", "PATH", "GIT_CONFIG_NOSYSTEM"} <= keys
+    assert seen["home"] == str(box / "home") and seen["tmpdir"] == str(box / "tmp")
+
+
+def test_auto_without_landlock_records_the_weaker_guarantee(
+    repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITSUP_SANDBOX_REFUSE", "landlock")
+    assert run_sup(repo, "init").returncode == 0
+    rc, rec, err = start_json(
+        repo, "fix", "--worker", _sandbox_env_worker(tmp), "--check", CHECK_FIXED, *NO_REVIEW
+    )
+    assert rc == 0, (rec.get("reasons"), err)
+    sb = rec["sandbox"]
+    assert sb["mode"] == "auto" and sb["enforced"] is False and sb["landlock_abi"] == 0
+    assert any(w.startswith("landlock not enforced") for w in sb["weaker"]), sb["weaker"]
+    assert sb["mount_ns"] is True and sb["caps_dropped"] is True
+
+
+def test_required_without_landlock_fails_before_anything_runs(
+    repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITSUP_SANDBOX_REFUSE", "landlock")
+    assert run_sup(repo, "init").returncode == 0
+    ran = tmp / "ran"
+    worker = write_worker(tmp, f"open({str(ran)!r}, 'w').write('ran')\n")
+    check = shlex.join([PYTHON, "-c", f"open({str(ran)!r}, 'w').write('check ran')"])
+    head = git(repo, "rev-parse", "main")
+    spec = tmp / "task.toml"
+    spec.write_text(
+        'goal = "fix"\n[sandbox]\nmode = "required"\n[review]\nkind = "none"\n'
+        f'[worker]\nkind = "process"\nargv = {json.dumps(shlex.split(worker))}\n'
+        f'[[checks]]\nname = "c"\nargv = {json.dumps(shlex.split(check))}\n'
+    )
+    rc, rec, err = start_json(repo, "--spec", str(spec))
+    assert rc == 4, (rec, err)
+    assert rec["state"] == "failed"
+    assert any("Landlock" in r and "required" in r for r in rec["reasons"]), rec["reasons"]
+    assert not ran.exists()
+    assert rec["worker"] is None or rec["worker"].get("pid") is None
+    assert git(repo, "rev-parse", "main") == head
+
+
+def test_git_config_selects_the_mode(
+    repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITSUP_SANDBOX_REFUSE", "mountns")
+    assert run_sup(repo, "init").returncode == 0
+    git(repo, "config", "sup.sandbox", "required")
+    rc, rec, _ = start_json(repo, "fix", "--worker", _sandbox_env_worker(tmp), *NO_REVIEW)
+    assert rc == 4 and any("mountns" in r for r in rec["reasons"]), rec
+    git(repo, "config", "sup.sandbox", "off")
+    rc, rec, err = start_json(
+        repo, "fix", "--worker", _sandbox_env_worker(tmp), "--check", CHECK_FIXED, *NO_REVIEW
+    )
+    assert rc == 0, (rec.get("reasons"), err)
+    assert rec["sandbox"] == {"mode": "off", "enforced": False, "weaker": ["sandbox off"]}
+    git(repo, "config", "sup.sandbox", "sometimes")
+    rc, rec, _ = start_json(repo, "fix", "--worker", _sandbox_env_worker(tmp), *NO_REVIEW)
+    assert rc == 4 and any("sup.sandbox" in r for r in rec["reasons"]), rec
+
+
+def test_bootstrap_refuses_what_it_cannot_enforce(tmp: Path) -> None:
+    desc = json.dumps({"landlock": True, "mountns": False, "read": ["/usr"], "write": []})
+    env = {**os.environ, "GITSUP_SANDBOX_REFUSE": "landlock"}
+    res = subprocess.run(
+        [PYTHON, "-m", "gitsup.host.bootstrap", "--sandbox", desc, "--", "true"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert res.returncode == 126 and "Landlock is not available" in res.stderr
+
+
+@pytest.fixture
+def world_tmp() -> Iterator[Path]:
+    """A directory another user can reach (pytest's own tmp is private to root)."""
+    d = Path(tempfile.mkdtemp(prefix="gitsup-sandbox-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_bootstrap_sandboxes_an_unprivileged_user_too(world_tmp: Path) -> None:
+    """Without root, the mount namespace comes with a user namespace; the result is the same:
+    the host's /tmp hidden but the task's own directory bound back, nothing else writable."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is needed to run as another user")
+    tmp = world_tmp
+    wt = tmp / "wt"
+    wt.mkdir()
+    outside = tmp / "outside"
+    outside.mkdir()
+    (outside / "host.sock").touch()
+    for d in (tmp, wt, outside):
+        d.chmod(0o777)
+    desc = json.dumps(
+        {
+            "mountns": True,
+            "landlock": True,
+            "caps": True,
+            "read": ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", "/dev", str(wt)],
+            "write": [str(wt), "/dev/null"],
+            "hide": ["/tmp", "/run"],
+            "ro": [],
+        }
+    )
+    script = (
+        f"echo inside > {wt}/own && echo own-ok; "
+        f"echo x > {outside}/f 2>/dev/null || echo outside-blocked; "
+        f"test -e {outside}/host.sock || echo socket-hidden; "
+        "grep -q '^CapEff:.0000000000000000' /proc/self/status && echo caps-zero; "
+        "grep -q '^NoNewPrivs:.1' /proc/self/status && echo nnp"
+    )
+    res = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+         PYTHON, "-m", "gitsup.host.bootstrap", "--sandbox", desc, "--", "/bin/sh", "-c", script],
+        cwd=wt, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["own-ok", "outside-blocked", "socket-hidden", "caps-zero", "nnp"]
+    assert (wt / "own").read_text() == "inside\n" and not (outside / "f").exists()
+
+
+def test_reviewer_and_decider_run_sandboxed_with_a_read_only_worktree(
+    repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command reviewer and decider are programs too: sandboxed, and they cannot even
+    change the worktree they judge."""
+    monkeypatch.delenv("GITSUP_SANDBOX_EXTRA_WRITE", raising=False)
+    assert run_sup(repo, "init").returncode == 0
+    judge = tmp / "judge.py"
+    judge.write_text(
+        "import json, os, pathlib, sys\n"
+        "payload = sys.stdin.read()\n"
+        "r = {}\n"
+        "for name, path in [('worktree', 'calc.py'), ('config', sys.argv[2])]:\n"
+        "    try:\n"
+        "        open(path, 'a').write('# changed by the judge\\n')\n"
+        "        r[name] = 'ESCAPED'\n"
+        "    except OSError as exc:\n"
+        "        r[name] = 'blocked: ' + str(exc.errno)\n"
+        "r['home_is_private'] = os.environ['HOME'].endswith('/sandbox/home')\n"
+        "pathlib.Path(os.environ['TMPDIR'], sys.argv[1] + '.json').write_text(json.dumps(r))\n"
+        "if sys.argv[1] == 'review':\n"
+        "    print(json.dumps({'verdict': 'pass', 'findings': []}))\n"
+        "else:\n"
+        "    print(json.dumps({'action': 'verify'}))\n"
+    )
+    config = str(common_dir(repo) / "config")
+    worker = write_worker(
+        tmp,
+        "import pathlib, subprocess\n"
+        "p = pathlib.Path('calc.py')\n"
+        "p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
+        "subprocess.run(['git', 'commit', '-q', '-am', 'fix add'], check=True)\n",
+    )
+    spec = tmp / "task.toml"
+    spec.write_text(
+        'goal = "fix"\n'
+        f'[worker]\nkind = "process"\nargv = {json.dumps(shlex.split(worker))}\n'
+        f'[review]\nkind = "command"\nargv = {json.dumps([PYTHON, str(judge), "review", config])}\n'
+        f'[decider]\nkind = "command"\nargv = {json.dumps([PYTHON, str(judge), "decide", config])}\n'
+    )
+    before = (common_dir(repo) / "config").read_bytes()
+    rc, rec, err = start_json(repo, "--spec", str(spec))
+    assert rc == 0, (rec.get("reasons"), err)
+    box = common_dir(repo) / "sup" / "tasks" / rec["id"] / "sandbox" / "tmp"
+    review = json.loads((box / "review.json").read_text())
+    assert review["worktree"].startswith("blocked") and review["config"].startswith("blocked")
+    assert review["home_is_private"] is True
+    decide = json.loads((box / "decide.json").read_text())
+    assert decide["worktree"].startswith("blocked") and decide["config"].startswith("blocked")
+    assert (common_dir(repo) / "config").read_bytes() == before
+    assert "changed by the judge" not in git(repo, "show", f"{rec['candidate']}:calc.py")
+
+
+def test_claude_default_config_without_claude_config_dir(
+    repo: Path, tmp: Path, hermetic_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without CLAUDE_CONFIG_DIR, Claude Code finds ~/.claude (writable) and a private copy of
+    ~/.claude.json through its private HOME; the rest of the home stays out of reach."""
+    monkeypatch.delenv("GITSUP_SANDBOX_EXTRA_WRITE", raising=False)
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+    home = hermetic_env
+    (home / ".claude").mkdir()
+    (home / ".claude" / "settings.json").write_text('{"theme": "dark"}')
+    (home / ".claude.json").write_text('{"hasCompletedOnboarding": true}')
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "id_ed25519").write_text("secret\n")
+    wt = tmp / "wt"
+    git(repo, "worktree", "add", "-q", "-b", "sup/t1", str(wt))
+    task_dir = common_dir(repo) / "sup" / "tasks" / "t1"
+    task_dir.mkdir(parents=True)
+    plan = build_plan(
+        mode="auto",
+        rules=default_rules(),
+        worktree=wt,
+        common_dir=common_dir(repo),
+        task_dir=task_dir,
+        branch="sup/t1",
+        env=dict(os.environ),
+        programs=[[PYTHON]],
+        claude=True,
+    )
+    script = (
+        'cat "$HOME/.claude/settings.json"; echo; cat "$HOME/.claude.json"; echo; '
+        'echo session > "$HOME/.claude/session.jsonl" && echo wrote-session; '
+        'echo "{}" > "$HOME/.claude.json" && echo wrote-state; '
+        f"cat {home}/.ssh/id_ed25519 2>/dev/null || echo key-blocked"
+    )
+    res = subprocess.run(
+        [PYTHON, "-m", "gitsup.host.bootstrap", *plan.argv(), "--", "/bin/sh", "-c", script],
+        cwd=wt, env=plan.env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [
+        '{"theme":', '"dark"}', '{"hasCompletedOnboarding":', "true}",
+        "wrote-session", "wrote-state", "key-blocked",
+    ]  # fmt: skip
+    assert (home / ".claude" / "session.jsonl").read_text() == "session\n"
+    assert (home / ".claude.json").read_text() == '{"hasCompletedOnboarding": true}'
