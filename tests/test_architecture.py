@@ -62,26 +62,34 @@ CASES = [
         "def _sneaky() -> None:\n    import pygit2  # noqa\n",
     ),
     # The sandbox bootstrap importing a gitsup module that imports psutil.
-    ("hook-path-stdlib", "bootstrap.py", "def _sneaky() -> None:\n    from gitsup import procid\n"),
+    (
+        "hook-path-stdlib",
+        "host/bootstrap.py",
+        "def _sneaky() -> None:\n    from gitsup.host import procid\n",
+    ),
     # A core module starting a process on its own.
-    ("one-spawner", "events.py", "import subprocess\n"),
-    ("one-spawner", "workers/claude.py", "def _fork() -> None:\n    import multiprocessing\n"),
+    ("one-spawner", "store/events.py", "import subprocess\n"),
+    (
+        "one-spawner",
+        "workers/claude/worker.py",
+        "def _fork() -> None:\n    import multiprocessing\n",
+    ),
     # pygit2 outside the gateway; typer outside the CLI.
-    ("one-git-gateway", "gitstate.py", "def _x() -> None:\n    import pygit2\n"),
-    ("cli-only-typer", "tasks.py", "def _x() -> None:\n    import typer\n"),
+    ("one-git-gateway", "store/records.py", "def _x() -> None:\n    import pygit2\n"),
+    ("cli-only-typer", "tasks/lifecycle.py", "def _x() -> None:\n    import typer\n"),
     # A lower layer importing a higher one (lazily, inside a function, still counts).
-    ("layers", "git/repo.py", "def _x() -> None:\n    from gitsup import tasks\n"),
+    ("layers", "git/repo.py", "def _x() -> None:\n    from gitsup.tasks import lifecycle\n"),
     (
         "layers",
-        "store.py",
+        "store/records.py",
         "def _x() -> None:\n    from gitsup.supervision.supervisor import Supervisor\n",
     ),
     # Workers and policy know nothing of each other; the gate joins them.
     ("layers", "workers/base.py", "def _x() -> None:\n    from gitsup.policy import decision\n"),
     # A new module that no layer names.
     ("layers", "newthing.py", "X = 1\n"),
-    # A cycle between two modules of one package (here both in the store layer).
-    ("acyclic", "layout.py", "def _x() -> None:\n    from gitsup import store\n"),
+    # A cycle between two modules of one package.
+    ("acyclic", "store/record.py", "def _x() -> None:\n    from gitsup.store import records\n"),
     ("policy-pure", "policy/tools.py", "def _x() -> None:\n    from gitsup import git\n"),
 ]
 
