@@ -16,7 +16,8 @@ import pytest
 from gitsup.host.contain import netns_available
 from gitsup.host.sandbox import probe
 from tests.conftest import git, run_sup
-from tests.workers.acp.test_acp_supervised import COMMIT, FIX_CALC, Run, bash, step, supervise, text
+from tests.helpers.supervised import COMMIT, FIX_CALC, Run, bash, step, text
+from tests.workers.acp.test_acp_supervised import supervise
 from tests.workers.claude.test_egress_claude import ATTACK as NET_ATTACK
 from tests.workers.claude.test_egress_claude import host_listener
 from tests.workers.claude.test_sandbox_claude import ATTACK as FS_ATTACK

@@ -17,56 +17,26 @@ import psutil
 import pytest
 
 from gitsup.demo.scripted_model import ScriptedModel
-from gitsup.spec import spec_from_mapping
-from gitsup.store.events import Event
-from gitsup.store.record import TaskRecord
-from gitsup.tasks.lifecycle import SupRepo, run_task
 from tests.conftest import git, run_sup
 from tests.helpers.sup import wait_dead
+from tests.helpers.supervised import (
+    COMMIT,
+    FIX_CALC,
+    REVIEWER,
+    WRONG_CALC,
+    Run,
+    assert_pushes_denied,
+    bare_origin,
+    bash,
+    push_attack,
+    run_supervised,
+    step,
+    text,
+    verdict,
+)
 from tests.workers.claude.conftest import claude_env
 
 pytestmark = pytest.mark.claude
-
-FIX_CALC = {
-    "type": "tool_use",
-    "name": "Write",
-    "input": {"file_path": "${CWD}/calc.py", "content": "def add(a, b):\n    return a + b\n"},
-}
-WRONG_CALC = {
-    "type": "tool_use",
-    "name": "Write",
-    "input": {"file_path": "${CWD}/calc.py", "content": "def add(a, b):\n    return a * b\n"},
-}
-COMMIT = {
-    "type": "tool_use",
-    "name": "Bash",
-    "input": {"command": "git add -A && git commit -q -m 'Fix add'", "description": "Commit"},
-}
-PYTEST_CHECK = {
-    "name": "tests",
-    "argv": [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-    "timeout": 60,
-}
-
-
-def step(*blocks: dict[str, Any]) -> dict[str, Any]:
-    return {"content": list(blocks)}
-
-
-def text(t: str) -> dict[str, Any]:
-    return {"type": "text", "text": t}
-
-
-def bash(cmd: str) -> dict[str, Any]:
-    return {"type": "tool_use", "name": "Bash", "input": {"command": cmd, "description": "run"}}
-
-
-class Run:
-    def __init__(self, record: TaskRecord, events: list[Event], model: ScriptedModel) -> None:
-        self.record, self.events, self.model = record, events, model
-
-    def of(self, type: str) -> list[dict[str, Any]]:
-        return [e.data for e in self.events if e.type == type]
 
 
 @pytest.fixture
@@ -86,22 +56,8 @@ def supervise(
             # IS_SANDBOX in the supervisor's environment must never reach the agent
             {"GITSUP_CLAUDE_BIN": claude_bin, "IS_SANDBOX": "1"},
         )
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
-        data: dict[str, Any] = {
-            "goal": "Fix add() in calc.py and commit.",
-            "worker": {"kind": "acp", "argv": [acp_bin]},
-            "review": {"kind": "none"},
-            "checks": [PYTEST_CHECK],
-            "budget": {"no_output_timeout": "90s", "deadline": "3m", "closeout_grace": 0},
-        }
-        for k, v in spec.items():
-            data[k] = (
-                {**data[k], **v} if isinstance(v, dict) and isinstance(data.get(k), dict) else v
-            )
-        events: list[Event] = []
-        record = run_task(SupRepo.discover(repo), spec_from_mapping(data), on_event=events.append)
-        return Run(record, events, model)
+        worker = {"kind": "acp", "argv": [acp_bin]}
+        return run_supervised(repo, model, env, monkeypatch, worker, **spec)
 
     return go
 
@@ -146,28 +102,10 @@ def test_writes_code_runs_tests_commits_and_is_ready(
 def test_push_attempts_are_denied_and_the_remote_is_unchanged(
     supervise: Callable[..., Run], repo: Path, tmp_path: Path
 ) -> None:
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
-    git(repo, "remote", "add", "origin", str(remote))
-    git(repo, "push", "-q", "origin", "main")
+    remote = bare_origin(repo, tmp_path)
     before = git(remote, "for-each-ref")
-    attempts = ["git push origin HEAD:main", "bash -c 'git push -f origin HEAD:main'"]
-    r = supervise(
-        {
-            "default": [
-                step(FIX_CALC),
-                step(COMMIT),
-                *[step(bash(a)) for a in attempts],
-                step(text("Could not push.")),
-            ]
-        }
-    )
-    decided = {
-        d["input"]["command"]: d for d in r.of("permission_decided") if d.get("tool") == "Bash"
-    }
-    for a in attempts:
-        assert decided[a]["verdict"] == "deny" and decided[a]["answer"] == "deny", decided[a]
-        assert decided[a]["rule"].startswith(("D1", "D3")), decided[a]
+    r = supervise({"default": push_attack()})
+    assert_pushes_denied(r)
     assert git(remote, "for-each-ref") == before
     # the agent got `reject_once` and told the model the call was refused
     # (the last step served: Claude Code sometimes makes one more request beyond the script)
@@ -317,13 +255,6 @@ def test_stop_mid_turn_exits_5_and_leaves_nothing_running(
     assert rec["state"] == "stopped"
     for pid in family:
         assert wait_dead(pid, timeout=30), f"process {pid} survived the stop"
-
-
-REVIEWER = "independent code reviewer"
-
-
-def verdict(v: str) -> dict[str, Any]:
-    return step(text(json.dumps({"verdict": v, "findings": []})))
 
 
 def test_acp_reviewer_is_read_only_and_its_pass_makes_it_ready(

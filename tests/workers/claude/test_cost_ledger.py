@@ -17,16 +17,8 @@ from gitsup.tasks.lifecycle import SupRepo
 from gitsup.workers import stream_json
 from tests.conftest import git, run_sup
 from tests.helpers.browser import DomIndex, load
-from tests.workers.claude.test_supervised import (  # the shared scripted-run harness
-    COMMIT,
-    FIX_CALC,
-    REVIEWER,
-    Run,
-    step,
-    supervise,
-    text,
-    verdict,
-)
+from tests.helpers.supervised import COMMIT, FIX_CALC, REVIEWER, Run, step, text, verdict
+from tests.workers.claude.test_supervised import supervise
 
 pytestmark = pytest.mark.claude
 __all__ = ["supervise"]

@@ -16,17 +16,8 @@ from typing import Any
 import pytest
 
 from gitsup.host.contain import list_gitsup_netns, netns_available
+from tests.helpers.supervised import COMMIT, FIX_CALC, REVIEWER, Run, bash, step, text, verdict
 from tests.workers.claude import test_supervised
-from tests.workers.claude.test_supervised import (
-    COMMIT,
-    FIX_CALC,
-    REVIEWER,
-    Run,
-    bash,
-    step,
-    text,
-    verdict,
-)
 
 supervise = test_supervised.supervise  # the fixture, shared
 

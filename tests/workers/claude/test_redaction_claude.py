@@ -18,15 +18,8 @@ import pytest
 
 from gitsup.redact import REDACTED
 from tests.conftest import git
-from tests.workers.claude.test_supervised import (  # noqa: F401 (supervise is a fixture)
-    COMMIT,
-    FIX_CALC,
-    Run,
-    bash,
-    step,
-    supervise,
-    text,
-)
+from tests.helpers.supervised import COMMIT, FIX_CALC, Run, bash, step, text
+from tests.workers.claude.test_supervised import supervise  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.claude
 

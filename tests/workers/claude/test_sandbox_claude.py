@@ -19,7 +19,8 @@ import pytest
 
 from gitsup.host.sandbox import probe
 from tests.conftest import git, run_sup
-from tests.workers.claude.test_supervised import COMMIT, FIX_CALC, Run, bash, step, supervise, text
+from tests.helpers.supervised import COMMIT, FIX_CALC, Run, bash, step, text
+from tests.workers.claude.test_supervised import supervise
 
 __all__ = ["supervise"]  # the fixture, shared with test_supervised.py
 

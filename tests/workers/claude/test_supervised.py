@@ -21,54 +21,26 @@ import pytest
 from gitsup.demo.scripted_model import ScriptedModel
 from gitsup.spec import spec_from_mapping
 from gitsup.store.events import Event
-from gitsup.store.record import TaskRecord
-from gitsup.tasks.lifecycle import SupRepo, run_task
+from gitsup.tasks.lifecycle import SupRepo
 from tests.conftest import git, run_sup
 from tests.helpers.sup import wait_dead, wait_for
+from tests.helpers.supervised import (
+    COMMIT,
+    FIX_CALC,
+    REVIEWER,
+    Run,
+    assert_pushes_denied,
+    bare_origin,
+    bash,
+    push_attack,
+    run_supervised,
+    step,
+    text,
+    verdict,
+)
 from tests.workers.claude.conftest import claude_env
 
 pytestmark = pytest.mark.claude
-
-FIX_CALC = {
-    "type": "tool_use",
-    "name": "Write",
-    "input": {"file_path": "${CWD}/calc.py", "content": "def add(a, b):\n    return a + b\n"},
-}
-COMMIT = {
-    "type": "tool_use",
-    "name": "Bash",
-    "input": {"command": "git add -A && git commit -q -m 'Fix add'", "description": "Commit"},
-}
-PYTEST_CHECK = {
-    "name": "tests",
-    "argv": [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-    "timeout": 60,
-}
-REVIEWER = "independent code reviewer"
-
-
-def step(*blocks: dict[str, Any]) -> dict[str, Any]:
-    return {"content": list(blocks)}
-
-
-def text(t: str) -> dict[str, Any]:
-    return {"type": "text", "text": t}
-
-
-def bash(cmd: str) -> dict[str, Any]:
-    return {"type": "tool_use", "name": "Bash", "input": {"command": cmd, "description": "run"}}
-
-
-def verdict(v: str, findings: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return step(text(json.dumps({"verdict": v, "findings": findings or []})))
-
-
-class Run:
-    def __init__(self, record: TaskRecord, events: list[Event], model: ScriptedModel) -> None:
-        self.record, self.events, self.model = record, events, model
-
-    def of(self, type: str) -> list[dict[str, Any]]:
-        return [e.data for e in self.events if e.type == type]
 
 
 @pytest.fixture
@@ -82,22 +54,7 @@ def supervise(
     def go(scripts: Any, **spec: Any) -> Run:
         model = scripted_model(scripts)
         env = claude_env(model.url, tmp_path / "claude-config", {"GITSUP_CLAUDE_BIN": claude_bin})
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
-        data: dict[str, Any] = {
-            "goal": "Fix add() in calc.py and commit.",
-            "worker": {"kind": "claude"},
-            "review": {"kind": "none"},
-            "checks": [PYTEST_CHECK],
-            "budget": {"no_output_timeout": "90s", "deadline": "3m", "closeout_grace": 0},
-        }
-        for k, v in spec.items():
-            data[k] = (
-                {**data[k], **v} if isinstance(v, dict) and isinstance(data.get(k), dict) else v
-            )
-        events: list[Event] = []
-        record = run_task(SupRepo.discover(repo), spec_from_mapping(data), on_event=events.append)
-        return Run(record, events, model)
+        return run_supervised(repo, model, env, monkeypatch, {"kind": "claude"}, **spec)
 
     return go
 
@@ -133,33 +90,10 @@ def test_writes_code_runs_tests_commits_and_is_ready(
 def test_push_attempts_are_denied_and_nothing_is_pushed(
     supervise: Callable[..., Run], repo: Path, tmp_path: Path
 ) -> None:
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
-    git(repo, "remote", "add", "origin", str(remote))
-    git(repo, "push", "-q", "origin", "main")
+    remote = bare_origin(repo, tmp_path)
     before = git(remote, "for-each-ref")
-    attempts = [
-        "git push origin HEAD:main",
-        "git -c core.hooksPath=/dev/null push",
-        "bash -c 'git push'",
-    ]
-    r = supervise(
-        {
-            "default": [
-                step(FIX_CALC),
-                step(COMMIT),
-                *[step(bash(a)) for a in attempts],
-                step(text("Could not push.")),
-            ]
-        }
-    )
-    decided = {
-        d["input"]["command"]: d for d in r.of("permission_decided") if d.get("tool") == "Bash"
-    }
-    for a in attempts:
-        assert decided[a]["verdict"] == "deny", decided[a]
-        assert decided[a]["answer"] == "deny"
-        assert decided[a]["rule"].startswith(("D1", "D3")), decided[a]
+    r = supervise({"default": push_attack()})
+    assert_pushes_denied(r)
     assert git(remote, "for-each-ref") == before
     # the model saw the denials as error tool results carrying the supervisor's message
     last = r.model.requests[-1].body["messages"]

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from gitsup.demo.scripted_openai import ScriptedResponses
-from gitsup.spec import spec_from_mapping
-from gitsup.store.events import Event
-from gitsup.store.record import TaskRecord
-from gitsup.tasks.lifecycle import SupRepo, run_task
 from tests.helpers.agents import pinned_agent
+from tests.helpers.supervised import Run, run_supervised, step, text, write
+from tests.helpers.supervised import bash as harness_bash
+
+__all__ = ["COMMIT", "FIX_CALC", "Run", "bash", "codex_env", "step", "text", "write"]
 
 PINNED_VERSION = "0.171.0"
 PYTEST_CHECK = {
@@ -56,28 +56,9 @@ def codex_env(url: str, codex_bin: str) -> dict[str, str]:
     }
 
 
-class Run:
-    def __init__(self, record: TaskRecord, events: list[Event], model: ScriptedResponses) -> None:
-        self.record, self.events, self.model = record, events, model
-
-    def of(self, type: str) -> list[dict[str, Any]]:
-        return [e.data for e in self.events if e.type == type]
-
-
-def step(*blocks: dict[str, Any]) -> dict[str, Any]:
-    return {"content": list(blocks)}
-
-
-def text(t: str) -> dict[str, Any]:
-    return {"type": "text", "text": t}
-
-
 def bash(cmd: str) -> dict[str, Any]:
-    return {"type": "tool_use", "name": "Bash", "input": {"command": cmd}}
-
-
-def write(path: str, content: str) -> dict[str, Any]:
-    return {"type": "tool_use", "name": "Write", "input": {"file_path": path, "content": content}}
+    """A shell call as Codex makes it (no description)."""
+    return harness_bash(cmd, None)
 
 
 FIX_CALC = write("${CWD}/calc.py", "def add(a, b):\n    return a + b\n")
@@ -95,21 +76,9 @@ def supervise(
 
     def go(scenario: Any, **spec: Any) -> Run:
         model = scripted_openai(scenario)
-        for k, v in codex_env(model.url, codex_bin).items():
-            monkeypatch.setenv(k, v)
-        data: dict[str, Any] = {
-            "goal": "Fix add() in calc.py and commit.",
-            "worker": {"kind": "codex"},
-            "review": {"kind": "none"},
-            "checks": [PYTEST_CHECK],
-            "budget": {"no_output_timeout": "90s", "deadline": "3m", "closeout_grace": 0},
-        }
-        for k, v in spec.items():
-            data[k] = (
-                {**data[k], **v} if isinstance(v, dict) and isinstance(data.get(k), dict) else v
-            )
-        events: list[Event] = []
-        record = run_task(SupRepo.discover(repo), spec_from_mapping(data), on_event=events.append)
-        return Run(record, events, model)
+        env = codex_env(model.url, codex_bin)
+        return run_supervised(
+            repo, model, env, monkeypatch, {"kind": "codex"}, PYTEST_CHECK, **spec
+        )
 
     return go

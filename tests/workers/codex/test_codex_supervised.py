@@ -23,6 +23,7 @@ from gitsup.demo.scripted_model import ScriptedModel
 from gitsup.demo.scripted_openai import ScriptedResponses
 from tests.conftest import git, run_sup
 from tests.helpers.sup import wait_dead
+from tests.helpers.supervised import assert_pushes_denied, bare_origin, push_attack
 from tests.workers.claude import conftest as claude_conftest
 from tests.workers.codex.conftest import COMMIT, FIX_CALC, Run, bash, codex_env, step, text, write
 
@@ -68,33 +69,10 @@ def _user_inputs(body: dict[str, Any]) -> str:
 def test_push_attempts_are_denied_with_the_rule_and_nothing_is_pushed(
     supervise: Callable[..., Run], repo: Path, tmp_path: Path
 ) -> None:
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
-    git(repo, "remote", "add", "origin", str(remote))
-    git(repo, "push", "-q", "origin", "main")
+    remote = bare_origin(repo, tmp_path)
     before = git(remote, "for-each-ref")
-    attempts = [
-        "git push origin HEAD:main",
-        "git -c core.hooksPath=/dev/null push",
-        "bash -c 'git push'",
-    ]
-    r = supervise(
-        {
-            "default": [
-                step(FIX_CALC),
-                step(COMMIT),
-                *[step(bash(a)) for a in attempts],
-                step(text("Could not push.")),
-            ]
-        }
-    )
-    decided = {
-        d["input"]["command"]: d for d in r.of("permission_decided") if d.get("tool") == "Bash"
-    }
-    for a in attempts:
-        assert decided[a]["verdict"] == "deny", decided[a]
-        assert decided[a]["answer"] == "deny"
-        assert decided[a]["rule"].startswith(("D1", "D3")), decided[a]
+    r = supervise({"default": push_attack(bash)})
+    assert_pushes_denied(r)
     assert git(remote, "for-each-ref") == before
     # codex ran none of them, and the model was told why (steered into the turn)
     last = r.model.step_requests("default")[-1].body
