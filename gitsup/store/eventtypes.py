@@ -1,292 +1,36 @@
 # ruff: noqa: RUF009 - key(), opt() and spread() return dataclasses.field(...)
-"""The payload of every event type, as code: one frozen dataclass per type.
+"""The event types: one frozen payload class per type, registered under its type string.
 
-An event's `data` on disk is the payload's fields as JSON keys, in the order the class
-declares them. A few keys are not Python names (`from`, `round`, `bytes`): their fields
-say so (`key("from")`). A field that defaults to `UNSET` is left out of the JSON when it
-was not given, so one class covers the few types written in more than one shape (a
-`worker_stopped` from the stop, the cgroup or the exit). A `spread` field is a mapping
-whose items are written as keys of their own (the transport-specific keys of a worker's
-output, the channel-specific keys of a notification).
-
-`REGISTRY` maps each type string to its class. `payload_of(type, data)` reads a record
-back: the typed payload when the data fits the class, else `Untyped(type, data)` — an
-unknown type, or a record of an older or newer shape, stays readable as plain data. (A
-record whose strings the log cut to its size cap still fits; one whose lists or objects
-it replaced does not.)
-`python -m gitsup.store.eventtypes --schema` prints the table of docs/events.md.
+How a payload is written and read back (fields as JSON keys in declaration order, `UNSET`
+fields left out, spread fields, `Untyped` for what does not fit) is gitsup/store/payload.py,
+whose names are re-exported here. `python -m gitsup.store.eventtypes --schema` prints the
+table of docs/events.md.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import sys
-import types
-import typing
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, Literal, NewType, TypeVar
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 from gitsup.ids import Oid, TaskId
-
-Seq = NewType("Seq", int)
-"""An event's position in its task's log: 1, 2, 3 … without gaps."""
-
-T = TypeVar("T")
-D = TypeVar("D")
-
-
-class Unset(enum.Enum):
-    UNSET = "unset"
-
-    def __repr__(self) -> str:
-        return "UNSET"
-
-
-UNSET: Final = Unset.UNSET
-"""A field left out of the event (not the same as a field written as null)."""
-
-
-def key(name: str) -> Any:
-    """A field written under another JSON key (`from`, `round`, `bytes`)."""
-    return field(metadata={"key": name})
-
-
-def opt(name: str | None = None) -> Any:
-    """A field that may be left out (UNSET), written as `name` when it is not its own name."""
-    meta = {"key": name} if name else {}
-    return field(default=UNSET, metadata=meta)
-
-
-def spread() -> Any:
-    """A mapping whose items are written as keys of the event's data, where it stands."""
-    return field(default_factory=dict, metadata={"spread": True})
-
-
-class PayloadError(TypeError):
-    """A payload built with a value of the wrong type (a TypeError, as a wrong field name is)."""
-
-
-REGISTRY: dict[str, type[Payload]] = {}
-
-
-@dataclass(frozen=True, slots=True)
-class Payload:
-    """An event's data. Subclasses set `TYPE` and are registered under it."""
-
-    TYPE: ClassVar[str] = ""
-    PRE_REDACTED: ClassVar[bool] = False  # its text was redacted where it was read
-
-    def __init_subclass__(cls) -> None:
-        t = cls.__dict__.get("TYPE")
-        if t:
-            old = REGISTRY.get(t)
-            # dataclass(slots=True) makes the class anew: the same one is registered twice
-            if old is not None and (old.__module__, old.__name__) != (cls.__module__, cls.__name__):
-                raise TypeError(f"event type {t!r} has two payload classes")
-            REGISTRY[t] = cls
-
-    def __post_init__(self) -> None:
-        checks = _CHECKS.get(type(self))
-        if checks is None:
-            checks = _CHECKS[type(self)] = tuple(
-                (f.name, f.check) for f in _plan(type(self)) if f.check is not None
-            )
-        for name, check in checks:
-            if not check(getattr(self, name)):
-                self._refuse(name)
-
-    def _refuse(self, name: str) -> None:
-        v = getattr(self, name)
-        tp = next(f.tp for f in _plan(type(self)) if f.name == name)
-        raise PayloadError(
-            f"{type(self).__name__}.{name}: {type(v).__name__} {v!r:.80} is not {tp}"
-        )
-
-    @property
-    def event_type(self) -> str:
-        return self.TYPE
-
-    def to_data(self) -> dict[str, Any]:
-        """The event's `data`: the fields as JSON keys, in their order."""
-        out: dict[str, Any] = {}
-        for f in _plan(type(self)):
-            v = getattr(self, f.name)
-            if v is UNSET:
-                continue
-            if f.spread:
-                out.update(v)
-            else:
-                out[f.key] = v
-        return out
-
-    @classmethod
-    def from_data(cls, data: Mapping[str, Any]) -> Payload | None:
-        """The payload of `data`, or None when `data` does not fit this class."""
-        kwargs: dict[str, Any] = {}
-        used: set[str] = set()
-        rest: str | None = None
-        for f in dataclasses.fields(cls):
-            if f.metadata.get("spread"):
-                rest = f.name
-                continue
-            k = f.metadata.get("key", f.name)
-            if k in data:
-                kwargs[f.name] = data[k]
-                used.add(k)
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                return None
-        # `_truncated`: the log cut the record's longest strings to its size cap (events.py)
-        extra = {k: v for k, v in data.items() if k not in used and k != "_truncated"}
-        if extra:
-            if rest is None:
-                return None
-            kwargs[rest] = extra
-        try:
-            return cls(**kwargs)
-        except TypeError:
-            return None
-
-
-@dataclass(frozen=True, slots=True)
-class Untyped(Payload):
-    """An event of a type without a payload class, or a record that does not fit its class
-    (an older or newer shape, a record cut to the size cap): kept as it was."""
-
-    type: str
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.type, str) or not isinstance(self.data, Mapping):
-            raise PayloadError(f"Untyped({self.type!r}, …): a type string and a mapping")
-
-    @property
-    def event_type(self) -> str:
-        return self.type
-
-    def to_data(self) -> dict[str, Any]:
-        return dict(self.data)
-
-
-EmitFn = Callable[[Payload], object]
-"""How a collaborator of the supervisor writes an event."""
-
-
-def payload_of(type: str, data: Mapping[str, Any]) -> Payload:
-    """Read an event's data back: its typed payload, or `Untyped` when it does not fit."""
-    cls = REGISTRY.get(type)
-    p = cls.from_data(data) if cls is not None else None
-    return p if p is not None else Untyped(type, data)
-
-
-@typing.overload
-def given(v: T | Unset) -> T | None: ...
-@typing.overload
-def given(v: T | Unset, default: D) -> T | D: ...
-def given(v: Any, default: Any = None) -> Any:
-    """A field's value, or `default` when it was left out (UNSET)."""
-    return default if v is UNSET else v
-
-
-def typed(type: str, data: Mapping[str, Any]) -> Payload:
-    """The payload of a known `type` built from `data`; a PayloadError when it does not fit
-    (for emitters that hold their data as a mapping, like a pydantic model's dump)."""
-    cls = REGISTRY[type]
-    p = cls.from_data(data)
-    if p is None:
-        raise PayloadError(f"{type}: {sorted(data)} does not fit {cls.__name__}")
-    return p
-
-
-# --- type checks of field values ---------------------------------------------------------
-# Each class's fields are compiled once into checks (a payload is built for every event).
-
-Check = Callable[[Any], bool]
-
-
-@dataclass(frozen=True, slots=True)
-class _Field:
-    name: str
-    key: str
-    spread: bool
-    tp: Any
-    check: Check | None  # None: any value fits
-
-
-_PLANS: dict[type, tuple[_Field, ...]] = {}
-_CHECKS: dict[type, tuple[tuple[str, Check], ...]] = {}
-
-
-def _plan(cls: type) -> tuple[_Field, ...]:
-    got = _PLANS.get(cls)
-    if got is None:
-        hints = typing.get_type_hints(cls, vars(sys.modules[__name__]))
-        got = tuple(
-            _Field(
-                f.name,
-                f.metadata.get("key", f.name),
-                bool(f.metadata.get("spread")),
-                hints[f.name],
-                _compile(hints[f.name]),
-            )
-            for f in dataclasses.fields(cls)
-        )
-        _PLANS[cls] = got
-    return got
-
-
-def _fields(cls: type) -> list[tuple[str, Any, str]]:
-    return [(f.name, f.tp, f.key) for f in _plan(cls)]
-
-
-_SCALARS: dict[Any, tuple[type, ...]] = {
-    str: (str,),
-    int: (int,),
-    float: (int, float),
-    bool: (bool,),
-    type(None): (type(None),),
-    Unset: (Unset,),
-}
-
-
-def _compile(tp: Any) -> Check | None:
-    if tp is Any:
-        return None
-    sup = getattr(tp, "__supertype__", None)  # a NewType
-    if sup is not None:
-        return _compile(sup)
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    options = args if origin is typing.Union or origin is types.UnionType else (tp,)
-    if all(o in _SCALARS for o in options):
-        allowed = tuple(t for o in options for t in _SCALARS[o])
-        if bool in options or int not in allowed:
-            return lambda v: isinstance(v, allowed)
-        return lambda v: isinstance(v, allowed) and v.__class__ is not bool
-    if len(options) > 1:
-        parts = [_compile(o) for o in options]
-        if any(p is None for p in parts):
-            return None
-        checks = [p for p in parts if p is not None]
-        return lambda v: any(c(v) for c in checks)
-    if origin is Literal:
-        return lambda v: v in args
-    if origin is list:
-        item = _compile(args[0])
-        if item is None:
-            return lambda v: isinstance(v, list | tuple)
-        return lambda v: isinstance(v, list | tuple) and all(item(x) for x in v)
-    if origin in (dict, Mapping):
-        value = _compile(args[1])
-        if value is None:
-            return lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)
-        return lambda v: (
-            isinstance(v, Mapping) and all(isinstance(k, str) and value(x) for k, x in v.items())
-        )
-    if isinstance(tp, type):
-        return lambda v: isinstance(v, tp)
-    raise TypeError(f"no check for field type {tp!r}")
-
+from gitsup.store.payload import REGISTRY as REGISTRY
+from gitsup.store.payload import UNSET as UNSET
+from gitsup.store.payload import Check as Check
+from gitsup.store.payload import EmitFn as EmitFn
+from gitsup.store.payload import Payload as Payload
+from gitsup.store.payload import PayloadError as PayloadError
+from gitsup.store.payload import Seq as Seq
+from gitsup.store.payload import Unset as Unset
+from gitsup.store.payload import Untyped as Untyped
+from gitsup.store.payload import given as given
+from gitsup.store.payload import key as key
+from gitsup.store.payload import opt as opt
+from gitsup.store.payload import payload_of as payload_of
+from gitsup.store.payload import schema_table as schema_table
+from gitsup.store.payload import spread as spread
+from gitsup.store.payload import typed as typed
 
 # --- the event types -----------------------------------------------------------------------
 # Class names are the type strings in CamelCase; fields are in the order they are written.
@@ -853,51 +597,6 @@ class QueueRepairFinished(Payload):
     TYPE: ClassVar[str] = "queue_repair_finished"
     task: TaskId
     outcome: str
-
-
-def schema_table() -> str:
-    """The Markdown table of docs/events.md: every type, its fields and their types."""
-    rows = ["| type | field | JSON type | written | what |", "|---|---|---|---|---|"]
-    for t in sorted(REGISTRY):
-        cls = REGISTRY[t]
-        what = " ".join((cls.__doc__ or "").split()) if "__doc__" in vars(cls) else ""
-        if what.startswith(f"{cls.__name__}("):  # the signature dataclass makes up
-            what = ""
-        fields = list(zip(dataclasses.fields(cls), _fields(cls), strict=True))
-        for i, (f, (_name, tp, k)) in enumerate(fields):
-            if f.metadata.get("spread"):
-                shown, when = "*(other keys)*", "as given"
-            else:
-                shown = f"`{k}`"
-                when = "when set" if f.default is UNSET else "always"
-            first = f"`{t}`" if i == 0 else ""
-            rows.append(f"| {first} | {shown} | {_show(tp)} | {when} | {what if i == 0 else ''} |")
-    return "\n".join(rows) + "\n"
-
-
-def _show(tp: Any) -> str:
-    if tp is Any:
-        return "any"
-    if tp is Oid:
-        return "commit id"
-    if tp is TaskId:
-        return "task id"
-    simple = {str: "string", int: "integer", float: "number", bool: "boolean"}
-    if tp in simple:
-        return simple[tp]
-    if tp is type(None):
-        return "null"
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        return " or ".join(_show(a) for a in args if a is not Unset)
-    if origin is Literal:
-        return " or ".join(f'"{a}"' for a in args)
-    if origin is list:
-        return f"list of {_show(args[0])}"
-    if origin in (dict, Mapping):
-        return "object"
-    return str(tp)
 
 
 def _main(argv: list[str]) -> int:

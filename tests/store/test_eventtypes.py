@@ -23,7 +23,7 @@ from gitsup.store import eventtypes as et
 from gitsup.store.events import EVENT_TYPES, EventLog
 from gitsup.store.eventtypes import REGISTRY, UNSET, PayloadError, Unset, Untyped, payload_of
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OLD_LOGS = sorted((Path(__file__).parent / "data" / "oldlogs").glob("*.jsonl"))
 TASK = TaskId("20261130-abcdef")
 
