@@ -184,6 +184,9 @@ def test_relay_forwards_to_the_owner(
     assert (res.returncode, res.stdout) == (0, b"")
     res, _ = relay(worktree, PUSH, GIT_SUP, "hook", "claude")
     assert json.loads(res.stdout)["hookSpecificOutput"]["permissionDecision"] == "deny"
+    # The name registered in settings (docs/tmux.md) reaches the same relay.
+    res, _ = relay(worktree, PUSH, PYTHON, "-m", "gitsup.hookrelay")
+    assert json.loads(res.stdout)["hookSpecificOutput"]["permissionDecision"] == "deny"
     # A gitsup-run TUI (secret in its env) already reaches the supervisor over http.
     res, _ = relay(worktree, PUSH, env={"GITSUP_HOOK_SECRET": "x"})
     assert (res.returncode, res.stdout) == (0, b"")
