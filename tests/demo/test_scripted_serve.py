@@ -63,5 +63,5 @@ def test_a_scenario_it_cannot_load_exits_2(tmp_path: Path, module: str) -> None:
         [sys.executable, "-m", module, str(bad)], capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 2
-    assert r.stderr.startswith(module.split(".")[1] + ": ")
+    assert r.stderr.startswith(module.rsplit(".", 1)[1] + ": ")
     assert r.stdout == ""
