@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gitsup import eventtypes as et  # noqa: E402
+from gitsup.store import eventtypes as et  # noqa: E402
 from gitsup.ids import TaskId  # noqa: E402
 from gitsup.policy import Policy, decide_tool  # noqa: E402
 from gitsup.store.events import EventLog  # noqa: E402
