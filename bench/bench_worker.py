@@ -26,9 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gitsup.store import eventtypes as et  # noqa: E402
 from gitsup.ids import TaskId  # noqa: E402
 from gitsup.policy import Policy, decide_tool  # noqa: E402
+from gitsup.store import eventtypes as et  # noqa: E402
 from gitsup.store.events import EventLog  # noqa: E402
 from gitsup.supervision.gate import summarize_input  # noqa: E402
 from gitsup.workers import stream_json as sj  # noqa: E402
