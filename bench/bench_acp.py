@@ -41,7 +41,7 @@ PROMPT_ID = 3
 
 
 def load_stream(n: int) -> bytes:
-    src = REPO / "tests" / "acp" / "data" / "transcript-0.101.0.ndjson"
+    src = REPO / "tests" / "workers" / "acp" / "data" / "transcript-0.101.0.ndjson"
     lines = []
     for ln in src.read_bytes().splitlines():
         m = json.loads(ln)

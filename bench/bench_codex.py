@@ -41,7 +41,7 @@ from gitsup.workers.base import (  # noqa: E402
 from gitsup.workers.codex.app_server import AppServerSession  # noqa: E402
 from gitsup.workers.stream_json import LineFramer  # noqa: E402
 
-TRANSCRIPT = REPO / "tests" / "codex" / "data" / "app-server-0.171.0.jsonl"
+TRANSCRIPT = REPO / "tests" / "workers" / "codex" / "data" / "app-server-0.171.0.jsonl"
 
 
 def load_stream(n: int) -> bytes:

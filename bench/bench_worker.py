@@ -39,7 +39,7 @@ DECISION = {"verdict": "allow", "rule": "git.commit", "reason": "commits inside 
 
 
 def load_stream(n: int) -> bytes:
-    src = REPO / "tests" / "claude" / "data" / "transcript-2.1.328.ndjson"
+    src = REPO / "tests" / "workers" / "claude" / "data" / "transcript-2.1.328.ndjson"
     lines = [ln for ln in src.read_bytes().splitlines() if ln.strip()]
     # Add permission requests like the ones a real turn carries.
     perm = json.dumps(
