@@ -16,8 +16,10 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gitsup.host.fsutil import atomic_write
 from gitsup.layout import Layout
 from gitsup.store.gitfiles import BranchReader, Unsure, locate
 from gitsup.store.records import TaskStore
@@ -82,15 +84,8 @@ class GraphCache:
             used = self._used[kind]
             keys = [k for k in entries if k in used] if used else list(entries)
             body[kind] = {k: entries[k] for k in keys[-CACHE_MAX_ENTRIES:]}
-        tmp = f"{self.path}.{os.getpid()}.tmp"
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(body, f, separators=(",", ":"))
-            os.replace(tmp, self.path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            atomic_write(Path(self.path), json.dumps(body, separators=(",", ":")).encode())
 
 
 class Listing:
@@ -118,8 +113,6 @@ class Listing:
 
             ctx = SupRepo.discover(cwd)
             return cls(ctx.layout, cwd, ctx)
-        from pathlib import Path
-
         return cls(Layout(Path(common)), cwd)
 
     @classmethod
