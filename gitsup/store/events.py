@@ -254,15 +254,17 @@ class EventLog:
         class is written only through that class, never as `Untyped` data."""
         if isinstance(payload, Untyped) and payload.type in REGISTRY:
             raise PayloadError(f"{payload.type} has a payload class: {REGISTRY[payload.type]}")
-        data = payload.to_data()
-        return self.append_raw(payload.event_type, Redacted(data) if payload.PRE_REDACTED else data)
+        return self._append(payload.event_type, payload.to_data(), payload.PRE_REDACTED)
 
     def append_raw(self, type: str, data: Mapping[str, Any] | None = None) -> Event:
         """Append a record of `type` with `data` as given (the log's own mechanics; events
         are written with `append` and their payload class)."""
-        payload = dict(data or {})
+        return self._append(type, dict(data or {}), isinstance(data, Redacted))
+
+    def _append(self, type: str, payload: dict[str, Any], screened: bool) -> Event:
+        """Append `payload`, a dict of the caller's own; `screened`: redacted where it was read."""
         body = _dumps(payload)
-        if not isinstance(data, Redacted) and needs_redaction(body):
+        if not screened and needs_redaction(body):
             payload = redact(payload)
             body = _dumps(payload)
         if len(body) > self.max_record_bytes:
