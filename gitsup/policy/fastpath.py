@@ -41,6 +41,24 @@ _FAST_NOT_FIRST = frozenset(
 )  # fmt: skip
 
 
+def _may_lead(src: str) -> bool:
+    """A bare first word that may start a simple command (no reserved word, no assignment)."""
+    return src not in _FAST_NOT_FIRST and _FAST_NAME.fullmatch(src) is not None
+
+
+def _bare_word(t: str) -> Word | None:
+    """A bare word as tree-sitter types it (`word`, or `number` for its number token); None
+    for one it parses otherwise."""
+    if t[0] == "=":
+        return None  # tree-sitter drops `==` words
+    kind = "word"
+    if t[t[0] == "-" :][:1].isdigit():  # tree-sitter's `number` token
+        if not _FAST_NUMBER.fullmatch(t):
+            return None
+        kind = "number"
+    return Word(t, [Seg("lit", t, False)], kind, t)
+
+
 def _fast_parse(command: str) -> Script | None:
     """The `Script` of a plain command (see `_FAST_TOKEN`), or None when it is not plain."""
     if _FAST_BARE.fullmatch(command):
@@ -75,9 +93,7 @@ def _fast_parse(command: str) -> Script | None:
             if not words:
                 return None
             first = words[0]
-            if first.node_type in ("word", "number") and (
-                first.src in _FAST_NOT_FIRST or not _FAST_NAME.fullmatch(first.src)
-            ):
+            if first.node_type in ("word", "number") and not _may_lead(first.src):
                 return None
             prev = Part(
                 command[start:end],
@@ -102,14 +118,10 @@ def _fast_parse(command: str) -> Script | None:
             start = tok_start
         end = m.end()
         if bare is not None:
-            if bare[0] == "=":
-                return None  # tree-sitter drops `==` words
-            kind = "word"
-            if bare[bare[0] == "-" :][:1].isdigit():  # tree-sitter's `number` token
-                if not _FAST_NUMBER.fullmatch(bare):
-                    return None
-                kind = "number"
-            words.append(Word(bare, [Seg("lit", bare, False)], kind, bare))
+            word = _bare_word(bare)
+            if word is None:
+                return None
+            words.append(word)
         elif raw is not None:
             words.append(Word(tok, [Seg("lit", raw, True)], "raw_string", raw))
         else:
@@ -120,19 +132,14 @@ def _fast_parse(command: str) -> Script | None:
 def _fast_bare(command: str) -> Script | None:
     """`_fast_parse` of one simple command of bare words (the commonest case, split at once)."""
     texts = command.split()
-    if not texts or texts[0] in _FAST_NOT_FIRST or not _FAST_NAME.fullmatch(texts[0]):
+    if not texts or not _may_lead(texts[0]):
         return None
     words: list[Word] = []
     for t in texts:
-        c = t[0]
-        if c == "=":
+        word = _bare_word(t)
+        if word is None:
             return None
-        kind = "word"
-        if c.isdigit() or (c == "-" and t[1:2].isdigit()):
-            if not _FAST_NUMBER.fullmatch(t):
-                return None
-            kind = "number"
-        words.append(Word(t, [Seg("lit", t, False)], kind, t))
+        words.append(word)
     src = command.strip(" \t")
     return Script(src=command, parts=[Part(src, "cmd", words=words)])
 
@@ -148,10 +155,7 @@ def _fast_ops(command: str) -> Script | None:
     for t in command.split():
         pos = command.find(t, pos)
         if t in _FAST_OPS:
-            if not words:
-                return None
-            first = words[0].src
-            if first in _FAST_NOT_FIRST or not _FAST_NAME.fullmatch(first):
+            if not words or not _may_lead(words[0].src):
                 return None
             prev = Part(command[start:end], "cmd", words=words, pipe_prev=prev if pipe else None)
             parts.append(prev)
@@ -167,23 +171,15 @@ def _fast_ops(command: str) -> Script | None:
             continue
         if "&" in t or "|" in t or ";" in t:
             return None  # an operator glued to a word, or `&`
-        c = t[0]
-        if c == "=":
+        word = _bare_word(t)
+        if word is None:
             return None
-        kind = "word"
-        if c.isdigit() or (c == "-" and t[1:2].isdigit()):
-            if not _FAST_NUMBER.fullmatch(t):
-                return None
-            kind = "number"
         if not words:
             start = pos
         pos += len(t)
         end = pos
-        words.append(Word(t, [Seg("lit", t, False)], kind, t))
-    if not words:
-        return None
-    first = words[0].src
-    if first in _FAST_NOT_FIRST or not _FAST_NAME.fullmatch(first):
+        words.append(word)
+    if not words or not _may_lead(words[0].src):
         return None
     parts.append(Part(command[start:end], "cmd", words=words, pipe_prev=prev if pipe else None))
     return Script(src=command, parts=parts)
