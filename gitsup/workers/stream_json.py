@@ -130,11 +130,7 @@ class LineFramer:
             nl = data.find(b"\n", start)
             if 0 <= nl - start <= self.max_line and not self._buf and not self._dropping:
                 # A whole line within this read (the common case): no buffering.
-                raw = data[start:nl]
-                if raw.endswith(b"\r"):
-                    raw = raw[:-1]
-                if raw.strip():
-                    out.append(raw.decode("utf-8", "replace"))
+                _emit(data[start:nl], out)
                 start = nl + 1
                 continue
             piece = data[start:] if nl < 0 else data[start:nl]
@@ -176,10 +172,15 @@ class LineFramer:
             return
         raw = bytes(self._buf)
         self._buf.clear()
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-        if raw.strip():
-            out.append(raw.decode("utf-8", "replace"))
+        _emit(raw, out)
+
+
+def _emit(raw: bytes, out: list[str]) -> None:
+    """One complete line: `\r\n` tolerated, a blank line dropped."""
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    if raw.strip():
+        out.append(raw.decode("utf-8", "replace"))
 
 
 # --- parsing -----------------------------------------------------------------------------
