@@ -128,15 +128,13 @@ class Payload:
         kwargs: dict[str, Any] = {}
         used: set[str] = set()
         rest: str | None = None
-        for f in dataclasses.fields(cls):
-            if f.metadata.get("spread"):
+        for f in _plan(cls):
+            if f.spread:
                 rest = f.name
-                continue
-            k = f.metadata.get("key", f.name)
-            if k in data:
-                kwargs[f.name] = data[k]
-                used.add(k)
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            elif f.key in data:
+                kwargs[f.name] = data[f.key]
+                used.add(f.key)
+            elif f.required:
                 return None
         # `_truncated`: the log cut the record's longest strings to its size cap (events.py)
         extra = {k: v for k, v in data.items() if k not in used and k != "_truncated"}
@@ -213,6 +211,7 @@ class _Field:
     spread: bool
     tp: Any
     check: Check | None  # None: any value fits
+    required: bool  # no default: a record without its key does not fit
 
 
 _PLANS: dict[type, tuple[_Field, ...]] = {}
@@ -230,6 +229,7 @@ def _plan(cls: type) -> tuple[_Field, ...]:
                 bool(f.metadata.get("spread")),
                 hints[f.name],
                 _compile(hints[f.name]),
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
             )
             for f in dataclasses.fields(cls)
         )
