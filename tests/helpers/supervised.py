@@ -140,3 +140,15 @@ def assert_pushes_denied(r: Run) -> None:
     for a in PUSH_ATTEMPTS:
         assert decided[a]["verdict"] == "deny" and decided[a]["answer"] == "deny", decided[a]
         assert decided[a]["rule"].startswith(("D1", "D3")), decided[a]
+
+
+def hostile_turn(file: str, source: str, command: str, final: str = "done") -> list[dict[str, Any]]:
+    """A worker that writes `source` to `file` in its worktree and runs it with `command` (an
+    attack dressed as a test), then fixes calc.py and commits as if nothing happened."""
+    return [
+        step(write(f"${{CWD}}/{file}", source)),
+        step(bash(command)),
+        step(FIX_CALC),
+        step(COMMIT),
+        step(text(final)),
+    ]

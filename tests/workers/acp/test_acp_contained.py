@@ -9,14 +9,13 @@ import json
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gitsup.host.contain import netns_available
 from gitsup.host.sandbox import probe
 from tests.conftest import git, run_sup
-from tests.helpers.supervised import COMMIT, FIX_CALC, Run, bash, step, text
+from tests.helpers.supervised import Run, hostile_turn
 from tests.workers.acp.test_acp_supervised import supervise
 from tests.workers.claude.test_egress_claude import ATTACK as NET_ATTACK
 from tests.workers.claude.test_egress_claude import host_listener
@@ -67,18 +66,9 @@ def test_agent_written_code_stays_inside_the_sandbox(
         f"COMMON = {str(common)!r}\nHOME = {str(home)!r}\nSOCK = {str(tmp_path / 'host.sock')!r}\n"
         + FS_ATTACK
     )
-    write_test: dict[str, Any] = {
-        "type": "tool_use",
-        "name": "Write",
-        "input": {"file_path": "${CWD}/test_attack.py", "content": source},
-    }
-    steps = [
-        step(write_test),
-        step(bash("python3 -m unittest -q test_attack")),
-        step(FIX_CALC),
-        step(COMMIT),
-        step(text("Fixed and committed.")),
-    ]
+    steps = hostile_turn(
+        "test_attack.py", source, "python3 -m unittest -q test_attack", "Fixed and committed."
+    )
     try:
         run = supervise({"default": {"steps": steps}})
         with pytest.raises(OSError):
@@ -102,21 +92,13 @@ def test_hostile_model_cannot_get_out_of_the_gate(
     supervise: Callable[..., Run], host_listener: tuple[int, list[int]]
 ) -> None:
     port, accepted = host_listener
-    write = {
-        "type": "tool_use",
-        "name": "Write",
-        "input": {"file_path": "${CWD}/test_net.py", "content": NET_ATTACK.format(port=port)},
-    }
+    steps = hostile_turn(
+        "test_net.py",
+        NET_ATTACK.format(port=port),
+        "python3 -m pytest -q -s -p no:cacheprovider test_net.py",
+    )
     r = supervise(
-        {
-            "default": [
-                step(write),
-                step(bash("python3 -m pytest -q -s -p no:cacheprovider test_net.py")),
-                step(FIX_CALC),
-                step(COMMIT),
-                step(text("done")),
-            ]
-        },
+        {"default": steps},
         isolation={"network": "none", "egress": ["registry.invalid:443"]},
     )
     found = [o for o in _tool_results(r) if "NETRESULT" in o]

@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 
 from gitsup.host.contain import list_gitsup_netns, netns_available
-from tests.helpers.supervised import COMMIT, FIX_CALC, REVIEWER, Run, bash, step, text, verdict
+from tests.helpers.supervised import (
+    COMMIT,
+    FIX_CALC,
+    REVIEWER,
+    Run,
+    hostile_turn,
+    step,
+    text,
+    verdict,
+)
 from tests.workers.claude import test_supervised
 
 supervise = test_supervised.supervise  # the fixture, shared
@@ -126,21 +135,13 @@ def test_hostile_model_cannot_get_out(
     supervise: Callable[..., Run], host_listener: tuple[int, list[int]]
 ) -> None:
     port, accepted = host_listener
-    write = {
-        "type": "tool_use",
-        "name": "Write",
-        "input": {"file_path": "${CWD}/test_net.py", "content": ATTACK.format(port=port)},
-    }
+    steps = hostile_turn(
+        "test_net.py",
+        ATTACK.format(port=port),
+        "python3 -m pytest -q -s -p no:cacheprovider test_net.py",
+    )
     r = supervise(
-        {
-            "default": [
-                step(write),
-                step(bash("python3 -m pytest -q -s -p no:cacheprovider test_net.py")),
-                step(FIX_CALC),
-                step(COMMIT),
-                step(text("done")),
-            ]
-        },
+        {"default": steps},
         isolation={"egress": ["registry.invalid:443"]},
     )
     outputs = [

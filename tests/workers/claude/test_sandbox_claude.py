@@ -13,13 +13,12 @@ import json
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gitsup.host.sandbox import probe
 from tests.conftest import git, run_sup
-from tests.helpers.supervised import COMMIT, FIX_CALC, Run, bash, step, text
+from tests.helpers.supervised import Run, hostile_turn
 from tests.workers.claude.test_supervised import supervise
 
 __all__ = ["supervise"]  # the fixture, shared with test_supervised.py
@@ -90,18 +89,9 @@ def test_agent_written_code_run_by_an_allowed_command_stays_inside(
         f"COMMON = {str(common)!r}\nHOME = {str(home)!r}\nSOCK = {str(tmp_path / 'host.sock')!r}\n"
         + ATTACK
     )
-    write_test: dict[str, Any] = {
-        "type": "tool_use",
-        "name": "Write",
-        "input": {"file_path": "${CWD}/test_attack.py", "content": source},
-    }
-    steps = [
-        step(write_test),
-        step(bash("python3 -m unittest -q test_attack")),
-        step(FIX_CALC),
-        step(COMMIT),
-        step(text("Fixed and committed.")),
-    ]
+    steps = hostile_turn(
+        "test_attack.py", source, "python3 -m unittest -q test_attack", "Fixed and committed."
+    )
     try:
         run = supervise({"default": {"steps": steps}})
         with pytest.raises(OSError):
