@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gitsup import jsonio
 from gitsup.layout import Layout
 
 NEARLY = 0.8  # a budget is nearly spent at 80 %
@@ -298,7 +299,7 @@ class Board:
         if key != tail.record_key:
             try:
                 with open(path, "rb") as f:
-                    raw = json.loads(f.read())
+                    raw = jsonio.loads(f.read())
             except (OSError, ValueError):
                 return bool(tail.record)
             if isinstance(raw, dict):
@@ -333,7 +334,7 @@ class Board:
             end = len(data)
         for line in data[:end].splitlines():
             try:
-                ev = json.loads(line)
+                ev = jsonio.loads(line)
             except ValueError:
                 continue
             if not isinstance(ev, dict) or "seq" not in ev or ev.get("seq", 0) <= tail.tracker.seq:

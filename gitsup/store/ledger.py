@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gitsup import jsonio
 from gitsup.store.eventtypes import ModelCall
 
 if TYPE_CHECKING:
@@ -176,7 +177,7 @@ def sealed_events(ctx: SupRepo, task: str) -> list[dict[str, Any]]:
         for _name, data in ctx.repo.read_tree_blobs(tip):
             for line in data.splitlines():
                 try:
-                    ev = json.loads(line)
+                    ev = jsonio.loads(line)
                 except ValueError:
                     continue
                 if isinstance(ev, dict) and "seq" in ev:

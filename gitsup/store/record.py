@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gitsup import jsonio
 from gitsup.errors import GitsupError
 from gitsup.ids import Oid, TaskId
 from gitsup.state import State, Status
@@ -123,7 +124,7 @@ class CandidateNote(BaseModel):
     @classmethod
     def parse(cls, text: str) -> CandidateNote:
         try:
-            raw = json.loads(text)
+            raw = jsonio.loads(text)
         except ValueError as exc:
             raise GitsupError(f"candidate note is not JSON: {exc}") from None
         schema = str(raw.get("schema", "")) if isinstance(raw, dict) else ""

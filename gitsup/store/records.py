@@ -7,12 +7,12 @@ Models (pydantic) are imported only when a record is loaded or saved, so a listi
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gitsup import jsonio
 from gitsup.errors import GitsupError
 from gitsup.host.fsutil import atomic_write
 from gitsup.ids import TaskId, new_task_id, parse_task_id
@@ -50,7 +50,7 @@ class TaskStore:
         tid = parse_task_id(task)
         path = self.layout.record(tid)
         try:
-            raw = json.loads(path.read_bytes())
+            raw = jsonio.loads(path.read_bytes())
         except FileNotFoundError:
             raise GitsupError(
                 f"no task {task} in this repository", hint="`git sup ls` lists the tasks"
@@ -86,7 +86,7 @@ class TaskStore:
         except FileNotFoundError:
             return
         base = os.fspath(self.layout.tasks)
-        loads, read = json.loads, _read_small
+        loads, read = jsonio.loads, _read_small
         for name in names:
             try:
                 raw = loads(read(f"{base}/{name}/task.json"))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gitsup import jsonio
 from gitsup.host.fsutil import atomic_write
 from gitsup.layout import Layout
 from gitsup.store.gitfiles import BranchReader, Unsure, locate
@@ -48,7 +49,7 @@ class GraphCache:
         if self._data is None:
             data: Any = None
             with contextlib.suppress(OSError, ValueError), open(self.path, "rb") as f:
-                data = json.loads(f.read())
+                data = jsonio.loads(f.read())
             ok = (
                 isinstance(data, dict)
                 and data.get("version") == CACHE_VERSION

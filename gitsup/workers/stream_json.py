@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gitsup import jsonio
 from gitsup.redact import redact, redact_text
 from gitsup.workers.base import (
     PermissionAnswer,
@@ -405,7 +406,7 @@ def parse_record(line: str, *, max_text: int = DEFAULT_MAX_TEXT) -> object | Non
     if isinstance(line, OversizedLine):
         return _noise(str(line), f"line of {line.size} bytes exceeds the framing limit")
     try:
-        record = json.loads(line)
+        record = jsonio.loads(line)
     except (ValueError, RecursionError) as exc:
         return _noise(line, f"invalid JSON: {exc}")
     if not isinstance(record, dict):

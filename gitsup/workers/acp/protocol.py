@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gitsup import jsonio
 from gitsup.redact import redact_text
 from gitsup.workers.base import WorkerOutput
 
@@ -93,7 +94,7 @@ def decode(line: str) -> Message | None:
     if not line.strip():
         return None
     try:
-        obj = json.loads(line)
+        obj = jsonio.loads(line)
     except ValueError as exc:
         return Invalid(line, f"not JSON: {exc}")
     if not isinstance(obj, dict):

@@ -23,13 +23,13 @@ becomes `ProtocolNoise`.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gitsup import jsonio
 from gitsup.redact import redact_text
 from gitsup.workers.base import (
     PermissionAnswer,
@@ -217,7 +217,7 @@ class AppServerSession:
     def feed(self, line: str) -> Feed:
         result = Feed()
         try:
-            msg = json.loads(line)
+            msg = jsonio.loads(line)
         except (ValueError, RecursionError) as exc:
             result.events.append(noise(line, f"invalid JSON: {exc}"))
             return result
