@@ -110,6 +110,8 @@ def needs_redaction(text: str) -> bool:
     if len(lower) != len(text):  # a few non-ASCII letters lower-case to two characters
         lower = text.encode("ascii", "replace").decode("ascii").lower()
     for key, pat in _SCREEN:
+        if key not in lower:  # the common case, without a method call
+            continue
         i = lower.find(key)
         while i >= 0:
             if pat.match(text, i):

@@ -89,14 +89,9 @@ class Payload:
             REGISTRY[t] = cls
 
     def __post_init__(self) -> None:
-        checks = _CHECKS.get(type(self))
-        if checks is None:
-            checks = _CHECKS[type(self)] = tuple(
-                (f.name, f.check) for f in _plan(type(self)) if f.check is not None
-            )
-        for name, check in checks:
-            if not check(getattr(self, name)):
-                self._refuse(name)
+        # The first payload of a class compiles the class's own checks and `to_data`
+        # (`_compile_methods`); every later one runs those.
+        _compile_methods(type(self)).check(self)
 
     def _refuse(self, name: str) -> None:
         v = getattr(self, name)
@@ -111,16 +106,7 @@ class Payload:
 
     def to_data(self) -> dict[str, Any]:
         """The event's `data`: the fields as JSON keys, in their order."""
-        out: dict[str, Any] = {}
-        for f in _plan(type(self)):
-            v = getattr(self, f.name)
-            if v is UNSET:
-                continue
-            if f.spread:
-                out.update(v)
-            else:
-                out[f.key] = v
-        return out
+        return _compile_methods(type(self)).to_data(self)
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> Payload | None:
@@ -215,7 +201,6 @@ class _Field:
 
 
 _PLANS: dict[type, tuple[_Field, ...]] = {}
-_CHECKS: dict[type, tuple[tuple[str, Check], ...]] = {}
 
 
 def _plan(cls: type) -> tuple[_Field, ...]:
@@ -251,24 +236,52 @@ _SCALARS: dict[Any, tuple[type, ...]] = {
 }
 
 
+def _scalar(tp: Any) -> tuple[tuple[type, ...], bool] | None:
+    """For a field of scalar types (a union of str, int, float, bool, None, Unset): the
+    `isinstance` tuple, and whether a bool must be refused (an int field is not a bool)."""
+    sup = getattr(tp, "__supertype__", None)  # a NewType
+    if sup is not None:
+        return _scalar(sup)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    options = args if origin is typing.Union or origin is types.UnionType else (tp,)
+    if not all(o in _SCALARS for o in options):
+        return None
+    allowed = tuple(t for o in options for t in _SCALARS[o])
+    return allowed, bool not in options and int in allowed
+
+
+_is_str: Check = str.__instancecheck__
+
+
+def _instance_check(allowed: tuple[type, ...], no_bool: bool) -> Check:
+    if not no_bool:
+        return lambda v: isinstance(v, allowed)
+    return lambda v: isinstance(v, allowed) and v.__class__ is not bool
+
+
 def _compile(tp: Any) -> Check | None:
     if tp is Any:
         return None
     sup = getattr(tp, "__supertype__", None)  # a NewType
     if sup is not None:
         return _compile(sup)
+    scalar = _scalar(tp)
+    if scalar is not None:
+        return _instance_check(*scalar)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     options = args if origin is typing.Union or origin is types.UnionType else (tp,)
-    if all(o in _SCALARS for o in options):
-        allowed = tuple(t for o in options for t in _SCALARS[o])
-        if bool in options or int not in allowed:
-            return lambda v: isinstance(v, allowed)
-        return lambda v: isinstance(v, allowed) and v.__class__ is not bool
     if len(options) > 1:
-        parts = [_compile(o) for o in options]
+        scalars = [o for o in options if o in _SCALARS]
+        parts = [_compile(o) for o in options if o not in _SCALARS]
         if any(p is None for p in parts):
             return None
         checks = [p for p in parts if p is not None]
+        if scalars:
+            allowed = tuple(t for o in scalars for t in _SCALARS[o])
+            checks.insert(0, _instance_check(allowed, bool not in scalars and int in allowed))
+        if len(checks) == 2:
+            first, second = checks
+            return lambda v: first(v) or second(v)
         return lambda v: any(c(v) for c in checks)
     if origin is Literal:
         return lambda v: v in args
@@ -280,13 +293,68 @@ def _compile(tp: Any) -> Check | None:
     if origin in (dict, Mapping):
         value = _compile(args[1])
         if value is None:
-            return lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)
+            return lambda v: isinstance(v, dict | Mapping) and all(map(_is_str, v))
         return lambda v: (
-            isinstance(v, Mapping) and all(isinstance(k, str) and value(x) for k, x in v.items())
+            isinstance(v, dict | Mapping)
+            and all(map(_is_str, v))
+            and all(value(x) for x in v.values())
         )
     if isinstance(tp, type):
         return lambda v: isinstance(v, tp)
     raise TypeError(f"no check for field type {tp!r}")
+
+
+# --- each class's checks and `to_data`, compiled once --------------------------------------
+# A payload is built and written for every event the supervisor records (one per worker
+# record): its field checks and its `to_data` are generated as plain code per class, the
+# way dataclasses generates `__init__`, instead of looping over the fields each time.
+
+
+@dataclass(frozen=True, slots=True)
+class _Methods:
+    check: Callable[[Any], None]
+    to_data: Callable[[Any], dict[str, Any]]
+
+
+_METHODS: dict[type, _Methods] = {}
+
+
+def _compile_methods(cls: type) -> _Methods:
+    got = _METHODS.get(cls)
+    if got is not None:
+        return got
+    plan = _plan(cls)
+    ns: dict[str, Any] = {"UNSET": UNSET}
+    check = ["def check(self):"]
+    for i, f in enumerate(plan):
+        if f.check is None:
+            continue
+        scalar = _scalar(f.tp)
+        if scalar is None:
+            ns[f"c{i}"] = f.check
+            test = f"c{i}(self.{f.name})"
+        else:
+            ns[f"t{i}"] = scalar[0]
+            test = f"isinstance(self.{f.name}, t{i})"
+            if scalar[1]:
+                test += f" and self.{f.name}.__class__ is not bool"
+        check += [f"    if not ({test}):", f"        self._refuse({f.name!r})"]
+    check.append("    return None")
+    # A field whose check refuses UNSET is always written; the others only when given.
+    to_data = ["def to_data(self):", "    out = {}"]
+    for f in plan:
+        if f.spread:
+            to_data.append(f"    v = self.{f.name}")
+            to_data.append("    if v is not UNSET: out.update(v)")
+        elif f.check is not None and not f.check(UNSET):
+            to_data.append(f"    out[{f.key!r}] = self.{f.name}")
+        else:
+            to_data.append(f"    v = self.{f.name}")
+            to_data.append(f"    if v is not UNSET: out[{f.key!r}] = v")
+    to_data.append("    return out")
+    exec("\n".join(check + to_data), ns)  # code built from the class's own fields only
+    got = _METHODS[cls] = _Methods(ns["check"], ns["to_data"])
+    return got
 
 
 # --- the schema table of docs/events.md --------------------------------------------------

@@ -241,6 +241,80 @@ def test_a_wrong_field_is_refused_when_the_payload_is_built() -> None:
         p.reason = "other"  # type: ignore[misc]
 
 
+def _fits(v: Any, tp: Any) -> bool:
+    """What a field of type `tp` accepts, written out plainly (the reference for the checks
+    each payload class compiles)."""
+    if tp is Any:
+        return True
+    sup = getattr(tp, "__supertype__", None)
+    if sup is not None:
+        return _fits(v, sup)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_fits(v, a) for a in args)
+    if origin is Literal:
+        return any(v == a and type(v) is type(a) for a in args)
+    if origin is list:
+        return isinstance(v, list | tuple) and all(_fits(x, args[0]) for x in v)
+    if origin in (dict, typing.Mapping):
+        return isinstance(v, typing.Mapping) and all(
+            isinstance(k, str) and _fits(x, args[1]) for k, x in v.items()
+        )
+    if tp in (int, float):
+        return isinstance(v, int | float if tp is float else int) and not isinstance(v, bool)
+    if tp is type(None):
+        return v is None
+    return isinstance(v, tp)
+
+
+PANEL: list[Any] = [
+    "text",
+    "allow",
+    "deny",
+    "",
+    3,
+    0,
+    True,
+    False,
+    2.5,
+    None,
+    UNSET,
+    [],
+    ["a", "b"],
+    ["a", 1],
+    ("a",),
+    [["a"]],
+    {},
+    {"k": 1},
+    {"k": "v"},
+    {"k": None},
+    {1: "v"},
+    {"k": {"n": [1]}},
+    [{"k": 1}],
+    et.Oid("0" * 40),
+]
+
+
+@pytest.mark.parametrize(("type_", "cls"), ALL)
+def test_each_field_accepts_exactly_its_type(type_: str, cls: type[et.Payload]) -> None:
+    """Every field of every class, with values of every JSON shape (and UNSET): the payload is
+    built exactly when the value is of the field's declared type, else a PayloadError."""
+    full = _full(cls)
+    hints = typing.get_type_hints(cls, vars(et))
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("spread"):
+            continue
+        for v in PANEL:
+            expected = _fits(v, hints[f.name])
+            try:
+                built = dataclasses.replace(full, **{f.name: v})
+            except PayloadError:
+                assert not expected, (cls.__name__, f.name, v)
+            else:
+                assert expected, (cls.__name__, f.name, v)
+                assert (f.metadata.get("key", f.name) in built.to_data()) is (v is not UNSET)
+
+
 def test_a_known_type_is_never_written_as_free_form_data(tmp: Path) -> None:
     log = EventLog(tmp / "events.jsonl", TASK)
     with pytest.raises(PayloadError, match="state_changed has a payload class"):
