@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gitsup import jsonio
 from gitsup.errors import GitsupError
 from gitsup.faults import fault
 from gitsup.git import GitRepo
@@ -301,11 +302,13 @@ class EventLog:
         self, fd: int, size: int, seq: int, type: str, head: str, body: str, payload: dict[str, Any]
     ) -> Event:
         """Append record `seq` to the locked file of `size` bytes."""
-        # Under the lock: ts never goes back as seq goes up. The microseconds as written,
-        # and as a float the same number `round(t, 6)` gives (one decimal conversion).
-        stamp = f"{time.time():.6f}"
-        ts = float(stamp)
-        line = f'{{"seq":{seq},"ts":{stamp}{head}{body}}}\n'.encode()
+        # Under the lock: ts never goes back as seq goes up. Whole microseconds, written as
+        # seconds with six decimals; as a float, the double nearest to the written number
+        # (an exact integer divided by an exact power of ten rounds once, as parsing does).
+        us = time.time_ns() // 1000
+        sec, frac = divmod(us, 1_000_000)
+        ts = us / 1e6
+        line = f'{{"seq":{seq},"ts":{sec}.{frac:06d}{head}{body}}}\n'.encode()
         written = os.write(fd, line)
         # O_APPEND under our lock: the file is exactly `line` longer (a short write
         # would leave a torn line, repaired by the next append's tail read).
@@ -417,7 +420,7 @@ def _seq_of(line: bytes) -> int | None:
 
 def _parse(line: bytes) -> Event | None:
     try:
-        obj = json.loads(line)
+        obj = jsonio.loads(line)
     except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("seq"), int):

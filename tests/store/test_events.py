@@ -489,6 +489,7 @@ def test_a_record_is_written_as_the_standard_encoder_writes_it(tmp: Path) -> Non
     expected = json.JSONEncoder(separators=(",", ":"), default=str).encode(data)
     assert line.endswith(f',"task":"{TASK}","type":"x","data":{expected}}}')
     assert ev.ts == round(ev.ts, 6) and f'"ts":{ev.ts:.6f},' in line
+    assert [e.ts for e in EventLog(tmp / "events.jsonl", TASK).read()] == [ev.ts]
     cyclic: dict[str, object] = {}
     cyclic["self"] = cyclic
     with EventLog(tmp / "events.jsonl", TASK) as log, pytest.raises(RecursionError):
