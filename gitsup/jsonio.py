@@ -10,13 +10,15 @@ would read differently or refuses:
 - every malformed text, so the error and its message are the standard library's own.
 tests/test_jsonio.py compares the two readers over generated and mutated texts.
 
-Writing stays with the standard library: the event log's bytes (ASCII escapes, float forms,
-`default=str`) are part of what gitsup keeps in Git.
+Writing stays with the standard library's encoder: the event log's bytes (ASCII escapes,
+float forms, `default=str`) are part of what gitsup keeps in Git. `compact_encoder` is that
+encoder without the per-call layers of `json.dumps`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 try:
@@ -47,3 +49,27 @@ def _loads_fast(text: str | bytes | bytearray) -> Any:
 
 
 loads = json.loads if orjson is None else _loads_fast
+
+
+def _refuse(o: Any) -> Any:
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+
+def compact_encoder(
+    *, ensure_ascii: bool, default: Callable[[Any], Any] | None
+) -> Callable[[Any], str]:
+    """`json.dumps(o, separators=(",", ":"), ensure_ascii=…, default=…)` as one prebuilt
+    function, for paths that encode for every worker record. No cycle check: a value that
+    contains itself fails with RecursionError instead of ValueError."""
+    make: Any = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - a Python without the C accelerator
+        return json.JSONEncoder(
+            separators=(",", ":"), ensure_ascii=ensure_ascii, default=default
+        ).encode
+    quote = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    encode = make(None, default or _refuse, quote, None, ":", ",", False, False, True)
+
+    def dumps(o: Any) -> str:
+        return "".join(encode(o, 0))
+
+    return dumps

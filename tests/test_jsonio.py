@@ -1,5 +1,6 @@
-"""gitsup.jsonio.loads reads every text exactly as json.loads does: the same value (types and
-key order included) or the same error."""
+"""gitsup.jsonio: `loads` reads every text exactly as json.loads does (the same value, types and
+key order included, or the same error), and the prebuilt compact encoder writes what json.dumps
+writes."""
 
 from __future__ import annotations
 
@@ -144,3 +145,19 @@ def test_big_integers_stay_integers() -> None:
         "n": 123456789012345678901234567890
     }
     assert type(jsonio.loads("18446744073709551616")) is int
+
+
+@settings(max_examples=400, deadline=None)
+@given(values, st.booleans())
+def test_the_compact_encoder_writes_what_json_dumps_writes(value: Any, ascii_only: bool) -> None:
+    encode = jsonio.compact_encoder(ensure_ascii=ascii_only, default=str)
+    assert encode(value) == json.dumps(
+        value, separators=(",", ":"), ensure_ascii=ascii_only, default=str
+    )
+
+
+def test_the_compact_encoder_refuses_what_json_dumps_refuses() -> None:
+    encode = jsonio.compact_encoder(ensure_ascii=False, default=None)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        encode({"a": object()})
+    assert jsonio.compact_encoder(ensure_ascii=True, default=str)({"p": 1j}) == '{"p":"1j"}'

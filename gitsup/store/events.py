@@ -39,23 +39,9 @@ from gitsup.store.eventtypes import REGISTRY, Payload, PayloadError, Seq, Untype
 EVENT_TYPES = frozenset(REGISTRY)
 
 _TAIL_BLOCK = 64 * 1024
-# json.dumps(obj, separators=(",", ":"), default=str), without building an encoder per call.
-_encode_py = json.JSONEncoder(separators=(",", ":"), default=str).encode
-# The same text without building an encoder per call (the event append runs for every worker
-# record). No cycle check: event data comes from JSON or from gitsup's own dicts, and a cycle
-# still fails (RecursionError) instead of looping.
-_make_c: Any = getattr(json.encoder, "c_make_encoder", None)
-_encode_c = (
-    _make_c(None, str, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
-    if _make_c is not None
-    else None
-)
-
-
-def _dumps(o: Any) -> str:
-    if _encode_c is None:  # pragma: no cover - a Python without the C accelerator
-        return _encode_py(o)
-    return "".join(_encode_c(o, 0))
+# json.dumps(obj, separators=(",", ":"), default=str), prebuilt (the event append runs for every
+# worker record). Event data comes from JSON or from gitsup's own dicts.
+_dumps = jsonio.compact_encoder(ensure_ascii=True, default=str)
 
 
 _SEAL_TRAILER = re.compile(r"^Sup-Sealed: seq=(\d+) offset=(\d+)(?: file=(\d+))?$", re.M)
@@ -84,6 +70,9 @@ class Event:
             "type": self.type,
             "data": self.data,
         }
+
+
+_new_event = object.__new__
 
 
 def _cap(data: dict[str, Any], limit: int) -> dict[str, Any]:
@@ -314,7 +303,9 @@ class EventLog:
         # would leave a torn line, repaired by the next append's tail read).
         self._known_seq = seq if written == len(line) else None
         self._known_size = size + written
-        return Event(Seq(seq), ts, self.task, type, payload)
+        ev = _new_event(Event)  # frozen: its fields set once, without the per-field setattr
+        ev.__dict__.update(seq=seq, ts=ts, task=self.task, type=type, data=payload)
+        return ev
 
     def last_seq(self) -> int:
         with self.locked() as fd:

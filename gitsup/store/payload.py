@@ -89,8 +89,8 @@ class Payload:
             REGISTRY[t] = cls
 
     def __post_init__(self) -> None:
-        # The first payload of a class compiles the class's own checks and `to_data`
-        # (`_compile_methods`); every later one runs those.
+        # The first payload of a class compiles the class's own checks and `to_data` and
+        # sets them on the class (`_compile_methods`); every later one runs those.
         _compile_methods(type(self)).check(self)
 
     def _refuse(self, name: str) -> None:
@@ -324,8 +324,14 @@ def _compile_methods(cls: type) -> _Methods:
     if got is not None:
         return got
     plan = _plan(cls)
-    ns: dict[str, Any] = {"UNSET": UNSET}
-    check = ["def check(self):"]
+    ns: dict[str, Any] = {
+        "UNSET": UNSET,
+        "cls": cls,
+        "_first": Payload.__post_init__,
+        "_first_data": Payload.to_data,
+    }
+    # Set on the class itself: a subclass that inherits them compiles its own first.
+    check = ["def check(self):", "    if self.__class__ is not cls:", "        return _first(self)"]
     for i, f in enumerate(plan):
         if f.check is None:
             continue
@@ -341,7 +347,12 @@ def _compile_methods(cls: type) -> _Methods:
         check += [f"    if not ({test}):", f"        self._refuse({f.name!r})"]
     check.append("    return None")
     # A field whose check refuses UNSET is always written; the others only when given.
-    to_data = ["def to_data(self):", "    out = {}"]
+    to_data = [
+        "def to_data(self):",
+        "    if self.__class__ is not cls:",
+        "        return _first_data(self)",
+        "    out = {}",
+    ]
     for f in plan:
         if f.spread:
             to_data.append(f"    v = self.{f.name}")
@@ -354,6 +365,9 @@ def _compile_methods(cls: type) -> _Methods:
     to_data.append("    return out")
     exec("\n".join(check + to_data), ns)  # code built from the class's own fields only
     got = _METHODS[cls] = _Methods(ns["check"], ns["to_data"])
+    if "to_data" not in cls.__dict__ and "__post_init__" not in cls.__dict__:
+        cls.__post_init__ = got.check  # type: ignore[attr-defined]
+        cls.to_data = got.to_data  # type: ignore[attr-defined]
     return got
 
 

@@ -202,13 +202,13 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_COMPACT = jsonio.compact_encoder(ensure_ascii=False, default=None)
 
 
 def _compact(value: Any) -> str:
     try:
         return _COMPACT(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return repr(value)
 
 
