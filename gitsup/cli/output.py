@@ -19,22 +19,24 @@ def emit_json_rows(rows: list[Any]) -> None:
 
 
 _ROW_ENCODE: Any = None
+_VALUE_ENCODE: Any = None
 _CONTAINERS = (list, tuple, dict)
 
 
 def rows_json(rows: list[Any]) -> str:
-    """`json.dumps(rows, indent=2, default=str)`. The indenting encoder is Python; a row
-    whose values hold no non-empty list or object is written by the C encoder instead,
-    with separators that lay it out the same (an encoded value holds no raw newline)."""
-    global _ROW_ENCODE
+    """`json.dumps(rows, indent=2, default=str)`, byte for byte. The indenting encoder is
+    Python through and through; here the layout is Python and the values are written by the
+    C encoder: a row whose values hold no non-empty list or object in one call (with
+    separators that lay it out the same: an encoded value holds no raw newline), others
+    container by container."""
+    global _ROW_ENCODE, _VALUE_ENCODE
     if _ROW_ENCODE is None:
         make = getattr(json.encoder, "c_make_encoder", None)
         if make is None:  # pragma: no cover - a Python without the C accelerator
             return json.dumps(rows, indent=2, default=str)
-        _ROW_ENCODE = make(
-            None, str, json.encoder.encode_basestring_ascii, None, ": ", ",\n    ",
-            False, False, True,
-        )  # fmt: skip
+        quote = json.encoder.encode_basestring_ascii
+        _ROW_ENCODE = make(None, str, quote, None, ": ", ",\n    ", False, False, True)
+        _VALUE_ENCODE = make(None, str, quote, None, ": ", ", ", False, False, True)
     if not rows:
         return "[]"
     out = []
@@ -48,8 +50,35 @@ def rows_json(rows: list[Any]) -> str:
         if flat:
             out.append("{\n    " + "".join(_ROW_ENCODE(row, 0))[1:-1] + "\n  }")
         else:
-            out.append(json.dumps(row, indent=2, default=str).replace("\n", "\n  "))
+            try:
+                out.append(_indented(row, "\n  "))
+            except _NotPlain:
+                out.append(json.dumps(row, indent=2, default=str).replace("\n", "\n  "))
     return "[\n  " + ",\n  ".join(out) + "\n]"
+
+
+class _NotPlain(Exception):
+    """A key that is not a string: the standard encoder converts (or refuses) it."""
+
+
+def _indented(value: Any, newline: str) -> str:
+    """`value` as the indenting encoder lays it out at the depth `newline` opens."""
+    if isinstance(value, list | tuple):
+        if not value:
+            return "[]"
+        inner = newline + "  "
+        return "[" + inner + ("," + inner).join(_indented(v, inner) for v in value) + newline + "]"
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        inner = newline + "  "
+        parts = []
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise _NotPlain
+            parts.append("".join(_VALUE_ENCODE(k, 0)) + ": " + _indented(v, inner))
+        return "{" + inner + ("," + inner).join(parts) + newline + "}"
+    return "".join(_VALUE_ENCODE(value, 0))
 
 
 def emit_jsonl(value: Any) -> None:

@@ -241,13 +241,17 @@ _SCALARS = st.one_of(
     st.text(max_size=6), st.integers(), st.floats(), st.booleans(), st.none(),
     st.just(Path("/p")),  # not JSON: written as its str, like emit_json does
 )  # fmt: skip
-_VALUES = st.one_of(
-    _SCALARS,
-    st.lists(_SCALARS, max_size=3),
-    st.tuples(_SCALARS),
-    st.dictionaries(st.text(max_size=3), _SCALARS, max_size=2),
-)
 _KEYS = st.one_of(st.text(max_size=6), st.integers(), st.booleans(), st.none())
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.tuples(inner),
+        st.dictionaries(st.text(max_size=3), inner, max_size=2),
+        st.dictionaries(_KEYS, inner, max_size=2),
+    ),
+    max_leaves=8,
+)
 
 
 @settings(max_examples=400, deadline=None)
