@@ -326,11 +326,18 @@ class TaskMachine:
             else:
                 reason = f"model API error: {failure.message}"
             final = State.FAILED if failure.kind == "auth" else State.BLOCKED
+            # A turn can spend past the budget and then fail (the CLI may end a turn over
+            # its budget with an API error): the record names both.
+            over = self._budget_exceeded()
+            budget: list[Effect] = (
+                [AddReason(over), Emit(et.BudgetExceeded(reason=over))] if over else []
+            )
             return [
                 *out,
                 Emit(et.typed("model_error", failure.as_dict())),
                 AddReason(reason),
                 AddReason(f"what to do: {failure.hint}"),
+                *budget,
                 self._stop_worker(reason),
                 *self._finish(final),
             ]

@@ -177,6 +177,20 @@ def test_a_model_failure_ends_the_task_directly(status: int, final: State, reaso
     assert "model_error" in w.types() and not w.of(Verify)
 
 
+def test_a_model_failure_over_the_budget_names_both() -> None:
+    """The turn spent past max_cost_usd and then ended with an API error: the task parks on
+    the model failure, and the record also says the budget was exceeded."""
+    t = turn("API Error: boom", is_error=True, cost_usd=0.5, data={"api_error_status": 529})
+    w = running(spec=make_spec(budget={"max_cost_usd": 0.1})).feed(t)
+    why = "budget: cost $0.5000 exceeds max_cost_usd $0.1"
+    assert w.path() == ["starting", "running", "waiting", "blocked"]
+    assert w.reasons[0].startswith("model API unreachable") and why in w.reasons
+    assert ("budget_exceeded", {"reason": why}) in w.events
+    within = running(spec=make_spec(budget={"max_cost_usd": 1.0})).feed(t)
+    assert not any(r.startswith("budget") for r in within.reasons)
+    assert "budget_exceeded" not in within.types()
+
+
 def test_a_refused_import_parks_directly_from_waiting() -> None:
     w = running(imports=["import refused: forged object"]).feed(turn())
     assert w.path() == ["starting", "running", "waiting", "blocked"]
