@@ -20,6 +20,7 @@ from gitsup.policy.normalise import (
 )
 from gitsup.policy.parse import Part, Script
 from gitsup.policy.rules import RuleId
+from gitsup.policy.script import plain_argv
 
 _NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*|\[|:|\.)$")
 
@@ -85,26 +86,15 @@ def judge_script(script: Script, st: AllowState) -> Decision:
 
 
 def judge_part(part: Part, st: AllowState) -> Decision | None:
-    words = part.words
-    if (
-        words
-        and part.kind == "cmd"
-        and not part.background
-        and not part.assigns
-        and not part.redirects
-    ):
+    if not part.background:
         # The commonest part: a plain program name and words whose one literal field is known
-        # (every check below passes for it); judged as the program at once.
-        argv: list[str] = []
-        for w in words:
-            one = w.one_field
-            if one.__class__ is not str:
-                break
-            argv.append(one)
-        else:
-            head = words[0]
-            if argv[0] == head.src and head.plain and _NAME.match(argv[0]):
-                return _program(argv, part, st)
+        # (every check below passes for it); judged as the program at once, with the argument
+        # vector the deny scan used.
+        plain = plain_argv(part)
+        if plain is not None:
+            head = part.words[0]
+            if plain[0] == head.src and head.plain and _NAME.match(plain[0]):
+                return _program(plain, part, st)
     src = part.src
     if part.background:
         return ask(RuleId.ASK_BACKGROUND, "runs in the background (&)", src)
