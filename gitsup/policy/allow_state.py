@@ -21,6 +21,7 @@ from gitsup.policy.normalise import (
 )
 
 _GLOB = re.compile(r"[*?\[]")
+_NORMAL: dict[str, bool] = {}  # worktree -> it is in lexical normal form
 
 
 @dataclass(slots=True)
@@ -37,9 +38,14 @@ class AllowState:
     def __post_init__(self) -> None:
         if not self.cwds:
             self.cwds = {self.worktree}
-        self._root_only = self.cwds == {self.worktree} and (
-            posixpath.normpath(self.worktree) == self.worktree
-        )
+        elif self.cwds != {self.worktree}:
+            return  # not `_root_only`
+        normal = _NORMAL.get(self.worktree)
+        if normal is None:
+            if len(_NORMAL) >= 64:
+                _NORMAL.clear()
+            normal = _NORMAL[self.worktree] = posixpath.normpath(self.worktree) == self.worktree
+        self._root_only = normal
 
     def expander(self) -> Expander:
         """The plain-form expander (no variables), one per state."""

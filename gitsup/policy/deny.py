@@ -11,7 +11,7 @@ from gitsup.policy.config import Policy
 from gitsup.policy.context import MAX_DEPTH, ScanState
 from gitsup.policy.decision import Decision, deny
 from gitsup.policy.deny_exec import _downloads_in, _shell_script_arg, _subst_downloads
-from gitsup.policy.deny_inert import inert, relevant_names
+from gitsup.policy.deny_inert import inert, inert_name, relevant_names
 from gitsup.policy.deny_names import (
     DESTRUCTIVE,
     EXECUTORS,
@@ -116,26 +116,38 @@ def scan_from_each_line(text: str, st: ScanState) -> Decision | None:
 def scan_script(script: Script, st: ScanState) -> Decision | None:
     # Inert parts (deny_inert.py) assign nothing, define no alias and match no rule: only the
     # others are collected from and scanned.
-    names = relevant_names(st.policy) if deny_inert.ENABLED else None
-    parts = script.parts if names is None else [p for p in script.parts if not inert(p, names)]
-    if parts:
-        if deny_inert.ENABLED:
-            # Plain parts (`plain_argv`) assign a variable only through `printf -v` or `read`
-            # and define a git alias only with `config` among their words: the others are not
-            # collected from (they would add nothing).
-            setters: list[Part] = []
-            configs: list[Part] = []
-            for p in parts:
-                argv = plain_argv(p)
-                if argv is None or p.words[0].src in VARIABLE_SETTERS:
-                    setters.append(p)
-                if argv is None or "config" in argv:
-                    configs.append(p)
-            if setters:
-                st.collect_variables(setters)
-            if configs:
-                _collect_git_aliases(configs, st)
-        else:
+    if deny_inert.ENABLED:
+        # Plain parts (`plain_argv`) assign a variable only through `printf -v` or `read` and
+        # define a git alias only with `config` among their words: the others are not
+        # collected from (they would add nothing).
+        names = relevant_names(st.policy)
+        parts: list[Part] = []
+        setters: list[Part] = []
+        configs: list[Part] = []
+        for p in script.parts:
+            argv = plain_argv(p)
+            if argv is None:
+                if names is not None and inert(p, names):
+                    continue
+                parts.append(p)
+                setters.append(p)
+                configs.append(p)
+                continue
+            head = p.words[0].src
+            if names is not None and inert_name(argv[0], head, names):
+                continue
+            parts.append(p)
+            if head in VARIABLE_SETTERS:
+                setters.append(p)
+            if "config" in argv:
+                configs.append(p)
+        if setters:
+            st.collect_variables(setters)
+        if configs:
+            _collect_git_aliases(configs, st)
+    else:
+        parts = script.parts
+        if parts:
             st.collect_variables(parts)
             _collect_git_aliases(parts, st)
     if script.fork_bombs:
