@@ -61,7 +61,7 @@ class AllowState:
             return False
         # glob components that can match `..` escape W (sandboxed: bash rules, where only a
         # pattern starting with `.` can match `..`; otherwise any pattern that fnmatches it)
-        if not has_glob(value):
+        if "*" not in value and "?" not in value and "[" not in value:  # not `has_glob`
             if (
                 self._root_only
                 and value[0] != "/"
@@ -83,8 +83,12 @@ class AllowState:
 
     def in_git_dir(self, value: str) -> bool:
         """The path is (or, through a glob, may be) in a `.git` directory."""
-        if ".git" not in value and not has_glob(value) and not any(".git" in c for c in self.cwds):
-            return False  # `..` only removes components: no `.git` can appear
+        if ".git" not in value and "*" not in value and "?" not in value and "[" not in value:
+            for cwd in self.cwds:
+                if ".git" in cwd:
+                    break
+            else:
+                return False  # `..` only removes components: no `.git` can appear
         return any(names_git_dir(resolve(value, cwd), dotglob=self.dotglob) for cwd in self.cwds)
 
     def strictly_inside(self, value: str) -> bool:
