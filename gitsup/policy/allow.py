@@ -14,7 +14,7 @@ from gitsup.policy.allow_git import _git
 from gitsup.policy.allow_programs import _PYTHON, _find, _runner, _sed, _test, _utility
 from gitsup.policy.allow_programs import is_pythonish as is_pythonish
 from gitsup.policy.allow_state import AllowState as AllowState
-from gitsup.policy.decision import Decision, allow, ask
+from gitsup.policy.decision import Decision, _make, allow, ask
 from gitsup.policy.normalise import (
     resolve,
 )
@@ -82,7 +82,7 @@ def judge_script(script: Script, st: AllowState) -> Decision:
             rule, reason, best_depth, best = d.rule, d.reason, part.depth, d
     if best is not None and best.part == script.src and not best.sandboxed:
         return best  # the same decision (a one-part command): not built twice
-    return Decision("allow", rule, reason, script.src)
+    return _make("allow", rule, reason, script.src)
 
 
 def judge_part(part: Part, st: AllowState) -> Decision | None:
