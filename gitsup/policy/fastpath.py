@@ -91,6 +91,20 @@ def _fast_parse(command: str) -> Script | None:
         # Outside quotes and comments the tokens hold only the characters of `_FAST_BARE_OPS`,
         # so without them one of the others is unmatchable.
         return None
+    k = command.find("#")
+    if k > 0 and command[k - 1] in " \t":
+        # Bare words and operators, then a comment (`cmd args # note`): the split of the text
+        # before the comment, which ends the last part just as the token scanner would end it.
+        head = command[:k]
+        if _FAST_BARE.fullmatch(head):
+            fast = _fast_bare(head)
+        elif _FAST_BARE_OPS.fullmatch(head):
+            fast = _fast_ops(head)
+        else:
+            fast = None
+        if fast is not None:
+            fast.src = command
+            return fast
     parts: list[Part] = []
     script = Script(src=command, parts=parts)
     words: list[Word] = []

@@ -96,13 +96,15 @@ def literal_field(word: Word) -> str | None:
     the word), else None."""
     one = word.one_field
     if one is False:
-        segs = word.segs
-        one = word.one_field = (
-            "".join(s.text for s in segs)
-            if all(s.kind == "lit" for s in segs)
-            and not any(not s.quoted and ("{" in s.text or "~" in s.text) for s in segs)
-            else None
-        )
+        texts: list[str] = []
+        for s in word.segs:
+            if s.kind != "lit" or (not s.quoted and ("{" in s.text or "~" in s.text)):
+                one = None
+                break
+            texts.append(s.text)
+        else:
+            one = texts[0] if len(texts) == 1 else "".join(texts)
+        word.one_field = one
     return one  # type: ignore[return-value]
 
 

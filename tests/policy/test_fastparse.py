@@ -233,3 +233,32 @@ def test_the_message_form_equals_tree_sitter_on_generated_messages(
     fast = _fast_parse(cmd)
     if fast is not None:
         assert fast == parse_tree(cmd), cmd
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(alphabet=_OPS_ALPHABET, min_size=1, max_size=3), st.sampled_from(_OPS_WORDS)
+        ),
+        max_size=8,
+    ),
+    st.sampled_from([" #", "\t#", "#", " # ", "  #"]),
+    st.text(alphabet="ab #'\"$;|&", max_size=6),
+)
+def test_words_and_operators_before_a_comment_equal_tree_sitter(
+    pieces: list[str], mark: str, note: str
+) -> None:
+    """`cmd args # note`: the text before the comment is split like a plain command, and the
+    result is exactly what tree-sitter builds for the whole line."""
+    cmd = "".join(pieces) + mark + note
+    fast = _fast_parse(cmd)
+    if fast is not None:
+        assert fast == parse_tree(cmd), cmd
+
+
+def test_a_trailing_comment_keeps_the_whitespace_split() -> None:
+    for cmd in ("ls -la # 12", "cd src && ls x # note", "a | b\t# c 'd'", "git status #"):
+        fast = _fast_parse(cmd)
+        assert fast is not None and fast == parse_tree(cmd), cmd
+        assert fast.src == cmd
