@@ -26,7 +26,7 @@ from gitsup.policy.deny_names import (
     VARIABLE_SETTERS,
 )
 from gitsup.policy.deny_publish import (
-    _MUTATING,
+    _forge,
     _prefix_match,
     _publish,
     _python_publish,
@@ -398,7 +398,7 @@ def _rules(
         if d is not None:
             return d
     if mask & _F_FORGE:
-        d = _forge(prog, args, st, src)
+        d = _forge(prog, args, st, src, payload)
         if d is not None:
             return d
     if mask & _F_PUBLISH:
@@ -529,79 +529,6 @@ def _expand_alias(
         return payload(value[1:] + " " + " ".join(call.args), st)
     words = _alias_words(value, st)
     return check_argv([*words, *call.args], env, part, st, stdin, wdepth + 1)
-
-
-# -- forges and registries ---------------------------------------------------------------------
-_GH_WITH_ARG = frozenset(
-    {
-        "-R",
-        "--repo",
-        "--hostname",
-        "-X",
-        "--method",
-        "-H",
-        "--header",
-        "-f",
-        "-F",
-        "--field",
-        "--raw-field",
-        "--input",
-        "-q",
-        "--jq",
-        "-t",
-        "--template",
-        "-p",
-        "--preview",
-        "-b",
-        "--body",
-        "--title",
-        "-B",
-        "--base",
-        "-a",
-        "--assignee",
-        "-l",
-        "--label",
-        "-m",
-        "--milestone",
-        "--cache",
-        "-r",
-        "--reviewer",
-        "--head",
-        "--body-file",
-    }
-)
-
-
-def _forge(prog: str, args: list[str], st: ScanState, src: str) -> Decision | None:
-    pos = gitcmd.positionals(args, _GH_WITH_ARG)
-    if not pos:
-        return None
-    group = pos[0]
-    verb = pos[1] if len(pos) > 1 else ""
-    pairs = st.policy.forge[prog]
-    if (group, verb) in pairs or (group, "") in pairs:
-        return deny(
-            RuleId.D1_FORGE,
-            f"`{prog} {group} {verb}`".replace(" `", "`") + " changes the remote forge",
-            src,
-        )
-    if prog == "gh" and group == "api":
-        method = gitcmd.short_value(args, "X", ("--method",))
-        fields = gitcmd.has_flag(args, "fF", ("--field", "--raw-field", "--input"))
-        if fields or any(m.upper() in _MUTATING for m in method):
-            return deny(
-                RuleId.D1_FORGE,
-                "`gh api` with a mutating method or fields changes the remote forge",
-                src,
-            )
-    if prog == "gh" and group == "alias" and verb == "set" and len(pos) >= 4:
-        expansion = pos[3]
-        if "--shell" in args or "-s" in args or expansion.startswith("!"):
-            if payload(expansion.lstrip("!"), st) is not None:
-                return deny(RuleId.D1_FORGE, "defines a gh alias that crosses the boundary", src)
-        elif _forge(prog, expansion.split(), st, src) is not None:
-            return deny(RuleId.D1_FORGE, f"defines a gh alias for `gh {expansion}`", src)
-    return None
 
 
 def _execution(
