@@ -448,7 +448,7 @@ def _runner_ok(
             # `go build -o .git/hooks/pre-commit`, `pip install -t .git/...`
             return ask(RuleId.ASK_GIT_DIR, f"`{name}` argument {a!r} names the Git directory", src)
         i += 1
-    for word in positional:
+    for word in positional if spec.ask_words else ():
         if any(fnmatch.fnmatchcase(word, p) for p in spec.ask_words):
             return ask(
                 RuleId.ASK_RUN, f"`{name} {word}`: its name says it publishes or installs", src
