@@ -14,12 +14,13 @@ from gitsup.policy.allow_git import _git
 from gitsup.policy.allow_programs import _PYTHON, _find, _runner, _sed, _test, _utility
 from gitsup.policy.allow_programs import is_pythonish as is_pythonish
 from gitsup.policy.allow_state import AllowState as AllowState
-from gitsup.policy.decision import Decision, allow, ask
+from gitsup.policy.decision import Decision, _make, allow, ask
 from gitsup.policy.normalise import (
     resolve,
 )
 from gitsup.policy.parse import Part, Script
 from gitsup.policy.rules import RuleId
+from gitsup.policy.script import plain_argv
 
 _NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*|\[|:|\.)$")
 
@@ -81,30 +82,19 @@ def judge_script(script: Script, st: AllowState) -> Decision:
             rule, reason, best_depth, best = d.rule, d.reason, part.depth, d
     if best is not None and best.part == script.src and not best.sandboxed:
         return best  # the same decision (a one-part command): not built twice
-    return Decision("allow", rule, reason, script.src)
+    return _make("allow", rule, reason, script.src)
 
 
 def judge_part(part: Part, st: AllowState) -> Decision | None:
-    words = part.words
-    if (
-        words
-        and part.kind == "cmd"
-        and not part.background
-        and not part.assigns
-        and not part.redirects
-    ):
+    if not part.background:
         # The commonest part: a plain program name and words whose one literal field is known
-        # (every check below passes for it); judged as the program at once.
-        argv: list[str] = []
-        for w in words:
-            one = w.one_field
-            if one.__class__ is not str:
-                break
-            argv.append(one)
-        else:
-            head = words[0]
-            if argv[0] == head.src and head.plain and _NAME.match(argv[0]):
-                return _program(argv, part, st)
+        # (every check below passes for it); judged as the program at once, with the argument
+        # vector the deny scan used.
+        plain = plain_argv(part)
+        if plain is not None:
+            head = part.words[0]
+            if plain[0] == head.src and head.plain and _NAME.match(plain[0]):
+                return _program(plain, part, st)
     src = part.src
     if part.background:
         return ask(RuleId.ASK_BACKGROUND, "runs in the background (&)", src)

@@ -110,7 +110,8 @@ def _git(args: list[str], part: Part, st: AllowState) -> Decision:
                 f"git global option {name} can run programs or change the repository",
                 src,
             )
-    if not any(n == "-C" for n, _ in call.options) and st.cwds != {st.worktree}:
+    cwds = st.cwds
+    if (len(cwds) != 1 or st.worktree not in cwds) and not any(n == "-C" for n, _ in call.options):
         return ask(
             RuleId.ASK_GIT_CWD,
             "git run outside the worktree root (after cd); repository "

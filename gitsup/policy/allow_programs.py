@@ -79,6 +79,20 @@ def _forbidden(name: str, forbid: Sequence[str]) -> bool:
     )
 
 
+# spec id -> (spec, options that take a value, those and the two-value options), once per spec
+_TAKES: dict[int, tuple[UtilitySpec, frozenset[str], tuple[str, ...]]] = {}
+
+
+def _takes(spec: UtilitySpec) -> tuple[frozenset[str], tuple[str, ...]]:
+    hit = _TAKES.get(id(spec))
+    if hit is None or hit[0] is not spec:
+        if len(_TAKES) >= 1024:
+            _TAKES.clear()
+        takes = frozenset(spec.arg_opts) | frozenset(spec.path_opts)
+        hit = _TAKES[id(spec)] = (spec, takes, (*takes, *spec.two_value_opts))
+    return hit[1], hit[2]
+
+
 def _utility(
     prog: str,
     args: list[str],
@@ -95,7 +109,7 @@ def _utility(
     i = 0
     n = len(args)
     dd = False
-    takes = set(spec.arg_opts) | set(spec.path_opts)
+    takes, longs = _takes(spec)
     data = spec.operands in ("data", "none")
     while i < n:
         a = args[i]
@@ -111,7 +125,7 @@ def _utility(
             name, eq, val = a.partition("=")
             if _forbidden(name, spec.forbid):
                 return ask(RuleId.ASK_UTILITY_OPTION, f"`{prog} {name}` is not read-only", src)
-            canon = _long_match(name, list(takes) + list(spec.two_value_opts)) or name
+            canon = _long_match(name, longs) or name
             seen.add(canon)
             if spec.allowed_opts is not None and canon not in spec.allowed_opts:
                 return ask(
@@ -331,11 +345,16 @@ def _runner(
 ) -> Decision | None:
     found: Decision | None = None
     for spec in st.policy.runners_for(argv[0], sandboxed=sandboxed):
-        if len(argv) < len(spec.argv):
+        words = spec.argv
+        if len(argv) < len(words):
             continue
-        if not all(
-            p == a or ("*" in p and fnmatch.fnmatchcase(a, p))
-            for p, a in zip(spec.argv, argv, strict=False)
+        if tuple(argv[: len(words)]) != words and (
+            # not the same words: a match only through a glob word
+            not any("*" in p for p in words)
+            or not all(
+                p == a or ("*" in p and fnmatch.fnmatchcase(a, p))
+                for p, a in zip(words, argv, strict=False)
+            )
         ):
             continue
         d = _runner_ok(spec, argv[len(spec.argv) :], st, src, sandboxed=sandboxed)
@@ -400,15 +419,18 @@ def _runner_ok(
         opt = a.split("=", 1)[0]
         if a.startswith("-"):
             seen.add(opt)
-            if _forbidden(opt, spec.forbid) or any(
-                f.startswith("-")
-                and not f.startswith("--")
-                and len(f) == 2
-                and opt.startswith(f)
-                and not opt.startswith("--")
-                and len(opt) > 2
-                and f in ("-Z",)
-                for f in spec.forbid
+            if spec.forbid and (
+                _forbidden(opt, spec.forbid)
+                or any(
+                    f.startswith("-")
+                    and not f.startswith("--")
+                    and len(f) == 2
+                    and opt.startswith(f)
+                    and not opt.startswith("--")
+                    and len(opt) > 2
+                    and f in ("-Z",)
+                    for f in spec.forbid
+                )
             ):
                 return ask(
                     RuleId.ASK_RUNNER_OPTION,
@@ -426,7 +448,7 @@ def _runner_ok(
             # `go build -o .git/hooks/pre-commit`, `pip install -t .git/...`
             return ask(RuleId.ASK_GIT_DIR, f"`{name}` argument {a!r} names the Git directory", src)
         i += 1
-    for word in positional:
+    for word in positional if spec.ask_words else ():
         if any(fnmatch.fnmatchcase(word, p) for p in spec.ask_words):
             return ask(
                 RuleId.ASK_RUN, f"`{name} {word}`: its name says it publishes or installs", src

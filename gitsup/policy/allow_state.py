@@ -21,6 +21,7 @@ from gitsup.policy.normalise import (
 )
 
 _GLOB = re.compile(r"[*?\[]")
+_NORMAL: dict[str, bool] = {}  # worktree -> it is in lexical normal form
 
 
 @dataclass(slots=True)
@@ -37,9 +38,14 @@ class AllowState:
     def __post_init__(self) -> None:
         if not self.cwds:
             self.cwds = {self.worktree}
-        self._root_only = self.cwds == {self.worktree} and (
-            posixpath.normpath(self.worktree) == self.worktree
-        )
+        elif self.cwds != {self.worktree}:
+            return  # not `_root_only`
+        normal = _NORMAL.get(self.worktree)
+        if normal is None:
+            if len(_NORMAL) >= 64:
+                _NORMAL.clear()
+            normal = _NORMAL[self.worktree] = posixpath.normpath(self.worktree) == self.worktree
+        self._root_only = normal
 
     def expander(self) -> Expander:
         """The plain-form expander (no variables), one per state."""
@@ -55,7 +61,7 @@ class AllowState:
             return False
         # glob components that can match `..` escape W (sandboxed: bash rules, where only a
         # pattern starting with `.` can match `..`; otherwise any pattern that fnmatches it)
-        if not has_glob(value):
+        if "*" not in value and "?" not in value and "[" not in value:  # not `has_glob`
             if (
                 self._root_only
                 and value[0] != "/"
@@ -77,8 +83,12 @@ class AllowState:
 
     def in_git_dir(self, value: str) -> bool:
         """The path is (or, through a glob, may be) in a `.git` directory."""
-        if ".git" not in value and not has_glob(value) and not any(".git" in c for c in self.cwds):
-            return False  # `..` only removes components: no `.git` can appear
+        if ".git" not in value and "*" not in value and "?" not in value and "[" not in value:
+            for cwd in self.cwds:
+                if ".git" in cwd:
+                    break
+            else:
+                return False  # `..` only removes components: no `.git` can appear
         return any(names_git_dir(resolve(value, cwd), dotglob=self.dotglob) for cwd in self.cwds)
 
     def strictly_inside(self, value: str) -> bool:

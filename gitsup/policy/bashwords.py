@@ -40,9 +40,15 @@ class _WordBuilder:
         return Word(self.text(node), segs, "concatenation")
 
     def word(self, node: Node) -> Word:
+        t = node.type
+        if t == "word" or t == "number":
+            # the commonest word: one literal segment (what `segs` makes of it)
+            text = self.text(node)
+            if t == "number" or not ("\\" in text or node.child_count):
+                return Word(text, [Seg("lit", text, False)], t)
         segs: list[Seg] = []
         self.segs(node, False, segs)
-        return Word(self.text(node), segs, node.type)
+        return Word(self.text(node), segs, t)
 
     def segs(self, node: Node, quoted: bool, out: list[Seg]) -> None:
         t = node.type

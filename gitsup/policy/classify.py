@@ -12,7 +12,7 @@ from gitsup.policy.braces import repair_braces
 from gitsup.policy.config import Policy
 from gitsup.policy.context import ScanState
 from gitsup.policy.decision import Decision, allow, ask
-from gitsup.policy.deny import scan_from_each_line, scan_parsed
+from gitsup.policy.deny import scan_from_each_line, scan_parsed, scan_script
 from gitsup.policy.parse import MAX_NESTING, parse
 from gitsup.policy.rules import RuleId
 
@@ -76,7 +76,10 @@ def _classify(command: str, worktree: str, policy: Policy, home: str, sandboxed:
     script = parse(command)
     dotglob = "dotglob" in command or "GLOBIGNORE" in command
     st = ScanState(policy=policy, worktree=worktree, home=home, dotglob=dotglob)
-    found = scan_parsed(script, command, st)
+    if script.has_error or script.flags:
+        found = scan_parsed(script, command, st)
+    else:
+        found = scan_script(script, st)  # what `scan_parsed` does for a clean parse
     if found is None and (script.has_error or "newline-word" in script.flags):
         found = scan_from_each_line(command, st)
     if found is not None:

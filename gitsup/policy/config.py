@@ -205,6 +205,10 @@ class Policy:
     _deny_names: dict[str, frozenset[str] | None] = field(
         default_factory=dict, compare=False, hash=False, repr=False
     )
+    # program name -> the deny rule families that judge it (deny.py `_families`)
+    _deny_dispatch: dict[str, int] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     @classmethod
     def load(cls, repo_root: Path | None = None, *, extra_protected: Sequence[str] = ()) -> Policy:

@@ -43,16 +43,28 @@ def _text(reason: str) -> str:
     return reason.replace("\x00?", "<unknown>") if "\x00" in reason else reason
 
 
+_new = object.__new__
+
+
+def _make(verdict: Verdict, rule: str, reason: str, part: str) -> Decision:
+    """`Decision(verdict, rule, reason, part)`, built without the frozen dataclass's one
+    `object.__setattr__` per field (the classifier makes one or two per question): the same
+    fields in the instance dict, so equality, hashing and repr are the dataclass's own."""
+    d = _new(Decision)
+    d.__dict__.update(verdict=verdict, rule=rule, reason=reason, part=part, sandboxed=False)
+    return d
+
+
 def allow(rule: RuleId, reason: str, part: str) -> Decision:
-    return Decision("allow", _VALUE[rule], _text(reason), part)
+    return _make("allow", _VALUE[rule], _text(reason), part)
 
 
 def ask(rule: RuleId, reason: str, part: str) -> Decision:
-    return Decision("ask", _VALUE[rule], _text(reason), part)
+    return _make("ask", _VALUE[rule], _text(reason), part)
 
 
 def deny(rule: RuleId, reason: str, part: str) -> Decision:
-    return Decision("deny", _VALUE[rule], _text(reason), part)
+    return _make("deny", _VALUE[rule], _text(reason), part)
 
 
 def worst(decisions: Iterable[Decision]) -> Decision | None:

@@ -7,10 +7,11 @@ from collections.abc import Mapping, Sequence
 import gitsup.policy.deny_inert as deny_inert
 import gitsup.policy.gitcmd as gitcmd
 from gitsup.policy.braces import repair_braces
+from gitsup.policy.config import Policy
 from gitsup.policy.context import MAX_DEPTH, ScanState
 from gitsup.policy.decision import Decision, deny
 from gitsup.policy.deny_exec import _downloads_in, _shell_script_arg, _subst_downloads
-from gitsup.policy.deny_inert import inert, relevant_names
+from gitsup.policy.deny_inert import inert, inert_name, relevant_names
 from gitsup.policy.deny_names import (
     DESTRUCTIVE,
     EXECUTORS,
@@ -19,10 +20,13 @@ from gitsup.policy.deny_names import (
     HOOK_WRITERS,
     MKFS_PREFIX,
     PYTHON,
+    STATE,
     SUBSCRIPT_EVALUATORS,
+    UNWRAPPED,
+    VARIABLE_SETTERS,
 )
 from gitsup.policy.deny_publish import (
-    _MUTATING,
+    _forge,
     _prefix_match,
     _publish,
     _python_publish,
@@ -37,7 +41,8 @@ from gitsup.policy.deny_writes import under as under
 from gitsup.policy.normalise import UNKNOWN, basename
 from gitsup.policy.parse import Part, Script, parse, split_glued
 from gitsup.policy.rules import RuleId
-from gitsup.policy.unwrap import merge_env, unwrap
+from gitsup.policy.script import plain_argv
+from gitsup.policy.unwrap import merge_env, unwrap, wrapper_firsts
 
 Env = Mapping[str, Sequence[str]]
 
@@ -111,11 +116,40 @@ def scan_from_each_line(text: str, st: ScanState) -> Decision | None:
 def scan_script(script: Script, st: ScanState) -> Decision | None:
     # Inert parts (deny_inert.py) assign nothing, define no alias and match no rule: only the
     # others are collected from and scanned.
-    names = relevant_names(st.policy) if deny_inert.ENABLED else None
-    parts = script.parts if names is None else [p for p in script.parts if not inert(p, names)]
-    if parts:
-        st.collect_variables(parts)
-        _collect_git_aliases(parts, st)
+    if deny_inert.ENABLED:
+        # Plain parts (`plain_argv`) assign a variable only through `printf -v` or `read` and
+        # define a git alias only with `config` among their words: the others are not
+        # collected from (they would add nothing).
+        names = relevant_names(st.policy)
+        parts: list[Part] = []
+        setters: list[Part] = []
+        configs: list[Part] = []
+        for p in script.parts:
+            argv = plain_argv(p)
+            if argv is None:
+                if names is not None and inert(p, names):
+                    continue
+                parts.append(p)
+                setters.append(p)
+                configs.append(p)
+                continue
+            head = p.words[0].src
+            if names is not None and inert_name(argv[0], head, names):
+                continue
+            parts.append(p)
+            if head in VARIABLE_SETTERS:
+                setters.append(p)
+            if "config" in argv:
+                configs.append(p)
+        if setters:
+            st.collect_variables(setters)
+        if configs:
+            _collect_git_aliases(configs, st)
+    else:
+        parts = script.parts
+        if parts:
+            st.collect_variables(parts)
+            _collect_git_aliases(parts, st)
     if script.fork_bombs:
         return deny(
             RuleId.D4_FORK_BOMB,
@@ -146,6 +180,10 @@ def _collect_git_aliases(parts: list[Part], st: ScanState) -> None:
 
 
 def scan_part(part: Part, st: ScanState) -> Decision | None:
+    if deny_inert.ENABLED:
+        argv = plain_argv(part)
+        if argv is not None:
+            return _scan_plain(part, argv, st)
     ex = st.expander()
     for r in part.redirects:
         if (
@@ -191,6 +229,28 @@ def scan_part(part: Part, st: ScanState) -> Decision | None:
             return d
     if argvs:
         update_state(argvs[0], part, st)
+    return None
+
+
+def _scan_plain(part: Part, argv: list[str], st: ScanState) -> Decision | None:
+    """`scan_part` of a part with a plain argument vector: it has no redirection, no
+    arithmetic, no assignment and one argument vector, so only the subscript, the rules and
+    the state steps can find or record something."""
+    if "[" in part.src or "$" in part.src:  # else `_subscript_code` finds nothing
+        d = _subscript_code(part, st)
+        if d is not None:
+            return d
+    env: dict[str, list[str]] = {}
+    if st.variables:
+        for name, values in st.variables.items():
+            if name.startswith("GIT_"):
+                env[name] = list(values)
+    stdin = st.stdin_of(part) if part.pipe_prev is not None else None
+    d = check_argv(argv, env, part, st, stdin, 0)
+    if d is not None:
+        return d
+    if _families(st.policy, basename(argv[0])) & _F_STATE:
+        update_state(argv, part, st)
     return None
 
 
@@ -241,9 +301,13 @@ def check_argv(
 ) -> Decision | None:
     if not argv or wdepth > 6:
         return None
-    d = _rules(argv, env, part, st, stdin, wdepth)
+    prog = basename(argv[0])
+    mask = _families(st.policy, prog)
+    d = _rules(argv, prog, mask, env, part, st, stdin, wdepth)
     if d is not None:
         return d
+    if not mask & _F_WRAPPER and deny_inert.ENABLED:
+        return None  # `unwrap` finds no wrapper
     for inner in unwrap(argv, st.policy, stdin):
         if inner.payload is not None:
             d = payload(inner.payload, st)
@@ -267,64 +331,121 @@ def payload(text: str, st: ScanState) -> Decision | None:
         st.depth -= 1
 
 
+# The rule families of `_rules`, in the order they run.
+_F_GIT, _F_FORGE, _F_PUBLISH, _F_PY_PUBLISH, _F_HTTP, _F_DESTRUCTIVE, _F_HOOKS, _F_EXEC = (
+    1 << k for k in range(8)
+)
+# ... and whether `unwrap` may find a wrapper, and `update_state` record something.
+_F_WRAPPER = 1 << 8
+_F_STATE = 1 << 9
+_DISPATCH_LIMIT = 4096
+
+
+def _families(policy: Policy, prog: str) -> int:
+    """The rule families that judge the program `prog` (a bit mask of `_F_*`): the name tests
+    of `_rules`, made once per policy and program name, then one dict lookup."""
+    table = policy._deny_dispatch
+    mask = table.get(prog)
+    if mask is not None:
+        return mask
+    python = PYTHON.match(prog) is not None
+    mask = 0
+    if prog in GIT or prog.startswith(GIT_PREFIX):
+        mask |= _F_GIT
+    if prog in policy.forge:
+        mask |= _F_FORGE
+    if policy.publish.get(prog):
+        mask |= _F_PUBLISH
+    if python:
+        mask |= _F_PY_PUBLISH
+    if prog in policy.http_clients:
+        mask |= _F_HTTP
+    if prog in DESTRUCTIVE or prog.startswith(MKFS_PREFIX):
+        mask |= _F_DESTRUCTIVE
+    if prog in HOOK_WRITERS:
+        mask |= _F_HOOKS
+    if prog in EXECUTORS or prog in policy.shells or prog in policy.interpreters or python:
+        mask |= _F_EXEC
+    firsts = wrapper_firsts(policy)
+    if prog in UNWRAPPED or prog in firsts:
+        mask |= _F_WRAPPER
+    if prog in policy.downloaders or prog in STATE:
+        mask |= _F_STATE
+    if len(table) >= _DISPATCH_LIMIT:
+        table.clear()
+    table[prog] = mask
+    return mask
+
+
 def _rules(
-    argv: list[str], env: Env, part: Part, st: ScanState, stdin: str | None, wdepth: int
+    argv: list[str],
+    prog: str,
+    mask: int,
+    env: Env,
+    part: Part,
+    st: ScanState,
+    stdin: str | None,
+    wdepth: int,
 ) -> Decision | None:
     policy = st.policy
-    prog = basename(argv[0])
     args = argv[1:]
     src = part.src
     for prefix in policy.deny_prefixes:
         if _prefix_match(prefix, [prog, *args]):
             return deny(RuleId.DENY_REPO, f"the repository policy denies `{' '.join(prefix)}`", src)
-    if prog in GIT or prog.startswith(GIT_PREFIX):
+    if mask & _F_GIT:
         d = git_rules(argv, env, part, st, stdin, wdepth)
         if d is not None:
             return d
-    if prog in policy.forge:
-        d = _forge(prog, args, st, src)
+    if mask & _F_FORGE:
+        d = _forge(prog, args, st, src, payload)
         if d is not None:
             return d
-    d = _publish(prog, args, policy.publish, src)
-    if d is not None:
-        return d
-    if PYTHON.match(prog):
+    if mask & _F_PUBLISH:
+        d = _publish(prog, args, policy.publish, src)
+        if d is not None:
+            return d
+    if mask & _F_PY_PUBLISH:
         d = _python_publish(args, policy.publish, src)
         if d is not None:
             return d
-    if prog in policy.http_clients:
+    if mask & _F_HTTP:
         d = _raw_forge(prog, args, src)
         if d is not None:
             return d
-    if prog in DESTRUCTIVE or prog.startswith(MKFS_PREFIX):
+    if mask & _F_DESTRUCTIVE:
         d = _destructive(prog, args, st, src)
         if d is not None:
             return d
-    if prog in HOOK_WRITERS:
+    if mask & _F_HOOKS:
         d = _hooks(prog, args, st, src)
         if d is not None:
             return d
-    if (
-        prog in EXECUTORS
-        or prog in policy.shells
-        or prog in policy.interpreters
-        or PYTHON.match(prog)
-        or (part.words and "/" in part.words[0].src)
-    ):
+    if mask & _F_EXEC or (part.words and "/" in part.words[0].src):
         return _execution(prog, args, env, part, st, stdin)
     return None
 
 
 # -- git ---------------------------------------------------------------------------------------
+def _nested_groups(policy: Policy) -> frozenset[str]:
+    """The subcommands of the policy's nested publishing pairs (`remote` of `remote update`)."""
+    groups = policy._deny_names.get("nested")
+    if groups is None:
+        groups = policy._deny_names["nested"] = frozenset(g for g, _ in policy.git_publish_nested)
+    return groups
+
+
 def git_rules(
     argv: list[str], env: Env, part: Part, st: ScanState, stdin: str | None, wdepth: int
 ) -> Decision | None:
     policy = st.policy
     src = part.src
     call = gitcmd.parse_git(argv)
-    if gitcmd.sets_hooks_path(call, env):
+    # without global options or environment, no hooks path is set and no alias is defined
+    configured = bool(call.options or env)
+    if configured and gitcmd.sets_hooks_path(call, env):
         return deny(RuleId.D3_HOOKS_PATH, "sets core.hooksPath, which disables the Git hooks", src)
-    defined = gitcmd.alias_definitions(call, env)
+    defined = gitcmd.alias_definitions(call, env) if configured else []
     for name, value in defined:
         if _alias_is_deny(value, st, wdepth):
             return deny(
@@ -340,7 +461,7 @@ def git_rules(
         return deny(RuleId.D1_FORGE, f"`hub {sub}` changes the remote forge", src)
     if sub in policy.git_publish:
         return deny(RuleId.D1_PUSH, f"`git {sub}` publishes to a remote", src)
-    if any(sub == group for group, _ in policy.git_publish_nested):
+    if sub in _nested_groups(policy):
         pos = gitcmd.positionals(call.args)
         for group, verb in policy.git_publish_nested:
             if sub == group and verb in pos:
@@ -361,9 +482,10 @@ def git_rules(
                     f"defines the git alias {w.key[6:]!r} as {w.value!r} (alias poisoning)",
                     src,
                 )
-    d2 = gitcmd.d2_reason(call, policy, st.head_protected, stdin)
-    if d2 is not None:
-        return deny(d2[0], d2[1], src)
+    if sub in gitcmd.D2_SUBS or (st.head_protected and sub in gitcmd.HEAD_WRITERS):
+        d2 = gitcmd.d2_reason(call, policy, st.head_protected, stdin)
+        if d2 is not None:
+            return deny(d2[0], d2[1], src)
     # aliases expand (git ignores aliases that shadow builtins)
     if sub not in gitcmd.BUILTINS:
         values = [v for n, v in defined if n == sub] + st.git_aliases.get(sub, [])
@@ -407,79 +529,6 @@ def _expand_alias(
         return payload(value[1:] + " " + " ".join(call.args), st)
     words = _alias_words(value, st)
     return check_argv([*words, *call.args], env, part, st, stdin, wdepth + 1)
-
-
-# -- forges and registries ---------------------------------------------------------------------
-_GH_WITH_ARG = frozenset(
-    {
-        "-R",
-        "--repo",
-        "--hostname",
-        "-X",
-        "--method",
-        "-H",
-        "--header",
-        "-f",
-        "-F",
-        "--field",
-        "--raw-field",
-        "--input",
-        "-q",
-        "--jq",
-        "-t",
-        "--template",
-        "-p",
-        "--preview",
-        "-b",
-        "--body",
-        "--title",
-        "-B",
-        "--base",
-        "-a",
-        "--assignee",
-        "-l",
-        "--label",
-        "-m",
-        "--milestone",
-        "--cache",
-        "-r",
-        "--reviewer",
-        "--head",
-        "--body-file",
-    }
-)
-
-
-def _forge(prog: str, args: list[str], st: ScanState, src: str) -> Decision | None:
-    pos = gitcmd.positionals(args, _GH_WITH_ARG)
-    if not pos:
-        return None
-    group = pos[0]
-    verb = pos[1] if len(pos) > 1 else ""
-    pairs = st.policy.forge[prog]
-    if (group, verb) in pairs or (group, "") in pairs:
-        return deny(
-            RuleId.D1_FORGE,
-            f"`{prog} {group} {verb}`".replace(" `", "`") + " changes the remote forge",
-            src,
-        )
-    if prog == "gh" and group == "api":
-        method = gitcmd.short_value(args, "X", ("--method",))
-        fields = gitcmd.has_flag(args, "fF", ("--field", "--raw-field", "--input"))
-        if fields or any(m.upper() in _MUTATING for m in method):
-            return deny(
-                RuleId.D1_FORGE,
-                "`gh api` with a mutating method or fields changes the remote forge",
-                src,
-            )
-    if prog == "gh" and group == "alias" and verb == "set" and len(pos) >= 4:
-        expansion = pos[3]
-        if "--shell" in args or "-s" in args or expansion.startswith("!"):
-            if payload(expansion.lstrip("!"), st) is not None:
-                return deny(RuleId.D1_FORGE, "defines a gh alias that crosses the boundary", src)
-        elif _forge(prog, expansion.split(), st, src) is not None:
-            return deny(RuleId.D1_FORGE, f"defines a gh alias for `gh {expansion}`", src)
-    return None
 
 
 def _execution(

@@ -60,9 +60,15 @@ def inert(part: Part, names: frozenset[str]) -> bool:
         for s in head.segs:
             if not s.quoted and ("{" in s.text or "~" in s.text):
                 return False
+    return inert_name(name, head.src, names)
+
+
+def inert_name(name: str, head: str, names: frozenset[str]) -> bool:
+    """True when a part of literal words (no redirection, no assignment) whose first word is
+    `head` (its source) with the value `name` is inert."""
     return bool(
         name
-        and "/" not in head.src
+        and "/" not in head
         and "/" not in name
         and name not in names
         and not name.startswith(PREFIXES)

@@ -1,12 +1,14 @@
 """Deny scanners for publishing (POLICY.md section 2): uploads to a package registry, raw
-calls to a forge's write API, and the word matching of configured deny prefixes."""
+calls to a forge's write API, forge CLI calls that change the forge, and the word matching of
+configured deny prefixes."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import gitsup.policy.gitcmd as gitcmd
+from gitsup.policy.context import ScanState
 from gitsup.policy.decision import Decision, deny
 from gitsup.policy.normalise import basename
 from gitsup.policy.rules import RuleId
@@ -19,6 +21,9 @@ _FORGE_ENDPOINT = re.compile(
 
 
 _MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+# deny.payload: deny detection over a literal shell payload
+Payload = Callable[[str, ScanState], "Decision | None"]
 
 
 def _publish(
@@ -127,3 +132,79 @@ def _prefix_match(prefix: Sequence[str], argv: Sequence[str]) -> bool:
     if len(argv) < len(prefix):
         return False
     return all(p == a or ("*" in p and _glob(p, a)) for p, a in zip(prefix, argv, strict=False))
+
+
+# -- forges and registries ---------------------------------------------------------------------
+_GH_WITH_ARG = frozenset(
+    {
+        "-R",
+        "--repo",
+        "--hostname",
+        "-X",
+        "--method",
+        "-H",
+        "--header",
+        "-f",
+        "-F",
+        "--field",
+        "--raw-field",
+        "--input",
+        "-q",
+        "--jq",
+        "-t",
+        "--template",
+        "-p",
+        "--preview",
+        "-b",
+        "--body",
+        "--title",
+        "-B",
+        "--base",
+        "-a",
+        "--assignee",
+        "-l",
+        "--label",
+        "-m",
+        "--milestone",
+        "--cache",
+        "-r",
+        "--reviewer",
+        "--head",
+        "--body-file",
+    }
+)
+
+
+def _forge(
+    prog: str, args: list[str], st: ScanState, src: str, payload: Payload
+) -> Decision | None:
+    """A forge CLI call that changes the remote forge (`payload` scans an alias's shell code)."""
+    pos = gitcmd.positionals(args, _GH_WITH_ARG)
+    if not pos:
+        return None
+    group = pos[0]
+    verb = pos[1] if len(pos) > 1 else ""
+    pairs = st.policy.forge[prog]
+    if (group, verb) in pairs or (group, "") in pairs:
+        return deny(
+            RuleId.D1_FORGE,
+            f"`{prog} {group} {verb}`".replace(" `", "`") + " changes the remote forge",
+            src,
+        )
+    if prog == "gh" and group == "api":
+        method = gitcmd.short_value(args, "X", ("--method",))
+        fields = gitcmd.has_flag(args, "fF", ("--field", "--raw-field", "--input"))
+        if fields or any(m.upper() in _MUTATING for m in method):
+            return deny(
+                RuleId.D1_FORGE,
+                "`gh api` with a mutating method or fields changes the remote forge",
+                src,
+            )
+    if prog == "gh" and group == "alias" and verb == "set" and len(pos) >= 4:
+        expansion = pos[3]
+        if "--shell" in args or "-s" in args or expansion.startswith("!"):
+            if payload(expansion.lstrip("!"), st) is not None:
+                return deny(RuleId.D1_FORGE, "defines a gh alias that crosses the boundary", src)
+        elif _forge(prog, expansion.split(), st, src, payload) is not None:
+            return deny(RuleId.D1_FORGE, f"defines a gh alias for `gh {expansion}`", src)
+    return None

@@ -16,11 +16,10 @@ def update_state(argv: list[str], part: Part, st: ScanState) -> None:
     downloaded files, copies of either, and whether HEAD is now a protected branch."""
     prog = basename(argv[0]) if argv else ""
     args = argv[1:]
-    ex = st.expander()
     is_download = prog in st.policy.downloaders
     for r in part.redirects:
         if r.op in (">", ">>", ">|", "&>", "&>>") and r.target is not None:
-            path = st.path(ex.value(r.target))
+            path = st.path(st.expander().value(r.target))
             if is_download:
                 st.downloaded.add(path)
                 continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gitsup.policy.script import Part, Script, Seg, Word
+from gitsup.policy.script import Part, Redirect, Script, Seg, Word
 
 # The fast path: a one-line command made only of simple commands joined by `&&`, `||`, `;`
 # or `|`, whose words are each one bare word of inert characters, one '...' string or one
@@ -46,9 +46,26 @@ def _may_lead(src: str) -> bool:
     return src not in _FAST_NOT_FIRST and _FAST_NAME.fullmatch(src) is not None
 
 
+# Words by their source text: a word of the fast path is fully determined by its text (bare,
+# '...' or "..." without expansions) and words are not changed after parsing, so scripts share
+# them. Bounded; cleared when full.
+_WORDS: dict[str, Word] = {}
+_WORDS_LIMIT = 4096
+
+
+def _remember(word: Word) -> Word:
+    if len(_WORDS) >= _WORDS_LIMIT:
+        _WORDS.clear()
+    _WORDS[word.src] = word
+    return word
+
+
 def _bare_word(t: str) -> Word | None:
     """A bare word as tree-sitter types it (`word`, or `number` for its number token); None
     for one it parses otherwise."""
+    word = _WORDS.get(t)
+    if word is not None:
+        return word
     if t[0] == "=":
         return None  # tree-sitter drops `==` words
     kind = "word"
@@ -56,7 +73,7 @@ def _bare_word(t: str) -> Word | None:
         if not _FAST_NUMBER.fullmatch(t):
             return None
         kind = "number"
-    return Word(t, [Seg("lit", t, False)], kind, t)
+    return _remember(Word(t, [Seg("lit", t, False)], kind, t))
 
 
 def _fast_parse(command: str) -> Script | None:
@@ -67,10 +84,27 @@ def _fast_parse(command: str) -> Script | None:
         fast = _fast_ops(command)
         if fast is not None:
             return fast
-    elif "\n" in command or not ("'" in command or '"' in command or "#" in command):
-        # No token holds a newline; and outside quotes and comments the tokens hold only the
-        # characters of `_FAST_BARE_OPS`, so without them one of the others is unmatchable.
+    elif "\n" in command:
+        # No token holds a newline (only the message form below does).
+        return _fast_message(command) if command.endswith(')"') else None
+    elif not ("'" in command or '"' in command or "#" in command):
+        # Outside quotes and comments the tokens hold only the characters of `_FAST_BARE_OPS`,
+        # so without them one of the others is unmatchable.
         return None
+    k = command.find("#")
+    if k > 0 and command[k - 1] in " \t":
+        # Bare words and operators, then a comment (`cmd args # note`): the split of the text
+        # before the comment, which ends the last part just as the token scanner would end it.
+        head = command[:k]
+        if _FAST_BARE.fullmatch(head):
+            fast = _fast_bare(head)
+        elif _FAST_BARE_OPS.fullmatch(head):
+            fast = _fast_ops(head)
+        else:
+            fast = None
+        if fast is not None:
+            fast.src = command
+            return fast
     parts: list[Part] = []
     script = Script(src=command, parts=parts)
     words: list[Word] = []
@@ -122,10 +156,14 @@ def _fast_parse(command: str) -> Script | None:
             if word is None:
                 return None
             words.append(word)
-        elif raw is not None:
-            words.append(Word(tok, [Seg("lit", raw, True)], "raw_string", raw))
         else:
-            words.append(Word(tok, [Seg("lit", dq, True)], "string", dq))
+            word = _WORDS.get(tok)
+            if word is None:
+                if raw is not None:
+                    word = _remember(Word(tok, [Seg("lit", raw, True)], "raw_string", raw))
+                else:
+                    word = _remember(Word(tok, [Seg("lit", dq, True)], "string", dq))
+            words.append(word)
         pos = end
 
 
@@ -183,3 +221,39 @@ def _fast_ops(command: str) -> Script | None:
         return None
     parts.append(Part(command[start:end], "cmd", words=words, pipe_prev=prev if pipe else None))
     return Script(src=command, parts=parts)
+
+
+# The message form: bare words, then one "$(cat <<'EOF' ... EOF)" word holding a quoted heredoc
+# (how agents write a commit message): `git commit -m "$(cat <<'EOF'\n...\nEOF\n)"`. Its
+# body is literal text; tree-sitter builds the `cat` part (depth 1) and the command whose last
+# word is that text. Only bodies of the characters below are taken (tests/policy/
+# test_fastparse.py compares the result with tree-sitter's over generated messages).
+_FAST_MESSAGE = re.compile(
+    r"((?:[A-Za-z0-9_./=+:,-]+ )+)\"\$\(cat <<'([A-Za-z_][A-Za-z0-9_]*)'\n((?:[^\n]*\n)*?)\2\n\)\""
+)
+_FAST_MESSAGE_BODY = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f`$\\\"]*")
+
+
+def _fast_message(command: str) -> Script | None:
+    """`_fast_parse` of the message form, or None."""
+    m = _FAST_MESSAGE.fullmatch(command)
+    if m is None:
+        return None
+    prefix, delim, body = m.groups()
+    if not _FAST_MESSAGE_BODY.fullmatch(body) or delim in body:
+        return None  # a character we do not take, or the delimiter's text in the body
+    if body[:1] in (" ", "\t", "\n"):
+        return None  # tree-sitter drops the blanks that start the body
+    words: list[Word] = []
+    for t in prefix.split():
+        word = _bare_word(t)
+        if word is None:
+            return None
+        words.append(word)
+    if not _may_lead(words[0].src) or (cat := _bare_word("cat")) is None:
+        return None
+    text = body.rstrip("\n")
+    words.append(Word(command[len(prefix) :], [Seg("lit", text, True)], "string", text))
+    heredoc = Redirect("<<", "", None, body, quoted=True, expands=False)
+    inner = Part(f"cat <<'{delim}'", "cmd", words=[cat], redirects=[heredoc], depth=1)
+    return Script(src=command, parts=[inner, Part(command, "cmd", words=words)])

@@ -470,7 +470,7 @@ _BRANCH_WITH_ARG = frozenset(
 
 
 # The subcommands `_d2_ref_reason` judges (every other one writes no protected ref).
-_D2_SUBS = frozenset(
+D2_SUBS = frozenset(
     {
         "rebase", "branch", "checkout", "switch", "worktree", "update-ref", "symbolic-ref",
         "fetch", "pull", "filter-branch", "filter-repo",
@@ -495,7 +495,7 @@ def d2_reason(
 def _d2_ref_reason(call: GitCall, policy: Policy, stdin: str | None) -> str | None:
     """Why this git call writes a protected ref (D2.protected-ref), or None."""
     sub = call.sub or ""
-    if sub not in _D2_SUBS:
+    if sub not in D2_SUBS:
         return None
     args = call.args
     before, _ = split_before_dd(args)

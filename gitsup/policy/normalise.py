@@ -12,6 +12,7 @@ import posixpath
 from collections.abc import Callable, Mapping, Sequence
 
 from gitsup.policy.parse import Part, Seg, Word
+from gitsup.policy.script import literal_field
 
 UNKNOWN = "\x00?"  # an argument (or piece) that cannot be known without running something
 MAX_ALTERNATIVES = 16
@@ -141,20 +142,14 @@ class Expander:
 
     def word(self, word: Word) -> list[list[str]]:
         """Alternatives, each a list of fields (a word can split into several or none)."""
-        segs = word.segs
         # fast path: literal text without brace or tilde expansion is one field
         one = word.one_field
-        if one is False:
-            one = word.one_field = (
-                "".join(s.text for s in segs)
-                if all(s.kind == "lit" for s in segs)
-                and not any(not s.quoted and ("{" in s.text or "~" in s.text) for s in segs)
-                else None
-            )
+        if one.__class__ is not str:
+            one = literal_field(word) if one is False else None
         if one is not None:
-            return [[one]]  # type: ignore[list-item]
+            return [[one]]
         results: list[list[str]] = []
-        for toks in _brace(_tokens(segs), MAX_BRACE):
+        for toks in _brace(_tokens(word.segs), MAX_BRACE):
             for fields in self._fields(toks):
                 results.append(fields)
                 if len(results) >= MAX_ALTERNATIVES * 4:

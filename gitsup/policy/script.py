@@ -73,6 +73,9 @@ class Part:
     depth: int = 0  # nesting inside substitutions
     in_function: bool = False
     line: int = 0
+    # The plain argument vector (`plain_argv`), computed on first use (parts are not changed
+    # after parsing): a list, None when the part has none, False before the first use.
+    argv: list[str] | bool | None = field(default=False, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -86,6 +89,45 @@ class Script:
     flags: set[str] = field(default_factory=set)
     # byte offsets of unescaped newlines tree-sitter kept inside one command (flag newline-word)
     glued: list[int] = field(default_factory=list)
+
+
+def literal_field(word: Word) -> str | None:
+    """The word's one field when it is literal text without brace or tilde expansion (kept on
+    the word), else None."""
+    one = word.one_field
+    if one is False:
+        texts: list[str] = []
+        for s in word.segs:
+            if s.kind != "lit" or (not s.quoted and ("{" in s.text or "~" in s.text)):
+                one = None
+                break
+            texts.append(s.text)
+        else:
+            one = texts[0] if len(texts) == 1 else "".join(texts)
+        word.one_field = one
+    return one  # type: ignore[return-value]
+
+
+def plain_argv(part: Part) -> list[str] | None:
+    """The argument vector of a simple command without redirection or assignment whose every
+    word is one literal field, or None. Computed once per part: the deny and the allow steps
+    share it instead of each deriving it from the words."""
+    argv = part.argv
+    if argv is False:
+        argv = None
+        if part.kind == "cmd" and part.words and not part.redirects and not part.assigns:
+            out: list[str] = []
+            for w in part.words:
+                one = w.one_field
+                if one.__class__ is not str:
+                    one = literal_field(w)
+                    if one is None:
+                        break
+                out.append(one)
+            else:
+                argv = out
+        part.argv = argv
+    return argv  # type: ignore[return-value]
 
 
 _ANSI = {

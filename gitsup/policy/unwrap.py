@@ -103,6 +103,14 @@ def _skip_options(
     return i, env, values, ambiguous
 
 
+def wrapper_firsts(policy: Policy) -> frozenset[str]:
+    """The first words of the policy's wrapper entries (once per policy)."""
+    firsts = policy._deny_names.get("wrappers")
+    if firsts is None:
+        firsts = policy._deny_names["wrappers"] = frozenset(k.split()[0] for k in policy.wrappers)
+    return firsts
+
+
 def unwrap(argv: Sequence[str], policy: Policy, stdin: str | None) -> list[Inner]:
     """The commands run by this wrapper invocation (empty when it is not a wrapper)."""
     if not argv:
@@ -115,9 +123,7 @@ def unwrap(argv: Sequence[str], policy: Policy, stdin: str | None) -> list[Inner
             return _find(argv)
         if prog == "parallel":
             return _parallel(argv)
-    firsts = policy._deny_names.get("wrappers")
-    if firsts is None:
-        firsts = policy._deny_names["wrappers"] = frozenset(k.split()[0] for k in policy.wrappers)
+    firsts = wrapper_firsts(policy)
     if prog not in firsts:
         return []  # every wrapper entry starts with its program's name
     found = _wrapper(argv, policy)
