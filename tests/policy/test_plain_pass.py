@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from gitsup.policy import Policy
 from gitsup.policy.parse import parse
 from gitsup.policy.script import plain_argv
-from tests.policy.test_shortcuts import _same
+from tests.policy.test_shortcuts import _same, joined
 
 POLICY = Policy.load()
 
@@ -47,15 +47,7 @@ def _command(draw: st.DrawFn) -> str:
         draw(st.sampled_from(WRITERS if draw(st.booleans()) else READERS))
         for _ in range(draw(st.integers(1, 4)))
     ]
-    text = parts[0]
-    for p in parts[1:]:
-        text += draw(st.sampled_from(OPS)) + p
-    shape = draw(st.integers(0, 3))
-    if shape == 1:
-        text = "bash -c '" + text.replace("'", "'\\''") + "'"
-    elif shape == 2:
-        text = 'echo "$(' + text + ')"'
-    return text
+    return joined(draw, parts, OPS)
 
 
 @pytest.mark.parametrize(

@@ -108,9 +108,15 @@ def _command(draw: st.DrawFn) -> str:
         words = [draw(st.sampled_from(PROGS))]
         words += draw(st.lists(st.sampled_from(ARGS), max_size=5))
         parts.append(draw(st.sampled_from(LEADS)) + " ".join(words) + draw(st.sampled_from(TAILS)))
+    return joined(draw, parts, OPS)
+
+
+def joined(draw: st.DrawFn, parts: list[str], ops: list[str]) -> str:
+    """`parts` joined by drawn operators, then as they are, in `bash -c '…'`, in `"$(…)"` or
+    in a subshell."""
     text = parts[0]
     for p in parts[1:]:
-        text += draw(st.sampled_from(OPS)) + p
+        text += draw(st.sampled_from(ops)) + p
     shape = draw(st.integers(0, 4))
     if shape == 1:
         text = "bash -c '" + text.replace("'", "'\\''") + "'"
