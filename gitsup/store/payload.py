@@ -246,8 +246,13 @@ def _scalar(tp: Any) -> tuple[tuple[type, ...], bool] | None:
     options = args if origin is typing.Union or origin is types.UnionType else (tp,)
     if not all(o in _SCALARS for o in options):
         return None
-    allowed = tuple(t for o in options for t in _SCALARS[o])
-    return allowed, bool not in options and int in allowed
+    return _instances(options)
+
+
+def _instances(scalars: tuple[Any, ...] | list[Any]) -> tuple[tuple[type, ...], bool]:
+    """The `isinstance` tuple of scalar types, and whether a bool must be refused."""
+    allowed = tuple(t for o in scalars for t in _SCALARS[o])
+    return allowed, bool not in scalars and int in allowed
 
 
 _is_str: Check = str.__instancecheck__
@@ -277,8 +282,7 @@ def _compile(tp: Any) -> Check | None:
             return None
         checks = [p for p in parts if p is not None]
         if scalars:
-            allowed = tuple(t for o in scalars for t in _SCALARS[o])
-            checks.insert(0, _instance_check(allowed, bool not in scalars and int in allowed))
+            checks.insert(0, _instance_check(*_instances(scalars)))
         if len(checks) == 2:
             first, second = checks
             return lambda v: first(v) or second(v)
