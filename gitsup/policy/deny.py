@@ -236,10 +236,9 @@ def _scan_plain(part: Part, argv: list[str], st: ScanState) -> Decision | None:
     """`scan_part` of a part with a plain argument vector: it has no redirection, no
     arithmetic, no assignment and one argument vector, so only the subscript, the rules and
     the state steps can find or record something."""
-    if "[" in part.src or "$" in part.src:  # else `_subscript_code` finds nothing
-        d = _subscript_code(part, st)
-        if d is not None:
-            return d
+    d = _subscript_code(part, st)
+    if d is not None:
+        return d
     env: dict[str, list[str]] = {}
     if st.variables:
         for name, values in st.variables.items():
