@@ -5,8 +5,6 @@ whether a path stays inside the worktree."""
 from __future__ import annotations
 
 import fnmatch
-import posixpath
-import re
 from dataclasses import dataclass, field
 
 from gitsup.policy.config import Policy
@@ -17,11 +15,9 @@ from gitsup.policy.normalise import (
     inside,
     may_match,
     names_git_dir,
+    normal_form,
     resolve,
 )
-
-_GLOB = re.compile(r"[*?\[]")
-_NORMAL: dict[str, bool] = {}  # worktree -> it is in lexical normal form
 
 
 @dataclass(slots=True)
@@ -40,12 +36,7 @@ class AllowState:
             self.cwds = {self.worktree}
         elif self.cwds != {self.worktree}:
             return  # not `_root_only`
-        normal = _NORMAL.get(self.worktree)
-        if normal is None:
-            if len(_NORMAL) >= 64:
-                _NORMAL.clear()
-            normal = _NORMAL[self.worktree] = posixpath.normpath(self.worktree) == self.worktree
-        self._root_only = normal
+        self._root_only = normal_form(self.worktree) == self.worktree
 
     def expander(self) -> Expander:
         """The plain-form expander (no variables), one per state."""
@@ -61,7 +52,7 @@ class AllowState:
             return False
         # glob components that can match `..` escape W (sandboxed: bash rules, where only a
         # pattern starting with `.` can match `..`; otherwise any pattern that fnmatches it)
-        if "*" not in value and "?" not in value and "[" not in value:  # not `has_glob`
+        if not has_glob(value):
             if (
                 self._root_only
                 and value[0] != "/"
@@ -83,7 +74,7 @@ class AllowState:
 
     def in_git_dir(self, value: str) -> bool:
         """The path is (or, through a glob, may be) in a `.git` directory."""
-        if ".git" not in value and "*" not in value and "?" not in value and "[" not in value:
+        if ".git" not in value and not has_glob(value):
             for cwd in self.cwds:
                 if ".git" in cwd:
                     break
@@ -99,7 +90,7 @@ class AllowState:
 
 
 def _dotdot(component: str) -> bool:
-    return bool(_GLOB.search(component)) and fnmatch.fnmatchcase("..", component)
+    return has_glob(component) and fnmatch.fnmatchcase("..", component)
 
 
 def _dotdot_sandboxed(component: str) -> bool:

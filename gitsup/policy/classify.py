@@ -4,7 +4,6 @@ list in plain form; everything else asks. Deny dominates (POLICY.md sections 1 a
 from __future__ import annotations
 
 import os
-import posixpath
 from dataclasses import replace
 
 from gitsup.policy.allow import AllowState, judge_script
@@ -13,11 +12,11 @@ from gitsup.policy.config import Policy
 from gitsup.policy.context import ScanState
 from gitsup.policy.decision import Decision, allow, ask
 from gitsup.policy.deny import scan_from_each_line, scan_parsed, scan_script
+from gitsup.policy.normalise import normal_form
 from gitsup.policy.parse import MAX_NESTING, parse
 from gitsup.policy.rules import RuleId
 
 _CACHE_LIMIT = 8192
-_NORMAL: dict[str, str] = {}  # worktree -> its lexical normal form
 
 
 def default_home() -> str:
@@ -45,11 +44,7 @@ def classify_command(
     hit = cache.get(key)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
-    norm = _NORMAL.get(worktree)
-    if norm is None:
-        if len(_NORMAL) >= 64:
-            _NORMAL.clear()
-        norm = _NORMAL[worktree] = posixpath.normpath(worktree)
+    norm = normal_form(worktree)
     try:
         decision = _classify(command, norm, policy, home_dir, sandboxed)
     except RecursionError:

@@ -315,6 +315,19 @@ def basename(prog: str) -> str:
     return prog.rstrip("/").rsplit("/", 1)[-1]
 
 
+_NORMAL: dict[str, str] = {}  # path -> its lexical normal form, for the few worktrees judged
+
+
+def normal_form(path: str) -> str:
+    """`posixpath.normpath(path)`, remembered (a classifier question asks it of its worktree)."""
+    norm = _NORMAL.get(path)
+    if norm is None:
+        if len(_NORMAL) >= 64:
+            _NORMAL.clear()
+        norm = _NORMAL[path] = posixpath.normpath(path)
+    return norm
+
+
 def has_glob(text: str) -> bool:
     return "*" in text or "?" in text or "[" in text
 
