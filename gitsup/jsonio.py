@@ -56,18 +56,22 @@ def _refuse(o: Any) -> Any:
 
 
 def compact_encoder(
-    *, ensure_ascii: bool, default: Callable[[Any], Any] | None
+    *,
+    ensure_ascii: bool,
+    default: Callable[[Any], Any] | None,
+    separators: tuple[str, str] = (",", ":"),
 ) -> Callable[[Any], str]:
-    """`json.dumps(o, separators=(",", ":"), ensure_ascii=…, default=…)` as one prebuilt
-    function, for paths that encode for every worker record. No cycle check: a value that
-    contains itself fails with RecursionError instead of ValueError."""
+    """`json.dumps(o, separators=…, ensure_ascii=…, default=…)` as one prebuilt function, for
+    paths that encode a lot (every worker record, every `ls --json` row). No cycle check: a
+    value that contains itself fails with RecursionError instead of ValueError."""
     make: Any = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - a Python without the C accelerator
         return json.JSONEncoder(
-            separators=(",", ":"), ensure_ascii=ensure_ascii, default=default
+            separators=separators, ensure_ascii=ensure_ascii, default=default
         ).encode
     quote = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
-    encode = make(None, default or _refuse, quote, None, ":", ",", False, False, True)
+    item, key = separators
+    encode = make(None, default or _refuse, quote, None, key, item, False, False, True)
 
     def dumps(o: Any) -> str:
         return "".join(encode(o, 0))

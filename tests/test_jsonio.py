@@ -148,11 +148,13 @@ def test_big_integers_stay_integers() -> None:
 
 
 @settings(max_examples=400, deadline=None)
-@given(values, st.booleans())
-def test_the_compact_encoder_writes_what_json_dumps_writes(value: Any, ascii_only: bool) -> None:
-    encode = jsonio.compact_encoder(ensure_ascii=ascii_only, default=str)
+@given(values, st.booleans(), st.sampled_from([(",", ":"), (", ", ": "), (",\n    ", ": ")]))
+def test_the_compact_encoder_writes_what_json_dumps_writes(
+    value: Any, ascii_only: bool, separators: tuple[str, str]
+) -> None:
+    encode = jsonio.compact_encoder(ensure_ascii=ascii_only, default=str, separators=separators)
     assert encode(value) == json.dumps(
-        value, separators=(",", ":"), ensure_ascii=ascii_only, default=str
+        value, separators=separators, ensure_ascii=ascii_only, default=str
     )
 
 

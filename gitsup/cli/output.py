@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -18,9 +20,17 @@ def emit_json_rows(rows: list[Any]) -> None:
     sys.stdout.write(rows_json(rows) + "\n")
 
 
-_ROW_ENCODE: Any = None
-_VALUE_ENCODE: Any = None
 _CONTAINERS = (list, tuple, dict)
+Encode = Callable[[Any], str]
+
+
+@functools.cache
+def _encoders() -> tuple[Encode, Encode]:
+    """One row's values laid out one per line, and a single value."""
+    from gitsup import jsonio  # `ls` has it loaded; other commands need not
+
+    row = jsonio.compact_encoder(ensure_ascii=True, default=str, separators=(",\n    ", ": "))
+    return row, jsonio.compact_encoder(ensure_ascii=True, default=str)
 
 
 def rows_json(rows: list[Any]) -> str:
@@ -29,14 +39,7 @@ def rows_json(rows: list[Any]) -> str:
     C encoder: a row whose values hold no non-empty list or object in one call (with
     separators that lay it out the same: an encoded value holds no raw newline), others
     container by container."""
-    global _ROW_ENCODE, _VALUE_ENCODE
-    if _ROW_ENCODE is None:
-        make = getattr(json.encoder, "c_make_encoder", None)
-        if make is None:  # pragma: no cover - a Python without the C accelerator
-            return json.dumps(rows, indent=2, default=str)
-        quote = json.encoder.encode_basestring_ascii
-        _ROW_ENCODE = make(None, str, quote, None, ": ", ",\n    ", False, False, True)
-        _VALUE_ENCODE = make(None, str, quote, None, ": ", ", ", False, False, True)
+    row_encode, value_encode = _encoders()
     if not rows:
         return "[]"
     out = []
@@ -48,10 +51,10 @@ def rows_json(rows: list[Any]) -> str:
                     flat = False
                     break
         if flat:
-            out.append("{\n    " + "".join(_ROW_ENCODE(row, 0))[1:-1] + "\n  }")
+            out.append("{\n    " + row_encode(row)[1:-1] + "\n  }")
         else:
             try:
-                out.append(_indented(row, "\n  "))
+                out.append(_indented(row, "\n  ", value_encode))
             except _NotPlain:
                 out.append(json.dumps(row, indent=2, default=str).replace("\n", "\n  "))
     return "[\n  " + ",\n  ".join(out) + "\n]"
@@ -61,13 +64,19 @@ class _NotPlain(Exception):
     """A key that is not a string: the standard encoder converts (or refuses) it."""
 
 
-def _indented(value: Any, newline: str) -> str:
+def _indented(value: Any, newline: str, encode: Encode) -> str:
     """`value` as the indenting encoder lays it out at the depth `newline` opens."""
     if isinstance(value, list | tuple):
         if not value:
             return "[]"
         inner = newline + "  "
-        return "[" + inner + ("," + inner).join(_indented(v, inner) for v in value) + newline + "]"
+        return (
+            "["
+            + inner
+            + ("," + inner).join(_indented(v, inner, encode) for v in value)
+            + newline
+            + "]"
+        )
     if isinstance(value, dict):
         if not value:
             return "{}"
@@ -76,9 +85,9 @@ def _indented(value: Any, newline: str) -> str:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise _NotPlain
-            parts.append("".join(_VALUE_ENCODE(k, 0)) + ": " + _indented(v, inner))
+            parts.append(encode(k) + ": " + _indented(v, inner, encode))
         return "{" + inner + ("," + inner).join(parts) + newline + "}"
-    return "".join(_VALUE_ENCODE(value, 0))
+    return encode(value)
 
 
 def emit_jsonl(value: Any) -> None:
