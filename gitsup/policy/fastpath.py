@@ -108,6 +108,7 @@ def _fast_parse(command: str) -> Script | None:
     parts: list[Part] = []
     script = Script(src=command, parts=parts)
     words: list[Word] = []
+    fields: list[str] = []  # each word's one field (the text a fast-path word stands for)
     start = 0
     end = 0
     pipe = piped = chained = False
@@ -132,11 +133,13 @@ def _fast_parse(command: str) -> Script | None:
             prev = Part(
                 command[start:end],
                 "cmd",
-                words=words,
+                words,
                 pipe_prev=prev if pipe else None,
+                argv=fields,
             )
             parts.append(prev)
             words = []
+            fields = []
             if op is None:
                 return script if m.end() == n else None
             pipe = op == "|"
@@ -156,6 +159,7 @@ def _fast_parse(command: str) -> Script | None:
             if word is None:
                 return None
             words.append(word)
+            fields.append(bare)
         else:
             word = _WORDS.get(tok)
             if word is None:
@@ -164,6 +168,7 @@ def _fast_parse(command: str) -> Script | None:
                 else:
                     word = _remember(Word(tok, [Seg("lit", dq, True)], "string", dq))
             words.append(word)
+            fields.append(raw if raw is not None else dq)
         pos = end
 
 
@@ -172,14 +177,15 @@ def _fast_bare(command: str) -> Script | None:
     texts = command.split()
     if not texts or not _may_lead(texts[0]):
         return None
+    get = _WORDS.get
     words: list[Word] = []
     for t in texts:
-        word = _bare_word(t)
+        word = get(t) or _bare_word(t)
         if word is None:
             return None
         words.append(word)
-    src = command.strip(" \t")
-    return Script(src=command, parts=[Part(src, "cmd", words=words)])
+    # a bare word's one field is its text: the plain argument vector is the split itself
+    return Script(command, [Part(command.strip(" \t"), "cmd", words, argv=texts)])
 
 
 def _fast_ops(command: str) -> Script | None:
@@ -195,7 +201,13 @@ def _fast_ops(command: str) -> Script | None:
         if t in _FAST_OPS:
             if not words or not _may_lead(words[0].src):
                 return None
-            prev = Part(command[start:end], "cmd", words=words, pipe_prev=prev if pipe else None)
+            prev = Part(
+                command[start:end],
+                "cmd",
+                words,
+                pipe_prev=prev if pipe else None,
+                argv=[w.src for w in words],  # bare words: each one's field is its text
+            )
             parts.append(prev)
             words = []
             pipe = t == "|"
@@ -219,8 +231,16 @@ def _fast_ops(command: str) -> Script | None:
         words.append(word)
     if not words or not _may_lead(words[0].src):
         return None
-    parts.append(Part(command[start:end], "cmd", words=words, pipe_prev=prev if pipe else None))
-    return Script(src=command, parts=parts)
+    parts.append(
+        Part(
+            command[start:end],
+            "cmd",
+            words,
+            pipe_prev=prev if pipe else None,
+            argv=[w.src for w in words],
+        )
+    )
+    return Script(command, parts)
 
 
 # The message form: bare words, then one "$(cat <<'EOF' ... EOF)" word holding a quoted heredoc

@@ -162,12 +162,13 @@ BUILTINS = frozenset(
 )
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class GitCall:
-    """A parsed git invocation."""
+    """A parsed git invocation. One parse is shared by every step that reads the same argument
+    vector (`parse_git`), so neither it nor its lists are changed after parsing."""
 
     argv: list[str]
-    options: list[tuple[str, str | None]] = field(default_factory=list)  # global options
+    options: list[tuple[str, str | None]]  # global options
     sub: str | None = None
     args: list[str] = field(default_factory=list)
     by_path_verb: bool = False  # git-push by path
@@ -185,14 +186,27 @@ class GitCall:
         return out
 
 
+# argument vector -> its parse: the deny rules, the deny scan's state step and the allow list
+# each read the same git invocation. Bounded; cleared when full.
+_CALLS: dict[tuple[str, ...], GitCall] = {}
+_CALLS_LIMIT = 1024
+
+
 def parse_git(argv: Sequence[str]) -> GitCall:
+    key = tuple(argv)
+    call = _CALLS.get(key)
+    if call is None:
+        if len(_CALLS) >= _CALLS_LIMIT:
+            _CALLS.clear()
+        call = _CALLS[key] = _parse_git(list(argv))
+    return call
+
+
+def _parse_git(argv: list[str]) -> GitCall:
     prog = basename(argv[0])
-    call = GitCall(list(argv))
     if prog.startswith("git-") and prog != "git-upload-pack":
-        call.sub = prog[4:]
-        call.args = list(argv[1:])
-        call.by_path_verb = True
-        return call
+        return GitCall(argv, [], prog[4:], argv[1:], by_path_verb=True)
+    options: list[tuple[str, str | None]] = []
     i = 1
     n = len(argv)
     while i < n:
@@ -204,21 +218,20 @@ def parse_git(argv: Sequence[str]) -> GitCall:
             break
         name, eq, value = a.partition("=")
         if eq and name.startswith("--"):
-            call.options.append((name, value))
+            options.append((name, value))
         elif a in _GLOBAL_WITH_ARG and a not in _GLOBAL_NO_SEPARATE:
-            call.options.append((a, argv[i + 1] if i + 1 < n else None))
+            options.append((a, argv[i + 1] if i + 1 < n else None))
             i += 1
         elif a.startswith("-c") and len(a) > 2:
-            call.options.append(("-c", a[2:]))
+            options.append(("-c", a[2:]))
         elif a.startswith("-C") and len(a) > 2:
-            call.options.append(("-C", a[2:]))
+            options.append(("-C", a[2:]))
         else:
-            call.options.append((a, None))
+            options.append((a, None))
         i += 1
     if i < n:
-        call.sub = argv[i]
-        call.args = list(argv[i + 1 :])
-    return call
+        return GitCall(argv, options, argv[i], argv[i + 1 :])
+    return GitCall(argv, options)
 
 
 def positionals(args: Sequence[str], with_arg: frozenset[str] = frozenset()) -> list[str]:
