@@ -120,8 +120,9 @@ def scan_script(script: Script, st: ScanState) -> Decision | None:
         # Plain parts (`plain_argv`) assign a variable only through `printf -v` or `read` and
         # define a git alias only with `config` among their words: the others are not
         # collected from (they would add nothing).
-        names = relevant_names(st.policy)
-        parts: list[Part] = []
+        policy = st.policy
+        names = relevant_names(policy)
+        todo: list[tuple[Part, list[str] | None]] = []
         setters: list[Part] = []
         configs: list[Part] = []
         for p in script.parts:
@@ -129,14 +130,19 @@ def scan_script(script: Script, st: ScanState) -> Decision | None:
             if argv is None:
                 if names is not None and inert(p, names):
                     continue
-                parts.append(p)
+                todo.append((p, None))
                 setters.append(p)
                 configs.append(p)
                 continue
             head = p.words[0].src
-            if names is not None and inert_name(argv[0], head, names):
-                continue
-            parts.append(p)
+            if (
+                names is not None
+                and "/" not in head
+                and "/" not in argv[0]
+                and _families(policy, argv[0]) & _F_INERT
+            ):
+                continue  # `inert_name`, remembered with the program's rule families
+            todo.append((p, argv))
             if head in VARIABLE_SETTERS:
                 setters.append(p)
             if "config" in argv:
@@ -146,18 +152,18 @@ def scan_script(script: Script, st: ScanState) -> Decision | None:
         if configs:
             _collect_git_aliases(configs, st)
     else:
-        parts = script.parts
-        if parts:
-            st.collect_variables(parts)
-            _collect_git_aliases(parts, st)
+        todo = [(p, None) for p in script.parts]
+        if todo:
+            st.collect_variables(script.parts)
+            _collect_git_aliases(script.parts, st)
     if script.fork_bombs:
         return deny(
             RuleId.D4_FORK_BOMB,
             "a function that pipes into itself in the background (fork bomb)",
             script.fork_bombs[0],
         )
-    for part in parts:
-        d = scan_part(part, st)
+    for part, plain in todo:
+        d = scan_part(part, st) if plain is None else _scan_plain(part, plain, st)
         if d is not None:
             return d
     return None
@@ -245,10 +251,12 @@ def _scan_plain(part: Part, argv: list[str], st: ScanState) -> Decision | None:
             if name.startswith("GIT_"):
                 env[name] = list(values)
     stdin = st.stdin_of(part) if part.pipe_prev is not None else None
-    d = check_argv(argv, env, part, st, stdin, 0)
+    prog = basename(argv[0])
+    mask = _families(st.policy, prog)
+    d = _check(argv, prog, mask, env, part, st, stdin, 0)
     if d is not None:
         return d
-    if _families(st.policy, basename(argv[0])) & _F_STATE:
+    if mask & _F_STATE:
         update_state(argv, part, st)
     return None
 
@@ -301,7 +309,20 @@ def check_argv(
     if not argv or wdepth > 6:
         return None
     prog = basename(argv[0])
-    mask = _families(st.policy, prog)
+    return _check(argv, prog, _families(st.policy, prog), env, part, st, stdin, wdepth)
+
+
+def _check(
+    argv: list[str],
+    prog: str,
+    mask: int,
+    env: Env,
+    part: Part,
+    st: ScanState,
+    stdin: str | None,
+    wdepth: int,
+) -> Decision | None:
+    """`check_argv` once the program's name and rule families are known."""
     d = _rules(argv, prog, mask, env, part, st, stdin, wdepth)
     if d is not None:
         return d
@@ -334,9 +355,11 @@ def payload(text: str, st: ScanState) -> Decision | None:
 _F_GIT, _F_FORGE, _F_PUBLISH, _F_PY_PUBLISH, _F_HTTP, _F_DESTRUCTIVE, _F_HOOKS, _F_EXEC = (
     1 << k for k in range(8)
 )
-# ... and whether `unwrap` may find a wrapper, and `update_state` record something.
+# ... and whether `unwrap` may find a wrapper, `update_state` record something, and whether a
+# part naming the program (without `/`) is inert (`deny_inert.inert_name`).
 _F_WRAPPER = 1 << 8
 _F_STATE = 1 << 9
+_F_INERT = 1 << 10
 _DISPATCH_LIMIT = 4096
 
 
@@ -370,6 +393,9 @@ def _families(policy: Policy, prog: str) -> int:
         mask |= _F_WRAPPER
     if prog in policy.downloaders or prog in STATE:
         mask |= _F_STATE
+    names = relevant_names(policy)
+    if names is not None and inert_name(prog, prog, names):
+        mask |= _F_INERT
     if len(table) >= _DISPATCH_LIMIT:
         table.clear()
     table[prog] = mask
