@@ -20,23 +20,34 @@ from gitsup.policy.normalise import (
 )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AllowState:
     policy: Policy
     worktree: str
     home: str
-    cwds: set[str] = field(default_factory=set)
-    sandboxed: bool = False  # POLICY.md section 4a: the task's kernel sandbox is enforced
-    dotglob: bool = False
-    _root_only: bool = field(default=False, init=False, repr=False)
-    _expander: Expander | None = field(default=None, init=False, repr=False)
+    cwds: set[str]  # where the part being judged may run (the worktree until a `cd`)
+    sandboxed: bool  # POLICY.md section 4a: the task's kernel sandbox is enforced
+    dotglob: bool
+    _root_only: bool = field(repr=False)  # the worktree is in its normal form
+    _expander: Expander | None = field(repr=False)
 
-    def __post_init__(self) -> None:
-        if not self.cwds:
-            self.cwds = {self.worktree}
-        elif self.cwds != {self.worktree}:
-            return  # not `_root_only`
-        self._root_only = normal_form(self.worktree) == self.worktree
+    def __init__(
+        self,
+        policy: Policy,
+        worktree: str,
+        home: str,
+        sandboxed: bool = False,
+        dotglob: bool = False,
+    ) -> None:
+        # written out (not generated): one state per question, built without default factories
+        self.policy = policy
+        self.worktree = worktree
+        self.home = home
+        self.cwds = {worktree}
+        self.sandboxed = sandboxed
+        self.dotglob = dotglob
+        self._root_only = normal_form(worktree) == worktree
+        self._expander = None
 
     def expander(self) -> Expander:
         """The plain-form expander (no variables), one per state."""

@@ -4,7 +4,6 @@ list in plain form; everything else asks. Deny dominates (POLICY.md sections 1 a
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 from gitsup.policy.allow import AllowState, judge_script
 from gitsup.policy.braces import repair_braces
@@ -58,7 +57,7 @@ def classify_command(
             command[:200],
         )
     if sandboxed:
-        decision = replace(decision, sandboxed=True)
+        decision = decision._replace(sandboxed=True)
     if len(cache) >= _CACHE_LIMIT:
         cache.clear()
     cache[key] = decision
@@ -70,7 +69,7 @@ def _classify(command: str, worktree: str, policy: Policy, home: str, sandboxed:
         return allow(RuleId.A_STRUCTURE, "empty command", command)
     script = parse(command)
     dotglob = "dotglob" in command or "GLOBIGNORE" in command
-    st = ScanState(policy=policy, worktree=worktree, home=home, dotglob=dotglob)
+    st = ScanState(policy, worktree, home, dotglob)
     if script.has_error or script.flags:
         found = scan_parsed(script, command, st)
     else:
@@ -100,9 +99,4 @@ def _classify(command: str, worktree: str, policy: Policy, home: str, sandboxed:
             "a line starting with a backslash is not parsed reliably",
             command,
         )
-    return judge_script(
-        script,
-        AllowState(
-            policy=policy, worktree=worktree, home=home, sandboxed=sandboxed, dotglob=dotglob
-        ),
-    )
+    return judge_script(script, AllowState(policy, worktree, home, sandboxed, dotglob))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gitsup.policy.config import Policy
 from gitsup.policy.deny_names import VARIABLE_SETTERS
@@ -17,20 +17,34 @@ MAX_DEPTH = 8  # nesting of shell payloads (bash -c 'bash -c ...')
 _PRINTF_DIRECTIVE = re.compile(r"%(?:%|[-+ #0]*\d*(?:\.\d+)?[sbdiouxXcq])")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ScanState:
     policy: Policy
     worktree: str
     home: str
-    variables: dict[str, list[str]] = field(default_factory=dict)
-    files: dict[str, str] = field(default_factory=dict)  # path -> literal content
-    downloaded: set[str] = field(default_factory=set)
-    head_protected: bool = False
-    git_aliases: dict[str, list[str]] = field(default_factory=dict)
-    depth: int = 0
-    dotglob: bool = False  # `*` may match dot files (shopt -s dotglob, GLOBIGNORE)
+    variables: dict[str, list[str]]
+    files: dict[str, str]  # path -> literal content
+    downloaded: set[str]
+    head_protected: bool
+    git_aliases: dict[str, list[str]]
+    depth: int
+    dotglob: bool  # `*` may match dot files (shopt -s dotglob, GLOBIGNORE)
 
-    _expander: Expander | None = None
+    _expander: Expander | None
+
+    def __init__(self, policy: Policy, worktree: str, home: str, dotglob: bool = False) -> None:
+        # written out (not generated): one state per question, built without default factories
+        self.policy = policy
+        self.worktree = worktree
+        self.home = home
+        self.variables = {}
+        self.files = {}
+        self.downloaded = set()
+        self.head_protected = False
+        self.git_aliases = {}
+        self.depth = 0
+        self.dotglob = dotglob
+        self._expander = None
 
     def expander(self) -> Expander:
         """One expander per state (it reads `variables` live, so it never goes stale)."""

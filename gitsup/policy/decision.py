@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from gitsup.policy.rules import RuleId
 
@@ -13,10 +12,10 @@ Verdict = Literal["allow", "ask", "deny"]
 SEVERITY: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     """A verdict, the stable id of the rule that decided, a human reason, the part of the
-    command (or tool target) the rule applies to, and whether the sandboxed mode decided it."""
+    command (or tool target) the rule applies to, and whether the sandboxed mode decided it.
+    Immutable; a tuple, so the classifier builds one or two per question cheaply."""
 
     verdict: Verdict
     rule: str
@@ -43,16 +42,13 @@ def _text(reason: str) -> str:
     return reason.replace("\x00?", "<unknown>") if "\x00" in reason else reason
 
 
-_new = object.__new__
+_new = tuple.__new__
 
 
 def _make(verdict: Verdict, rule: str, reason: str, part: str) -> Decision:
-    """`Decision(verdict, rule, reason, part)`, built without the frozen dataclass's one
-    `object.__setattr__` per field (the classifier makes one or two per question): the same
-    fields in the instance dict, so equality, hashing and repr are the dataclass's own."""
-    d = _new(Decision)
-    d.__dict__.update(verdict=verdict, rule=rule, reason=reason, part=part, sandboxed=False)
-    return d
+    """`Decision(verdict, rule, reason, part)`, built without the named tuple's own `__new__`
+    (a Python function): the same tuple."""
+    return _new(Decision, (verdict, rule, reason, part, False))
 
 
 def allow(rule: RuleId, reason: str, part: str) -> Decision:

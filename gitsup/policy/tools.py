@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from gitsup.policy.classify import classify_command, default_home
@@ -88,7 +87,7 @@ def decide_tool(
         home=home,
         sandboxed=sandboxed,
     )
-    return replace(d, sandboxed=True) if sandboxed and not d.sandboxed else d
+    return d._replace(sandboxed=True) if sandboxed and not d.sandboxed else d
 
 
 def _decide_tool(
