@@ -59,36 +59,85 @@ class Redirect:
         return self.op in ("<<", "<<-")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Part:
     """A simple command (or a piece of structure that is judged like one)."""
 
     src: str
     kind: PartKind
-    words: list[Word] = field(default_factory=list)
-    assigns: list[tuple[str, Word | None]] = field(default_factory=list)
-    redirects: list[Redirect] = field(default_factory=list)
-    background: bool = False
-    pipe_prev: Part | None = None
-    depth: int = 0  # nesting inside substitutions
-    in_function: bool = False
-    line: int = 0
+    words: list[Word]
+    assigns: list[tuple[str, Word | None]]
+    redirects: list[Redirect]
+    background: bool
+    pipe_prev: Part | None
+    depth: int  # nesting inside substitutions
+    in_function: bool
+    line: int
     # The plain argument vector (`plain_argv`), computed on first use (parts are not changed
     # after parsing): a list, None when the part has none, False before the first use.
-    argv: list[str] | bool | None = field(default=False, compare=False, repr=False)
+    argv: list[str] | bool | None = field(compare=False, repr=False)
+
+    def __init__(
+        self,
+        src: str,
+        kind: PartKind,
+        words: list[Word] | None = None,
+        assigns: list[tuple[str, Word | None]] | None = None,
+        redirects: list[Redirect] | None = None,
+        background: bool = False,
+        pipe_prev: Part | None = None,
+        depth: int = 0,
+        in_function: bool = False,
+        line: int = 0,
+        argv: list[str] | bool | None = False,
+    ) -> None:
+        # written out (not generated): the parser builds one per simple command, and an empty
+        # list from a literal costs less than from a default factory
+        self.src = src
+        self.kind = kind
+        self.words = [] if words is None else words
+        self.assigns = [] if assigns is None else assigns
+        self.redirects = [] if redirects is None else redirects
+        self.background = background
+        self.pipe_prev = pipe_prev
+        self.depth = depth
+        self.in_function = in_function
+        self.line = line
+        self.argv = argv
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Script:
     src: str
     parts: list[Part]
-    has_error: bool = False
-    error_line: int = -1  # first line (0-based) with a parse error
-    functions: dict[str, list[Part]] = field(default_factory=dict)
-    fork_bombs: list[str] = field(default_factory=list)
-    flags: set[str] = field(default_factory=set)
+    has_error: bool
+    error_line: int  # first line (0-based) with a parse error
+    functions: dict[str, list[Part]]
+    fork_bombs: list[str]
+    flags: set[str]
     # byte offsets of unescaped newlines tree-sitter kept inside one command (flag newline-word)
-    glued: list[int] = field(default_factory=list)
+    glued: list[int]
+
+    def __init__(
+        self,
+        src: str,
+        parts: list[Part],
+        has_error: bool = False,
+        error_line: int = -1,
+        functions: dict[str, list[Part]] | None = None,
+        fork_bombs: list[str] | None = None,
+        flags: set[str] | None = None,
+        glued: list[int] | None = None,
+    ) -> None:
+        # written out (not generated), like `Part.__init__`
+        self.src = src
+        self.parts = parts
+        self.has_error = has_error
+        self.error_line = error_line
+        self.functions = {} if functions is None else functions
+        self.fork_bombs = [] if fork_bombs is None else fork_bombs
+        self.flags = set() if flags is None else flags
+        self.glued = [] if glued is None else glued
 
 
 def literal_field(word: Word) -> str | None:
