@@ -23,6 +23,17 @@ from gitsup.policy.rules import RuleId
 from gitsup.policy.script import plain_argv
 
 _NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*|\[|:|\.)$")
+_NAMES: dict[str, bool] = {}  # `_is_name`'s answers (a few program names); bounded
+
+
+def _is_name(prog: str) -> bool:
+    """A plain program name (`_NAME`), remembered."""
+    ok = _NAMES.get(prog)
+    if ok is None:
+        if len(_NAMES) >= 4096:
+            _NAMES.clear()
+        ok = _NAMES[prog] = _NAME.match(prog) is not None
+    return ok
 
 _MUTATORS = frozenset(
     {
@@ -93,7 +104,7 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
         plain = plain_argv(part)
         if plain is not None:
             head = part.words[0]
-            if plain[0] == head.src and head.plain and _NAME.match(plain[0]):
+            if plain[0] == head.src and head.plain and _is_name(plain[0]):
                 return _program(plain, part, st)
     src = part.src
     if part.background:

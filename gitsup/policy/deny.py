@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 import gitsup.policy.deny_inert as deny_inert
 import gitsup.policy.gitcmd as gitcmd
@@ -46,6 +47,7 @@ from gitsup.policy.unwrap import merge_env, unwrap, wrapper_firsts
 
 Env = Mapping[str, Sequence[str]]
 
+_NO_ENV: Env = MappingProxyType({})  # a plain part's environment without GIT_* variables
 _OUTPUT_OPS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&", "&>|"})
 _SSH_WITH_ARG = frozenset("bcDEeFIiJLlmOoPpQRSWwB")
 
@@ -245,11 +247,9 @@ def _scan_plain(part: Part, argv: list[str], st: ScanState) -> Decision | None:
     d = _subscript_code(part, st)
     if d is not None:
         return d
-    env: dict[str, list[str]] = {}
+    env: Env = _NO_ENV
     if st.variables:
-        for name, values in st.variables.items():
-            if name.startswith("GIT_"):
-                env[name] = list(values)
+        env = {name: list(v) for name, v in st.variables.items() if name.startswith("GIT_")}
     stdin = st.stdin_of(part) if part.pipe_prev is not None else None
     prog = basename(argv[0])
     mask = _families(st.policy, prog)

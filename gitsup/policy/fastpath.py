@@ -43,7 +43,12 @@ _FAST_NOT_FIRST = frozenset(
 
 def _may_lead(src: str) -> bool:
     """A bare first word that may start a simple command (no reserved word, no assignment)."""
-    return src not in _FAST_NOT_FIRST and _FAST_NAME.fullmatch(src) is not None
+    ok = _LEADS.get(src)
+    if ok is None:
+        if len(_LEADS) >= _WORDS_LIMIT:
+            _LEADS.clear()
+        ok = _LEADS[src] = src not in _FAST_NOT_FIRST and _FAST_NAME.fullmatch(src) is not None
+    return ok
 
 
 # Words by their source text: a word of the fast path is fully determined by its text (bare,
@@ -51,6 +56,7 @@ def _may_lead(src: str) -> bool:
 # them. Bounded; cleared when full.
 _WORDS: dict[str, Word] = {}
 _WORDS_LIMIT = 4096
+_LEADS: dict[str, bool] = {}  # `_may_lead`'s answers (a few program names), bounded the same way
 
 
 def _remember(word: Word) -> Word:
