@@ -55,7 +55,7 @@ def _may_lead(src: str) -> bool:
 # '...' or "..." without expansions) and words are not changed after parsing, so scripts share
 # them. Bounded; cleared when full.
 _WORDS: dict[str, Word] = {}
-_WORDS_LIMIT = 4096
+_WORDS_LIMIT = 256
 _LEADS: dict[str, bool] = {}  # `_may_lead`'s answers (a few program names), bounded the same way
 
 

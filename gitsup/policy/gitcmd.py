@@ -189,7 +189,7 @@ class GitCall:
 # argument vector -> its parse: the deny rules, the deny scan's state step and the allow list
 # each read the same git invocation. Bounded; cleared when full.
 _CALLS: dict[tuple[str, ...], GitCall] = {}
-_CALLS_LIMIT = 1024
+_CALLS_LIMIT = 64
 
 
 def parse_git(argv: Sequence[str]) -> GitCall:
