@@ -95,10 +95,15 @@ _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirec
 
 
 class _Builder(_WordBuilder):
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, command: str) -> None:
+        """`data` is `command` encoded (utf-8, surrogateescape)."""
         self.data = data
+        # An ASCII command's byte offsets are its character offsets: its text is sliced
+        # from the string instead of decoded from the bytes.
+        self.ascii = command if command.isascii() else None
         self.parts: list[Part] = []
-        self.script = Script(src=data.decode("utf-8", "surrogateescape"), parts=self.parts)
+        src = command if self.ascii is not None else data.decode("utf-8", "surrogateescape")
+        self.script = Script(src=src, parts=self.parts)
         self.depth = 0
         self.in_function = 0
         self.recovered: set[int] = set()

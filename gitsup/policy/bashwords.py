@@ -21,11 +21,14 @@ class _WordBuilder:
     """The word half of `bashtree._Builder` (it supplies `container`)."""
 
     data: bytes
+    ascii: str | None  # the command when it is ASCII (its offsets are byte offsets)
     parts: list[Part]
     script: Script
     depth: int
 
     def text(self, node: Node) -> str:
+        if self.ascii is not None:
+            return self.ascii[node.start_byte : node.end_byte]
         return self.data[node.start_byte : node.end_byte].decode("utf-8", "surrogateescape")
 
     def container(

@@ -80,7 +80,7 @@ def parse_tree(command: str) -> Script:
         return Script(
             src=command, parts=[], has_error=root.has_error, flags={"too-deep"}, error_line=0
         )
-    b = _Builder(data)
+    b = _Builder(data, command)
     b.container(root, None)
     if not root.has_error and _has_gap(root, data, b.recovered):
         b.script.flags.add("gap")
@@ -106,27 +106,31 @@ def _first_error_line(node: Node) -> int:
     return max(best, 0)
 
 
+_BLANK = b" \t\n\\"
+# Nodes whose text the gap check takes whole (it does not look inside them).
+_GAP_WHOLE = frozenset(
+    k
+    for k in range(_LANGUAGE.node_kind_count)
+    if _LANGUAGE.node_kind_for_id(k)
+    in ("heredoc_body", "comment", "raw_string", "string_content", "heredoc_content", "word")
+)
+
+
 def _has_gap(root: Node, data: bytes, recovered: set[int]) -> bool:
-    """True when some non-blank source text belongs to no token (tree-sitter dropped it)."""
+    """True when some non-blank source text belongs to no token (tree-sitter dropped it). The
+    tokens are visited in source order with a cursor (no list of children is built)."""
     pos = 0
-    stack = [root]
-    while stack:
-        n = stack.pop()
-        if n.child_count == 0 or n.type in (
-            "heredoc_body",
-            "comment",
-            "raw_string",
-            "string_content",
-            "heredoc_content",
-            "word",
-        ):
-            if (
-                n.start_byte > pos
-                and data[pos : n.start_byte].strip(b" \t\n\\")
-                and (pos not in recovered)
-            ):
+    cur = root.walk()
+    while True:
+        n = cur.node
+        assert n is not None
+        if n.kind_id in _GAP_WHOLE or not cur.goto_first_child():
+            start = n.start_byte
+            if start > pos and data[pos:start].strip(_BLANK) and pos not in recovered:
                 return True
-            pos = max(pos, n.end_byte)
-            continue
-        stack.extend(reversed(n.children))
-    return bool(data[pos:].strip(b" \t\n\\"))
+            end = n.end_byte
+            if end > pos:
+                pos = end
+            while not cur.goto_next_sibling():
+                if not cur.goto_parent():
+                    return bool(data[pos:].strip(_BLANK))
