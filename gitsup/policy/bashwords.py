@@ -46,7 +46,12 @@ class _WordBuilder:
         t = node.type
         if t == "word" or t == "number":
             # the commonest word: one literal segment (what `segs` makes of it)
-            text = self.text(node)
+            asc = self.ascii
+            text = (
+                asc[node.start_byte : node.end_byte]
+                if asc is not None
+                else self.data[node.start_byte : node.end_byte].decode("utf-8", "surrogateescape")
+            )
             if t == "number" or not ("\\" in text or node.child_count):
                 return Word(text, [Seg("lit", text, False)], t)
         segs: list[Seg] = []
