@@ -110,7 +110,7 @@ class _Builder(_WordBuilder):
         self.ascii = command if command.isascii() else None
         self.parts: list[Part] = []
         src = command if self.ascii is not None else data.decode("utf-8", "surrogateescape")
-        self.script = Script(src=src, parts=self.parts)
+        self.script = Script(src, self.parts)
         # tree-sitter counts lines by newline bytes: without one, every node is on line 0.
         self.multiline = b"\n" in data
         self.depth = 0
@@ -460,9 +460,8 @@ class _Builder(_WordBuilder):
         if t == "heredoc_redirect":
             start = ""
             body_node: Node | None = None
-            for i, c in enumerate(node.children):
+            for c in node.children:
                 ct = c.type
-                fname = node.field_name_for_child(i)
                 if ct in ("<<", "<<-"):
                     op = ct
                 elif ct == "heredoc_start":
@@ -478,17 +477,10 @@ class _Builder(_WordBuilder):
                 elif ct == "ERROR":
                     self.mark_error(c)
                 elif c.is_named and tails is not None:
-                    tails.append(
-                        (
-                            "pipe"
-                            if ct == "pipeline"
-                            else ("pipe" if fname is None and ct == "pipeline" else "list"),
-                            c,
-                        )
-                    )
+                    tails.append(("pipe" if ct == "pipeline" else "list", c))
                 elif c.is_named:
                     self.statement(c)
-            quoted = any(ch in start for ch in "'\"\\")
+            quoted = "'" in start or '"' in start or "\\" in start
             body = self.text(body_node) if body_node is not None else ""
             if op == "<<-":
                 body = "\n".join(line.lstrip("\t") for line in body.split("\n"))

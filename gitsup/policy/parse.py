@@ -76,15 +76,16 @@ def parse_tree(command: str) -> Script:
     data = command.encode("utf-8", "surrogateescape")
     tree = _parser().parse(data)
     root = tree.root_node
-    if _too_deep(root, data):
+    if len(data) >= MAX_NESTING // 2 and _too_deep(root, data):
         return Script(
             src=command, parts=[], has_error=root.has_error, flags={"too-deep"}, error_line=0
         )
     b = _Builder(data, command)
     b.container(root, None)
-    if not root.has_error and _has_gap(root, data, b.recovered):
+    has_error = root.has_error
+    if not has_error and _has_gap(root, data, b.recovered):
         b.script.flags.add("gap")
-    if root.has_error:
+    if has_error:
         b.script.has_error = True
         if b.script.error_line < 0:
             b.script.error_line = _first_error_line(root)
