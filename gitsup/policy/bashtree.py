@@ -94,13 +94,6 @@ _WORDISH = frozenset(
 _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 
 
-def _has_heredoc(redirects: list[Redirect]) -> bool:
-    for r in redirects:
-        if r.op == "<<" or r.op == "<<-":
-            return True
-    return False
-
-
 class _Builder(_WordBuilder):
     def __init__(self, data: bytes, command: str) -> None:
         """`data` is `command` encoded (utf-8, surrogateescape)."""
@@ -369,7 +362,9 @@ class _Builder(_WordBuilder):
                     self.script.flags.add("gap")
             part.redirects.extend(redirects)
             src = self.text(node)
-            part.src = src.split("\n", 1)[0] if heredoc or _has_heredoc(redirects) else src
+            part.src = (
+                src.split("\n", 1)[0] if heredoc or any(r.is_heredoc for r in redirects) else src
+            )
             made = [part]
         elif body is not None and body.type in ("list", "pipeline") and redirects:
             # tree-sitter-bash hangs `a && b <<EOF` / `a | b > f` on the whole list; in bash
@@ -425,8 +420,16 @@ class _Builder(_WordBuilder):
                 redirects.extend(self.redirect(child, None))
             elif ct == "command_name":
                 inner = child.named_children
-                w = self.word(inner[0]) if len(inner) == 1 else self.word_of(child, inner)
-                words.append(w)
+                if len(inner) == 1:
+                    name = inner[0]
+                    if asc is not None and name.type == "word" and not name.child_count:
+                        text = asc[name.start_byte : name.end_byte]
+                        if "\\" not in text:
+                            words.append(Word(text, [Seg("lit", text, False)], "word"))
+                            continue
+                    words.append(self.word(name))
+                else:
+                    words.append(self.word_of(child, inner))
             elif ct == "$" and not child.is_named:
                 pending_dollar = True  # `$"..."` (translated string): a `$` then a string
             elif child.is_named and ct != "comment":

@@ -122,16 +122,20 @@ def _has_gap(root: Node, data: bytes, recovered: set[int]) -> bool:
     tokens are visited in source order with a cursor (no list of children is built)."""
     pos = 0
     cur = root.walk()
+    first_child = cur.goto_first_child
+    next_sibling = cur.goto_next_sibling
+    parent = cur.goto_parent
+    whole = _GAP_WHOLE
     while True:
         n = cur.node
         assert n is not None
-        if n.kind_id in _GAP_WHOLE or not cur.goto_first_child():
+        if n.kind_id in whole or not first_child():
             start = n.start_byte
             if start > pos and data[pos:start].strip(_BLANK) and pos not in recovered:
                 return True
             end = n.end_byte
             if end > pos:
                 pos = end
-            while not cur.goto_next_sibling():
-                if not cur.goto_parent():
+            while not next_sibling():
+                if not parent():
                     return bool(data[pos:].strip(_BLANK))
