@@ -194,7 +194,11 @@ class _Builder(_WordBuilder):
                 continue
             if not child.is_named:
                 continue
-            if ct in _STATEMENTS or ct == "ERROR":
+            if ct == "command":  # the commonest statement (what `statement` does with it)
+                part = self.command(child, pipe_prev)
+                last = [part]
+                made.append(part)
+            elif ct in _STATEMENTS or ct == "ERROR":
                 last = self.statement(child, pipe_prev)
                 made.extend(last)
             elif ct in _WORDISH:
