@@ -54,13 +54,21 @@ class _WordBuilder:
             )
             if t == "number" or not ("\\" in text or node.child_count):
                 return Word(text, [Seg("lit", text, False)], t)
+        elif t == "raw_string" or t == "simple_expansion":
+            # 'text' and $NAME: one segment (what `segs` makes of them)
+            text = self.text(node)
+            if t == "raw_string":
+                return Word(text, [Seg("lit", text[1:-1], True)], t)
+            return Word(text, [Seg("var", text[1:], False)], t)
         segs: list[Seg] = []
         self.segs(node, False, segs)
         return Word(self.text(node), segs, t)
 
     def segs(self, node: Node, quoted: bool, out: list[Seg]) -> None:
         t = node.type
-        if (
+        if t == "string" or t == "translated_string":
+            self.dquoted(node, out)
+        elif (
             t == "word"
             or t == "number"
             or t
@@ -82,8 +90,6 @@ class _WordBuilder:
             out.append(Seg("lit", self.text(node)[1:-1], True))
         elif t == "ansi_c_string":
             out.append(Seg("lit", decode_ansi_c(self.text(node)[2:-1]), True))
-        elif t == "string" or t == "translated_string":
-            self.dquoted(node, out)
         elif t == "concatenation":
             pos = node.start_byte
             for c in node.children:
