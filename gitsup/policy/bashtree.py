@@ -95,10 +95,17 @@ _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirec
 
 
 class _Builder(_WordBuilder):
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, command: str) -> None:
+        """`data` is `command` encoded (utf-8, surrogateescape)."""
         self.data = data
+        # An ASCII command's byte offsets are its character offsets: its text is sliced
+        # from the string instead of decoded from the bytes.
+        self.ascii = command if command.isascii() else None
         self.parts: list[Part] = []
-        self.script = Script(src=data.decode("utf-8", "surrogateescape"), parts=self.parts)
+        src = command if self.ascii is not None else data.decode("utf-8", "surrogateescape")
+        self.script = Script(src, self.parts)
+        # tree-sitter counts lines by newline bytes: without one, every node is on line 0.
+        self.multiline = b"\n" in data
         self.depth = 0
         self.in_function = 0
         self.recovered: set[int] = set()
@@ -107,7 +114,7 @@ class _Builder(_WordBuilder):
     def add(self, part: Part, node: Node) -> Part:
         part.depth = self.depth
         part.in_function = self.in_function > 0
-        part.line = node.start_point[0]
+        part.line = node.start_point[0] if self.multiline else 0
         self.parts.append(part)
         return part
 
@@ -187,7 +194,11 @@ class _Builder(_WordBuilder):
                 continue
             if not child.is_named:
                 continue
-            if ct in _STATEMENTS or ct == "ERROR":
+            if ct == "command":  # the commonest statement (what `statement` does with it)
+                part = self.command(child, pipe_prev)
+                last = [part]
+                made.append(part)
+            elif ct in _STATEMENTS or ct == "ERROR":
                 last = self.statement(child, pipe_prev)
                 made.extend(last)
             elif ct in _WORDISH:
@@ -326,16 +337,26 @@ class _Builder(_WordBuilder):
         body = node.child_by_field_name("body")
         redirects: list[Redirect] = []
         tails: list[tuple[str, Node]] = []
-        for i, child in enumerate(node.children):
-            if node.field_name_for_child(i) == "redirect" or child.type in _REDIRECTS:
+        children = node.children
+        heredoc = False
+        for i, child in enumerate(children):
+            ct = child.type
+            if ct in _REDIRECTS or node.field_name_for_child(i) == "redirect":
+                if ct == "heredoc_redirect":
+                    heredoc = True
                 redirects.extend(self.redirect(child, tails))
         made: list[Part]
         if body is not None and body.type == "command":
             part = self.command(body, pipe_prev)
             # tree-sitter-bash drops a word such as `-` between the command and a heredoc
             # (`git commit -F - <<'EOF'`): recover it, or refuse to judge the gap.
-            first = next((c for c in node.children if c.start_byte >= body.end_byte), None)
-            gap = self.data[body.end_byte : first.start_byte if first else body.end_byte]
+            body_end = body.end_byte
+            gap_end = body_end
+            for c in children:
+                if c.start_byte >= body_end:
+                    gap_end = c.start_byte
+                    break
+            gap = self.data[body_end:gap_end]
             if gap.strip():
                 text = gap.decode("utf-8", "surrogateescape")
                 if _SAFE_GAP.fullmatch(text):
@@ -344,10 +365,9 @@ class _Builder(_WordBuilder):
                 else:
                     self.script.flags.add("gap")
             part.redirects.extend(redirects)
+            src = self.text(node)
             part.src = (
-                self.text(node).split("\n", 1)[0]
-                if any(r.is_heredoc for r in redirects)
-                else self.text(node)
+                src.split("\n", 1)[0] if heredoc or any(r.is_heredoc for r in redirects) else src
             )
             made = [part]
         elif body is not None and body.type in ("list", "pipeline") and redirects:
@@ -380,23 +400,40 @@ class _Builder(_WordBuilder):
         redirects: list[Redirect] = []
         pending_dollar = False
         prev_end = -1
+        multiline = self.multiline
+        asc = self.ascii
         for child in node.children:
             ct = child.type
-            if prev_end >= 0 and b"\n" in self.data[prev_end : child.start_byte]:
-                gap = self.data[prev_end : child.start_byte]
-                for k in range(len(gap)):
-                    if gap[k] == 10 and (k == 0 or gap[k - 1] != 92):
-                        self.script.flags.add("newline-word")
-                        self.script.glued.append(prev_end + k)
-            prev_end = child.end_byte
+            if multiline:
+                if prev_end >= 0 and b"\n" in self.data[prev_end : child.start_byte]:
+                    gap = self.data[prev_end : child.start_byte]
+                    for k in range(len(gap)):
+                        if gap[k] == 10 and (k == 0 or gap[k - 1] != 92):
+                            self.script.flags.add("newline-word")
+                            self.script.glued.append(prev_end + k)
+                prev_end = child.end_byte
+            if ct == "word" and asc is not None and not pending_dollar and not child.child_count:
+                # the commonest argument, a bare word of one literal segment (as `word` makes it)
+                text = asc[child.start_byte : child.end_byte]
+                if "\\" not in text:
+                    words.append(Word(text, [Seg("lit", text, False)], "word"))
+                    continue
             if ct == "variable_assignment" and not words:
                 assigns.append(self.assign(child))
             elif ct in _REDIRECTS:
                 redirects.extend(self.redirect(child, None))
             elif ct == "command_name":
                 inner = child.named_children
-                w = self.word(inner[0]) if len(inner) == 1 else self.word_of(child, inner)
-                words.append(w)
+                if len(inner) == 1:
+                    name = inner[0]
+                    if asc is not None and name.type == "word" and not name.child_count:
+                        text = asc[name.start_byte : name.end_byte]
+                        if "\\" not in text:
+                            words.append(Word(text, [Seg("lit", text, False)], "word"))
+                            continue
+                    words.append(self.word(name))
+                else:
+                    words.append(self.word_of(child, inner))
             elif ct == "$" and not child.is_named:
                 pending_dollar = True  # `$"..."` (translated string): a `$` then a string
             elif child.is_named and ct != "comment":
@@ -408,15 +445,18 @@ class _Builder(_WordBuilder):
                 pending_dollar = False
         part = Part(
             self.text(node),
-            "cmd",
-            words=words,
-            assigns=assigns,
-            redirects=redirects,
-            pipe_prev=pipe_prev,
+            "cmd" if words else "assign" if assigns else "redirects",
+            words,
+            assigns,
+            redirects,
+            False,
+            pipe_prev,
+            self.depth,
+            self.in_function > 0,
+            node.start_point[0] if self.multiline else 0,
         )
-        if not words:
-            part.kind = "assign" if assigns else "redirects"
-        return self.add(part, node)
+        self.parts.append(part)
+        return part
 
     # -- redirects -----------------------------------------------------------------------
     def redirect(self, node: Node, tails: list[tuple[str, Node]] | None) -> list[Redirect]:
@@ -427,9 +467,8 @@ class _Builder(_WordBuilder):
         if t == "heredoc_redirect":
             start = ""
             body_node: Node | None = None
-            for i, c in enumerate(node.children):
+            for c in node.children:
                 ct = c.type
-                fname = node.field_name_for_child(i)
                 if ct in ("<<", "<<-"):
                     op = ct
                 elif ct == "heredoc_start":
@@ -445,17 +484,10 @@ class _Builder(_WordBuilder):
                 elif ct == "ERROR":
                     self.mark_error(c)
                 elif c.is_named and tails is not None:
-                    tails.append(
-                        (
-                            "pipe"
-                            if ct == "pipeline"
-                            else ("pipe" if fname is None and ct == "pipeline" else "list"),
-                            c,
-                        )
-                    )
+                    tails.append(("pipe" if ct == "pipeline" else "list", c))
                 elif c.is_named:
                     self.statement(c)
-            quoted = any(ch in start for ch in "'\"\\")
+            quoted = "'" in start or '"' in start or "\\" in start
             body = self.text(body_node) if body_node is not None else ""
             if op == "<<-":
                 body = "\n".join(line.lstrip("\t") for line in body.split("\n"))

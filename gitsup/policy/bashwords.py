@@ -21,11 +21,14 @@ class _WordBuilder:
     """The word half of `bashtree._Builder` (it supplies `container`)."""
 
     data: bytes
+    ascii: str | None  # the command when it is ASCII (its offsets are byte offsets)
     parts: list[Part]
     script: Script
     depth: int
 
     def text(self, node: Node) -> str:
+        if self.ascii is not None:
+            return self.ascii[node.start_byte : node.end_byte]
         return self.data[node.start_byte : node.end_byte].decode("utf-8", "surrogateescape")
 
     def container(
@@ -43,16 +46,29 @@ class _WordBuilder:
         t = node.type
         if t == "word" or t == "number":
             # the commonest word: one literal segment (what `segs` makes of it)
-            text = self.text(node)
+            asc = self.ascii
+            text = (
+                asc[node.start_byte : node.end_byte]
+                if asc is not None
+                else self.data[node.start_byte : node.end_byte].decode("utf-8", "surrogateescape")
+            )
             if t == "number" or not ("\\" in text or node.child_count):
                 return Word(text, [Seg("lit", text, False)], t)
+        elif t == "raw_string" or t == "simple_expansion":
+            # 'text' and $NAME: one segment (what `segs` makes of them)
+            text = self.text(node)
+            if t == "raw_string":
+                return Word(text, [Seg("lit", text[1:-1], True)], t)
+            return Word(text, [Seg("var", text[1:], False)], t)
         segs: list[Seg] = []
         self.segs(node, False, segs)
         return Word(self.text(node), segs, t)
 
     def segs(self, node: Node, quoted: bool, out: list[Seg]) -> None:
         t = node.type
-        if (
+        if t == "string" or t == "translated_string":
+            self.dquoted(node, out)
+        elif (
             t == "word"
             or t == "number"
             or t
@@ -74,8 +90,6 @@ class _WordBuilder:
             out.append(Seg("lit", self.text(node)[1:-1], True))
         elif t == "ansi_c_string":
             out.append(Seg("lit", decode_ansi_c(self.text(node)[2:-1]), True))
-        elif t == "string" or t == "translated_string":
-            self.dquoted(node, out)
         elif t == "concatenation":
             pos = node.start_byte
             for c in node.children:

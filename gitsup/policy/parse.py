@@ -76,15 +76,16 @@ def parse_tree(command: str) -> Script:
     data = command.encode("utf-8", "surrogateescape")
     tree = _parser().parse(data)
     root = tree.root_node
-    if _too_deep(root, data):
+    if len(data) >= MAX_NESTING // 2 and _too_deep(root, data):
         return Script(
             src=command, parts=[], has_error=root.has_error, flags={"too-deep"}, error_line=0
         )
-    b = _Builder(data)
+    b = _Builder(data, command)
     b.container(root, None)
-    if not root.has_error and _has_gap(root, data, b.recovered):
+    has_error = root.has_error
+    if not has_error and _has_gap(root, data, b.recovered):
         b.script.flags.add("gap")
-    if root.has_error:
+    if has_error:
         b.script.has_error = True
         if b.script.error_line < 0:
             b.script.error_line = _first_error_line(root)
@@ -106,27 +107,35 @@ def _first_error_line(node: Node) -> int:
     return max(best, 0)
 
 
+_BLANK = b" \t\n\\"
+# Nodes whose text the gap check takes whole (it does not look inside them).
+_GAP_WHOLE = frozenset(
+    k
+    for k in range(_LANGUAGE.node_kind_count)
+    if _LANGUAGE.node_kind_for_id(k)
+    in ("heredoc_body", "comment", "raw_string", "string_content", "heredoc_content", "word")
+)
+
+
 def _has_gap(root: Node, data: bytes, recovered: set[int]) -> bool:
-    """True when some non-blank source text belongs to no token (tree-sitter dropped it)."""
+    """True when some non-blank source text belongs to no token (tree-sitter dropped it). The
+    tokens are visited in source order with a cursor (no list of children is built)."""
     pos = 0
-    stack = [root]
-    while stack:
-        n = stack.pop()
-        if n.child_count == 0 or n.type in (
-            "heredoc_body",
-            "comment",
-            "raw_string",
-            "string_content",
-            "heredoc_content",
-            "word",
-        ):
-            if (
-                n.start_byte > pos
-                and data[pos : n.start_byte].strip(b" \t\n\\")
-                and (pos not in recovered)
-            ):
+    cur = root.walk()
+    first_child = cur.goto_first_child
+    next_sibling = cur.goto_next_sibling
+    parent = cur.goto_parent
+    whole = _GAP_WHOLE
+    while True:
+        n = cur.node
+        assert n is not None
+        if n.kind_id in whole or not first_child():
+            start = n.start_byte
+            if start > pos and data[pos:start].strip(_BLANK) and pos not in recovered:
                 return True
-            pos = max(pos, n.end_byte)
-            continue
-        stack.extend(reversed(n.children))
-    return bool(data[pos:].strip(b" \t\n\\"))
+            end = n.end_byte
+            if end > pos:
+                pos = end
+            while not next_sibling():
+                if not parent():
+                    return bool(data[pos:].strip(_BLANK))
