@@ -35,6 +35,7 @@ def _is_name(prog: str) -> bool:
         ok = _NAMES[prog] = _NAME.match(prog) is not None
     return ok
 
+
 _MUTATORS = frozenset(
     {
         "rm",
