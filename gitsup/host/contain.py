@@ -23,9 +23,11 @@ supervisor left behind.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -242,6 +244,26 @@ def bootstrap_argv(
 
 
 NETNS_DIR = "/var/run/netns"
+
+
+_PREFETCH: list[threading.Thread] = []
+
+
+def prefetch_netns() -> None:
+    """Import pyroute2 in a background thread (its package imports every module it has:
+    about 0.1 s), so that a task's first network namespace does not wait for it: started
+    before the task's worktree is checked out, the import runs while `git` does. Once per
+    process; a missing pyroute2 is left for `isolated_netns` to report."""
+    if _PREFETCH or "pyroute2" in sys.modules:
+        return
+
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            importlib.import_module("pyroute2")
+
+    thread = threading.Thread(target=load, name="gitsup-prefetch-pyroute2", daemon=True)
+    _PREFETCH.append(thread)
+    thread.start()
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gitsup.errors import Exit, GitsupError
 from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo
+from gitsup.host.contain import prefetch_netns
 from gitsup.host.procid import ProcessId
 from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_branch, task_refs
@@ -247,6 +248,8 @@ def run_task(
     on_prepared: Any = None,
     worker_factory: WorkerFactory | None = None,
 ) -> TaskRecord:
+    if spec.isolation.network != "host":
+        prefetch_netns()  # the worker's network namespace needs it once the checkout is done
     record, lease = prepare_task(ctx, spec)
     if on_prepared is not None:
         on_prepared(record)
