@@ -342,13 +342,19 @@ def _compile_methods(cls: type) -> _Methods:
         scalar = _scalar(f.tp)
         if scalar is None:
             ns[f"c{i}"] = f.check
-            test = f"c{i}(self.{f.name})"
+            test = f"c{i}(v)"
         else:
             ns[f"t{i}"] = scalar[0]
-            test = f"isinstance(self.{f.name}, t{i})"
+            test = f"isinstance(v, t{i})"
             if scalar[1]:
-                test += f" and self.{f.name}.__class__ is not bool"
-        check += [f"    if not ({test}):", f"        self._refuse({f.name!r})"]
+                test += " and v.__class__ is not bool"
+        # A field that may be left out is most often UNSET: that passes without the test.
+        unset_ok = "v is UNSET or " if f.check(UNSET) else ""
+        check += [
+            f"    v = self.{f.name}",
+            f"    if not ({unset_ok}{test}):",
+            f"        self._refuse({f.name!r})",
+        ]
     check.append("    return None")
     # A field whose check refuses UNSET is always written; the others only when given.
     to_data = [
