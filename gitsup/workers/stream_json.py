@@ -180,7 +180,7 @@ def _emit(raw: bytes, out: list[str]) -> None:
     """One complete line: `\r\n` tolerated, a blank line dropped."""
     if raw.endswith(b"\r"):
         raw = raw[:-1]
-    if raw.strip():
+    if raw and not raw.isspace():  # not blank (`raw.strip()` without the copy)
         out.append(raw.decode("utf-8", "replace"))
 
 
