@@ -396,3 +396,55 @@ def test_mypy_refuses_a_wrong_field_and_free_form_data(tmp: Path) -> None:
     assert errors == [4, 5, 6], res.stdout  # the last line (an unknown type) is fine
     assert 'Argument "to" to "StateChanged" has incompatible type "int"' in res.stdout
     assert 'Unexpected keyword argument "frm"' in res.stdout
+
+
+# The compiled check of a class against the per-field checks it is generated from.
+_CANDIDATES = [
+    UNSET,
+    None,
+    "s",
+    "",
+    0,
+    7,
+    True,
+    False,
+    1.5,
+    [],
+    ["x"],
+    [1],
+    {},
+    {"k": "v"},
+    {"k": 1},
+    {1: "v"},
+    ("x",),
+    "allow",
+    "deny",
+]
+
+
+@pytest.mark.parametrize("cls", sorted(REGISTRY.values(), key=lambda c: c.TYPE))
+def test_the_compiled_check_refuses_exactly_what_the_field_checks_refuse(cls: type) -> None:
+    """For every field and candidate value (the other fields holding values their own check
+    accepts), the generated check refuses the value exactly when the field's check does,
+    naming that field; a left-out (UNSET) value passes exactly where the field allows it."""
+    from gitsup.store import payload as P
+
+    plan = P._plan(cls)
+    check = P._compile_methods(cls).check
+    good = {}
+    for f in plan:
+        ok = [v for v in _CANDIDATES if f.check is None or f.check(v)]
+        if not ok:
+            pytest.skip(f"no candidate fits {cls.__name__}.{f.name}")
+        good[f.name] = ok[0]
+    for f in plan:
+        for value in _CANDIDATES:
+            obj = object.__new__(cls)
+            for g in plan:
+                object.__setattr__(obj, g.name, value if g is f else good[g.name])
+            fits = f.check is None or f.check(value)
+            if fits:
+                check(obj)
+            else:
+                with pytest.raises(PayloadError, match=rf"^{cls.__name__}\.{f.name}: "):
+                    check(obj)
