@@ -448,3 +448,48 @@ def test_the_compiled_check_refuses_exactly_what_the_field_checks_refuse(cls: ty
             else:
                 with pytest.raises(PayloadError, match=rf"^{cls.__name__}\.{f.name}: "):
                     check(obj)
+
+
+@pytest.mark.parametrize("cls", sorted(REGISTRY.values(), key=lambda c: c.TYPE))
+def test_the_generated_init_does_what_the_dataclass_init_does(cls: type) -> None:
+    """A class's generated `__init__` (fields set through their slots) against the one
+    dataclasses made: the same fields, or the same error and message, over generated calls
+    (missing, unknown and positional arguments, values of every type, defaults and factories)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from gitsup.store import payload as P
+
+    P._compile_methods(cls)
+    original = P._DATACLASS_INIT.get(cls)
+    assert original is not None, f"{cls.__name__} keeps the dataclass __init__"
+    names = [f.name for f in dataclasses.fields(cls)]
+
+    def outcome(init: Any, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str]:
+        obj = object.__new__(cls)
+        try:
+            init(obj, *args, **kwargs)
+        except TypeError as exc:  # PayloadError included
+            return type(exc).__name__, str(exc)
+        return "ok", repr([getattr(obj, n) for n in names])
+
+    # values each field's own check accepts: most generated calls then build a payload
+    good = {}
+    for f in P._plan(cls):
+        good[f.name] = next(v for v in _CANDIDATES if f.check is None or f.check(v))
+
+    @settings(max_examples=80, deadline=None)
+    @given(
+        st.lists(st.sampled_from(_CANDIDATES), max_size=2),
+        st.booleans(),
+        st.dictionaries(st.sampled_from([*names, "bogus"]), st.sampled_from(_CANDIDATES)),
+        st.sets(st.sampled_from(names)),
+    )
+    def same(args: list[Any], base: bool, kwargs: dict[str, Any], left_out: set[str]) -> None:
+        call = {k: v for k, v in good.items() if k not in left_out} if base else {}
+        call.update(kwargs)
+        assert outcome(cls.__init__, args, call) == outcome(original, args, call)
+        assert outcome(cls.__init__, [], good) == outcome(original, [], good)
+
+    same()
+    assert outcome(cls.__init__, [], good)[0] == "ok"
