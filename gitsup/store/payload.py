@@ -308,10 +308,12 @@ def _compile(tp: Any) -> Check | None:
     raise TypeError(f"no check for field type {tp!r}")
 
 
-# --- each class's checks and `to_data`, compiled once --------------------------------------
+# --- each class's checks, `to_data` and `__init__`, compiled once ---------------------------
 # A payload is built and written for every event the supervisor records (one per worker
 # record): its field checks and its `to_data` are generated as plain code per class, the
-# way dataclasses generates `__init__`, instead of looping over the fields each time.
+# way dataclasses generates `__init__`, instead of looping over the fields each time; the
+# first payload of a class also replaces the dataclass's `__init__` with one that sets the
+# slots directly (a frozen dataclass sets each field with `object.__setattr__`).
 
 
 @dataclass(frozen=True, slots=True)
