@@ -402,7 +402,7 @@ def _fast_init(cls: type, check: Callable[[Any], None]) -> Callable[..., None] |
     kw_params: list[str] = []
     body: list[str] = []
     for i, f in enumerate(dataclasses.fields(cls)):
-        slot = cls.__dict__.get(f.name)
+        slot: Any = cls.__dict__.get(f.name)
         if not f.init or type(slot).__name__ != "member_descriptor":
             return None
         ns[f"_s{i}"] = slot.__set__

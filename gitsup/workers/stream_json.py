@@ -275,8 +275,11 @@ def _worker_output(stream: str, text: str, data: dict[str, Any]) -> WorkerOutput
 
 def _message_output(record: Mapping[str, Any], kind: str, limit: int) -> WorkerOutput:
     message = record.get("message")
-    is_map = isinstance(message, _MAPPING)
-    text, uses, results = _summarise(message.get("content") if is_map else None, limit)
+    content = message_id = None
+    if isinstance(message, _MAPPING):
+        content = message.get("content")
+        message_id = message.get("id")
+    text, uses, results = _summarise(content, limit)
     session_id = record.get("session_id")
     uuid = record.get("uuid")
     parent = record.get("parent_tool_use_id")
@@ -285,10 +288,8 @@ def _message_output(record: Mapping[str, Any], kind: str, limit: int) -> WorkerO
         "uuid": uuid if isinstance(uuid, str) else None,
         "parent_tool_use_id": parent if isinstance(parent, str) else None,
     }
-    if is_map:
-        message_id = message.get("id")
-        if isinstance(message_id, str):
-            data["message_id"] = message_id
+    if isinstance(message_id, str):
+        data["message_id"] = message_id
     if uses:
         data["tool_uses"] = uses
     if results:
