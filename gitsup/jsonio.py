@@ -10,9 +10,10 @@ would read differently or refuses:
 - every malformed text, so the error and its message are the standard library's own.
 tests/test_jsonio.py compares the two readers over generated and mutated texts.
 
-Writing stays with the standard library's encoder: the event log's bytes (ASCII escapes,
+Writing gives the standard library encoder's bytes: the event log's bytes (ASCII escapes,
 float forms, `default=str`) are part of what gitsup keeps in Git. `compact_encoder` is that
-encoder without the per-call layers of `json.dumps`.
+encoder without the per-call layers of `json.dumps`; orjson writes only the values it writes
+to the same bytes (strings, integers, booleans, null in dicts and lists).
 """
 
 from __future__ import annotations
@@ -55,6 +56,26 @@ def _refuse(o: Any) -> Any:
     raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
 
+# Values both encoders write alike: orjson writes these types (exact types, not subclasses)
+# as the standard library's C encoder does with separators (",", ":"), down to the escapes
+# of control characters. Floats are not among them (orjson writes 1e+16 as 1e16, NaN as
+# null), nor is anything `default` would turn into a string.
+_SAME = frozenset({str, int, bool, type(None)})
+_DEPTH = 16  # deeper data takes the standard encoder (and its RecursionError)
+
+
+def _plain(value: dict[Any, Any] | list[Any], depth: int) -> bool:
+    """True when `value` holds only `_SAME` values, in dicts and lists (exact types)."""
+    for v in value.values() if value.__class__ is dict else value:
+        c = v.__class__
+        if c in _SAME:
+            continue
+        if (c is dict or c is list) and depth and _plain(v, depth - 1):
+            continue
+        return False
+    return True
+
+
 def compact_encoder(
     *,
     ensure_ascii: bool,
@@ -63,7 +84,14 @@ def compact_encoder(
 ) -> Callable[[Any], str]:
     """`json.dumps(o, separators=…, ensure_ascii=…, default=…)` as one prebuilt function, for
     paths that encode a lot (every worker record, every `ls --json` row). No cycle check: a
-    value that contains itself fails with RecursionError instead of ValueError."""
+    value that contains itself fails with RecursionError instead of ValueError.
+
+    With the compact separators, a dict or list of plain values (`_plain`) is written by
+    orjson, several times faster, and the result is the standard encoder's to the byte: what
+    orjson refuses (a key that is not a str, an integer past 64 bits, a lone surrogate) and,
+    with `ensure_ascii`, any text orjson writes with a byte the standard encoder escapes
+    (non-ASCII, DEL), is written by the standard encoder instead. tests/test_jsonio.py
+    compares the two over generated values."""
     make: Any = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - a Python without the C accelerator
         return json.JSONEncoder(
@@ -76,4 +104,19 @@ def compact_encoder(
     def dumps(o: Any) -> str:
         return "".join(encode(o, 0))
 
-    return dumps
+    if orjson is None or separators != (",", ":"):
+        return dumps
+
+    def dumps_fast(o: Any) -> str:
+        if (o.__class__ is dict or o.__class__ is list) and _plain(o, _DEPTH):
+            try:
+                raw = orjson.dumps(o)
+            except TypeError:  # orjson.JSONEncodeError
+                return "".join(encode(o, 0))
+            if not ensure_ascii:
+                return raw.decode()
+            if raw.isascii() and b"\x7f" not in raw:
+                return raw.decode("ascii")
+        return "".join(encode(o, 0))
+
+    return dumps_fast

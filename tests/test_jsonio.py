@@ -4,6 +4,7 @@ writes."""
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import Any
 
@@ -163,3 +164,82 @@ def test_the_compact_encoder_refuses_what_json_dumps_refuses() -> None:
     with pytest.raises(TypeError, match="not JSON serializable"):
         encode({"a": object()})
     assert jsonio.compact_encoder(ensure_ascii=True, default=str)({"p": 1j}) == '{"p":"1j"}'
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+class Shade(enum.StrEnum):
+    DARK = "dark"
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+class Name(str):
+    pass
+
+
+class Count(int):
+    pass
+
+
+# What orjson writes differently from the standard encoder, or refuses, next to the values it
+# writes alike: floats (1e+16 as 1e16, NaN as null), integers past 64 bits, enums, str and int
+# subclasses, tuples, non-str keys, DEL, control characters, non-ASCII, lone surrogates.
+odd_scalars = (
+    scalars
+    | st.text(
+        alphabet=st.sampled_from(["a", "\x7f", "\x00", "\x1f", "\n", '"', "\\", "é", "\ud800"])
+    )
+    | st.integers(min_value=2**63 - 2, max_value=2**64 + 2)
+    | st.integers(min_value=-(2**63) - 2, max_value=-(2**63) + 2)
+    | st.sampled_from([Colour.RED, Shade.DARK, Level.HIGH, Name("n"), Count(7), 1e16, 1e-7, 0.5])
+    | st.sampled_from([float("nan"), float("inf"), -0.0, 2.5e-320])
+)
+odd_keys = st.text(max_size=4) | st.sampled_from([Name("k"), 1, 2.5, True, None, "\x7f", "é"])
+odd_values = st.recursive(
+    odd_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(odd_keys, inner, max_size=4)
+    ),
+    max_leaves=16,
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(odd_values, st.booleans())
+def test_the_orjson_path_writes_what_json_dumps_writes(value: Any, ascii_only: bool) -> None:
+    """The compact encoder hands plain dicts and lists to orjson: byte for byte the standard
+    encoder's text, whatever the value holds."""
+    encode = jsonio.compact_encoder(ensure_ascii=ascii_only, default=str)
+    for v in (value, [value], {"k": value}):
+        assert encode(v) == json.dumps(
+            v, separators=(",", ":"), ensure_ascii=ascii_only, default=str
+        )
+
+
+def test_the_orjson_path_is_taken_for_plain_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dict of plain values is written by orjson (the generated tests above compare its
+    text), anything else by the standard encoder."""
+    if jsonio.orjson is None:
+        pytest.skip("no orjson on this platform")
+    calls: list[Any] = []
+    real = jsonio.orjson.dumps
+
+    def spy(o: Any) -> bytes:
+        calls.append(o)
+        return real(o)
+
+    monkeypatch.setattr(jsonio.orjson, "dumps", spy)
+    encode = jsonio.compact_encoder(ensure_ascii=True, default=str)
+    plain = {"a": ["x", 1, True, None, {"b": "\n"}], "c": -(2**63)}
+    assert encode(plain) == json.dumps(plain, separators=(",", ":"), default=str)
+    assert calls == [plain]
+    for other in ({"f": 1.5}, {"e": Colour.RED}, {1: "x"}, {"t": ("x",)}, "s", {"s": Name("n")}):
+        assert encode(other) == json.dumps(other, separators=(",", ":"), default=str)
+    assert calls == [plain, {1: "x"}]  # orjson refuses the int key: the standard encoder writes it

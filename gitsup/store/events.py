@@ -73,6 +73,10 @@ class Event:
 
 
 _new_event = object.__new__
+# The append's system calls and clock, bound once (it runs for every worker record).
+_flock, _LOCK_EX, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN
+_lseek, _SEEK_END, _os_write = os.lseek, os.SEEK_END, os.write
+_time_ns = time.time_ns
 
 
 def _cap(data: dict[str, Any], limit: int) -> dict[str, Any]:
@@ -266,17 +270,18 @@ class EventLog:
                 f',"task":{json.dumps(self.task)},"type":{json.dumps(type)},"data":'
             )
         fd = self._fd
-        if fd is not None and self._known_seq is not None:
+        seq = self._known_seq
+        if fd is not None and seq is not None:
             # The common case, without the general lock loop of `locked()`: the file is the
             # one we last appended to and nobody wrote since (its size is ours, and a
             # rotation always appends a marker line to the file it renames away).
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _flock(fd, _LOCK_EX)
             try:
-                size = os.lseek(fd, 0, os.SEEK_END)  # the file's size (appends ignore offsets)
+                size = _lseek(fd, 0, _SEEK_END)  # the file's size (appends ignore offsets)
                 if size == self._known_size:
-                    return self._write(fd, size, self._known_seq + 1, type, head, body, payload)
+                    return self._write(fd, size, seq + 1, type, head, body, payload)
             finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                _flock(fd, _LOCK_UN)
         with self.locked() as fd:
             size = self._locked_size
             if size == self._known_size and self._known_seq is not None:
@@ -294,17 +299,23 @@ class EventLog:
         # Under the lock: ts never goes back as seq goes up. Whole microseconds, written as
         # seconds with six decimals; as a float, the double nearest to the written number
         # (an exact integer divided by an exact power of ten rounds once, as parsing does).
-        us = time.time_ns() // 1000
-        sec, frac = divmod(us, 1_000_000)
-        ts = us / 1e6
-        line = f'{{"seq":{seq},"ts":{sec}.{frac:06d}{head}{body}}}\n'.encode()
-        written = os.write(fd, line)
+        us = _time_ns() // 1000
+        digits = str(us)
+        if us < 1_000_000:  # pragma: no cover - a clock before 1970-01-01T00:00:01
+            digits = f"{us // 1_000_000}{us % 1_000_000:06d}"
+        line = f'{{"seq":{seq},"ts":{digits[:-6]}.{digits[-6:]}{head}{body}}}\n'.encode()
+        written = _os_write(fd, line)
         # O_APPEND under our lock: the file is exactly `line` longer (a short write
         # would leave a torn line, repaired by the next append's tail read).
         self._known_seq = seq if written == len(line) else None
         self._known_size = size + written
         ev = _new_event(Event)  # frozen: its fields set once, without the per-field setattr
-        ev.__dict__.update(seq=seq, ts=ts, task=self.task, type=type, data=payload)
+        fields = ev.__dict__
+        fields["seq"] = seq
+        fields["ts"] = us / 1e6
+        fields["task"] = self.task
+        fields["type"] = type
+        fields["data"] = payload
         return ev
 
     def last_seq(self) -> int:

@@ -308,10 +308,12 @@ def _compile(tp: Any) -> Check | None:
     raise TypeError(f"no check for field type {tp!r}")
 
 
-# --- each class's checks and `to_data`, compiled once --------------------------------------
+# --- each class's checks, `to_data` and `__init__`, compiled once ---------------------------
 # A payload is built and written for every event the supervisor records (one per worker
 # record): its field checks and its `to_data` are generated as plain code per class, the
-# way dataclasses generates `__init__`, instead of looping over the fields each time.
+# way dataclasses generates `__init__`, instead of looping over the fields each time; the
+# first payload of a class also replaces the dataclass's `__init__` with one that sets the
+# slots directly (a frozen dataclass sets each field with `object.__setattr__`).
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,13 +344,19 @@ def _compile_methods(cls: type) -> _Methods:
         scalar = _scalar(f.tp)
         if scalar is None:
             ns[f"c{i}"] = f.check
-            test = f"c{i}(self.{f.name})"
+            test = f"c{i}(v)"
         else:
             ns[f"t{i}"] = scalar[0]
-            test = f"isinstance(self.{f.name}, t{i})"
+            test = f"isinstance(v, t{i})"
             if scalar[1]:
-                test += f" and self.{f.name}.__class__ is not bool"
-        check += [f"    if not ({test}):", f"        self._refuse({f.name!r})"]
+                test += " and v.__class__ is not bool"
+        # A field that may be left out is most often UNSET: that passes without the test.
+        unset_ok = "v is UNSET or " if f.check(UNSET) else ""
+        check += [
+            f"    v = self.{f.name}",
+            f"    if not ({unset_ok}{test}):",
+            f"        self._refuse({f.name!r})",
+        ]
     check.append("    return None")
     # A field whose check refuses UNSET is always written; the others only when given.
     to_data = [
@@ -372,7 +380,51 @@ def _compile_methods(cls: type) -> _Methods:
     if "to_data" not in cls.__dict__ and "__post_init__" not in cls.__dict__:
         cls.__post_init__ = got.check  # type: ignore[attr-defined]
         cls.to_data = got.to_data  # type: ignore[attr-defined]
+        init = _fast_init(cls, got.check)
+        if init is not None:
+            _DATACLASS_INIT[cls] = cls.__dict__["__init__"]  # for tests/store/test_eventtypes.py
+            cls.__init__ = init  # type: ignore[misc]
     return got
+
+
+_DATACLASS_INIT: dict[type, Callable[..., None]] = {}
+
+
+def _fast_init(cls: type, check: Callable[[Any], None]) -> Callable[..., None] | None:
+    """The dataclass's own `__init__` (same parameters, defaults, factories and errors), each
+    field set through its slot instead of `object.__setattr__`, then the class's checks; None
+    when the class is not the plain frozen slots dataclass this is written for."""
+    init = cls.__dict__.get("__init__")
+    if init is None or init.__qualname__ != f"{cls.__qualname__}.__init__":
+        return None
+    ns: dict[str, Any] = {"_check": check, "_HAS": object()}
+    params: list[str] = []
+    kw_params: list[str] = []
+    body: list[str] = []
+    for i, f in enumerate(dataclasses.fields(cls)):
+        slot: Any = cls.__dict__.get(f.name)
+        if not f.init or type(slot).__name__ != "member_descriptor":
+            return None
+        ns[f"_s{i}"] = slot.__set__
+        value = f.name
+        if f.default_factory is not dataclasses.MISSING:
+            ns[f"_f{i}"] = f.default_factory
+            param = f"{f.name}=_HAS"
+            value = f"_f{i}() if {f.name} is _HAS else {f.name}"
+        elif f.default is not dataclasses.MISSING:
+            ns[f"_d{i}"] = f.default
+            param = f"{f.name}=_d{i}"
+        else:
+            param = f.name
+        (kw_params if f.kw_only else params).append(param)
+        body.append(f"    _s{i}(self, {value})")
+    head = ", ".join(["self", *params, *(["*", *kw_params] if kw_params else [])])
+    exec(f"def __init__({head}):\n" + "\n".join([*body, "    _check(self)"]), ns)
+    fast: Callable[..., None] = ns["__init__"]
+    fast.__qualname__ = init.__qualname__
+    fast.__doc__ = init.__doc__
+    fast.__annotations__ = dict(getattr(init, "__annotations__", {}))
+    return fast
 
 
 # --- the schema table of docs/events.md --------------------------------------------------

@@ -180,7 +180,7 @@ def _emit(raw: bytes, out: list[str]) -> None:
     """One complete line: `\r\n` tolerated, a blank line dropped."""
     if raw.endswith(b"\r"):
         raw = raw[:-1]
-    if raw.strip():
+    if raw and not raw.isspace():  # not blank (`raw.strip()` without the copy)
         out.append(raw.decode("utf-8", "replace"))
 
 
@@ -259,26 +259,47 @@ def _summarise(content: Any, limit: int) -> tuple[str, list[dict[str, Any]], lis
     return _clip("\n".join(parts), limit), uses, results
 
 
+_new = object.__new__
+
+
+def _worker_output(stream: str, text: str, data: dict[str, Any]) -> WorkerOutput:
+    """`WorkerOutput(stream, text, data)` without the frozen dataclass's per-field setattr
+    (one per assistant/user record)."""
+    ev = _new(WorkerOutput)
+    fields = ev.__dict__
+    fields["stream"] = stream
+    fields["text"] = text
+    fields["data"] = data
+    return ev
+
+
 def _message_output(record: Mapping[str, Any], kind: str, limit: int) -> WorkerOutput:
     message = record.get("message")
-    content = message.get("content") if isinstance(message, _MAPPING) else None
+    content = message_id = None
+    if isinstance(message, _MAPPING):
+        content = message.get("content")
+        message_id = message.get("id")
     text, uses, results = _summarise(content, limit)
+    session_id = record.get("session_id")
+    uuid = record.get("uuid")
+    parent = record.get("parent_tool_use_id")
     data: dict[str, Any] = {
-        "session_id": _str(record.get("session_id")),
-        "uuid": _str(record.get("uuid")),
-        "parent_tool_use_id": _str(record.get("parent_tool_use_id")),
+        "session_id": session_id if isinstance(session_id, str) else None,
+        "uuid": uuid if isinstance(uuid, str) else None,
+        "parent_tool_use_id": parent if isinstance(parent, str) else None,
     }
-    if isinstance(message, _MAPPING) and isinstance(message.get("id"), str):
-        data["message_id"] = message["id"]
+    if isinstance(message_id, str):
+        data["message_id"] = message_id
     if uses:
         data["tool_uses"] = uses
     if results:
         data["tool_results"] = results
-    if isinstance(record.get("error"), str):  # a synthetic API-error assistant message
-        data["error"] = redact_text(record["error"])
+    error = record.get("error")
+    if isinstance(error, str):  # a synthetic API-error assistant message
+        data["error"] = redact_text(error)
     if record.get("isReplay") is True:
         data["is_replay"] = True
-    return WorkerOutput(stream=kind, text=text, data=data)
+    return _worker_output(kind, text, data)
 
 
 def _number(value: Any) -> float | None:

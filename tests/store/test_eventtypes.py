@@ -396,3 +396,102 @@ def test_mypy_refuses_a_wrong_field_and_free_form_data(tmp: Path) -> None:
     assert errors == [4, 5, 6], res.stdout  # the last line (an unknown type) is fine
     assert 'Argument "to" to "StateChanged" has incompatible type "int"' in res.stdout
     assert 'Unexpected keyword argument "frm"' in res.stdout
+
+
+# The compiled check of a class against the per-field checks it is generated from.
+_CANDIDATES = [
+    UNSET,
+    None,
+    "s",
+    "",
+    0,
+    7,
+    True,
+    False,
+    1.5,
+    [],
+    ["x"],
+    [1],
+    {},
+    {"k": "v"},
+    {"k": 1},
+    {1: "v"},
+    ("x",),
+    "allow",
+    "deny",
+]
+
+
+@pytest.mark.parametrize("cls", sorted(REGISTRY.values(), key=lambda c: c.TYPE))
+def test_the_compiled_check_refuses_exactly_what_the_field_checks_refuse(cls: type) -> None:
+    """For every field and candidate value (the other fields holding values their own check
+    accepts), the generated check refuses the value exactly when the field's check does,
+    naming that field; a left-out (UNSET) value passes exactly where the field allows it."""
+    from gitsup.store import payload as P
+
+    plan = P._plan(cls)
+    check = P._compile_methods(cls).check
+    good = {}
+    for f in plan:
+        ok = [v for v in _CANDIDATES if f.check is None or f.check(v)]
+        if not ok:
+            pytest.skip(f"no candidate fits {cls.__name__}.{f.name}")
+        good[f.name] = ok[0]
+    for f in plan:
+        for value in _CANDIDATES:
+            obj = object.__new__(cls)
+            for g in plan:
+                object.__setattr__(obj, g.name, value if g is f else good[g.name])
+            fits = f.check is None or f.check(value)
+            if fits:
+                check(obj)
+            else:
+                with pytest.raises(PayloadError, match=rf"^{cls.__name__}\.{f.name}: "):
+                    check(obj)
+
+
+@pytest.mark.parametrize("cls", sorted(REGISTRY.values(), key=lambda c: c.TYPE))
+def test_the_generated_init_does_what_the_dataclass_init_does(cls: type) -> None:
+    """A class's generated `__init__` (fields set through their slots) against the one
+    dataclasses made: the same fields, or the same error and message, over generated calls
+    (missing, unknown and positional arguments, values of every type, defaults and factories)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from gitsup.store import payload as P
+
+    P._compile_methods(cls)
+    original = P._DATACLASS_INIT.get(cls)
+    assert original is not None, f"{cls.__name__} keeps the dataclass __init__"
+    names = [f.name for f in dataclasses.fields(cls)]
+
+    def outcome(init: Any, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str]:
+        obj = object.__new__(cls)
+        try:
+            init(obj, *args, **kwargs)
+        except TypeError as exc:  # PayloadError included
+            return type(exc).__name__, str(exc)
+        return "ok", repr([getattr(obj, n) for n in names])
+
+    # values each field's own check accepts: most generated calls then build a payload
+    fitting = {
+        f.name: [v for v in _CANDIDATES if f.check is None or f.check(v)] for f in P._plan(cls)
+    }
+    good = {name: values[0] for name, values in fitting.items()}
+
+    @settings(max_examples=80, deadline=None)
+    @given(
+        st.lists(st.sampled_from(_CANDIDATES), max_size=2),
+        st.fixed_dictionaries({k: st.sampled_from(v) for k, v in fitting.items()}),
+        st.dictionaries(st.sampled_from([*names, "bogus"]), st.sampled_from(_CANDIDATES)),
+        st.sets(st.sampled_from(names)),
+    )
+    def same(
+        args: list[Any], base: dict[str, Any], kwargs: dict[str, Any], left_out: set[str]
+    ) -> None:
+        for call in ({k: v for k, v in base.items() if k not in left_out}, {**base, **kwargs}):
+            assert outcome(cls.__init__, [], call) == outcome(original, [], call)
+        assert outcome(cls.__init__, args, kwargs) == outcome(original, args, kwargs)
+
+    same()
+    assert outcome(cls.__init__, [], good)[0] == "ok"

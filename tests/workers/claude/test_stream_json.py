@@ -450,3 +450,84 @@ def test_encoded_records_frame_back() -> None:
     stream = user_message("a\nb", "u") + interrupt_request("i") + control_error("c", "x\ny")
     framer = LineFramer()
     assert len(framer.feed(stream)) == 3
+
+
+# --- the per-record shortcuts against the general code they stand for --------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(
+        st.binary(max_size=6)
+        | st.text(alphabet=" \t\r\x0b\x0c\x1c\x85\xa0x{}", max_size=6).map(str.encode),
+        max_size=10,
+    )
+)
+def test_blank_lines_are_those_strip_empties(lines: list[bytes]) -> None:
+    """The framer's blank-line test (no copy of the line) drops exactly the lines that
+    `bytes.strip()` empties."""
+    stream = b"".join(line.replace(b"\n", b"") + b"\n" for line in lines)
+    expected = []
+    for raw in stream.split(b"\n")[:-1]:
+        raw = raw[:-1] if raw.endswith(b"\r") else raw
+        if raw.strip():
+            expected.append(raw.decode("utf-8", "replace"))
+    assert LineFramer().feed(stream) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    record=st.fixed_dictionaries(
+        {"type": st.sampled_from(["assistant", "user"])},
+        optional={
+            "message": st.one_of(
+                st.none(),
+                st.text(max_size=5),
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "id": st.one_of(st.none(), st.integers(), st.text(max_size=5)),
+                        "content": st.one_of(
+                            st.text(max_size=20),
+                            st.lists(
+                                st.fixed_dictionaries(
+                                    {"type": st.sampled_from(["text", "tool_use", "x"])},
+                                    optional={"text": st.text(max_size=10), "name": st.text()},
+                                ),
+                                max_size=3,
+                            ),
+                        ),
+                    },
+                ),
+            ),
+            "session_id": st.one_of(st.none(), st.integers(), st.text(max_size=5)),
+            "uuid": st.one_of(st.none(), st.booleans(), st.text(max_size=5)),
+            "parent_tool_use_id": st.one_of(st.none(), st.text(max_size=5)),
+            "error": st.one_of(st.none(), st.integers(), st.text(max_size=12)),
+            "isReplay": st.one_of(st.none(), st.booleans(), st.integers()),
+        },
+    )
+)
+def test_message_output_is_the_dataclass_it_stands_for(record: dict[str, Any]) -> None:
+    """An assistant/user record's WorkerOutput is built in its dict: it is the same object
+    the dataclass's own constructor makes (fields, equality, hash, repr)."""
+    ev = parse_record(json.dumps(record))
+    assert type(ev) is WorkerOutput
+    made = WorkerOutput(ev.stream, ev.text, ev.data)
+    assert vars(ev) == vars(made)
+    assert list(vars(ev)) == list(vars(made))
+    assert ev == made and repr(ev) == repr(made)
+    with pytest.raises(AttributeError):
+        ev.text = "x"  # type: ignore[misc]
+    message = record.get("message")
+    ids = {
+        k: v if isinstance(v, str) else None
+        for k in ("session_id", "uuid", "parent_tool_use_id")
+        for v in [record.get(k)]
+    }
+    assert {k: ev.data[k] for k in ids} == ids
+    mid = message.get("id") if isinstance(message, dict) else None
+    assert ev.data.get("message_id") == (mid if isinstance(mid, str) else None)
+    assert ("message_id" in ev.data) == isinstance(mid, str)
+    assert ev.data.get("is_replay") is (True if record.get("isReplay") is True else None)
+    assert ("error" in ev.data) == isinstance(record.get("error"), str)
