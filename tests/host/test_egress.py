@@ -373,3 +373,26 @@ def test_a_bad_sup_egress_entry_fails_the_task_instead_of_opening_the_network(
     assert any("registry-without-port" in r for r in rec.reasons), rec.reasons
     assert not [e for e in events if e.type == "worker_started"]
     assert echo.accepted == 0
+
+
+def test_pyroute2_is_imported_once_in_the_background_for_a_task_start() -> None:
+    """`prefetch_netns` (called by `run_task` before the checkout when the task's processes
+    get a namespace) imports pyroute2 in one daemon thread, once per process."""
+    code = (
+        "import sys\n"
+        "from gitsup.host import contain\n"
+        "assert 'pyroute2' not in sys.modules\n"
+        "contain.prefetch_netns()\n"
+        "contain.prefetch_netns()\n"
+        "assert len(contain._PREFETCH) == 1\n"
+        "thread = contain._PREFETCH[0]\n"
+        "assert thread.daemon\n"
+        "thread.join(60)\n"
+        "assert 'pyroute2' in sys.modules\n"
+        "contain.prefetch_netns()\n"
+        "assert len(contain._PREFETCH) == 1\n"
+        "print('ok')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "ok"
