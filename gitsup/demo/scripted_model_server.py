@@ -258,6 +258,10 @@ class ScriptHandler(BaseHTTPRequestHandler):
         for name, value in self.extra_headers:
             self.send_header(name, value)
         self.send_header("transfer-encoding", "chunked")
+        if self.close_connection:
+            # a fault closes the connection after its answer: said, so that a client does not
+            # send its retry down a socket about to be closed (it would see a reset instead)
+            self.send_header("connection", "close")
         self.end_headers()
 
     def _chunk(self, data: bytes) -> None:
