@@ -100,8 +100,10 @@ def watch_cmd(
         rows = board.refresh(keep_events=json_out and not first)
         return [r for r in rows if r.attention] if attention else rows
 
+    ended = ("completed", "blocked", "failed", "stopped")
+
     def running(rows: list[TaskStatus]) -> bool:
-        return any(r.state not in ("completed", "blocked", "failed", "stopped") for r in rows)
+        return any(r.state not in ended for r in rows)
 
     if tty:
         import shutil
@@ -124,12 +126,18 @@ def watch_cmd(
         return
     last: dict[str, Any] = {}
     first = True
+    seen_running: set[str] = set()  # tasks this watch saw running, and those whose
+    finished: set[str] = set()  # `task_finished` it streamed
+    settle_until: float | None = None
     while True:
         rows = snapshot(first)
         now = time.time()
         if json_out:
             for ev in board.new_events:
+                if ev.get("type") == "task_finished":
+                    finished.add(str(ev.get("task")))
                 emit_jsonl({"kind": "event", **ev})
+            seen_running.update(r.id for r in rows if r.state not in ended)
         for r in rows:
             key = (r.state, r.status, r.turns, r.cost_usd, r.waiting_for, tuple(r.attention))
             if last.get(r.id) == key and not once:
@@ -142,8 +150,19 @@ def watch_cmd(
                 out(f"{stamp} {plain_line(r, now)}")
         sys.stdout.flush()
         first = False
-        if once or (until_done and not running(rows)):
+        if once:
             return
+        if until_done and not running(rows):
+            # A task's record turns terminal a moment before its last events (`task_finished`)
+            # reach its log: the stream waits for them, a few seconds at most.
+            if not json_out or seen_running <= finished:
+                return
+            if settle_until is None:
+                settle_until = now + 5.0
+            elif now >= settle_until:
+                return
+        else:
+            settle_until = None
         time.sleep(interval)
 
 
