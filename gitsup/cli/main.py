@@ -43,10 +43,13 @@ def _main(
 
 def _coerce_lazily() -> None:
     """typer checks every parameter's value with a pydantic TypeAdapter that it builds before
-    it looks at the value: the first one imports pydantic (about 100 ms, more than a read
-    command's own work). A `str` or `bool` parameter whose value the parser already gave as
-    that type (or did not give at all) needs no conversion; only other values get the adapter.
-    Without typer's internals as expected this does nothing (all values go to pydantic)."""
+    it looks at the value: the first one imports pydantic's validators (about 100 ms, more
+    than a read command's own work), and each costs a few milliseconds more. A value that
+    needs no conversion needs no adapter: an option not given (typer's own code answers it
+    before any conversion), a `str` or `bool` the parser already gave as that type, a
+    `list[str]` given as strings. Only other values get the adapter, built when first
+    needed. Without typer's internals as expected this does nothing (all values go to
+    pydantic)."""
     try:
         from typer import core
         from typer._coercion import PassThroughRuntimeParam, build_runtime_param
@@ -60,6 +63,12 @@ def _coerce_lazily() -> None:
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             if type(value) is self.annotation:
                 return value
+            if (
+                self.annotation == list[str]
+                and type(value) in (tuple, list)
+                and all(type(v) is str for v in value)
+            ):
+                return list(value)
             full = build_runtime_param(param.type_descriptor)
             param._runtime_param = full
             return full._coerce_value(value, param=param, ctx=ctx)
@@ -68,8 +77,7 @@ def _coerce_lazily() -> None:
 
     def get_runtime_param(self: Any) -> Any:
         desc = self.type_descriptor
-        plain = desc.annotation is str or desc.annotation is bool
-        if plain and self._runtime_param is None and desc.file_annotation is None:
+        if self._runtime_param is None and desc.file_annotation is None:
             return AsGiven(annotation=desc.annotation, parameter_info=desc.parameter_info)
         return original(self)
 

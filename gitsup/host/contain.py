@@ -23,11 +23,11 @@ supervisor left behind.
 from __future__ import annotations
 
 import contextlib
-import importlib
+import ctypes
+import functools
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -246,24 +246,12 @@ def bootstrap_argv(
 NETNS_DIR = "/var/run/netns"
 
 
-_PREFETCH: list[threading.Thread] = []
-
-
-def prefetch_netns() -> None:
-    """Import pyroute2 in a background thread (its package imports every module it has:
-    about 0.1 s), so that a task's first network namespace does not wait for it: started
-    before the task's worktree is checked out, the import runs while `git` does. Once per
-    process; a missing pyroute2 is left for `isolated_netns` to report."""
-    if _PREFETCH or "pyroute2" in sys.modules:
-        return
-
-    def load() -> None:
-        with contextlib.suppress(Exception):
-            importlib.import_module("pyroute2")
-
-    thread = threading.Thread(target=load, name="gitsup-prefetch-pyroute2", daemon=True)
-    _PREFETCH.append(thread)
-    thread.start()
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library for pyroute2's namespace calls. Given none, pyroute2 looks it up with
+    `ctypes.util.find_library`, which runs `ldconfig -p` in each child it forks: two
+    processes per namespace."""
+    return ctypes.CDLL(None, use_errno=True)
 
 
 @contextlib.contextmanager
@@ -275,14 +263,14 @@ def isolated_netns(label: str) -> Iterator[str]:
         raise GitsupError("network isolation needs pyroute2") from exc
     name = f"gitsup-{label}-{os.getpid()}-{os.urandom(3).hex()}"
     try:
-        netns.create(name)
+        netns.create(name, libc=_libc())
     except (OSError, Exception) as exc:
         raise GitsupError(
             f"cannot create a network namespace: {exc}",
             hint='network = "none" needs CAP_SYS_ADMIN; use network = "host" here',
         ) from exc
     try:
-        ns = NetNS(name)
+        ns = NetNS(name, libc=_libc())
         try:
             idx = ns.link_lookup(ifname="lo")
             if idx:
@@ -292,13 +280,12 @@ def isolated_netns(label: str) -> Iterator[str]:
         yield os.path.join(NETNS_DIR, name)
     finally:
         with contextlib.suppress(Exception):
-            netns.remove(name)
+            netns.remove(name, libc=_libc())
 
 
 def netns_available() -> str | None:
     """None when this host can create network namespaces, else why not (cheap: a thread
     unshares its own network namespace and ends)."""
-    import ctypes
     import importlib.util
     import threading
 
@@ -307,8 +294,7 @@ def netns_available() -> str | None:
     err: list[str] = []
 
     def probe() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.unshare(0x40000000) != 0:  # CLONE_NEWNET, this thread only
+        if _libc().unshare(0x40000000) != 0:  # CLONE_NEWNET, this thread only
             err.append(os.strerror(ctypes.get_errno()))
 
     t = threading.Thread(target=probe)
@@ -350,7 +336,7 @@ def remove_netns(name: str) -> bool:
     from pyroute2 import netns
 
     try:
-        netns.remove(name)
+        netns.remove(name, libc=_libc())
     except Exception:
         return False
     return not os.path.exists(os.path.join(NETNS_DIR, name))

@@ -13,13 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from gitsup.errors import Exit, GitsupError
 from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo
-from gitsup.host.contain import prefetch_netns
 from gitsup.host.procid import ProcessId
 from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_branch, task_refs
+from gitsup.preload import preloading
 from gitsup.state import TERMINAL, State, Status
-from gitsup.store.events import Event, EventLog
-from gitsup.store.eventtypes import TaskStarted
 from gitsup.store.records import TaskLock
 from gitsup.store.suprepo import SupRepo as SupRepo  # re-exported: the commands take it
 from gitsup.store.suprepo import worktree_root as worktree_root
@@ -27,6 +25,7 @@ from gitsup.tasks.listing import LsRow as LsRow  # re-exported: `ls` rows
 
 if TYPE_CHECKING:
     from gitsup.spec import TaskSpec
+    from gitsup.store.events import Event
     from gitsup.store.record import TaskRecord
     from gitsup.supervision.supervisor import EventSink, WorkerFactory
 
@@ -147,7 +146,8 @@ def prepare_task(ctx: SupRepo, spec: TaskSpec, *, detached: bool = False) -> tup
             undo.append(lambda: repo.remove_worktree(task, wt_path))
             pool.install_spare(ctx, spare, wt_path, branch, baseline)
         else:
-            repo.add_worktree(task, wt_path, branch)
+            with preloading(after_checkout(spec)):
+                repo.add_worktree(task, wt_path, branch)
             undo.append(lambda: repo.remove_worktree(task, wt_path))
         from gitsup.git import taskgit as gitstate
 
@@ -170,6 +170,9 @@ def prepare_task(ctx: SupRepo, spec: TaskSpec, *, detached: bool = False) -> tup
             detached=detached,
         )
         store.save(record)
+        from gitsup.store.events import EventLog
+        from gitsup.store.eventtypes import TaskStarted
+
         with EventLog(ctx.layout.events(task), task) as log:
             log.append(
                 TaskStarted(
@@ -188,6 +191,34 @@ def prepare_task(ctx: SupRepo, spec: TaskSpec, *, detached: bool = False) -> tup
             with contextlib.suppress(Exception):
                 step()
         raise
+
+
+# What a task imports once its worktree is checked out, by worker kind and in all (the
+# supervisor's own modules come with gitsup.supervision.supervisor): imported while `git`
+# checks the worktree out. tests/tasks/test_preload.py holds this to the worker factory.
+WORKER_MODULES = {
+    "process": "gitsup.workers.process",
+    "claude": "gitsup.workers.claude.worker",
+    "codex": "gitsup.workers.codex.worker",
+    "acp": "gitsup.workers.acp.worker",
+    "tmux": "gitsup.workers.claude.tmux",
+}
+TASK_MODULES = (
+    "gitsup.git.taskgit",
+    "gitsup.store.record",
+    "gitsup.store.events",
+    "gitsup.supervision.supervisor",
+    "gitsup.host.sandbox",
+)
+
+
+def after_checkout(spec: TaskSpec) -> list[str]:
+    """The modules a task of `spec` imports after its checkout (pyroute2 for a network
+    namespace: its package imports all of its modules, about 0.1 s)."""
+    mods = [*TASK_MODULES, WORKER_MODULES.get(spec.worker.kind, "gitsup.workers.process")]
+    if spec.isolation.network != "host":
+        mods.append("pyroute2")
+    return mods
 
 
 def _init_undo(ctx: SupRepo) -> Any:
@@ -248,8 +279,6 @@ def run_task(
     on_prepared: Any = None,
     worker_factory: WorkerFactory | None = None,
 ) -> TaskRecord:
-    if spec.isolation.network != "host":
-        prefetch_netns()  # the worker's network namespace needs it once the checkout is done
     record, lease = prepare_task(ctx, spec)
     if on_prepared is not None:
         on_prepared(record)
@@ -304,6 +333,8 @@ def remove_unstarted(ctx: SupRepo, record: TaskRecord) -> TaskRecord:
 
 def show_dict(ctx: SupRepo, record: TaskRecord) -> dict[str, Any]:
     d = record.model_dump(mode="json")
+    from gitsup.store.events import EventLog
+
     d["events"] = EventLog(ctx.layout.events(TaskId(record.id)), TaskId(record.id)).count()
     d["refs"] = {k: v for k, v in task_refs(TaskId(record.id)).items()}
     d["owner_alive"] = record.state not in TERMINAL and _owner_alive(record)
@@ -324,6 +355,8 @@ def list_tasks(ctx: SupRepo, records: list[dict[str, Any]] | None = None) -> lis
 
 
 def read_events(ctx: SupRepo, task: str) -> Iterator[Event]:
+    from gitsup.store.events import EventLog
+
     tid = parse_task_id(task)
     ctx.store.load(tid)
     return EventLog(ctx.layout.events(tid), tid).read()

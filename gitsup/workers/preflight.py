@@ -11,7 +11,7 @@ import json
 import os
 import posixpath
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,31 +77,36 @@ def preflight_start(ctx: SupRepo, spec: TaskSpec, baseline: Oid) -> None:
 def acp_problems(spec: TaskSpec, env: Mapping[str, str]) -> list[str]:
     """An acp or codex worker's, reviewer's or decider's agent that cannot be found."""
     from gitsup.spec import decider_argv
-    from gitsup.workers.acp.worker import find_acp
     from gitsup.workers.base import WorkerError
-    from gitsup.workers.codex.worker import find_codex
 
-    roles = []
-    if spec.worker.kind == "acp":
-        roles.append(("worker", list(spec.worker.argv), find_acp))
-    if spec.worker.kind == "codex":
-        roles.append(("worker", list(spec.worker.argv), find_codex))
-    if spec.review.kind == "codex":
-        worker_argv = list(spec.worker.argv) if spec.worker.kind == "codex" else []
-        roles.append(("reviewer", worker_argv, find_codex))
-    if spec.review.kind == "acp":
-        worker_argv = list(spec.worker.argv) if spec.worker.kind == "acp" else []
-        roles.append(("reviewer", list(spec.review.argv) or worker_argv, find_acp))
+    roles: list[tuple[str, list[str], str]] = []
+    if spec.worker.kind in ("acp", "codex"):
+        roles.append(("worker", list(spec.worker.argv), spec.worker.kind))
+    if spec.review.kind in ("acp", "codex"):
+        review = spec.review.kind
+        worker_argv = list(spec.worker.argv) if spec.worker.kind == review else []
+        argv = (list(spec.review.argv) if review == "acp" else []) or worker_argv
+        roles.append(("reviewer", argv, review))
     if spec.decider.kind in ("acp", "codex"):
-        find = find_acp if spec.decider.kind == "acp" else find_codex
-        roles.append(("decider", decider_argv(spec), find))
+        roles.append(("decider", decider_argv(spec), spec.decider.kind))
     out = []
-    for role, argv, find in roles:
+    for role, role_argv, agent in roles:
         try:
-            find(argv, env)
+            _find_agent(agent)(role_argv, env)
         except WorkerError as exc:
             out.append(f"{role}: {exc}")
     return out
+
+
+def _find_agent(kind: str) -> Callable[[Sequence[str], Mapping[str, str]], list[str]]:
+    """The agent lookup of an acp or codex role (imported only for a task that has one)."""
+    if kind == "acp":
+        from gitsup.workers.acp.worker import find_acp
+
+        return find_acp
+    from gitsup.workers.codex.worker import find_codex
+
+    return find_codex
 
 
 def _command_roles(spec: TaskSpec) -> list[tuple[str, list[str]]]:

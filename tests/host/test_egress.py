@@ -375,24 +375,29 @@ def test_a_bad_sup_egress_entry_fails_the_task_instead_of_opening_the_network(
     assert echo.accepted == 0
 
 
-def test_pyroute2_is_imported_once_in_the_background_for_a_task_start() -> None:
-    """`prefetch_netns` (called by `run_task` before the checkout when the task's processes
-    get a namespace) imports pyroute2 in one daemon thread, once per process."""
+def test_a_namespace_starts_no_helper_programs(tmp_path: Path) -> None:
+    """pyroute2 forks a child to create a namespace and another to open a socket in it;
+    without a C library handed in, each child looks libc up with `ldconfig -p`. gitsup hands
+    it one: making, using and removing a namespace runs no program (each forked child
+    reports the programs it starts, through an audit hook it inherits)."""
+    if netns_available() is not None:
+        pytest.skip("no network namespaces here")
+    log = tmp_path / "programs"
     code = (
-        "import sys\n"
+        "import os, sys\n"
+        f"LOG = {str(log)!r}\n"
+        "def hook(event, args):\n"
+        "    if event in ('subprocess.Popen', 'os.exec', 'os.posix_spawn', 'os.spawn'):\n"
+        "        fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)\n"
+        "        os.write(fd, (f'{os.getpid()} {args[0]!r}' + chr(10)).encode())\n"
+        "        os.close(fd)\n"
+        "sys.addaudithook(hook)\n"
         "from gitsup.host import contain\n"
-        "assert 'pyroute2' not in sys.modules\n"
-        "contain.prefetch_netns()\n"
-        "contain.prefetch_netns()\n"
-        "assert len(contain._PREFETCH) == 1\n"
-        "thread = contain._PREFETCH[0]\n"
-        "assert thread.daemon\n"
-        "thread.join(60)\n"
-        "assert 'pyroute2' in sys.modules\n"
-        "contain.prefetch_netns()\n"
-        "assert len(contain._PREFETCH) == 1\n"
+        "with contain.isolated_netns('t') as path:\n"
+        "    assert os.path.exists(path)\n"
         "print('ok')\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ok"
+    assert not log.exists(), log.read_text()

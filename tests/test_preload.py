@@ -1,0 +1,141 @@
+"""gitsup.preload: imports run in a background thread during the body and are done after it;
+and the modules a task start preloads are the ones it then imports."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from gitsup.spec import spec_from_mapping
+from gitsup.tasks.lifecycle import TASK_MODULES, WORKER_MODULES, after_checkout
+
+
+def _run(tmp_path: Path, body: str) -> str:
+    """`body` in a fresh interpreter with three modules of its own on the path: `slow`
+    (takes 0.3 s and records the thread that imported it), `broken` (raises) and `fine`."""
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "slow.py").write_text(
+        "import threading, time\ntime.sleep(0.3)\nTHREAD = threading.current_thread().name\n"
+    )
+    (mods / "broken.py").write_text("raise RuntimeError('broken on import')\n")
+    (mods / "fine.py").write_text("VALUE = 1\n")
+    code = f"import sys\nsys.path.insert(0, {str(mods)!r})\n" + textwrap.dedent(body)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_imports_run_in_another_thread_during_the_body_and_are_done_after_it(
+    tmp_path: Path,
+) -> None:
+    out = _run(
+        tmp_path,
+        """
+        import threading, time
+        from gitsup.preload import preloading
+        t = time.monotonic()
+        with preloading(["slow", "fine"]):
+            entered = time.monotonic() - t
+            names = [th.name for th in threading.enumerate()]
+        assert entered < 0.2, entered            # the body did not wait for the imports
+        assert "gitsup-preload" in names, names
+        assert getattr(sys.modules.get("slow"), "THREAD", None) == "gitsup-preload"
+        assert "fine" in sys.modules
+        assert [th.name for th in threading.enumerate()] == ["MainThread"]
+        print("ok")
+        """,
+    )
+    assert out.strip() == "ok"
+
+
+def test_a_failing_import_is_left_to_the_callers_own_import(tmp_path: Path) -> None:
+    out = _run(
+        tmp_path,
+        """
+        from gitsup.preload import preloading
+        with preloading(["broken", "fine", "no_such_module_here"]):
+            pass
+        assert "broken" not in sys.modules and "fine" in sys.modules
+        try:
+            import broken
+        except RuntimeError as exc:
+            print("raised:", exc)
+        try:
+            import no_such_module_here
+        except ModuleNotFoundError:
+            print("not found")
+        """,
+    )
+    assert out.splitlines() == ["raised: broken on import", "not found"]
+
+
+def test_nothing_to_import_starts_no_thread(tmp_path: Path) -> None:
+    out = _run(
+        tmp_path,
+        """
+        import threading
+        import fine
+        from gitsup.preload import preloading
+        with preloading(["fine", "sys"]):
+            print(len(threading.enumerate()))
+        """,
+    )
+    assert out.strip() == "1"
+
+
+def test_the_body_raising_still_waits_for_the_imports(tmp_path: Path) -> None:
+    out = _run(
+        tmp_path,
+        """
+        from gitsup.preload import preloading
+        try:
+            with preloading(["slow"]):
+                raise KeyError("checkout failed")
+        except KeyError:  # the module is in sys.modules while it runs: it has run to its end
+            print(getattr(sys.modules.get("slow"), "THREAD", None))
+        """,
+    )
+    assert out.strip() == "gitsup-preload"
+
+
+def test_the_table_names_the_module_the_worker_factory_imports_for_each_kind() -> None:
+    """Read from the factory's source: each `if kind == "…":` branch and the module it imports."""
+    from gitsup.supervision.supervisor import default_worker_factory
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(default_worker_factory)))
+    found: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)):
+            continue
+        kind = node.test.comparators[0]
+        if not isinstance(kind, ast.Constant):
+            continue
+        for sub in ast.walk(ast.Module(body=node.body, type_ignores=[])):
+            if isinstance(sub, ast.ImportFrom) and sub.module:
+                found[kind.value] = sub.module
+    assert found == WORKER_MODULES
+    for kind, name in WORKER_MODULES.items():
+        assert importlib.util.find_spec(name) is not None, name
+        spec = spec_from_mapping({"goal": "g", "worker": {"kind": kind, "argv": "true"}})
+        assert name in after_checkout(spec)
+
+
+def test_the_task_modules_exist_and_pyroute2_comes_with_a_namespace() -> None:
+    for name in TASK_MODULES:
+        assert importlib.util.find_spec(name) is not None, name
+    isolated = spec_from_mapping({"goal": "g", "worker": {"kind": "process", "argv": "true"}})
+    host = spec_from_mapping(
+        {
+            "goal": "g",
+            "worker": {"kind": "process", "argv": "true"},
+            "isolation": {"network": "host"},
+        }
+    )
+    assert "pyroute2" in after_checkout(isolated)
+    assert "pyroute2" not in after_checkout(host)
