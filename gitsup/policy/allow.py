@@ -8,6 +8,7 @@ The judges of `git` live in `policy/allow_git.py`, those of other programs in
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 
 from gitsup.policy.allow_git import _git
@@ -23,17 +24,12 @@ from gitsup.policy.rules import RuleId
 from gitsup.policy.script import plain_argv
 
 _NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*|\[|:|\.)$")
-_NAMES: dict[str, bool] = {}  # `_is_name`'s answers (a few program names); bounded
 
 
+@functools.lru_cache(maxsize=4096)  # the answers for a few program names
 def _is_name(prog: str) -> bool:
-    """A plain program name (`_NAME`), remembered."""
-    ok = _NAMES.get(prog)
-    if ok is None:
-        if len(_NAMES) >= 4096:
-            _NAMES.clear()
-        ok = _NAMES[prog] = _NAME.match(prog) is not None
-    return ok
+    """A plain program name (`_NAME`)."""
+    return _NAME.match(prog) is not None
 
 
 _MUTATORS = frozenset(

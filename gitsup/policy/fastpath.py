@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from gitsup.policy.script import Part, Redirect, Script, Seg, Word
@@ -41,14 +42,10 @@ _FAST_NOT_FIRST = frozenset(
 )  # fmt: skip
 
 
+@functools.lru_cache(maxsize=256)  # the answers for a few program names
 def _may_lead(src: str) -> bool:
     """A bare first word that may start a simple command (no reserved word, no assignment)."""
-    ok = _LEADS.get(src)
-    if ok is None:
-        if len(_LEADS) >= _WORDS_LIMIT:
-            _LEADS.clear()
-        ok = _LEADS[src] = src not in _FAST_NOT_FIRST and _FAST_NAME.fullmatch(src) is not None
-    return ok
+    return src not in _FAST_NOT_FIRST and _FAST_NAME.fullmatch(src) is not None
 
 
 # Words by their source text: a word of the fast path is fully determined by its text (bare,
@@ -56,7 +53,6 @@ def _may_lead(src: str) -> bool:
 # them. Bounded; cleared when full.
 _WORDS: dict[str, Word] = {}
 _WORDS_LIMIT = 256
-_LEADS: dict[str, bool] = {}  # `_may_lead`'s answers (a few program names), bounded the same way
 
 
 def _remember(word: Word) -> Word:

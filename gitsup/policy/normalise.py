@@ -7,6 +7,7 @@ cannot be known statically becomes `UNKNOWN`, which matches no rule.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import posixpath
 from collections.abc import Callable, Mapping, Sequence
@@ -315,17 +316,10 @@ def basename(prog: str) -> str:
     return prog.rstrip("/").rsplit("/", 1)[-1]
 
 
-_NORMAL: dict[str, str] = {}  # path -> its lexical normal form, for the few worktrees judged
-
-
+@functools.lru_cache(maxsize=64)  # the few worktrees judged
 def normal_form(path: str) -> str:
     """`posixpath.normpath(path)`, remembered (a classifier question asks it of its worktree)."""
-    norm = _NORMAL.get(path)
-    if norm is None:
-        if len(_NORMAL) >= 64:
-            _NORMAL.clear()
-        norm = _NORMAL[path] = posixpath.normpath(path)
-    return norm
+    return posixpath.normpath(path)
 
 
 def has_glob(text: str) -> bool:

@@ -309,7 +309,9 @@ class EventLog:
         # would leave a torn line, repaired by the next append's tail read).
         self._known_seq = seq if written == len(line) else None
         self._known_size = size + written
-        ev = _new_event(Event)  # frozen: its fields set once, without the per-field setattr
+        # frozen: its fields set once, without the per-field setattr (as stream_json's
+        # `_worker_output`)
+        ev = _new_event(Event)
         fields = ev.__dict__
         fields["seq"] = seq
         fields["ts"] = us / 1e6
