@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,10 +110,19 @@ class Notifier:
     events_path: Path
     tracker: Tracker
     threads: list[threading.Thread] = field(default_factory=list)
+    # The task's record as its supervisor holds it (else task.json is read): at
+    # `task_finished` the record on disk is not yet in its terminal state.
+    current: Callable[[], Mapping[str, Any]] | None = None
 
     @classmethod
     def for_task(
-        cls, spec: Any, git_config: Any, task_dir: Path, events_path: Path, task: str
+        cls,
+        spec: Any,
+        git_config: Any,
+        task_dir: Path,
+        events_path: Path,
+        task: str,
+        current: Callable[[], Mapping[str, Any]] | None = None,
     ) -> Notifier | None:
         notify = getattr(spec, "notify", None)
         raw = notify.model_dump(exclude_none=True) if notify is not None else {}
@@ -121,7 +130,9 @@ class Notifier:
         if not config.enabled:
             return None
         budget = BudgetLimits.from_spec(spec.model_dump(mode="json"))
-        return cls(config, task, task_dir, events_path, Tracker(task, budget=budget))
+        return cls(
+            config, task, task_dir, events_path, Tracker(task, budget=budget), current=current
+        )
 
     def on_event(self, ev: Any) -> None:
         d = ev.as_dict() if hasattr(ev, "as_dict") else dict(ev)
@@ -159,10 +170,14 @@ class Notifier:
     def payload(self, event: str, ev: Mapping[str, Any], reason: str) -> dict[str, Any]:
         from gitsup.redact import redact
 
-        rec: dict[str, Any] = {}
-        with contextlib.suppress(OSError, ValueError):
-            raw = json.loads((self.task_dir / "task.json").read_bytes())
-            rec = raw if isinstance(raw, dict) else {}
+        rec: Mapping[str, Any] = {}
+        with contextlib.suppress(Exception):
+            raw = (
+                self.current()
+                if self.current is not None
+                else json.loads((self.task_dir / "task.json").read_bytes())
+            )
+            rec = raw if isinstance(raw, Mapping) else {}
         tr = self.tracker
         body = {
             "schema": PAYLOAD_SCHEMA,
@@ -344,15 +359,22 @@ def _kinds(reasons: list[str]) -> list[str]:
     return [_kind(r) for r in reasons]
 
 
-def notifier_for(repo: Any, layout: Any, spec: Any, task: str) -> Notifier | None:
+def notifier_for(
+    repo: Any,
+    layout: Any,
+    spec: Any,
+    task: str,
+    current: Callable[[], Mapping[str, Any]] | None = None,
+) -> Notifier | None:
     """The task's notifier, or None when nothing is configured. A configuration that
-    cannot be used is recorded as a failed `notification` event; the task runs on."""
+    cannot be used is recorded as a failed `notification` event; the task runs on.
+    `current`: the record as the task's supervisor holds it."""
     from gitsup.ids import TaskId
 
     tid = TaskId(task)
     try:
         return Notifier.for_task(
-            spec, repo.config_get_all, layout.task_dir(tid), layout.events(tid), task
+            spec, repo.config_get_all, layout.task_dir(tid), layout.events(tid), task, current
         )
     except Exception as exc:  # never a reason for the task to fail
         from gitsup.store.events import EventLog

@@ -153,8 +153,9 @@ def watch_cmd(
         if once:
             return
         if until_done and not running(rows):
-            # A task's record turns terminal a moment before its last events (`task_finished`)
-            # reach its log: the stream waits for them, a few seconds at most.
+            # A task's record turns terminal after its `task_finished` is in its log, which a
+            # later read of the logs streams; one whose supervisor died before it leaves none:
+            # the stream waits a few seconds at most.
             if not json_out or seen_running <= finished:
                 return
             if settle_until is None:

@@ -135,7 +135,9 @@ class Finaliser:
         return final
 
     def close(self, final: State) -> None:
-        """After the terminal transition: `task_finished`, the last seal, the lease."""
+        """After the terminal transition: `task_finished`, then the record in its terminal
+        state (so a record that says the task ended finds its log complete), the last seal,
+        the lease."""
         status = STATUS_OF[final]
         self.emit(
             et.TaskFinished(state=final.value, status=status.value, exit_code=self.record.exit_code)

@@ -45,7 +45,9 @@ class Journal:
             keep_files=spec.events.keep_files,
         )
         self.on_event = on_event
-        self.notifier = notify.notifier_for(repo, layout, spec, task)
+        self.notifier = notify.notifier_for(
+            repo, layout, spec, task, current=lambda: self.record.model_dump(mode="json")
+        )
         self.lock = threading.RLock()  # the egress gate reports from its own thread
 
     def emit(self, payload: Payload) -> Event:

@@ -32,7 +32,7 @@ from gitsup.host.procid import ProcessId
 from gitsup.ids import TaskId
 from gitsup.layout import Layout
 from gitsup.spec import TaskSpec
-from gitsup.state import State
+from gitsup.state import TERMINAL, State
 from gitsup.store import eventtypes as et
 from gitsup.store.events import Event
 from gitsup.store.eventtypes import Payload
@@ -240,7 +240,10 @@ class Supervisor:
         previous = State(self.record.state)
         self.record.state = target
         self.emit(et.StateChanged(from_=previous.value, to=target.value, reason=reason))
-        self.save()
+        if target not in TERMINAL:
+            # A terminal state is saved by `Close`, after `task_finished`: a record that says
+            # the task ended finds its event log complete.
+            self.save()
         self.journal.seal(f"{previous.value} -> {target.value}" + (f": {reason}" if reason else ""))
 
     # --- stop requests and signals ------------------------------------------------------
@@ -421,6 +424,7 @@ class Supervisor:
             final = self.finaliser.finalise(e.final, e.verified_head)
             return Finished(final, "; ".join(self.record.reasons[-3:]))
         elif isinstance(e, Close):
+            self._sync_counters()
             self.finaliser.close(e.final)
         return None
 
