@@ -80,7 +80,7 @@ def hook_claude_cmd() -> None:
     """Claude Code command hook: forward the hook JSON on stdin to the supervisor owning
     the session's directory and print its answer (nothing when no supervisor owns it).
 
-    Faster, for registering in Claude Code settings: `python3 -m gitsup.workers.claude.relay`."""
+    Faster, for registering in Claude Code settings: `python3 -P -m gitsup.hookrelay`."""
     from gitsup.workers.claude.relay import main
 
     raise typer.Exit(main())

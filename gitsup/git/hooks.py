@@ -18,6 +18,7 @@ from pathlib import Path
 
 from gitsup.errors import GitsupError
 from gitsup.git import GitRepo
+from gitsup.host.proc import package_root
 
 MARKER = "# gitsup-boundary-hook v1"
 LOCAL_SUFFIX = ".local"
@@ -46,13 +47,6 @@ fi
 echo "gitsup: rejected push: the gitsup gate cannot run ($GITSUP_PYTHON is gone and git-sup is not on PATH); reinstall gitsup, or remove $0" >&2
 exit 1
 """
-
-
-def package_root() -> str:
-    """The directory holding the `gitsup` package (put on sys.path by the launcher)."""
-    import gitsup
-
-    return os.path.dirname(os.path.dirname(os.path.realpath(gitsup.__file__)))
 
 
 def launcher(hook: str, installer: str, python: str | None = None) -> str:

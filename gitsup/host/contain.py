@@ -27,7 +27,6 @@ import ctypes
 import functools
 import os
 import signal
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -232,7 +231,10 @@ def bootstrap_argv(
     """`sandbox`: the bootstrap's `--sandbox JSON` arguments (gitsup.host.sandbox.SandboxPlan.argv)."""
     if cgroup is None and netns is None and not sandbox:
         return argv
-    pre = [sys.executable, "-m", "gitsup.host.bootstrap"]
+    from gitsup.host.proc import gitsup_python
+
+    # Runs as root in the task's worktree, before the sandbox: only gitsup's own code.
+    pre = gitsup_python("gitsup.host.bootstrap", stdlib_only=True)
     if cgroup is not None:
         pre += ["--cgroup", str(cgroup.path)]
     if netns is not None:

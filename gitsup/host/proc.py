@@ -24,6 +24,39 @@ from typing import Any
 
 from gitsup.errors import GitsupError
 
+
+def package_root() -> str:
+    """The directory holding the `gitsup` package in use (put first on sys.path by
+    `gitsup_python`, and by the Git hooks' launcher)."""
+    import gitsup
+
+    return os.path.dirname(os.path.dirname(os.path.realpath(gitsup.__file__)))
+
+
+# `python -m MODULE ARGS` with gitsup's own package: the first argument after the program is the
+# package root, the second the module.
+_RUN_MODULE = (
+    "import sys, runpy; sys.path.insert(0, sys.argv.pop(1)); "
+    "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
+)
+
+
+def gitsup_python(module: str, *args: str, stdlib_only: bool = False) -> list[str]:
+    """The argv that runs gitsup's `module` (as `python -m`) in a child, whatever its working
+    directory or environment holds. `python -m` puts the working directory first on
+    sys.path: run in a task's worktree, or in a repository that has a `gitsup/` directory,
+    it would import that code instead of gitsup's. So the interpreter is started with `-P`
+    (no such entry); `stdlib_only` (the sandbox bootstrap, which runs as root in the task's
+    worktree and with the task's environment) starts it with `-I -S` instead: neither
+    PYTHON* variables, nor the user's or any site-packages, and gitsup's package root put
+    on sys.path explicitly."""
+    import sys
+
+    if stdlib_only:
+        return [sys.executable, "-I", "-S", "-c", _RUN_MODULE, package_root(), module, *args]
+    return [sys.executable, "-P", "-m", module, *args]
+
+
 # Variables that would point a child at another repository or index than the one it runs in.
 _GIT_LOCATION_VARS = (
     "GIT_DIR",

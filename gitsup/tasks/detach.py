@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gitsup.errors import Exit, GitsupError
 from gitsup.git import GitRepo
-from gitsup.host.proc import spawn_detached
+from gitsup.host.proc import gitsup_python, spawn_detached
 from gitsup.host.procid import ProcessId
 from gitsup.ids import TaskId
 from gitsup.layout import Layout
@@ -31,15 +31,13 @@ def start_detached(ctx: SupRepo, spec: TaskSpec, *, wait_started: float = 15.0) 
     task_dir = ctx.layout.task_dir(TaskId(record.id))
     me = ProcessId.current()
     spawn_detached(
-        [
-            sys.executable,
-            "-m",
+        gitsup_python(
             "gitsup.tasks.detach",
             str(ctx.layout.common_dir),
             record.id,
             str(me.pid),
             repr(me.start_time),
-        ],
+        ),
         cwd=ctx.repo.main_workdir,
         log=task_dir / "supervisor.log",
     )

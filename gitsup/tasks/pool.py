@@ -112,10 +112,10 @@ def clear(ctx: SupRepo) -> int:
 
 
 def refill_in_background(ctx: SupRepo) -> None:
-    from gitsup.host.proc import spawn_detached
+    from gitsup.host.proc import gitsup_python, spawn_detached
 
     spawn_detached(
-        [sys.executable, "-m", "gitsup.tasks.pool", str(ctx.repo.main_workdir)],
+        gitsup_python("gitsup.tasks.pool", str(ctx.repo.main_workdir)),
         cwd=ctx.repo.main_workdir,
         log=ctx.layout.root / "pool.log",
     )

@@ -587,12 +587,11 @@ def run(
 
 def detach_run(ctx: SupRepo, into: str | None, batch: int | None) -> tuple[int, Path]:
     """`queue run --detach`: the same runner in its own session, output in the queue dir."""
-    import sys
 
     branch = _branch(into or default_target(ctx))
     q = Queue(ctx, branch)
     log = q.dir / "runner.log"
-    argv = [sys.executable, "-m", "gitsup", "queue", "run", "--into", branch]
+    argv = proc.gitsup_python("gitsup", "queue", "run", "--into", branch)
     if batch:
         argv += ["--batch", str(batch)]
     pid = proc.spawn_detached(argv, cwd=str(ctx.repo.main_workdir), log=log)

@@ -181,7 +181,7 @@ def test_pre_commit_style_invocation(setup: Setup) -> None:
 def test_the_hook_path_imports_only_the_standard_library() -> None:
     """What the launcher runs (`python -I -S`, no site-packages): the gate, the trust check
     and the signature verifier load without pygit2, typer or pydantic."""
-    from gitsup.git.hooks import package_root
+    from gitsup.host.proc import package_root
 
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import gitsup.boundary.hook; "

@@ -3,7 +3,7 @@
 For people who register gitsup once in their own Claude Code settings::
 
     {"hooks": {"PreToolUse": [{"hooks": [{"type": "command",
-        "command": "python3 -m gitsup.workers.claude.relay"}]}], ...}}
+        "command": "python3 -P -m gitsup.hookrelay"}]}], ...}}
 
 Claude Code runs the command for every hook event with the event JSON on stdin. The
 relay finds the supervisor that owns the session's working directory and forwards the
@@ -19,7 +19,8 @@ Git directory by walking up from the cwd to the worktree's ``.git`` file or dire
 without Git or pygit2.
 
 This module runs once per tool call, so it imports only small parts of the standard
-library. ``python -m gitsup.workers.claude.relay`` is the fast path; the ``git sup hook claude``
+library. ``python3 -P -m gitsup.hookrelay`` is the fast path (``-P``: not the working
+directory on sys.path, where a worktree could hold a ``gitsup/`` of its own); the ``git sup hook claude``
 console command goes through the CLI framework and is slower.
 
 Wire format on the socket: the request is the hook JSON, then the client shuts its
