@@ -223,7 +223,7 @@ class Budget(_Strict):
     closeout_grace: Duration | None = None
     no_output_timeout: Duration = 20 * 60.0
     max_turns: int = Field(default=100, ge=1)
-    max_cost_usd: float | None = Field(default=None, ge=0)
+    max_cost_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
     def closeout(self) -> float:
         """The close-out grace in force: how long a worker busy at the deadline may finish

@@ -289,6 +289,22 @@ def test_bad_specs_are_one_line_errors(repo: Path, tmp: Path) -> None:
     _nothing_left(repo, before)
 
 
+def test_a_cost_budget_is_a_finite_number(repo: Path, tmp: Path) -> None:
+    """An infinite or NaN budget is not a budget: refused as a spec key and as a flag."""
+    before = _config(repo)
+    for value in ("inf", "nan", "-inf"):
+        p = tmp / "cost.toml"
+        p.write_text(
+            f'goal = "g"\n[worker]\nkind = "process"\nargv = "true"\n[budget]\nmax_cost_usd = {value}\n'
+        )
+        rc, _out, err = run_cli_inproc(repo, "start", "--spec", str(p))
+        assert rc == 2 and "budget.max_cost_usd" in err, (value, err)
+        rc, _out, err = run_cli_inproc(repo, "start", "g", "--worker", "true", "--max-cost", value)
+        assert rc == 2 and "max_cost_usd" in err, (value, err)
+        assert "Traceback" not in err
+    _nothing_left(repo, before)
+
+
 def test_unwritable_worktree_root_is_refused_before_anything_is_written(
     repo: Path, tmp: Path
 ) -> None:
