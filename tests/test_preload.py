@@ -17,15 +17,25 @@ from gitsup.tasks.lifecycle import TASK_MODULES, WORKER_MODULES, after_checkout
 
 def _run(tmp_path: Path, body: str) -> str:
     """`body` in a fresh interpreter with three modules of its own on the path: `slow`
-    (takes 0.3 s and records the thread that imported it), `broken` (raises) and `fine`."""
+    (waits, up to 10 s, for the file GO to exist; records whether it saw it and the thread
+    that imported it), `broken` (raises) and `fine`. GO is the body's to create."""
     mods = tmp_path / "mods"
     mods.mkdir()
     (mods / "slow.py").write_text(
-        "import threading, time\ntime.sleep(0.3)\nTHREAD = threading.current_thread().name\n"
+        "import os, threading, time\n"
+        f"GO = {str(tmp_path / 'go')!r}\n"
+        "end = time.monotonic() + 10\n"
+        "while not os.path.exists(GO) and time.monotonic() < end:\n"
+        "    time.sleep(0.01)\n"
+        "SAW_GO = os.path.exists(GO)\n"
+        "THREAD = threading.current_thread().name\n"
     )
     (mods / "broken.py").write_text("raise RuntimeError('broken on import')\n")
     (mods / "fine.py").write_text("VALUE = 1\n")
-    code = f"import sys\nsys.path.insert(0, {str(mods)!r})\n" + textwrap.dedent(body)
+    code = (
+        f"import sys\nsys.path.insert(0, {str(mods)!r})\nGO = {str(tmp_path / 'go')!r}\n"
+        + textwrap.dedent(body)
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     return res.stdout
@@ -37,15 +47,14 @@ def test_imports_run_in_another_thread_during_the_body_and_are_done_after_it(
     out = _run(
         tmp_path,
         """
-        import threading, time
+        import pathlib, threading
         from gitsup.preload import preloading
-        t = time.monotonic()
         with preloading(["slow", "fine"]):
-            entered = time.monotonic() - t
             names = [th.name for th in threading.enumerate()]
-        assert entered < 0.2, entered            # the body did not wait for the imports
+            pathlib.Path(GO).touch()  # `slow` finishes only after the body got here
         assert "gitsup-preload" in names, names
-        assert getattr(sys.modules.get("slow"), "THREAD", None) == "gitsup-preload"
+        slow = sys.modules["slow"]
+        assert slow.SAW_GO and slow.THREAD == "gitsup-preload", vars(slow)
         assert "fine" in sys.modules
         assert [th.name for th in threading.enumerate()] == ["MainThread"]
         print("ok")
@@ -93,9 +102,11 @@ def test_the_body_raising_still_waits_for_the_imports(tmp_path: Path) -> None:
     out = _run(
         tmp_path,
         """
+        import pathlib
         from gitsup.preload import preloading
         try:
             with preloading(["slow"]):
+                pathlib.Path(GO).touch()
                 raise KeyError("checkout failed")
         except KeyError:  # the module is in sys.modules while it runs: it has run to its end
             print(getattr(sys.modules.get("slow"), "THREAD", None))
