@@ -2,7 +2,7 @@
 
 A task's start waits for `git` to check out its worktree (a few tenths of a second to
 seconds), and right after it imports what runs the task: the supervisor, the sandbox, the
-worker's adapter and, for a network namespace, pyroute2 (together about 0.2 s of one core).
+worker's adapter and, for a network namespace, pyroute2 (together about 0.15 s of one core).
 `preloading` runs those imports in a thread during the wait and joins the thread before the
 caller goes on, so that no module is ever imported by two threads at once.
 """

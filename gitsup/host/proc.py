@@ -16,6 +16,7 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,8 +51,6 @@ def gitsup_python(module: str, *args: str, stdlib_only: bool = False) -> list[st
     worktree and with the task's environment) starts it with `-I -S` instead: neither
     PYTHON* variables, nor the user's or any site-packages, and gitsup's package root put
     on sys.path explicitly."""
-    import sys
-
     if stdlib_only:
         return [sys.executable, "-I", "-S", "-c", _RUN_MODULE, package_root(), module, *args]
     return [sys.executable, "-P", "-m", module, *args]

@@ -195,7 +195,7 @@ def prepare_task(ctx: SupRepo, spec: TaskSpec, *, detached: bool = False) -> tup
 
 # What a task imports once its worktree is checked out, by worker kind and in all (the
 # supervisor's own modules come with gitsup.supervision.supervisor): imported while `git`
-# checks the worktree out. tests/tasks/test_preload.py holds this to the worker factory.
+# checks the worktree out. tests/test_preload.py holds this to the worker factory.
 WORKER_MODULES = {
     "process": "gitsup.workers.process",
     "claude": "gitsup.workers.claude.worker",

@@ -587,7 +587,6 @@ def run(
 
 def detach_run(ctx: SupRepo, into: str | None, batch: int | None) -> tuple[int, Path]:
     """`queue run --detach`: the same runner in its own session, output in the queue dir."""
-
     branch = _branch(into or default_target(ctx))
     q = Queue(ctx, branch)
     log = q.dir / "runner.log"
