@@ -235,11 +235,15 @@ class ScriptHandler(BaseHTTPRequestHandler):
             status = int(step["http_error"])
             self._send_json(status, step.get("body") or error(status), step.get("headers") or {})
             return
-        self.close_connection = True
         if "garbage" not in step:
+            self.close_connection = True
             return
         garbage = str(step["garbage"])
         mode = step.get("mode", "delta")
+        # A garbage stream that ends properly keeps its connection like any answer: closing it
+        # raced a client's immediate retry down the same socket, which then saw a reset
+        # instead of the API error. A truncated stream's end is the closed connection.
+        self.close_connection = mode == "truncate"
         self._start_stream()
         if mode == "raw":
             self._chunk(garbage.encode())
@@ -259,8 +263,7 @@ class ScriptHandler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.send_header("transfer-encoding", "chunked")
         if self.close_connection:
-            # a fault closes the connection after its answer: said, so that a client does not
-            # send its retry down a socket about to be closed (it would see a reset instead)
+            # said, so that a client does not send its retry down a socket about to be closed
             self.send_header("connection", "close")
         self.end_headers()
 
