@@ -37,6 +37,11 @@ class Layout:
     def record(self, task: TaskId) -> Path:
         return self.task_dir(task) / "task.json"
 
+    def final_record(self, task: TaskId) -> Path:
+        """The terminal record, written before `task_finished` and renamed to the record
+        after it (gitsup/supervision/journal.py `finish`)."""
+        return self.task_dir(task) / "task.final.json"
+
     def ensure(self) -> None:
         for d in (self.root, self.tasks, self.leases):
             d.mkdir(parents=True, exist_ok=True)

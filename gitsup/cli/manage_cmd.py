@@ -122,7 +122,8 @@ def recover_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Continue (or park) a task whose supervisor died."""
+    """Continue (or park) a task whose supervisor died; complete the record of one that had
+    ended."""
     from gitsup.supervision.recovery import recover_task
     from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
 

@@ -341,6 +341,27 @@ class EventLog:
                     if ev is not None:
                         yield ev
 
+    def recent(self, nbytes: int = 1 << 20) -> list[Event]:
+        """The complete records in the last `nbytes` of the current file (a record cut by
+        the start is left out)."""
+        try:
+            fh = open(self.path, "rb")  # noqa: SIM115 (closed below)
+        except FileNotFoundError:
+            return []
+        out = []
+        with fh:
+            start = max(0, os.fstat(fh.fileno()).st_size - nbytes)
+            if start:
+                fh.seek(start - 1)
+                fh.readline()  # up to the end of the record the start cuts
+            for line in fh:
+                if not line.endswith(b"\n"):
+                    break
+                ev = _parse(line)
+                if ev is not None:
+                    out.append(ev)
+        return out
+
     def count(self) -> int:
         return self.last_seq() if self.path.exists() else 0
 

@@ -72,6 +72,26 @@ class TaskStore:
         path = self.layout.record(TaskId(record.id))
         atomic_write(path, record.model_dump_json(indent=1).encode())
 
+    def stage_final(self, record: TaskRecord) -> None:
+        """Write the terminal `record` beside the record; `commit_final` makes it the record."""
+        record.touch()
+        path = self.layout.final_record(TaskId(record.id))
+        atomic_write(path, record.model_dump_json(indent=1).encode())
+
+    def commit_final(self, task: TaskId) -> None:
+        os.replace(self.layout.final_record(task), self.layout.record(task))
+
+    def staged_final(self, task: TaskId) -> TaskRecord | None:
+        """The terminal record a supervisor staged and did not commit (it died in between)."""
+        from gitsup.store.record import TaskRecord
+
+        try:
+            return TaskRecord.model_validate_json(self.layout.final_record(task).read_bytes())
+        except FileNotFoundError:
+            return None
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            raise GitsupError(f"staged task record of {task} is invalid: {exc}") from None
+
     def ids(self) -> list[TaskId]:
         if not self.layout.tasks.exists():
             return []

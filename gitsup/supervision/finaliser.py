@@ -135,14 +135,16 @@ class Finaliser:
         return final
 
     def close(self, final: State) -> None:
-        """After the terminal transition: `task_finished`, then the record in its terminal
-        state (so a record that says the task ended finds its log complete), the last seal,
-        the lease."""
+        """After the terminal transition: `task_finished` and the record in its terminal
+        state (Journal.finish: a record that says the task ended finds its log complete),
+        the last seal, the lease."""
         status = STATUS_OF[final]
-        self.emit(
-            et.TaskFinished(state=final.value, status=status.value, exit_code=self.record.exit_code)
+        self.journal.finish(
+            final,
+            et.TaskFinished(
+                state=final.value, status=status.value, exit_code=self.record.exit_code
+            ),
         )
-        self.journal.save(final)
         self.journal.seal(f"task finished: {status.value}")
         self.journal.close()
         if not self._left:

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 
 from gitsup.errors import GitsupError
+from gitsup.faults import fault
 from gitsup.git import GitRepo, RefConflict
 from gitsup.ids import TaskId
 from gitsup.layout import Layout
@@ -64,6 +65,19 @@ class Journal:
     def save(self, state: State) -> None:
         self.record.state = state
         self.store.save(self.record)
+
+    def finish(self, final: State, finished: Payload) -> None:
+        """The end, in an order that no crash turns into a lie: the terminal record is
+        staged beside the record, `finished` (`task_finished`) appended, and only then the
+        staged record becomes the record. A record that says the task ended finds its log
+        complete; a supervisor that died in between left the staged record, which
+        `git sup recover` completes (gitsup/supervision/recovery.py)."""
+        self.record.state = final
+        self.store.stage_final(self.record)
+        fault("before_task_finished")
+        self.emit(finished)
+        fault("after_task_finished")
+        self.store.commit_final(TaskId(self.record.id))
 
     def add_reason(self, text: str, *, once: bool = False) -> None:
         if not once or text not in self.record.reasons:

@@ -121,6 +121,9 @@ def recover_task(
             f"task {task} is owned by a live supervisor (pid {owner.pid})",
             hint=f"`git sup stop {task}` stops it; recover is for tasks whose supervisor died",
         )
+    staged = ctx.store.staged_final(TaskId(task))
+    if staged is not None:
+        return complete_ended(ctx, staged, on_event=on_event)
     if not takeover:
         raise GitsupError(
             f"the supervisor of task {task} is dead (state {record.state.value})",
@@ -166,6 +169,64 @@ def recover_task(
     previous["netns_removed"] = _remove_dead_netns(task)
     sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
     return sup.resume(park=park, previous=previous)
+
+
+def recover_hint(ctx: SupRepo, task: str) -> str:
+    """What to do about a task whose supervisor is gone."""
+    staged = ctx.store.staged_final(TaskId(task))
+    if staged is not None:
+        return (
+            f"it ended ({staged.status.value}) before its record was completed: "
+            f"`git sup recover {task}` completes it"
+        )
+    return f"`git sup recover {task} --takeover` continues or parks it"
+
+
+def complete_ended(
+    ctx: SupRepo, staged: TaskRecord, *, on_event: Callable[[Event], None] | None = None
+) -> TaskRecord:
+    """Complete a task whose supervisor died as it ended, after it staged the terminal
+    record (`Journal.finish`): its outcome was settled (candidate, wip, note, the record
+    staged). `task_finished` is appended when the log lacks it, the staged record becomes
+    the record, the log is sealed, the dead supervisor's network namespace removed and the
+    lease released (unless cleanup could not prove the worker gone). No worker runs."""
+    from gitsup.git import RefConflict
+    from gitsup.store import eventtypes as et
+    from gitsup.store.events import EventLog
+
+    tid = TaskId(staged.id)
+    spec = TaskSpec.model_validate_json((ctx.layout.task_dir(tid) / "spec.json").read_text())
+    log = EventLog(
+        ctx.layout.events(tid),
+        tid,
+        max_record_bytes=spec.events.max_record_bytes,
+        rotate_bytes=spec.events.rotate_bytes,
+        keep_files=spec.events.keep_files,
+    )
+    with log:
+        if not any(ev.type == "task_finished" for ev in log.recent()):
+            ev = log.append(
+                et.TaskFinished(
+                    state=staged.state.value,
+                    status=staged.status.value,
+                    exit_code=staged.exit_code,
+                )
+            )
+            if on_event is not None:
+                on_event(ev)
+        staged.reasons.append(
+            "the supervisor died as the task ended; `git sup recover` completed its record"
+        )
+        ctx.store.stage_final(staged)
+        ctx.store.commit_final(tid)
+        with contextlib.suppress(GitsupError, RefConflict):
+            log.seal(ctx.repo, f"task finished: {staged.status.value} (record completed)")
+    _remove_dead_netns(staged.id)
+    if not staged.left_behind:
+        lease = ctx.leases.get(staged.worktree)
+        if lease is not None and lease.task == staged.id:
+            ctx.leases.break_lease(lease.path)
+    return staged
 
 
 def _remove_dead_netns(task: str) -> list[str]:
@@ -223,12 +284,19 @@ def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
             + (", spawn was pending" if rec.spawn_pending else ""),
             rec.id,
         )
-        if not Path(rec.worktree).exists():
+        staged = ctx.store.staged_final(rec.id)
+        if staged is not None:
+            f.detail += f"; it ended ({staged.status.value}) before its record was completed"
+        elif not Path(rec.worktree).exists():
             f.detail += "; worktree is missing"
         if fix:
             try:
-                recover_task(ctx, rec.id, takeover=True, park=True)
-                f.fixed = "parked (work saved to refs/sup/<id>/wip when uncommitted)"
+                done = recover_task(ctx, rec.id, takeover=True, park=True)
+                f.fixed = (
+                    f"record completed ({done.status.value})"
+                    if staged is not None
+                    else "parked (work saved to refs/sup/<id>/wip when uncommitted)"
+                )
             except GitsupError as exc:
                 f.fixed = f"not fixed: {exc.message}"
         findings.append(f)
@@ -342,4 +410,13 @@ def sandbox_summary(ctx: SupRepo) -> str:
     return describe_host(mode)
 
 
-__all__ = ["DoctorFinding", "State", "WorkerProof", "doctor", "prove_worker_gone", "recover_task"]
+__all__ = [
+    "DoctorFinding",
+    "State",
+    "WorkerProof",
+    "complete_ended",
+    "doctor",
+    "prove_worker_gone",
+    "recover_hint",
+    "recover_task",
+]

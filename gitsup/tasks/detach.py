@@ -72,9 +72,11 @@ def wait_task(ctx: SupRepo, task: str, *, timeout: float | None = None) -> TaskR
             rec = store.load(task)
             if rec.state in TERMINAL:
                 return rec
+            from gitsup.supervision.recovery import recover_hint
+
             raise GitsupError(
                 f"the supervisor of task {task} died while the task was {rec.state.value}",
-                hint=f"`git sup recover {task} --takeover` continues or parks it",
+                hint=recover_hint(ctx, task),
                 exit_code=Exit.INTERNAL,
             )
         if end is not None and time.monotonic() > end:

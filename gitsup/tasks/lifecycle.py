@@ -373,9 +373,11 @@ def stop_task(ctx: SupRepo, task: str, *, wait: float = 60.0) -> TaskRecord:
         )
     owner = ProcessId.from_dict(record.supervisor)
     if owner is None or not owner.alive():
+        from gitsup.supervision.recovery import recover_hint
+
         raise GitsupError(
             f"task {task} is {record.state.value} but its supervisor is not running",
-            hint=f"`git sup recover {task} --takeover` continues or parks it; `git sup doctor` lists such tasks",
+            hint=f"{recover_hint(ctx, task)}; `git sup doctor` lists such tasks",
         )
     from gitsup.supervision.supervisor import STOP_REQUEST_FILE
 

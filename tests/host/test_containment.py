@@ -292,6 +292,70 @@ def test_kill9_mid_phase_then_recover_or_doctor(repo: Path, tmp_path: Path, phas
     assert git(repo, "show", f"{rec['wip']}:notes.txt") == "untracked"
 
 
+@pytest.mark.parametrize(
+    ("point", "via"),
+    [
+        ("before_task_finished", "recover"),
+        ("after_task_finished", "recover"),
+        ("after_task_finished", "doctor"),
+    ],
+)
+def test_kill9_as_the_task_ends_then_recover_completes_the_record(
+    repo: Path, tmp_path: Path, point: str, via: str
+) -> None:
+    """The supervisor dies after the outcome was settled (candidate, note, the terminal
+    record staged), before or after `task_finished`: the record never says the task ended
+    while its log lacks the end, and `recover` (no takeover: no worker runs) completes it
+    with the staged outcome, `task_finished` once and last, the log sealed, the lease free."""
+    w = _script(
+        tmp_path / "w.sh",
+        "echo 'def add(a, b):\n    return a + b' > calc.py\ngit commit -qam fix\n",
+    )
+    spec = _spec(tmp_path / "t.toml", w, '[[checks]]\nname = "ok"\nargv = ["true"]\n')
+    p = _start_bg(repo, spec, {"GITSUP_FAULT": point})
+    p.wait(timeout=60)
+    assert p.returncode == -signal.SIGKILL, p.stderr.read() if p.stderr else ""
+    (task,) = _task_ids(repo)
+    before = _record(repo, task)
+    assert before["state"] == "verifying" and before["status"] == "pending", before
+    finished = lambda: [e for e in _events(repo, task) if e.type == "task_finished"]  # noqa: E731
+    assert len(finished()) == (1 if point == "after_task_finished" else 0)
+    for cmd in ("wait", "stop"):
+        told = run_sup(repo, cmd, task)
+        assert told.returncode != 0 and f"`git sup recover {task}` completes it" in told.stderr
+    doc = json.loads(run_sup(repo, "doctor", "--json").stdout)
+    (orphan,) = [f for f in doc if f["kind"] == "orphaned-task"]
+    assert "ended (ready) before its record was completed" in orphan["detail"], orphan
+    if via == "doctor":
+        res = run_sup(repo, "doctor", "--fix", "--json")
+        assert res.returncode == 0, res.stderr
+        fixed = [f["fixed"] for f in json.loads(res.stdout) if f["kind"] == "orphaned-task"]
+        assert fixed == ["record completed (ready)"]
+    else:
+        res = run_sup(repo, "recover", task, "--json", "-q")
+        assert res.returncode == 0, res.stderr
+    rec = _check_after_recovery(repo, task)
+    assert (rec["state"], rec["status"], rec["exit_code"]) == ("completed", "ready", 0)
+    assert rec["candidate"] == git(repo, "rev-parse", f"refs/sup/{task}/candidate")
+    assert "a + b" in git(repo, "show", f"{rec['candidate']}:calc.py")
+    assert "`git sup recover` completed its record" in rec["reasons"][-1]
+    events = _events(repo, task)
+    assert [e.type for e in events].count("task_finished") == 1
+    assert events[-1].type == "task_finished" and events[-1].data["status"] == "ready"
+    sealed = git(repo, "log", "-1", "--format=%B", f"refs/sup/{task}/log")
+    assert f"Sup-Sealed: seq={events[-1].seq} " in sealed
+    # the staged record became the record: nothing is left to complete
+    again = run_sup(repo, "recover", task, "--takeover")
+    assert again.returncode != 0 and "already ended" in again.stderr
+
+
+def _events(repo: Path, task: str) -> list[Any]:
+    common = Path(git(repo, "rev-parse", "--git-common-dir"))
+    if not common.is_absolute():
+        common = repo / common
+    return list(EventLog(Layout(common).events(TaskId(task)), TaskId(task)).read())
+
+
 def test_recover_refuses_a_live_owner_and_continues_a_dead_one(repo: Path, tmp_path: Path) -> None:
     w = _script(
         tmp_path / "w.sh",

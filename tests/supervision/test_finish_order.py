@@ -1,5 +1,6 @@
 """The end of a task, in order: a record that says the task ended finds `task_finished` in its
-event log. Readers rely on it: `git sup watch --json --until-done` reads a task's record, then
+event log (the terminal record is staged, `task_finished` appended, then the staged record
+renamed into place). Readers rely on it: `git sup watch --json --until-done` reads a task's record, then
 its log, and stops streaming the task once the record is terminal."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gitsup.ids import TaskId
 from gitsup.spec import spec_from_mapping
 from gitsup.state import TERMINAL, State
 from gitsup.store.records import TaskStore
@@ -34,18 +36,26 @@ def test_a_terminal_record_finds_task_finished_in_its_log(
 ) -> None:
     ctx = SupRepo.discover(repo)
     seen: list[tuple[str, list[str]]] = []
-    save = TaskStore.save
+    save, commit_final = TaskStore.save, TaskStore.commit_final
 
-    def saving(self: TaskStore, record: Any) -> None:
-        """At each save of the record, what its log holds at that moment (read from disk)."""
-        log = ctx.layout.events(record.id)
+    def observe(task: str, state: str) -> None:
+        """Each time the record is written, what its log holds at that moment (from disk)."""
+        log = ctx.layout.events(TaskId(task))
         types = []
         if log.exists():
             types = [json.loads(line)["type"] for line in log.read_text().splitlines() if line]
-        seen.append((str(State(record.state).value), types))
+        seen.append((str(State(state).value), types))
+
+    def saving(self: TaskStore, record: Any) -> None:
+        observe(record.id, record.state)
         save(self, record)
 
+    def committing(self: TaskStore, task: TaskId) -> None:
+        observe(task, json.loads(ctx.layout.final_record(task).read_text())["state"])
+        commit_final(self, task)
+
     monkeypatch.setattr(TaskStore, "save", saving)
+    monkeypatch.setattr(TaskStore, "commit_final", committing)
     spec = spec_from_mapping(
         {
             "goal": "fix add",
