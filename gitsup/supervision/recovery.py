@@ -121,9 +121,8 @@ def recover_task(
             f"task {task} is owned by a live supervisor (pid {owner.pid})",
             hint=f"`git sup stop {task}` stops it; recover is for tasks whose supervisor died",
         )
-    staged = ctx.store.staged_final(TaskId(task))
-    if staged is not None:
-        return complete_ended(ctx, staged, on_event=on_event)
+    if ctx.store.staged_final(TaskId(task)) is not None:
+        return complete_ended(ctx, TaskId(task), on_event=on_event)
     if not takeover:
         raise GitsupError(
             f"the supervisor of task {task} is dead (state {record.state.value})",
@@ -183,7 +182,7 @@ def recover_hint(ctx: SupRepo, task: str) -> str:
 
 
 def complete_ended(
-    ctx: SupRepo, staged: TaskRecord, *, on_event: Callable[[Event], None] | None = None
+    ctx: SupRepo, task: TaskId, *, on_event: Callable[[Event], None] | None = None
 ) -> TaskRecord:
     """Complete a task whose supervisor died as it ended, after it staged the terminal
     record (`Journal.finish`): its outcome was settled (candidate, wip, note, the record
@@ -194,34 +193,37 @@ def complete_ended(
     from gitsup.store import eventtypes as et
     from gitsup.store.events import EventLog
 
-    tid = TaskId(staged.id)
-    spec = TaskSpec.model_validate_json((ctx.layout.task_dir(tid) / "spec.json").read_text())
-    log = EventLog(
-        ctx.layout.events(tid),
-        tid,
-        max_record_bytes=spec.events.max_record_bytes,
-        rotate_bytes=spec.events.rotate_bytes,
-        keep_files=spec.events.keep_files,
-    )
-    with log:
-        if not any(ev.type == "task_finished" for ev in log.recent()):
-            ev = log.append(
-                et.TaskFinished(
-                    state=staged.state.value,
-                    status=staged.status.value,
-                    exit_code=staged.exit_code,
-                )
-            )
-            if on_event is not None:
-                on_event(ev)
-        staged.reasons.append(
-            "the supervisor died as the task ended; `git sup recover` completed its record"
+    with ctx.store.lock(task):
+        staged = ctx.store.staged_final(task)
+        if staged is None:  # completed by another `recover` meanwhile
+            return ctx.store.load(task)
+        spec = TaskSpec.model_validate_json((ctx.layout.task_dir(task) / "spec.json").read_text())
+        log = EventLog(
+            ctx.layout.events(task),
+            task,
+            max_record_bytes=spec.events.max_record_bytes,
+            rotate_bytes=spec.events.rotate_bytes,
+            keep_files=spec.events.keep_files,
         )
-        ctx.store.stage_final(staged)
-        ctx.store.commit_final(tid)
-        with contextlib.suppress(GitsupError, RefConflict):
-            log.seal(ctx.repo, f"task finished: {staged.status.value} (record completed)")
-    _remove_dead_netns(staged.id)
+        with log:
+            if not any(ev.type == "task_finished" for ev in log.recent()):
+                ev = log.append(
+                    et.TaskFinished(
+                        state=staged.state.value,
+                        status=staged.status.value,
+                        exit_code=staged.exit_code,
+                    )
+                )
+                if on_event is not None:
+                    on_event(ev)
+            staged.reasons.append(
+                "the supervisor died as the task ended; `git sup recover` completed its record"
+            )
+            ctx.store.stage_final(staged)
+            ctx.store.commit_final(task)
+            with contextlib.suppress(GitsupError, RefConflict):
+                log.seal(ctx.repo, f"task finished: {staged.status.value} (record completed)")
+    _remove_dead_netns(task)
     if not staged.left_behind:
         lease = ctx.leases.get(staged.worktree)
         if lease is not None and lease.task == staged.id:

@@ -298,6 +298,7 @@ def test_kill9_mid_phase_then_recover_or_doctor(repo: Path, tmp_path: Path, phas
         ("before_task_finished", "recover"),
         ("after_task_finished", "recover"),
         ("after_task_finished", "doctor"),
+        ("before_task_finished", "two recovers at once"),
     ],
 )
 def test_kill9_as_the_task_ends_then_recover_completes_the_record(
@@ -331,9 +332,15 @@ def test_kill9_as_the_task_ends_then_recover_completes_the_record(
         assert res.returncode == 0, res.stderr
         fixed = [f["fixed"] for f in json.loads(res.stdout) if f["kind"] == "orphaned-task"]
         assert fixed == ["record completed (ready)"]
-    else:
+    elif via == "recover":
         res = run_sup(repo, "recover", task, "--json", "-q")
         assert res.returncode == 0, res.stderr
+    else:
+        argv = [sys.executable, "-m", "gitsup", "recover", task, "-q"]
+        both = [subprocess.Popen(argv, cwd=repo, stderr=subprocess.PIPE) for _ in range(2)]
+        codes = sorted(p.wait(timeout=60) for p in both)
+        # one completes it; the other finds it completed (or already ended): never twice
+        assert codes[0] == 0, codes
     rec = _check_after_recovery(repo, task)
     assert (rec["state"], rec["status"], rec["exit_code"]) == ("completed", "ready", 0)
     assert rec["candidate"] == git(repo, "rev-parse", f"refs/sup/{task}/candidate")
