@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,6 +150,31 @@ class Notifier:
             kind = _kind(reason)
             if kind not in before and kind != "parked":
                 self.fire("needs-human", d, reason=reason, key=f"needs-human.{kind}")
+
+    def finish_late(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """The end of a task whose supervisor died as it ended (`git sup recover`): its log
+        (`events`, as dicts) is fed to the tracker without sending anything for it, then the
+        `task_finished` notification is sent unless the log records its delivery. A marker
+        left by a delivery the dead supervisor began and never recorded does not stop it."""
+        sent = {
+            str((d.get("data") or {}).get("event"))
+            for d in events
+            if d.get("type") == "notification"
+        }
+        finished: Mapping[str, Any] | None = None
+        for d in events:
+            if d.get("type") == "notification":
+                continue
+            self.tracker.feed(d)
+            if d.get("type") == "task_finished":
+                finished = d
+        if finished is None:
+            return
+        status = str((finished.get("data") or {}).get("status") or "")
+        if status in NOTIFY_EVENTS and status not in sent:
+            with contextlib.suppress(OSError):
+                (self.task_dir / "notified" / status).unlink()
+            self.fire(status, finished)
 
     def fire(self, event: str, ev: Mapping[str, Any], *, reason: str = "", key: str = "") -> None:
         if event not in self.config.events:

@@ -187,8 +187,9 @@ def complete_ended(
     """Complete a task whose supervisor died as it ended, after it staged the terminal
     record (`Journal.finish`): its outcome was settled (candidate, wip, note, the record
     staged). `task_finished` is appended when the log lacks it, the staged record becomes
-    the record, the log is sealed, the dead supervisor's network namespace removed and the
-    lease released (unless cleanup could not prove the worker gone). No worker runs."""
+    the record, the log is sealed, the dead supervisor's network namespace removed, the
+    lease released (unless cleanup could not prove the worker gone) and the task's end
+    notified unless the log records that it was. No worker runs."""
     from gitsup.git import RefConflict
     from gitsup.store import eventtypes as et
     from gitsup.store.events import EventLog
@@ -228,6 +229,13 @@ def complete_ended(
         lease = ctx.leases.get(staged.worktree)
         if lease is not None and lease.task == staged.id:
             ctx.leases.break_lease(lease.path)
+    from gitsup.attention import notify
+
+    done = staged.model_dump(mode="json")
+    notifier = notify.notifier_for(ctx.repo, ctx.layout, spec, task, current=lambda: done)
+    if notifier is not None:
+        notifier.finish_late([ev.as_dict() for ev in log.read()])
+        notifier.join(120.0)
     return staged
 
 

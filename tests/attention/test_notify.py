@@ -248,3 +248,32 @@ def test_apprise_services_get_the_event(repo: Path, tmp: Path, receiver: Receive
     (post,) = receiver.posts
     assert post["body"]["title"] == f"gitsup: task {task} ready"
     assert "status ready" in post["body"]["message"]
+
+
+@pytest.mark.parametrize("point", ["before_task_finished", "after_task_finished"])
+def test_a_task_completed_by_recover_is_notified(
+    repo: Path, tmp: Path, receiver: Receiver, point: str
+) -> None:
+    """The supervisor dies as the task ends, before its `ready` notification was sent (or
+    after it began one it never recorded): `recover` sends it once, with the task's counters."""
+    worker = write_worker(tmp, FIX_AND_COMMIT)
+    spec = tmp / "task.toml"
+    spec.write_text(
+        f'goal = "fix add"\n[worker]\nkind = "process"\nargv = {json.dumps(worker.split())}\n'
+        f'[review]\nkind = "none"\n[notify]\nwebhook = "{receiver.url}"\n'
+    )
+    res = run_sup(
+        repo, "start", "--spec", str(spec), "--check", PYTEST_CHECK, env={"GITSUP_FAULT": point}
+    )
+    assert res.returncode == -9, res.stderr
+    (task,) = task_ids(repo)
+    res = run_sup(repo, "recover", task, "--json", "-q")
+    assert res.returncode == 0, res.stderr
+    record = json.loads(res.stdout)
+    assert receiver.events() == ["ready"], receiver.posts
+    body = receiver.posts[0]["body"]
+    assert (body["task"], body["status"], body["state"]) == (task, "ready", "completed")
+    assert body["candidate"] == record["candidate"] and body["turns"] == 1
+    assert [n["event"] for n in _wait_notifications(repo, task, 1)] == ["ready"]
+    assert run_sup(repo, "recover", task).returncode != 0  # already ended: nothing more is sent
+    assert receiver.events() == ["ready"]
