@@ -175,7 +175,16 @@ def test_garbage_from_the_model_parks(supervise: Callable[..., Run]) -> None:
     done = r.of("turn_completed")
     assert done and done[-1]["is_error"] is True
     assert r.record.candidate is None
-    assert any("model API error" in x for x in r.record.reasons), r.record.reasons
+    assert r.model.step_requests("default") and all(
+        q.kind == "fault" for q in r.model.step_requests("default")
+    )
+    # The CLI's last attempt decides the words: the malformed answer ("model API error"), or
+    # now and then in CI a connection reset on its retry ("model API unreachable"), whose
+    # origin was not found. How garbage itself is classified ("api") is asserted for the
+    # Claude Code worker: tests/workers/claude/test_model_errors.py.
+    assert any(
+        x.startswith(("model API error", "model API unreachable")) for x in r.record.reasons
+    ), r.record.reasons
 
 
 def test_repair_round_runs_in_the_same_session(supervise: Callable[..., Run]) -> None:
