@@ -228,7 +228,11 @@ def test_typing_into_the_pane_pauses_until_resume_auto(
         except AssertionError:
             continue
     wait_for(lambda: "human_takeover" in task_types(repo, task), 1, "the takeover")
-    rec = TaskStore(SupRepo.discover(repo).layout).load(task)
+    # the record says `paused` right after the event (the transition saves it): read it then
+    store = TaskStore(SupRepo.discover(repo).layout)
+    rec = wait_for(
+        lambda: (r := store.load(task)).state == State.PAUSED and r, 10, "the paused record"
+    )
     assert rec.state == State.PAUSED
     assert rec.worktree
     (Path(rec.worktree) / "release.flag").write_text("go")  # the long test run ends
