@@ -241,7 +241,7 @@ class ScriptHandler(BaseHTTPRequestHandler):
         garbage = str(step["garbage"])
         mode = step.get("mode", "delta")
         # A garbage stream that ends properly keeps its connection like any answer: closing it
-        # raced a client's immediate retry down the same socket, which then saw a reset
+        # can race a client's immediate retry down the same socket, which then sees a reset
         # instead of the API error. A truncated stream's end is the closed connection.
         self.close_connection = mode == "truncate"
         self._start_stream()

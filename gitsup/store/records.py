@@ -68,15 +68,11 @@ class TaskStore:
             raise GitsupError(f"task record {path} is invalid: {exc.errors()[0]['msg']}") from None
 
     def save(self, record: TaskRecord) -> None:
-        record.touch()
-        path = self.layout.record(TaskId(record.id))
-        atomic_write(path, record.model_dump_json(indent=1).encode())
+        _write(self.layout.record(TaskId(record.id)), record)
 
     def stage_final(self, record: TaskRecord) -> None:
         """Write the terminal `record` beside the record; `commit_final` makes it the record."""
-        record.touch()
-        path = self.layout.final_record(TaskId(record.id))
-        atomic_write(path, record.model_dump_json(indent=1).encode())
+        _write(self.layout.final_record(TaskId(record.id)), record)
 
     def commit_final(self, task: TaskId) -> None:
         os.replace(self.layout.final_record(task), self.layout.record(task))
@@ -124,6 +120,11 @@ class TaskStore:
 
     def lock(self, task: TaskId) -> TaskLock:
         return TaskLock(self.layout.task_dir(task) / "lock")
+
+
+def _write(path: Path, record: TaskRecord) -> None:
+    record.touch()
+    atomic_write(path, record.model_dump_json(indent=1).encode())
 
 
 def _read_small(path: str) -> bytes:

@@ -22,6 +22,17 @@ from gitsup.store.records import TaskStore
 EventSink = Callable[[Event], None]
 
 
+def task_log(layout: Layout, task: TaskId, spec: TaskSpec) -> EventLog:
+    """The task's event log, with the bounds its spec sets."""
+    return EventLog(
+        layout.events(task),
+        task,
+        max_record_bytes=spec.events.max_record_bytes,
+        rotate_bytes=spec.events.rotate_bytes,
+        keep_files=spec.events.keep_files,
+    )
+
+
 class Journal:
     def __init__(
         self,
@@ -38,13 +49,7 @@ class Journal:
         self.store = TaskStore(layout)
         self.record = record
         task = TaskId(record.id)
-        self.log = EventLog(
-            layout.events(task),
-            task,
-            max_record_bytes=spec.events.max_record_bytes,
-            rotate_bytes=spec.events.rotate_bytes,
-            keep_files=spec.events.keep_files,
-        )
+        self.log = task_log(layout, task, spec)
         self.on_event = on_event
         self.notifier = notify.notifier_for(
             repo, layout, spec, task, current=lambda: self.record.model_dump(mode="json")

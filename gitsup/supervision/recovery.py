@@ -128,9 +128,7 @@ def recover_task(
             f"the supervisor of task {task} is dead (state {record.state.value})",
             hint=f"`git sup recover {task} --takeover` continues it with a new worker; add --park to park it",
         )
-    spec = TaskSpec.model_validate_json(
-        (ctx.layout.task_dir(TaskId(task)) / "spec.json").read_text()
-    )
+    spec = _spec_of(ctx, TaskId(task))
     if not park and spec.worker.kind == "tmux" and (record.worker or {}).get("pid"):
         # A persistent worker survives its supervisor: re-adopt it when its identity
         # still matches; a replaced process is refused and the task is parked.
@@ -154,9 +152,6 @@ def recover_task(
             f"cannot take over task {task}: the old worker is not provably gone ({proof.how})",
             hint="`git sup doctor` lists what is running",
         )
-    spec = TaskSpec.model_validate_json(
-        (ctx.layout.task_dir(TaskId(task)) / "spec.json").read_text()
-    )
     lease = ctx.leases.acquire(record.worktree, record.id, steal_dead=True)
     previous: dict[str, Any] = {
         "supervisor": record.supervisor,
@@ -192,20 +187,14 @@ def complete_ended(
     notified unless the log records that it was. No worker runs."""
     from gitsup.git import RefConflict
     from gitsup.store import eventtypes as et
-    from gitsup.store.events import EventLog
+    from gitsup.supervision.journal import task_log
 
     with ctx.store.lock(task):
         staged = ctx.store.staged_final(task)
         if staged is None:  # completed by another `recover` meanwhile
             return ctx.store.load(task)
-        spec = TaskSpec.model_validate_json((ctx.layout.task_dir(task) / "spec.json").read_text())
-        log = EventLog(
-            ctx.layout.events(task),
-            task,
-            max_record_bytes=spec.events.max_record_bytes,
-            rotate_bytes=spec.events.rotate_bytes,
-            keep_files=spec.events.keep_files,
-        )
+        spec = _spec_of(ctx, task)
+        log = task_log(ctx.layout, task, spec)
         with log:
             if not any(ev.type == "task_finished" for ev in log.recent()):
                 ev = log.append(
@@ -226,9 +215,7 @@ def complete_ended(
                 log.seal(ctx.repo, f"task finished: {staged.status.value} (record completed)")
     _remove_dead_netns(task)
     if not staged.left_behind:
-        lease = ctx.leases.get(staged.worktree)
-        if lease is not None and lease.task == staged.id:
-            ctx.leases.break_lease(lease.path)
+        _release_lease(ctx, staged)
     from gitsup.attention import notify
 
     done = staged.model_dump(mode="json")
@@ -237,6 +224,17 @@ def complete_ended(
         notifier.finish_late([ev.as_dict() for ev in log.read()])
         notifier.join(120.0)
     return staged
+
+
+def _spec_of(ctx: SupRepo, task: TaskId) -> TaskSpec:
+    return TaskSpec.model_validate_json((ctx.layout.task_dir(task) / "spec.json").read_text())
+
+
+def _release_lease(ctx: SupRepo, record: TaskRecord) -> None:
+    """Release the lease of `record`'s worktree if that task holds it."""
+    lease = ctx.leases.get(record.worktree)
+    if lease is not None and lease.task == record.id:
+        ctx.leases.break_lease(lease.path)
 
 
 def _remove_dead_netns(task: str) -> list[str]:
@@ -322,9 +320,7 @@ def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
                 fresh.left_behind = []
                 ctx.store.save(fresh)
                 records[rec.id] = fresh
-                lease = ctx.leases.get(rec.worktree)
-                if lease is not None and lease.task == rec.id:
-                    ctx.leases.break_lease(lease.path)
+                _release_lease(ctx, rec)
                 f.fixed = f"gone ({proof.how}); lease released"
             else:
                 f.fixed = f"not fixed: {proof.how}"
