@@ -40,6 +40,19 @@ def parse_duration(value: object) -> float:
     )
 
 
+def require_unit(value: str, option: str) -> str:
+    """A duration given on the command line: a bare number other than 0 is refused (is
+    `--deadline 4` four seconds or four hours?). Returns `value` unchanged."""
+    text = value.strip()
+    if re.fullmatch(r"\d+(?:\.\d+)?", text) and float(text) != 0:
+        raise ValueError(
+            f"{option} {value}: a duration needs a unit: ms, s, m, h or d "
+            f"(e.g. {text}s, {text}m or {text}h)"
+        )
+    parse_duration(text)
+    return value
+
+
 def format_duration(seconds: float) -> str:
     s = round(seconds)
     if s < 60:

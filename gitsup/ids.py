@@ -26,6 +26,10 @@ def new_task_id(now: float | None = None) -> TaskId:
     return TaskId(f"{day}-{os.urandom(3).hex()}")
 
 
+def is_task_id(value: str) -> bool:
+    return bool(_TASK_ID_RE.match(value))
+
+
 def parse_task_id(value: str) -> TaskId:
     if not _TASK_ID_RE.match(value):
         raise GitsupError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitsup.ids import TaskId
+from gitsup.ids import TaskId, is_task_id
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,21 @@ class Layout:
     def ensure(self) -> None:
         for d in (self.root, self.tasks, self.leases):
             d.mkdir(parents=True, exist_ok=True)
+
+
+def owning_task(git_dir: Path) -> tuple[Path, TaskId] | None:
+    """The repository's common dir and the task whose private Git dir `git_dir` is
+    (`<common>/sup/tasks/<id>/git`), or None for any other Git dir."""
+    parts = git_dir.resolve().parts
+    if len(parts) < 5 or parts[-1] != "git" or parts[-3] != "tasks" or parts[-4] != "sup":
+        return None
+    task = parts[-2]
+    if not is_task_id(task):
+        return None
+    common = Path(*parts[:-4])
+    if not (common / "sup" / "tasks" / task / "task.json").is_file():
+        return None
+    return common, TaskId(task)
 
 
 def task_refs(task: TaskId) -> dict[str, str]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gitsup.cli.main import app
-from gitsup.cli.options import JsonOpt
+from gitsup.cli.options import JsonOpt, TaskArg
 from gitsup.cli.output import emit_json, emit_jsonl, out, use_colour
 from gitsup.errors import GitsupError
 
@@ -174,9 +174,9 @@ def _parse_since(value: str | None) -> float | None:
         d = dt.datetime.fromisoformat(value)
     except ValueError:
         try:
-            from gitsup.durations import parse_duration
+            from gitsup.durations import parse_duration, require_unit
 
-            return time.time() - parse_duration(value)
+            return time.time() - parse_duration(require_unit(value, "--since"))
         except Exception:
             raise GitsupError(
                 f"--since {value!r} is neither a date (2026-11-30, 2026-11-30T08:00) nor a duration (7d)"
@@ -229,7 +229,7 @@ def cost_cmd(
 
 @app.command("report")
 def report_cmd(
-    task: Annotated[str, typer.Argument(help="Task id.")],
+    task: TaskArg,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the page here (default stdout).")
     ] = None,

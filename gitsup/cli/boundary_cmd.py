@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from gitsup.cli.main import app
-from gitsup.cli.options import ProtectedOpt
+from gitsup.cli.options import ProtectedOpt, TaskArg
 from gitsup.cli.output import emit_json, out, progress
 
 hook_app = typer.Typer(
@@ -108,7 +108,7 @@ def gate_install(
 
 @app.command("integrate")
 def integrate_cmd(
-    task: Annotated[str, typer.Argument(help="Task id.")],
+    task: TaskArg,
     into: Annotated[str, typer.Option("--into", help="Target branch, e.g. main.")],
     strategy: Annotated[
         str,

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from gitsup.cli.main import app
-from gitsup.cli.options import JsonOpt
+from gitsup.cli.options import JsonOpt, TaskArg
 from gitsup.cli.output import emit_json, out
 from gitsup.cli.task_render import ProgressRenderer, print_summary
 from gitsup.errors import GitsupError
@@ -15,7 +15,7 @@ from gitsup.errors import GitsupError
 
 @app.command("stop")
 def stop_cmd(
-    task: Annotated[str, typer.Argument(help="Task id.")],
+    task: TaskArg,
     wait: Annotated[
         float, typer.Option("--wait", help="Seconds to wait for the task to stop.")
     ] = 60.0,
@@ -36,7 +36,7 @@ def stop_cmd(
 
 @app.command("discard")
 def discard_cmd(
-    task: Annotated[str, typer.Argument(help="Task id.")],
+    task: TaskArg,
     force: Annotated[
         bool, typer.Option("--force", help="Discard even uncaptured uncommitted work.")
     ] = False,
@@ -88,7 +88,7 @@ def prune_cmd(
 
 @app.command("wait")
 def wait_cmd(
-    task: Annotated[str, typer.Argument(help="Task id.")],
+    task: TaskArg,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Give up after this many seconds.")
     ] = None,
@@ -109,7 +109,7 @@ def wait_cmd(
 
 @app.command("recover")
 def recover_cmd(
-    task: Annotated[str, typer.Argument(help="Task id.")],
+    task: TaskArg,
     takeover: Annotated[
         bool,
         typer.Option(
@@ -174,7 +174,7 @@ def doctor_cmd(
 
 
 @app.command("resume-auto")
-def resume_auto_cmd(task: Annotated[str, typer.Argument(help="Task id.")]) -> None:
+def resume_auto_cmd(task: TaskArg) -> None:
     """Let automatic turns continue after a person typed into the worker."""
     import os
     import signal

@@ -27,7 +27,9 @@ def fill_cmd(
     from gitsup.tasks.lifecycle import SupRepo
     from gitsup.tasks.pool import fill
 
-    made = fill(SupRepo.discover(), size)
+    ctx = SupRepo.discover()
+    ctx.refuse_in_task("pool fill")
+    made = fill(ctx, size)
     if json_out:
         emit_json([{"path": str(s.path), "commit": s.commit} for s in made])
         return

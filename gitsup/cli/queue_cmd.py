@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from gitsup.cli.main import app
+from gitsup.cli.options import TaskArg, TaskListArg
 from gitsup.cli.output import emit_json, out, progress
 
 queue_app = typer.Typer(
@@ -52,7 +53,7 @@ def queue_cmd(ctx: typer.Context, json_out: JsonOpt = False) -> None:
 
 @queue_app.command("add")
 def add_cmd(
-    tasks: Annotated[list[str], typer.Argument(help="Task ids with ready candidates, in order.")],
+    tasks: TaskListArg,
     into: IntoOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -69,7 +70,7 @@ def add_cmd(
 
 @queue_app.command("remove")
 def remove_cmd(
-    task: Annotated[str, typer.Argument(help="Task id.")],
+    task: TaskArg,
     into: IntoOpt = None,
 ) -> None:
     """Take a queued candidate out of the queue."""

@@ -36,6 +36,7 @@ def _spec_from_cli(
     no_commit: bool,
     closeout_grace: str | None = None,
 ) -> TaskSpec:
+    from gitsup.durations import require_unit
     from gitsup.spec import load_spec, spec_from_mapping
 
     over: dict[str, Any] = {}
@@ -62,6 +63,16 @@ def _spec_from_cli(
     if review is not None:
         over["review"] = {"kind": review}
     b: dict[str, Any] = {}
+    for value, option in (
+        (deadline, "--deadline"),
+        (no_output_timeout, "--no-output-timeout"),
+        (closeout_grace, "--closeout-grace"),
+    ):
+        if value is not None:
+            try:
+                require_unit(value, option)
+            except ValueError as exc:
+                raise GitsupError(str(exc)) from None
     if deadline is not None:
         b["deadline"] = deadline
     if no_output_timeout is not None:
@@ -182,6 +193,7 @@ def start_cmd(
         closeout_grace=closeout_grace,
     )
     ctx = SupRepo.discover()
+    ctx.refuse_in_task("start")
     n = attempts if attempts is not None else spec.attempts.n
     if queue and (n < 2 or detach):
         raise GitsupError(

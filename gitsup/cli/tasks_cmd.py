@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from gitsup.cli.main import app
-from gitsup.cli.options import JsonOpt, ProtectedOpt
+from gitsup.cli.options import JsonOpt, ProtectedOpt, TaskArg
 from gitsup.cli.output import emit_json, emit_json_rows, emit_jsonl, out
 from gitsup.cli.task_render import check_tail, not_captured_text, print_group
 from gitsup.durations import format_duration
@@ -25,6 +25,7 @@ def init_cmd(
     from gitsup.tasks.lifecycle import SupRepo, init_repo
 
     ctx = SupRepo.discover()
+    ctx.refuse_in_task("init")
     res = init_repo(ctx, protected=protected, explicit=True)
     if json_out:
         emit_json(res.__dict__)
@@ -38,9 +39,7 @@ def init_cmd(
 
 
 @app.command("show")
-def show_cmd(
-    task: Annotated[str, typer.Argument(help="Task id.")], json_out: JsonOpt = False
-) -> None:
+def show_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
     """Show one task: state, status, baseline, candidate, checks, review, turns, cost;
     or a best-of-N group (id g…): its attempts side by side, ranked."""
     from gitsup.tasks.lifecycle import SupRepo, show_dict
@@ -149,9 +148,7 @@ def ls_cmd(
 
 
 @app.command("log")
-def log_cmd(
-    task: Annotated[str, typer.Argument(help="Task id.")], json_out: JsonOpt = False
-) -> None:
+def log_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
     """Print the task's events, one per line."""
     from gitsup.tasks.lifecycle import SupRepo, read_events
 

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from gitsup.cli.main import app
+from gitsup.cli.options import TaskArg
 from gitsup.errors import GitsupError
 
 
@@ -44,7 +45,7 @@ def task_socket(task: str) -> str:
 
 @app.command("attach")
 def attach_cmd(
-    task: Annotated[str, typer.Argument(help="Task id.")],
+    task: TaskArg,
     read_only: Annotated[
         bool, typer.Option("--read-only", "-r", help="Watch only; keys are not sent to the pane.")
     ] = False,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,11 +16,15 @@ from typing import TYPE_CHECKING, Any
 from gitsup import jsonio
 from gitsup.errors import GitsupError
 from gitsup.host.fsutil import atomic_write
-from gitsup.ids import TaskId, new_task_id, parse_task_id
+from gitsup.ids import TaskId, is_task_id, new_task_id, parse_task_id
 from gitsup.layout import Layout
 
 if TYPE_CHECKING:
     from gitsup.store.record import TaskRecord
+
+# As `git rev-parse` takes abbreviated SHAs: a prefix this long at least, unique.
+MIN_ID_PREFIX = 4
+_PREFIX_RE = re.compile(r"[0-9a-f-]+")
 
 
 class TaskStore:
@@ -87,6 +92,39 @@ class TaskStore:
             return None
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             raise GitsupError(f"staged task record of {task} is invalid: {exc}") from None
+
+    def resolve(self, value: str) -> TaskId:
+        """The task `value` names: its id, a unique prefix of it, or a unique prefix of its
+        random part (`cfe195` for `20261201-cfe195`), as Git takes abbreviated SHAs."""
+        if is_task_id(value):
+            return TaskId(value)
+        text = value.strip().lower()
+        if len(text) < MIN_ID_PREFIX or not _PREFIX_RE.fullmatch(text):
+            raise GitsupError(
+                f"not a task id: {value!r}",
+                hint=f"give the id or at least {MIN_ID_PREFIX} of its first characters "
+                "(or of its part after the dash); `git sup ls` lists them",
+            )
+        names = self._names()
+        found = sorted(n for n in names if n.startswith(text) or n[9:].startswith(text))
+        if len(found) == 1:
+            return TaskId(found[0])
+        if not found:
+            raise GitsupError(
+                f"no task {value} in this repository", hint="`git sup ls` lists the tasks"
+            )
+        shown = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")
+        raise GitsupError(
+            f"task id {value!r} is ambiguous: {len(found)} tasks match ({shown})",
+            hint="give more characters",
+        )
+
+    def _names(self) -> list[str]:
+        try:
+            with os.scandir(self.layout.tasks) as it:
+                return [e.name for e in it if is_task_id(e.name)]
+        except FileNotFoundError:
+            return []
 
     def ids(self) -> list[TaskId]:
         if not self.layout.tasks.exists():

@@ -10,8 +10,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gitsup.errors import GitsupError
 from gitsup.git import GitRepo
-from gitsup.layout import Layout
+from gitsup.ids import TaskId
+from gitsup.layout import Layout, owning_task
 from gitsup.store.lease import LeaseStore
 from gitsup.store.records import TaskStore
 
@@ -23,11 +25,30 @@ class SupRepo:
     repo: GitRepo
     layout: Layout
 
+    # Set when the command was run in a task's worktree: the task it belongs to.
+    in_task: TaskId | None = None
+
     @classmethod
     def discover(cls, cwd: str | os.PathLike[str] = ".") -> SupRepo:
+        """The repository at `cwd`. In a task's worktree (whose Git dir is the task's
+        private one) that is the repository that owns the task, as Git answers for the
+        repository of a linked worktree."""
         repo = GitRepo.discover(cwd)
+        owner = owning_task(Path(repo.common_dir))
+        in_task = None
+        if owner is not None:
+            repo, in_task = GitRepo.discover(owner[0]), owner[1]
         repo.require_checkout()
-        return cls(repo, Layout(repo.common_dir))
+        return cls(repo, Layout(repo.common_dir), in_task)
+
+    def refuse_in_task(self, what: str) -> None:
+        """Exit 2 when run in a task's worktree: `what` sets something up where it runs."""
+        if self.in_task is not None:
+            raise GitsupError(
+                f"this is the worktree of task {self.in_task}; {what} runs in the repository's "
+                f"checkout, not in a task's",
+                hint=f"cd {self.repo.main_workdir}",
+            )
 
     @property
     def store(self) -> TaskStore:

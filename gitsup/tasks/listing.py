@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from gitsup import jsonio
 from gitsup.host.fsutil import atomic_write
-from gitsup.layout import Layout
+from gitsup.layout import Layout, owning_task
 from gitsup.store.gitfiles import BranchReader, Unsure, locate
 from gitsup.store.records import TaskStore
 
@@ -114,7 +114,8 @@ class Listing:
 
             ctx = SupRepo.discover(cwd)
             return cls(ctx.layout, cwd, ctx)
-        return cls(Layout(Path(common)), cwd)
+        owner = owning_task(Path(common))  # a task's worktree: the repository owning it
+        return cls(Layout(owner[0] if owner else Path(common)), cwd)
 
     @classmethod
     def of(cls, ctx: SupRepo) -> Listing:
