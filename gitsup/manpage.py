@@ -24,12 +24,18 @@ EXIT_CODES = (
 )
 
 ENVIRONMENT = (
-    ("GITSUP_CLAUDE_BIN", "path of the Claude Code CLI, before PATH and a project-local install"),
+    (
+        "GITSUP_CLAUDE_BIN",
+        "path of the Claude Code CLI, before PATH, the repository's .tools/ and gitsup's own",
+    ),
     (
         "ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN, ANTHROPIC_BASE_URL",
         "credentials a claude worker, decider or reviewer needs (or a logged-in Claude Code config)",
     ),
-    ("GITSUP_CODEX_BIN", "path of the Codex CLI, before PATH and a project-local install"),
+    (
+        "GITSUP_CODEX_BIN",
+        "path of the Codex CLI, before PATH, the repository's .tools/ and gitsup's own",
+    ),
     (
         "OPENAI_API_KEY, OPENAI_BASE_URL",
         "a codex worker's or reviewer's key and model API (or a logged-in Codex auth.json)",

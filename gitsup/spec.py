@@ -264,6 +264,14 @@ class Decider(_Strict):
     timeout: PositiveDuration = 120.0
 
 
+def review_argv(spec: TaskSpec) -> list[str]:
+    """An agent reviewer's argv: `[review] argv`, else the worker's when the worker is the
+    same kind, else none (the kind's default binary)."""
+    if spec.review.argv:
+        return list(spec.review.argv)
+    return list(spec.worker.argv) if spec.worker.kind == spec.review.kind else []
+
+
 def decider_argv(spec: TaskSpec) -> list[str]:
     """An agent decider's argv: `[decider] argv`, else the worker's when the worker is the
     same kind, else none (the kind's default binary)."""

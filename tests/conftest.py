@@ -40,6 +40,8 @@ def hermetic_env(
     monkeypatch.setenv("GIT_TERMINAL_PROMPT", "0")
     for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GITSUP_TASK", "CLAUDECODE"):
         monkeypatch.delenv(var, raising=False)
+    # agents are found as GITSUP_*_BIN name them, never implicitly in this checkout's .tools/
+    monkeypatch.setenv("GITSUP_OWN_TOOLS", "0")
     # the console scripts of this interpreter come first
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     (home / ".gitconfig").write_text(

@@ -7,7 +7,6 @@ scripted process worker stands in.
 
 from __future__ import annotations
 
-import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -98,22 +97,16 @@ def run_demo(
 
 
 def find_claude() -> str | None:
+    """Claude Code as every task finds it (gitsup/workers/agentproc.py `find_agent`)."""
     import os
 
-    env = os.environ.get("GITSUP_CLAUDE_BIN")
-    if env and Path(env).exists():
-        return env
-    here = (
-        Path(__file__).resolve().parents[2]
-        / ".tools"
-        / "claude"
-        / "node_modules"
-        / ".bin"
-        / "claude"
-    )
-    if here.exists():
-        return str(here)
-    return shutil.which("claude")
+    from gitsup.workers.base import WorkerError
+    from gitsup.workers.claude.worker import find_claude as lookup
+
+    try:
+        return lookup([], os.environ)[0]
+    except WorkerError:
+        return None
 
 
 def _run_with_claude(

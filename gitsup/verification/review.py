@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gitsup.errors import GitsupError
 from gitsup.git import Evidence
 from gitsup.host import proc
-from gitsup.spec import TaskSpec
+from gitsup.spec import TaskSpec, review_argv
 from gitsup.store.record import CheckResult, ReviewResult
 
 MAX_EVIDENCE_CHECK_TAIL = 2000
@@ -255,23 +255,20 @@ Evidence (JSON):
 
 
 def claude_attempt(ctx: ReviewRequest) -> ReviewVerdict:
-    argv = ctx.spec.worker.argv if ctx.spec.worker.kind == "claude" else ()
-    return _agent_attempt(ctx, "claude", argv)
+    return _agent_attempt(ctx, "claude", review_argv(ctx.spec))
 
 
 def codex_attempt(ctx: ReviewRequest) -> ReviewVerdict:
     """The reviewer as Codex: every command and patch it asks for is declined, so it judges
     from the evidence in its prompt."""
-    argv = ctx.spec.worker.argv if ctx.spec.worker.kind == "codex" else ()
-    return _agent_attempt(ctx, "codex", argv)
+    return _agent_attempt(ctx, "codex", review_argv(ctx.spec))
 
 
 def acp_attempt(ctx: ReviewRequest) -> ReviewVerdict:
     """The reviewer as an ACP agent: `[review] argv`, else the acp worker's argv, else the
     default agent (GITSUP_ACP_BIN); offered only Read, Grep and Glob, every other call
     denied, in the read-only sandbox."""
-    argv = ctx.spec.review.argv or (ctx.spec.worker.argv if ctx.spec.worker.kind == "acp" else [])
-    return _agent_attempt(ctx, "acp", argv)
+    return _agent_attempt(ctx, "acp", review_argv(ctx.spec))
 
 
 def _agent_attempt(

@@ -39,23 +39,40 @@ def find_agent(
     name: str,
     missing: str,
     local: Sequence[Path] = (),
+    setting: str = "[worker] argv",
 ) -> list[str]:
     """The agent to run: `argv` (worker.argv), else the file `env_var` names, else `name`
-    on PATH, else the first of `local` installed in the current directory's repository.
+    on PATH, else the first of `local` installed in the current directory's repository, else
+    in gitsup's own checkout (one lookup for `start`, `doctor`, the preflight and the demo).
     Raises WorkerError with `missing` when there is none."""
     if argv:
         exe = argv[0]
         resolved = exe if os.sep in exe else shutil.which(exe, path=env.get("PATH"))
         if resolved is None or not os.path.exists(resolved):
-            raise WorkerError(f"worker.argv names {exe!r}, which is not an executable on PATH")
+            raise WorkerError(f"{setting} names {exe!r}, which is not an executable on PATH")
         return [resolved, *argv[1:]]
     from_env = env.get(env_var)
-    if from_env and os.path.exists(from_env):
+    if from_env:
+        if not os.path.exists(from_env):
+            raise WorkerError(
+                f"{env_var} names {from_env!r}, which does not exist; fix or unset it, "
+                f"or name the agent in {setting}"
+            )
         return [from_env]
-    found = shutil.which(name, path=env.get("PATH")) or (project_local(local) if local else None)
+    found = shutil.which(name, path=env.get("PATH"))
+    if found is None and local:
+        found = project_local(local)
+        if found is None and os.environ.get("GITSUP_OWN_TOOLS") != "0":
+            found = project_local(local, start=_own_checkout())
     if found is None:
         raise WorkerError(missing)
     return [found]
+
+
+def _own_checkout() -> Path:
+    """Where gitsup itself is installed from: its checkout for an editable install (whose
+    `.tools/` `bash .ci/test` fills), else the environment it is installed in."""
+    return Path(__file__).resolve().parents[2]
 
 
 def project_local(rels: Sequence[Path], start: Path | None = None) -> str | None:

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 _CLAUDE_CHOICES = (
     "install Claude Code (npm install -g @anthropic-ai/claude-code, or in the project: "
     "npm install --prefix .tools/claude @anthropic-ai/claude-code), "
-    "or set GITSUP_CLAUDE_BIN to its path, or name it in [worker] argv"
+    "or set GITSUP_CLAUDE_BIN to its path, or name it in {setting}"
 )
+_SETTING = {"worker": "[worker] argv", "reviewer": "[review] argv", "decider": "[decider] argv"}
 
 _runnable_cache: dict[tuple[str, float], str | None] = {}
 
@@ -76,29 +77,26 @@ def preflight_start(ctx: SupRepo, spec: TaskSpec, baseline: Oid) -> None:
 
 def acp_problems(spec: TaskSpec, env: Mapping[str, str]) -> list[str]:
     """An acp or codex worker's, reviewer's or decider's agent that cannot be found."""
-    from gitsup.spec import decider_argv
+    from gitsup.spec import decider_argv, review_argv
     from gitsup.workers.base import WorkerError
 
     roles: list[tuple[str, list[str], str]] = []
     if spec.worker.kind in ("acp", "codex"):
         roles.append(("worker", list(spec.worker.argv), spec.worker.kind))
     if spec.review.kind in ("acp", "codex"):
-        review = spec.review.kind
-        worker_argv = list(spec.worker.argv) if spec.worker.kind == review else []
-        argv = (list(spec.review.argv) if review == "acp" else []) or worker_argv
-        roles.append(("reviewer", argv, review))
+        roles.append(("reviewer", review_argv(spec), spec.review.kind))
     if spec.decider.kind in ("acp", "codex"):
         roles.append(("decider", decider_argv(spec), spec.decider.kind))
     out = []
     for role, role_argv, agent in roles:
         try:
-            _find_agent(agent)(role_argv, env)
+            _find_agent(agent)(role_argv, env, _SETTING[role])
         except WorkerError as exc:
             out.append(f"{role}: {exc}")
     return out
 
 
-def _find_agent(kind: str) -> Callable[[Sequence[str], Mapping[str, str]], list[str]]:
+def _find_agent(kind: str) -> Callable[[Sequence[str], Mapping[str, str], str], list[str]]:
     """The agent lookup of an acp or codex role (imported only for a task that has one)."""
     if kind == "acp":
         from gitsup.workers.acp.worker import find_acp
@@ -155,27 +153,29 @@ def _unresolved(exe: str, env: Mapping[str, str], ctx: SupRepo, baseline: Oid) -
 
 def claude_problems(spec: TaskSpec, env: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """(role, problem, hint) for every role that runs Claude Code and could not."""
-    from gitsup.spec import decider_argv
+    from gitsup.spec import decider_argv, review_argv
 
     roles: list[tuple[str, Sequence[str], str]] = []
-    worker_argv = list(spec.worker.argv) if spec.worker.kind == "claude" else []
     if spec.worker.kind == "claude":
-        roles.append(("worker", worker_argv, 'or run another worker: --worker "command"'))
+        roles.append(
+            ("worker", list(spec.worker.argv), 'or run another worker: --worker "command"')
+        )
     if spec.decider.kind == "claude":
         roles.append(("decider", decider_argv(spec), 'or [decider] kind = "rules"'))
     if spec.review.kind == "claude":
         roles.append(
             (
                 "reviewer",
-                worker_argv,
+                review_argv(spec),
                 'or review another way: --review none, or [review] kind = "command" with an argv',
             )
         )
     out: list[tuple[str, str, str]] = []
     for role, argv, alternative in roles:
-        why = claude_missing(argv, env)
+        why = claude_missing(argv, env, _SETTING[role])
         if why:
-            out.append((role, why, f"{_CLAUDE_CHOICES}; {alternative}"))
+            choices = _CLAUDE_CHOICES.format(setting=_SETTING[role])
+            out.append((role, why, f"{choices}; {alternative}"))
             continue
         cred = missing_credentials(env)
         if cred:
@@ -190,13 +190,15 @@ def claude_problems(spec: TaskSpec, env: Mapping[str, str]) -> list[tuple[str, s
     return out
 
 
-def claude_missing(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
+def claude_missing(
+    argv: Sequence[str], env: Mapping[str, str], setting: str = "[worker] argv"
+) -> str | None:
     """Why Claude Code cannot run (not found, or `--version` fails), or None."""
     from gitsup.workers.base import WorkerError
     from gitsup.workers.claude.worker import find_claude
 
     try:
-        exe = find_claude(argv, env)[0]
+        exe = find_claude(argv, env, setting)[0]
     except WorkerError as exc:
         return f"Claude Code not found: {exc}"
     try:

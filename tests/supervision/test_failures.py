@@ -212,6 +212,8 @@ def test_default_claude_reviewer_without_claude_is_refused_at_start(repo: Path, 
     assert "reviewer: Claude Code not found" in res.stderr
     for choice in ("--review none", '[review] kind = "command"', "GITSUP_CLAUDE_BIN", "install"):
         assert choice in res.stderr, choice
+    # the hint names the reviewer's own setting, not the (process) worker's
+    assert "[review] argv" in res.stderr and "[worker] argv" not in res.stderr, res.stderr
     assert "Traceback" not in res.stderr and not marker.exists()
     _nothing_left(repo, before)
 

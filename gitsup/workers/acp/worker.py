@@ -66,14 +66,17 @@ _BAD_APPROVAL_MODES = {"yolo", "auto_edit", "autoEdit"}
 SAFE_MODE = "default"
 
 
-def find_acp(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+def find_acp(
+    argv: Sequence[str], env: Mapping[str, str], setting: str = "[worker] argv"
+) -> list[str]:
     """The agent to run: worker.argv, else GITSUP_ACP_BIN, else `claude-agent-acp` on PATH."""
     return find_agent(
         argv,
         env,
+        setting=setting,
         env_var=ENV_BIN,
         name=DEFAULT_NAME,
-        missing=f"no ACP agent: name one in [worker] argv, set {ENV_BIN}, or put {DEFAULT_NAME} "
+        missing=f"no ACP agent: name one in {setting}, set {ENV_BIN}, or put {DEFAULT_NAME} "
         "(npm @agentclientprotocol/claude-agent-acp) on PATH",
     )
 

@@ -90,15 +90,18 @@ def model_call_env(budget: Any) -> dict[str, str]:
     return {"CLAUDE_CODE_MAX_RETRIES": str(MODEL_MAX_RETRIES), "API_TIMEOUT_MS": str(timeout_ms)}
 
 
-def find_claude(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+def find_claude(
+    argv: Sequence[str], env: Mapping[str, str], setting: str = "[worker] argv"
+) -> list[str]:
     """The CLI to run: worker.argv, else GITSUP_CLAUDE_BIN, else `claude` on PATH."""
     return find_agent(
         argv,
         env,
+        setting=setting,
         env_var="GITSUP_CLAUDE_BIN",
         name="claude",
         missing="the Claude Code CLI (`claude`) is not on PATH; install @anthropic-ai/claude-code, "
-        "set GITSUP_CLAUDE_BIN, or name it in [worker] argv",
+        f"set GITSUP_CLAUDE_BIN, or name it in {setting}",
         local=_LOCAL_INSTALLS,
     )
 

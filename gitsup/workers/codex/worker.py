@@ -66,16 +66,19 @@ FIXED_ARGS = ("-c", 'web_search="disabled"', "--disable", "multi_agent")
 MODEL_MAX_RETRIES = 2
 
 
-def find_codex(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+def find_codex(
+    argv: Sequence[str], env: Mapping[str, str], setting: str = "[worker] argv"
+) -> list[str]:
     """The CLI: worker.argv, else GITSUP_CODEX_BIN, else `codex` on PATH, else the
     project's `.tools/codex` install."""
     return find_agent(
         argv,
         env,
+        setting=setting,
         env_var="GITSUP_CODEX_BIN",
         name="codex",
         missing="the Codex CLI (`codex`) is not on PATH; install @openai/codex (.ci/install-codex), "
-        "set GITSUP_CODEX_BIN, or name it in [worker] argv",
+        f"set GITSUP_CODEX_BIN, or name it in {setting}",
         local=(Path(".tools/codex/node_modules/.bin/codex"),),
     )
 

@@ -50,7 +50,7 @@ def test_start_refuses_an_acp_worker_whose_agent_is_missing(
     )
     res = run_sup(repo, "start", "--spec", str(spec), env=env)
     assert res.returncode == 2, res
-    assert "worker: worker.argv names 'no-such-acp-agent'" in res.stderr, res.stderr
+    assert "worker: [worker] argv names 'no-such-acp-agent'" in res.stderr, res.stderr
     spec.write_text(
         'goal = "g"\n[worker]\nkind = "process"\nargv = ["true"]\n[review]\nkind = "acp"\n'
     )
@@ -82,7 +82,7 @@ def test_start_refuses_a_decider_whose_agent_is_missing(
     spec.write_text(f'{head}[decider]\nkind = "{kind}"\nargv = ["no-such-{kind}-agent"]\n')
     res = run_sup(repo, "start", "--spec", str(spec), env=env)
     assert res.returncode == 2, res
-    assert f"decider: worker.argv names 'no-such-{kind}-agent'" in res.stderr, res.stderr
+    assert f"decider: [decider] argv names 'no-such-{kind}-agent'" in res.stderr, res.stderr
     assert run_sup(repo, "ls", "--json").stdout.strip() in ("", "[]")
 
 
@@ -97,7 +97,7 @@ def test_start_refuses_a_codex_worker_or_reviewer_whose_cli_is_missing(
     )
     res = run_sup(repo, "start", "--spec", str(spec), env=env)
     assert res.returncode == 2, res
-    assert "worker: worker.argv names 'no-such-codex'" in res.stderr, res.stderr
+    assert "worker: [worker] argv names 'no-such-codex'" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
     spec.write_text(
         'goal = "g"\n[worker]\nkind = "process"\nargv = ["true"]\n[review]\nkind = "codex"\n'
