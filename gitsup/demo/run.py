@@ -7,9 +7,11 @@ scripted process worker stands in.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -74,6 +76,27 @@ def run_demo(
 ) -> DemoResult:
     parent = directory or Path(tempfile.mkdtemp(prefix="gitsup-demo-"))
     repo = make_demo_repo(parent)
+    # Everything gitsup keeps per user (the integration signing key, the allowed signers) is
+    # the demo's own: nothing of it, least of all its identity, reaches the user's.
+    with _own_config(parent / "config"):
+        return _run(repo, worker, on_event)
+
+
+@contextlib.contextmanager
+def _own_config(directory: Path) -> Iterator[None]:
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    saved = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(directory)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("XDG_CONFIG_HOME", None)
+        else:
+            os.environ["XDG_CONFIG_HOME"] = saved
+
+
+def _run(repo: Path, worker: str, on_event: Callable[[Event], None] | None) -> DemoResult:
     checks = [{"name": "unittest", "argv": [sys.executable, "-m", "unittest", "-q"], "timeout": 60}]
     claude_bin = find_claude() if worker in ("auto", "claude") else None
     if worker == "claude" and claude_bin is None:

@@ -23,6 +23,7 @@ from gitsup.boundary.signing import (
 from gitsup.errors import GitsupError
 from gitsup.git import GitRepo
 from gitsup.host import proc
+from gitsup.host.fsutil import atomic_write
 
 
 @dataclass
@@ -97,16 +98,52 @@ def signing_setup(repo: GitRepo, *, create: bool) -> SigningSetup:
             repo.config_set("gpg.ssh.allowedSignersFile", allowed)
             changed.append(f"gpg.ssh.allowedSignersFile = {allowed}")
         if public:
-            try:
-                have = Path(allowed).read_text()
-            except OSError:
-                have = ""
-            if public not in keys_of(have):
-                principal = repo.config_get("user.email") or "gitsup-integrator"
-                Path(allowed).parent.mkdir(parents=True, exist_ok=True)
-                with open(allowed, "a") as fh:
-                    if have and not have.endswith("\n"):
-                        fh.write("\n")
-                    fh.write(f'{principal} namespaces="git" {public}\n')
-                changed.append(f"allowed signer {principal} added to {allowed}")
+            changed += _allow_signer(allowed, public, repo.config_get("user.email"))
+    elif public and allowed == default_allowed_signers():
+        # gitsup's own list follows the user's identity at every integration too
+        changed += _rename_signer(allowed, public, repo.config_get("user.email"))
     return SigningSetup(key, public, dedicated, allowed, changed)
+
+
+def _allow_signer(allowed: str, public: str, email: str | None) -> list[str]:
+    """The key's line in the allowed-signers file names the user's identity as it is now:
+    added when missing, its principal re-written when `user.email` changed since."""
+    principal = email or "gitsup-integrator"
+    try:
+        have = Path(allowed).read_text()
+    except OSError:
+        have = ""
+    if public not in keys_of(have):
+        Path(allowed).parent.mkdir(parents=True, exist_ok=True)
+        with open(allowed, "a") as fh:
+            if have and not have.endswith("\n"):
+                fh.write("\n")
+            fh.write(f'{principal} namespaces="git" {public}\n')
+        return [f"allowed signer {principal} added to {allowed}"]
+    if allowed != default_allowed_signers():
+        return []  # the user's own list: theirs to edit
+    return _rename_signer(allowed, public, email, have)
+
+
+def _rename_signer(
+    allowed: str, public: str, email: str | None, have: str | None = None
+) -> list[str]:
+    if not email:
+        return []
+    principal = email
+    if have is None:
+        try:
+            have = Path(allowed).read_text()
+        except OSError:
+            return []
+    lines = have.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if public not in line or line.lstrip().startswith("#"):
+            continue
+        old, _, rest = line.partition(" ")
+        if old == principal or not rest:
+            return []
+        lines[i] = f"{principal} {rest}"
+        atomic_write(Path(allowed), "".join(lines).encode())
+        return [f"allowed signer {old} is now {principal} in {allowed} (user.email changed)"]
+    return []
