@@ -388,7 +388,8 @@ class TaskSpec(_Strict):
             parts.append("Forbidden:\n" + "\n".join(f"- {s}" for s in self.forbidden))
         if self.checks:
             parts.append(
-                "Acceptance checks the supervisor will run:\n"
+                "Acceptance checks the supervisor will run (in this worktree, with the "
+                "environment your shell has; run them yourself the same way):\n"
                 + "\n".join(f"- {c.name}: {shlex.join(c.argv)}" for c in self.checks)
             )
         elif self.default_check:

@@ -14,6 +14,7 @@ run anything when something is missing; `off` runs as before (no sandbox).
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
@@ -382,6 +383,7 @@ def build_plan(
         GIT_TERMINAL_PROMPT="0",
     )
     plan.env = out
+    _login_profiles(private_home, out)
     # the filesystem
     wt = os.path.realpath(worktree)
     common = os.path.realpath(common_dir)
@@ -462,6 +464,34 @@ def build_plan(
         "rw_mounts": [os.path.join(common, "objects")] if plan.git_state == "shared" else [],
     }
     return plan
+
+
+# What a login shell in the task keeps of the task's environment. An agent's shell tool
+# starts its shell as a login shell (Claude Code does); /etc/profile then resets PATH (for
+# root on Debian, to the system's), and the agent cannot run what the checks run: the
+# active virtualenv's `python`, a project's tools.
+_LOGIN_KEPT = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "NODE_PATH", "GOPATH", "CARGO_HOME")
+_PROFILES = (".bash_profile", ".profile", ".zprofile")
+
+
+def _login_profiles(private_home: Path, env: Mapping[str, str]) -> None:
+    """Write the private HOME's login profiles so that a login shell sees the environment
+    the checks see (the variables of `_LOGIN_KEPT` the task has)."""
+    import shlex
+
+    lines = ["# Written by gitsup: a login shell keeps the task's environment.\n"]
+    lines += [f"export {k}={shlex.quote(env[k])}\n" for k in _LOGIN_KEPT if env.get(k)]
+    lines.append('[ -n "$BASH_VERSION" ] && [ -f "$HOME/.bashrc" ] && . "$HOME/.bashrc"\n')
+    data = "".join(lines).encode()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    for name in _PROFILES:
+        # the task may have planted a link here: never write through it
+        with contextlib.suppress(OSError):
+            fd = os.open(private_home / name, flags, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
 
 
 _NEVER_HIDDEN = frozenset({"/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/dev",
