@@ -10,6 +10,7 @@ import typer
 from gitsup.cli.main import app
 from gitsup.cli.options import TaskArg, TaskListArg
 from gitsup.cli.output import emit_json, out, progress
+from gitsup.cli.task_render import queue_evidence_lines
 
 queue_app = typer.Typer(
     invoke_without_command=True,
@@ -34,6 +35,9 @@ def _show(states: list[Any]) -> None:
             tail = f"  {e.reason}" if e.reason else ""
             commit = f" -> {e.integration_commit[:12]}" if e.integration_commit else ""
             out(f"  {e.task:16} {e.status:10} {e.candidate[:12]}{commit}{tail}")
+            if e.status == "parked":
+                for line in queue_evidence_lines(e.evidence, indent="    "):
+                    out(line)
 
 
 @queue_app.callback()
@@ -119,4 +123,6 @@ def run_cmd(
             )
             for s in r.sent_back:
                 out(f"  {s['task']}: {s['kind']}: {s['reason']}")
+                for line in queue_evidence_lines(s.get("evidence"), indent="    "):
+                    out(line)
     sys.exit(max((r.exit_code for r in results), default=0))

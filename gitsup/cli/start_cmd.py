@@ -44,10 +44,9 @@ def _spec_from_cli(
         over["goal"] = goal
     if base is not None:
         over["base"] = base
-    given: list[dict[str, Any]] = [
-        {"name": _check_name(c, i), "argv": c} for i, c in enumerate(checks or [])
-    ]
-    given += [{"name": f"{len(given) + i + 1}-sh", "sh": c} for i, c in enumerate(check_sh or [])]
+    taken: list[str] = []
+    given: list[dict[str, Any]] = [{"name": _check_name(c, taken), "argv": c} for c in checks or []]
+    given += [{"name": _check_name(c, taken, shell=True), "sh": c} for c in check_sh or []]
     if given:
         over["checks"] = given
     if no_default_check:
@@ -97,9 +96,28 @@ def _spec_from_cli(
     return spec_from_mapping(over, "command line")
 
 
-def _check_name(cmd: str, i: int) -> str:
-    first = cmd.strip().split()[0] if cmd.strip() else f"check{i + 1}"
-    return f"{i + 1}-{Path(first).name or 'check'}"
+def _check_name(cmd: str, taken: list[str], *, shell: bool = False) -> str:
+    """A check given on the command line is named by its own words (the program by its
+    file name: `/venv/bin/python -m pytest` is `python -m pytest`), cut at 60 characters;
+    a repeated name gets ` (2)`, ` (3)` …"""
+    import shlex
+
+    try:
+        words = shlex.split(cmd)
+    except ValueError:
+        words = cmd.split()
+    if words and not shell:
+        words[0] = Path(words[0]).name or words[0]
+    name = " ".join(words) or "check"
+    if shell:
+        name = f"sh: {name}"
+    if len(name) > 60:
+        name = name[:59] + "…"
+    base, n = name, 2
+    while name in taken:
+        name, n = f"{base} ({n})", n + 1
+    taken.append(name)
+    return name
 
 
 @app.command("start")

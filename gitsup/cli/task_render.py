@@ -157,6 +157,23 @@ def check_tail(text: str, lines: int = _CHECK_TAIL_LINES) -> list[str]:
     return fold(text, lines=lines, width=200)
 
 
+def queue_evidence_lines(evidence: dict[str, Any] | None, indent: str = "  ") -> list[str]:
+    """Why the queue sent a candidate back, as lines: the conflicting paths, or each failing
+    composition check with the tail of its output (the same tail as a task's own check)."""
+    if not evidence:
+        return []
+    lines = []
+    conflicts = evidence.get("conflicts") or []
+    if conflicts:
+        lines.append(f"{indent}conflicting paths: {', '.join(conflicts[:20])}")
+    composed = evidence.get("composed_on")
+    for f in evidence.get("failed") or []:
+        where = f" (composed on {str(composed)[:12]})" if composed else ""
+        lines.append(f"{indent}FAIL    {f.get('name', '?')}{where}")
+        lines += [f"{indent}        | {x}" for x in check_tail(str(f.get("output_tail", "")))]
+    return lines
+
+
 def not_captured_text(item: dict[str, Any]) -> str:
     return f"{item.get('path')} ({item.get('bytes', '?')} bytes: {item.get('why')})"
 

@@ -12,7 +12,12 @@ import typer
 from gitsup.cli.main import app
 from gitsup.cli.options import JsonOpt, ProtectedOpt, TaskArg
 from gitsup.cli.output import emit_json, emit_json_rows, emit_jsonl, out
-from gitsup.cli.task_render import check_tail, not_captured_text, print_group
+from gitsup.cli.task_render import (
+    check_tail,
+    not_captured_text,
+    print_group,
+    queue_evidence_lines,
+)
 from gitsup.durations import format_duration
 
 
@@ -96,6 +101,10 @@ def show_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
         out(f"review    {record.review.kind}: {record.review.verdict or '-'}")
     for r in record.reasons:
         out(f"reason    {r}")
+    if d.get("queue_evidence"):
+        out("queue     checks on the composed tree (why the queue sent it back)")
+        for line in queue_evidence_lines(d["queue_evidence"]):
+            out(line)
 
 
 def _age(seconds: float) -> str:

@@ -144,6 +144,22 @@ class Worktrees(RepoBase):
             return None, paths
         return Oid(str(index.write_tree(self._repo))), []
 
+    def signature(self, commit: Oid) -> tuple[str, str]:
+        """(`%G?` status letter, signer) of `commit` as `git log --show-signature` verifies
+        it against the repository's allowed signers ("N", "" when unsigned or unreadable)."""
+        from gitsup.host import proc
+
+        res = proc.run(
+            ["git", "log", "-1", "--no-walk", "--format=%G?%x00%GS", commit],
+            cwd=self.common_dir,
+            env=proc.child_env(),
+            timeout=60,
+        )
+        status, _, signer = res.output.strip().partition("\x00")
+        if not res.ok or len(status) != 1:
+            return "N", ""
+        return status, signer
+
     def add_detached_worktree(self, path: Path, commit: Oid) -> None:
         """A throw-away linked worktree at `commit` (no branch), e.g. for integration checks."""
         from gitsup.host import proc

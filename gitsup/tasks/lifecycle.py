@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -338,7 +339,24 @@ def show_dict(ctx: SupRepo, record: TaskRecord) -> dict[str, Any]:
     d["events"] = EventLog(ctx.layout.events(TaskId(record.id)), TaskId(record.id)).count()
     d["refs"] = {k: v for k, v in task_refs(TaskId(record.id)).items()}
     d["owner_alive"] = record.state not in TERMINAL and _owner_alive(record)
+    d["queue_evidence"] = queue_evidence(ctx, record)
     return d
+
+
+def queue_evidence(ctx: SupRepo, record: TaskRecord) -> dict[str, Any] | None:
+    """Why the integration queue sent the candidate back (its note's `queue_evidence`: the
+    failing composition checks with their output, or the conflicting paths), else None."""
+    if not record.candidate:
+        return None
+    text = ctx.repo.read_note(Oid(record.candidate))
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    ev = data.get("queue_evidence") if isinstance(data, dict) else None
+    return ev if isinstance(ev, dict) else None
 
 
 def _owner_alive(record: TaskRecord) -> bool:

@@ -47,7 +47,9 @@ class RunResult:
 
 
 def _check_key(c: Check) -> str:
-    return json.dumps([c.name, list(c.argv)], separators=(",", ":"))
+    """What makes two checks the same work: the argv (names are labels; two tasks that call
+    `pytest -q` differently run it once per tree)."""
+    return json.dumps(list(c.argv), separators=(",", ":"))
 
 
 @dataclass
@@ -78,7 +80,12 @@ class CompositionTester:
         checks: dict[str, Check] = {}
         for step in steps[:k]:
             for c in step.checks:
-                checks.setdefault(_check_key(c), c)
+                key = _check_key(c)
+                seen = checks.get(key)
+                if seen is None:
+                    checks[key] = c
+                elif c.timeout > seen.timeout:  # one run, with the longer time limit
+                    checks[key] = seen.model_copy(update={"timeout": c.timeout})
         state, _ = self.q.read()
         known = {key: state.results.get(f"{s.tree} {key}") for key in checks}
         failed = [

@@ -42,7 +42,7 @@ pre{background:#f6f8fa;padding:8px;overflow-x:auto;margin:4px 0;font-size:12px}
 code{background:#eaeef2;padding:1px 4px;border-radius:3px}
 .repro{color:#57606a;font-size:12px}
 .ok{color:#1a7f37}.bad{color:#cf222e}.warn{color:#9a6700}
-.ready{background:#dafbe1}.parked,.stopped{background:#fff8c5}.failed{background:#ffebe9}
+.ready{background:#dafbe1}.parked,.stopped{background:#fff8c5}.failed{background:#ffebe9}\n.integrated{background:#ddf4ff}
 .badge{padding:2px 8px;border-radius:10px;font-weight:600;color:#1d2125}
 tr.state_changed td.k{color:#0969da}tr.permission_decided td.k{color:#8250df}
 tr.acceptance_result td.k,tr.review_result td.k{color:#9a6700}
@@ -64,6 +64,7 @@ class PageData:
     diff_to: str | None
     diff_truncated: bool
     cost: dict[str, Any]
+    signature: tuple[str, str] = ("N", "")
 
 
 def collect(ctx: SupRepo, task: str) -> PageData:
@@ -96,6 +97,11 @@ def collect(ctx: SupRepo, task: str) -> PageData:
         diff_to=target,
         diff_truncated=truncated,
         cost=task_cost(record.id, events).breakdown(),
+        signature=(
+            ctx.repo.signature(Oid(note["integration_commit"]))
+            if note and isinstance(note.get("integration_commit"), str)
+            else ("N", "")
+        ),
     )
 
 
@@ -228,6 +234,33 @@ def render_diff(diff: str) -> tuple[str, list[tuple[str, str]]]:
     return "".join(out), files
 
 
+_COST_LABELS = (
+    ("total_usd", "total"),
+    ("worker_usd", "worker"),
+    ("reviewer_usd", "reviewer"),
+    ("decider_usd", "decider"),
+)
+
+
+def _round_label(key: str) -> str:
+    return f"round {key}" if key.isdigit() else key.replace("_", " ")
+
+
+def _integration_rows(data: PageData) -> list[tuple[str, Any]]:
+    """The integration commit and who signed it, when the candidate was integrated."""
+    note = data.note or {}
+    commit = note.get("integration_commit")
+    if not commit:
+        return []
+    rows: list[tuple[str, Any]] = [
+        ("integrated into", f"{note.get('integrated_into') or '?'} as {commit}")
+    ]
+    status, signer = data.signature
+    good = {"G": "good signature", "U": "good signature (untrusted key)"}.get(status)
+    rows.append(("signed by", f"{signer or '?'}: {good}" if good else f"signature: {status}"))
+    return rows
+
+
 def render(data: PageData, *, index_href: str | None = None) -> str:
     s = data.show
     tid = str(s.get("id"))
@@ -268,6 +301,7 @@ def render(data: PageData, *, index_href: str | None = None) -> str:
         ("branch", s.get("branch")),
         ("candidate", cand or "-"),
         ("wip", s.get("wip") or "-"),
+        *_integration_rows(data),
         ("turns", s.get("turns")),
         ("repair rounds", s.get("repair_rounds")),
         ("cost", f"${data.cost['total_usd']:.4f}"),
@@ -299,6 +333,21 @@ def render(data: PageData, *, index_href: str | None = None) -> str:
     w("</section>")
     # checks
     w("<section id='checks'><h2>Checks</h2>")
+    qe = s.get("queue_evidence")
+    if isinstance(qe, Mapping):
+        w("<div id='queue-evidence'><h3 class='bad'>Sent back by the integration queue</h3>")
+        if qe.get("conflicts"):
+            w(f"<p>conflicts with the target in: <code>{e(', '.join(qe['conflicts']))}</code></p>")
+        for f in qe.get("failed") or []:
+            composed = str(qe.get("composed_on") or "")[:12]
+            w(
+                f"<div><b class='bad'>FAIL</b> {e(f.get('name'))} on the composed tree"
+                + (f" (onto {e(composed)})" if composed else "")
+                + "</div>"
+            )
+            if f.get("output_tail"):
+                w(f"<pre>{e(f['output_tail'])}</pre>")
+        w("</div><h3>On the task's own tree</h3>")
     checks = s.get("checks") or []
     if not checks:
         w("<p>no checks recorded</p>")
@@ -316,7 +365,12 @@ def render(data: PageData, *, index_href: str | None = None) -> str:
     # review
     w("<section id='review'><h2>Review</h2>")
     rv = s.get("review")
-    if isinstance(rv, Mapping):
+    if isinstance(rv, Mapping) and (rv.get("kind") == "none" or rv.get("verdict") is None):
+        why = "not reviewed (review kind none)" if rv.get("kind") == "none" else "no verdict"
+        w(f"<p>{e(why)}</p>")
+        if rv.get("error"):
+            w(f"<p class='bad'>{e(rv['error'])}</p>")
+    elif isinstance(rv, Mapping):
         w(
             f"<p>{e(rv.get('kind'))}: verdict <b>{e(rv.get('verdict'))}</b> after {e(rv.get('attempts'))} attempt(s)"
         )
@@ -347,12 +401,12 @@ def render(data: PageData, *, index_href: str | None = None) -> str:
     # cost
     c = data.cost
     w("<section id='cost'><h2>Cost</h2><table>")
-    for k in ("total_usd", "worker_usd", "reviewer_usd", "decider_usd"):
-        w(f"<tr><td class='k'>{e(k)}</td><td>${float(c[k]):.4f}</td></tr>")
+    for k, label in _COST_LABELS:
+        w(f"<tr><td class='k'>{e(label)}</td><td>${float(c[k]):.4f}</td></tr>")
     for k, v in c["rounds"].items():
-        w(f"<tr><td class='k'>{e(k)}</td><td>${float(v):.4f}</td></tr>")
+        w(f"<tr><td class='k'>{e(_round_label(k))}</td><td>${float(v):.4f}</td></tr>")
     for k, v in c["tokens"].items():
-        w(f"<tr><td class='k'>{e(k)}</td><td>{e(v)}</td></tr>")
+        w(f"<tr><td class='k'>{e(k.replace('_', ' '))}</td><td>{e(v)}</td></tr>")
     w("</table>")
     w(_repro(["git", "sup", "cost", "--json"]))
     w("</section></main></body></html>")

@@ -136,7 +136,7 @@ def test_check_executables_must_resolve_before_the_worker_starts(repo: Path, tmp
         *NO_REVIEW,
     )
     assert rc == 2, err
-    assert "'1-no-such-checker'" in err and "not an executable on PATH" in err
+    assert "'no-such-checker -q'" in err and "not an executable on PATH" in err
     assert "./scripts/check.sh is not a file in the baseline" in err
     assert not marker.exists()
     _nothing_left(repo, before)

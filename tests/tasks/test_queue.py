@@ -402,3 +402,56 @@ def test_queue_integrations_pass_the_server_gate(qsetup: Setup) -> None:
     git(repo, "add", "sneaky.txt")
     git(repo, "commit", "-q", "-m", "sneaky")
     rejected(push(repo, "--no-verify", str(bare), "main"), "not integrated")
+
+
+def test_the_same_argv_under_two_names_runs_once_per_tree(qsetup: Setup) -> None:
+    """Two tasks whose checks are the same command under different names: one run per
+    composed tree (the check counts its runs in a file outside the worktree)."""
+    repo, tmp = qsetup.repo, qsetup.tmp
+    counter = tmp / "runs.log"
+    argv = [PYTHON, "-c", f"open({str(counter)!r}, 'a').write('run\\n')"]
+    a = make_task(qsetup, files=(("a.txt", "a\n"),), checks=[{"name": "tests", "argv": argv}])
+    b = make_task(qsetup, files=(("b.txt", "b\n"),), checks=[{"name": "unit", "argv": argv}])
+    assert run_sup(repo, "queue", "add", a["id"], b["id"]).returncode == 0
+    res = run_sup(repo, "queue", "run", "--json", timeout=300)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)[0]
+    assert out["integrated"] == [a["id"], b["id"]], out
+    # one composition of both (a batch), one run of the one command
+    assert counter.read_text().count("run") == out["check_commands"] == 1, (
+        counter.read_text(),
+        out,
+    )
+
+
+def test_why_the_queue_sent_a_candidate_back_shows_wherever_its_reason_does(
+    qsetup: Setup,
+) -> None:
+    """`show`, `show --json`, `queue`, `queue run` and the page all carry the failing
+    composition check's output, not only its name."""
+    repo = qsetup.repo
+    d = make_task(
+        qsetup,
+        files=_test_files(
+            "d", "import calc\n\n\ndef test_version():\n    assert calc.VERSION == 1, 'pinned'\n"
+        ),
+    )
+    f = make_task(qsetup, files=(("calc.py", CALC.replace("VERSION = 1", "VERSION = 2")),))
+    assert run_sup(repo, "queue", "add", d["id"], f["id"]).returncode == 0
+    ran = run_sup(repo, "queue", "run", timeout=300)
+    assert ran.returncode == 3, ran.stderr
+    assert f"{f['id']}: failed" in ran.stdout and "AssertionError: pinned" in ran.stdout, ran.stdout
+    shown = run_sup(repo, "show", f["id"])
+    assert (
+        "checks on the composed tree" in shown.stdout and "AssertionError: pinned" in shown.stdout
+    )
+    data = json.loads(run_sup(repo, "show", f["id"], "--json").stdout)
+    (failed,) = data["queue_evidence"]["failed"]
+    assert "AssertionError: pinned" in failed["output_tail"]
+    listed = run_sup(repo, "queue")
+    assert "AssertionError: pinned" in listed.stdout, listed.stdout
+    page = run_sup(repo, "report", f["id"], "--output", str(qsetup.tmp / "f.html"))
+    assert page.returncode == 0, page.stderr
+    html = (qsetup.tmp / "f.html").read_text()
+    assert "id='queue-evidence'" in html and "AssertionError: pinned" in html
+    assert html.index("queue-evidence") < html.index("own tree")
