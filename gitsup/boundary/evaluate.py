@@ -170,20 +170,41 @@ def _fast_forward(u: RefUpdate, lookup: CandidateLookup) -> str | None:
     return None
 
 
+def own_commits_hint(branch: str, old: str, new: str) -> str:
+    """How commits a person made on a protected branch reach it: as a task that picks them,
+    then a signed integration (never by trusting them: that would be a bypass)."""
+
+    def short(x: str) -> str:
+        return x[:12] if all(c in "0123456789abcdef" for c in x) else x
+
+    o, n = short(old), short(new)
+    return (
+        f"to integrate commits made on {branch} by hand: `git branch my-work {n}`, "
+        f"`git branch -f {branch} {o}` (or `git reset --keep {o}` where {branch} is checked "
+        f'out), `git sup start "my work" --base {branch} --worker '
+        f'"git cherry-pick {o}..my-work" --review none`, then '
+        f"`git sup integrate <id> --into {branch}`"
+    )
+
+
 def _not_integrated(ctx: PushSetting, u: RefUpdate, bad: Untrusted) -> str:
     branch = u.ref.removeprefix("refs/heads/")
     n = f"{bad.total} commit{'s' if bad.total != 1 else ''}"
+    head = (
+        f"protected branch: {n} not integrated; {bad.commit[:12]} {bad.why}. "
+        f"Work reaches {branch} as a task: `git sup start ...`, then "
+        f"`git sup integrate <id> --into {branch}`; "
+    )
+    if not u.is_create:
+        # the branch grows: commits made after gitsup was set up, never a trust root
+        return head + own_commits_hint(branch, u.old, u.new)
     trust = (
         f"`git config --add sup.trustRoot {u.new}` in this repository (its administrator)"
         if ctx.server
         else f"`git config --add sup.trustRoot {u.new}` (and on a gated remote: "
         f"`git sup gate install <path>` again)"
     )
-    return (
-        f"protected branch: {n} not integrated; {bad.commit[:12]} {bad.why}. "
-        f"Work reaches {branch} as a task: `git sup start ...`, then "
-        f"`git sup integrate <id> --into {branch}`; to trust history from before gitsup: {trust}"
-    )
+    return head + f"to trust a branch's history from before gitsup: {trust}"
 
 
 def _one(ctx: PushSetting, u: RefUpdate, kind: str, lookup: CandidateLookup) -> RefVerdict:

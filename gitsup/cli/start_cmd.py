@@ -149,10 +149,10 @@ def start_cmd(
         typer.Option("--worker", help="Worker command (a process worker unless --worker-kind)."),
     ] = None,
     worker_kind: Annotated[
-        str | None, typer.Option("--worker-kind", help="process | claude | tmux | acp")
+        str | None, typer.Option("--worker-kind", help="process | claude | tmux | codex | acp")
     ] = None,
     review: Annotated[
-        str | None, typer.Option("--review", help="claude | command | acp | none")
+        str | None, typer.Option("--review", help="claude | codex | command | acp | none")
     ] = None,
     deadline: Annotated[
         str | None, typer.Option("--deadline", help="Wall-clock limit, e.g. 4h.")

@@ -31,6 +31,7 @@ from typing import Any
 
 import psutil
 
+from gitsup.boundary.evaluate import own_commits_hint
 from gitsup.boundary.gitrun import GitCli
 from gitsup.boundary.hook import client_allowed_signers
 from gitsup.boundary.lookup import RepoConfig
@@ -341,8 +342,7 @@ def require_integrated(trust: TrustCheck, branch: str, old: str, baseline: str) 
             f"{branch} moved outside integrations since the trust root: {bad.total} "
             f"commit(s) not integrated ({bad.commit[:12]} {bad.why})",
             hint=f"move {branch} back to its last integration (`git log --first-parent "
-            f"{branch}`), e.g. `git branch -f {branch} <commit>`; if that history is trusted, "
-            f"`git config --add sup.trustRoot {old}`",
+            f"{branch}`); {own_commits_hint(branch, '<last integration>', old)}",
         )
     bad = trust.check([("baseline", old, baseline)])["baseline"]
     if bad is not None:

@@ -73,7 +73,8 @@ def test_protected_rules() -> None:
     assert _one(_ctx(), RefUpdate("refs/heads/main", ZERO, B), lk)[0]
     ok, why = _one(_ctx(), RefUpdate("refs/heads/main", A, C), lk)
     assert not ok and "1 commit not integrated" in why and "is not signed" in why
-    assert "git sup integrate <id> --into main" in why and f"sup.trustRoot {C}" in why
+    assert "git sup integrate <id> --into main" in why and "sup.trustRoot" not in why
+    assert f"git branch my-work {C[:12]}" in why and f"git cherry-pick {A[:12]}..my-work" in why
     ok, why = _one(_ctx(), RefUpdate("refs/heads/main", B, A), lk)
     assert not ok and "non-fast-forward" in why
     ok, why = _one(_ctx(), RefUpdate("refs/heads/main", A, ZERO), lk)
@@ -83,7 +84,7 @@ def test_protected_rules() -> None:
     assert not ok and "fetch first" in why
     # The server names its own configuration.
     server = _ctx()._replace(server=True)
-    ok, why = _one(server, RefUpdate("refs/heads/main", A, C), lk)
+    ok, why = _one(server, RefUpdate("refs/heads/main", ZERO, C), lk)
     assert not ok and "in this repository (its administrator)" in why
 
 

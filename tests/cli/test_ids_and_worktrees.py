@@ -105,3 +105,17 @@ def test_completion_lists_ids(repo: Path, tmp: Path) -> None:
         },
     )
     assert tid in res.stdout, (res.stdout, res.stderr)
+
+
+def test_start_help_names_every_kind_the_spec_takes() -> None:
+    import typing
+
+    from gitsup.spec import Review, Worker
+    from tests.conftest import run_sup as sup
+
+    res = sup(".", "start", "-h")
+    text = " ".join(res.stdout.split())
+    for model in (Worker, Review):
+        kinds = typing.get_args(model.model_fields["kind"].annotation)
+        for kind in kinds:
+            assert kind in text, (model.__name__, kind)
