@@ -208,6 +208,11 @@ def cost_cmd(
         return
     out(f"repository {summary['repository']}")
     out(f"total      ${summary['total_usd']:.4f}")
+    if summary["stand_in_usd"]:
+        out(
+            f"           of which ${summary['stand_in_usd']:.4f} priced for a model API on this "
+            "machine (a stand-in such as the scripted model, or a local gateway)"
+        )
     per = summary["cost_per_integrated_change_usd"]
     out("per integrated change " + ("-" if per is None else f"${per:.4f}"))
     out("")

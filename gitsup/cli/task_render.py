@@ -34,6 +34,8 @@ class ProgressRenderer:
         self._t0 = self._clock()
         self._phase_t0 = self._t0
         self._stopped_shown = False
+        self._refused: dict[tuple[str, int], int] = {}
+        self._outcome: tuple[str, str] | None = None
         self._colour = use_colour()
         # On a terminal, the task's status line (as `git sup watch` shows it) stays below.
         self._tracker = Tracker("", budget=budget or BudgetLimits())
@@ -57,6 +59,12 @@ class ProgressRenderer:
         stamp = paint(f"[{format_duration(el) if el >= 60 else f'{el:.1f}s'}]", "dim", self._colour)
         progress(f"{stamp} {paint(text, colour, self._colour) if colour else text}")
 
+    def _flush_outcome(self) -> None:
+        if self._outcome is not None:
+            text, colour = self._outcome
+            self._outcome = None
+            self._line(text, colour)
+
     def _render(self, ev: Event) -> None:
         d = ev.data
         t = ev.type
@@ -75,6 +83,7 @@ class ProgressRenderer:
                 self._phase_t0 = now
                 text = f"{p.from_} -> {p.to}" + (f" ({p.reason})" if p.reason else "")
                 self._line(f"{text} [{p.from_} took {took:.1f}s]", "bold")
+                self._flush_outcome()
             case et.WorkerStarted() as p:
                 self._stopped_shown = False
                 self._line(f"worker started: {p.kind} pid {p.pid}")
@@ -127,17 +136,63 @@ class ProgressRenderer:
             case et.CandidateReady() | et.CandidateParked() | et.CandidateFailed() as p:
                 colour = {"candidate_ready": "green", "candidate_failed": "red"}.get(t, "yellow")
                 cand = given(p.candidate)
-                self._line(t.replace("_", " ") + (f": {cand[:12]}" if cand else ""), colour)
+                # the outcome is written before the terminal transition; it reads after it
+                self._outcome = (t.replace("_", " ") + (f": {cand[:12]}" if cand else ""), colour)
             case et.WipSaved() as p if p.not_captured:
                 self._line(f"uncommitted work saved in {p.ref}")
                 for item in p.not_captured:
                     self._line(f"  NOT captured: {not_captured_text(item)}", "yellow")
             case et.StopRequested() as p:
                 self._line(f"stop requested: {p.reason}", "yellow")
+            case et.EgressRefused() as p:
+                key = (p.host, p.port)
+                self._refused[key] = self._refused.get(key, 0) + 1
+                if self._refused[key] == 1:  # repeats are counted, shown at the summary
+                    self._line(egress_refused_text(p.host, p.port, p.reason, p.who), "yellow")
+            case et.EgressSummary() as p:
+                repeats = ", ".join(
+                    f"{h}:{port} x{n}" for (h, port), n in self._refused.items() if n > 1
+                )
+                self._line(
+                    f"egress ({p.who}): {p.connections} connection(s), {p.refused} refused"
+                    + (f" (repeated: {repeats})" if repeats else "")
+                )
             case et.TaskFinished():
-                pass
+                self._flush_outcome()
             case _:
-                self._line(t.replace("_", " ") + (f": {json.dumps(d)[:160]}" if d else ""))
+                self._line(t.replace("_", " ") + (f": {brief(d)}" if d else ""))
+
+
+def egress_refused_text(host: str, port: int, reason: str, who: str = "") -> str:
+    """A refused connection as what it is, and the setting that would allow it."""
+    where = f"{host}:{port}" if port else host or "?"
+    allow = (
+        f"; allow it with `git config --add sup.egress {where}` (or [isolation] egress)"
+        if port and "not an allowed" in reason
+        else ""
+    )
+    by = f" ({who})" if who else ""
+    return f"network{by}: {where} refused by the egress gate: {reason}{allow}"
+
+
+def brief(data: Any, width: int = 160) -> str:
+    """An event's fields as `key=value` pairs cut between pairs (never inside a value), with
+    how many were left out."""
+    if not isinstance(data, dict):
+        return json.dumps(data)[:width]
+    parts: list[str] = []
+    used = 0
+    for k, v in data.items():
+        text = json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+        if len(text) > 60:
+            text = f"<{type(v).__name__}, {len(text)} chars>"
+        part = f"{k}={text}"
+        if parts and used + len(part) > width:
+            parts.append(f"(+{len(data) - len(parts)} more)")
+            break
+        parts.append(part)
+        used += len(part) + 1
+    return " ".join(parts)
 
 
 def _stopped_text(p: WorkerStopped) -> str:

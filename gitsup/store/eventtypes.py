@@ -104,6 +104,7 @@ class TurnCompleted(Payload):
     usage: JsonMap | Unset = opt()
     repair_round: int | Unset = opt("round")
     paused: bool | Unset = opt()
+    models: list[str] | Unset = opt()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -464,6 +465,7 @@ class ModelCall(Payload):
     role: str
     cost_usd: float | None
     usage: JsonMap
+    models: list[str] | Unset = opt()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

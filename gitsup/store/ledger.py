@@ -13,12 +13,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gitsup import jsonio
-from gitsup.store.eventtypes import ModelCall
+from gitsup.store.eventtypes import UNSET, ModelCall
 
 if TYPE_CHECKING:
     from gitsup.store.suprepo import SupRepo
@@ -33,7 +33,12 @@ def bind_call_sink(sink: CallSink | None) -> None:
     _local.sink = sink
 
 
-def report_call(role: str, cost_usd: float | None, usage: Mapping[str, Any] | None) -> None:
+def report_call(
+    role: str,
+    cost_usd: float | None,
+    usage: Mapping[str, Any] | None,
+    models: Sequence[str] = (),
+) -> None:
     sink: CallSink | None = getattr(_local, "sink", None)
     if sink is None:
         return
@@ -43,6 +48,7 @@ def report_call(role: str, cost_usd: float | None, usage: Mapping[str, Any] | No
                 role=role,
                 cost_usd=float(cost_usd) if cost_usd is not None else None,
                 usage=dict(usage or {}),
+                models=list(models) if models else UNSET,
             )
         )
     except Exception:  # accounting never breaks a review or a decision
@@ -96,6 +102,14 @@ class TaskCost:
     def total_usd(self) -> float:
         return round(self.worker_usd + sum(float(c["cost_usd"]) for c in self.calls), 6)
 
+    @property
+    def stand_in_usd(self) -> float:
+        """The part of `total_usd` priced for a model API on this machine (127.0.0.1): the
+        scripted stand-in, or a local gateway; the agent prices it as if it were the real
+        model, so it is said apart."""
+        items = (*self.turns, *self.calls)
+        return round(sum(float(i["cost_usd"]) for i in items if i.get("stand_in")), 6)
+
     def tokens(self) -> dict[str, int]:
         out = dict.fromkeys(TOKEN_KEYS, 0)
         for item in (*self.turns, *self.calls):
@@ -115,6 +129,7 @@ class TaskCost:
     def breakdown(self) -> dict[str, Any]:
         return {
             "total_usd": self.total_usd,
+            "stand_in_usd": self.stand_in_usd,
             "worker_usd": self.worker_usd,
             "reviewer_usd": self.role_usd("reviewer"),
             "decider_usd": self.role_usd("decider"),
@@ -135,10 +150,15 @@ def task_cost(
     """Fold events into a TaskCost; events before `since` (a UNIX time) are left out."""
     tc = TaskCost(task)
     rnd = 0
+    local = False  # the worker's model API is on this machine
     for ev in events:
         t = ev.get("type")
         d = ev.get("data") or {}
         ts = float(ev.get("ts") or 0.0)
+        if t == "worker_started":
+            net = d.get("network")
+            local = isinstance(net, dict) and net.get("model_local") is True
+            continue
         if t == "repair_requested":
             r = d.get("round")
             rnd = int(r) if isinstance(r, int) else rnd + 1
@@ -152,6 +172,8 @@ def task_cost(
             continue
         usage = d.get("usage") if isinstance(d.get("usage"), dict) else {}
         item = {"seq": ev.get("seq"), "ts": ts, "cost_usd": float(cost), "usage": usage}
+        if local:
+            item["stand_in"] = True
         if t == "turn_completed":
             r = d.get("round")
             tc.turns.append({**item, "round": int(r) if isinstance(r, int) else rnd})
@@ -258,7 +280,7 @@ def cost_summary(ctx: SupRepo, since: float | None = None) -> dict[str, Any]:
     tasks: list[dict[str, Any]] = []
     by_day: dict[str, float] = {}
     by_outcome: dict[str, dict[str, Any]] = {}
-    total = 0.0
+    total = stand_in = 0.0
     tokens = dict.fromkeys(TOKEN_KEYS, 0)
     for task in task_ids(ctx):
         tc = task_cost(task, sealed_events(ctx, task), since)
@@ -271,6 +293,7 @@ def cost_summary(ctx: SupRepo, since: float | None = None) -> dict[str, Any]:
                 "task": task,
                 "outcome": out,
                 "total_usd": b["total_usd"],
+                "stand_in_usd": b["stand_in_usd"],
                 "worker_usd": b["worker_usd"],
                 "reviewer_usd": b["reviewer_usd"],
                 "decider_usd": b["decider_usd"],
@@ -282,6 +305,7 @@ def cost_summary(ctx: SupRepo, since: float | None = None) -> dict[str, Any]:
             }
         )
         total += tc.total_usd
+        stand_in += tc.stand_in_usd
         for k, v in b["tokens"].items():
             tokens[k] += v
         for day, usd in tc.by_day.items():
@@ -294,6 +318,7 @@ def cost_summary(ctx: SupRepo, since: float | None = None) -> dict[str, Any]:
         "repository": str(ctx.repo.main_workdir),
         "since": since,
         "total_usd": round(total, 6),
+        "stand_in_usd": round(stand_in, 6),
         "tokens": tokens,
         "tasks": tasks,
         "by_day": dict(sorted(by_day.items())),

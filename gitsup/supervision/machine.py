@@ -307,6 +307,7 @@ class TaskMachine:
                     session_id=tc.session_id,
                     usage=dict(tc.usage),
                     repair_round=self.repair_rounds,
+                    models=list(tc.models) if tc.models else et.UNSET,
                 )
             )
         ]

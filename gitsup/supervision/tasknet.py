@@ -65,8 +65,7 @@ class TaskNet:
         # a configuration error fails the task; it never falls back to the host network
         for e in extra:
             parse_endpoint(e)
-        if agent:
-            model_endpoint(env, model_kind)
+        model = model_endpoint(env, model_kind) if agent else None
 
         def refused(host: str, port: int, reason: str) -> None:
             self.emit(et.EgressRefused(who=who, host=host, port=port, reason=reason))
@@ -84,7 +83,11 @@ class TaskNet:
                         et.EgressSummary(who=who, connections=gate.forwarded, refused=gate.refused)
                     )
                 )
-                return Net(an.netns, an.env, an.gate, an.describe())
+                described = an.describe()
+                if model is not None:  # the model API it reaches (the cost ledger reads it)
+                    described["model"] = str(model)
+                    described["model_local"] = model.loopback
+                return Net(an.netns, an.env, an.gate, described)
             ns = stack.enter_context(isolated_netns(self.task))
             return Net(ns, {}, None, {"mode": "loopback", "netns": ns})
         except GitsupError as exc:

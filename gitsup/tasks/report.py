@@ -403,6 +403,12 @@ def render(data: PageData, *, index_href: str | None = None) -> str:
     w("<section id='cost'><h2>Cost</h2><table>")
     for k, label in _COST_LABELS:
         w(f"<tr><td class='k'>{e(label)}</td><td>${float(c[k]):.4f}</td></tr>")
+    if c.get("stand_in_usd"):
+        w(
+            "<tr><td class='k'>of which a model API on this machine (a stand-in or a local "
+            "gateway)</td>"
+            f"<td>${float(c['stand_in_usd']):.4f}</td></tr>"
+        )
     for k, v in c["rounds"].items():
         w(f"<tr><td class='k'>{e(_round_label(k))}</td><td>${float(v):.4f}</td></tr>")
     for k, v in c["tokens"].items():

@@ -175,7 +175,7 @@ def _run(
             elif isinstance(item, TurnCompleted):
                 from gitsup.store.ledger import report_call, role_of
 
-                report_call(role_of(label), item.cost_usd, item.usage)
+                report_call(role_of(label), item.cost_usd, item.usage, item.models)
                 if item.is_error:
                     from gitsup.workers.stream_json import model_failure
 

@@ -75,6 +75,7 @@ class TurnCompleted:
     session_id: str | None = None
     usage: Mapping[str, Any] = field(default_factory=dict)
     data: Mapping[str, Any] = field(default_factory=dict)
+    models: tuple[str, ...] = ()  # the models the turn used, as the agent names them
 
 
 @dataclass(frozen=True)

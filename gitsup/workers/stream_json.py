@@ -350,7 +350,15 @@ def _turn_completed(record: Mapping[str, Any], limit: int) -> TurnCompleted:
         session_id=_str(record.get("session_id")),
         usage=dict(usage) if isinstance(usage, _MAPPING) else {},
         data=data,
+        models=_models(record.get("modelUsage")),
     )
+
+
+def _models(usage: Any) -> tuple[str, ...]:
+    """The model names a result's `modelUsage` lists (a few, bounded)."""
+    if not isinstance(usage, _MAPPING):
+        return ()
+    return tuple(_clip(str(k), 100) for k in list(usage)[:8])
 
 
 def _control_request(record: Mapping[str, Any], line: str) -> object:

@@ -406,6 +406,7 @@ class ClaudeWorker(PipedAgent):
                 "session_total_cost_usd": tc.cost_usd,
                 "session_num_turns": tc.num_turns,
             },
+            models=tc.models,
         )
 
 

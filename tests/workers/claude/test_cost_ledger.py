@@ -79,9 +79,13 @@ def test_cost_equals_the_result_records_with_repair_and_reviewer(
     assert task["tokens"]["input_tokens"] == sum(
         int((res.get("usage") or {}).get("input_tokens") or 0) for res in results
     )
+    # every call went to the scripted stand-in on 127.0.0.1: its cost is said apart
+    assert summary["stand_in_usd"] == summary["total_usd"] == task["stand_in_usd"]
     # the same numbers from the CLI, and in the candidate note
     res = run_sup(repo, "cost", "--json")
     assert json.loads(res.stdout)["total_usd"] == summary["total_usd"]
+    shown = run_sup(repo, "cost").stdout
+    assert f"of which ${summary['stand_in_usd']:.4f} priced for a model API on this" in shown, shown
     note = json.loads(git(repo, "notes", "--ref=sup", "show", r.record.candidate or ""))
     assert note["cost"]["total_usd"] == pytest.approx(expected, abs=1e-6)
     assert note["cost"]["rounds"] == task["rounds"]
