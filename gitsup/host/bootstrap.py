@@ -123,21 +123,38 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+def denied(path: str, deny: list[str]) -> bool:
+    """`path` is a denied glob or lies below one."""
+    return any(
+        fnmatch.fnmatchcase(path, g) or fnmatch.fnmatchcase(path, g.rstrip("/") + "/*")
+        for g in deny
+    )
+
+
+def covers(path: str, deny: list[str]) -> bool:
+    """A denied glob lies below the directory `path`."""
+    prefix = path.rstrip("/") + "/"
+    return any(g.startswith(prefix) for g in deny)
+
+
 def expand_read(paths: list[str], deny: list[str]) -> tuple[list[str], list[str]]:
-    """`paths` minus every `deny` glob: a hierarchy that contains a denied path is replaced
-    by its entries (recursively), leaving out the denied ones. Returns those hierarchies and
-    the split directories (which stay listable)."""
+    """`paths` minus every `deny` glob: a path that is denied or lies below a denied one is
+    left out, a hierarchy that contains a denied path is replaced by its entries
+    (recursively), leaving out the denied ones. Symlinks are judged by what they point to
+    (Landlock follows them). Returns those hierarchies and the split directories (which stay
+    listable). Used for the writable hierarchies too."""
     out: list[str] = []
     listed: list[str] = []
 
-    def covers(d: str) -> bool:
-        prefix = d.rstrip("/") + "/"
-        return any(g.startswith(prefix) for g in deny)
-
     def walk(p: str, is_dir: bool) -> None:
-        if any(fnmatch.fnmatchcase(p, g) for g in deny):
+        real = os.path.realpath(p)
+        if denied(p, deny) or denied(real, deny):
             return
-        if not is_dir or not covers(p):
+        if real != p and covers(real, deny):
+            if not os.path.isdir(real):
+                return
+            p, is_dir = real, True  # a link to a directory that holds a denied path
+        if not is_dir or not covers(p, deny):
             out.append(p)
             return
         try:

@@ -110,3 +110,16 @@ def signing_setup(repo: GitRepo, *, create: bool) -> SigningSetup:
                     fh.write(f'{principal} namespaces="git" {public}\n')
                 changed.append(f"allowed signer {principal} added to {allowed}")
     return SigningSetup(key, public, dedicated, allowed, changed)
+
+
+def protected_paths(repo: GitRepo) -> list[str]:
+    """What no task sandbox rule may open, beyond gitsup's config dir (which the sandbox
+    always protects): the integration signing key (a key file, with its public half) and the
+    allowed-signers file Git verifies against, wherever the Git config puts them."""
+    signing = signing_setup(repo, create=False)
+    out = [signing.allowed_signers]
+    literal = signing.key.removeprefix("key::").strip()
+    if not literal.startswith(("ssh-", "ecdsa-", "sk-")):
+        key = os.path.expanduser(signing.key)
+        out += [key, f"{key}.pub"]
+    return [p for p in out if os.path.isabs(p)]
