@@ -338,7 +338,19 @@ def show_dict(ctx: SupRepo, record: TaskRecord) -> dict[str, Any]:
     d["events"] = EventLog(ctx.layout.events(TaskId(record.id)), TaskId(record.id)).count()
     d["refs"] = {k: v for k, v in task_refs(TaskId(record.id)).items()}
     d["owner_alive"] = record.state not in TERMINAL and _owner_alive(record)
+    d["policy_change"] = policy_change(ctx, record)
     return d
+
+
+def policy_change(ctx: SupRepo, record: TaskRecord) -> list[str]:
+    """The paths under `.gitsup/` the task's candidate (else its branch head) changes."""
+    head = record.candidate or record.head
+    if not head or not record.baseline:
+        return []
+    try:
+        return ctx.repo.policy_change(Oid(record.baseline), Oid(head))
+    except (GitsupError, KeyError, ValueError):
+        return []  # objects gone (a pruned task): nothing to say
 
 
 def _owner_alive(record: TaskRecord) -> bool:
