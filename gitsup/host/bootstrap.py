@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import ctypes
 import fnmatch
+import functools
 import json
 import os
+import re
 import stat
 import sys
 
@@ -123,12 +125,17 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+@functools.lru_cache(maxsize=64)
+def _denied_re(deny: tuple[str, ...]) -> re.Pattern[str]:
+    """One regular expression for the globs and everything below them."""
+    parts = [fnmatch.translate(g) for g in deny]
+    parts += [fnmatch.translate(g.rstrip("/") + "/*") for g in deny]
+    return re.compile("|".join(parts) or "(?!)")
+
+
 def denied(path: str, deny: list[str]) -> bool:
     """`path` is a denied glob or lies below one."""
-    return any(
-        fnmatch.fnmatchcase(path, g) or fnmatch.fnmatchcase(path, g.rstrip("/") + "/*")
-        for g in deny
-    )
+    return _denied_re(tuple(deny)).match(path) is not None
 
 
 def covers(path: str, deny: list[str]) -> bool:
@@ -146,9 +153,9 @@ def expand_read(paths: list[str], deny: list[str]) -> tuple[list[str], list[str]
     out: list[str] = []
     listed: list[str] = []
 
-    def walk(p: str, is_dir: bool) -> None:
-        real = os.path.realpath(p)
-        if denied(p, deny) or denied(real, deny):
+    def walk(p: str, is_dir: bool, link: bool) -> None:
+        real = os.path.realpath(p) if link else p
+        if denied(p, deny) or (real != p and denied(real, deny)):
             return
         if real != p and covers(real, deny):
             if not os.path.isdir(real):
@@ -163,10 +170,12 @@ def expand_read(paths: list[str], deny: list[str]) -> tuple[list[str], list[str]
             return
         listed.append(p)
         for e in entries:
-            walk(e.path, e.is_dir(follow_symlinks=False))
+            walk(e.path, e.is_dir(follow_symlinks=False), e.is_symlink())
 
     for p in paths:
-        walk(p, os.path.isdir(p) and not os.path.islink(p))
+        # a top-level path may have a link anywhere in it; an entry met while splitting only
+        # in its last component
+        walk(p, os.path.isdir(p) and not os.path.islink(p), True)
     return out, listed
 
 
