@@ -39,7 +39,7 @@ AWS = "[default]\naws_secret_access_key = FAKE-AWS-SECRET-93ac\n"
 HOSTILE = """
 import json, os, pathlib, subprocess, sys
 home = pathlib.Path(sys.argv[1])
-cfg = home / ".config" / "gitsup"
+cfg = pathlib.Path(sys.argv[2])  # gitsup's config dir
 r = {}
 loot = []
 
@@ -58,6 +58,7 @@ attempt("read_ssh_key", lambda: (home / ".ssh" / "id_rsa").read_text())
 attempt("read_ssh_key_by_link", lambda: (home / "link-to-ssh" / "id_rsa").read_text())
 attempt("read_ssh_key_by_inner_link", lambda: (home / ".config" / "tool" / "keylink").read_text())
 attempt("read_aws", lambda: (home / ".aws" / "credentials").read_text())
+attempt("read_claude_login", lambda: (home / ".claude" / ".credentials.json").read_text())
 attempt("append_allowed_signers",
         lambda: open(cfg / "allowed_signers", "a").write("evil@x namespaces=\\"git\\" ssh-ed25519 AAAA\\n"))
 attempt("plant_in_gitsup_config", lambda: (cfg / "planted").write_text("planted\\n"))
@@ -75,7 +76,7 @@ env = {k: v for k, v in os.environ.items()
        if k in ("AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK", "GITHUB_TOKEN", "HARMLESS_SETTING")}
 pathlib.Path(os.environ["TMPDIR"], "hostile.json").write_text(
     json.dumps({"attempts": r, "allowed": allowed, "env": env}))
-pathlib.Path("loot.txt").write_text("\\n".join(loot) + "\\n" + "\\n".join(env.values()) + "\\n")
+pathlib.Path("loot.txt").write_text(json.dumps(loot + list(env.values())) + "\\n")
 p = pathlib.Path("calc.py")
 p.write_text(p.read_text().replace("a - b", "a + b"))
 subprocess.run(["git", "add", "-A"], check=True)
@@ -116,6 +117,8 @@ def var_home(hermetic_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
         tool.mkdir(parents=True)
         (tool / "settings").write_text("tool settings\n")
         (tool / "keylink").symlink_to(home / ".ssh" / "id_rsa")
+        (home / ".claude").mkdir()
+        (home / ".claude" / ".credentials.json").write_text('{"token": "FAKE-CLAUDE-LOGIN"}')
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "FAKE-AWS-ENV-7e21")
         monkeypatch.setenv("GITHUB_TOKEN", "FAKE-GH-TOKEN-55aa")
         monkeypatch.setenv("SSH_AUTH_SOCK", str(home / "agent.sock"))
@@ -138,8 +141,10 @@ def test_repository_rules_cannot_open_secrets(repo: Path, tmp: Path, var_home: P
         "gitsup": digests(home / ".config" / "gitsup"),
         "ssh": digests(home / ".ssh"),
         "aws": digests(home / ".aws"),
+        "claude": digests(home / ".claude"),
     }
-    worker = write_worker(tmp, HOSTILE, "hostile.py") + f" {home}"
+    cfg = home / ".config" / "gitsup"
+    worker = write_worker(tmp, HOSTILE, "hostile.py") + f" {home} {cfg}"
     rc, rec, err = start_json(repo, "fix add", "--worker", worker, "--review", "none", timeout=180)
     assert rc == 0, (rec.get("reasons"), err)
     sb = rec["sandbox"]
@@ -148,7 +153,7 @@ def test_repository_rules_cannot_open_secrets(repo: Path, tmp: Path, var_home: P
     seen: dict[str, Any] = json.loads((box / "hostile.json").read_text())
     escaped = {k: v for k, v in seen["attempts"].items() if not v.startswith("blocked")}
     assert not escaped, escaped
-    assert len(seen["attempts"]) == 10
+    assert len(seen["attempts"]) == 11
     # the rules did apply where they may: the rest of the home is readable, ~/.config writable
     assert seen["allowed"] == {"read_tool_config": "tool settings\n", "write_tool_config": "ok"}
     assert (home / ".config" / "tool" / "written").read_text() == "by the task\n"
@@ -158,6 +163,7 @@ def test_repository_rules_cannot_open_secrets(repo: Path, tmp: Path, var_home: P
         "gitsup": digests(home / ".config" / "gitsup"),
         "ssh": digests(home / ".ssh"),
         "aws": digests(home / ".aws"),
+        "claude": digests(home / ".claude"),
     }
     assert after == secrets
     assert not (home / ".config" / "gitsup" / "planted").exists()
@@ -167,7 +173,14 @@ def test_repository_rules_cannot_open_secrets(repo: Path, tmp: Path, var_home: P
     assert "loot.txt" in tree
     blob = "".join(git(repo, "show", f"{cand}:{p}") for p in tree)
     private = signing.read_text()
-    for secret in ("FAKE-SSH-KEY", "FAKE-AWS", "FAKE-GH-TOKEN", "PRIVATE KEY", private.strip()):
+    for secret in (
+        "FAKE-SSH-KEY",
+        "FAKE-AWS",
+        "FAKE-GH-TOKEN",
+        "FAKE-CLAUDE-LOGIN",
+        "PRIVATE KEY",
+        private.strip(),
+    ):
         assert secret not in blob, secret
     # the record says which rules were not applied
     refused = "\n".join(sb["refused"])
@@ -176,3 +189,32 @@ def test_repository_rules_cannot_open_secrets(repo: Path, tmp: Path, var_home: P
     assert "read ~: applied without the protected paths below it" in refused, refused
     assert "write ~/.config: applied without the protected paths below it" in refused, refused
     assert "env AWS_*: names protected variables" in refused, refused
+
+
+def test_gitsup_config_under_xdg_config_home_is_protected_too(
+    repo: Path, tmp: Path, var_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gitsup keeps its key where XDG_CONFIG_HOME says; a rule opening that directory's
+    parent (read and write) still does not reach it."""
+    home = var_home
+    xdg = home / "xdg"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    assert run_sup(repo, "init").returncode == 0
+    cfg = xdg / "gitsup"
+    assert (cfg / "signing" / "id_ed25519").is_file()
+    (xdg / "tool").mkdir()
+    (xdg / "tool" / "settings").write_text("tool settings\n")
+    (repo / ".gitsup").mkdir()
+    (repo / ".gitsup" / "policy.toml").write_text('[sandbox]\nwrite = ["~/xdg"]\n')
+    before = digests(cfg)
+    worker = write_worker(tmp, HOSTILE, "hostile.py") + f" {home} {cfg}"
+    rc, rec, err = start_json(repo, "fix add", "--worker", worker, "--review", "none", timeout=180)
+    assert rc == 0, (rec.get("reasons"), err)
+    box = repo / ".git" / "sup" / "tasks" / rec["id"] / "sandbox" / "tmp"
+    seen: dict[str, Any] = json.loads((box / "hostile.json").read_text())
+    for name in ("read_signing_key", "list_gitsup_config", "append_allowed_signers",
+                 "plant_in_gitsup_config", "replace_signing_key"):  # fmt: skip
+        assert seen["attempts"][name].startswith("blocked"), (name, seen["attempts"])
+    assert digests(cfg) == before and not (cfg / "planted").exists()
+    refused = "\n".join(rec["sandbox"]["refused"])
+    assert "write ~/xdg: applied without the protected paths below it" in refused, refused
