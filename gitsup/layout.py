@@ -62,6 +62,11 @@ def owning_task(git_dir: Path) -> tuple[Path, TaskId] | None:
     return common, TaskId(task)
 
 
+# A repository's own gitsup settings (its policy file: sandbox, shell policy, protected
+# branches): a candidate that changes anything here changes what every later task may do.
+REPO_POLICY_DIR = ".gitsup"
+
+
 def task_refs(task: TaskId) -> dict[str, str]:
     base = f"refs/sup/{task}"
     return {

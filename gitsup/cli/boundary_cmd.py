@@ -115,9 +115,18 @@ def integrate_cmd(
         typer.Option("--strategy", help="merge | auto (the same: always a signed merge commit)."),
     ] = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    allow_policy_change: Annotated[
+        bool,
+        typer.Option(
+            "--allow-policy-change",
+            help="Integrate a candidate that changes .gitsup/ (recorded as a Sup-Policy-Change "
+            "trailer); without it such a candidate is refused.",
+        ),
+    ] = False,
 ) -> None:
     """Integrate a ready candidate into a branch: re-run its required checks on the merge,
     then commit it signed with the integrator's key (Sup-* trailers). Never pushes.
+    A candidate that changes .gitsup/ is refused unless --allow-policy-change is given.
 
     Exit codes: 0 integrated, 2 refused (nothing changed), 3 checks failed (target untouched).
     """
@@ -132,13 +141,22 @@ def integrate_cmd(
             f"unknown strategy {strategy!r}", hint="--strategy ff, merge or auto"
         ) from None
     ctx = SupRepo.discover()
-    res = integrate(ctx, task, into, strategy=strat, on_progress=None if json_out else progress)
+    res = integrate(
+        ctx,
+        task,
+        into,
+        strategy=strat,
+        on_progress=None if json_out else progress,
+        allow_policy_change=allow_policy_change,
+    )
     if json_out:
         emit_json(res.as_dict())
     elif res.integrated:
         out(f"integrated {res.task} into {res.into} ({res.strategy}): {res.result}")
         if res.checkout_updated:
             out(f"updated the checkout {res.checkout_updated}")
+        if res.policy_change:
+            out(f"policy change allowed and recorded: {', '.join(res.policy_change)}")
         out(f"publish: git push {_publish_remote(ctx, res.into)} {res.into}")
     else:
         out(f"not integrated: {res.reason}")

@@ -60,12 +60,21 @@ def add_cmd(
     tasks: TaskListArg,
     into: IntoOpt = None,
     json_out: JsonOpt = False,
+    allow_policy_change: Annotated[
+        bool,
+        typer.Option(
+            "--allow-policy-change",
+            help="Queue candidates that change .gitsup/ (their integrations carry a "
+            "Sup-Policy-Change trailer); without it such a candidate is refused.",
+        ),
+    ] = False,
 ) -> None:
-    """Queue ready candidates for integration into a branch."""
+    """Queue ready candidates for integration into a branch. A candidate that changes
+    .gitsup/ is refused unless --allow-policy-change is given."""
     from gitsup.tasks.lifecycle import SupRepo
     from gitsup.tasks.queue import add
 
-    st = add(SupRepo.discover(), tasks, into)
+    st = add(SupRepo.discover(), tasks, into, allow_policy_change=allow_policy_change)
     if json_out:
         emit_json(st.as_dict())
         return

@@ -74,6 +74,11 @@ def show_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
     out(f"branch    {record.branch}")
     out(f"worktree  {record.worktree}")
     out(f"candidate {record.candidate or '-'}")
+    if d["policy_change"]:
+        out(
+            f"POLICY    changes .gitsup/: {', '.join(d['policy_change'])} "
+            "(integrate and queue add refuse it without --allow-policy-change)"
+        )
     if record.wip:
         out(f"wip       {record.wip}  (refs/sup/{record.id}/wip: uncommitted work saved)")
     for item in record.not_captured:

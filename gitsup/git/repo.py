@@ -18,6 +18,7 @@ from gitsup.errors import GitsupError
 from gitsup.git.objectstore import _OBJECT_TYPES
 from gitsup.git.types import NOTES_REF, SUP_REF_PREFIX, CommitInfo, RefConflict, _sig
 from gitsup.ids import Oid
+from gitsup.layout import REPO_POLICY_DIR
 
 
 class RepoBase:
@@ -383,6 +384,15 @@ class RepoBase:
             out.add(delta.old_file.path)
             out.add(delta.new_file.path)
         return out
+
+    def policy_change(self, base: Oid, head: Oid) -> list[str]:
+        """The paths under `.gitsup/` (the repository's gitsup policy) that differ between
+        two commits, sorted; `.gitsup` itself when it was a file, link or submodule."""
+        return sorted(
+            p
+            for p in self.changed_paths(base, head)
+            if p == REPO_POLICY_DIR or p.startswith(REPO_POLICY_DIR + "/")
+        )
 
     def diff_size(self, base: Oid, head: Oid) -> tuple[int, int, int]:
         """(files changed, insertions, deletions) between two commits."""

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import ctypes
 import fnmatch
+import functools
 import json
 import os
+import re
 import stat
 import sys
 
@@ -123,21 +125,43 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+@functools.lru_cache(maxsize=64)
+def _denied_re(deny: tuple[str, ...]) -> re.Pattern[str]:
+    """One regular expression for the globs and everything below them."""
+    parts = [fnmatch.translate(g) for g in deny]
+    parts += [fnmatch.translate(g.rstrip("/") + "/*") for g in deny]
+    return re.compile("|".join(parts) or "(?!)")
+
+
+def denied(path: str, deny: list[str]) -> bool:
+    """`path` is a denied glob or lies below one."""
+    return _denied_re(tuple(deny)).match(path) is not None
+
+
+def covers(path: str, deny: list[str]) -> bool:
+    """A denied glob lies below the directory `path`."""
+    prefix = path.rstrip("/") + "/"
+    return any(g.startswith(prefix) for g in deny)
+
+
 def expand_read(paths: list[str], deny: list[str]) -> tuple[list[str], list[str]]:
-    """`paths` minus every `deny` glob: a hierarchy that contains a denied path is replaced
-    by its entries (recursively), leaving out the denied ones. Returns those hierarchies and
-    the split directories (which stay listable)."""
+    """`paths` minus every `deny` glob: a path that is denied or lies below a denied one is
+    left out, a hierarchy that contains a denied path is replaced by its entries
+    (recursively), leaving out the denied ones. Symlinks are judged by what they point to
+    (Landlock follows them). Returns those hierarchies and the split directories (which stay
+    listable). Used for the writable hierarchies too."""
     out: list[str] = []
     listed: list[str] = []
 
-    def covers(d: str) -> bool:
-        prefix = d.rstrip("/") + "/"
-        return any(g.startswith(prefix) for g in deny)
-
-    def walk(p: str, is_dir: bool) -> None:
-        if any(fnmatch.fnmatchcase(p, g) for g in deny):
+    def walk(p: str, is_dir: bool, link: bool) -> None:
+        real = os.path.realpath(p) if link else p
+        if denied(p, deny) or (real != p and denied(real, deny)):
             return
-        if not is_dir or not covers(p):
+        if real != p and covers(real, deny):
+            if not os.path.isdir(real):
+                return
+            p, is_dir = real, True  # a link to a directory that holds a denied path
+        if not is_dir or not covers(p, deny):
             out.append(p)
             return
         try:
@@ -146,10 +170,12 @@ def expand_read(paths: list[str], deny: list[str]) -> tuple[list[str], list[str]
             return
         listed.append(p)
         for e in entries:
-            walk(e.path, e.is_dir(follow_symlinks=False))
+            walk(e.path, e.is_dir(follow_symlinks=False), e.is_symlink())
 
     for p in paths:
-        walk(p, os.path.isdir(p) and not os.path.islink(p))
+        # a top-level path may have a link anywhere in it; an entry met while splitting only
+        # in its last component
+        walk(p, os.path.isdir(p) and not os.path.islink(p), True)
     return out, listed
 
 

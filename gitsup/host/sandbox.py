@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gitsup.errors import GitsupError
+from gitsup.host.bootstrap import covers, denied, expand_read
 
 Mode = Literal["auto", "required", "off"]
 MODES: tuple[Mode, ...] = ("auto", "required", "off")
@@ -44,11 +45,12 @@ class Rules:
     deny: tuple[str, ...] = ()
     hide: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
+    # the part a repository's `.gitsup/policy.toml` added (its env patterns are screened)
+    repo: Rules | None = None
 
     def merged(self, other: Rules) -> Rules:
-        return Rules(
-            *(tuple(dict.fromkeys((*getattr(self, k), *getattr(other, k)))) for k in _KEYS)
-        )
+        both = {k: tuple(dict.fromkeys((*getattr(self, k), *getattr(other, k)))) for k in _KEYS}
+        return Rules(**both, repo=other)
 
 
 _KEYS = ("read", "write", "deny", "hide", "env")
@@ -57,7 +59,7 @@ _KEYS = ("read", "write", "deny", "hide", "env")
 def _rules_from(table: object, source: str) -> Rules:
     if not isinstance(table, Mapping):
         raise GitsupError(f"invalid policy file {source}: [sandbox] must be a table")
-    values: dict[str, tuple[str, ...]] = {}
+    values: dict[str, Any] = {}
     for k, v in table.items():
         if k not in _KEYS:
             raise GitsupError(
@@ -100,6 +102,71 @@ def load_rules(repo_root: Path | None) -> Rules:
     if "sandbox" not in data:
         return rules
     return rules.merged(_rules_from(data["sandbox"], str(path)))
+
+
+# --- what no rule opens -----------------------------------------------------------------------
+
+# Where credentials live: never readable, writable or executable by a task, whatever a rule
+# says (a rule naming one of them, or a path below one, is refused; a rule naming a directory
+# above one gets that directory without them). Not data: a policy file cannot remove them.
+PROTECTED_PATHS: tuple[str, ...] = (
+    # SSH and GPG
+    "~/.ssh", "/etc/ssh/*key*", "~/.gnupg",
+    # credential stores and keyrings
+    "~/.git-credentials", "~/.config/git/credentials", "~/.netrc", "~/.docker", "~/.npmrc",
+    "~/.pypirc", "~/.config/gh", "~/.config/hub", "~/.local/share/keyrings",
+    "~/.local/share/kwalletd", "~/.password-store", "~/.cargo/credentials",
+    "~/.cargo/credentials.toml", "~/.gem/credentials",
+    # cloud credentials
+    "~/.aws", "~/.config/gcloud", "~/.azure", "~/.kube",
+    # gitsup's own config: the integration signing key, the allowed signers (also where
+    # XDG_CONFIG_HOME puts it, and wherever the repository's Git config points: `protect`)
+    "~/.config/gitsup",
+    # the agent's login: reachable only through the agent's own config dir (see build_plan)
+    "~/.claude/.credentials.json",
+)  # fmt: skip
+CLAUDE_CREDENTIALS = "~/.claude/.credentials.json"
+
+# Environment variables a repository's `[sandbox] env` never passes (globs, case-insensitive).
+PROTECTED_ENV: tuple[str, ...] = (
+    "SSH_AUTH_SOCK", "SSH_AGENT_PID", "SSH_ASKPASS*", "GPG_AGENT_INFO", "GNUPGHOME",
+    "GIT_ASKPASS", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_CONFIG*", "GIT_CREDENTIAL*",
+    "*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*", "*_KEY", "*_KEY_*",
+    "*APIKEY*", "*_AUTH", "*_AUTH_*", "AWS_*", "AZURE_*", "ARM_*", "GOOGLE_APPLICATION_CREDENTIALS",
+    "CLOUDSDK_*", "KUBECONFIG", "DOCKER_CONFIG", "DOCKER_AUTH_CONFIG", "NETRC", "VAULT_*",
+    "NPM_CONFIG_*", "TWINE_*", "DBUS_SESSION_BUS_ADDRESS", "GNOME_KEYRING_*", "XDG_RUNTIME_DIR",
+)  # fmt: skip
+
+
+def gitsup_config_dir(env: Mapping[str, str], home: str) -> str:
+    """`${XDG_CONFIG_HOME:-$HOME/.config}/gitsup` as gitsup itself sees it."""
+    return os.path.join(env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "gitsup")
+
+
+def protected_env(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name.upper(), g) for g in PROTECTED_ENV)
+
+
+def _glob_path(p: str, home: str) -> list[str]:
+    """A path or glob with `~` expanded, as written and with its symlinks resolved (the
+    directories before the first glob character)."""
+    if p == "~" or p.startswith("~/"):
+        p = home + p[1:]
+    p = os.path.normpath(p)
+    cut = min((i for i, c in enumerate(p) if c in "*?["), default=-1)
+    if cut < 0:
+        return list(dict.fromkeys((p, os.path.realpath(p))))
+    head, tail = os.path.split(p[:cut])
+    real = os.path.join(os.path.realpath(head), tail + p[cut:]) if head else p
+    return list(dict.fromkeys((p, real)))
+
+
+def protected_globs(home: str, protect: Iterable[str] = (), *, agent: bool = False) -> list[str]:
+    """The built-in protected paths for this home, plus `protect` (absolute paths), as globs;
+    `agent`: for the agent's own config dir (its login file is the agent's to use)."""
+    paths = [p for p in PROTECTED_PATHS if not (agent and p == CLAUDE_CREDENTIALS)]
+    paths += [gitsup_config_dir(os.environ, home), *protect]
+    return _dedupe(g for p in paths for g in _glob_path(p, home))
 
 
 # --- what the host supports -----------------------------------------------------------------
@@ -179,6 +246,7 @@ class SandboxPlan:
     env: dict[str, str] = field(default_factory=dict)
     git_state: str = "shared"
     denied: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # rules not applied, and why
 
     @property
     def active(self) -> bool:
@@ -196,7 +264,14 @@ class SandboxPlan:
         if not self.active:
             return []
         cfg = self.config
-        extra = [a for a in files if os.path.isabs(a) and os.path.isfile(a)]
+        extra = [
+            a
+            for a in files
+            if os.path.isabs(a)
+            and os.path.isfile(a)
+            and not denied(a, self.denied)
+            and not denied(os.path.realpath(a), self.denied)
+        ]
         if extra:
             cfg = dict(cfg, read=[*cfg["read"], *extra])
         if read_only:  # only its private dirs, the agent's config and devices stay writable
@@ -244,6 +319,7 @@ class SandboxPlan:
             "env_allowlist": True,
             "git_state": self.git_state,
             "weaker": weaker,
+            "refused": list(self.refused),
         }
 
 
@@ -291,9 +367,10 @@ def _under(p: str, d: str) -> bool:
 
 
 def _expand(p: str, home: str) -> str:
+    """`~` expanded, symlinks resolved (as far as the path exists)."""
     if p == "~" or p.startswith("~/"):
         p = home + p[1:]
-    return os.path.realpath(p) if os.path.lexists(p) else os.path.normpath(p)
+    return os.path.realpath(p)
 
 
 def _venv_roots(exe: str) -> list[str]:
@@ -350,11 +427,14 @@ def build_plan(
     keep_env: Iterable[str] = (),
     host: HostSupport | None = None,
     claude: bool = False,
+    protect: Iterable[str] = (),
 ) -> SandboxPlan:
     """The sandbox for one task. `env` is the environment gitsup would give the task
     without a sandbox; the plan's env is the allowlisted subset plus private dirs.
     `claude`: the task runs Claude Code (worker, reviewer or decider), which keeps its
-    config and session in CLAUDE_CONFIG_DIR, or by default in ~/.claude and ~/.claude.json."""
+    config and session in CLAUDE_CONFIG_DIR, or by default in ~/.claude and ~/.claude.json.
+    `protect`: more paths no rule opens (the integration key and allowed-signers file the
+    repository's Git config names), on top of PROTECTED_PATHS."""
     host = host or probe()
     plan = SandboxPlan(mode=mode, host=host)
     if mode == "off":
@@ -366,13 +446,25 @@ def build_plan(
     private_home, private_tmp = box / "home", box / "tmp"
     for d in (private_home, private_tmp):
         d.mkdir(exist_ok=True)
-    # the environment: an allowlist, private HOME and TMPDIR, no user or system git config
-    patterns = [*rules.env, *keep_env]
-    out = {
-        k: v
-        for k, v in env.items()
-        if k not in _FORCED and any(fnmatch.fnmatchcase(k, p) for p in patterns)
-    }
+    # the environment: an allowlist, private HOME and TMPDIR, no user or system git config;
+    # what only the repository's policy file adds never passes a protected variable
+    repo_env = set(rules.repo.env if rules.repo else ()) - set(default_rules().env)
+    for pat in sorted(repo_env):
+        if protected_env(pat):
+            plan.refused.append(f"env {pat}: names protected variables (credentials, agents)")
+    patterns = [p for p in (*rules.env, *keep_env) if p not in repo_env]
+    own = [p for p in repo_env if not protected_env(p)]
+    out: dict[str, str] = {}
+    for k, v in env.items():
+        if k in _FORCED:
+            continue
+        if any(fnmatch.fnmatchcase(k, p) for p in patterns):
+            out[k] = v
+        elif any(fnmatch.fnmatchcase(k, p) for p in own):
+            if protected_env(k):
+                plan.refused.append(f"env {k}: a protected variable; not passed")
+            else:
+                out[k] = v
     out.update(
         HOME=str(private_home),
         TMPDIR=str(private_tmp),
@@ -408,16 +500,22 @@ def build_plan(
         write += [str(d) for d in shared]
         if admin is not None:
             write.append(admin)
+    # what no rule opens: the rules' own deny globs, the protected paths
+    deny = _dedupe(
+        [g for p in rules.deny for g in _glob_path(p, home)] + protected_globs(home, protect)
+    )
+    agent: list[str] = []
     cfg_dir = env.get("CLAUDE_CONFIG_DIR")
     if cfg_dir:
-        write.append(_expand(cfg_dir, home))
+        agent.append(_expand(cfg_dir, home))
     elif claude:
-        write += _default_claude_config(home, private_home)
-    write += [_expand(p, home) for p in rules.write]
+        agent += _default_claude_config(home, private_home)
+    repo = rules.repo or Rules()
+    write += _screen("write", rules.write, repo.write, home, deny, plan.refused)
     # a diagnostics and testing knob of the person running gitsup (never of the task)
     extra = os.environ.get("GITSUP_SANDBOX_EXTRA_WRITE", "")
     write += [os.path.realpath(p) for p in extra.split(os.pathsep) if os.path.isabs(p)]
-    read = [_expand(p, home) for p in rules.read] + [wt, common]
+    read = [*_screen("read", rules.read, repo.read, home, deny, plan.refused), wt, common]
     read += program_paths(programs, out.get("PATH", ""), worktree)
     for entry in out.get("PATH", "").split(os.pathsep):
         if entry and os.path.isabs(entry):
@@ -439,12 +537,13 @@ def build_plan(
         admin = _worktree_admin_dir(worktree)
         if admin is not None:
             ro += [os.path.join(admin, "commondir"), os.path.join(admin, "gitdir")]
-    from gitsup.host.bootstrap import expand_read
-
-    deny = [_expand(p, home) if not any(c in p for c in "*?[") else p for p in rules.deny]
-    deny += [_expand(p, home) for p in _secret_dirs(home)]
-    # split once here, not at every spawn: the bootstrap gets the hierarchies to allow
+    # split once here, not at every spawn: the bootstrap gets the hierarchies to allow, for
+    # reading and for writing (a writable directory that holds a protected path is split too)
     readable, listed = expand_read(_dedupe(p for p in read if p not in ("", "/")), deny)
+    writable, split = expand_read(_dedupe(p for p in write if p not in ("", "/")), deny)
+    # the agent's config dir: its login file is the agent's own
+    login = set(_glob_path(CLAUDE_CREDENTIALS, home))
+    agent_rw, agent_split = expand_read(_dedupe(agent), [g for g in deny if g not in login])
     plan.denied = deny
     plan.config = {
         "mountns": host.mountns,
@@ -454,8 +553,8 @@ def build_plan(
         "common_dir": common,
         "box": str(box),
         "read": readable,
-        "listed": listed,
-        "write": _dedupe(write),
+        "listed": _dedupe([*listed, *split, *agent_split]),
+        "write": _dedupe([*writable, *agent_rw]),
         "hide": _dedupe(hide),
         "ro": ro,
         # the bootstrap expands each to its 256 loose-object directories (a short argv:
@@ -525,27 +624,38 @@ def _toolchain_root(entry: str, home: str) -> str:
     if not home or home == "/" or not _under(entry, home) or entry == home:
         return entry
     top = os.path.join(home, os.path.relpath(entry, home).split(os.sep)[0])
-    secrets = [_expand(p, home) for p in _secret_dirs(home)]
+    secrets = protected_globs(home)
     shared = {os.path.join(home, d) for d in (".config", ".local", ".cache", "bin")}
-    if top in shared or any(_under(top, sd) or _under(sd, top) for sd in secrets):
+    if top in shared or denied(top, secrets) or covers(top, secrets):
         return entry
     return top
 
 
-def _secret_dirs(home: str) -> list[str]:
-    """Where a user's credentials live: never readable, whatever else is allowed."""
-    return [
-        "~/.ssh",
-        "~/.gnupg",
-        "~/.aws",
-        "~/.config/gcloud",
-        "~/.config/gh",
-        "~/.config/gitsup",
-        "~/.git-credentials",
-        "~/.netrc",
-        "~/.docker",
-        "~/.kube",
-    ]
+def _screen(
+    kind: str,
+    paths: Iterable[str],
+    from_repo: Iterable[str],
+    home: str,
+    deny: list[str],
+    refused: list[str],
+) -> list[str]:
+    """The rule paths, expanded and resolved, without those that name a denied path or one
+    below it (each recorded in `refused`); a repository rule above a denied path is kept
+    (the plan splits it around what is denied) and noted."""
+    repo = set(from_repo)
+    out: list[str] = []
+    for raw in paths:
+        forms = _glob_path(raw, home)
+        if any(denied(f, deny) for f in forms):
+            refused.append(
+                f"{kind} {raw}: a protected path (credentials, gitsup's keys); not applied"
+            )
+            continue
+        real = forms[-1]
+        if raw in repo and covers(real, deny):
+            refused.append(f"{kind} {raw}: applied without the protected paths below it")
+        out.append(real)
+    return out
 
 
 def _dedupe(paths: Iterable[str]) -> list[str]:

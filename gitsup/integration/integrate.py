@@ -42,7 +42,7 @@ from gitsup.git import GitRepo, RefConflict
 from gitsup.host import proc
 from gitsup.host.procid import ProcessId
 from gitsup.ids import Oid, TaskId, parse_task_id
-from gitsup.integration.keys import SigningSetup, signing_setup
+from gitsup.integration.keys import SigningSetup, follow_identity, signing_setup
 from gitsup.layout import task_refs
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import Status
@@ -77,6 +77,8 @@ class IntegrateResult:
     checks: list[CheckResult] = field(default_factory=list)
     checkout_updated: str | None = None
     reason: str | None = None
+    # paths under .gitsup/ the candidate changes (integrated only with --allow-policy-change)
+    policy_change: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -160,6 +162,7 @@ def integrate(
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     on_progress: Callable[[str], None] | None = None,
+    allow_policy_change: bool = False,
 ) -> IntegrateResult:
     env = os.environ if env is None else env
     cwd = os.getcwd() if cwd is None else cwd
@@ -175,7 +178,24 @@ def integrate(
     repo = ctx.repo
     with ctx.store.lock(tid):
         record = ctx.store.load(tid)
-        return _integrate_locked(ctx, repo, record, tid, into, strategy, say)
+        return _integrate_locked(
+            ctx, repo, record, tid, into, strategy, say, allow_policy_change=allow_policy_change
+        )
+
+
+def policy_change_refusal(task: str, candidate: str, paths: list[str]) -> IntegrationRefused:
+    """The refusal of a candidate that changes `.gitsup/` without the person's consent."""
+    return _refuse(
+        f"candidate {candidate[:12]} of task {task} changes gitsup's policy: {', '.join(paths)}",
+        hint="this changes what every later task may do (sandbox, shell policy); review the "
+        "change (docs/sandbox.md, 'Reviewing a change to .gitsup/'), then pass "
+        "--allow-policy-change",
+    )
+
+
+def policy_change_trailer(paths: list[str]) -> str:
+    """The trailer that records an allowed change to `.gitsup/` in the integration commit."""
+    return f"Sup-Policy-Change: {', '.join(paths)}\n" if paths else ""
 
 
 def _integrate_locked(
@@ -186,6 +206,8 @@ def _integrate_locked(
     into: str,
     strategy: Strategy,
     say: Callable[[str], None],
+    *,
+    allow_policy_change: bool = False,
 ) -> IntegrateResult:
     refs = task_refs(tid)
     candidate = repo.ref_target(refs["candidate"])
@@ -231,6 +253,9 @@ def _integrate_locked(
             f"the baseline {baseline[:12] or '(none)'} of task {tid} is not an ancestor of "
             f"its candidate {candidate[:12]}: the task record or note was altered"
         )
+    policy = repo.policy_change(Oid(baseline), candidate)
+    if policy and not allow_policy_change:
+        raise policy_change_refusal(str(tid), candidate, policy)
     signing = integration_signing(repo)
     trust = integration_trust(repo)
     require_integrated(trust, branch, old, baseline)
@@ -259,6 +284,7 @@ def _integrate_locked(
         target_before=old,
         result=result,
         integrated=False,
+        policy_change=policy,
     )
     res.checks = _run_integration_checks(repo, tid, result, checks, say)
     failed = [c.name for c in res.checks if c.required and not c.passed]
@@ -275,7 +301,8 @@ def _integrate_locked(
         [old, candidate],
         subject
         + f"Sup-Task: {tid}\nSup-Candidate: {candidate}\nSup-Baseline: {baseline}\n"
-        + f"Sup-Checks: {passed}\nSup-Review: {verdict}\n",
+        + f"Sup-Checks: {passed}\nSup-Review: {verdict}\n"
+        + policy_change_trailer(policy),
     )
     res.result = result
     bad = trust.check([(target_ref, old, result)])[target_ref]
@@ -319,6 +346,7 @@ def integration_signing(repo: GitRepo) -> SigningSetup:
             hint="`git sup init` creates it (or configure your own SSH key: "
             "`git config gpg.format ssh`, `git config user.signingKey <key>`)",
         )
+    signing.changed += follow_identity(repo, signing)
     return signing
 
 

@@ -99,10 +99,15 @@ def signing_setup(repo: GitRepo, *, create: bool) -> SigningSetup:
             changed.append(f"gpg.ssh.allowedSignersFile = {allowed}")
         if public:
             changed += _allow_signer(allowed, public, repo.config_get("user.email"))
-    elif public and allowed == default_allowed_signers():
-        # gitsup's own list follows the user's identity at every integration too
-        changed += _rename_signer(allowed, public, repo.config_get("user.email"))
     return SigningSetup(key, public, dedicated, allowed, changed)
+
+
+def follow_identity(repo: GitRepo, signing: SigningSetup) -> list[str]:
+    """gitsup's own allowed-signers line names the user's `user.email` as it is now (at every
+    integration, not only at `init`)."""
+    if not signing.public or signing.allowed_signers != default_allowed_signers():
+        return []
+    return _rename_signer(signing.allowed_signers, signing.public, repo.config_get("user.email"))
 
 
 def _allow_signer(allowed: str, public: str, email: str | None) -> list[str]:
@@ -147,3 +152,16 @@ def _rename_signer(
         atomic_write(Path(allowed), "".join(lines).encode())
         return [f"allowed signer {old} is now {principal} in {allowed} (user.email changed)"]
     return []
+
+
+def protected_paths(repo: GitRepo) -> list[str]:
+    """What no task sandbox rule may open, beyond gitsup's config dir (which the sandbox
+    always protects): the integration signing key (a key file, with its public half) and the
+    allowed-signers file Git verifies against, wherever the Git config puts them."""
+    signing = signing_setup(repo, create=False)
+    out = [signing.allowed_signers]
+    literal = signing.key.removeprefix("key::").strip()
+    if not literal.startswith(("ssh-", "ecdsa-", "sk-")):
+        key = os.path.expanduser(signing.key)
+        out += [key, f"{key}.pub"]
+    return [p for p in out if os.path.isabs(p)]

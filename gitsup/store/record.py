@@ -115,6 +115,9 @@ class CandidateNote(BaseModel):
     integrated_at: float | None = None
     # The cost ledger of the task (gitsup/store/ledger.py): per turn, repair round and model call.
     cost: dict[str, Any] | None = None
+    # Paths under .gitsup/ the candidate changes (baseline..candidate): integrating it changes
+    # gitsup's policy for every later task, so integrate and the queue ask for consent.
+    policy_change: list[str] = Field(default_factory=list)
 
     model_config = ConfigDict(populate_by_name=True, extra="allow")
 

@@ -218,6 +218,7 @@ class Finaliser:
             created_at=self.record.created_at,
             finished_at=time.time(),
             cost=_cost_breakdown(self.task, self.journal.log),
+            policy_change=self.repo.policy_change(Oid(self.record.baseline), head),
         )
         self.repo.write_note(head, note.to_text())
 

@@ -125,6 +125,7 @@ class Launcher:
             return self._sandbox
         from gitsup.host.sandbox import build_plan, load_rules
         from gitsup.host.sandbox import resolve_mode as sandbox_mode
+        from gitsup.integration.keys import protected_paths
 
         try:
             mode = sandbox_mode(self.spec.sandbox.mode, self.repo.config_get("sup.sandbox"))
@@ -147,6 +148,7 @@ class Launcher:
                 claude=self.spec.worker.kind not in ("process", "codex")
                 or "claude" in (self.spec.review.kind, self.spec.decider.kind)
                 or "acp" in (self.spec.review.kind, self.spec.decider.kind),
+                protect=protected_paths(self.repo),
             )
         except (GitsupError, OSError) as exc:
             self._sandbox_error = exc.message if isinstance(exc, GitsupError) else str(exc)

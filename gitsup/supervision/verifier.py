@@ -173,7 +173,9 @@ class Verifier:
         if wt is None:
             return [], ["worktree is gone; nothing to review"], []
         evidence = wt.evidence(Oid(self.record.baseline))
-        bundle = evidence_bundle(self.task, self.spec, results, evidence)
+        # from the worktree's own Git dir: it holds the task's commits
+        policy = wt.policy_change(Oid(self.record.baseline), evidence.head) if evidence.head else []
+        bundle = evidence_bundle(self.task, self.spec, results, evidence, policy)
         self.emit(
             et.ReviewStarted(
                 kind=kind,

@@ -340,6 +340,7 @@ def show_dict(ctx: SupRepo, record: TaskRecord) -> dict[str, Any]:
     d["refs"] = {k: v for k, v in task_refs(TaskId(record.id)).items()}
     d["owner_alive"] = record.state not in TERMINAL and _owner_alive(record)
     d["queue_evidence"] = queue_evidence(ctx, record)
+    d["policy_change"] = policy_change(ctx, record)
     return d
 
 
@@ -357,6 +358,17 @@ def queue_evidence(ctx: SupRepo, record: TaskRecord) -> dict[str, Any] | None:
         return None
     ev = data.get("queue_evidence") if isinstance(data, dict) else None
     return ev if isinstance(ev, dict) else None
+
+
+def policy_change(ctx: SupRepo, record: TaskRecord) -> list[str]:
+    """The paths under `.gitsup/` the task's candidate (else its branch head) changes."""
+    head = record.candidate or record.head
+    if not head or not record.baseline:
+        return []
+    try:
+        return ctx.repo.policy_change(Oid(record.baseline), Oid(head))
+    except (GitsupError, KeyError, ValueError):
+        return []  # objects gone (a pruned task): nothing to say
 
 
 def _owner_alive(record: TaskRecord) -> bool:

@@ -45,6 +45,7 @@ from gitsup.integration.integrate import (
     inside_task,
     integration_signing,
     integration_trust,
+    policy_change_trailer,
     record_integration,
     require_integrated,
     sign_integration_commit,
@@ -248,6 +249,14 @@ class Runner(CompositionTester):
             if bad:
                 self._finish(e, "parked", bad, {"base": target}, park_task=True)
                 continue
+            policy = self.repo.policy_change(Oid(note.baseline), Oid(e.candidate))
+            if not set(policy) <= set(e.policy_change):
+                why = (
+                    f"it changes gitsup's policy ({', '.join(policy)}) and was queued without "
+                    "--allow-policy-change"
+                )
+                self._finish(e, "parked", why, {"policy_change": policy}, park_task=False)
+                continue
             steps.append(_Step(e, note, _task_checks(self.ctx, e.task, note)))
         return steps
 
@@ -355,6 +364,7 @@ class Runner(CompositionTester):
                 + f"Sup-Task: {s.entry.task}\nSup-Candidate: {s.entry.candidate}\n"
                 + f"Sup-Baseline: {note.baseline}\nSup-Checks: {passed}\nSup-Review: {verdict}\n"
                 + f"Sup-Queue: {self.q.branch}\n"
+                + policy_change_trailer(s.entry.policy_change)
             )
             tip = sign_integration_commit(
                 self.repo, signing, s.tree, [tip, Oid(s.entry.candidate)], message

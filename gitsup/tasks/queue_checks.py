@@ -149,6 +149,7 @@ class CompositionTester:
         with the throw-away worktree as the only writable tree."""
         from gitsup.host.contain import bootstrap_argv
         from gitsup.host.sandbox import build_plan, load_rules, required_problems, resolve_mode
+        from gitsup.integration.keys import protected_paths
 
         env = proc.child_env(
             {"GITSUP_INTEGRATION": f"queue/{self.q.branch}"}, drop=("GITSUP_TASK",)
@@ -169,6 +170,7 @@ class CompositionTester:
             branch="",
             env=env,
             programs=[list(c.argv) for c in checks],
+            protect=protected_paths(self.repo),
         )
         problems = required_problems(plan)
         if problems:

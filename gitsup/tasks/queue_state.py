@@ -49,6 +49,8 @@ class Entry:
     repair_task: str = ""
     repair_of: str = ""
     finished_at: float | None = None
+    # the paths under .gitsup/ it changes, consented to by `queue add --allow-policy-change`
+    policy_change: list[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Entry:
@@ -192,11 +194,25 @@ def default_target(ctx: SupRepo) -> str:
     return ctx.repo.head_branch() or "main"
 
 
-def add(ctx: SupRepo, tasks: Sequence[str], into: str | None = None) -> QueueState:
+def add(
+    ctx: SupRepo,
+    tasks: Sequence[str],
+    into: str | None = None,
+    *,
+    allow_policy_change: bool = False,
+) -> QueueState:
+    """Queue ready candidates. One that changes `.gitsup/` is refused unless
+    `allow_policy_change`; the consent is kept with its entry (and its trailer)."""
+    from gitsup.integration.integrate import policy_change_refusal
+
     q = Queue(ctx, into or default_target(ctx))
     if ctx.repo.ref_target(q.target_ref) is None:
         raise QueueError(f"no branch {q.branch} to integrate into")
     found = [(t, *_ready_candidate(ctx, t)) for t in tasks]
+    policy = {t: ctx.repo.policy_change(note.baseline, cand) for t, cand, note in found}
+    for t, cand, _note in found:
+        if policy[t] and not allow_policy_change:
+            raise policy_change_refusal(t, cand, policy[t])
     with q.change(f"queue add {' '.join(tasks)}") as state:
         for task, cand, _note in found:
             held = state.find(task)
@@ -204,7 +220,9 @@ def add(ctx: SupRepo, tasks: Sequence[str], into: str | None = None) -> QueueSta
                 raise QueueError(f"task {task} is already queued into {q.branch}")
             if held is not None and held.status == "integrated":
                 raise QueueError(f"task {task} was already integrated into {q.branch}")
-            state.entries.append(Entry(task=task, candidate=cand, added_at=time.time()))
+            state.entries.append(
+                Entry(task=task, candidate=cand, added_at=time.time(), policy_change=policy[task])
+            )
     for task, cand, _note in found:
         q.event(QueueAdded(task=TaskId(task), candidate=Oid(cand)), seal=f"queued {task}")
     return q.read()[0]

@@ -313,6 +313,14 @@ def render(data: PageData, *, index_href: str | None = None) -> str:
         )
     for r in s.get("reasons") or []:
         w(f"<tr><td class='k'>reason</td><td>{e(r)}</td></tr>")
+    policy = s.get("policy_change") or []
+    if policy:
+        w(
+            "<tr id='policy-change'><td class='k bad'>policy change</td><td class='bad'>"
+            f"changes gitsup's policy for every later task: {e(', '.join(policy))}; "
+            "review it as a security change (integrate needs <code>--allow-policy-change</code>)"
+            "</td></tr>"
+        )
     w("</table>")
     w(_repro(["git", "sup", "show", tid, "--json"]))
     if cand:

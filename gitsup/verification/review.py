@@ -58,9 +58,24 @@ class ReviewError(Exception):
     """One review attempt failed (invalid output, timeout, API error)."""
 
 
+POLICY_CHANGE_NOTE = (
+    "This change modifies .gitsup/, gitsup's policy for this repository (task sandbox rules, "
+    "shell policy, protected branches): once integrated it changes what every later task may "
+    "read, write and run. Judge it as a security change: is each widened rule needed by the "
+    "goal, and could it expose credentials, keys or other tasks? A person must consent to it "
+    "at integration (--allow-policy-change)."
+)
+
+
 def evidence_bundle(
-    task: str, spec: TaskSpec, checks: Sequence[CheckResult], ev: Evidence
+    task: str,
+    spec: TaskSpec,
+    checks: Sequence[CheckResult],
+    ev: Evidence,
+    policy_change: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """What the reviewer judges. `policy_change`: the paths under `.gitsup/` the change
+    touches (the reviewer is told, with POLICY_CHANGE_NOTE)."""
     return {
         "task": task,
         "spec": {
@@ -97,6 +112,8 @@ def evidence_bundle(
         ],
         "complete": ev.complete,
         "truncated": ev.truncated,
+        "policy_change": list(policy_change),
+        **({"policy_change_note": POLICY_CHANGE_NOTE} if policy_change else {}),
     }
 
 
@@ -248,7 +265,7 @@ Answer with ONLY a JSON object, no other text:
  "findings": [{"severity": "P0"|"P1"|"P2"|"P3", "title": "...", "path": "...", "line": 1, "detail": "..."}]}
 
 "pass": correct and complete. "revise": the worker can fix the findings. "human": a person must \
-decide (unclear requirements, risky change). P0/P1 are serious defects.
+decide (unclear requirements, risky change). P0/P1 are serious defects. When "policy_change" lists paths, the change rewrites gitsup's own policy: read "policy_change_note".
 
 Evidence (JSON):
 """
