@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gitsup.errors import GitsupError
+from gitsup.layout import TASK_GIT_SHELL
 
 Mode = Literal["auto", "required", "off"]
 MODES: tuple[Mode, ...] = ("auto", "required", "off")
@@ -220,6 +221,11 @@ class SandboxPlan:
                 "refs/heads/sup/ and its worktree admin dir of the repository (an existing "
                 "loose object can be replaced, other tasks' sup/ branches moved)"
             )
+        if self.git_state == "private" and not self.config.get("mountns"):
+            weaker.append(
+                "git shell writable: without a mount namespace the task can rewrite its Git "
+                "dir's config, hooks and info (gitsup rewrites them when the task ends)"
+            )
         weaker.append("pid namespace: not used (Landlock keeps other processes out of reach)")
         return {
             "mode": self.mode,
@@ -365,7 +371,9 @@ def build_plan(
     private_home, private_tmp = box / "home", box / "tmp"
     for d in (private_home, private_tmp):
         d.mkdir(exist_ok=True)
-    # the environment: an allowlist, private HOME and TMPDIR, no user or system git config
+    # the environment: an allowlist, private HOME and TMPDIR, no user or system git config;
+    # the task's own global Git config is a file in its private HOME, which no `git` outside
+    # the sandbox reads (the task's Git dir's config is gitsup's, read-only: see below)
     patterns = [*rules.env, *keep_env]
     out = {
         k: v
@@ -378,7 +386,7 @@ def build_plan(
         XDG_CONFIG_HOME=str(private_home / ".config"),
         XDG_CACHE_HOME=str(private_home / ".cache"),
         GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL="/dev/null",
+        GIT_CONFIG_GLOBAL=str(private_home / ".gitconfig"),
         GIT_TERMINAL_PROMPT="0",
     )
     plan.env = out
@@ -432,6 +440,11 @@ def build_plan(
     dotgit = os.path.join(wt, ".git")
     if os.path.isfile(dotgit):
         ro.append(dotgit)
+    if plan.git_state == "private":
+        # the shell of the task's Git dir (config, commondir, hooks, info) stays gitsup's:
+        # the person's `git` in the worktree reads it, so nothing the task writes runs there
+        real_git = os.path.realpath(git_dir)
+        ro += [os.path.join(real_git, n) for n in TASK_GIT_SHELL if (git_dir / n).exists()]
     if plan.git_state == "shared":
         # the links between the worktree and the repository stay as gitsup made them
         admin = _worktree_admin_dir(worktree)

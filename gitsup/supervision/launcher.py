@@ -134,6 +134,13 @@ class Launcher:
                 if value and f"GIT_AUTHOR_{var}" not in env:
                     env.setdefault(f"GIT_AUTHOR_{var}", value)
                     env.setdefault(f"GIT_COMMITTER_{var}", value)
+            from gitsup.git import taskgit
+
+            if taskgit.uses_private_dir(self.layout, self.task):
+                # before anything of the task runs: the shell of its Git dir as gitsup
+                # writes it (a task made by an older gitsup had it writable), then bound
+                # read-only by the sandbox
+                taskgit.seal(self.repo, self.layout, self.task, self.worktree)
             self._sandbox = build_plan(
                 mode=mode,
                 rules=load_rules(self.repo.main_workdir),
