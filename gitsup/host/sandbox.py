@@ -270,7 +270,10 @@ def describe_host(mode: Mode) -> str:
     if host.missing:
         verb = "tasks refuse to start" if mode == "required" else "weaker guarantee"
         text += f"; {verb}: " + "; ".join(host.missing)
-    return text + "; Git state: private per task when <task dir>/git exists, else shared"
+    return text + (
+        "; Git state: private per task when <task dir>/git exists (its config, hooks and "
+        "info read-only), else shared"
+    )
 
 
 def resolve_mode(spec_mode: str | None, config_value: str | None) -> Mode:

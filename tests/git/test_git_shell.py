@@ -456,3 +456,82 @@ def test_the_worker_keeps_its_git(repo: Path, tmp: Path) -> None:
     home = common_dir(repo) / "sup" / "tasks" / tid / "sandbox" / "home"
     assert "Worker Name" in (home / ".gitconfig").read_text()
     assert "Worker Name" not in git(repo, "config", "--list")
+
+
+def test_a_takeover_rewrites_the_shell_before_the_new_worker_runs(repo: Path, tmp: Path) -> None:
+    """The supervisor dies; the Git dir's config was left writable and planted (as by an
+    older gitsup); `recover --takeover` rewrites the shell before its worker starts."""
+    import signal
+
+    worker = write_worker(
+        tmp,
+        f"""
+        import pathlib, subprocess, time
+        tmp = pathlib.Path({str(tmp)!r})
+        if not (tmp / "first").exists():
+            (tmp / "first").write_text("")
+            time.sleep(300)
+        private = subprocess.run(["git", "rev-parse", "--absolute-git-dir"],
+                                 capture_output=True, text=True).stdout.strip()
+        (tmp / "config-seen").write_text(pathlib.Path(private, "config").read_text())
+        p = pathlib.Path("calc.py")
+        p.write_text(p.read_text().replace("a - b", "a + b"))
+        subprocess.run(["git", "commit", "-q", "-am", "fix add"], check=True)
+        """,
+    )
+    proc = popen_sup(repo, "start", "g", "--check", QUICK_CHECK, "--worker", worker, *NO_REVIEW)
+    try:
+        wait_for(lambda: (tmp / "first").exists(), timeout=60, what="the first worker")
+        (tid,) = task_ids(repo)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc.pid)
+    task_dir = common_dir(repo) / "sup" / "tasks" / tid
+    (task_dir / "git-seal").unlink()
+    with open(task_dir / "git" / "config", "a") as fh:
+        fh.write("[core]\n\tfsmonitor = /planted/by/the/worker\n")
+    res = run_sup(repo, "recover", tid, "--takeover", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["status"] == "ready"
+    seen = (tmp / "config-seen").read_text()
+    assert "hooksPath" in seen and "planted" not in seen, seen
+    assert "planted" not in (task_dir / "git" / "config").read_text()
+
+
+def test_without_a_mount_namespace_the_shell_is_rewritten_at_the_end(
+    repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Landlock alone cannot keep the shell read-only: the record says so, and what the
+    worker wrote there is gone once the task ended."""
+    monkeypatch.setenv("GITSUP_SANDBOX_REFUSE", "mountns")
+    marker = tmp / "fsmonitor-ran"
+    prog = tmp / "prog"
+    prog.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    prog.chmod(0o755)
+    worker = write_worker(
+        tmp,
+        f"""
+        import pathlib, subprocess
+        p = pathlib.Path("calc.py")
+        p.write_text(p.read_text().replace("a - b", "a + b"))
+        subprocess.run(["git", "commit", "-q", "-am", "fix add"], check=True)
+        subprocess.run(["git", "config", "core.fsmonitor", {str(prog)!r}], check=True)
+        """,
+    )
+    res = run_sup(
+        repo, "start", "g", "--check", QUICK_CHECK, "--worker", worker, *NO_REVIEW, "--json"
+    )
+    rec = json.loads(res.stdout)
+    assert rec["status"] == "ready", (rec, res.stderr)
+    assert not rec["sandbox"]["mount_ns"]
+    assert any(w.startswith("git shell writable") for w in rec["sandbox"]["weaker"]), rec
+    with contextlib.suppress(FileNotFoundError):
+        marker.unlink()
+    git(Path(rec["worktree"]), "status")
+    assert not marker.exists()
+    assert (
+        str(prog)
+        not in (common_dir(repo) / "sup" / "tasks" / rec["id"] / "git" / "config").read_text()
+    )
