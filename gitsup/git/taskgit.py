@@ -105,7 +105,7 @@ def create(
     if not registration.is_absolute():
         registration = (worktree / registration).resolve()
     common = repo.common_dir
-    for d in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info", "hooks"):
+    for d in ("objects/info", "objects/pack", "refs/heads", "refs/tags"):
         (git / d).mkdir(parents=True, exist_ok=True)
     (git / "objects" / "info" / "alternates").write_text(f"{common / 'objects'}\n")
     branch_ref = f"refs/heads/{branch}"
@@ -132,9 +132,10 @@ def create(
 
 # --- the shell: what of the private Git dir only gitsup writes ------------------------------
 
-# Settings that keep Git from entering a nested repository the worker left in its worktree
-# (its own config and hooks would run): porcelain status, diff and checkout do not look
-# inside submodules, and fetch, checkout and the rest do not recurse into them.
+# Settings that keep Git out of a nested repository the worker left in its worktree (whose
+# config and hooks it wrote): porcelain status, diff and checkout do not look inside
+# submodules, and nothing recurses into them. Partial: the worker's `.gitmodules` can set
+# `ignore` per submodule, and `git add -A` looks inside anyway (docs/sandbox.md, Limits).
 _SUBMODULES_OFF = {
     "diff": ["\tignoreSubmodules = all"],
     "status": ["\tsubmoduleSummary = false"],
@@ -198,6 +199,9 @@ def seal(repo: GitRepo, layout: Layout, task: TaskId, worktree: Path) -> Path:
     Records a digest of the shell next to the dir (`is_sealed`). Returns the dir."""
     git = private_dir(layout, task)
     common = repo.common_dir
+    config = _shell_config(repo, git, worktree)
+    if _as_written(layout, task, git, config, common):
+        return git
     for name in _NEVER_THERE:
         _clear(git / name)
     for name in ("hooks", "info"):
@@ -209,11 +213,30 @@ def seal(repo: GitRepo, layout: Layout, task: TaskId, worktree: Path) -> Path:
     _install_gate(git / "hooks")
     for name, text in (
         ("commondir", f"{git}\n"),
-        ("config", _shell_config(repo, git, worktree)),
+        ("config", config),
     ):
         _write_fresh(git / name, text)
     _write(layout.task_dir(task) / _SEAL, _shell_digest(git) + "\n")
     return git
+
+
+def _as_written(layout: Layout, task: TaskId, git: Path, config: str, common: Path) -> bool:
+    """Is the shell what `seal` would write now (nothing to do)?"""
+    from gitsup.git.hooks import launcher
+
+    def text(p: Path) -> str | None:
+        try:
+            return p.read_text()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    return (
+        is_sealed(layout, task)
+        and text(git / "config") == config
+        and text(git / "commondir") == f"{git}\n"
+        and text(git / "info" / "exclude") == text(common / "info" / "exclude")
+        and text(git / "hooks" / "pre-push") == launcher("pre-push", "start")
+    )
 
 
 def _write_fresh(path: Path, text: str) -> None:

@@ -535,3 +535,32 @@ def test_without_a_mount_namespace_the_shell_is_rewritten_at_the_end(
         str(prog)
         not in (common_dir(repo) / "sup" / "tasks" / rec["id"] / "git" / "config").read_text()
     )
+
+
+def test_checks_run_without_the_workers_git_config(repo: Path, tmp: Path) -> None:
+    """What the worker sets for its own Git (e.g. `core.whitespace` to quiet `git diff
+    --check`, a pager or a textconv that changes what a reviewer sees) does not reach the
+    checks, the reviewer or the decider."""
+    worker = write_worker(
+        tmp,
+        """
+        import pathlib, subprocess
+        p = pathlib.Path("calc.py")
+        p.write_text(p.read_text().replace("a - b", "a + b  "))  # trailing whitespace
+        subprocess.run(["git", "commit", "-q", "-am", "fix add"], check=True)
+        subprocess.run(["git", "config", "--global", "core.whitespace", "-trailing-space"],
+                       check=True)
+        """,
+    )
+    # the default check (`git diff --check <baseline> HEAD`) sees the trailing whitespace
+    res = run_sup(repo, "start", "g", "--worker", worker, *NO_REVIEW, "--json")
+    rec = json.loads(res.stdout)
+    assert rec["status"] == "parked", (rec, res.stderr)
+    home = common_dir(repo) / "sup" / "tasks" / rec["id"] / "sandbox" / "home"
+    assert "trailing-space" in (home / ".gitconfig").read_text()
+    results = [
+        json.loads(line)
+        for line in run_sup(repo, "log", rec["id"], "--json").stdout.splitlines()
+        if '"acceptance_result"' in line
+    ]
+    assert results and results[-1]["data"]["passed"] is False, results
