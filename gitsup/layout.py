@@ -79,3 +79,8 @@ def task_refs(task: TaskId) -> dict[str, str]:
 
 def task_branch(task: TaskId) -> str:
     return f"sup/{task}"
+
+
+# The shell of a task's private Git dir (gitsup/git/taskgit.py `seal`): the entries gitsup
+# writes and the sandbox binds read-only over themselves, so that no task writes them.
+TASK_GIT_SHELL = ("config", "commondir", "hooks", "info")

@@ -35,7 +35,7 @@ from pathlib import Path
 from gitsup.errors import GitsupError
 from gitsup.git import GitRepo, ObjectStore, RefConflict
 from gitsup.ids import Oid, TaskId
-from gitsup.layout import Layout
+from gitsup.layout import TASK_GIT_SHELL, Layout
 
 # Copied from the user's configuration so the worker's commits and checkout behave alike.
 _COPIED_CONFIG = (
@@ -105,7 +105,7 @@ def create(
     if not registration.is_absolute():
         registration = (worktree / registration).resolve()
     common = repo.common_dir
-    for d in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info", "hooks"):
+    for d in ("objects/info", "objects/pack", "refs/heads", "refs/tags"):
         (git / d).mkdir(parents=True, exist_ok=True)
     (git / "objects" / "info" / "alternates").write_text(f"{common / 'objects'}\n")
     branch_ref = f"refs/heads/{branch}"
@@ -118,6 +118,37 @@ def create(
         if name != branch_ref:
             packed.append(f"{target} {name}\n")
     (git / "packed-refs").write_text("".join(packed))
+    src = common / "shallow"
+    if src.is_file():
+        shutil.copyfile(src, git / "shallow")
+    index = registration / "index"
+    if index.is_file():
+        os.replace(index, git / "index")
+    (layout.task_dir(task) / _MARKER).write_text(f"{git}\n")
+    seal(repo, layout, task, worktree)
+    _write(gitfile, f"gitdir: {git}\n")
+    return git
+
+
+# --- the shell: what of the private Git dir only gitsup writes ------------------------------
+
+# Settings that keep Git out of a nested repository the worker left in its worktree (whose
+# config and hooks it wrote): porcelain status, diff and checkout do not look inside
+# submodules, and nothing recurses into them. Partial: the worker's `.gitmodules` can set
+# `ignore` per submodule, and `git add -A` looks inside anyway (docs/sandbox.md, Limits).
+_SUBMODULES_OFF = {
+    "diff": ["\tignoreSubmodules = all"],
+    "status": ["\tsubmoduleSummary = false"],
+    "submodule": ["\trecurse = false"],
+    "fetch": ["\trecurseSubmodules = false"],
+}
+# Read by Git from a Git dir, never written by gitsup: legacy remote definitions, and the
+# per-worktree config (read only with extensions.worktreeConfig, which the shell never sets).
+_NEVER_THERE = ("remotes", "branches", "config.worktree")
+_SEAL = "git-seal"
+
+
+def _shell_config(repo: GitRepo, git: Path, worktree: Path) -> str:
     config = [
         "[core]",
         "\trepositoryformatversion = 0",
@@ -139,21 +170,117 @@ def create(
     if fmt is not None:
         config[1] = "\trepositoryformatversion = 1"
         sections.setdefault("extensions", []).append(f"\tobjectformat = {_quote(fmt)}")
+    for section, lines in _SUBMODULES_OFF.items():
+        sections.setdefault(section, []).extend(lines)
     config += sections.pop("core", [])
     for section, lines in sections.items():
         config += [f"[{section}]", *lines]
-    (git / "config").write_text("\n".join(config) + "\n")
-    for name in ("info/exclude", "shallow"):
-        src = common / name
-        if src.is_file():
-            shutil.copyfile(src, git / name)
+    return "\n".join(config) + "\n"
+
+
+def _clear(path: Path) -> None:
+    """Remove whatever is at `path` (a file, a symlink, a tree), following no link."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+
+
+def seal(repo: GitRepo, layout: Layout, task: TaskId, worktree: Path) -> Path:
+    """(Re)write the shell of the task's private Git dir: `config`, `commondir`, `hooks/`
+    and `info/`, the parts of a Git dir that decide what Git executes (drivers, hooks,
+    fsmonitor, pager, editor, aliases, includes, attributes). The sandbox binds each
+    read-only over itself (layout.TASK_GIT_SHELL), so only gitsup writes them and the
+    person's `git` in the task worktree reads only gitsup's settings. `commondir` names the
+    dir itself: without it a worker could plant one and move Git's config elsewhere.
+    Removes the legacy remote definitions and `config.worktree` a worker may have left.
+    Records a digest of the shell next to the dir (`is_sealed`). Returns the dir."""
+    git = private_dir(layout, task)
+    common = repo.common_dir
+    config = _shell_config(repo, git, worktree)
+    if _as_written(layout, task, git, config, common):
+        return git
+    for name in _NEVER_THERE:
+        _clear(git / name)
+    for name in ("hooks", "info"):
+        _clear(git / name)
+        (git / name).mkdir()
+    src = common / "info" / "exclude"
+    if src.is_file():
+        shutil.copyfile(src, git / "info" / "exclude")
     _install_gate(git / "hooks")
-    index = registration / "index"
-    if index.is_file():
-        os.replace(index, git / "index")
-    (layout.task_dir(task) / _MARKER).write_text(f"{git}\n")
-    _write(gitfile, f"gitdir: {git}\n")
+    for name, text in (
+        ("commondir", f"{git}\n"),
+        ("config", config),
+    ):
+        _write_fresh(git / name, text)
+    _write(layout.task_dir(task) / _SEAL, _shell_digest(git) + "\n")
     return git
+
+
+def _as_written(layout: Layout, task: TaskId, git: Path, config: str, common: Path) -> bool:
+    """Is the shell what `seal` would write now (nothing to do)?"""
+    from gitsup.git.hooks import launcher
+
+    def text(p: Path) -> str | None:
+        try:
+            return p.read_text()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    return (
+        is_sealed(layout, task)
+        and text(git / "config") == config
+        and text(git / "commondir") == f"{git}\n"
+        and text(git / "info" / "exclude") == text(common / "info" / "exclude")
+        and text(git / "hooks" / "pre-push") == launcher("pre-push", "start")
+    )
+
+
+def _write_fresh(path: Path, text: str) -> None:
+    """Replace `path` with a new file holding `text`, through a temporary file this call
+    creates itself (never one a worker planted, a symlink, say)."""
+    tmp = path.with_name(path.name + ".gitsup-tmp")
+    _clear(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    os.replace(tmp, path)
+
+
+def _shell_digest(git: Path) -> str:
+    h = hashlib.sha256()
+    for name in (*TASK_GIT_SHELL, *_NEVER_THERE):
+        top = git / name
+        paths = [top]
+        if top.is_dir() and not top.is_symlink():
+            paths += sorted(top.rglob("*"))
+        for p in paths:
+            h.update(os.fsencode(p.relative_to(git)) + b"\0")
+            if p.is_symlink():
+                h.update(b"link\0" + os.fsencode(os.readlink(p)))
+            elif p.is_file():
+                h.update(b"file %d\0" % (os.stat(p).st_mode & 0o111) + p.read_bytes())
+            elif p.is_dir():
+                h.update(b"dir\0")
+            else:
+                h.update(b"absent\0")
+    return h.hexdigest()
+
+
+def is_sealed(layout: Layout, task: TaskId) -> bool:
+    """Is the shell of the task's private Git dir as gitsup last wrote it? False for a
+    task made by a gitsup that let the worker write it (no digest recorded), and for one
+    whose shell changed since (a sandbox without a mount namespace cannot hold it)."""
+    try:
+        recorded = (layout.task_dir(task) / _SEAL).read_text().strip()
+    except OSError:
+        return False
+    return recorded == _shell_digest(private_dir(layout, task))
 
 
 def _install_gate(hooks: Path) -> None:

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from gitsup.errors import GitsupError
 from gitsup.host.bootstrap import covers, denied, expand_read
+from gitsup.layout import TASK_GIT_SHELL
 
 Mode = Literal["auto", "required", "off"]
 MODES: tuple[Mode, ...] = ("auto", "required", "off")
@@ -296,6 +297,11 @@ class SandboxPlan:
                 "refs/heads/sup/ and its worktree admin dir of the repository (an existing "
                 "loose object can be replaced, other tasks' sup/ branches moved)"
             )
+        if self.git_state == "private" and not self.config.get("mountns"):
+            weaker.append(
+                "git shell writable: without a mount namespace the task can rewrite its Git "
+                "dir's config, hooks and info (gitsup rewrites them when the task ends)"
+            )
         weaker.append("pid namespace: not used (Landlock keeps other processes out of reach)")
         return {
             "mode": self.mode,
@@ -341,7 +347,10 @@ def describe_host(mode: Mode) -> str:
     if host.missing:
         verb = "tasks refuse to start" if mode == "required" else "weaker guarantee"
         text += f"; {verb}: " + "; ".join(host.missing)
-    return text + "; Git state: private per task when <task dir>/git exists, else shared"
+    return text + (
+        "; Git state: private per task when <task dir>/git exists (its config, hooks and "
+        "info read-only), else shared"
+    )
 
 
 def resolve_mode(spec_mode: str | None, config_value: str | None) -> Mode:
@@ -447,6 +456,8 @@ def build_plan(
     for d in (private_home, private_tmp):
         d.mkdir(exist_ok=True)
     # the environment: an allowlist, private HOME and TMPDIR, no user or system git config;
+    # the task's own global Git config is a file in its private HOME, which no `git` outside
+    # the sandbox reads (the task's Git dir's config is gitsup's, read-only: see below)
     # what only the repository's policy file adds never passes a protected variable
     repo_env = set(rules.repo.env if rules.repo else ()) - set(default_rules().env)
     for pat in sorted(repo_env):
@@ -471,7 +482,7 @@ def build_plan(
         XDG_CONFIG_HOME=str(private_home / ".config"),
         XDG_CACHE_HOME=str(private_home / ".cache"),
         GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL="/dev/null",
+        GIT_CONFIG_GLOBAL=str(private_home / ".gitconfig"),
         GIT_TERMINAL_PROMPT="0",
     )
     plan.env = out
@@ -532,6 +543,11 @@ def build_plan(
     dotgit = os.path.join(wt, ".git")
     if os.path.isfile(dotgit):
         ro.append(dotgit)
+    if plan.git_state == "private":
+        # the shell of the task's Git dir (config, commondir, hooks, info) stays gitsup's:
+        # the person's `git` in the worktree reads it, so nothing the task writes runs there
+        real_git = os.path.realpath(git_dir)
+        ro += [os.path.join(real_git, n) for n in TASK_GIT_SHELL if (git_dir / n).exists()]
     if plan.git_state == "shared":
         # the links between the worktree and the repository stay as gitsup made them
         admin = _worktree_admin_dir(worktree)

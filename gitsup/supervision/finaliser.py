@@ -8,7 +8,14 @@ from typing import Any
 
 from gitsup.errors import GitsupError
 from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo, RefConflict
-from gitsup.git.taskgit import ImportRefused, import_tree, import_work, open_worktree
+from gitsup.git.taskgit import (
+    ImportRefused,
+    import_tree,
+    import_work,
+    open_worktree,
+    seal,
+    uses_private_dir,
+)
 from gitsup.ids import Oid
 from gitsup.layout import Layout, task_refs
 from gitsup.spec import TaskSpec
@@ -90,6 +97,17 @@ class Finaliser:
             )
         return None
 
+    def _reseal(self) -> None:
+        """The worker is gone: the shell of its Git dir back as gitsup wrote it (what a
+        sandbox without a mount namespace let it change), so the person's `git` in the
+        worktree runs nothing the worker wrote."""
+        if not uses_private_dir(self.layout, self.task) or not self.worktree.is_dir():
+            return
+        try:
+            seal(self.repo, self.layout, self.task, self.worktree)
+        except OSError as exc:
+            self.record.reasons.append(f"cannot rewrite the task's Git dir config: {exc}")
+
     def finalise(self, final: State, verified_head: str | None) -> State:
         """Everything before the terminal transition (the worker is already stopped).
         Returns the final state: a ready task whose branch moved after verification, or
@@ -105,6 +123,7 @@ class Finaliser:
                 "`git sup doctor --fix`)"
             )
             self.emit(et.WorkerLeftBehind(what=left, lease=str(self.launcher.lease.path)))
+        self._reseal()
         if self.import_work() is not None and final == State.COMPLETED:
             final = State.BLOCKED
         status = STATUS_OF[final]

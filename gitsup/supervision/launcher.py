@@ -115,6 +115,16 @@ class Launcher:
         plan = self.sandbox_plan(env)
         return dict(plan.env) if plan is not None else env
 
+    def judge_env(self) -> dict[str, str]:
+        """The environment of the checks, the reviewer and the decider: the worker's without
+        its own Git config (`GIT_CONFIG_GLOBAL`, a file in its private HOME), so that Git in
+        them runs with gitsup's settings, whatever the worker set for itself."""
+        env = self.worker_env()
+        plan = self.sandbox_plan()
+        if plan is not None and plan.active:
+            env["GIT_CONFIG_GLOBAL"] = os.devnull
+        return env
+
     def sandbox_plan(self, env: Mapping[str, str] | None = None) -> SandboxPlan | None:
         """The task's sandbox (gitsup/host/sandbox.py), built once; None when it cannot be built
         (the reason is a preflight failure)."""
@@ -135,6 +145,13 @@ class Launcher:
                 if value and f"GIT_AUTHOR_{var}" not in env:
                     env.setdefault(f"GIT_AUTHOR_{var}", value)
                     env.setdefault(f"GIT_COMMITTER_{var}", value)
+            from gitsup.git import taskgit
+
+            if taskgit.uses_private_dir(self.layout, self.task):
+                # before anything of the task runs: the shell of its Git dir as gitsup
+                # writes it (a task made by an older gitsup had it writable), then bound
+                # read-only by the sandbox
+                taskgit.seal(self.repo, self.layout, self.task, self.worktree)
             self._sandbox = build_plan(
                 mode=mode,
                 rules=load_rules(self.repo.main_workdir),

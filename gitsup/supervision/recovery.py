@@ -385,6 +385,7 @@ def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
             findings.append(
                 DoctorFinding("unknown-worktree", f"git worktree {name} has no task record", name)
             )
+    findings += _unsealed_git_dirs(ctx, records, fix=fix)
     # The boundary: protected branches, integrations, the hook, the gate's settings.
     from gitsup.integration.setup import tampering
 
@@ -393,6 +394,49 @@ def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
     if misconfigured is not None:
         findings.append(DoctorFinding("sandbox", f"misconfigured: {misconfigured}"))
     return findings
+
+
+def _unsealed_git_dirs(
+    ctx: SupRepo, records: dict[TaskId, TaskRecord], *, fix: bool
+) -> list[DoctorFinding]:
+    """Tasks whose private Git dir's shell (config, commondir, hooks, info) is not what
+    gitsup wrote: made by a gitsup that let the worker write it, or changed in a sandbox
+    without a mount namespace. The person's `git` in such a worktree may run what the
+    worker configured. `--fix` rewrites the shell of a task no live supervisor owns."""
+    from gitsup.git import taskgit
+
+    out: list[DoctorFinding] = []
+    for rec in records.values():
+        tid = TaskId(rec.id)
+        wt = Path(rec.worktree) if rec.worktree else None
+        if (
+            rec.discarded_at is not None
+            or wt is None
+            or not wt.is_dir()
+            or not taskgit.uses_private_dir(ctx.layout, tid)
+            or not taskgit.private_dir(ctx.layout, tid).is_dir()
+            or taskgit.is_sealed(ctx.layout, tid)
+        ):
+            continue
+        f = DoctorFinding(
+            "git-shell",
+            f"the config, hooks or info of {taskgit.private_dir(ctx.layout, tid)} are not "
+            "gitsup's (a task made by an older gitsup, or a sandbox without a mount "
+            "namespace): `git` in its worktree may run what the worker configured",
+            rec.id,
+        )
+        if fix:
+            owner = _owner(rec)
+            if rec.state not in TERMINAL and owner is not None and owner.alive():
+                f.fixed = "not fixed: a running supervisor owns it (it is rewritten at its end)"
+            else:
+                try:
+                    taskgit.seal(ctx.repo, ctx.layout, tid, wt)
+                    f.fixed = "rewritten"
+                except OSError as exc:
+                    f.fixed = f"not fixed: {exc}"
+        out.append(f)
+    return out
 
 
 def _sandbox_problem(ctx: SupRepo) -> str | None:

@@ -346,7 +346,7 @@ class Supervisor:
                 self.gate.decider = make_decider(
                     self.spec,
                     cwd=str(self.worktree),
-                    env=self.launcher.worker_env(),
+                    env=self.launcher.judge_env(),
                     network=self.launcher.net.agent_network("decider", self.spec.decider.kind),
                     wrap=self.launcher.read_only_wrappers()[0],
                     wrap_for=self.launcher.read_only_wrappers()[1],

@@ -101,7 +101,7 @@ class Verifier:
 
     def _run_checks(self) -> list[CheckResult]:
         results: list[CheckResult] = []
-        env = self.launcher.worker_env()
+        env = self.launcher.judge_env()
         # The worker's result is judged as it was before the checks ran: what the checks
         # write themselves (__pycache__, .pytest_cache, build output) is not its change.
         wt = self.finaliser.worktree_repo()
@@ -188,7 +188,7 @@ class Verifier:
         ctx = ReviewRequest(
             self.task,
             self.worktree,
-            self.launcher.worker_env(),
+            self.launcher.judge_env(),
             self.spec,
             bundle,
             network=self.launcher.net.agent_network("reviewer", self.spec.review.kind),

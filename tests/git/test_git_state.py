@@ -187,17 +187,20 @@ out("tag_object", sh("git", "rev-parse", "v9"))
 sh("git", "notes", "--ref=sup", "add", "-f", "-m", '{"status": "ready", "forged": true}', "main")
 sh("git", "notes", "--ref=sup", "add", "-f", "-m", '{"status": "ready", "forged": true}', c)
 out("forged_notes", sh("git", "rev-parse", "refs/notes/sup"))
-# config, hooks, remotes, packed-refs
-sh("git", "config", "core.hooksPath", ".githooks")
-sh("git", "config", "remote.origin.url", USER)
-sh("git", "config", "credential.helper", "!echo stolen")
+# config, hooks, remotes (refused: the Git dir's config and hooks are read-only), packed-refs
+sh("git", "config", "core.hooksPath", ".githooks", check=False)
+sh("git", "config", "remote.origin.url", USER, check=False)
+sh("git", "config", "credential.helper", "!echo stolen", check=False)
 hooks = pathlib.Path(PRIVATE) / "hooks"
-hooks.mkdir(exist_ok=True)
-(hooks / "post-commit").write_text("#!/bin/sh\\necho pwned > /tmp/pwned\\n")
-(hooks / "post-commit").chmod(0o755)
+try:
+    (hooks / "post-commit").write_text("#!/bin/sh\\necho pwned > /tmp/pwned\\n")
+    (hooks / "post-commit").chmod(0o755)
+except OSError:
+    pass
 sh("git", "pack-refs", "--all")
 packed = pathlib.Path(PRIVATE) / "packed-refs"
 packed.write_text(packed.read_text() + f"{evil} refs/heads/integration\\n{evil} refs/sup/forged\\n")
+out("done", True)
 """
 
 
@@ -210,6 +213,7 @@ def test_private_refs_notes_config_hooks_never_reach_the_user_repo(repo: Path, t
     rc, rec, err = start_json(repo, "g", "--check", QUICK_CHECK, "--worker", worker, *NO_REVIEW)
     tid = rec["id"]
     seen = json.loads(seen_file.read_text())
+    assert seen.get("done"), seen  # the whole attack ran
     assert _user_state(repo, tid) == before
     # every object file that existed is still there, byte for byte
     objects_after = _object_files(common_dir(repo))
@@ -427,7 +431,8 @@ def test_a_worker_that_deletes_its_git_dir_is_refused(repo: Path, tmp: Path) -> 
         """
         out("commit", fix())
         import shutil
-        shutil.rmtree(PRIVATE)
+        # all it can: its config, commondir, hooks and info are read-only mounts
+        shutil.rmtree(PRIVATE, ignore_errors=True)
         """,
     )
     rc, rec, err = start_json(repo, "g", "--check", QUICK_CHECK, "--worker", worker, *NO_REVIEW)

@@ -89,13 +89,16 @@ def locate(cwd: str) -> tuple[str, str] | None:
             gitdir = line[len("gitdir:") :].strip()
             if not os.path.isabs(gitdir):
                 gitdir = os.path.join(d, gitdir)
-            common = gitdir
-            try:
-                with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as f:
-                    rel = f.read(4096).strip()
-                common = rel if os.path.isabs(rel) else os.path.join(gitdir, rel)
-            except OSError:
-                common = private_git_dir_owner(gitdir) or gitdir
+            # a task's private Git dir (whose `commondir` names itself) belongs to the
+            # repository it lives in
+            common = private_git_dir_owner(gitdir) or gitdir
+            if common == gitdir:
+                try:
+                    with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as f:
+                        rel = f.read(4096).strip()
+                    common = rel if os.path.isabs(rel) else os.path.join(gitdir, rel)
+                except OSError:
+                    pass
             return os.path.realpath(common), d
         parent = os.path.dirname(d)
         if parent == d:
