@@ -10,7 +10,12 @@ import typer
 from gitsup.cli.main import app
 from gitsup.cli.options import JsonOpt
 from gitsup.cli.output import emit_json, out, progress
-from gitsup.cli.task_render import ProgressRenderer, print_group, print_summary
+from gitsup.cli.task_render import (
+    ProgressRenderer,
+    group_next_steps,
+    print_group,
+    print_summary,
+)
 from gitsup.errors import Exit, GitsupError
 
 if TYPE_CHECKING:
@@ -219,7 +224,7 @@ def start_cmd(
             hint="otherwise queue the ready candidate: `git sup queue add ID`",
         )
     if n > 1:
-        _start_group(ctx, spec, n, detach=detach, queue=queue, json_out=json_out)
+        _start_group(ctx, spec, n, detach=detach, queue=queue, json_out=json_out, quiet=quiet)
         return
     if detach:
         from gitsup.tasks.detach import start_detached
@@ -255,11 +260,25 @@ def start_cmd(
 
 
 def _start_group(
-    ctx: SupRepo, spec: TaskSpec, n: int, *, detach: bool, queue: bool, json_out: bool
+    ctx: SupRepo,
+    spec: TaskSpec,
+    n: int,
+    *,
+    detach: bool,
+    queue: bool,
+    json_out: bool,
+    quiet: bool = False,
 ) -> None:
     from gitsup.tasks.attempts import start_group
 
-    res = start_group(ctx, spec, n, wait=not detach, queue_into="" if queue else None)
+    res = start_group(
+        ctx,
+        spec,
+        n,
+        wait=not detach,
+        queue_into="" if queue else None,
+        on_progress=None if quiet else progress,
+    )
     if json_out:
         emit_json(res)
     else:
@@ -268,5 +287,7 @@ def _start_group(
             progress(f"{n} attempts run in the background; `git sup show {res['group']}`")
         else:
             print_group(res)
+            for line in group_next_steps(res, ctx.repo.head_branch()):
+                out(line)
     if not detach and not res.get("chosen"):
         raise typer.Exit(Exit.PARKED)

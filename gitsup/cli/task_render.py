@@ -233,6 +233,22 @@ def not_captured_text(item: dict[str, Any]) -> str:
     return f"{item.get('path')} ({item.get('bytes', '?')} bytes: {item.get('why')})"
 
 
+def group_next_steps(g: dict[str, Any], branch: str | None) -> list[str]:
+    """What to do with a best-of-N group's choice: integrate or queue it, or look closer."""
+    chosen = g.get("chosen")
+    if not chosen:
+        return ["no attempt is ready; look at them: `git sup show <id>` (ids above)"]
+    into = g.get("queued_into")
+    if into:
+        return [f"next: `git sup queue run --into {into}` (the chosen {chosen} is queued)"]
+    target = branch or "<branch>"
+    return [
+        f"next: `git sup integrate {chosen} --into {target}`, "
+        f"or `git sup queue add {chosen} --into {target}`; "
+        f"`git sup report {chosen} -o page.html` to review it first"
+    ]
+
+
 def print_group(g: dict[str, Any]) -> None:
     out(f"group {g['group']}: {len(g['members'])} attempts from {g['baseline'][:12]}")
     out(

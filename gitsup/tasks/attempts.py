@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -171,6 +172,27 @@ def compare(ctx: SupRepo, group: str) -> dict[str, Any]:
 # --- starting and waiting ------------------------------------------------------------------
 
 
+def _as_they_end(ctx: SupRepo, members: list[str]) -> Iterator[str]:
+    """The members' ids in the order their tasks end; a member whose supervisor died
+    raises as `wait_task` does (naming how to recover it)."""
+    from gitsup.host.procid import ProcessId
+    from gitsup.tasks.detach import wait_task
+
+    left = list(members)
+    delay = 0.05
+    while left:
+        for t in list(left):
+            rec = ctx.store.load(t)
+            owner = ProcessId.from_dict(rec.supervisor)
+            if rec.state in TERMINAL or (owner is not None and not owner.alive()):
+                wait_task(ctx, t)
+                left.remove(t)
+                yield t
+        if left:
+            time.sleep(delay)
+            delay = min(0.5, delay * 1.5)
+
+
 def start_group(
     ctx: SupRepo,
     spec: TaskSpec,
@@ -178,12 +200,16 @@ def start_group(
     *,
     wait: bool = True,
     queue_into: str | None = None,
+    on_progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    from gitsup.tasks.detach import start_detached, wait_task
+    from gitsup.tasks.detach import start_detached
 
     if n < 2:
         raise GitsupError("best-of-N needs at least 2 attempts")
+    from gitsup.tasks.lifecycle import source_branch_of
+
     baseline = ctx.repo.resolve_commit(spec.base)
+    source = source_branch_of(ctx, spec.base)
     group = "g" + new_task_id()
     workers = list(spec.attempts.workers)
     members: list[str] = []
@@ -191,8 +217,10 @@ def start_group(
         update: dict[str, Any] = {"base": baseline, "attempts": Attempts()}
         if workers:
             update["worker"] = workers[i % len(workers)]
-        rec = start_detached(ctx, spec.model_copy(update=update))
+        rec = start_detached(ctx, spec.model_copy(update=update), source=source)
         members.append(rec.id)
+        if on_progress is not None:
+            on_progress(f"attempt {i + 1}/{n}: task {rec.id} started ({rec.worker_kind})")
     _write_group(
         ctx,
         group,
@@ -208,8 +236,13 @@ def start_group(
     )
     if not wait:
         return {"group": group, "members": members, "finished": False}
-    for t in members:
-        wait_task(ctx, t)
+    for i, t in enumerate(_as_they_end(ctx, members)):
+        if on_progress is not None:
+            rec = ctx.store.load(t)
+            on_progress(
+                f"attempt {members.index(t) + 1}/{n}: task {t} ended {rec.status.value} "
+                f"({i + 1} of {n} done)"
+            )
     result = compare(ctx, group)
     if queue_into is not None and result["chosen"]:
         from gitsup.tasks.queue import add

@@ -26,8 +26,10 @@ from gitsup.supervision.supervisor import Supervisor
 from gitsup.tasks.lifecycle import SupRepo, prepare_task, remove_unstarted, status_exit
 
 
-def start_detached(ctx: SupRepo, spec: TaskSpec, *, wait_started: float = 15.0) -> TaskRecord:
-    record, lease = prepare_task(ctx, spec, detached=True)
+def start_detached(
+    ctx: SupRepo, spec: TaskSpec, *, wait_started: float = 15.0, source: str | None = None
+) -> TaskRecord:
+    record, lease = prepare_task(ctx, spec, detached=True, source=source)
     task_dir = ctx.layout.task_dir(TaskId(record.id))
     me = ProcessId.current()
     spawn_detached(

@@ -100,14 +100,18 @@ def _init_repo_locked(
 # --- start --------------------------------------------------------------------------
 
 
-def prepare_task(ctx: SupRepo, spec: TaskSpec, *, detached: bool = False) -> tuple[TaskRecord, Any]:
+def prepare_task(
+    ctx: SupRepo, spec: TaskSpec, *, detached: bool = False, source: str | None = None
+) -> tuple[TaskRecord, Any]:
     """Validate, allocate the task, take the lease, create branch, worktree and baseline ref.
+    `source`: the branch the baseline was taken from, when `spec.base` is its commit (the
+    attempts of a best-of-N group share one resolved baseline).
 
     Returns the record (state idle) and the lease. Undoes its own steps on failure.
     """
     repo = ctx.repo
     baseline = repo.resolve_commit(spec.base)  # validate before writing anything
-    source_branch = repo.head_branch() if spec.base == "HEAD" else _branch_name(repo, spec.base)
+    source_branch = source or source_branch_of(ctx, spec.base)
     from gitsup.workers.preflight import preflight_start
 
     preflight_start(ctx, spec, baseline)  # refuses before anything is written
@@ -257,6 +261,11 @@ def _init_undo(ctx: SupRepo) -> Any:
                 path.chmod(0o755)
 
     return undo
+
+
+def source_branch_of(ctx: SupRepo, base: str) -> str | None:
+    """The branch a task's baseline comes from (`HEAD`'s, or `base` when it names one)."""
+    return ctx.repo.head_branch() if base == "HEAD" else _branch_name(ctx.repo, base)
 
 
 def _branch_name(repo: GitRepo, rev: str) -> str | None:

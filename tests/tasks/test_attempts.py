@@ -101,3 +101,35 @@ def test_queue_flag_needs_attempts_in_the_foreground(repo: Path) -> None:
         assert res.returncode == 2 and "--queue goes with --attempts" in res.stderr, res.stderr
     tasks = repo / ".git" / "sup" / "tasks"
     assert not tasks.exists() or list(tasks.iterdir()) == []  # nothing was started
+
+
+def test_best_of_two_shows_progress_suggests_the_next_step_and_knows_its_branch(
+    repo: Path, tmp: Path
+) -> None:
+    from gitsup.tasks.lifecycle import SupRepo, init_repo
+
+    init_repo(SupRepo.discover(repo), explicit=True)
+    workers = "\n".join(
+        f'[[attempts.workers]]\nkind = "process"\nargv = {_argv(tmp, body, name)}\n'
+        for body, name in ((FAILS, "fails.py"), (PASSES, "passes.py"))
+    )
+    spec = tmp / "task.toml"
+    spec.write_text(
+        'goal = "fix add"\n'
+        f'[[checks]]\nname = "pytest"\nargv = {json.dumps(PYTEST_CHECK.split())}\n'
+        '[review]\nkind = "none"\n[worker]\nkind = "process"\nargv = ["true"]\n'
+        f"[attempts]\nn = 2\n{workers}"
+    )
+    res = run_sup(repo, "start", "--spec", str(spec), timeout=600)
+    assert res.returncode == 0, res.stderr
+    group = res.stdout.splitlines()[0]
+    members = json.loads(run_sup(repo, "show", group, "--json").stdout)["members"]
+    for i, t in enumerate(members, start=1):
+        assert f"attempt {i}/2: task {t} started (process)" in res.stderr, res.stderr
+        assert f"attempt {i}/2: task {t} ended" in res.stderr, res.stderr
+    assert "of 2 done" in res.stderr
+    chosen = members[1]
+    assert f"next: `git sup integrate {chosen} --into main`" in res.stdout, res.stdout
+    rows = json.loads(run_sup(repo, "ls", "--json").stdout)
+    assert {r["id"]: r["behind"] for r in rows} == dict.fromkeys(members, 0), rows
+    assert {r["source_branch"] for r in rows} == {"main"}
