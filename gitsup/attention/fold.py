@@ -70,6 +70,7 @@ class Tracker:
     decider_failed: bool = False
     goal: str = ""
     last_reason: str = ""
+    queue_repair: str = ""  # the repair task the integration queue started for it
     seq: int = 0
     pending: dict[str, str] = field(default_factory=dict)  # request id -> tool, being decided
 
@@ -174,6 +175,8 @@ class Tracker:
             if self.reviewing:
                 return "review"
             return f"checks {self.checks_done}/{self.checks_total}"
+        if self.status == "parked" and self.queue_repair:
+            return f"its queue repair task {self.queue_repair}"
         if self.status == "parked":
             return "a human: the candidate is parked"
         return "-"
@@ -200,7 +203,7 @@ class Tracker:
         out: list[str] = []
         if self.state == "paused":
             out.append("paused for human input")
-        if self.status == "parked":
+        if self.status == "parked" and not self.queue_repair:
             out.append("parked" + (f": {self.last_reason}" if self.last_reason else ""))
         if self.decider_failed and not self.ended:
             out.append("the decider failed to answer")
@@ -379,6 +382,7 @@ def status_of(tr: Tracker, rec: Mapping[str, Any], now: float) -> TaskStatus:
     reasons = rec.get("reasons")
     if isinstance(reasons, list) and reasons and status == "parked":
         tr.last_reason = str(reasons[-1])
+    tr.queue_repair = str(rec.get("queue_repair") or "")
     attention = tr.attention(now)
     if state not in TERMINAL_STATES and not _supervisor_alive(rec):
         attention.append("its supervisor is not running (`git sup recover`)")
@@ -451,8 +455,8 @@ def _ended_attention(rec: Mapping[str, Any]) -> list[str] | None:
     record's last reason); None when its events must say (parked with no reason recorded)."""
     if rec.get("state") not in TERMINAL_STATES:
         return None
-    if rec.get("status") != "parked":
-        return []
+    if rec.get("status") != "parked" or rec.get("queue_repair"):
+        return []  # a queue repair task carries it on: the person is needed there
     reasons = rec.get("reasons")
     if isinstance(reasons, list) and reasons:
         last = str(reasons[-1])

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -67,6 +70,34 @@ def _paint(text: str, style: str, colour: bool) -> str:
     return f"{code}{text}\033[0m" if code else text
 
 
+@contextlib.contextmanager
+def _keys() -> Iterator[Callable[[float], str]]:
+    """Keys typed while `watch` runs on a terminal, one at a time and unechoed (`q` quits):
+    yields `pressed(timeout)`, the key typed within `timeout` seconds or ""."""
+    import select
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
+
+    def pressed(timeout: float) -> str:
+        if fd is None:
+            time.sleep(timeout)
+            return ""
+        ready, _, _ = select.select([fd], [], [], timeout)
+        return os.read(fd, 1).decode(errors="replace") if ready else ""
+
+    if fd is None:
+        yield pressed
+        return
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        yield pressed
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
 @app.command("watch")
 def watch_cmd(
     json_out: Annotated[
@@ -111,15 +142,17 @@ def watch_cmd(
         # Redraw in place: cursor home, each line cleared to its end, the rest cleared.
         sys.stdout.write("\033[?25l\033[H\033[2J")
         try:
-            while True:
-                size = shutil.get_terminal_size()
-                rows = snapshot(False)
-                frame = render_frame(rows, time.time(), width=size.columns, height=size.lines)
-                sys.stdout.write("\033[H" + frame.replace("\n", "\033[K\n") + "\033[K\033[J")
-                sys.stdout.flush()
-                if until_done and not running(rows):
-                    break
-                time.sleep(interval)
+            with _keys() as pressed:
+                while True:
+                    size = shutil.get_terminal_size()
+                    rows = snapshot(False)
+                    frame = render_frame(rows, time.time(), width=size.columns, height=size.lines)
+                    sys.stdout.write("\033[H" + frame.replace("\n", "\033[K\n") + "\033[K\033[J")
+                    sys.stdout.flush()
+                    if until_done and not running(rows):
+                        break
+                    if pressed(interval) in ("q", "Q", "\x1b"):
+                        break
         finally:
             sys.stdout.write("\033[?25h\n")
             sys.stdout.flush()

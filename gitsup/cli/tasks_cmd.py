@@ -156,6 +156,7 @@ def ls_cmd(
         status = f"{r.status}*" if r.discarded else r.status
         need = f"  [! needs a human: {'; '.join(needs[r.id])}]" if r.id in needs else ""
         need += f"  [overlaps {' '.join(ov[r.id])}]" if r.id in ov else ""
+        need += f"  [queue repair: {r.queue_repair}]" if r.queue_repair else ""
         out(f"{r.id:16} {r.state:10} {status:10} {_age(r.age):>7} {behind:>12}  {r.goal}{need}")
     if any(r.discarded for r in rows):
         out("* discarded: worktree removed, refs kept")

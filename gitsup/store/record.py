@@ -86,6 +86,9 @@ class TaskRecord(BaseModel):
     not_captured: list[dict[str, Any]] = Field(default_factory=list)
     # What cleanup could not prove gone (worker pid, cgroup): the lease stays held.
     left_behind: list[str] = Field(default_factory=list)
+    # The task the integration queue started to repair this (parked) candidate: the person
+    # is needed there, not here.
+    queue_repair: str | None = None
     exit_code: int | None = None
 
     def touch(self) -> None:

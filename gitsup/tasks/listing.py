@@ -192,6 +192,7 @@ class LsRow:
     goal: str
     candidate: str | None
     discarded: bool = False
+    queue_repair: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -229,6 +230,7 @@ def list_tasks(listing: Listing, records: list[dict[str, Any]] | None = None) ->
                 goal=goal.splitlines()[0][:80] if goal else "",
                 candidate=rec.get("candidate"),
                 discarded=bool(rec.get("discarded_at")),
+                queue_repair=rec.get("queue_repair") or None,
             )
         )
     return rows

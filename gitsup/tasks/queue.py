@@ -458,6 +458,7 @@ class Runner(CompositionTester):
                 for x in st.entries:
                     if x.task == e.task and x.status == "parked" and not x.repair_task:
                         x.status, x.repair_task = "repair", repair
+            self._link_repair(e.task, repair)
             self.q.event(
                 et.QueueRepair(task=TaskId(e.task), repair_task=repair), seal=f"repair {e.task}"
             )
@@ -551,6 +552,16 @@ class Runner(CompositionTester):
                     e.reason += f"; repair task {e.repair_task} did not end ready"
         for task, (outcome, _cand) in done.items():
             self.q.event(et.QueueRepairFinished(task=TaskId(task), outcome=outcome))
+
+    def _link_repair(self, task: str, repair: str) -> None:
+        """The parked task's record names its repair task (`ls`, `watch`: the person is needed
+        there now, not here)."""
+        tid = TaskId(task)
+        with self.ctx.store.lock(tid):
+            record = self.ctx.store.load(tid)
+            record.queue_repair = repair
+            record.reasons.append(f"integration queue: repair task {repair} carries it on")
+            self.ctx.store.save(record)
 
     def _park_task(self, e: Entry, reason: str, evidence: dict[str, Any]) -> None:
         tid = TaskId(e.task)

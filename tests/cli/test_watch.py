@@ -114,7 +114,7 @@ def test_watch_in_tmux_shows_three_tasks_live(
             "40",
             "-c",
             str(repo),
-            f"{GIT_SUP} watch --interval 0.2; sleep 30",
+            f"{GIT_SUP} watch --interval 0.2; echo watch-ended-$?; sleep 30",
         ],
         check=True,
         env=env,
@@ -145,6 +145,13 @@ def test_watch_in_tmux_shows_three_tasks_live(
         assert sum("gitsup watch" in x for x in lines) == 1, lines  # redrawn, not scrolled
         row = next(x for x in lines if x.startswith(ids["running"]))
         assert "ready" in row, lines
+        # `q` quits, and the terminal is given back as it was
+        subprocess.run(["tmux", "-L", sock, "send-keys", "-t", "watch", "q"], check=True)
+        wait_for(
+            lambda: any("watch-ended-0" in x for x in _pane(sock)),
+            10,
+            what="watch to end on q",
+        )
     finally:
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
 

@@ -101,3 +101,13 @@ def test_conflict_becomes_a_repair_task_that_re_enters(
     assert entries[e["id"]]["status"] == "repaired"
     assert entries[e["id"]]["repair_task"] == repair
     assert entries[repair]["status"] == "integrated" and entries[repair]["repair_of"] == e["id"]
+    # the original task no longer needs a human: its repair task carried it on
+    rows = {r["id"]: r for r in json.loads(run_sup(repo, "ls", "--json").stdout)}
+    assert rows[e["id"]]["attention"] == [] and rows[e["id"]]["queue_repair"] == repair
+    assert f"[queue repair: {repair}]" in run_sup(repo, "ls").stdout
+    assert e["id"] not in run_sup(repo, "ls", "--attention").stdout
+    watched = [
+        json.loads(x) for x in run_sup(repo, "watch", "--once", "--json").stdout.split("\n") if x
+    ]
+    (orig,) = [w for w in watched if w.get("id") == e["id"]]
+    assert orig["attention"] == [] and repair in orig["waiting_for"], orig
