@@ -1,0 +1,261 @@
+"""A candidate's checks run confined outside its task too: `git sup integrate` and
+`git sup queue run` run them as the task ran them (sandbox, loopback network, a cgroup that is
+emptied before the command returns, the allowlisted environment).
+
+The candidate is made by a real `git sup start`: its worker commits a check script
+(tests/boundary/hostile_check.py) that passes quietly inside the task and attacks when it
+runs anywhere else. Every attack is judged from outside: the signing key's chain ends at its
+first step and the gated remote is unchanged, the user's hooks, config and `~/.gitconfig` are
+byte for byte the same, the host listener saw no connection, the credentials in gitsup's
+environment appear nowhere, and no process of the daemon is alive once the command returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.boundary.conftest import Setup, refs_of, start_task
+from tests.conftest import PYTHON, git, run_sup
+from tests.helpers.sup import PYTEST_CHECK
+
+HOSTILE = (Path(__file__).parent / "hostile_check.py").read_text()
+TOKEN = "sup-fake-token-" + "7f3a" * 8
+API_KEY = "sk-ant-api03-" + "Zq9" * 30
+
+
+class Listener:
+    """A TCP listener on the host's 127.0.0.1 that counts who reached it (and logs nothing)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.reached = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.reached += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    lst = Listener()
+    yield lst
+    lst.close()
+
+
+def _daemons(marker: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        if marker in (p.info["cmdline"] or []):
+            found.append(p)
+    return found
+
+
+def _digest(*paths: Path) -> dict[str, str]:
+    out = {}
+    for root in paths:
+        files = sorted(root.rglob("*")) if root.is_dir() else [root]
+        for f in files:
+            if f.is_file():
+                out[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()
+            elif not f.exists():
+                out[str(f)] = "absent"
+    return out
+
+
+def _hostile_candidate(setup: Setup, cfg: dict[str, Any], marker: str) -> dict[str, Any]:
+    """A real task whose worker fixes calc.py and commits the hostile check with it; its
+    checks (the hostile one, pytest, a shell test) pass inside the task."""
+    body = f"""
+import json, pathlib, subprocess
+pathlib.Path("hostile_check.py").write_text({HOSTILE!r})
+pathlib.Path("hostile_check.json").write_text(json.dumps({cfg!r}))
+p = pathlib.Path("calc.py")
+p.write_text(p.read_text().replace("a - b", "a + b"))
+subprocess.run(["git", "add", "-A"], check=True)
+subprocess.run(["git", "commit", "-q", "-m", "fix add, with a check"], check=True)
+"""
+    rec = start_task(
+        setup,
+        body,
+        "--check",
+        shlex.join([PYTHON, "hostile_check.py", marker]),
+        "--check",
+        PYTEST_CHECK,
+        "--check-sh",
+        "test -f calc.py && test -f hostile_check.json",
+    )
+    assert rec["_rc"] == 0 and rec["status"] == "ready", rec
+    return rec
+
+
+@pytest.mark.parametrize("via", ["integrate", "queue"])
+def test_a_hostile_check_fails_at_every_step(
+    setup: Setup, listener: Listener, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    from gitsup.host.contain import find_cgroup_base
+    from gitsup.host.sandbox import probe
+
+    host = probe()
+    if not (host.landlock and host.mountns) or find_cgroup_base() is None:
+        pytest.skip("needs Landlock, mount namespaces and a writable cgroup v2 tree")
+    repo, tmp = setup.repo, setup.tmp
+    common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    home = Path(os.environ["HOME"])
+    key = home / ".config/gitsup/signing/id_ed25519"
+    assert key.exists()
+    outbox = tmp / "outbox"
+    outbox.mkdir()
+    marker = f"hostile-{uuid.uuid4().hex}"
+    cfg = {
+        "repo": str(repo),
+        "common": str(common),
+        "home": str(home),
+        "key": str(key),
+        "remote": str(setup.origin),
+        "port": listener.port,
+        "outbox": str(outbox),
+        "secrets": "SUP_FAKE_TOKEN,ANTHROPIC_API_KEY",
+    }
+    rec = _hostile_candidate(setup, cfg, marker)
+    assert listener.reached == 0 and not (outbox / "results.json").exists()
+
+    # From here on gitsup runs with credentials in its environment, and the only extra
+    # place a check may write is the outbox the test reads (the sandbox's test knob).
+    monkeypatch.setenv("GITSUP_SANDBOX_EXTRA_WRITE", str(outbox))
+    monkeypatch.setenv("SUP_FAKE_TOKEN", TOKEN)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
+    guarded = _digest(common / "hooks", common / "config", home / ".gitconfig", key)
+    remote_before = refs_of(setup.origin)
+    main_before = git(repo, "rev-parse", "main")
+    try:
+        if via == "integrate":
+            res = run_sup(repo, "integrate", rec["id"], "--into", "main", "--json", timeout=300)
+            assert res.returncode == 0, res.stderr
+            out = json.loads(res.stdout)
+            checks = out["checks"]
+        else:
+            assert run_sup(repo, "queue", "add", rec["id"]).returncode == 0
+            res = run_sup(repo, "queue", "run", "--json", timeout=300)
+            assert res.returncode == 0, res.stderr
+            out = json.loads(res.stdout)[0]
+            assert out["integrated"] == [rec["id"]]
+            state = json.loads(git(repo, "show", "refs/sup/queue/main/state:queue.json"))
+            checks = list(state["results"].values())
+        # The moment the command returned: nothing the checks started is alive.
+        alive = [p.pid for p in _daemons(marker)]
+        log = outbox / "daemon.log"
+        size = log.stat().st_size if log.exists() else 0
+        time.sleep(0.5)  # the daemon appends every 50 ms while it lives
+        grew = (log.stat().st_size if log.exists() else 0) - size
+    finally:
+        for p in _daemons(marker):  # only ever needed when confinement failed
+            p.kill()
+
+    # Every attack failed, judged from outside (all of them listed when some did not).
+    breaches = []
+    if alive:
+        breaches.append(f"the check's daemon outlived {via}: pids {alive}")
+    if grew:
+        breaches.append(f"the daemon's file grew by {grew} bytes after {via} returned")
+    if refs_of(setup.origin) != remote_before:
+        breaches.append("the gated remote changed")
+    after = _digest(common / "hooks", common / "config", home / ".gitconfig", key)
+    breaches += [f"{path} changed" for path in sorted(set(guarded) | set(after))
+                 if guarded.get(path) != after.get(path)]  # fmt: skip
+    if listener.reached:
+        breaches.append(f"the host's 127.0.0.1:{listener.port} was reached")
+    seen = "\n".join(c["output_tail"] for c in checks)
+    seen += "".join(f.read_text(errors="replace") for f in outbox.glob("*.json"))
+    for name, secret in (("SUP_FAKE_TOKEN", TOKEN), ("ANTHROPIC_API_KEY", API_KEY)):
+        if secret in seen or secret.encode().hex() in seen:
+            breaches.append(f"{name} from gitsup's environment reached the check")
+    # ...and the check's own account agrees; the steal-forge-push chain ends at its
+    # first step (reading the key). The daemon did start: it was killed with its cgroup.
+    report = json.loads((outbox / "results.json").read_text())
+    breaches += [f"{k}: {v}" for k, v in report.items()
+                 if not v.startswith("blocked") and k != "leave a daemon"]  # fmt: skip
+    assert breaches == [], "\n".join(breaches)
+
+    # The ordinary checks passed: confined, not crippled; the hostile one "passed" too.
+    assert len(checks) == 3 and all(c["passed"] for c in checks), checks
+    assert git(repo, "rev-parse", "main^1") == main_before
+    assert git(repo, "rev-parse", "main^2") == rec["candidate"]
+    # What applied is recorded with the result (and in the queue's evidence).
+    applied = out.get("confinement") or {}
+    assert applied.get("sandbox", {}).get("enforced") is True, applied
+    assert applied["network"] == "loopback" and applied["cgroup"] is True, applied
+    assert "left_behind" not in applied
+    if via == "queue":
+        assert all(c["confinement"] == applied for c in checks)
+
+
+def test_sandbox_required_on_a_host_without_it_refuses_integrate(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sup.sandbox required` where the host lacks Landlock: nothing of the candidate runs."""
+    from tests.boundary.conftest import make_task
+
+    ran = setup.tmp / "ran"
+    rec = make_task(setup, checks=[{"name": "touch", "argv": ["touch", str(ran)]}])
+    git(setup.repo, "config", "sup.sandbox", "required")
+    monkeypatch.setenv("GITSUP_SANDBOX_REFUSE", "landlock")
+    before = git(setup.repo, "rev-parse", "main")
+    res = run_sup(setup.repo, "integrate", rec["id"], "--into", "main")
+    assert res.returncode == 2, res.stderr
+    assert "sandbox is required" in res.stderr and "landlock" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not ran.exists()
+    assert git(setup.repo, "rev-parse", "main") == before
+    assert "gitsup-integrate" not in git(setup.repo, "worktree", "list")
+
+
+def test_sandbox_off_still_gives_checks_only_the_allowlist(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `sup.sandbox off` the checks lose the kernel sandbox (recorded) but still get
+    the allowlisted environment with a private HOME, a loopback network and a cgroup."""
+    from tests.boundary.conftest import make_task
+
+    seen = setup.tmp / "env.json"
+    dump = f"import json, os; open({str(seen)!r}, 'w').write(json.dumps(dict(os.environ)))"
+    rec = make_task(setup, checks=[{"name": "env", "argv": [PYTHON, "-c", dump]}])
+    git(setup.repo, "config", "sup.sandbox", "off")
+    monkeypatch.setenv("SUP_FAKE_TOKEN", TOKEN)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
+    res = run_sup(setup.repo, "integrate", rec["id"], "--into", "main", "--json")
+    assert res.returncode == 0, res.stderr
+    applied = json.loads(res.stdout)["confinement"]
+    assert applied["sandbox"]["mode"] == "off" and applied["sandbox"]["enforced"] is False
+    env = json.loads(seen.read_text())
+    assert "SUP_FAKE_TOKEN" not in env and "ANTHROPIC_API_KEY" not in env
+    assert env["HOME"] != os.environ["HOME"] and env["GITSUP_INTEGRATION"] == rec["id"]
