@@ -259,3 +259,25 @@ def test_sandbox_off_still_gives_checks_only_the_allowlist(
     env = json.loads(seen.read_text())
     assert "SUP_FAKE_TOKEN" not in env and "ANTHROPIC_API_KEY" not in env
     assert env["HOME"] != os.environ["HOME"] and env["GITSUP_INTEGRATION"] == rec["id"]
+
+
+def test_the_users_hooks_do_not_run_on_the_candidates_tree(setup: Setup) -> None:
+    """The throw-away worktree of the checks is made without the user's hooks: a
+    `post-checkout` hook that builds whatever it checked out would otherwise run the
+    candidate's code with the user's authority before any check is confined."""
+    from tests.boundary.conftest import make_task
+
+    ran = setup.tmp / "hook-ran"
+    rec = make_task(
+        setup,
+        files=(
+            ("calc.py", "def add(a, b):\n    return a + b\n"),
+            ("setup.sh", f"echo candidate > {ran}\n"),
+        ),
+    )
+    hook = setup.repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text("#!/bin/sh\n[ -f setup.sh ] && sh setup.sh\nexit 0\n")
+    hook.chmod(0o755)
+    res = run_sup(setup.repo, "integrate", rec["id"], "--into", "main")
+    assert res.returncode == 0, res.stderr
+    assert not ran.exists()
