@@ -44,6 +44,18 @@ from gitsup.verification.checks import run_check
 _AGENT_ONLY_ENV = ("ANTHROPIC_*", "CLAUDE_*", "OPENAI_*", "CODEX_*")
 # Marks every process of one confined run (the fallback sweep without a cgroup).
 RUN_MARKER = "GITSUP_CHECK_RUN"
+# Who runs checks here; each check's cgroup and network namespace are named after the
+# runner, its pid and a random part, so that `doctor` finds what a killed runner left.
+RUNNER_LABELS = ("integrate", "queue")
+
+
+def runner_of(name: str) -> tuple[str, int] | None:
+    """(label, pid) of a check cgroup `<label>-<pid>-<hex>` of a runner here, else None."""
+    label, _, rest = name.partition("-")
+    pid, _, tail = rest.partition("-")
+    if label in RUNNER_LABELS and pid.isdigit() and tail and "-" not in tail:
+        return label, int(pid)
+    return None
 
 
 @dataclass(frozen=True)

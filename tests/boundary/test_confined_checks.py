@@ -281,3 +281,47 @@ def test_the_users_hooks_do_not_run_on_the_candidates_tree(setup: Setup) -> None
     res = run_sup(setup.repo, "integrate", rec["id"], "--into", "main")
     assert res.returncode == 0, res.stderr
     assert not ran.exists()
+
+
+def test_doctor_finds_and_removes_what_a_killed_integrate_left(setup: Setup) -> None:
+    """integrate killed (SIGKILL) while a check runs leaves that check's cgroup, with the
+    check still running in it, and its network namespace: doctor reports both and --fix
+    kills and removes them."""
+    import signal
+    import subprocess
+
+    from gitsup.host.contain import find_cgroup_base, list_gitsup_cgroups, list_gitsup_netns
+    from tests.boundary.conftest import make_task
+    from tests.conftest import GIT_SUP
+    from tests.helpers.sup import wait_for
+
+    if find_cgroup_base() is None:
+        pytest.skip("needs a writable cgroup v2 tree")
+    started = setup.tmp / "started"
+    marker = f"held-{uuid.uuid4().hex}"
+    hold = f"import pathlib, time; pathlib.Path({str(started)!r}).write_text('x'); time.sleep(600)"
+    rec = make_task(setup, checks=[{"name": "hold", "argv": [PYTHON, "-c", hold, marker]}])
+    runner = subprocess.Popen([GIT_SUP, "integrate", rec["id"], "--into", "main"], cwd=setup.repo)
+    try:
+        assert wait_for(started.exists, timeout=120)
+        runner.send_signal(signal.SIGKILL)
+    finally:
+        runner.wait(timeout=30)
+    try:
+        assert _daemons(marker), "the check runs on in its cgroup"
+        mine = [c for c in list_gitsup_cgroups() if c.name.startswith(f"integrate-{runner.pid}-")]
+        nets = [n for n in list_gitsup_netns() if n.label == "integrate" and n.pid == runner.pid]
+        assert len(mine) == 1 and len(nets) == 1
+        res = run_sup(setup.repo, "doctor", "--json")
+        kinds = {(f["kind"], f["detail"].split(" ")[0]) for f in json.loads(res.stdout)}
+        assert ("orphan-cgroup", str(mine[0].path)) in kinds, kinds
+        assert ("orphan-netns", nets[0].path) in kinds, kinds
+        fixed = run_sup(setup.repo, "doctor", "--fix", "--json")
+        done = {f["detail"].split(" ")[0]: f["fixed"] for f in json.loads(fixed.stdout)}
+        assert done[str(mine[0].path)] == "killed and removed"
+        assert done[nets[0].path] == "removed"
+        assert _daemons(marker) == [] and not mine[0].path.exists()
+        assert not Path(nets[0].path).exists()
+    finally:
+        for p in _daemons(marker):
+            p.kill()
