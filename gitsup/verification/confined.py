@@ -186,8 +186,12 @@ class ConfinedChecks:
                 else "no writable cgroup v2 hierarchy on this host"
             )
         self._fresh()
-        plan, env = self._plan(checks)
-        self.repo.add_detached_worktree(self.worktree, commit)
+        from gitsup.preload import preloading
+
+        # pyroute2, for the network namespaces, is imported while Git checks the tree out
+        with preloading(["pyroute2", "gitsup.host.egress"] if conf.network != "host" else []):
+            plan, env = self._plan(checks)
+            self.repo.add_detached_worktree(self.worktree, commit)
         try:
             out: list[CheckResult] = []
             for check in checks:
