@@ -219,8 +219,9 @@ def test_a_hostile_check_fails_at_every_step(
         assert all(c["confinement"] == applied for c in checks)
 
 
-def test_sandbox_required_on_a_host_without_it_refuses_integrate(
-    setup: Setup, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("via", ["integrate", "queue"])
+def test_sandbox_required_on_a_host_without_it_refuses(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch, via: str
 ) -> None:
     """`sup.sandbox required` where the host lacks Landlock: nothing of the candidate runs."""
     from tests.boundary.conftest import make_task
@@ -230,13 +231,48 @@ def test_sandbox_required_on_a_host_without_it_refuses_integrate(
     git(setup.repo, "config", "sup.sandbox", "required")
     monkeypatch.setenv("GITSUP_SANDBOX_REFUSE", "landlock")
     before = git(setup.repo, "rev-parse", "main")
-    res = run_sup(setup.repo, "integrate", rec["id"], "--into", "main")
+    if via == "integrate":
+        res = run_sup(setup.repo, "integrate", rec["id"], "--into", "main")
+    else:
+        assert run_sup(setup.repo, "queue", "add", rec["id"]).returncode == 0
+        res = run_sup(setup.repo, "queue", "run")
     assert res.returncode == 2, res.stderr
     assert "sandbox is required" in res.stderr and "landlock" in res.stderr
     assert "Traceback" not in res.stderr
     assert not ran.exists()
     assert git(setup.repo, "rev-parse", "main") == before
-    assert "gitsup-integrate" not in git(setup.repo, "worktree", "list")
+    assert "gitsup-" not in git(setup.repo, "worktree", "list")
+    if via == "queue":  # still queued: the next run on a host that has it integrates it
+        listed = json.loads(run_sup(setup.repo, "queue", "--json").stdout)
+        assert listed[0]["queued"] == [rec["id"]]
+
+
+def test_egress_endpoints_are_the_only_way_out(setup: Setup, listener: Listener) -> None:
+    """`sup.egress` lets a check reach exactly its endpoints, through the egress gate; the
+    host's other loopback listeners stay out of reach."""
+    from tests.boundary.conftest import make_task
+
+    other = Listener()
+    try:
+        probe = (
+            "import socket, sys\n"
+            "def reach(port):\n"
+            "    try:\n"
+            "        socket.create_connection(('127.0.0.1', port), timeout=3).close()\n"
+            "        return True\n"
+            "    except OSError:\n"
+            "        return False\n"
+            f"sys.exit(0 if reach({listener.port}) and not reach({other.port}) else 1)\n"
+        )
+        rec = make_task(setup, checks=[{"name": "egress", "argv": [PYTHON, "-c", probe]}])
+        git(setup.repo, "config", "sup.egress", f"127.0.0.1:{listener.port}")
+        res = run_sup(setup.repo, "integrate", rec["id"], "--into", "main", "--json")
+        assert res.returncode == 0, res.stdout + res.stderr
+        out = json.loads(res.stdout)
+        assert out["confinement"]["network"] == "gated", out["confinement"]
+        assert listener.reached >= 1 and other.reached == 0
+    finally:
+        other.close()
 
 
 def test_sandbox_off_still_gives_checks_only_the_allowlist(
