@@ -4,11 +4,11 @@ test_confined_checks.py)."""
 
 from __future__ import annotations
 
-from gitsup.spec import spec_from_mapping
+from gitsup.spec import TaskSpec, spec_from_mapping
 from gitsup.verification.confined import Confinement, runner_of
 
 
-def _spec(**isolation: object) -> object:
+def _spec(**isolation: object) -> TaskSpec:
     return spec_from_mapping({"goal": "g", "isolation": isolation}, "test")
 
 
