@@ -361,3 +361,39 @@ def test_doctor_finds_and_removes_what_a_killed_integrate_left(setup: Setup) -> 
     finally:
         for p in _daemons(marker):
             p.kill()
+
+
+def test_without_cgroups_the_runs_marked_processes_are_killed(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a host without a writable cgroup tree (forced here) a check's setsid() daemon is
+    still found, by the run's marker in its environment, and killed; the result says the
+    guarantee was weaker."""
+    from tests.boundary.conftest import make_task
+
+    marker = f"daemon-{uuid.uuid4().hex}"
+    started = setup.tmp / "daemon-started"
+    code = (
+        "import os, pathlib, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        null = os.open(os.devnull, os.O_RDWR)\n"
+        "        for fd in (0, 1, 2): os.dup2(null, fd)\n"
+        f"        pathlib.Path({str(started)!r}).write_text('x')\n"
+        "        time.sleep(300)\n"
+        "    os._exit(0)\n"
+        f"while not pathlib.Path({str(started)!r}).exists(): time.sleep(0.02)\n"
+    )
+    rec = make_task(setup, checks=[{"name": "daemon", "argv": [PYTHON, "-c", code, marker]}])
+    monkeypatch.setenv("GITSUP_CGROUP_ROOT", "none")
+    try:
+        res = run_sup(setup.repo, "integrate", rec["id"], "--into", "main", "--json")
+        assert res.returncode == 0, res.stdout + res.stderr
+        alive = [p.pid for p in _daemons(marker)]
+    finally:
+        for p in _daemons(marker):
+            p.kill()
+    assert started.exists() and alive == []
+    applied = json.loads(res.stdout)["confinement"]
+    assert applied["cgroup"] is False and "cgroup v2" in applied["cgroup_reason"], applied
