@@ -10,6 +10,11 @@ processes hits both alike:
    capabilities dropped). Goal: the median difference is at most +10 ms.
 2. A check: a Python workload that imports modules, writes, reads and stats files in the
    worktree and runs `git status`, with and without the sandbox. Goal: ratio <= 1.05.
+3. An integration's check: that workload as `git sup integrate` runs it, a throw-away
+   worktree made and removed around it, through the confined runner
+   (gitsup/verification/confined.py: sandbox plan, a cgroup and a loopback network namespace
+   per check) versus a plain `run_check` with gitsup's environment (how integrate ran it
+   before). Reported as the ratio of the medians.
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spawns", type=int, default=60)
     ap.add_argument("--checks", type=int, default=8)
+    ap.add_argument("--integrations", type=int, default=6)
     args = ap.parse_args()
     base = find_cgroup_base()
     with tempfile.TemporaryDirectory(prefix="gitsup-bench-sandbox-") as d:
@@ -123,10 +129,55 @@ def main() -> None:
                 f"{b * 1000:.0f} ms inside, ratio {b / p:.3f} "
                 f"({'ok' if b / p <= 1.05 else 'OVER'} goal 1.05)"
             )
+            integration(wt, args.integrations)
         finally:
             for cg in cgroups:
                 cg.kill(timeout=2)
                 cg.remove()
+
+
+def integration(wt: Path, n: int) -> None:
+    from gitsup.git import GitRepo
+    from gitsup.host import proc
+    from gitsup.ids import Oid
+    from gitsup.spec import Check
+    from gitsup.verification.checks import run_check
+    from gitsup.verification.confined import ConfinedChecks
+
+    repo = GitRepo.open(wt.parent / "repo")
+    commit = Oid(git(wt.parent / "repo", "rev-parse", "main"))
+    check = Check(name="bench", argv=[sys.executable, "-c", CHECK])
+
+    def plain() -> float:
+        t = time.perf_counter()
+        root = Path(tempfile.mkdtemp(prefix="gitsup-bench-integrate-"))
+        try:
+            repo.add_detached_worktree(root / "worktree", commit)
+            env = proc.child_env({"GITSUP_INTEGRATION": "bench"}, drop=("GITSUP_TASK",))
+            assert run_check(check, cwd=root / "worktree", env=env).passed
+            repo.remove_detached_worktree(root / "worktree")
+        finally:
+            subprocess.run(["rm", "-rf", str(root)], check=True)
+        return time.perf_counter() - t
+
+    def confined() -> float:
+        t = time.perf_counter()
+        with ConfinedChecks(
+            repo, prefix="gitsup-bench-integrate-", marker="bench", label="queue"
+        ) as box:
+            [r] = box.run(commit, [check])
+            assert r.passed, r.output_tail
+        return time.perf_counter() - t
+
+    plain_i, boxed_i = [], []
+    for _ in range(n):
+        plain_i.append(plain())
+        boxed_i.append(confined())
+    p, b = statistics.median(plain_i), statistics.median(boxed_i)
+    print(
+        f"integration check, worktree included (median of {n}): {p * 1000:.0f} ms plain "
+        f"run_check, {b * 1000:.0f} ms confined, ratio {b / p:.3f} ({(b - p) * 1000:+.0f} ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -91,6 +91,13 @@ CASES = [
     # A cycle between two modules of one package.
     ("acyclic", "store/record.py", "def _x() -> None:\n    from gitsup.store import records\n"),
     ("policy-pure", "policy/tools.py", "def _x() -> None:\n    from gitsup import git\n"),
+    # Integration running a candidate's check itself, not through the confined runner.
+    (
+        "confined-checks",
+        "integration/integrate.py",
+        "def _x() -> None:\n    from gitsup.verification.checks import run_check  # noqa\n",
+    ),
+    ("confined-checks", "tasks/queue_checks.py", "from gitsup.verification import checks\n"),
 ]
 
 
@@ -106,3 +113,68 @@ def test_a_contract_breaks_when_a_module_does_what_it_forbids(
     after = lint(root, contract)
     assert after.returncode != 0, after.stdout
     assert "BROKEN" in after.stdout, after.stdout + after.stderr
+
+
+# --- candidate code runs only confined -------------------------------------------------------
+
+# Where a check (a candidate's code) is started, and what confines it there: a task's checks
+# through the launcher's wrapper (sandbox, cgroup, network namespace); integrate's and the
+# queue's through gitsup/verification/confined.py.
+CHECK_RUNNERS = {
+    "gitsup/supervision/verifier.py": "self.launcher.wrapper",
+    "gitsup/verification/confined.py": "wrap",
+}
+
+
+def run_check_calls(root: Path) -> list[tuple[str, int, str | None]]:
+    """Every call of `run_check` under `root/gitsup`: (file, line, the source of its `wrap=`
+    argument or None)."""
+    import ast
+
+    found = []
+    for path in sorted((root / "gitsup").rglob("*.py")):
+        rel = str(path.relative_to(root))
+        tree = ast.parse(path.read_text(), rel)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+            if name != "run_check":
+                continue
+            wrap = next((k.value for k in node.keywords if k.arg == "wrap"), None)
+            if wrap is None or (isinstance(wrap, ast.Constant) and wrap.value is None):
+                found.append((rel, node.lineno, None))
+                continue
+            if isinstance(wrap, ast.Call):
+                wrap = wrap.func
+            found.append((rel, node.lineno, ast.unparse(wrap)))
+    return found
+
+
+def test_candidate_checks_run_only_through_a_confinement_wrapper() -> None:
+    calls = run_check_calls(REPO_ROOT)
+    assert {(f, w) for f, _, w in calls} == set(CHECK_RUNNERS.items()), calls
+    # ...and the confined runner's wrapper is the bootstrap with the sandbox, a cgroup and
+    # a network namespace, not a pass-through.
+    text = (REPO_ROOT / "gitsup/verification/confined.py").read_text()
+    assert "bootstrap_argv(argv, cgroup=cg, netns=netns, sandbox=plan.argv(files=argv))" in text
+
+
+def test_the_guard_fails_when_integrate_runs_checks_itself(pristine: Path, tmp_path: Path) -> None:
+    """Integrate going back to a plain `run_check` (as before the confined runner) is caught
+    by the call guard and by the import contract."""
+    root = tmp_path / "copy"
+    shutil.copytree(pristine, root)
+    _edit(
+        root,
+        "integration/integrate.py",
+        "def _plain(check, wt, env):  # type: ignore[no-untyped-def]\n"
+        "    from gitsup.verification.checks import run_check\n\n"
+        "    return run_check(check, cwd=wt, env=env)\n",
+    )
+    calls = run_check_calls(root)
+    assert ("gitsup/integration/integrate.py", None) in {(f, w) for f, _, w in calls}
+    assert {(f, w) for f, _, w in calls} != set(CHECK_RUNNERS.items())
+    after = lint(root, "confined-checks")
+    assert after.returncode != 0 and "BROKEN" in after.stdout, after.stdout

@@ -292,6 +292,8 @@ def serve_cmd(
     port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (0: any free one).")] = 0,
 ) -> None:
     """Serve the pages of all tasks, with an index, on 127.0.0.1 (never another address)."""
+    if not 0 <= port <= 65535:
+        raise GitsupError(f"--port {port}: a port is 0 to 65535 (0: any free one)")
     from gitsup.tasks.lifecycle import SupRepo
     from gitsup.tasks.report import serve
 

@@ -161,11 +161,16 @@ class Worktrees(RepoBase):
         return status, signer
 
     def add_detached_worktree(self, path: Path, commit: Oid) -> None:
-        """A throw-away linked worktree at `commit` (no branch), e.g. for integration checks."""
+        """A throw-away linked worktree at `commit` (no branch), e.g. for integration checks.
+        None of the user's hooks runs (a `post-checkout` hook would run with the user's
+        authority in a tree a candidate wrote), submodules are not recursed into."""
         from gitsup.host import proc
 
         res = proc.run(
-            ["git", "worktree", "add", "--detach", "--quiet", str(path), commit],
+            [
+                *("git", "-c", "core.hooksPath=/dev/null", "-c", "submodule.recurse=false"),
+                *("worktree", "add", "--detach", "--quiet", str(path), commit),
+            ],
             cwd=self.common_dir,
             env=proc.child_env(),
             timeout=300,

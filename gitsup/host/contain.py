@@ -360,12 +360,12 @@ def executable_problems(path: str) -> list[str]:
     return problems
 
 
-def sweep_marked(task: str, *, grace: float = 2.0) -> list[int]:
-    """Kill processes that carry the task's marker (GITSUP_TASK) in their environment:
+def sweep_marked(task: str, *, grace: float = 2.0, var: str = "GITSUP_TASK") -> list[int]:
+    """Kill processes that carry the task's marker (`var`, GITSUP_TASK) in their environment:
     the fallback that catches `setsid` descendants when there is no cgroup."""
     import psutil
 
-    found = marked_processes(task)
+    found = marked_processes(task, var=var)
     for p in found:
         with contextlib.suppress(psutil.Error):
             p.kill()
@@ -373,8 +373,8 @@ def sweep_marked(task: str, *, grace: float = 2.0) -> list[int]:
     return [p.pid for p in found]
 
 
-def marked_processes(task: str) -> list[psutil.Process]:
-    """Processes (other than this one) whose environment carries GITSUP_TASK=<task>."""
+def marked_processes(task: str, *, var: str = "GITSUP_TASK") -> list[psutil.Process]:
+    """Processes (other than this one) whose environment carries `var`=<task>."""
     import psutil
 
     me = os.getpid()
@@ -383,6 +383,6 @@ def marked_processes(task: str) -> list[psutil.Process]:
         if p.pid == me:
             continue
         with contextlib.suppress(psutil.Error):
-            if p.environ().get("GITSUP_TASK") == task:
+            if p.environ().get(var) == task:
                 found.append(p)
     return found

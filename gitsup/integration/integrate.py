@@ -5,7 +5,8 @@ anything carrying `GITSUP_TASK`). It needs a `ready` candidate and a target whos
 history since the trust root is integrated (so a branch a worker moved is not
 built upon). It merges in memory (pygit2; always a merge, so `git log
 --first-parent` lists exactly the integrations), re-runs the task's required
-checks on that tree in a fresh temporary worktree (removed afterwards), then
+checks on that tree in a fresh temporary worktree (removed afterwards), confined as a task's
+checks are (gitsup/verification/confined.py: sandbox, loopback network, a cgroup), then
 writes the merge commit signed with the integrator's key (`git commit-tree -S`,
 `Sup-*` trailers), checks that the gates will accept it, and moves the target
 with a compare-and-swap. If the target is checked out somewhere it must be
@@ -20,8 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -42,7 +41,12 @@ from gitsup.git import GitRepo, RefConflict
 from gitsup.host import proc
 from gitsup.host.procid import ProcessId
 from gitsup.ids import Oid, TaskId, parse_task_id
-from gitsup.integration.keys import SigningSetup, follow_identity, signing_setup
+from gitsup.integration.keys import (
+    SigningSetup,
+    follow_identity,
+    protected_paths,
+    signing_setup,
+)
 from gitsup.layout import task_refs
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import Status
@@ -50,7 +54,7 @@ from gitsup.store.events import EventLog
 from gitsup.store.eventtypes import Integrated
 from gitsup.store.record import CandidateNote, CheckResult, TaskRecord
 from gitsup.store.suprepo import SupRepo
-from gitsup.verification.checks import run_check
+from gitsup.verification.confined import ConfinedChecks, Confinement
 
 EXIT_CHECKS_FAILED = Exit.PARKED  # 3: integration checks failed, target untouched
 
@@ -79,6 +83,8 @@ class IntegrateResult:
     reason: str | None = None
     # paths under .gitsup/ the candidate changes (integrated only with --allow-policy-change)
     policy_change: list[str] = field(default_factory=list)
+    # what confined the checks: sandbox, network, cgroup (None: no checks ran)
+    confinement: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -286,7 +292,7 @@ def _integrate_locked(
         integrated=False,
         policy_change=policy,
     )
-    res.checks = _run_integration_checks(repo, tid, result, checks, say)
+    res.checks, res.confinement = _run_integration_checks(ctx, repo, tid, result, checks, say)
     failed = [c.name for c in res.checks if c.required and not c.passed]
     if failed:
         res.reason = f"integration checks failed: {', '.join(failed)}; {branch} untouched"
@@ -415,25 +421,35 @@ def _require_clean(checkout: Path, branch: str) -> None:
 
 
 def _run_integration_checks(
-    repo: GitRepo, tid: TaskId, commit: Oid, checks: list[Check], say: Callable[[str], None]
-) -> list[CheckResult]:
+    ctx: SupRepo,
+    repo: GitRepo,
+    tid: TaskId,
+    commit: Oid,
+    checks: list[Check],
+    say: Callable[[str], None],
+) -> tuple[list[CheckResult], dict[str, Any] | None]:
+    """The candidate's checks on the integration's tree, confined as a task's checks are
+    (gitsup/verification/confined.py); returns them and what confined them."""
     if not checks:
-        return []
-    tmp = Path(tempfile.mkdtemp(prefix=f"gitsup-integrate-{tid}-"))
-    wt = tmp / "worktree"
+        return [], None
+    conf = Confinement.of([_task_spec(ctx, tid)])
+    with ConfinedChecks(
+        repo,
+        prefix=f"gitsup-integrate-{tid}-",
+        marker=str(tid),
+        label="integrate",
+        confinement=conf,
+        protect=protected_paths(repo),
+    ) as box:
+        results = box.run(commit, checks, say=say)
+        return results, box.applied.as_dict()
+
+
+def _task_spec(ctx: SupRepo, tid: TaskId) -> TaskSpec | None:
     try:
-        repo.add_detached_worktree(wt, commit)
-        env = proc.child_env({"GITSUP_INTEGRATION": str(tid)}, drop=("GITSUP_TASK",))
-        results = []
-        for check in checks:
-            say(f"check {check.name}: running on {commit[:12]}")
-            r = run_check(check, cwd=wt, env=env)
-            say(f"check {check.name}: {'passed' if r.passed else 'FAILED'}")
-            results.append(r)
-        return results
-    finally:
-        repo.remove_detached_worktree(wt)
-        shutil.rmtree(tmp, ignore_errors=True)
+        return TaskSpec.model_validate_json((ctx.layout.task_dir(tid) / "spec.json").read_bytes())
+    except (OSError, ValueError):
+        return None
 
 
 def record_integration(
@@ -462,6 +478,7 @@ def record_integration(
                 target_before=Oid(res.target_before),
                 result=Oid(res.result),
                 checks=[{"name": c.name, "passed": c.passed} for c in res.checks],
+                **({"confinement": res.confinement} if res.confinement else {}),
             )
         )
         log.seal(repo, f"integrated into {res.into}")

@@ -411,6 +411,7 @@ class Integrated(Payload):
     target_before: Oid
     result: Oid
     checks: list[JsonMap]
+    confinement: JsonMap | Unset = opt()  # what confined the checks (sandbox, network, cgroup)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -552,6 +553,7 @@ class QueueTested(Payload):
     tree: str
     passed: bool
     checks: list[JsonMap]
+    confinement: JsonMap | Unset = opt()  # what confined the checks (sandbox, network, cgroup)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,6 +34,7 @@ from gitsup.store.events import Event
 from gitsup.store.record import TaskRecord
 from gitsup.store.suprepo import SupRepo
 from gitsup.supervision.supervisor import Supervisor
+from gitsup.verification.confined import RUNNER_LABELS, runner_of
 
 
 @dataclass
@@ -342,13 +343,19 @@ def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
     # cgroups that belong to no running task.
     if find_cgroup_base() is not None:
         for cg in list_gitsup_cgroups():
-            task = cg.name[:15]  # <task id>-w<n> or <task id>-c<hex>
-            owner_rec = records.get(TaskId(task))
-            if owner_rec is None:
-                continue  # another repository's task: not ours to judge
-            owner = _owner(owner_rec)
-            if owner_rec.state not in TERMINAL and owner is not None and owner.alive():
-                continue
+            runner = runner_of(cg.name)
+            task: str | None = cg.name[:15]  # <task id>-w<n> or <task id>-c<hex>
+            if runner is not None:  # a check of integrate or the queue: its command is gone
+                if pid_alive(runner[1]):
+                    continue
+                task = None
+            else:
+                owner_rec = records.get(TaskId(cg.name[:15]))
+                if owner_rec is None:
+                    continue  # another repository's task: not ours to judge
+                owner = _owner(owner_rec)
+                if owner_rec.state not in TERMINAL and owner is not None and owner.alive():
+                    continue
             procs = cg.procs()
             f = DoctorFinding("orphan-cgroup", f"{cg.path} with {len(procs)} process(es)", task)
             if fix:
@@ -363,9 +370,14 @@ def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
     from gitsup.host.contain import list_gitsup_netns, netns_available, remove_netns
 
     for ns in list_gitsup_netns():
-        if ns.label not in records or pid_alive(ns.pid):
+        check = ns.label in RUNNER_LABELS  # a check of integrate or the queue
+        if (ns.label not in records and not check) or pid_alive(ns.pid):
             continue  # another repository's, or still in use
-        f = DoctorFinding("orphan-netns", f"{ns.path} of dead supervisor pid {ns.pid}", ns.label)
+        f = DoctorFinding(
+            "orphan-netns",
+            f"{ns.path} of dead {'command' if check else 'supervisor'} pid {ns.pid}",
+            None if check else ns.label,
+        )
         if fix:
             f.fixed = "removed" if remove_netns(ns.name) else "not fixed: could not remove it"
         findings.append(f)

@@ -75,6 +75,7 @@ from gitsup.tasks.queue_state import log_ref as log_ref
 from gitsup.tasks.queue_state import queue_branches as queue_branches
 from gitsup.tasks.queue_state import remove as remove
 from gitsup.tasks.queue_state import state_ref as state_ref
+from gitsup.verification.confined import ConfinedChecks
 
 # --- the runner ------------------------------------------------------------------------
 
@@ -108,9 +109,7 @@ class Runner(CompositionTester):
         self.batch = max(1, batch)
         self.say = on_progress or (lambda _m: None)
         self.res = RunResult(into=self.q.branch)
-        self._wt_root: Path | None = None
-        self._env: dict[str, str] = {}
-        self._plans: dict[str, Callable[[list[str]], list[str]] | None] = {}
+        self._box: ConfinedChecks | None = None
         self._repairs: list[tuple[Entry, str, str, dict[str, Any]]] = []
 
     # lease

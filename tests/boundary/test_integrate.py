@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.boundary.conftest import Setup, make_task, start_task
-from tests.conftest import PYTHON, git, run_sup
-from tests.helpers.sup import common_dir, read_record, run_cli_inproc
+from tests.conftest import GIT_SUP, PYTHON, git, run_sup
+from tests.helpers.sup import common_dir, read_record, run_cli_inproc, wait_for
 
 
 def _note(repo: Path, commit: str) -> dict[str, Any]:
@@ -146,17 +146,36 @@ def test_refuses_a_dirty_target_checkout(setup: Setup, ready: dict[str, Any]) ->
 
 
 def test_refuses_when_the_target_moves_during_integration(setup: Setup) -> None:
-    repo = setup.repo
+    repo, tmp = setup.repo, setup.tmp
     git(repo, "switch", "-q", "-c", "elsewhere")
     git(repo, "commit", "-q", "--allow-empty", "-m", "someone else's commit")
     other = git(repo, "rev-parse", "HEAD")
     git(repo, "switch", "-q", "main")
-    # The integration check itself moves main (as a concurrent push/merge would).
-    mover = f"import subprocess; subprocess.run(['git', '-C', {str(repo)!r}, 'update-ref', 'refs/heads/main', {other!r}], check=True)"
-    rec = make_task(setup, checks=[{"name": "mover", "argv": [PYTHON, "-c", mover]}])
+    # The check holds the integration until main has moved (as a concurrent push/merge
+    # would move it); the confined check itself cannot move it.
+    started, go = tmp / "check-started", tmp / "check-go"
+    hold = (
+        f"import pathlib, time; pathlib.Path({str(started)!r}).write_text('x')\n"
+        f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.05)"
+    )
+    rec = make_task(setup, checks=[{"name": "hold", "argv": [PYTHON, "-c", hold]}])
     git(repo, "switch", "-q", "elsewhere")  # main is not checked out: only the CAS guards it
-    rc, _, err = run_cli_inproc(repo, "integrate", rec["id"], "--into", "main")
-    assert rc == 2 and "moved during integration" in err, err
+    runner = subprocess.Popen(
+        [GIT_SUP, "integrate", rec["id"], "--into", "main"],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert wait_for(started.exists, timeout=120)
+        git(repo, "update-ref", "refs/heads/main", other)
+        go.write_text("x")
+        _, err = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 2 and "moved during integration" in err, err
     assert git(repo, "rev-parse", "main") == other
     assert _note(repo, rec["candidate"])["status"] == "ready"
     assert read_record(repo, rec["id"])["status"] == "ready"

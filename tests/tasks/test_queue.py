@@ -232,6 +232,12 @@ def test_kill_9_during_a_check_then_resume(qsetup: Setup) -> None:
     res = run_sup(repo, "queue", "run", "--json", timeout=600)
     assert res.returncode == 0, res.stderr
     _assert_all_once(repo, start, tasks)
+    # the killed runner's check left its cgroup and network namespace: doctor removes them
+    from gitsup.host.contain import list_gitsup_cgroups, list_gitsup_netns
+
+    assert run_sup(repo, "doctor", "--fix").returncode in (0, 3)
+    assert not [c for c in list_gitsup_cgroups() if c.name.startswith(f"queue-{runner.pid}-")]
+    assert not [n for n in list_gitsup_netns() if n.label == "queue" and n.pid == runner.pid]
 
 
 def test_two_runners_never_integrate_at_once(qsetup: Setup) -> None:

@@ -121,6 +121,16 @@ def _get(url: str) -> tuple[int, str]:
         return exc.code, ""
 
 
+@pytest.mark.parametrize("port", ["99999", "-1", "65536"])
+def test_serve_refuses_a_port_out_of_range(repo: Path, port: str) -> None:
+    res = run_sup(repo, "serve", "--port", port, timeout=30)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert res.stderr.strip().splitlines() == [
+        f"git sup: error: --port {port}: a port is 0 to 65535 (0: any free one)"
+    ]
+    assert "Traceback" not in res.stderr and res.stdout == ""
+
+
 def test_serve_index_and_every_link(repo: Path, tmp: Path) -> None:
     for body in (COMMIT_WITHOUT_FIX, EVIL_WORKER):
         worker = write_worker(tmp, body)

@@ -1,0 +1,365 @@
+"""Candidate code outside a task: the required checks `git sup integrate` and the
+integration queue run on a candidate's tree. They run as a task's checks run, never with the
+authority of the person who started gitsup:
+
+- the task sandbox (gitsup/host/sandbox.py; mode from `git config sup.sandbox`): Landlock, a
+  private mount namespace, no capabilities, the repository's Git dir read-only, the
+  credentials hidden; the throw-away worktree, a private `HOME`/`TMPDIR` and an empty Git dir
+  the only writable places (emptied before every run);
+- the environment allowlist of the sandbox, without the agents' credentials (a check is not
+  an agent), and never gitsup's own environment (also with the sandbox `off`);
+- a network namespace per check: loopback only, plus the `egress` endpoints through the
+  egress gate (`[isolation] network`: auto, none or host, as for a task);
+- a cgroup per check, killed and removed before the check's result is returned: nothing it
+  started (double-forked `setsid()` daemons included) outlives it. Without a cgroup (mode
+  `off`, or `auto` on a host without a writable v2 tree) the processes that carry the run's
+  marker in their environment are killed instead (weaker: a process can rewrite it).
+
+This module is the only place outside a task that runs a check (`run_check`); a test and an
+import contract keep it so (tests/test_architecture.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitsup.errors import GitsupError
+from gitsup.git import GitRepo
+from gitsup.host import proc
+from gitsup.host.sandbox import SandboxPlan
+from gitsup.ids import Oid
+from gitsup.spec import Check, TaskSpec
+from gitsup.store.record import CheckResult
+from gitsup.verification.checks import run_check
+
+# What the sandbox lets an agent have and a check never gets: the model API's credentials.
+_AGENT_ONLY_ENV = ("ANTHROPIC_*", "CLAUDE_*", "OPENAI_*", "CODEX_*")
+# Marks every process of one confined run (the fallback sweep without a cgroup).
+RUN_MARKER = "GITSUP_CHECK_RUN"
+# Who runs checks here; each check's cgroup and network namespace are named after the
+# runner, its pid and a random part, so that `doctor` finds what a killed runner left.
+RUNNER_LABELS = ("integrate", "queue")
+
+
+def runner_of(name: str) -> tuple[str, int] | None:
+    """(label, pid) of a check cgroup `<label>-<pid>-<hex>` of a runner here, else None."""
+    label, _, rest = name.partition("-")
+    pid, _, tail = rest.partition("-")
+    if label in RUNNER_LABELS and pid.isdigit() and tail and "-" not in tail:
+        return label, int(pid)
+    return None
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """The `[isolation]` a task's spec asks for its checks (network, egress, cgroup)."""
+
+    network: str = "auto"  # auto | none | host
+    egress: tuple[str, ...] = ()
+    cgroup: str = "auto"  # auto | required | off
+
+    @classmethod
+    def of(cls, specs: Iterable[TaskSpec | None]) -> Confinement:
+        """The strictest of several tasks' isolation (a composition runs all their checks):
+        `none` if any says so, the host network only if every one does; their egress
+        endpoints together; a cgroup required if any requires it."""
+        found = [s.isolation for s in specs if s is not None]
+        if not found:
+            return cls()
+        nets = {i.network for i in found}
+        network = "none" if "none" in nets else ("host" if nets == {"host"} else "auto")
+        cgs = {i.cgroup for i in found}
+        cgroup = "required" if "required" in cgs else ("off" if cgs == {"off"} else "auto")
+        egress = tuple(dict.fromkeys(e for i in found for e in i.egress))
+        return cls(network=network, egress=egress, cgroup=cgroup)
+
+
+@dataclass
+class Applied:
+    """What confined the checks of one run: recorded with the integration and the queue's
+    evidence."""
+
+    sandbox: dict[str, Any] = field(default_factory=dict)
+    network: str = ""  # loopback | gated | host
+    network_reason: str = ""
+    cgroup: bool = True
+    cgroup_reason: str = ""
+    left_behind: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "sandbox": self.sandbox,
+            "network": self.network,
+            "cgroup": self.cgroup,
+        }
+        if self.network_reason:
+            d["network_reason"] = self.network_reason
+        if self.cgroup_reason:
+            d["cgroup_reason"] = self.cgroup_reason
+        if self.left_behind:
+            d["left_behind"] = self.left_behind
+        return d
+
+    def weaken_network(self, mode: str, reason: str = "") -> None:
+        order = ("loopback", "gated", "host")
+        if not self.network or order.index(mode) > order.index(self.network):
+            self.network, self.network_reason = mode, reason
+
+
+class ConfinedChecks:
+    """A throw-away place where a candidate's checks run confined (one per integrate or
+    queue run): `run(commit, checks)` checks the commit out in a detached worktree, runs the
+    checks one by one in the sandbox, their own cgroup and network namespace, and removes the
+    worktree. `close()` removes everything."""
+
+    def __init__(
+        self,
+        repo: GitRepo,
+        *,
+        prefix: str,
+        marker: str,
+        label: str,
+        confinement: Confinement | None = None,
+        protect: Sequence[str] = (),
+    ) -> None:
+        self.repo = repo
+        # what no sandbox rule may open besides the built-in list (the signing key, the
+        # allowed signers: gitsup/integration/keys.py `protected_paths`)
+        self.protect = list(protect)
+        self.prefix = prefix
+        self.marker = marker  # GITSUP_INTEGRATION: which integration runs the checks
+        self.label = label  # names the cgroups and network namespaces
+        self.confinement = confinement or Confinement()
+        self.applied = Applied()
+        self._root: Path | None = None
+        self._plans: dict[str, SandboxPlan] = {}
+
+    def __enter__(self) -> ConfinedChecks:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            self._root = Path(os.path.realpath(tempfile.mkdtemp(prefix=self.prefix)))
+        return self._root
+
+    @property
+    def worktree(self) -> Path:
+        return self.root / "worktree"
+
+    def close(self) -> None:
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+
+    # --- a run ------------------------------------------------------------------------
+
+    def run(
+        self,
+        commit: Oid,
+        checks: Sequence[Check],
+        *,
+        say: Callable[[str], None] = lambda _m: None,
+        stop_at_failure: bool = False,
+        confinement: Confinement | None = None,
+    ) -> list[CheckResult]:
+        """Each check on `commit`, confined; refuses (GitsupError, exit 2) before anything
+        runs when the sandbox or a cgroup is required and this host cannot give it."""
+        if not checks:
+            return []
+        conf = confinement or self.confinement
+        from gitsup.host.contain import resolve_mode
+
+        cg_base = resolve_mode(conf.cgroup)  # raises when required and missing
+        if cg_base is None:
+            self.applied.cgroup = False
+            self.applied.cgroup_reason = (
+                'off ([isolation] cgroup = "off")'
+                if conf.cgroup == "off"
+                else "no writable cgroup v2 hierarchy on this host"
+            )
+        self._fresh()
+        from gitsup.preload import preloading
+
+        # pyroute2, for the network namespaces, is imported while Git checks the tree out
+        with preloading(["pyroute2", "gitsup.host.egress"] if conf.network != "host" else []):
+            plan, env = self._plan(checks)
+            self.repo.add_detached_worktree(self.worktree, commit)
+        try:
+            out: list[CheckResult] = []
+            for check in checks:
+                say(f"check {check.name}: running on {commit[:12]}")
+                r = self._run_one(check, plan, env, cg_base, conf)
+                say(f"check {check.name}: {'passed' if r.passed else 'FAILED'}")
+                out.append(r)
+                if stop_at_failure and not r.passed:
+                    break
+            return out
+        finally:
+            self.repo.remove_detached_worktree(self.worktree)
+
+    def _fresh(self) -> None:
+        """An empty private HOME, TMPDIR and Git dir: nothing one run's checks leave there
+        (a planted `usercustomize.py`, a Git config) reaches the next."""
+        for d in (self.root / "sandbox" / "home", self.root / "sandbox" / "tmp", self.root / "git"):
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+
+    def _plan(self, checks: Sequence[Check]) -> tuple[SandboxPlan, dict[str, str]]:
+        from gitsup.host.sandbox import build_plan, load_rules, required_problems, resolve_mode
+
+        key = repr([list(c.argv) for c in checks])
+        plan = self._plans.get(key)
+        if plan is None:
+            env = proc.child_env(
+                {"GITSUP_INTEGRATION": self.marker}, drop=("GITSUP_TASK", "CLAUDECODE")
+            )
+            rules = load_rules(self.repo.main_workdir)
+            # The empty Git dir beside the worktree makes the plan keep the whole common
+            # dir read-only: a check writes only in its worktree and its private dirs.
+            plan = build_plan(
+                mode=resolve_mode(None, self.repo.config_get("sup.sandbox")),
+                rules=rules,
+                worktree=self.worktree,
+                common_dir=self.repo.common_dir,
+                task_dir=self.root,
+                branch="",
+                env=env,
+                programs=[list(c.argv) for c in checks],
+                protect=self.protect,
+            )
+            problems = required_problems(plan)
+            if problems:
+                raise GitsupError(
+                    "; ".join(problems),
+                    hint="the checks of a candidate run only in the task sandbox; "
+                    "`git config sup.sandbox auto` runs them with what this host enforces",
+                )
+            if not plan.active:  # the allowlist all the same: never gitsup's environment
+                plan.env = _allowlisted(env, rules.env, self.root / "sandbox")
+            self._plans[key] = plan
+        env = {
+            k: v
+            for k, v in plan.env.items()
+            if not any(fnmatch.fnmatchcase(k, p) for p in _AGENT_ONLY_ENV)
+        }
+        self.applied.sandbox = _sandbox_summary(plan)
+        return plan, env
+
+    def _run_one(
+        self,
+        check: Check,
+        plan: SandboxPlan,
+        env: dict[str, str],
+        cg_base: Path | None,
+        conf: Confinement,
+    ) -> CheckResult:
+        from gitsup.host.contain import bootstrap_argv, create_cgroup, sweep_marked
+
+        run_id = f"{self.label}-{os.getpid()}-{os.urandom(4).hex()}"
+        env = {**env, RUN_MARKER: run_id}
+        with contextlib.ExitStack() as stack:
+            cg = None
+            if cg_base is not None:
+                try:
+                    cg = create_cgroup(run_id, cg_base)
+                except (GitsupError, OSError) as exc:
+                    if conf.cgroup == "required":
+                        raise GitsupError(f"cannot create a cgroup for the check: {exc}") from None
+                    self.applied.cgroup = False
+                    self.applied.cgroup_reason = f"cannot create one: {exc}"
+            netns, net_env = self._network(stack, conf)
+            env = {**env, **net_env}
+
+            def wrap(argv: list[str]) -> list[str]:
+                return bootstrap_argv(argv, cgroup=cg, netns=netns, sandbox=plan.argv(files=argv))
+
+            try:
+                result = run_check(check, cwd=self.worktree, env=env, wrap=wrap)
+            finally:
+                left: list[str] = []
+                if cg is not None:
+                    if not cg.kill(timeout=5.0):
+                        left.append(f"cgroup {cg.path} could not be emptied")
+                    cg.remove()
+                else:
+                    sweep_marked(run_id, var=RUN_MARKER)
+                    from gitsup.host.contain import marked_processes
+
+                    left += [f"pid {p.pid}" for p in marked_processes(run_id, var=RUN_MARKER)]
+                self.applied.left_behind += left
+        if left:  # what it started could not be stopped: not a pass
+            result = result.model_copy(
+                update={
+                    "passed": False,
+                    "output_tail": result.output_tail + "\n[left processes behind: "
+                    f"{', '.join(left)}]",
+                }
+            )
+        return result
+
+    def _network(
+        self, stack: contextlib.ExitStack, conf: Confinement
+    ) -> tuple[str | None, dict[str, str]]:
+        """The check's network namespace (None: the host's) and what its env needs."""
+        if conf.network == "host":
+            self.applied.weaken_network("host", 'network = "host"')
+            return None, {}
+        from gitsup.host.contain import isolated_netns
+        from gitsup.host.egress import gated_namespace, parse_endpoint
+
+        extra = [*conf.egress, *self.repo.config_get_all("sup.egress")]
+        for e in extra:  # a configuration error refuses; it never falls back to the host
+            parse_endpoint(e)
+        try:
+            if extra:
+                an = stack.enter_context(gated_namespace(self.label, {}, extra, model=False))
+                self.applied.weaken_network("gated")
+                return an.netns, dict(an.env)
+            ns = stack.enter_context(isolated_netns(self.label))
+            self.applied.weaken_network("loopback")
+            return ns, {}
+        except GitsupError as exc:
+            if conf.network == "none":
+                raise
+            self.applied.weaken_network("host", f"auto: {exc.message}")
+            return None, {}
+
+
+def _allowlisted(env: dict[str, str], patterns: Sequence[str], box: Path) -> dict[str, str]:
+    """The sandbox's environment without the sandbox (`sup.sandbox off`): the allowlisted
+    variables and private HOME and TMPDIR."""
+    out = {k: v for k, v in env.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
+    home, tmp = box / "home", box / "tmp"
+    out.update(
+        HOME=str(home),
+        TMPDIR=str(tmp),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL="/dev/null",
+        GIT_TERMINAL_PROMPT="0",
+    )
+    return out
+
+
+def _sandbox_summary(plan: SandboxPlan) -> dict[str, Any]:
+    report = plan.report()
+    return {
+        "mode": report["mode"],
+        "enforced": report["enforced"],
+        "landlock_abi": report.get("landlock_abi", 0),
+        "mount_ns": report.get("mount_ns", False),
+        "weaker": [w for w in report.get("weaker", []) if not w.startswith("git_state")],
+    }
