@@ -49,8 +49,7 @@ def require_unit(value: str, option: str) -> str:
             f"{option} {value}: a duration needs a unit: ms, s, m, h or d "
             f"(e.g. {text}s, {text}m or {text}h)"
         )
-    parse_duration(text)
-    return value
+    return value  # anything else is checked where it is used, naming its setting
 
 
 def format_duration(seconds: float) -> str:
