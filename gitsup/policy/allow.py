@@ -263,15 +263,22 @@ def _program(argv: list[str], part: Part, st: AllowState) -> Decision | None:
             return sed_edit(args, st, src) or d
         return d
     if prog == "find":
-        return _outside(_find(args, st, src), prog, args, st)
+        d = _find(args, st, src)
+        return _outside(d, prog, args, st) if st.sandboxed and d.verdict != "allow" else d
     if prog in ("test", "["):
-        return _outside(_test(args, st, src, brackets=prog == "["), prog, args, st)
+        d = _test(args, st, src, brackets=prog == "[")
+        return _outside(d, prog, args, st) if st.sandboxed and d.verdict != "allow" else d
     if prog == "printf" and args and args[0].startswith("-v"):
         return ask(RuleId.ASK_ASSIGNMENT, "`printf -v` assigns a variable", src)
     spec = policy.utilities.get(prog)
     if spec is not None:
-        return _outside(_utility(prog, args, spec, st, src), prog, args, st)
-    if len(args) == 1 and args[0] in _VERSION_QUERIES.get(_version_key(prog), ()):
+        d = _utility(prog, args, spec, st, src)
+        return _outside(d, prog, args, st) if st.sandboxed and d.verdict != "allow" else d
+    if (
+        len(args) == 1
+        and args[0][:1] == "-"
+        and args[0] in _VERSION_QUERIES.get(_version_key(prog), ())
+    ):
         return allow(RuleId.A_READ_ONLY, f"`{prog} {args[0]}` prints its version", src)
     runner = _runner(argv, st, src)
     if runner is not None and runner.verdict == "allow":
@@ -307,7 +314,7 @@ def _version_key(prog: str) -> str:
 
 def _outside(d: Decision, prog: str, args: list[str], st: AllowState) -> Decision:
     """Inside the sandbox a read outside the worktree is the kernel's to refuse."""
-    if d.verdict == "allow" or not st.sandboxed or d.rule != RuleId.ASK_OUTSIDE_PATH:
+    if d.rule != RuleId.ASK_OUTSIDE_PATH:
         return d
     from gitsup.policy.sandboxed import read_anywhere
 

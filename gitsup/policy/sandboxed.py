@@ -219,7 +219,7 @@ _GIT_VERBS = frozenset(
 _HOOKS = re.compile(r"hookspath|\.git[/\\]+hooks|[/\\'\"]hooks[/\\'\"]", re.I)
 
 
-def inline_code_mentions(code: str, policy: Policy) -> str | None:
+def inline_code_mentions(code: str, policy: Policy, worktree: str, home: str) -> str | None:
     """What inline code names that the deny rules forbid in a shell command (`git` with `push`,
     `npm` with `publish`, a hooks path), or None. Non-shell code is opaque, so this reads words,
     not programs: a mention is enough to keep asking."""
@@ -243,11 +243,36 @@ def inline_code_mentions(code: str, policy: Policy) -> str | None:
                     return f"{prog} {first}"
     if _HOOKS.search(code):
         return "the Git hooks"
+    return _literal_deny(code, policy, worktree, home)
+
+
+_LITERAL = re.compile(r"""'((?:[^'\\\n]|\\.)*)'|"((?:[^"\\\n]|\\.)*)"|`((?:[^`\\]|\\.)*)`""")
+_ESCAPE = re.compile(r"\\(.)", re.S)
+_ESCAPED = {"n": "\n", "t": "\t"}
+
+
+def _literal_deny(code: str, policy: Policy, worktree: str, home: str) -> str | None:
+    """A string literal of the code (or all of them joined, `execFileSync('git', ['push'])`)
+    that the shell classifier denies: the command it would run is visible."""
+    from gitsup.policy.classify import classify_command
+
+    texts = [
+        _ESCAPE.sub(lambda m: _ESCAPED.get(m.group(1), m.group(1)), a or b or c)
+        for a, b, c in _LITERAL.findall(code)
+    ]
+    if len(texts) > 1:
+        texts.append(" ".join(texts))
+    for t in texts:
+        if not t.strip():
+            continue
+        d = classify_command(t, worktree=worktree, policy=policy, home=home)
+        if d.verdict == "deny":
+            return f"`{d.part}` ({d.rule})"
     return None
 
 
 def _inline(prog: str, code: str, st: AllowState, src: str, how: str) -> Decision:
-    named = inline_code_mentions(code, st.policy)
+    named = inline_code_mentions(code, st.policy, st.worktree, st.home)
     if named is not None:
         return ask(
             RuleId.ASK_INTERPRETER,
