@@ -159,14 +159,19 @@ def _env(args: list[str], st: AllowState, src: str) -> Decision | None:
     """`env` with options and assignments but no command prints the environment."""
     spec = st.policy.wrappers.get("env")
     takes = spec.opts_with_arg if spec is not None else ()
+    assigned = False
     i = 0
     while i < len(args):
         a = args[i]
-        if a in ("-S", "--split-string") or a.startswith(("-S", "--split-string=", "--sp")):
-            return None
-        if a.startswith("-") and a != "-":
+        name = a.split("=", 1)[0]
+        if (a.startswith("-") and not a.startswith("--") and "S" in a) or (
+            len(name) > 2 and "--split-string".startswith(name)
+        ):
+            return None  # `-S`/`-iS`/`--s=`: the string is split into a command
+        if a.startswith("-") and a != "-" and not assigned:
             i += 2 if a in takes else 1
             continue
+        assigned = True  # options end at the first assignment
         if "=" in a and _PARAM.match(a.split("=", 1)[0]):
             i += 1
             continue
