@@ -31,16 +31,23 @@ pytestmark = [
 ]
 
 PUSH_IN_NODE = "node -e \"require('child_process').execSync('git push origin HEAD:main')\""
-# (command, what its output shows when it ran, verdict inside the sandbox, verdict outside)
-STEPS: list[tuple[str, str | None, str, str]] = [
-    ("echo $PATH", "/usr/bin", "allow", "ask"),
-    ("printenv PATH", "/usr/bin", "allow", "ask"),
-    ("ls /tmp", None, "allow", "ask"),
-    ("node -e 'console.log(6 * 7)'", "42", "allow", "ask"),
-    ("python -c 'print(6 * 9)'", "54", "allow", "ask"),
-    ("git push origin main", None, "deny", "deny"),
-    (PUSH_IN_NODE, None, "ask", "ask"),
-]
+
+
+def steps(common: Path) -> list[tuple[str, str | None, str, str]]:
+    """(command, what its output shows when it ran (`|`: any of), verdict inside the sandbox,
+    verdict outside)."""
+    # inline code writing the repository's config: the classifier leaves it to the kernel
+    tamper = f"node -e \"require('fs').appendFileSync('{common}/config', '# escaped')\""
+    return [
+        ("echo $PATH", "/usr/bin", "allow", "ask"),
+        ("printenv PATH", "/usr/bin", "allow", "ask"),
+        ("ls /tmp", None, "allow", "ask"),
+        ("node -e 'console.log(6 * 7)'", "42", "allow", "ask"),
+        ("python -c 'print(6 * 9)'", "54", "allow", "ask"),
+        (tamper, "EROFS|EACCES", "allow", "ask"),
+        ("git push origin main", None, "deny", "deny"),
+        (PUSH_IN_NODE, None, "ask", "ask"),
+    ]
 
 
 def _run(
@@ -53,7 +60,7 @@ def _run(
     venv = tmp_path / f"venv-{mode}"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     model = scripted_model(
-        {"default": [step(bash(cmd)) for cmd, *_ in STEPS] + [step(text("Looked."))]}
+        {"default": [step(bash(cmd)) for cmd, *_ in steps(repo / ".git")] + [step(text("Looked."))]}
     )
     env: dict[str, Any] = claude_env(model.url, tmp_path / f"claude-config-{mode}")
     path = os.pathsep.join([str(venv / "bin"), "/usr/bin", "/bin"])
@@ -113,6 +120,7 @@ def test_everyday_commands_inside_an_enforced_sandbox(
     monkeypatch.delenv("GITSUP_SANDBOX_EXTRA_WRITE", raising=False)
     repo, origin = node_repo
     main_before = git(origin, "rev-parse", "refs/heads/main")
+    STEPS = steps(repo / ".git")
     rec, decided, results = _run(claude_bin, scripted_model, repo, tmp_path, mode)
     sandboxed = mode == "required"
     assert (rec.get("sandbox") or {}).get("enforced", False) is sandboxed, rec.get("sandbox")
@@ -130,7 +138,7 @@ def test_everyday_commands_inside_an_enforced_sandbox(
             # it ran: what the shell printed (or the kernel's refusal, for `ls /tmp`, which the
             # sandbox hides), not the gate's refusal
             assert "Blocked by the gitsup policy gate" not in result, (cmd, result)
-            assert shows is None or shows in result, (cmd, result)
+            assert shows is None or any(x in result for x in shows.split("|")), (cmd, result)
         else:
             assert "Blocked by the gitsup policy gate" in result, (cmd, result)
             # the refusal speaks the project's ecosystem: npm, never pytest
@@ -138,3 +146,4 @@ def test_everyday_commands_inside_an_enforced_sandbox(
     # a refusal whose hint names the project's tools: npm in a package.json project
     assert "npm" in by_command[PUSH_IN_NODE]["message"], by_command[PUSH_IN_NODE]["message"]
     assert git(origin, "rev-parse", "refs/heads/main") == main_before
+    assert "# escaped" not in (repo / ".git" / "config").read_text()  # seen from outside
