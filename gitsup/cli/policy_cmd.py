@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -127,13 +128,20 @@ def _batch(worktree: str, policy: Policy, sandboxed: bool) -> None:
     sys.stdout.flush()
 
 
+def command_text(words: list[str]) -> str:
+    """The command string to judge: one argument is the command as written for a shell
+    (`-- 'make && pytest'`); several are the words of one command as the shell passed them
+    (`-- node -e 'x'`), each quoted back so it stays one word."""
+    return words[0] if len(words) == 1 else shlex.join(words)
+
+
 @policy_app.command("check")
 def check_cmd(
     command: Annotated[
         list[str] | None,
         typer.Argument(
-            help="The command, after `--` (words are joined by spaces); `-` reads "
-            "JSON Lines from stdin."
+            help="The command, after `--`: one argument is the command string as is; several "
+            "are one command's words, each quoted; `-` reads JSON Lines from stdin."
         ),
     ] = None,
     cwd: CwdOpt = None,
@@ -150,7 +158,7 @@ def check_cmd(
         return
     from gitsup.policy import classify_command
 
-    d = classify_command(" ".join(words), worktree=worktree, policy=policy, sandboxed=sandboxed)
+    d = classify_command(command_text(words), worktree=worktree, policy=policy, sandboxed=sandboxed)
     if as_json:
         sys.stdout.write(json.dumps(d.as_dict()) + "\n")
     else:

@@ -17,11 +17,12 @@ from gitsup.policy.allow_programs import is_pythonish as is_pythonish
 from gitsup.policy.allow_state import AllowState as AllowState
 from gitsup.policy.decision import Decision, _make, allow, ask
 from gitsup.policy.normalise import (
+    UNKNOWN,
     resolve,
 )
 from gitsup.policy.parse import Part, Script
 from gitsup.policy.rules import RuleId
-from gitsup.policy.script import plain_argv
+from gitsup.policy.script import Word, plain_argv
 
 _NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*|\[|:|\.)$")
 
@@ -110,9 +111,13 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
         return ask(RuleId.ASK_EXPANSION, "arithmetic evaluation", src)
     if part.kind == "opaque":
         return ask(RuleId.ASK_UNKNOWN, "a shell construct the classifier does not account for", src)
+    expanded: Word | None = None
     for w in part.words:
         if w.one_field.__class__ is not str and w.expands:
-            return ask(RuleId.ASK_EXPANSION, f"unresolved expansion {w.src!r}", src)
+            if not st.sandboxed:
+                return ask(RuleId.ASK_EXPANSION, f"unresolved expansion {w.src!r}", src)
+            if expanded is None:
+                expanded = w
     for name, value in part.assigns:
         if value is None:
             continue  # for-loop variable: its uses are expansions
@@ -123,6 +128,10 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
     d = _redirects(part, st)
     if d is not None:
         return d
+    if expanded is not None:
+        from gitsup.policy.sandboxed import expanded_part
+
+        return expanded_part(part, expanded, st)
     if part.kind in ("words", "assign", "redirects"):
         return None
     if part.kind == "decl":
@@ -160,13 +169,37 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
     argv = argvs[0]
     if argv[0] != prog:
         return ask(RuleId.ASK_COMMAND_NAME, f"expanded command name {prog!r}", src)
-    return _program(argv, part, st)
+    d = _program(argv, part, st)
+    if (
+        st.sandboxed
+        and d is not None
+        and d.verdict == "allow"
+        and d.rule != RuleId.A_SANDBOXED
+        and part.redirects
+        and _sandboxed_redirect(part, st)
+    ):
+        return allow(RuleId.A_SANDBOXED, f"inside the sandbox: {d.reason}", src)
+    return d
+
+
+def _sandboxed_redirect(part: Part, st: AllowState) -> bool:
+    """A redirection only the sandboxed mode allows: an unquoted heredoc whose body expands,
+    or input read from outside the worktree."""
+    for r in part.redirects:
+        if r.is_heredoc and not r.quoted and r.expands:
+            return True
+        if r.op == "<" and r.target is not None:
+            fields = st.expander().word(r.target)
+            if fields and fields[0] and not st.path_inside(fields[0][0]):
+                return True
+    return False
 
 
 def _redirects(part: Part, st: AllowState) -> Decision | None:
     for r in part.redirects:
         if r.is_heredoc:
-            if not r.quoted and r.expands:
+            # inside the sandbox the body's substitutions are judged as parts of their own
+            if not r.quoted and r.expands and not st.sandboxed:
                 return ask(
                     RuleId.ASK_EXPANSION, "unquoted heredoc whose body expands $ or `", part.src
                 )
@@ -189,7 +222,9 @@ def _redirects(part: Part, st: AllowState) -> Decision | None:
         value = fields[0][0]
         if r.op in (">&", "<&") and (value.isdigit() or value == "-"):
             continue
-        if not st.path_inside(value):
+        if not st.path_inside(value) and not (
+            r.op == "<" and st.sandboxed and UNKNOWN not in value
+        ):
             return ask(
                 RuleId.ASK_OUTSIDE_PATH, f"redirection to {value} outside the worktree", part.src
             )
@@ -221,31 +256,69 @@ def _program(argv: list[str], part: Part, st: AllowState) -> Decision | None:
     if prog == "sed":
         d = _sed(args, st, src)
         if d.verdict != "allow" and st.sandboxed:
-            from gitsup.policy.sandboxed import sed_edit
+            from gitsup.policy.sandboxed import read_anywhere, sed_edit
 
+            if d.rule == RuleId.ASK_OUTSIDE_PATH:
+                return read_anywhere(prog, args, st, src) or d
             return sed_edit(args, st, src) or d
         return d
     if prog == "find":
-        return _find(args, st, src)
+        d = _find(args, st, src)
+        return _outside(d, prog, args, st) if st.sandboxed and d.verdict != "allow" else d
     if prog in ("test", "["):
-        return _test(args, st, src, brackets=prog == "[")
+        d = _test(args, st, src, brackets=prog == "[")
+        return _outside(d, prog, args, st) if st.sandboxed and d.verdict != "allow" else d
     if prog == "printf" and args and args[0].startswith("-v"):
         return ask(RuleId.ASK_ASSIGNMENT, "`printf -v` assigns a variable", src)
     spec = policy.utilities.get(prog)
     if spec is not None:
-        return _utility(prog, args, spec, st, src)
+        d = _utility(prog, args, spec, st, src)
+        return _outside(d, prog, args, st) if st.sandboxed and d.verdict != "allow" else d
+    if (
+        len(args) == 1
+        and args[0][:1] == "-"
+        and args[0] in _VERSION_QUERIES.get(_version_key(prog), ())
+    ):
+        return allow(RuleId.A_READ_ONLY, f"`{prog} {args[0]}` prints its version", src)
     runner = _runner(argv, st, src)
     if runner is not None and runner.verdict == "allow":
         return runner
     if st.sandboxed:
         from gitsup.policy.sandboxed import sandboxed_program
 
-        sd = sandboxed_program(argv, st, src)
+        sd = sandboxed_program(argv, st, src, part)
         if sd is not None:
             return sd
     if runner is not None:
         return runner
     return _why_ask(prog, args, st, src)
+
+
+# Interpreters asked only for their version (`python --version`): a read, like `git --version`.
+_VERSION_QUERIES: dict[str, tuple[str, ...]] = {
+    "python": ("--version", "-V"),
+    "node": ("--version", "-v"),
+    "perl": ("--version", "-v"),
+    "ruby": ("--version",),
+    "php": ("--version", "-v"),
+    "deno": ("--version",),
+    "bun": ("--version",),
+}
+
+
+def _version_key(prog: str) -> str:
+    if _PYTHON.match(prog) or prog in ("pypy", "pypy3"):
+        return "python"
+    return "node" if prog == "nodejs" else prog
+
+
+def _outside(d: Decision, prog: str, args: list[str], st: AllowState) -> Decision:
+    """Inside the sandbox a read outside the worktree is the kernel's to refuse."""
+    if d.rule != RuleId.ASK_OUTSIDE_PATH:
+        return d
+    from gitsup.policy.sandboxed import read_anywhere
+
+    return read_anywhere(prog, args, st, d.part) or d
 
 
 def _why_ask(prog: str, args: list[str], st: AllowState, src: str) -> Decision:

@@ -78,6 +78,12 @@ class ScriptSpec(_Model):
     names: tuple[str, ...] = Field(min_length=1)  # program names (globs allowed)
     flags: tuple[str, ...] = ()  # options allowed before the script (short ones may cluster)
     arg_opts: tuple[str, ...] = ()  # options allowed before the script that take a value
+    # options whose value is inline code (`python -c CODE`, `node -e CODE`): allowed when the
+    # code names no publishing, pushing or hook operation (sandboxed.inline_code_mentions)
+    inline: tuple[str, ...] = ()
+    # code read from stdin (`python3 - <<'EOF'`) is allowed when it is the part's own heredoc or
+    # herestring (visible, and checked like inline code)
+    stdin: bool = False
 
 
 class SandboxedAllowSection(_Model):
@@ -86,6 +92,14 @@ class SandboxedAllowSection(_Model):
     runner: tuple[RunnerSpec, ...] = ()
     mutate: dict[str, UtilitySpec] = Field(default_factory=dict)
     script: tuple[ScriptSpec, ...] = ()
+    # utilities whose operands and path options only read: outside W allowed (the kernel decides
+    # what the task may read); their arguments may be unresolved expansions
+    read: tuple[str, ...] = ()
+    # utilities that only print their arguments (`echo $PATH`): unresolved expansions allowed
+    print: tuple[str, ...] = ()
+    # programs whose job is to publish or release (`np`, `semantic-release`): asked for even when
+    # run from the worktree (`./node_modules/.bin/np`) or through `npx` / `npm exec`
+    release_tools: tuple[str, ...] = ()
 
 
 class DefaultFile(_Model):
@@ -188,6 +202,9 @@ class Policy:
     sandboxed_runners: tuple[RunnerSpec, ...] = ()
     sandboxed_mutators: Mapping[str, UtilitySpec] = field(default_factory=dict)
     sandboxed_scripts: tuple[ScriptSpec, ...] = ()
+    sandboxed_reads: frozenset[str] = frozenset()
+    sandboxed_prints: frozenset[str] = frozenset()
+    release_tools: frozenset[str] = frozenset()
     http_clients: frozenset[str] = frozenset()
     runs_programs: frozenset[str] = frozenset()
     ask_prefixes: tuple[tuple[str, ...], ...] = ()
@@ -292,6 +309,9 @@ class Policy:
                 ],
                 "mutate": sorted(self.sandboxed_mutators),
                 "script": [list(s.names) for s in self.sandboxed_scripts],
+                "read": sorted(self.sandboxed_reads),
+                "print": sorted(self.sandboxed_prints),
+                "release_tools": sorted(self.release_tools),
             },
             "ask": [" ".join(p) for p in self.ask_prefixes],
             "deny": [" ".join(p) for p in self.deny_prefixes],
@@ -368,6 +388,9 @@ def _build(repo: tuple[str, str] | None, extra_protected: tuple[str, ...]) -> Po
         sandboxed_runners=tuple(sandboxed),
         sandboxed_mutators=dict(d.sandboxed_allow.mutate),
         sandboxed_scripts=d.sandboxed_allow.script,
+        sandboxed_reads=frozenset(d.sandboxed_allow.read),
+        sandboxed_prints=frozenset(d.sandboxed_allow.print),
+        release_tools=frozenset(d.sandboxed_allow.release_tools),
         http_clients=frozenset(d.http_clients),
         runs_programs=frozenset(d.runs_programs),
         ask_prefixes=tuple(tuple(s.split()) for s in repo_file.ask),

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from gitsup.policy.decision import Decision
+from gitsup.policy.ecosystem import GENERIC, Ecosystem
 from gitsup.policy.rules import instead
 
 
-def unattended_denial(decision: Decision) -> str:
+def unattended_denial(decision: Decision, ecosystem: Ecosystem | None = None) -> str:
     """The denial message the default decider sends back for an `ask` (or `deny`): it names the
-    rule and says what to do instead (the rule's `instead` in policies/rules.toml), so the
-    worker can proceed another way."""
+    rule and says what to do instead (the rule's `instead` in policies/rules.toml, in the forms
+    of the project's `ecosystem` and of the mode that decided), so the worker can proceed
+    another way."""
+    words = (ecosystem or GENERIC).words(sandboxed=decision.sandboxed)
     what = (
         "is never allowed"
         if decision.verdict == "deny"
@@ -17,5 +20,5 @@ def unattended_denial(decision: Decision) -> str:
     )
     return (
         f"Blocked by the gitsup policy gate (rule {decision.rule}): {decision.reason}; this "
-        f"{what}. Instead: {instead(decision.rule)}."
+        f"{what}. Instead: {instead(decision.rule, words)}."
     )

@@ -6,6 +6,7 @@ table, the code and the labelled corpus cannot drift apart (docs/policy.md, "Rul
 from __future__ import annotations
 
 import importlib.resources
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ RULES_FILE = "gitsup/policies/rules.toml"
 # The context examples are judged in: POLICY.md section 0.
 EXAMPLE_WORKTREE = "/home/dev/repo"
 EXAMPLE_HOME = "/home/dev"
+# What an `instead` text may name, filled in with the project's forms (`policy/ecosystem.py`).
+PLACEHOLDERS = ("test", "runs", "bare", "tools")
 # Said for a rule id the registry does not know (never for one of `RuleId`).
 DEFAULT_INSTEAD = "do the work another way within the policy"
 
@@ -157,13 +160,32 @@ def build_registry(text: str, path: str) -> Mapping[str, Rule]:
     for rid, spec in data.rules.items():
         if not is_allow(rid) and not spec.instead:
             raise GitsupError(f"{path}: rule {rid} does not say what to do instead")
+        unknown_words = sorted(set(_PLACEHOLDER.findall(spec.instead)) - set(PLACEHOLDERS))
+        if unknown_words:
+            raise GitsupError(f"{path}: rule {rid}: unknown placeholder {{{unknown_words[0]}}}")
         if not spec.configured and not (spec.match or spec.match_sandboxed):
             raise GitsupError(f"{path}: rule {rid} has no `match` example")
         out[rid] = Rule(RuleId(rid), spec.message, spec.instead, spec)
     return out
 
 
-def instead(rule: str) -> str:
-    """What a worker should do instead of what `rule` stopped."""
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+
+
+def fill(text: str, words: Mapping[str, str]) -> str:
+    """`text` with each `{name}` placeholder replaced by `words[name]` (the project's forms,
+    `policy/ecosystem.py`); an unknown name is left as written."""
+    return _PLACEHOLDER.sub(lambda m: words.get(m.group(1), m.group(0)), text)
+
+
+def instead(rule: str, words: Mapping[str, str] | None = None) -> str:
+    """What a worker should do instead of what `rule` stopped, in the project's own forms
+    (`words`; without them, the forms of every ecosystem the allow list knows)."""
     found = registry().get(rule)
-    return found.instead if found is not None and found.instead else DEFAULT_INSTEAD
+    if found is None or not found.instead:
+        return DEFAULT_INSTEAD
+    if words is None:
+        from gitsup.policy.ecosystem import GENERIC
+
+        words = GENERIC.words()
+    return fill(found.instead, words)

@@ -1,24 +1,27 @@
 """The sandboxed mode (POLICY.md section 4a): what becomes `allow` when the task's kernel sandbox
 is enforced. Only reached from the allow list (`allow.py`) when `AllowState.sandboxed` is set, after
 deny detection found nothing; every function returns None (no opinion: the caller asks) or a
-decision. Paths stay inside W, the Git directory stays out of reach, inline code, stdin programs,
-network, wrappers and non-inert assignments keep asking. Git working-tree operations are in
-`policy/sandboxed_git.py`.
+decision. Writes stay inside W and the Git directory stays out of reach; reads may go wherever the
+kernel lets the task read; inline code and installed tools run unless their text names a publishing,
+pushing or hook operation; network, wrappers, release tools and non-inert assignments keep asking.
+Git working-tree operations are in `policy/sandboxed_git.py`.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
 import re
 
 from gitsup.policy.allow import _NAME, _program
-from gitsup.policy.allow_programs import _forbidden, _runner, _utility
+from gitsup.policy.allow_programs import _find, _forbidden, _runner, _sed, _test, _utility
 from gitsup.policy.allow_state import AllowState
-from gitsup.policy.config import ScriptSpec, UtilitySpec
+from gitsup.policy.config import Policy, ScriptSpec, UtilitySpec
 from gitsup.policy.decision import Decision, allow, ask
 from gitsup.policy.normalise import Expander, basename, resolve
 from gitsup.policy.parse import Part
 from gitsup.policy.rules import RuleId
+from gitsup.policy.script import Word
 
 RULE = RuleId.A_SANDBOXED
 
@@ -27,8 +30,11 @@ def _ok(what: str, src: str) -> Decision:
     return allow(RULE, f"inside the sandbox: {what}", src)
 
 
-def sandboxed_program(argv: list[str], st: AllowState, src: str) -> Decision | None:
-    """A bare-named program: sandboxed runners, file mutation, tar, script interpreters."""
+def sandboxed_program(
+    argv: list[str], st: AllowState, src: str, part: Part | None = None
+) -> Decision | None:
+    """A bare-named program: sandboxed runners, file mutation, tar, script interpreters (and
+    their inline code), installed tools through `npx`/`npm exec`, printing the environment."""
     policy = st.policy
     prog, args = argv[0], argv[1:]
     d = _runner(argv, st, src, sandboxed=True)
@@ -41,8 +47,260 @@ def sandboxed_program(argv: list[str], st: AllowState, src: str) -> Decision | N
         return _tar(args, st, src)
     script = policy.script_for(prog)
     if script is not None:
-        return _script(prog, args, script, st, src)
+        return _script(prog, args, script, st, src, part)
+    if prog == "printenv":
+        return _ok("`printenv` prints the environment the sandbox passed", src)
+    if prog == "env":
+        return _env(args, st, src)
+    if part is not None and (prog in ("npx", "bunx") or (args[:1] == ["exec"] and prog in _EXECS)):
+        return _installed(prog, args if prog in ("npx", "bunx") else args[1:], part, st, src)
     return None
+
+
+# -- reads anywhere the kernel lets the task read -------------------------------------------
+class _Reading(AllowState):
+    """The same state, with every path readable: the kernel decides what the task may read."""
+
+    __slots__ = ()
+
+    def path_inside(self, value: str) -> bool:
+        return True
+
+
+def _reading(st: AllowState) -> AllowState:
+    r = _Reading.__new__(_Reading)
+    for name in AllowState.__slots__:
+        setattr(r, name, getattr(st, name))
+    return r
+
+
+def read_anywhere(
+    prog: str, args: list[str], st: AllowState, src: str, what: str = "reads outside the worktree"
+) -> Decision | None:
+    """A read-only utility, `find`, `test` or `sed -n` that reads outside W (or an unresolved
+    expansion): allowed when that is all that kept it from the allow list."""
+    policy = st.policy
+    reading = _reading(st)
+    if prog in policy.sandboxed_reads or prog in policy.sandboxed_prints:
+        spec = policy.utilities.get(prog)
+        if spec is None or spec.create:
+            return None
+        d = _utility(prog, args, spec, reading, src)
+    elif prog == "find":
+        d = _find(args, reading, src)
+    elif prog in ("test", "["):
+        d = _test(args, reading, src, brackets=prog == "[")
+    elif prog == "sed":
+        d = _sed(args, reading, src)
+    elif prog == "printenv":
+        return _ok("`printenv` prints the environment the sandbox passed", src)
+    else:
+        return None
+    if d.verdict != "allow":
+        return d
+    return _ok(f"`{prog}` {what}", src)
+
+
+_PARAM = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])$")
+
+
+def _expansion_ok(w: Word) -> bool:
+    """Parameter expansions of a plain name and substitutions (whose commands are judged as
+    parts of their own); not arithmetic, not subscripts."""
+    for seg in w.segs:
+        if seg.kind == "lit":
+            continue
+        if seg.kind == "var":
+            if not _PARAM.match(seg.text):
+                return False
+            continue
+        if seg.kind in ("subst", "proc"):
+            continue
+        return False
+    return True
+
+
+def expanded_part(part: Part, first: Word, st: AllowState) -> Decision | None:
+    """A part with unresolved expansions in its arguments (`echo $PATH`, `ls "$HOME"`): allowed
+    for printing and reading utilities, `test` and `printenv`; anything else asks as before."""
+    src = part.src
+    no = ask(RuleId.ASK_EXPANSION, f"unresolved expansion {first.src!r}", src)
+    if not all(_expansion_ok(w) for w in part.words):
+        return no
+    if part.kind in ("words", "assign", "redirects"):
+        return None
+    ex = st.expander()
+    if part.kind == "test":
+        d = _test(
+            [" ".join(a[0]) if a else "" for a in map(ex.word, part.words)],
+            _reading(st),
+            src,
+            brackets=False,
+            double=part.src.startswith("[["),
+        )
+        return _ok("a test of an expansion", src) if d.verdict == "allow" else d
+    if part.kind != "cmd" or not part.words:
+        return no
+    head = part.words[0]
+    if not head.plain or head.expands or not _NAME.match(head.src):
+        return no
+    argvs = ex.argvs(part.words)
+    if len(argvs) != 1 or not argvs[0] or argvs[0][0] != head.src:
+        return no
+    argv = argvs[0]
+    if argv[0] == "printf" and (len(argv) < 2 or part.words[1].expands):
+        return no  # the format (and a `-v NAME`) must be literal
+    found = read_anywhere(argv[0], argv[1:], st, src, "reads or prints an expansion")
+    return no if found is None else found
+
+
+# -- printing the environment -----------------------------------------------------------------
+def _env(args: list[str], st: AllowState, src: str) -> Decision | None:
+    """`env` with options and assignments but no command prints the environment."""
+    spec = st.policy.wrappers.get("env")
+    takes = spec.opts_with_arg if spec is not None else ()
+    assigned = False
+    i = 0
+    while i < len(args):
+        a = args[i]
+        name = a.split("=", 1)[0]
+        if (a.startswith("-") and not a.startswith("--") and "S" in a) or (
+            len(name) > 2 and "--split-string".startswith(name)
+        ):
+            return None  # `-S`/`-iS`/`--s=`: the string is split into a command
+        if a.startswith("-") and a != "-" and not assigned:
+            i += 2 if a in takes else 1
+            continue
+        assigned = True  # options end at the first assignment
+        if "=" in a and _PARAM.match(a.split("=", 1)[0]):
+            i += 1
+            continue
+        return None  # a command: `env` runs another program
+    return _ok("`env` without a command prints the environment", src)
+
+
+# -- installed tools ---------------------------------------------------------------------------
+_EXECS = frozenset({"npm", "pnpm"})
+_EXEC_FLAGS = frozenset({"-y", "--yes", "--no", "--no-install", "-q", "--quiet", "--silent"})
+
+
+def _installed(prog: str, args: list[str], part: Part, st: AllowState, src: str) -> Decision | None:
+    """`npx <bin> …`, `npm exec [--] <bin> …`: the project's installed tool, judged like
+    `./node_modules/.bin/<bin>`. A package spec (`-p`, `@scope/x`, `x@1`, a URL) would be
+    downloaded, `-c` runs shell text: those ask."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        if args[i] == "--":
+            i += 1
+            break
+        if args[i] not in _EXEC_FLAGS:
+            return None
+        i += 1
+    if i >= len(args):
+        return None
+    name = args[i]
+    if not _NAME.match(name) or name in (".", ":", "["):
+        return None
+    if name in st.policy.release_tools:
+        return _release(name, src)
+    d = _program([name, *args[i + 1 :]], part, st)
+    if d is None or d.verdict == "allow":
+        return d
+    if d.rule == RuleId.ASK_UNKNOWN:
+        d2 = _args_in_w(args[i + 1 :], st, src, name)
+        return d2 if d2 is not None else _ok(f"runs the installed `{name}`", src)
+    return d
+
+
+def _release(name: str, src: str) -> Decision:
+    return ask(RuleId.ASK_RUN, f"`{name}` publishes or releases; not run even in the sandbox", src)
+
+
+# -- inline code --------------------------------------------------------------------------------
+_TOKEN = re.compile(r"[A-Za-z0-9_.+:*-]+")
+_GIT_VERBS = frozenset(
+    {"update-ref", "symbolic-ref", "filter-branch", "filter-repo", "dcommit", "request-pull"}
+)
+_HOOKS = re.compile(r"hookspath|\.git[/\\]+hooks|[/\\'\"]hooks[/\\'\"]", re.I)
+
+
+def inline_code_mentions(code: str, policy: Policy, worktree: str, home: str) -> str | None:
+    """What inline code names that the deny rules forbid in a shell command (`git` with `push`,
+    `npm` with `publish`, a hooks path), or None. Non-shell code is opaque, so this reads words,
+    not programs: a mention is enough to keep asking."""
+    words: set[str] = set(_TOKEN.findall(code))
+    if "git" in words:
+        for verb in (*policy.git_publish, *_GIT_VERBS):
+            if verb in words:
+                return f"git {verb}"
+    for w in words:
+        if w.startswith("git-") and w[4:] in policy.git_publish:
+            return w
+    for prog, verbs in policy.publish.items():
+        if prog in words:
+            for spelled in verbs:
+                if any(fnmatch.fnmatchcase(w, spelled[0]) for w in words):
+                    return f"{prog} {' '.join(spelled)}"
+    for prog, pairs in policy.forge.items():
+        if prog in words:
+            for first, _ in pairs:
+                if first in words:
+                    return f"{prog} {first}"
+    if _HOOKS.search(code):
+        return "the Git hooks"
+    return _literal_deny(code, policy, worktree, home)
+
+
+_LITERAL = re.compile(r"""'((?:[^'\\\n]|\\.)*)'|"((?:[^"\\\n]|\\.)*)"|`((?:[^`\\]|\\.)*)`""")
+_ESCAPE = re.compile(r"\\(.)", re.S)
+_ESCAPED = {"n": "\n", "t": "\t"}
+
+
+def _literal_deny(code: str, policy: Policy, worktree: str, home: str) -> str | None:
+    """A string literal of the code (or all of them joined, `execFileSync('git', ['push'])`)
+    that the shell classifier denies: the command it would run is visible."""
+    from gitsup.policy.classify import classify_command
+
+    texts = [
+        _ESCAPE.sub(lambda m: _ESCAPED.get(m.group(1), m.group(1)), a or b or c)
+        for a, b, c in _LITERAL.findall(code)
+    ]
+    if len(texts) > 1:
+        texts.append(" ".join(texts))
+    for t in texts:
+        if not t.strip():
+            continue
+        d = classify_command(t, worktree=worktree, policy=policy, home=home)
+        if d.verdict == "deny":
+            return f"`{d.part}` ({d.rule})"
+    return None
+
+
+def _inline(prog: str, code: str, st: AllowState, src: str, how: str) -> Decision:
+    named = inline_code_mentions(code, st.policy, st.worktree, st.home)
+    if named is not None:
+        return ask(
+            RuleId.ASK_INTERPRETER,
+            f"`{prog}` {how} that names {named}; not run even in the sandbox",
+            src,
+        )
+    return _ok(f"`{prog}` runs {how}", src)
+
+
+def _stdin_code(part: Part | None) -> str | None:
+    """The code on the part's stdin when it is its own heredoc or literal herestring."""
+    if part is None or part.pipe_prev is not None:
+        return None
+    code: str | None = None
+    for r in part.redirects:
+        if r.op in ("<", "<>", "<&") or (r.fd in ("", "0") and r.op in ("<<", "<<-", "<<<")):
+            if r.is_heredoc and r.body is not None:
+                code = r.body
+            elif r.op == "<<<" and r.target is not None and isinstance(r.target.one_field, str):
+                code = r.target.one_field
+            else:
+                return None
+    return code
 
 
 def path_program(part: Part, st: AllowState) -> Decision | None:
@@ -59,6 +317,8 @@ def path_program(part: Part, st: AllowState) -> Decision | None:
     name = basename(path)
     if not _NAME.match(name):
         return None
+    if name in st.policy.release_tools:
+        return _release(path, src)
     d = _program([name, *argv[1:]], part, st)
     if d is None:
         return None
@@ -86,7 +346,14 @@ def _args_in_w(args: list[str], st: AllowState, src: str, what: str) -> Decision
 
 
 # -- interpreters running a script file ---------------------------------------------------------
-def _script(prog: str, args: list[str], spec: ScriptSpec, st: AllowState, src: str) -> Decision:
+def _script(
+    prog: str,
+    args: list[str],
+    spec: ScriptSpec,
+    st: AllowState,
+    src: str,
+    part: Part | None = None,
+) -> Decision:
     i = 0
     while i < len(args):
         a = args[i]
@@ -95,6 +362,9 @@ def _script(prog: str, args: list[str], spec: ScriptSpec, st: AllowState, src: s
             break
         if not a.startswith("-") or a == "-":
             break
+        code = _inline_opt(a, args[i + 1] if i + 1 < len(args) else None, spec.inline)
+        if code is not None:
+            return _inline(prog, code, st, src, "inline code")
         if a in spec.arg_opts:
             i += 2
             continue
@@ -107,6 +377,10 @@ def _script(prog: str, args: list[str], spec: ScriptSpec, st: AllowState, src: s
             i += 1
             continue
         return ask(RuleId.ASK_INTERPRETER, f"`{prog} {a}` runs code that is not a file in W", src)
+    if i >= len(args) or args[i] == "-":
+        code = _stdin_code(part) if spec.stdin else None
+        if code is not None:
+            return _inline(prog, code, st, src, "code from its heredoc")
     if i >= len(args):
         return ask(RuleId.ASK_INTERPRETER, f"`{prog}` without a script reads code from stdin", src)
     script = args[i]
@@ -120,6 +394,18 @@ def _script(prog: str, args: list[str], spec: ScriptSpec, st: AllowState, src: s
     if d is not None:
         return d
     return _ok(f"`{prog}` runs the script {script} from the worktree", src)
+
+
+def _inline_opt(a: str, nxt: str | None, inline: tuple[str, ...]) -> str | None:
+    """The code of an inline-code option (`-c CODE`, `-cCODE`, `--eval=CODE`), else None."""
+    for o in inline:
+        if a == o:
+            return nxt if nxt is not None else ""
+        if o.startswith("--") and a.startswith(o + "="):
+            return a[len(o) + 1 :]
+        if len(o) == 2 and not a.startswith("--") and a.startswith(o) and len(a) > 2:
+            return a[2:]
+    return None
 
 
 # -- file mutation --------------------------------------------------------------------------

@@ -47,6 +47,7 @@ class Gate:
         self.sandboxed = sandboxed
         self.decider: RulesDecider = RulesDecider()
         self._policy: Any = None
+        self._ecosystem: Any = None
 
     def policy(self) -> Any:
         if self._policy is None:
@@ -56,6 +57,14 @@ class Gate:
                 self.repo.main_workdir, extra_protected=self.repo.config_get_all("sup.protected")
             )
         return self._policy
+
+    def ecosystem(self) -> Any:
+        """The project's ecosystem, for the denial hints (read once, from the worktree)."""
+        if self._ecosystem is None:
+            from gitsup.policy import detect_ecosystem
+
+            self._ecosystem = detect_ecosystem(self.worktree)
+        return self._ecosystem
 
     def with_retries(self, what: str, fn: Callable[[], T]) -> T | None:
         tries = 1 + self.spec.autonomy.max_decision_retries
@@ -84,7 +93,7 @@ class Gate:
         if decision.verdict == "allow":
             answer = PermissionAnswer(True, updated_input=req.tool_input)
         elif decision.verdict == "deny":
-            answer = PermissionAnswer(False, unattended_denial(decision))
+            answer = PermissionAnswer(False, unattended_denial(decision, self.ecosystem()))
         else:
             is_question = req.tool_name == "AskUserQuestion"
             self.emit(et.PermissionPending(request_id=req.request_id, tool=req.tool_name))
@@ -92,14 +101,16 @@ class Gate:
                 "question" if is_question else "ask",
                 (lambda: self.decider.answer_question(req.tool_input))
                 if is_question
-                else (lambda: self.decider.answer_ask(unattended_denial(decision))),
+                else (
+                    lambda: self.decider.answer_ask(unattended_denial(decision, self.ecosystem()))
+                ),
             )
             if text is None:
                 park = "decider failed to answer a permission request"
                 text = (
                     RulesDecider().answer_question(req.tool_input)
                     if is_question
-                    else unattended_denial(decision)
+                    else unattended_denial(decision, self.ecosystem())
                 )
             answer = PermissionAnswer(False, text)
         stalled: str | None = None

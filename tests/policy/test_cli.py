@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,31 @@ def test_batch_sandboxed_flag_and_per_line_override(repo: Path, env: dict[str, s
     r = _run(["check", "--json", "-"], repo, env, stdin='{"cmd": "ls", "sandboxed": "yes"}\n')
     assert r.returncode == 2
     assert "line 1" in r.stderr
+
+
+def test_check_quotes_each_word_it_is_given(repo: Path, env: dict[str, str]) -> None:
+    """Several arguments are one command's words as the shell passed them: each is quoted back,
+    so inline code with spaces and quotes stays one word (not "unparseable")."""
+
+    def verdict(*args: str) -> tuple[str, str, str]:
+        r = _run(["check", "--json", *args], repo, env)
+        assert r.returncode == 0, r.stderr
+        d = json.loads(r.stdout)
+        return d["verdict"], d["rule"], d["part"]
+
+    code = "console.log('a b')"
+    assert verdict("--", "node", "-e", code)[:2] == ("ask", "ask.interpreter")
+    assert verdict("--sandboxed", "--", "node", "-e", code) == (
+        "allow",
+        "A.sandboxed",
+        "node -e " + shlex.quote(code),
+    )
+    # a word that looks like shell syntax is an argument, not an operator
+    assert verdict("--", "echo", "a;", "rm", "-rf", "/")[:2] == ("allow", "A.read-only")
+    assert verdict("--", "git", "commit", "-m", "fix the parser")[:2] == (
+        "allow",
+        "A.git-change",
+    )
+    # one argument is the command string as written for a shell
+    assert verdict("--", "ls && git push origin main")[:2] == ("deny", "D1.push")
+    assert verdict("--sandboxed", "--", "echo $PATH")[:2] == ("allow", "A.sandboxed")

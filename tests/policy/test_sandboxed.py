@@ -5,6 +5,8 @@ allowed with it."""
 from __future__ import annotations
 
 import json
+import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,18 @@ SECTION_4A = [
     "git restore src/a.py",
     "git checkout -- src/a.py",
     "git rebase HEAD~3",
+    # inline code, installed tools and reads anywhere the kernel lets the task read
+    "echo $PATH",
+    "printenv PATH",
+    "env",
+    "ls /tmp",
+    "cat /etc/os-release",
+    "python -c 'print(1)'",
+    "node -e 'console.log(1)'",
+    "python3 - <<'EOF'\nprint(1)\nEOF",
+    "npx ava",
+    "npm exec -- ava",
+    "./node_modules/.bin/ava",
 ]
 
 
@@ -267,3 +281,27 @@ def test_sed_scripts_judged_text_only_run_under_sed_sandbox(
         check=False,
     )
     assert "disabled in sandbox mode" not in res.stderr, (script, res.stderr)
+
+
+DENY_ONE_LINE = sorted({c for c in DENY if "\n" not in c})
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda c: "node -e " + shlex.quote(f"require('child_process').execSync({json.dumps(c)})"),
+        lambda c: "python3 -c " + shlex.quote(f"import os; os.system({c!r})"),
+        lambda c: f"python3 - <<'EOF'\nimport subprocess\nsubprocess.run({c!r}, shell=True)\nEOF",
+    ],
+    ids=["node-e", "python-c", "python-heredoc"],
+)
+def test_a_denied_command_inside_inline_code_is_not_allowed(wrap: Callable[[str], str]) -> None:
+    """Inline code runs inside the sandbox, but not when it visibly runs what the shell policy
+    denies: every denied command of the corpus, written into inline code, still asks."""
+    allowed = []
+    for cmd in DENY_ONE_LINE:
+        text = wrap(cmd)
+        d = classify_command(text, worktree=W, policy=POLICY, home=HOME, sandboxed=True)
+        if d.verdict == "allow":
+            allowed.append(text)
+    assert not allowed, allowed[:10]
