@@ -303,6 +303,19 @@ class Events(_Strict):
     keep_files: int = Field(default=5, ge=1)
 
 
+class Limits(_Strict):
+    """What importing the worker's work may bring into the user's repository
+    (gitsup/git/taskgit.py `ImportLimits`); unset keys fall back to `sup.limits.*`, then to
+    the defaults there."""
+
+    max_object_bytes: int | None = Field(default=None, ge=1)
+    max_objects: int | None = Field(default=None, ge=1)
+    max_bytes: int | None = Field(default=None, ge=1)
+    max_commits: int | None = Field(default=None, ge=1)
+    max_parents: int | None = Field(default=None, ge=1)
+    max_tree_depth: int | None = Field(default=None, ge=1)
+
+
 class Notify(_Strict):
     """Outbound notifications (gitsup/attention/notify.py); unset keys fall back to `sup.notify.*`."""
 
@@ -340,6 +353,7 @@ class TaskSpec(_Strict):
     events: Events = Field(default_factory=Events)
     sandbox: Sandbox = Field(default_factory=Sandbox)
     notify: Notify = Field(default_factory=Notify)
+    limits: Limits = Field(default_factory=Limits)
     attempts: Attempts = Field(default_factory=Attempts)
     # With no checks given, `git diff --check <baseline> HEAD` runs (whitespace errors,
     # conflict markers); false turns it off.
