@@ -301,6 +301,9 @@ class Events(_Strict):
     max_record_bytes: int = Field(default=64 * 1024, ge=1024)
     rotate_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
     keep_files: int = Field(default=5, ge=1)
+    # gitsup/store/flood.py: worker output written per task, distinct refusals written
+    max_output_bytes: int = Field(default=64 * 1024 * 1024, ge=64 * 1024)
+    max_refused: int = Field(default=1000, ge=1)
 
 
 class Limits(_Strict):

@@ -17,9 +17,11 @@ worktree's registration (`$GIT_COMMON_DIR/worktrees/<name>`, whose `gitdir` stil
 the worktree's `.git`), so `git worktree list`, prune, the pool and discard work as before.
 
 The supervisor imports the worker's work into the user's `sup/<id>`: it follows the
-private HEAD, re-hashes every object it copies (refusing a missing or forged one, and a
-tip that does not descend from the baseline) and writes nothing into the user's object
-store unless the whole import is sound. Nothing else from the private dir (other refs,
+private HEAD, reads each object's header before its content and holds the work to
+`ImportLimits`, re-hashes every object it copies (refusing a missing or forged one, and a
+tip that does not descend from the baseline), stages each verified object as a loose
+object file (a big blob a chunk at a time: never held whole) and moves nothing into the
+user's object store unless the whole import is sound. Nothing else from the private dir (other refs,
 config, hooks) reaches the user's repository. The supervisor knows the private dir's
 path; it never reads the worktree's `.git` file to find it.
 """
