@@ -247,3 +247,13 @@ def test_a_history_deeper_than_the_limit_parks(repo: Path, tmp: Path) -> None:
     reasons = _parked(rc, rec, err)
     assert "new commits" in reasons and "51 > 50" in reasons and "max_commits" in reasons, reasons
     _nothing_imported(repo, rec, seen["commit"], seen["first"])
+
+
+def test_a_bad_limit_in_git_config_is_refused_at_start(repo: Path, tmp: Path) -> None:
+    git(repo, "config", "sup.limits.maxBytes", "lots")
+    res = run_sup(repo, "start", "g", "--worker", "true", *NO_REVIEW)
+    assert res.returncode == 2, res.stderr
+    assert "sup.limits.maxBytes is 'lots'" in res.stderr and "Traceback" not in res.stderr
+    assert not (common_dir(repo) / "sup" / "tasks").exists() or not any(
+        (common_dir(repo) / "sup" / "tasks").iterdir()
+    )
