@@ -161,7 +161,8 @@ def test_a_5mib_file_is_imported_a_chunk_at_a_time_and_the_task_is_ready(
 
 
 def test_more_new_objects_than_the_count_limit_park(repo: Path, tmp: Path) -> None:
-    """100,000 tiny files in one commit, with `git config sup.limits.maxObjects 10000`."""
+    """A commit adding 100,000 tiny files and one taking them away again (so the worktree
+    stays small), with `git config sup.limits.maxObjects 10000`."""
     git(repo, "config", "sup.limits.maxObjects", "10000")
     worker, seen_file = _worker(
         tmp,
@@ -175,19 +176,22 @@ def test_more_new_objects_than_the_count_limit_park(repo: Path, tmp: Path) -> No
         parts.append(b"commit refs/heads/many\\ncommitter W <w@example.invalid> 0 +0000\\n")
         parts.append(b"data 5\\nmany\\nfrom %s\\n" % head.encode())
         for i in range(n):
-            parts.append(b"M 100644 :%d many/f%06d\\n" % (i + 1, i))
+            # 1,000 a directory: fast-import searches a directory's entries one by one
+            parts.append(b"M 100644 :%d many/d%03d/f%06d\\n" % (i + 1, i // 1000, i))
         sh("git", "fast-import", "--quiet", input=b"".join(parts) + b"\\n")
-        sh("git", "reset", "-q", "--soft", "many")
-        sh("git", "checkout", "-q", "-f", "HEAD")
-        out("commit", sh("git", "rev-parse", "many"))
-        out("blob", sh("git", "rev-parse", "many:many/f000000"))
+        many = sh("git", "rev-parse", "many")
+        back = sh("git", "commit-tree", sh("git", "rev-parse", "HEAD^{tree}"), "-p", many, "-m", "back")
+        sh("git", "reset", "-q", "--soft", back)
+        out("commit", back)
+        out("many", many)
+        out("blob", sh("git", "rev-parse", "many:many/d000/f000000"))
         """,
     )
     rc, rec, err, _ = _start_measured(repo, "g", "--worker", worker, *NO_REVIEW)
     seen = json.loads(seen_file.read_text())
     reasons = _parked(rc, rec, err)
     assert "10001 > 10000" in reasons and "sup.limits.maxObjects" in reasons, reasons
-    _nothing_imported(repo, rec, seen["commit"], seen["blob"])
+    _nothing_imported(repo, rec, seen["commit"], seen["many"], seen["blob"])
 
 
 def test_a_commit_with_100_parents_is_refused(repo: Path, tmp: Path) -> None:
