@@ -261,3 +261,46 @@ def test_a_bad_limit_in_git_config_is_refused_at_start(repo: Path, tmp: Path) ->
     assert not (common_dir(repo) / "sup" / "tasks").exists() or not any(
         (common_dir(repo) / "sup" / "tasks").iterdir()
     )
+
+
+def test_new_bytes_and_tree_depth_over_their_limits_park(repo: Path, tmp: Path) -> None:
+    """Two 600 KiB files with `[limits] max_bytes = 1 MiB`; in a second task, a file eight
+    directories deep with `max_tree_depth = 5`."""
+    worker, seen_file = _worker(
+        tmp,
+        """
+        if os.environ["GITSUP_GOAL"].startswith("bytes"):
+            for name in ("a.bin", "b.bin"):
+                pathlib.Path(name).write_bytes(os.urandom(600 * 1024))
+        else:
+            d = pathlib.Path("d1/d2/d3/d4/d5/d6/d7/d8")
+            d.mkdir(parents=True)
+            (d / "deep.txt").write_text("deep\\n")
+        sh("git", "add", "-A")
+        sh("git", "commit", "-q", "-m", "more")
+        out("commit", sh("git", "rev-parse", "HEAD"))
+        """,
+    )
+    for goal, limits, expect in (
+        ("bytes", "max_bytes = 1048576", "> 1048576 ([limits] max_bytes / sup.limits.maxBytes)"),
+        ("depth", "max_tree_depth = 5", "depth is over the import limit: 6 > 5"),
+    ):
+        spec = write_spec(
+            tmp,
+            f"""
+            goal = "{goal}"
+            [worker]
+            kind = "process"
+            argv = {json.dumps(worker)}
+            [review]
+            kind = "none"
+            [limits]
+            {limits}
+            """,
+            name=f"{goal}.toml",
+        )
+        rc, rec, err, _ = _start_measured(repo, "--spec", str(spec))
+        seen = json.loads(seen_file.read_text())
+        reasons = _parked(rc, rec, err)
+        assert expect in reasons, reasons
+        _nothing_imported(repo, rec, seen["commit"])
