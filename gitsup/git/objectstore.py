@@ -123,6 +123,9 @@ def stage_loose(kind: str, size: int, chunks: Iterable[bytes], oid: str, into: P
                 h.update(data)
                 fh.write(z.compress(data))
             fh.write(z.flush())
+        close = getattr(chunks, "close", None)
+        if close is not None:  # a stream read only in part: its reader is stopped now
+            close()
         if got != size:
             raise GitsupError(
                 f"object {oid} holds {got if got < size else 'more than ' + str(size)} bytes, its header says {size}"
