@@ -14,7 +14,8 @@ with a hermetic Git environment (no user or system config).
    `python -c pass` in the same run: end-to-end goal and the packages each command must not
    import (`python -X importtime`), per command (CLI_BUDGET).
 4. importing a turn's commit from the task's private Git dir into `sup/<id>` (every new object
-   re-hashed), against the worker's own `git commit` of that turn measured in the same run.
+   re-hashed), against the worker's own `git commit` of that turn measured in the same run;
+   4b. the peak memory of a process importing a commit with one 256 MiB blob (VmHWM).
 6. supervisor overhead per stream-json record (bench_worker.py), 7. the policy classifier
    without its cache (bench_policy.py); then the table of issue 18, every row from this run.
 """
@@ -443,6 +444,71 @@ def bench_import(root: Path, files: int, reps: int) -> dict[str, Any]:
     return out
 
 
+_IMPORT_PEAK = """
+import json, sys
+from pathlib import Path
+from gitsup.git import taskgit as gitstate
+from gitsup.ids import Oid, TaskId
+from gitsup.tasks.lifecycle import SupRepo
+
+repo, tid, baseline, branch = sys.argv[1:5]
+ctx = SupRepo.discover(Path(repo))
+def hwm():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+before = hwm()
+limits = gitstate.ImportLimits(max_object_bytes=1 << 30, max_bytes=1 << 30)
+res = gitstate.import_work(ctx.repo, ctx.layout, TaskId(tid), Oid(baseline), branch, limits)
+print(json.dumps({"before": before, "peak": hwm(), "objects": res.objects, "bytes": res.bytes}))
+"""
+
+
+def bench_import_big(root: Path, size: int) -> dict[str, Any]:
+    """The supervisor's peak memory (VmHWM of a process that does only the import) while
+    it imports a commit holding one blob of `size` bytes (not compressible)."""
+    from gitsup.spec import spec_from_mapping
+    from gitsup.tasks.lifecycle import SupRepo, prepare_task
+
+    print(f"\n== 4b. import of a big blob ({size >> 20} MiB) into sup/<id>: peak memory")
+    base = root / "import-big"
+    base.mkdir()
+    repo = make_repo(base, 10)
+    ctx = SupRepo.discover(repo)
+    spec = spec_from_mapping(
+        {
+            "goal": "bench",
+            "worker": {"kind": "process", "argv": ["true"]},
+            "review": {"kind": "none"},
+        }
+    )
+    record, lease = prepare_task(ctx, spec)
+    ctx.leases.release(lease)
+    wt = Path(record.worktree)
+    chunk = os.urandom(1 << 20)
+    with open(wt / "big.bin", "wb") as fh:
+        for i in range(size >> 20):
+            fh.write(bytes([i & 0xFF]) + chunk[1:])
+    git(wt, "add", "big.bin")
+    git(wt, "commit", "-qm", "big")
+    t = time.perf_counter()
+    res = subprocess.run(
+        [sys.executable, "-c", _IMPORT_PEAK, str(repo), record.id, record.baseline, record.branch],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO_ROOT,
+    )
+    wall = time.perf_counter() - t
+    out: dict[str, Any] = json.loads(res.stdout)
+    out["s"] = wall
+    print(
+        f"   {out['objects']} objects, {out['bytes'] >> 20} MiB: peak {out['peak'] >> 20} MiB "
+        f"(before the import {out['before'] >> 20} MiB), {fmt_s(wall)}"
+    )
+    return out
+
+
 # --- 2. event append rate ----------------------------------------------------------------
 
 
@@ -692,6 +758,14 @@ def summary(r: dict[str, Any], files: int) -> None:
                 f"<= {goal:.0f} ms",
             )
         )
+    big = r["import_big"]
+    rows.append(
+        (
+            f"supervisor peak memory importing a {big['bytes'] >> 20} MiB blob",
+            f"{big['peak'] >> 20} MiB ({big['peak'] / big['bytes']:.2f}x the blob)",
+            "far below the blob",
+        )
+    )
     c = r.get("classifier")
     rows.append(
         (
@@ -752,6 +826,7 @@ def main() -> None:
         results["events"] = bench_events(root, sizes, appends)
         results["ls"] = bench_ls(root, tasks)
         results["import"] = bench_import(root, min(files, 5_000), reps)
+        results["import_big"] = bench_import_big(root, 64 << 20 if args.quick else 256 << 20)
     results["records"] = bench_records_row(appends)
     results["classifier"] = bench_classifier_row(5_000 if args.quick else 20_000)
     summary(results, files)

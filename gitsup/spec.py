@@ -309,6 +309,22 @@ class Events(_Strict):
     max_record_bytes: int = Field(default=64 * 1024, ge=1024)
     rotate_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
     keep_files: int = Field(default=5, ge=1)
+    # gitsup/store/flood.py: worker output written per task, distinct refusals written
+    max_output_bytes: int = Field(default=64 * 1024 * 1024, ge=64 * 1024)
+    max_refused: int = Field(default=1000, ge=1)
+
+
+class Limits(_Strict):
+    """What importing the worker's work may bring into the user's repository
+    (gitsup/git/taskgit.py `ImportLimits`); unset keys fall back to `sup.limits.*`, then to
+    the defaults there."""
+
+    max_object_bytes: int | None = Field(default=None, ge=1)
+    max_objects: int | None = Field(default=None, ge=1)
+    max_bytes: int | None = Field(default=None, ge=1)
+    max_commits: int | None = Field(default=None, ge=1)
+    max_parents: int | None = Field(default=None, ge=1)
+    max_tree_depth: int | None = Field(default=None, ge=1)
 
 
 class Notify(_Strict):
@@ -348,6 +364,7 @@ class TaskSpec(_Strict):
     events: Events = Field(default_factory=Events)
     sandbox: Sandbox = Field(default_factory=Sandbox)
     notify: Notify = Field(default_factory=Notify)
+    limits: Limits = Field(default_factory=Limits)
     attempts: Attempts = Field(default_factory=Attempts)
     # With no checks given, `git diff --check <baseline> HEAD` runs (whitespace errors,
     # conflict markers); false turns it off.

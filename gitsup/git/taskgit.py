@@ -17,23 +17,29 @@ worktree's registration (`$GIT_COMMON_DIR/worktrees/<name>`, whose `gitdir` stil
 the worktree's `.git`), so `git worktree list`, prune, the pool and discard work as before.
 
 The supervisor imports the worker's work into the user's `sup/<id>`: it follows the
-private HEAD, re-hashes every object it copies (refusing a missing or forged one, and a
-tip that does not descend from the baseline) and writes nothing into the user's object
-store unless the whole import is sound. Nothing else from the private dir (other refs,
+private HEAD, reads each object's header before its content and holds the work to
+`ImportLimits`, re-hashes every object it copies (refusing a missing or forged one, and a
+tip that does not descend from the baseline), stages each verified object as a loose
+object file (a big blob a chunk at a time: never held whole) and moves nothing into the
+user's object store unless the whole import is sound. Nothing else from the private dir (other refs,
 config, hooks) reaches the user's repository. The supervisor knows the private dir's
 path; it never reads the worktree's `.git` file to find it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 from gitsup.errors import GitsupError
 from gitsup.git import GitRepo, ObjectStore, RefConflict
+from gitsup.git.objectstore import install_loose, stage_loose
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import TASK_GIT_SHELL, Layout
 
@@ -355,58 +361,191 @@ def _is_hex(s: str) -> bool:
     return len(s) == 40 and all(c in "0123456789abcdef" for c in s)
 
 
-def _object_id(kind: str, data: bytes) -> str:
-    h = hashlib.sha1(usedforsecurity=False)
-    h.update(f"{kind} {len(data)}\0".encode())
-    h.update(data)
-    return h.hexdigest()
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ImportLimits:
+    """What one import may bring into the user's repository. Every limit is checked before
+    the object is copied: over one, the import is refused and nothing is written.
+
+    `max_object_bytes` (uncompressed; 100 MiB, the size most Git hosts refuse a file at)
+    bounds any one object; trees, commits and tags are read whole to follow them, so they
+    are held to at most `_MAX_PARSED_BYTES` as well. `max_objects` and `max_bytes` bound
+    the new objects and their total uncompressed size, `max_commits` the new commits
+    (the history between the baseline and the worker's HEAD), `max_parents` the parents
+    of one commit and `max_tree_depth` how deeply trees nest."""
+
+    max_object_bytes: int = 100 * MiB
+    max_objects: int = 100_000
+    max_bytes: int = 1024 * MiB
+    max_commits: int = 10_000
+    max_parents: int = 16
+    max_tree_depth: int = 256
+
+    # spec key -> git config key (`sup.limits.<name>`)
+    CONFIG: ClassVar[dict[str, str]] = {
+        "max_object_bytes": "maxObjectBytes",
+        "max_objects": "maxObjects",
+        "max_bytes": "maxBytes",
+        "max_commits": "maxCommits",
+        "max_parents": "maxParents",
+        "max_tree_depth": "maxTreeDepth",
+    }
+
+    @classmethod
+    def resolve(cls, repo: GitRepo, given: Mapping[str, int | None]) -> ImportLimits:
+        """A value `given` (the task spec's `[limits]`), else `git config sup.limits.<name>`
+        (an integer, with an optional k, m or g suffix), else the default."""
+        values: dict[str, int] = {}
+        for name, key in cls.CONFIG.items():
+            value = given.get(name)
+            if value is None:
+                raw = repo.config_get(f"sup.limits.{key}")
+                if raw is not None:
+                    value = _config_int(f"sup.limits.{key}", raw)
+            if value is not None:
+                values[name] = value
+        return cls(**values)
+
+    def key(self, name: str) -> str:
+        return f"[limits] {name} / sup.limits.{self.CONFIG[name]}"
+
+
+_MAX_PARSED_BYTES = 16 * MiB
+# Blobs up to this size are read whole; bigger ones are copied a chunk at a time.
+_STREAM_OVER = 4 * MiB
+
+
+def _config_int(key: str, raw: str) -> int:
+    text = raw.strip().lower()
+    scale = {"k": 1024, "m": MiB, "g": 1024 * MiB}.get(text[-1:], 1)
+    digits = text[:-1] if scale != 1 else text
+    if not digits.isdigit() or int(digits) < 1:
+        raise GitsupError(
+            f"git config {key} is {raw!r}: give a positive integer (k, m or g suffix allowed)"
+        )
+    return int(digits) * scale
+
+
+class ImportOverLimit(ImportRefused):
+    """The work is over one of the import limits (the object and the limit are named)."""
 
 
 class _Staged:
-    """Objects read from the worker's store and verified, not yet written anywhere."""
+    """Objects read from the worker's store and verified one at a time, each written as a
+    loose object file into a staging directory (none is held in memory whole); moved into
+    the user's repository only once the whole import is sound."""
 
-    def __init__(self, repo: GitRepo, store: ObjectStore) -> None:
+    def __init__(
+        self, repo: GitRepo, store: ObjectStore, limits: ImportLimits, staging: Path
+    ) -> None:
         self.repo = repo
         self.store = store
-        self.objects: list[tuple[str, str, bytes]] = []  # (oid, kind, data), parents first
+        self.limits = limits
+        self.staging = staging
+        self.objects: list[str] = []  # staged, parents first
+        self.bytes = 0
+        self.commits = 0
         self.commit_parents: dict[str, list[str]] = {}
         self._seen: set[str] = set()
+
+    def _over(self, what: str, name: str, value: int) -> ImportOverLimit:
+        limit = getattr(self.limits, name)
+        return ImportOverLimit(
+            f"{what} is over the import limit: {value} > {limit} ({self.limits.key(name)}); "
+            "nothing was imported, the work stays in the task's Git dir until discard"
+        )
 
     def closure(self, root: str, want: str | None) -> None:
         """Stage every object reachable from `root` that the user's repository lacks.
         An object the user's repository has is taken with everything it reaches."""
-        todo: list[tuple[str, str | None]] = [(root, want)]
+        lim = self.limits
+        todo: list[tuple[str, str | None, int]] = [(root, want, 0)]
         while todo:
-            oid, kind_wanted = todo.pop()
+            oid, kind_wanted, depth = todo.pop()
             if oid in self._seen:
                 continue
             self._seen.add(oid)
             if self.repo.has_object(oid):
                 continue
             try:
-                got = self.store.read(oid)
+                header = self.store.header(oid)
             except GitsupError as exc:
                 raise ImportRefused(f"corrupt object in the task's Git dir: {exc.message}") from exc
-            if got is None:
+            if header is None:
                 raise ImportRefused(f"object {oid} is missing from the task's Git dir")
-            kind, data = got
+            kind, size = header
             if kind_wanted is not None and kind != kind_wanted:
                 raise ImportRefused(f"object {oid} is a {kind}, expected a {kind_wanted}")
-            actual = _object_id(kind, data)
-            if actual != oid:
-                raise ImportRefused(
-                    f"forged object in the task's Git dir: {oid} holds content hashing to {actual}"
+            if size > lim.max_object_bytes:
+                raise self._over(f"{kind} {oid} ({size} bytes)", "max_object_bytes", size)
+            if kind != "blob" and size > _MAX_PARSED_BYTES:
+                raise ImportOverLimit(
+                    f"{kind} {oid} ({size} bytes) is over the {_MAX_PARSED_BYTES}-byte limit "
+                    f"of a {kind}; nothing was imported, the work stays in the task's Git dir "
+                    "until discard"
                 )
-            self.objects.append((oid, kind, data))
+            if len(self.objects) + 1 > lim.max_objects:
+                raise self._over(
+                    f"the work's new objects (at {kind} {oid})",
+                    "max_objects",
+                    len(self.objects) + 1,
+                )
+            if self.bytes + size > lim.max_bytes:
+                raise self._over(
+                    f"the work's new objects' size (at {kind} {oid}, {size} bytes)",
+                    "max_bytes",
+                    self.bytes + size,
+                )
+            if kind == "tree" and depth > lim.max_tree_depth:
+                raise self._over(f"tree {oid}'s depth", "max_tree_depth", depth)
+            data = self._stage(oid, kind, size)
+            self.objects.append(oid)
+            self.bytes += size
             if kind == "commit":
+                assert data is not None
                 tree, parents = _parse_commit(oid, data)
+                if len(parents) > lim.max_parents:
+                    raise self._over(f"commit {oid}'s parents", "max_parents", len(parents))
+                self.commits += 1
+                if self.commits > lim.max_commits:
+                    raise self._over(
+                        f"the work's new commits (at commit {oid})", "max_commits", self.commits
+                    )
                 self.commit_parents[oid] = parents
-                todo += [(p, "commit") for p in parents]
-                todo.append((tree, "tree"))
+                todo += [(p, "commit", 0) for p in parents]
+                todo.append((tree, "tree", 1))
             elif kind == "tree":
-                todo += [(e, k) for e, k in _parse_tree(oid, data) if k is not None]
+                assert data is not None
+                todo += [(e, k, depth + 1) for e, k in _parse_tree(oid, data) if k is not None]
             elif kind == "tag":
-                todo.append((_parse_tag(oid, data), None))
+                assert data is not None
+                todo.append((_parse_tag(oid, data), None, 0))
+
+    def _stage(self, oid: str, kind: str, size: int) -> bytes | None:
+        """Copy the object into the staging directory, verified; its content when it is
+        one that is followed (a commit, tree or tag)."""
+        try:
+            if kind == "blob" and size > _STREAM_OVER:
+                chunks: Any = self.store.stream_blob(oid, self.repo.common_dir)
+                data = None
+            else:
+                got = self.store.read(oid)
+                if got is None:
+                    raise ImportRefused(f"object {oid} is missing from the task's Git dir")
+                if got[0] != kind:
+                    raise ImportRefused(f"object {oid} is a {got[0]}, expected a {kind}")
+                data = got[1]
+                chunks = (data,)
+            stage_loose(kind, size, chunks, oid, self.staging)
+        except ImportRefused:
+            raise
+        except GitsupError as exc:
+            if exc.message.startswith("forged object"):
+                raise ImportRefused(exc.message) from exc
+            raise ImportRefused(f"corrupt object in the task's Git dir: {exc.message}") from exc
+        return data
 
     def descends(self, tip: str, baseline: str) -> bool:
         """Does `tip` reach `baseline` through parents (staged ones, then the user's)?"""
@@ -426,19 +565,34 @@ class _Staged:
         return False
 
     def write(self) -> int:
-        """Write the staged objects into the user's repository, each object after
+        """Move the staged objects into the user's repository, each object after
         everything it refers to: an object there always comes with its closure."""
-        size = 0
-        for oid, kind, data in reversed(self.objects):
-            written = self.repo.write_object(kind, data)
-            if written != oid:
-                raise ImportRefused(f"object {oid} was stored as {written}")
-            size += len(data)
-        return size
+        objects = self.repo.common_dir / "objects"
+        for oid in reversed(self.objects):
+            install_loose(self.staging / oid, oid, objects)
+        return self.bytes
+
+
+@contextlib.contextmanager
+def _staging(layout: Layout, task: TaskId) -> Iterator[Path]:
+    """A fresh staging directory in the task dir (which the worker cannot write, on the
+    same file system as the user's objects), removed afterwards whatever happened."""
+    d = layout.task_dir(task) / "import.tmp"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def import_work(
-    repo: GitRepo, layout: Layout, task: TaskId, baseline: Oid, branch: str
+    repo: GitRepo,
+    layout: Layout,
+    task: TaskId,
+    baseline: Oid,
+    branch: str,
+    limits: ImportLimits | None = None,
 ) -> Imported | None:
     """Move the user's `branch` to the commit the worker's HEAD is at, after copying and
     verifying every object it needs. None when the task has no private Git dir."""
@@ -453,14 +607,16 @@ def import_work(
         raise ImportRefused(f"cannot read the worker's HEAD: {exc.message}") from exc
     if tip is None:
         raise ImportRefused(f"the worker's HEAD ({ref}) has no commit")
-    staged = _Staged(repo, ObjectStore(git / "objects"))
-    staged.closure(tip, "commit")
-    if not staged.descends(tip, baseline):
-        where = ref.removeprefix("refs/heads/") if ref else "a detached HEAD"
-        raise ImportRefused(
-            f"the worker's {where} ({tip[:12]}) does not descend from the baseline {baseline[:12]}"
-        )
-    size = staged.write()
+    with _staging(layout, task) as staging:
+        staged = _Staged(repo, ObjectStore(git / "objects"), limits or ImportLimits(), staging)
+        staged.closure(tip, "commit")
+        if not staged.descends(tip, baseline):
+            where = ref.removeprefix("refs/heads/") if ref else "a detached HEAD"
+            raise ImportRefused(
+                f"the worker's {where} ({tip[:12]}) does not descend from the baseline "
+                f"{baseline[:12]}"
+            )
+        size = staged.write()
     name = f"refs/heads/{branch}"
     previous = repo.ref_target(name)
     if previous != tip:
@@ -471,14 +627,18 @@ def import_work(
     return Imported(ref, tip, previous, len(staged.objects), size)
 
 
-def import_tree(repo: GitRepo, layout: Layout, task: TaskId, tree: Oid) -> None:
+def import_tree(
+    repo: GitRepo, layout: Layout, task: TaskId, tree: Oid, limits: ImportLimits | None = None
+) -> None:
     """Copy `tree` (e.g. a snapshot of the worktree) and what it reaches from the task's
-    private Git dir into the user's repository, verified like `import_work`."""
+    private Git dir into the user's repository, verified and bounded like `import_work`."""
     if not uses_private_dir(layout, task):
         return
-    staged = _Staged(repo, ObjectStore(private_dir(layout, task) / "objects"))
-    staged.closure(tree, "tree")
-    staged.write()
+    with _staging(layout, task) as staging:
+        store = ObjectStore(private_dir(layout, task) / "objects")
+        staged = _Staged(repo, store, limits or ImportLimits(), staging)
+        staged.closure(tree, "tree")
+        staged.write()
 
 
 def remove(layout: Layout, task: TaskId) -> bool:

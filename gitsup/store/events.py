@@ -117,6 +117,7 @@ class EventLog:
         self._fd: int | None = None
         self._known_seq: int | None = None  # seq and file size right after our last append
         self._known_size = -1
+        self.last_bytes = 0  # the size of the record this log appended last
         self._locked_size = 0
         self._heads: dict[str, str] = {}
 
@@ -309,6 +310,7 @@ class EventLog:
         # would leave a torn line, repaired by the next append's tail read).
         self._known_seq = seq if written == len(line) else None
         self._known_size = size + written
+        self.last_bytes = written
         # frozen: its fields set once, without the per-field setattr (as stream_json's
         # `_worker_output`)
         ev = _new_event(Event)

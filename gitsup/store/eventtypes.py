@@ -480,13 +480,15 @@ class Notification(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EgressRefused(Payload):
-    """The egress gate refused a connection."""
+    """The egress gate refused a connection (`repeats`: this many more of the same were
+    refused since the last one written, folded into this record)."""
 
     TYPE: ClassVar[str] = "egress_refused"
     who: str
     host: str
     port: int
     reason: str
+    repeats: int | Unset = opt()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -497,6 +499,18 @@ class EgressSummary(Payload):
     who: str
     connections: int
     refused: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventsDropped(Payload):
+    """Events a worker can cause at will were not written past their cap
+    (gitsup/store/flood.py): counts per type (`events`, and `bytes` of worker output).
+    Written when dropping starts (`final` false) and once more when the task ends."""
+
+    TYPE: ClassVar[str] = "events_dropped"
+    dropped: JsonMap
+    limits: JsonMap
+    final: bool
 
 
 # --- the integration queue's log (refs/sup/queue/<branch>/log) ---------------------------

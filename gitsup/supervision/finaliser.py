@@ -9,10 +9,13 @@ from typing import Any
 from gitsup.errors import GitsupError
 from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo, RefConflict
 from gitsup.git.taskgit import (
+    ImportLimits,
+    ImportOverLimit,
     ImportRefused,
     import_tree,
     import_work,
     open_worktree,
+    private_dir,
     seal,
     uses_private_dir,
 )
@@ -64,12 +67,20 @@ class Finaliser:
         except GitsupError:
             return None
 
+    def limits(self) -> ImportLimits:
+        return ImportLimits.resolve(self.repo, self.spec.limits.model_dump())
+
     def import_work(self) -> str | None:
         """Import the worker's commits into the task branch (verified). Returns why the
         import was refused (also recorded as a reason), None when it went through."""
         try:
             res = import_work(
-                self.repo, self.layout, self.task, Oid(self.record.baseline), self.record.branch
+                self.repo,
+                self.layout,
+                self.task,
+                Oid(self.record.baseline),
+                self.record.branch,
+                self.limits(),
             )
         except (ImportRefused, GitsupError) as exc:
             reason = f"import refused: {exc.message}"
@@ -192,7 +203,25 @@ class Finaliser:
                 if omitted:
                     self.emit(et.WipSaved(ref=None, commit=None, not_captured=omitted))
                 return
-            import_tree(self.repo, self.layout, self.task, tree)
+            try:
+                import_tree(self.repo, self.layout, self.task, tree, self.limits())
+            except ImportOverLimit as exc:
+                # Over a limit: no snapshot; the work stays in the task's private Git dir,
+                # which only discard removes (and the entry makes discard ask for --force).
+                omitted = bound_not_captured(
+                    [
+                        *omitted,
+                        {
+                            "path": str(private_dir(self.layout, self.task)),
+                            "bytes": 0,
+                            "why": f"not imported: {exc.message}",
+                            "blocks_discard": True,
+                        },
+                    ]
+                )
+                self.record.not_captured = omitted
+                self.emit(et.WipSaved(ref=None, commit=None, not_captured=omitted))
+                return
             commit = self.repo.commit_tree(
                 tree,
                 [parent],

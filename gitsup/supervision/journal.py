@@ -16,6 +16,7 @@ from gitsup.spec import TaskSpec
 from gitsup.state import State
 from gitsup.store.events import Event, EventLog
 from gitsup.store.eventtypes import Payload, ProtocolNoise
+from gitsup.store.flood import Flood
 from gitsup.store.record import TaskRecord
 from gitsup.store.records import TaskStore
 
@@ -55,16 +56,28 @@ class Journal:
             repo, layout, spec, task, current=lambda: self.record.model_dump(mode="json")
         )
         self.lock = threading.RLock()  # the egress gate reports from its own thread
+        self.flood = Flood(spec.events.max_output_bytes, spec.events.max_refused)
 
-    def emit(self, payload: Payload) -> Event:
+    def emit(self, payload: Payload) -> Event | None:
+        """Append `payload`; None when the flood bounds (gitsup/store/flood.py) dropped it
+        or folded it into a count."""
         with self.lock:
-            ev = self.log.append(payload)
-            if self.on_event is not None:
-                with contextlib.suppress(Exception):
-                    self.on_event(ev)
-            if self.notifier is not None:
-                with contextlib.suppress(Exception):
-                    self.notifier.on_event(ev)
+            written = None
+            for p in self.flood.admit(payload):
+                ev = self._append(p)
+                if p is payload:
+                    written = ev
+        return written
+
+    def _append(self, payload: Payload) -> Event:
+        ev = self.log.append(payload)
+        self.flood.wrote(payload, self.log.last_bytes)
+        if self.on_event is not None:
+            with contextlib.suppress(Exception):
+                self.on_event(ev)
+        if self.notifier is not None:
+            with contextlib.suppress(Exception):
+                self.notifier.on_event(ev)
         return ev
 
     def save(self, state: State) -> None:
@@ -79,6 +92,9 @@ class Journal:
         `git sup recover` completes (gitsup/supervision/recovery.py)."""
         self.record.state = final
         self.store.stage_final(self.record)
+        with self.lock:  # what the flood bounds folded or dropped, said before the end
+            for p in self.flood.final():
+                self._append(p)
         fault("before_task_finished")
         self.emit(finished)
         fault("after_task_finished")

@@ -165,7 +165,7 @@ class Supervisor:
         self._abort = threading.Event()
         self._abort_reason: str | None = None
 
-        def emit(payload: Payload) -> Event:
+        def emit(payload: Payload) -> Event | None:
             return self.emit(payload)  # late-bound: every event goes through Supervisor.emit
 
         self.launcher = Launcher(
@@ -225,7 +225,8 @@ class Supervisor:
 
     # --- events and the record ----------------------------------------------------------
 
-    def emit(self, payload: Payload) -> Event:
+    def emit(self, payload: Payload) -> Event | None:
+        """Write `payload` (None: a worker's flood past its cap, dropped and counted)."""
         return self.journal.emit(payload)
 
     def save(self) -> None:

@@ -65,6 +65,12 @@ def preflight_start(ctx: SupRepo, spec: TaskSpec, baseline: Oid) -> None:
             why = _unresolved(spec.worker.argv[0], env, ctx, baseline)
             if why:
                 problems.append(f"worker: {why}")
+    from gitsup.git.taskgit import ImportLimits
+
+    try:  # a bad `sup.limits.*` value is said now, not when the work is imported
+        ImportLimits.resolve(ctx.repo, spec.limits.model_dump())
+    except GitsupError as exc:
+        problems.append(exc.message)
     root_problem = worktree_root_problem(ctx)
     if root_problem:
         problems.append(root_problem)
