@@ -146,8 +146,10 @@ class ProgressRenderer:
                 self._line(f"stop requested: {p.reason}", "yellow")
             case et.EgressRefused() as p:
                 key = (p.host, p.port)
-                self._refused[key] = self._refused.get(key, 0) + 1
-                if self._refused[key] == 1:  # repeats are counted, shown at the summary
+                seen = self._refused.get(key, 0)
+                folded = given(p.repeats)  # refusals the log folded into this record
+                self._refused[key] = seen + (folded if folded else 1)
+                if not seen:  # repeats are counted, shown at the summary
                     self._line(egress_refused_text(p.host, p.port, p.reason, p.who), "yellow")
             case et.EgressSummary() as p:
                 repeats = ", ".join(

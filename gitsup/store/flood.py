@@ -21,7 +21,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from gitsup.store.eventtypes import EgressRefused, EventsDropped, Payload, WorkerOutput
+from gitsup.store.eventtypes import (
+    EgressRefused,
+    EgressSummary,
+    EventsDropped,
+    Payload,
+    WorkerOutput,
+)
 
 MiB = 1024 * 1024
 DEFAULT_MAX_OUTPUT_BYTES = 64 * MiB
@@ -74,6 +80,15 @@ class Flood:
                     return [payload]
                 self.dropped_refused += 1
                 return self._notice("egress_refused")
+        if isinstance(payload, EgressSummary):
+            # the gate closed: its folded repeats are said before its summary
+            with self._lock:
+                out: list[Payload] = []
+                for k, n in self._pending.items():
+                    if n and k[0] == payload.who:
+                        out.append(_repeat(k, n))
+                        self._pending[k] = 0
+                return [*out, payload]
         return [payload]
 
     def wrote(self, payload: Payload, nbytes: int) -> None:
