@@ -508,6 +508,9 @@ def test_stop_from_another_process(repo: Path, tmp: Path) -> None:
 
 def test_init_is_idempotent(repo: Path) -> None:
     git(repo, "config", "--add", "notes.displayRef", "refs/notes/review")
+    # the same identity in and out of this process (libgit2 keeps the HOME it started with,
+    # and the allowed signer's principal follows user.email)
+    git(repo, "config", "user.email", "t@example.invalid")
     first = run_sup(repo, "init", "--json")
     assert first.returncode == 0, first.stderr
     res = json.loads(first.stdout)
