@@ -27,6 +27,13 @@ class StopRequest:
 
 
 @dataclass(frozen=True)
+class LimitHit:
+    """The worker's cgroup ran into one of its limits (pids.max, the memory limit)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class ResumeAuto:
     """`git sup resume-auto`: automatic turns continue after a human takeover."""
 

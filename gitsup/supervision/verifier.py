@@ -124,7 +124,9 @@ class Verifier:
             base = self.launcher.cg_base
             if base is not None:
                 with contextlib.suppress(GitsupError, OSError):
-                    cg = create_cgroup(f"{self.task}-c{os.urandom(3).hex()}", base)
+                    cg = create_cgroup(
+                        f"{self.task}-c{os.urandom(3).hex()}", base, self.launcher.limits()
+                    )
             net = self.launcher.net.network_for("check", stack, env, agent=False)
             if net.env:
                 env = {**env, **net.env}
