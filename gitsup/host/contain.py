@@ -9,6 +9,11 @@ network namespace, if any) and then execs the real command. Nothing the worker s
 freeze, SIGKILL every pid, thaw), verifies `cgroup.procs` is empty, then removes the cgroups
 bottom-up.
 
+Each cgroup is bounded (`Limits`: pids.max, the memory limit), in the v2 tree or, for a
+controller a hybrid host binds to v1, in a v1 cgroup of the same name that the bootstrap joins
+too; `Cgroup.limit_hits` reads what the kernel refused or killed. `Cgroup.freeze`/`thaw` hold
+a worker between turns (docs/containment.md).
+
 Without cgroups (mode `off`, or `auto` on a host without a writable v2 tree) a worker is
 contained by its process group plus a psutil sweep of its descendants. That is weaker:
 a descendant that calls `setsid()` and is reparented to init escapes both.
@@ -202,7 +207,9 @@ class Cgroup:
                 pass
             except OSError:
                 ok = False
-        for d in self.v1:  # emptied with the v2 cgroup: the same processes
+        # emptied with the v2 cgroup (the same processes); found by name when this Cgroup was
+        # read back from a record that did not list them
+        for d in self.v1 or v1_companions(self.name):
             for _ in range(50):
                 try:
                     d.rmdir()
@@ -391,6 +398,16 @@ def _limit_v1(name: str, what: str, value: int) -> tuple[Path | None, str]:
             d.rmdir()
         return None, f"cannot write {_V1_FILE[what]} in {d}: {exc.strerror}"
     return d, ""
+
+
+def v1_companions(name: str) -> list[Path]:
+    """The cgroup v1 directories named `name` that gitsup made for limits on this host."""
+    out = []
+    for what in ("pids", "memory"):
+        own = _v1_hierarchy(what)
+        if own is not None and (own / "gitsup" / name).is_dir():
+            out.append(own / "gitsup" / name)
+    return out
 
 
 def format_size(n: int) -> str:
