@@ -122,25 +122,29 @@ class Cgroup:
                     out[k] = int(v)
         return out
 
-    def limit_hits(self) -> list[str]:
-        """The limits this cgroup ran into, one sentence each: a fork refused at pids.max
-        (`pids.events` max), a process the kernel killed at the memory limit (`oom_kill` of
+    def limit_hits(self) -> list[tuple[str, str]]:
+        """The limits this cgroup ran into, as (controller, one sentence): a fork refused at
+        pids.max (`pids.events` max), a process the kernel killed at the memory limit (`oom_kill` of
         `memory.events`, or of `memory.oom_control` on cgroup v1)."""
-        hits: list[str] = []
+        hits: list[tuple[str, str]] = []
         for what, value, d in self.limits:
             if what == "pids":
                 n = self._events(d / "pids.events").get("max", 0)
                 if n:
-                    hits.append(
+                    why = (
                         f"limit: the task reached pids.max {value} (the kernel refused {n} fork(s))"
                     )
+                    hits.append((what, why))
             elif what == "memory":
                 events = d / ("memory.events" if d == self.path else "memory.oom_control")
                 n = self._events(events).get("oom_kill", 0)
                 if n:
                     hits.append(
-                        f"limit: the task reached its memory limit {format_size(value)} "
-                        f"(memory.max; the kernel killed {n} process(es))"
+                        (
+                            what,
+                            f"limit: the task reached its memory limit {format_size(value)} "
+                            f"(memory.max; the kernel killed {n} process(es))",
+                        )
                     )
         return hits
 

@@ -92,7 +92,6 @@ class Launcher:
         self.sandbox_enforced = False
         self._limits: Limits | None = None
         self._limits_error: str | None = None
-        self._hits_seen: set[str] = set()
         self._watch_stop = threading.Event()
 
     @property
@@ -301,22 +300,21 @@ class Launcher:
         report["weaker"] = weaker
         self.record.sandbox = report
 
-    def limit_hits(self) -> list[str]:
-        """The limits the worker's cgroup ran into that were not reported yet."""
+    def limit_hits(self) -> list[LimitHit]:
+        """The limits the worker's cgroup ran into so far."""
         cg = self.cgroup
-        if cg is None:
-            return []
-        new = [h for h in cg.limit_hits() if h not in self._hits_seen]
-        self._hits_seen.update(new)
-        return new
+        return [LimitHit(kind, why) for kind, why in cg.limit_hits()] if cg is not None else []
 
     def _watch_limits(self, cg: Cgroup, stop: threading.Event) -> None:
         """While the worker runs: a limit it runs into ends its turn (LimitHit)."""
+        seen: set[str] = set()
         while not stop.wait(0.25):
             if self.cgroup is not cg:
                 return
             for hit in self.limit_hits():
-                self.inbox.put(LimitHit(hit))
+                if hit.kind not in seen:
+                    seen.add(hit.kind)
+                    self.inbox.put(hit)
 
     # --- holding the worker between turns --------------------------------------------------
 
@@ -325,10 +323,11 @@ class Launcher:
         w = self.worker
         return not (w.capabilities.persistent if w is not None else self.spec.worker.kind == "tmux")
 
-    def hold(self) -> list[str]:
+    def hold(self) -> list[LimitHit]:
         """The worker's turn ended: until its next turn nothing of it runs. A live worker's
         cgroup is frozen (one that cannot be frozen is killed); what an exited worker left
-        running is killed. Returns the limits it ran into, not reported before."""
+        running is killed. Returns every limit it ran into (the machine knows which it has
+        seen: one the limit watcher queued may not have reached it yet)."""
         cg = self.cgroup
         if cg is None or not self._can_freeze():
             return self.limit_hits()

@@ -98,7 +98,8 @@ class TaskMachine:
         self._turn: TurnCompleted | None = None  # the turn waiting for its import
         self._deciding: TurnCompleted | None = None  # the turn the decider is asked about
         self._repair: Verified | None = None  # the repair round waiting for its send
-        self.limits_hit: list[str] = []  # the cgroup limits the worker ran into
+        self.limits_hit: list[str] = []  # the cgroup limits the worker ran into (reasons)
+        self._limit_kinds: set[str] = set()
 
     @property
     def terminal(self) -> bool:
@@ -174,7 +175,7 @@ class TaskMachine:
         if isinstance(item, ResumeAuto):
             return self._resume_auto(now)
         if isinstance(item, LimitHit):
-            return self._limit_hit(item.reason)
+            return self._limit_hit(item)
         if isinstance(item, TimerFired):
             return self._timer(item.name, now)
         if isinstance(item, Verified):
@@ -363,11 +364,13 @@ class TaskMachine:
         self._deciding = tc
         return [Decide(tc)]
 
-    def _limit_hit(self, reason: str) -> list[Effect]:
+    def _limit_hit(self, hit: LimitHit) -> list[Effect]:
         """A cgroup limit ends the task: a running worker is stopped and its work verified and
         parked; in any other state the reason is kept and the verdict parks."""
-        if reason in self.limits_hit:
+        if hit.kind in self._limit_kinds:
             return []
+        self._limit_kinds.add(hit.kind)
+        reason = hit.reason
         self.limits_hit.append(reason)
         out: list[Effect] = [Emit(et.LimitReached(reason=reason)), AddReason(reason, once=True)]
         if self.state in (State.RUNNING, State.PAUSED):

@@ -56,7 +56,6 @@ from gitsup.supervision.taskio import (
     Finish,
     Finished,
     ImportWork,
-    LimitHit,
     RecordDecision,
     Recover,
     ResumeAuto,
@@ -436,7 +435,7 @@ class Supervisor:
         it runs meanwhile (Launcher.hold). A limit it ran into is the machine's to know first;
         in these states that only records it (the verdict parks)."""
         for hit in self.launcher.hold():
-            for effect in self.machine.on(LimitHit(hit), time.monotonic()):
+            for effect in self.machine.on(hit, time.monotonic()):
                 self._do(effect)
 
     def _send(self, e: SendTurn) -> TurnSent:

@@ -28,8 +28,10 @@ class StopRequest:
 
 @dataclass(frozen=True)
 class LimitHit:
-    """The worker's cgroup ran into one of its limits (pids.max, the memory limit)."""
+    """The worker's cgroup ran into one of its limits: `kind` pids or memory, each reported
+    once however often it is seen."""
 
+    kind: str
     reason: str
 
 
