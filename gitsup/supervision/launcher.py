@@ -93,6 +93,7 @@ class Launcher:
         self._limits: Limits | None = None
         self._limits_error: str | None = None
         self._watch_stop = threading.Event()
+        self._stopped_hits: list[LimitHit] = []
 
     @property
     def record(self) -> Any:
@@ -301,9 +302,11 @@ class Launcher:
         self.record.sandbox = report
 
     def limit_hits(self) -> list[LimitHit]:
-        """The limits the worker's cgroup ran into so far."""
+        """The limits the worker's cgroup ran into so far (once it is removed: what it had)."""
         cg = self.cgroup
-        return [LimitHit(kind, why) for kind, why in cg.limit_hits()] if cg is not None else []
+        if cg is None:
+            return list(self._stopped_hits)
+        return [LimitHit(kind, why) for kind, why in cg.limit_hits()]
 
     def _watch_limits(self, cg: Cgroup, stop: threading.Event) -> None:
         """While the worker runs: a limit it runs into ends its turn (LimitHit)."""
@@ -598,6 +601,7 @@ class Launcher:
                     )
                 )
             return
+        self._stopped_hits = self.limit_hits()  # the verdict after the stop still sees them
         empty = cg.kill(timeout=self.spec.worker.stop_grace + 5)
         removed = cg.remove() if empty else False
         self.swept = True  # the cgroup, proven empty, is the stronger guarantee

@@ -101,7 +101,8 @@ print("forked", kids)
 
 def test_a_fork_bomb_ends_its_own_task_at_pids_max(repo: Path, tmp_path: Path) -> None:
     w = _worker(tmp_path, FORK_BOMB)
-    rec = _run(repo, tmp_path, w, "[limits]\npids = 64\n")
+    # (a bound for when the limit were not seen: the worker says nothing after it)
+    rec = _run(repo, tmp_path, w, '[limits]\npids = 64\n[budget]\nno_output_timeout = "90s"\n')
     assert rec["status"] == "parked", rec
     named = [r for r in rec["reasons"] if "pids.max 64" in r]
     assert named, rec["reasons"]
