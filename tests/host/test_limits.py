@@ -35,7 +35,9 @@ def _worker(tmp: Path, body: str, name: str = "worker.py") -> str:
     return str(path)
 
 
-def _run(repo: Path, tmp: Path, worker: str, extra: str = "") -> dict[str, Any]:
+def _run(
+    repo: Path, tmp: Path, worker: str, extra: str = "", env: dict[str, str] | None = None
+) -> dict[str, Any]:
     spec = write_spec(
         tmp,
         f"""
@@ -48,7 +50,7 @@ def _run(repo: Path, tmp: Path, worker: str, extra: str = "") -> dict[str, Any]:
         """
         + textwrap.dedent(extra),
     )
-    res = run_sup(repo, "start", "--spec", str(spec), "--json", "-q", timeout=240)
+    res = run_sup(repo, "start", "--spec", str(spec), "--json", "-q", timeout=240, env=env)
     assert res.stdout.strip(), res.stderr
     rec: dict[str, Any] = json.loads(res.stdout)
     return rec
@@ -146,6 +148,17 @@ def test_defaults_bound_every_task(repo: Path, tmp_path: Path) -> None:
     rec = _run(repo, tmp_path, w)
     assert rec["status"] == "failed"
     assert any("sup.limits.memory" in r for r in rec["reasons"]), rec["reasons"]
+
+
+def test_without_a_cgroup_the_missing_limits_and_freezing_are_named_weaker(
+    repo: Path, tmp_path: Path
+) -> None:
+    w = _worker(tmp_path, "print('nothing')\n")
+    rec = _run(repo, tmp_path, w, env={"GITSUP_CGROUP_ROOT": "none"})
+    weaker = rec["sandbox"]["weaker"]
+    assert any(x.startswith("pids and memory limits not enforced") for x in weaker), weaker
+    assert any(x.startswith("not frozen between turns") for x in weaker), weaker
+    assert rec["sandbox"]["limits"] == {}
 
 
 # The worker commits, then leaves a setsid daemon that moves its branch, resets HEAD and
