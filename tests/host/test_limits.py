@@ -114,6 +114,42 @@ def test_a_fork_bomb_ends_its_own_task_at_pids_max(repo: Path, tmp_path: Path) -
     _gone(rec)
 
 
+FORKING_CHECK = """
+import os, sys, time
+for i in range(300):
+    try:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+    except OSError as exc:
+        print("fork failed:", exc)
+        sys.exit(1)
+"""
+
+
+def test_a_check_runs_under_the_same_limits_and_its_result_names_them(
+    repo: Path, tmp_path: Path
+) -> None:
+    w = _worker(tmp_path, "print('nothing')\n")
+    check = _worker(tmp_path, FORKING_CHECK, "check.py")
+    rec = _run(
+        repo,
+        tmp_path,
+        w,
+        f"""
+        [limits]
+        pids = 64
+        [[checks]]
+        name = "forks"
+        argv = ["{PYTHON}", "{check}"]
+        """,
+    )
+    (result,) = rec["checks"]
+    assert not result["passed"]
+    assert "check limit: the task reached pids.max 64" in result["output_tail"], result
+    assert not _marked(rec["id"])
+
+
 MEMORY_HOG = """
 import time
 block = b"x" * (512 << 20)  # written: every page touched
