@@ -300,6 +300,90 @@ class Isolation(_Strict):
     cgroup: Literal["auto", "required", "off"] = "auto"
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(value: object) -> int:
+    """Bytes from a number or a string like `512M`, `8G`, `128MiB` (binary units);
+    0 or "max" is no limit (returned as 0). Raises ValueError with a readable message."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError("a size cannot be negative")
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        if text == "max":
+            return 0
+        for suffix in ("ib", "b"):
+            if text.endswith(suffix) and text[: -len(suffix)][-1:] in "kmgt" and len(text) > 2:
+                text = text[: -len(suffix)]
+                break
+        num, unit = text.rstrip("kmgtb"), text[len(text.rstrip("kmgtb")) :]
+        if unit in _SIZE_UNITS and num.replace(".", "", 1).isdigit():
+            return int(float(num) * _SIZE_UNITS[unit])
+    raise ValueError(f"not a size: {value!r} (use bytes or a string like '512M', '8G')")
+
+
+def _size(value: object) -> int:
+    return parse_size(value)
+
+
+Size = Annotated[int, BeforeValidator(_size)]
+
+# The bounds of a task's cgroup unless the spec or git config sets them (docs/spec.md).
+DEFAULT_PIDS = 4096
+DEFAULT_MEMORY_CAP = 8 << 30
+MIN_PIDS = 8
+MIN_MEMORY = 16 << 20
+
+
+def default_memory() -> int:
+    """8 GiB, or half of this host's memory when that is less."""
+    import os
+
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return DEFAULT_MEMORY_CAP
+    return min(DEFAULT_MEMORY_CAP, max(MIN_MEMORY, total // 2))
+
+
+def check_limit(what: str, value: int) -> int:
+    """A limit of 0 is off; anything else must leave room to run at all."""
+    if what == "pids" and 0 < value < MIN_PIDS:
+        raise ValueError(f"pids must be 0 (no limit) or at least {MIN_PIDS}")
+    if what == "memory" and 0 < value < MIN_MEMORY:
+        raise ValueError("memory must be 0 (no limit) or at least 16M")
+    return value
+
+
+class Limits(_Strict):
+    """What a task may take. `pids`, `memory`: the task's cgroup bounds (worker and checks);
+    None: git config `sup.limits.pids` / `sup.limits.memory`, else the default (DEFAULT_PIDS,
+    default_memory()); 0: no limit. The `max_*` keys: what importing the worker's work may
+    bring into the user's repository (gitsup/git/taskgit.py `ImportLimits`); unset keys fall
+    back to `sup.limits.*`, then to the defaults there."""
+
+    pids: int | None = Field(default=None, ge=0)
+    memory: Size | None = None
+    max_object_bytes: int | None = Field(default=None, ge=1)
+    max_objects: int | None = Field(default=None, ge=1)
+    max_bytes: int | None = Field(default=None, ge=1)
+    max_commits: int | None = Field(default=None, ge=1)
+    max_parents: int | None = Field(default=None, ge=1)
+    max_tree_depth: int | None = Field(default=None, ge=1)
+
+    @field_validator("pids")
+    @classmethod
+    def _pids(cls, v: int | None) -> int | None:
+        return None if v is None else check_limit("pids", v)
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: int | None) -> int | None:
+        return None if v is None else check_limit("memory", v)
+
+
 class Sandbox(_Strict):
     # None: git config sup.sandbox, else "auto" (gitsup/host/sandbox.py)
     mode: Literal["auto", "required", "off"] | None = None
@@ -312,19 +396,6 @@ class Events(_Strict):
     # gitsup/store/flood.py: worker output written per task, distinct refusals written
     max_output_bytes: int = Field(default=64 * 1024 * 1024, ge=64 * 1024)
     max_refused: int = Field(default=1000, ge=1)
-
-
-class Limits(_Strict):
-    """What importing the worker's work may bring into the user's repository
-    (gitsup/git/taskgit.py `ImportLimits`); unset keys fall back to `sup.limits.*`, then to
-    the defaults there."""
-
-    max_object_bytes: int | None = Field(default=None, ge=1)
-    max_objects: int | None = Field(default=None, ge=1)
-    max_bytes: int | None = Field(default=None, ge=1)
-    max_commits: int | None = Field(default=None, ge=1)
-    max_parents: int | None = Field(default=None, ge=1)
-    max_tree_depth: int | None = Field(default=None, ge=1)
 
 
 class Notify(_Strict):
@@ -363,8 +434,8 @@ class TaskSpec(_Strict):
     isolation: Isolation = Field(default_factory=Isolation)
     events: Events = Field(default_factory=Events)
     sandbox: Sandbox = Field(default_factory=Sandbox)
-    notify: Notify = Field(default_factory=Notify)
     limits: Limits = Field(default_factory=Limits)
+    notify: Notify = Field(default_factory=Notify)
     attempts: Attempts = Field(default_factory=Attempts)
     # With no checks given, `git diff --check <baseline> HEAD` runs (whitespace errors,
     # conflict markers); false turns it off.

@@ -1,6 +1,6 @@
 """The worker bootstrap: join a cgroup and/or a network namespace, sandbox, then exec.
 
-    python -m gitsup.host.bootstrap [--cgroup DIR] [--netns PATH] [--sandbox JSON] -- ARGV...
+    python -m gitsup.host.bootstrap [--cgroup DIR]... [--netns PATH] [--sandbox JSON] -- ARGV...
 
 Runs before the real command executes, so no descendant of it can start outside the
 cgroup, the namespace or the sandbox. Order: join the cgroup, enter the network namespace,
@@ -403,11 +403,12 @@ def apply_sandbox(cfg: dict[str, object]) -> None:
 
 
 def main(argv: list[str]) -> None:
-    cgroup = netns = sandbox = None
+    netns = sandbox = None
+    cgroups: list[str] = []  # the v2 cgroup, then v1 ones holding limits (a hybrid host)
     i = 0
     while i < len(argv) and argv[i] != "--":
         if argv[i] == "--cgroup" and i + 1 < len(argv):
-            cgroup = argv[i + 1]
+            cgroups.append(argv[i + 1])
             i += 2
         elif argv[i] == "--netns" and i + 1 < len(argv):
             netns = argv[i + 1]
@@ -420,7 +421,7 @@ def main(argv: list[str]) -> None:
     cmd = argv[i + 1 :]
     if not cmd:
         _fail("no command")
-    if cgroup is not None:
+    for cgroup in cgroups:
         try:
             fd = os.open(os.path.join(cgroup, "cgroup.procs"), os.O_WRONLY)
             try:

@@ -9,6 +9,11 @@ network namespace, if any) and then execs the real command. Nothing the worker s
 freeze, SIGKILL every pid, thaw), verifies `cgroup.procs` is empty, then removes the cgroups
 bottom-up.
 
+Each cgroup is bounded (`Limits`: pids.max, the memory limit), in the v2 tree or, for a
+controller a hybrid host binds to v1, in a v1 cgroup of the same name that the bootstrap joins
+too; `Cgroup.limit_hits` reads what the kernel refused or killed. `Cgroup.freeze`/`thaw` hold
+a worker between turns (docs/containment.md).
+
 Without cgroups (mode `off`, or `auto` on a host without a writable v2 tree) a worker is
 contained by its process group plus a psutil sweep of its descendants. That is weaker:
 a descendant that calls `setsid()` and is reparented to init escapes both.
@@ -42,13 +47,106 @@ _CANDIDATE_MOUNTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
 
 
 @dataclass(frozen=True)
+class Limits:
+    """Bounds on one cgroup: its number of tasks (pids.max) and its memory in bytes
+    (memory.max). None: no bound."""
+
+    pids: int | None = None
+    memory: int | None = None
+
+
+@dataclass(frozen=True)
 class Cgroup:
     path: Path
     inode: int
+    # cgroup v1 directories of the same name, for a controller this host binds to v1 (a
+    # hybrid hierarchy): the worker joins them too, and the limit lives there.
+    v1: tuple[Path, ...] = ()
+    # What is bounded, and where: (controller, value, the directory holding the limit).
+    limits: tuple[tuple[str, int, Path], ...] = ()
+    # Each limit asked for that this host could not apply, with why.
+    weaker: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
         return self.path.name
+
+    def join_dirs(self) -> list[Path]:
+        """Every cgroup directory a process of this cgroup joins (the v2 one first)."""
+        return [self.path, *self.v1]
+
+    def describe_limits(self) -> dict[str, object]:
+        return {
+            what: {"max": value, "where": "cgroup v2" if d == self.path else f"cgroup v1 {d}"}
+            for what, value, d in self.limits
+        }
+
+    # --- freezing -------------------------------------------------------------------------
+
+    def freeze(self, *, timeout: float = 5.0) -> bool:
+        """Stop every process inside (cgroup.freeze); True once `cgroup.events` says frozen."""
+        try:
+            (self.path / "cgroup.freeze").write_text("1")
+        except OSError:
+            return False
+        return self._wait_frozen(True, timeout)
+
+    def thaw(self, *, timeout: float = 5.0) -> bool:
+        try:
+            (self.path / "cgroup.freeze").write_text("0")
+        except OSError:
+            return False
+        return self._wait_frozen(False, timeout)
+
+    def frozen(self) -> bool:
+        return self._events(self.path / "cgroup.events").get("frozen") == 1
+
+    def _wait_frozen(self, want: bool, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while True:
+            if self.frozen() == want:
+                return True
+            if time.monotonic() >= end or not self.path.exists():
+                return False
+            time.sleep(0.005)
+
+    # --- limits ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _events(path: Path) -> dict[str, int]:
+        out: dict[str, int] = {}
+        with contextlib.suppress(OSError, ValueError):
+            for line in path.read_text().splitlines():
+                k, _, v = line.partition(" ")
+                if v.strip().lstrip("-").isdigit():
+                    out[k] = int(v)
+        return out
+
+    def limit_hits(self) -> list[tuple[str, str]]:
+        """The limits this cgroup ran into, as (controller, one sentence): a fork refused at
+        pids.max (`pids.events` max), a process the kernel killed at the memory limit (`oom_kill` of
+        `memory.events`, or of `memory.oom_control` on cgroup v1)."""
+        hits: list[tuple[str, str]] = []
+        for what, value, d in self.limits:
+            if what == "pids":
+                n = self._events(d / "pids.events").get("max", 0)
+                if n:
+                    why = (
+                        f"limit: the task reached pids.max {value} (the kernel refused {n} fork(s))"
+                    )
+                    hits.append((what, why))
+            elif what == "memory":
+                events = d / ("memory.events" if d == self.path else "memory.oom_control")
+                n = self._events(events).get("oom_kill", 0)
+                if n:
+                    hits.append(
+                        (
+                            what,
+                            f"limit: the task reached its memory limit {format_size(value)} "
+                            f"(memory.max; the kernel killed {n} process(es))",
+                        )
+                    )
+        return hits
 
     def procs(self) -> list[int]:
         """Every pid in this cgroup and its descendants."""
@@ -113,10 +211,24 @@ class Cgroup:
                 pass
             except OSError:
                 ok = False
+        # emptied with the v2 cgroup (the same processes); found by name when this Cgroup was
+        # read back from a record that did not list them
+        for d in self.v1 or v1_companions(self.name):
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # a process still exiting
+                    time.sleep(0.02)
         return ok
 
     def as_dict(self) -> dict[str, object]:
-        return {"path": str(self.path), "inode": self.inode}
+        out: dict[str, object] = {"path": str(self.path), "inode": self.inode}
+        if self.v1:
+            out["v1"] = [str(d) for d in self.v1]
+        return out
 
 
 def _own_cgroup_v2() -> str | None:
@@ -177,13 +289,136 @@ def _base_dir(base: Path) -> Path:
     return d
 
 
-def create_cgroup(name: str, base: Path | None = None) -> Cgroup:
+def create_cgroup(name: str, base: Path | None = None, limits: Limits | None = None) -> Cgroup:
+    """A new cgroup `name` under gitsup's directory of the v2 tree, bounded by `limits`.
+
+    A limit goes into the v2 cgroup when its controller can be enabled there (`+pids`,
+    `+memory` in the parents' `cgroup.subtree_control`); on a hybrid host that binds the
+    controller to a v1 hierarchy, into a v1 cgroup of the same name that the worker joins
+    too. A limit neither can hold is named in `weaker`."""
     b = base or find_cgroup_base()
     if b is None:
         raise CgroupUnavailable("no writable cgroup v2 hierarchy on this host")
-    path = _base_dir(b) / name
+    parent = _base_dir(b)
+    path = parent / name
     path.mkdir()
-    return Cgroup(path, os.stat(path).st_ino)
+    cg = Cgroup(path, os.stat(path).st_ino)
+    if limits is None:
+        return cg
+    v1: list[Path] = []
+    applied: list[tuple[str, int, Path]] = []
+    weaker: list[str] = []
+    for what, value in (("pids", limits.pids), ("memory", limits.memory)):
+        if value is None:
+            continue
+        where, why = _limit_v2(b, parent, path, what, value)
+        if where is None:
+            where, why1 = _limit_v1(name, what, value)
+            if where is not None:
+                v1.append(where)
+            else:
+                why = f"{why}; {why1}"
+        if where is None:
+            weaker.append(f"{what} limit not enforced: {why}")
+        else:
+            applied.append((what, value, where))
+    return Cgroup(path, cg.inode, tuple(v1), tuple(applied), tuple(weaker))
+
+
+_V2_FILE = {"pids": "pids.max", "memory": "memory.max"}
+_V1_FILE = {"pids": "pids.max", "memory": "memory.limit_in_bytes"}
+
+
+def _limit_v2(
+    base: Path, parent: Path, path: Path, what: str, value: int
+) -> tuple[Path | None, str]:
+    """Write the limit in the v2 cgroup, enabling the controller on the way down."""
+    for d in (base, parent):
+        try:
+            enabled = (d / "cgroup.subtree_control").read_text().split()
+            if what not in enabled:
+                (d / "cgroup.subtree_control").write_text(f"+{what}")
+        except OSError as exc:
+            if what not in (d / "cgroup.controllers").read_text().split():
+                return None, f"the {what} controller is not available in cgroup v2 at {d}"
+            return None, f"cannot enable the {what} controller at {d}: {exc.strerror}"
+    try:
+        (path / _V2_FILE[what]).write_text(str(value))
+    except OSError as exc:
+        return None, f"cannot write {_V2_FILE[what]}: {exc.strerror}"
+    return path, ""
+
+
+def _v1_hierarchy(controller: str) -> Path | None:
+    """This process's cgroup directory in the v1 hierarchy that holds `controller`."""
+    own = None
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, ctrls, rel = line.split(":", 2)
+            if controller in ctrls.split(","):
+                own = rel
+    except (OSError, ValueError):
+        return None
+    if own is None:
+        return None
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, rfields = left.split(" "), right.split(" ")
+        if len(rfields) < 3 or rfields[0] != "cgroup" or controller not in rfields[2].split(","):
+            continue
+        root, mount = fields[3], fields[4]
+        rel = own
+        if root != "/" and (own == root or own.startswith(root + "/")):
+            rel = own[len(root) :]
+        d = Path(mount) / rel.lstrip("/")
+        if d.is_dir():
+            return d
+    return None
+
+
+def _limit_v1(name: str, what: str, value: int) -> tuple[Path | None, str]:
+    own = _v1_hierarchy(what)
+    if own is None:
+        return None, f"and no cgroup v1 hierarchy holds {what} either"
+    d = own / "gitsup" / name
+    try:
+        d.parent.mkdir(exist_ok=True)
+        d.mkdir()
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return None, f"cannot create a cgroup in the v1 {what} hierarchy {own}: {exc.strerror}"
+    try:
+        (d / _V1_FILE[what]).write_text(str(value))
+        swap = d / "memory.memsw.limit_in_bytes"
+        if what == "memory" and swap.exists():  # no escape into swap
+            swap.write_text(str(value))
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            d.rmdir()
+        return None, f"cannot write {_V1_FILE[what]} in {d}: {exc.strerror}"
+    return d, ""
+
+
+def v1_companions(name: str) -> list[Path]:
+    """The cgroup v1 directories named `name` that gitsup made for limits on this host."""
+    out = []
+    for what in ("pids", "memory"):
+        own = _v1_hierarchy(what)
+        if own is not None and (own / "gitsup" / name).is_dir():
+            out.append(own / "gitsup" / name)
+    return out
+
+
+def format_size(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
 
 
 def resolve_mode(mode: str) -> Path | None:
@@ -214,7 +449,9 @@ def list_gitsup_cgroups(base: Path | None = None) -> list[Cgroup]:
 
 def cgroup_from_dict(d: object) -> Cgroup | None:
     if isinstance(d, dict) and isinstance(d.get("path"), str) and isinstance(d.get("inode"), int):
-        return Cgroup(Path(d["path"]), int(d["inode"]))
+        v1 = d.get("v1")
+        dirs = tuple(Path(p) for p in v1 if isinstance(p, str)) if isinstance(v1, list) else ()
+        return Cgroup(Path(d["path"]), int(d["inode"]), dirs)
     return None
 
 
@@ -236,7 +473,8 @@ def bootstrap_argv(
     # Runs as root in the task's worktree, before the sandbox: only gitsup's own code.
     pre = gitsup_python("gitsup.host.bootstrap", stdlib_only=True)
     if cgroup is not None:
-        pre += ["--cgroup", str(cgroup.path)]
+        for d in cgroup.join_dirs():
+            pre += ["--cgroup", str(d)]
     if netns is not None:
         pre += ["--netns", netns]
     return [*pre, *sandbox, "--", *argv]

@@ -89,6 +89,7 @@ class RuleId(StrEnum):
     TOOL_OUTSIDE_PATH = "tool.outside-path"
     TOOL_READ = "tool.read"
     TOOL_UNKNOWN = "tool.unknown"
+    TOOL_UNRESOLVED = "tool.unresolved-path"
     TOOL_WEB = "tool.web"
     TOOL_WRITE = "tool.write"
 

@@ -1,10 +1,14 @@
 """Rules for Claude Code tools other than Bash (POLICY.md section 6).
 
-File-writing tools are judged by the *resolved* target: `~`, `..` and symlinks on disk.
+File-writing tools are judged by the *resolved* target: `~`, `..` and symlinks on disk. The
+path is resolved by the kernel on an opened descriptor (`resolve_path`), so a directory swapped
+for a symlink while it is judged gives one answer or the other; a path that cannot be resolved
+(it changed under the check, a NUL byte, a loop) is denied with the reason.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 from collections.abc import Mapping
@@ -32,7 +36,68 @@ def _resolve(raw: str, worktree: str, home: str) -> str:
         path = home + path[1:]
     if not path.startswith("/"):
         path = posixpath.join(worktree, path)
-    return os.path.realpath(path)
+    return resolve_path(path)
+
+
+_MAX_LINKS = 40
+
+
+def resolve_path(path: str, _links: int = 0) -> str:
+    """The real path of the absolute `path`, as the kernel resolves it now.
+
+    The path is opened (O_PATH: nothing is read, a FIFO does not block) and named from the
+    descriptor (/proc/self/fd). A path that does not exist is its parent's real path and the
+    missing name (a dangling symlink is followed). Raises OSError or ValueError when it cannot
+    be resolved: a loop, a NUL byte, an entry that vanished while it was named."""
+    if _links > _MAX_LINKS:
+        raise OSError(errno.ELOOP, "too many levels of symbolic links", path)
+    if not path.startswith("/"):
+        path = posixpath.join(os.getcwd(), path)
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    else:
+        try:
+            return _fd_path(fd)
+        finally:
+            os.close(fd)
+    head, tail = posixpath.split(path)
+    if head == path:  # "/" always opens; anything else here is malformed
+        raise OSError(errno.ENOENT, "cannot resolve", path)
+    real_head = resolve_path(head or "/", _links)
+    if tail in ("", "."):
+        return real_head
+    if tail == "..":
+        return posixpath.dirname(real_head)
+    try:
+        dfd = os.open(real_head, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return posixpath.join(real_head, tail)  # a missing directory holds no symlink
+    try:
+        target = os.readlink(tail, dir_fd=dfd)
+    except (FileNotFoundError, NotADirectoryError):
+        return posixpath.join(real_head, tail)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:  # it exists now, and is no symlink
+            return posixpath.join(real_head, tail)
+        raise
+    finally:
+        os.close(dfd)
+    return resolve_path(posixpath.join(real_head, target), _links + 1)
+
+
+def _fd_path(fd: int) -> str:
+    real = os.readlink(f"/proc/self/fd/{fd}")
+    if not real.startswith("/") or (real.endswith(" (deleted)") and os.fstat(fd).st_nlink == 0):
+        raise OSError(errno.ENOENT, "the path vanished while it was resolved", real)
+    return real
+
+
+def _part(tool_name: str, tool_input: Mapping[str, Any]) -> str:
+    key = WRITE_TOOLS.get(tool_name) or READ_TOOLS.get(tool_name)
+    value = tool_input.get(key) if key else None
+    return value[:500] if isinstance(value, str) else tool_name
 
 
 def _git_area(path: str, worktree: str, common: str | None) -> str | None:
@@ -77,16 +142,26 @@ def decide_tool(
     sandboxed: bool = False,
 ) -> Decision:
     """The verdict for one tool-permission request. `sandboxed`: the task's kernel sandbox is
-    enforced (POLICY.md section 4a); it widens only Bash commands, and the decision records it."""
-    d = _decide_tool(
-        tool_name,
-        tool_input,
-        worktree=worktree,
-        policy=policy,
-        git_common_dir=git_common_dir,
-        home=home,
-        sandboxed=sandboxed,
-    )
+    enforced (POLICY.md section 4a); it widens only Bash commands, and the decision records it.
+    A path that cannot be resolved is denied, never an error."""
+    try:
+        d = _decide_tool(
+            tool_name,
+            tool_input,
+            worktree=worktree,
+            policy=policy,
+            git_common_dir=git_common_dir,
+            home=home,
+            sandboxed=sandboxed,
+        )
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        d = deny(
+            RuleId.TOOL_UNRESOLVED,
+            f"{tool_name}: the path cannot be resolved ({why}); it may have changed while "
+            "it was checked",
+            _part(tool_name, tool_input),
+        )
     return d._replace(sandboxed=True) if sandboxed and not d.sandboxed else d
 
 
@@ -116,8 +191,8 @@ def _decide_tool(
             else str(tool_input.get("question", ""))[:500]
         )
         return ask(RuleId.TOOL_ASK_USER, "a question for the user; the decider answers it", part)
-    real_w = os.path.realpath(worktree)
-    common = os.path.realpath(git_common_dir) if git_common_dir else None
+    real_w = resolve_path(worktree)
+    common = resolve_path(git_common_dir) if git_common_dir else None
     if tool_name in WRITE_TOOLS:
         raw = tool_input.get(WRITE_TOOLS[tool_name])
         if not isinstance(raw, str) or not raw:

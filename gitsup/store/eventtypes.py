@@ -235,6 +235,24 @@ class DeadlineReached(Payload):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LimitReached(Payload):
+    """The worker's cgroup ran into pids.max or its memory limit; the task parks."""
+
+    TYPE: ClassVar[str] = "limit_reached"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerHeld(Payload):
+    """Between a turn and the next: the worker's cgroup frozen, thawed, or what an exited
+    worker left running killed, so that nothing of it runs while its work is verified."""
+
+    TYPE: ClassVar[str] = "worker_held"
+    how: str  # frozen | thawed | leftovers killed | not frozen, killed
+    processes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetExceeded(Payload):
     """Turns or cost went over the budget; the task parks."""
 

@@ -19,6 +19,7 @@ from gitsup.faults import fault
 from gitsup.git import GitRepo
 from gitsup.host.contain import (
     Cgroup,
+    Limits,
     bootstrap_argv,
     create_cgroup,
     executable_problems,
@@ -29,12 +30,12 @@ from gitsup.host.procid import ProcessId
 from gitsup.host.sandbox import SandboxPlan
 from gitsup.ids import TaskId
 from gitsup.layout import Layout, task_refs
-from gitsup.spec import TaskSpec
+from gitsup.spec import DEFAULT_PIDS, TaskSpec, check_limit, default_memory, parse_size
 from gitsup.store import eventtypes as et
 from gitsup.store.eventtypes import EmitFn
 from gitsup.store.lease import Lease, LeaseStore
 from gitsup.supervision.journal import Journal
-from gitsup.supervision.taskio import Spawned
+from gitsup.supervision.taskio import LimitHit, Spawned
 from gitsup.supervision.tasknet import Net, TaskNet
 from gitsup.workers.base import (
     Inbox,
@@ -89,6 +90,10 @@ class Launcher:
         # Whether the kernel sandbox (Landlock, mount namespace, no privileges) is in force
         # for everything this task runs; known once the worker environment is built.
         self.sandbox_enforced = False
+        self._limits: Limits | None = None
+        self._limits_error: str | None = None
+        self._watch_stop = threading.Event()
+        self._stopped_hits: list[LimitHit] = []
 
     @property
     def record(self) -> Any:
@@ -247,6 +252,110 @@ class Launcher:
         is enforced and its network is a namespace (loopback, or gated to the model API)."""
         return self.sandbox_enforced and self.net.describe.get("mode") in ("gated", "loopback")
 
+    # --- cgroup limits ----------------------------------------------------------------------
+
+    def limits(self) -> Limits | None:
+        """The bounds of the task's cgroups: `[limits]` of the spec, else git config
+        `sup.limits.pids` / `sup.limits.memory`, else the defaults; 0 is no limit. None when a
+        configured value is not valid (the reason is a preflight failure)."""
+        if self._limits is not None or self._limits_error is not None:
+            return self._limits
+        values: dict[str, int] = {}
+        for what, given, default in (
+            ("pids", self.spec.limits.pids, DEFAULT_PIDS),
+            ("memory", self.spec.limits.memory, None),
+        ):
+            if given is None:
+                raw = self.repo.config_get(f"sup.limits.{what}")
+                if raw is not None:
+                    try:
+                        n = int(raw) if what == "pids" else parse_size(raw)
+                        given = check_limit(what, n)
+                    except ValueError as exc:
+                        self._limits_error = f"git config sup.limits.{what} = {raw!r}: {exc}"
+                        return None
+            if given is None:
+                given = default if default is not None else default_memory()
+            values[what] = given
+        self._limits = Limits(pids=values["pids"] or None, memory=values["memory"] or None)
+        return self._limits
+
+    def _report_limits(self, cg: Cgroup | None) -> None:
+        """The record's sandbox report says what bounds the worker, and what could not."""
+        plan = self.sandbox_plan()
+        report = dict(plan.report()) if plan is not None else dict(self.record.sandbox or {})
+        asked = self.limits() or Limits()
+        weaker = list(report.get("weaker") or [])
+        if cg is not None:
+            report["limits"] = cg.describe_limits()
+            weaker += cg.weaker
+        elif asked.pids is not None or asked.memory is not None:
+            report["limits"] = {}
+            weaker.append("pids and memory limits not enforced: the worker has no cgroup")
+        if cg is None or not self._can_freeze():
+            weaker.append(
+                "not frozen between turns: what the worker leaves running can run while its "
+                "work is verified"
+                + (" (a persistent worker is never frozen)" if cg is not None else "")
+            )
+        report["weaker"] = weaker
+        self.record.sandbox = report
+
+    def limit_hits(self) -> list[LimitHit]:
+        """The limits the worker's cgroup ran into so far (once it is removed: what it had)."""
+        cg = self.cgroup
+        if cg is None:
+            return list(self._stopped_hits)
+        return [LimitHit(kind, why) for kind, why in cg.limit_hits()]
+
+    def _watch_limits(self, cg: Cgroup, stop: threading.Event) -> None:
+        """While the worker runs: a limit it runs into ends its turn (LimitHit)."""
+        seen: set[str] = set()
+        while not stop.wait(0.25):
+            if self.cgroup is not cg:
+                return
+            for hit in self.limit_hits():
+                if hit.kind not in seen:
+                    seen.add(hit.kind)
+                    self.inbox.put(hit)
+
+    # --- holding the worker between turns --------------------------------------------------
+
+    def _can_freeze(self) -> bool:
+        """A persistent worker (the tmux TUI) outlives its supervisor: it is never frozen."""
+        w = self.worker
+        return not (w.capabilities.persistent if w is not None else self.spec.worker.kind == "tmux")
+
+    def hold(self) -> list[LimitHit]:
+        """The worker's turn ended: until its next turn nothing of it runs. A live worker's
+        cgroup is frozen (one that cannot be frozen is killed); what an exited worker left
+        running is killed. Returns every limit it ran into (the machine knows which it has
+        seen: one the limit watcher queued may not have reached it yet)."""
+        cg = self.cgroup
+        if cg is None or not self._can_freeze():
+            return self.limit_hits()
+        if self.worker_alive():
+            if not cg.frozen():
+                if cg.freeze(timeout=max(5.0, self.spec.worker.stop_grace)):
+                    self.emit(et.WorkerHeld(how="frozen", processes=len(cg.procs())))
+                else:
+                    n = len(cg.procs())
+                    cg.kill(timeout=self.spec.worker.stop_grace + 5)
+                    self.emit(et.WorkerHeld(how="not frozen, killed", processes=n))
+        else:
+            left = cg.procs()
+            if left:
+                cg.kill(timeout=self.spec.worker.stop_grace + 5)
+                self.emit(et.WorkerHeld(how="leftovers killed", processes=len(left)))
+        return self.limit_hits()
+
+    def release(self) -> None:
+        """A new turn starts: thaw the worker."""
+        cg = self.cgroup
+        if cg is not None and cg.frozen():
+            cg.thaw()
+            self.emit(et.WorkerHeld(how="thawed", processes=len(cg.procs())))
+
     # --- preflight and spawn --------------------------------------------------------------
 
     def preflight(self) -> list[str]:
@@ -265,6 +374,8 @@ class Launcher:
             self.cg_base = resolve_mode(self.spec.isolation.cgroup)
         except GitsupError as exc:
             problems.append(exc.message)
+        if self.limits() is None:
+            problems.append(f"limits: {self._limits_error}")
         plan = self.sandbox_plan()
         if plan is None:
             problems.append(f"sandbox: {self._sandbox_error}")
@@ -327,12 +438,13 @@ class Launcher:
         cg = None
         if self.cg_base is not None:
             try:
-                cg = create_cgroup(f"{self.task}-w{self.spawns}", self.cg_base)
+                cg = create_cgroup(f"{self.task}-w{self.spawns}", self.cg_base, self.limits())
             except (GitsupError, OSError) as exc:
                 if self.spec.isolation.cgroup == "required":
                     return Spawned(failure=(f"preflight: cannot create the worker cgroup: {exc}",))
         self.cgroup = cg
         env = self.worker_env()
+        self._report_limits(cg)
         try:
             if self.spec.worker.kind == "tmux" and self.spec.isolation.network == "auto":
                 # The TUI outlives its supervisor; the gate (a thread of it) does not, and a
@@ -395,6 +507,11 @@ class Launcher:
                 ident.pid, ident.start_time, ident.pgid, str(cg.path), cg.inode, ident.extra
             )
         self._record_worker(ident)
+        if cg is not None and cg.limits:
+            self._watch_stop = threading.Event()
+            threading.Thread(
+                target=self._watch_limits, args=(cg, self._watch_stop), daemon=True
+            ).start()
         if self.abort.is_set():
             return Spawned(repairable=self.worker.capabilities.repairable, aborted="")
         return Spawned(repairable=self.worker.capabilities.repairable)
@@ -451,16 +568,23 @@ class Launcher:
         w = self.worker
         if w is None:
             return
+        cg = self.cgroup
+        frozen = cg is not None and cg.frozen()
+        if frozen and cg is not None:  # held since its turn ended: it never runs again
+            cg.kill(timeout=self.spec.worker.stop_grace + 5)
         try:
             how = w.stop(grace=self.spec.worker.stop_grace)
         except (WorkerError, OSError) as exc:
             how = f"stop failed: {exc}"
+        if frozen:
+            how = "killed while frozen (its turn had ended)"
         if announce:
             self.emit(et.WorkerStopped(reason=why, how=how))
         self.cleanup_cgroup()
         self.exit_stack.close()
 
     def cleanup_cgroup(self) -> None:
+        self._watch_stop.set()
         cg = self.cgroup
         if cg is None:
             # A worker that was only detached (a re-adopted tmux session) keeps running.
@@ -477,6 +601,7 @@ class Launcher:
                     )
                 )
             return
+        self._stopped_hits = self.limit_hits()  # the verdict after the stop still sees them
         empty = cg.kill(timeout=self.spec.worker.stop_grace + 5)
         removed = cg.remove() if empty else False
         self.swept = True  # the cgroup, proven empty, is the stronger guarantee

@@ -33,6 +33,7 @@ from gitsup.supervision.taskio import (
     Finished,
     Gated,
     ImportWork,
+    LimitHit,
     RecordDecision,
     Recover,
     ResumeAuto,
@@ -97,6 +98,8 @@ class TaskMachine:
         self._turn: TurnCompleted | None = None  # the turn waiting for its import
         self._deciding: TurnCompleted | None = None  # the turn the decider is asked about
         self._repair: Verified | None = None  # the repair round waiting for its send
+        self.limits_hit: list[str] = []  # the cgroup limits the worker ran into (reasons)
+        self._limit_kinds: set[str] = set()
 
     @property
     def terminal(self) -> bool:
@@ -171,6 +174,8 @@ class TaskMachine:
             return self._human_input(item, now)
         if isinstance(item, ResumeAuto):
             return self._resume_auto(now)
+        if isinstance(item, LimitHit):
+            return self._limit_hit(item)
         if isinstance(item, TimerFired):
             return self._timer(item.name, now)
         if isinstance(item, Verified):
@@ -354,8 +359,23 @@ class TaskMachine:
         over = self._budget_exceeded()
         if over:
             return [AddReason(over), Emit(et.BudgetExceeded(reason=over)), *self._park(over)]
+        if self.limits_hit:
+            return self._park(self.limits_hit[0])
         self._deciding = tc
         return [Decide(tc)]
+
+    def _limit_hit(self, hit: LimitHit) -> list[Effect]:
+        """A cgroup limit ends the task: a running worker is stopped and its work verified and
+        parked; in any other state the reason is kept and the verdict parks."""
+        if hit.kind in self._limit_kinds:
+            return []
+        self._limit_kinds.add(hit.kind)
+        reason = hit.reason
+        self.limits_hit.append(reason)
+        out: list[Effect] = [Emit(et.LimitReached(reason=reason)), AddReason(reason, once=True)]
+        if self.state in (State.RUNNING, State.PAUSED):
+            return [*out, *self._park(reason)]
+        return out
 
     def _budget_exceeded(self) -> str | None:
         b = self.spec.budget
@@ -521,6 +541,8 @@ class TaskMachine:
         if v.outcome == "stop":
             return self._stop(v.reasons[0] if v.reasons else "stop requested")
         self.verified_head = v.head
+        if self.limits_hit and v.outcome in ("ready", "repair"):
+            return self._conclude(list(self.limits_hit), list(v.reasons))
         if v.outcome == "ready":
             return self._finish(State.COMPLETED)
         if v.outcome == "park":

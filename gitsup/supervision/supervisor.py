@@ -407,6 +407,7 @@ class Supervisor:
                 return replace(res, aborted=self._abort_reason or "stop requested")
             return res
         elif isinstance(e, ImportWork):
+            self._hold()
             return WorkImported(self.finaliser.import_work())
         elif isinstance(e, Decide):
             decided = self.gate.decide_turn(
@@ -420,6 +421,7 @@ class Supervisor:
         elif isinstance(e, SendTurn):
             return self._send(e)
         elif isinstance(e, Verify):
+            self._hold()
             return self.verifier.verify(e.park_reason)
         elif isinstance(e, Finish):
             final = self.finaliser.finalise(e.final, e.verified_head)
@@ -429,10 +431,19 @@ class Supervisor:
             self.finaliser.close(e.final)
         return None
 
+    def _hold(self) -> None:
+        """Verifying starts: what is verified is exactly what the worker left, and nothing of
+        it runs meanwhile (Launcher.hold). A limit it ran into is the machine's to know first;
+        in these states that only records it (the verdict parks)."""
+        for hit in self.launcher.hold():
+            for effect in self.machine.on(hit, time.monotonic()):
+                self._do(effect)
+
     def _send(self, e: SendTurn) -> TurnSent:
         w = self.launcher.worker
         if w is None or not w.capabilities.repairable or not w.alive:
             return TurnSent(e.purpose, ok=False)
+        self.launcher.release()
         try:
             sent = w.send_turn(e.message, key=e.key)
         except WorkerInputStalled as exc:

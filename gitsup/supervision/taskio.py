@@ -27,6 +27,15 @@ class StopRequest:
 
 
 @dataclass(frozen=True)
+class LimitHit:
+    """The worker's cgroup ran into one of its limits: `kind` pids or memory, each reported
+    once however often it is seen."""
+
+    kind: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class ResumeAuto:
     """`git sup resume-auto`: automatic turns continue after a human takeover."""
 

@@ -124,12 +124,14 @@ class Verifier:
             base = self.launcher.cg_base
             if base is not None:
                 with contextlib.suppress(GitsupError, OSError):
-                    cg = create_cgroup(f"{self.task}-c{os.urandom(3).hex()}", base)
+                    cg = create_cgroup(
+                        f"{self.task}-c{os.urandom(3).hex()}", base, self.launcher.limits()
+                    )
             net = self.launcher.net.network_for("check", stack, env, agent=False)
             if net.env:
                 env = {**env, **net.env}
             try:
-                return run_check(
+                result = run_check(
                     check,
                     cwd=self.worktree,
                     env=env,
@@ -137,6 +139,11 @@ class Verifier:
                     abort=self.abort,
                     wrap=self.launcher.wrapper(cg, net.netns),
                 )
+                hits = [why for _kind, why in cg.limit_hits()] if cg is not None else []
+                if hits:  # what the check ran into is said where its output is read
+                    tail = "\n".join([result.output_tail, *(f"check {h}" for h in hits)])
+                    result = result.model_copy(update={"output_tail": tail.strip()})
+                return result
             finally:
                 if cg is not None:
                     cg.kill(timeout=5.0)

@@ -81,6 +81,12 @@ BAD_SPECS = {
     "newer_version": ('version = 99\ngoal = "x"\n', ["version", "newer"]),
     "not_toml": ('goal = "x\n', ["not valid TOML"]),
     "not_toml_at_all": ("this is { not toml\n", ["not valid TOML"]),
+    "limits_bad_size": ('goal = "x"\n[limits]\nmemory = "12x"\n', ["limits.memory", "size"]),
+    "limits_too_small": (
+        'goal = "x"\n[limits]\npids = 3\nmemory = "1M"\n',
+        ["limits.pids", "at least 8", "limits.memory", "at least 16M"],
+    ),
+    "limits_negative": ('goal = "x"\n[limits]\npids = -1\n', ["limits.pids"]),
     "unclosed_quote_argv": (
         'goal = "x"\n[worker]\nkind = "process"\nargv = "a \'b"\n',
         ["worker.argv"],

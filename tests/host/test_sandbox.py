@@ -346,7 +346,9 @@ def test_git_config_selects_the_mode(
         repo, "fix", "--worker", _sandbox_env_worker(tmp), "--check", CHECK_FIXED, *NO_REVIEW
     )
     assert rc == 0, (rec.get("reasons"), err)
+    limits = rec["sandbox"].pop("limits", None)  # the cgroup's bounds (docs/containment.md)
     assert rec["sandbox"] == {"mode": "off", "enforced": False, "weaker": ["sandbox off"]}
+    assert limits is None or set(limits) <= {"pids", "memory"}
     git(repo, "config", "sup.sandbox", "sometimes")
     rc, rec, _ = start_json(repo, "fix", "--worker", _sandbox_env_worker(tmp), *NO_REVIEW)
     assert rc == 4 and any("sup.sandbox" in r for r in rec["reasons"]), rec

@@ -16,6 +16,7 @@ from gitsup.supervision.taskio import (
     Close,
     Finish,
     Gated,
+    LimitHit,
     Recover,
     ResumeAuto,
     SendTurn,
@@ -219,6 +220,28 @@ def test_a_turn_at_the_budget_is_not_over_it() -> None:
     spec = make_spec(budget={"max_turns": 3, "max_cost_usd": 1.0})
     w = running(spec=spec).feed(turn(num_turns=3, cost_usd=1.0))
     assert w.state == State.COMPLETED and "budget_exceeded" not in w.types()
+
+
+def test_a_limit_reached_while_running_parks_naming_it() -> None:
+    why = "limit: the task reached pids.max 64 (the kernel refused 3 fork(s))"
+    w = running(verdicts=[park(why)]).feed(LimitHit("pids", why))
+    assert w.reasons[0] == why and ("limit_reached", {"reason": why}) in w.events
+    assert w.of(StopWorker)[0].why == why and w.of(Verify)[0].park_reason == why
+    assert w.state == State.BLOCKED
+
+
+def test_a_limit_reached_between_turns_parks_even_a_ready_verdict() -> None:
+    """Found when the turn ended (the worker killed by the kernel): verified, never ready; a
+    limit seen again (the watcher's report arriving late) counts once."""
+    why = "limit: the task reached its memory limit 128 MiB (memory.max; the kernel killed 1)"
+    w = running()
+    w.machine.state = State.WAITING  # as when the supervisor holds the worker for the import
+    w._state = State.WAITING
+    w.feed(LimitHit("memory", why), LimitHit("memory", why + " again"))
+    assert w.reasons == [why] and w.types().count("limit_reached") == 1
+    w.machine.state = w._state = State.RUNNING
+    w.feed(turn())
+    assert w.state == State.BLOCKED and w.reasons == [why], w.reasons
 
 
 # --- permissions ---------------------------------------------------------------------------
