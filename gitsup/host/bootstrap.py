@@ -29,12 +29,15 @@ import ctypes
 import fnmatch
 import json
 import os
+import resource
+import signal
 import stat
 import sys
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 
 # mount(2)
 MS_RDONLY = 1
@@ -45,6 +48,7 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MS_RELATIME = 1 << 21
+MS_NOEXEC = 8
 # statvfs f_flag bits that are also mount flags: nodev, noexec, noatime, nodiratime
 _KEPT_FLAGS = 4 | 8 | 1024 | 2048
 ST_RELATIME = 4096
@@ -52,7 +56,10 @@ ST_RELATIME = 4096
 # prctl(2)
 PR_CAPBSET_DROP = 24
 PR_SET_SECUREBITS = 28
+PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 # securebits: NOROOT, NO_SETUID_FIXUP, KEEP_CAPS (off), NO_CAP_AMBIENT_RAISE, each locked
@@ -222,15 +229,21 @@ def _write_file(path: str, text: str) -> None:
         os.close(fd)
 
 
-def _mount_ns(cfg: dict[str, list[str]]) -> None:
+def _mount_ns(cfg: dict[str, list[str]], *, pidns: bool = False) -> None:
     """A private mount namespace: the host's sockets and temp dirs hidden under empty tmpfs,
-    the task's own paths bound back (read-only unless writable), `ro` paths read-only."""
+    the task's own paths bound back (read-only unless writable), `ro` paths read-only.
+    `pidns`: a PID namespace too, which this process's next child enters as its init."""
     if _refused("mountns"):
         _fail("mount namespaces are not available on this host")
+    if pidns and _refused("pidns"):
+        _fail("PID namespaces are not available on this host")
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNS if os.geteuid() == 0 else CLONE_NEWNS | CLONE_NEWUSER
+    if pidns:
+        flags |= CLONE_NEWPID
     if _libc.unshare(flags):
-        _fail(f"cannot create a mount namespace: {_err()}")
+        what = "mount and PID namespaces" if pidns else "a mount namespace"
+        _fail(f"cannot create {what}: {_err()}")
     if flags & CLONE_NEWUSER:
         _write_file("/proc/self/setgroups", "deny")
         _write_file("/proc/self/uid_map", f"{uid} {uid} 1")
@@ -351,11 +364,118 @@ def _drop_caps() -> None:
         _fail(f"cannot drop capabilities: {_err()}")
 
 
+# --- the PID namespace -----------------------------------------------------------------------
+
+# Signals gitsup (and a terminal) send to the task's process group: the task's own
+# process gets them directly, so the bootstrap's two waiting processes only outlive them.
+_GROUP_SIGNALS = (
+    signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+    signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM,
+)  # fmt: skip
+
+
+def _outlive_group_signals() -> None:
+    for sig in _GROUP_SIGNALS:
+        signal.signal(sig, lambda *_: None)
+
+
+def _exit_like(status: int) -> None:
+    """Exit the way a child with this wait status ended (killed by a signal: the same signal)."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 126)
+
+
+def _enter_pid_ns() -> int:
+    """Fork into the PID namespace `_mount_ns` created. This process (the pid gitsup
+    spawned, outside the namespace) waits and exits like the child; the child, PID 1 inside,
+    mounts the namespace's own /proc and returns the pipe on which it reports the task's
+    wait status (its `_init` ends the namespace with it)."""
+    _outlive_group_signals()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(w)
+        _, status = os.waitpid(pid, 0)
+        data = os.read(r, 4)
+        if len(data) == 4:
+            status = int.from_bytes(data, "little")
+        _exit_like(status)
+    os.close(r)
+    # the pid gitsup spawned killed alone: the namespace ends with it
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    return w
+
+
+def _init(report: int) -> None:
+    """PID 1 of the task's namespace: start the task's process (this function returns in
+    it), reap every orphan, and end with the task's wait status when it exits (the kernel
+    then kills what is left in the namespace)."""
+    pid = os.fork()
+    if pid == 0:
+        os.close(report)
+        for sig in _GROUP_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        return
+    while True:
+        try:
+            child, status = os.wait()
+        except ChildProcessError:
+            os._exit(126)
+        if child == pid:
+            os.write(report, status.to_bytes(4, "little"))
+            _exit_like(status)
+
+
+# --- the system call filter -------------------------------------------------------------------
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _read_filter(path: str) -> bytes:
+    """The BPF program gitsup compiled (gitsup.host.seccomp), read before the mount
+    namespace hides gitsup's task directory."""
+    if _refused("seccomp"):
+        _fail("seccomp is not available on this host")
+    try:
+        with open(path, "rb") as f:
+            prog = f.read()
+    except OSError as exc:
+        _fail(f"cannot read the system call filter {path}: {exc.strerror}")
+    if not prog or len(prog) % 8 or len(prog) // 8 > 4096:
+        _fail(f"the system call filter {path} is not a BPF program")
+    return prog
+
+
+def _seccomp(prog: bytes) -> None:
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    fprog = _SockFprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0):
+        _fail(f"cannot install the system call filter: {_err()}")
+
+
 def apply_sandbox(cfg: dict[str, object]) -> None:
-    """Enforce the sandbox description on this process (see the module docstring)."""
+    """Enforce the sandbox description on this process (see the module docstring). With a
+    PID namespace this forks twice; it returns in the task's process, ready to exec."""
     paths = {k: [str(p) for p in v] for k, v in cfg.items() if isinstance(v, list)}
+    seccomp = cfg.get("seccomp")
+    prog = _read_filter(seccomp) if isinstance(seccomp, str) and seccomp else None
+    pidns = bool(cfg.get("pidns"))
+    report = -1
     if cfg.get("mountns"):
-        _mount_ns(paths)
+        _mount_ns(paths, pidns=pidns)
+        if pidns:
+            report = _enter_pid_ns()
+    elif pidns:
+        _fail("a PID namespace needs the mount namespace (for its /proc)")
     _no_new_privs()
     if cfg.get("landlock"):
         # its own terminal (a tmux pane), by name too; no other terminal
@@ -374,6 +494,10 @@ def apply_sandbox(cfg: dict[str, object]) -> None:
         )
     if cfg.get("caps", True):
         _drop_caps()
+    if prog is not None:
+        _seccomp(prog)
+    if report >= 0:
+        _init(report)
 
 
 def main(argv: list[str]) -> None:

@@ -30,7 +30,7 @@ from gitsup.errors import GitsupError
 
 Mode = Literal["auto", "required", "off"]
 MODES: tuple[Mode, ...] = ("auto", "required", "off")
-FEATURES = ("landlock", "mountns")
+FEATURES = ("landlock", "mountns", "pidns", "seccomp")
 
 # Variables the sandbox always sets; the host's values never pass.
 _FORCED = ("HOME", "TMPDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME")
@@ -109,6 +109,8 @@ class HostSupport:
     landlock_abi: int
     mountns: bool
     missing: tuple[str, ...]  # feature: why
+    pidns: bool = False
+    seccomp: bool = False
 
     @property
     def landlock(self) -> bool:
@@ -141,8 +143,8 @@ def _userns_allowed() -> bool:
 
 
 def probe() -> HostSupport:
-    """What this host can enforce. GITSUP_SANDBOX_REFUSE=landlock,mountns simulates a host
-    without them (a testing knob; the bootstrap refuses them too)."""
+    """What this host can enforce. GITSUP_SANDBOX_REFUSE=landlock,mountns,pidns,seccomp
+    simulates a host without them (a testing knob; the bootstrap refuses them too)."""
     refused = _refused()
     missing: list[str] = []
     abi = 0
@@ -162,7 +164,21 @@ def probe() -> HostSupport:
     if not mountns:
         missing.append("mountns: cannot create a private mount namespace (no CAP_SYS_ADMIN, "
                        "no unprivileged user namespaces)")  # fmt: skip
-    return HostSupport(abi, mountns, tuple(missing))
+    # the PID namespace's /proc is mounted in the mount namespace
+    pidns = mountns and "pidns" not in refused
+    if not pidns:
+        missing.append("pidns: no PID namespace (it needs the mount namespace for its /proc)"
+                       if "pidns" not in refused else "pidns: refused (GITSUP_SANDBOX_REFUSE)")  # fmt: skip
+    no_seccomp = None
+    if sys.platform == "linux":
+        from gitsup.host.seccomp import unavailable
+
+        no_seccomp = unavailable()
+    else:
+        no_seccomp = "seccomp: Linux only"
+    if no_seccomp is not None:
+        missing.append(no_seccomp)
+    return HostSupport(abi, mountns, tuple(missing), pidns=pidns, seccomp=no_seccomp is None)
 
 
 # --- one task's sandbox ---------------------------------------------------------------------
@@ -185,8 +201,10 @@ class SandboxPlan:
 
     @property
     def enforced(self) -> bool:
-        """The kernel sandbox is fully in force (Landlock, mount namespace, privileges)."""
-        return self.active and bool(self.config.get("landlock") and self.config.get("mountns"))
+        """The kernel sandbox is fully in force (Landlock, mount and PID namespaces, the
+        system call filter, privileges)."""
+        cfg = self.config
+        return self.active and all(cfg.get(k) for k in ("landlock", "mountns", "pidns", "seccomp"))
 
     def argv(self, *, read_only: bool = False, files: Sequence[str] = ()) -> list[str]:
         """The bootstrap arguments; `read_only`: the worktree too is read-only (reviewer);
@@ -220,7 +238,6 @@ class SandboxPlan:
                 "refs/heads/sup/ and its worktree admin dir of the repository (an existing "
                 "loose object can be replaced, other tasks' sup/ branches moved)"
             )
-        weaker.append("pid namespace: not used (Landlock keeps other processes out of reach)")
         return {
             "mode": self.mode,
             "enforced": self.enforced,
@@ -238,6 +255,8 @@ class SandboxPlan:
             },
             "no_new_privs": True,
             "caps_dropped": True,
+            "seccomp": bool(self.config.get("seccomp")),
+            "pid_ns": bool(self.config.get("pidns")),
             "mount_ns": bool(self.config.get("mountns")),
             "hidden": list(self.config.get("hide", [])) if self.config.get("mountns") else [],
             "env_allowlist": True,
@@ -256,6 +275,8 @@ def describe_host(mode: Mode) -> str:
         if host.landlock_abi >= 6
         else (f"Landlock ABI {host.landlock_abi} (fs rules)" if host.landlock else ""),
         "private mount namespace" if host.mountns else "",
+        "PID namespace" if host.pidns else "",
+        "system call filter (seccomp)" if host.seccomp else "",
         "no_new_privs",
         "all capabilities dropped, securebits locked",
         "environment allowlist, private HOME and TMPDIR",
@@ -446,6 +467,8 @@ def build_plan(
     plan.denied = deny
     plan.config = {
         "mountns": host.mountns,
+        "pidns": host.pidns,
+        "seccomp": _filter_file(box) if host.seccomp else "",
         "landlock": host.landlock,
         "caps": True,
         "worktree": wt,
@@ -462,6 +485,24 @@ def build_plan(
         "rw_mounts": [os.path.join(common, "objects")] if plan.git_state == "shared" else [],
     }
     return plan
+
+
+def _filter_file(box: Path) -> str:
+    """The compiled system call filter in the task's sandbox dir (which the task cannot
+    write), for the bootstrap to read before it hides that dir."""
+    from gitsup.host.seccomp import program
+
+    path = box / "seccomp.bpf"
+    prog = program()
+    try:
+        if path.read_bytes() == prog:
+            return str(path)
+    except OSError:
+        pass
+    tmp = box / f".seccomp.bpf.{os.getpid()}"
+    tmp.write_bytes(prog)
+    os.replace(tmp, path)
+    return str(path)
 
 
 _NEVER_HIDDEN = frozenset({"/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/dev",
