@@ -4,13 +4,18 @@
 
 Runs before the real command executes, so no descendant of it can start outside the
 cgroup, the namespace or the sandbox. Order: join the cgroup, enter the network namespace,
-then (with --sandbox) a private mount namespace, Landlock, no_new_privs and every
-capability dropped, then exec. Standard library only; exits 126 when it cannot contain.
+then (with --sandbox) private mount and PID namespaces, no_new_privs, Landlock, every
+capability dropped and the system call filter, then exec. Standard library only; exits 126
+when it cannot contain.
+
+With a PID namespace the pid gitsup spawned stays outside and waits; its child is the
+namespace's init (its own /proc, reaps orphans) and forks the process that execs the
+command; the outer process ends as that one did (docs/sandbox.md).
 
 The sandbox JSON (built by gitsup.host.sandbox) says exactly what to enforce; the bootstrap
 enforces all of it or fails (it never silently does less than the record claims):
 
-    {"mountns": bool, "landlock": bool, "caps": bool,
+    {"mountns": bool, "pidns": bool, "seccomp": "FILE" or "", "landlock": bool, "caps": bool,
      "read": [path...], "listed": [dir...], "write": [path...], "deny": [glob...],
      "hide": [dir...], "ro": [path...], "rw_mounts": [dir...], "fanout": [dir...]}
 
@@ -20,7 +25,9 @@ entries; gitsup.host.sandbox does that once per task and passes the split `read`
 directories that stay listable in `listed`); `fanout`: object directories whose 256
 loose-object subdirectories are writable; `hide`: directories covered by an empty tmpfs in the mount namespace (their
 `read`/`write` sub-paths are bound back); `ro`: paths bound read-only over themselves.
-GITSUP_SANDBOX_REFUSE=landlock,mountns (a testing knob) makes the bootstrap refuse those.
+`seccomp`: a file holding the BPF program gitsup.host.seccomp compiled.
+GITSUP_SANDBOX_REFUSE=landlock,mountns,pidns,seccomp (a testing knob) makes the bootstrap
+refuse those.
 """
 
 from __future__ import annotations

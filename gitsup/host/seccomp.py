@@ -13,6 +13,7 @@ architecture (an `int 0x80` from a 64-bit process, x32) fails with ENOSYS too.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
@@ -75,10 +76,8 @@ def program() -> bytes:
     f.set_attr(sc.Attr.CTL_OPTIMIZE, 2)  # a binary tree over the system call numbers
 
     def deny(name: str, *args: object, err: int = errno.EPERM) -> None:
-        try:
+        with contextlib.suppress(ValueError):  # not a system call on this architecture
             f.add_rule(sc.ERRNO(err), name, *args)
-        except ValueError:  # not a system call on this architecture
-            pass
 
     for name in DENIED:
         deny(name)

@@ -11,6 +11,7 @@ Standard library only: it runs with whatever Python the task has.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -93,10 +94,8 @@ def _connect(path: str) -> str:
     try:
         s.settimeout(3)
         s.connect(path)
-        try:
+        with contextlib.suppress(OSError):  # the listener may have closed: connecting is it
             s.sendall(b"escaped\n")
-        except OSError:
-            pass  # the listener may have closed already: connecting is the escape
         return "connected"
     finally:
         s.close()
@@ -311,7 +310,9 @@ def _supervisor(goal: str) -> int:
     for pid in [ppid, *procs]:
         if goal in procs.get(pid, ""):
             return pid
-    raise ProcessLookupError(f"no visible process has the goal in its command line ({len(procs)} visible)")
+    raise ProcessLookupError(
+        f"no visible process has the goal in its command line ({len(procs)} visible)"
+    )
 
 
 def _outside_process(marker: str) -> str:
