@@ -25,7 +25,8 @@ entries; gitsup.host.sandbox does that once per task and passes the split `read`
 directories that stay listable in `listed`); `fanout`: object directories whose 256
 loose-object subdirectories are writable; `hide`: directories covered by an empty tmpfs in the mount namespace (their
 `read`/`write` sub-paths are bound back); `ro`: paths bound read-only over themselves.
-`seccomp`: a file holding the BPF program gitsup.host.seccomp compiled.
+`seccomp`: a file holding the BPF program gitsup.host.seccomp compiled. `observe`: a file
+where the process about to exec writes what it sees of itself (`observed`), for the record.
 GITSUP_SANDBOX_REFUSE=landlock,mountns,pidns,seccomp (a testing knob) makes the bootstrap
 refuse those.
 """
@@ -469,12 +470,56 @@ def _seccomp(prog: bytes) -> None:
         _fail(f"cannot install the system call filter: {_err()}")
 
 
+# --- what the task's process sees of itself -----------------------------------------------------
+
+
+def _ns(kind: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/ns/{kind}")
+    except OSError:
+        return ""
+
+
+def observed(before: dict[str, str]) -> dict[str, bool]:
+    """The sandbox as this process sees it (`/proc/self/status`, its namespaces); `before`:
+    the namespaces the bootstrap started in."""
+    status: dict[str, str] = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                status[k] = v.strip()
+    except OSError:
+        pass
+    caps = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
+    try:
+        own_proc = os.readlink("/proc/self") == str(os.getpid())
+    except OSError:
+        own_proc = False
+    return {
+        "no_new_privs": status.get("NoNewPrivs") == "1",
+        "caps_dropped": all(k in status and int(status[k], 16) == 0 for k in caps),
+        "seccomp": status.get("Seccomp") == "2",
+        # a PID namespace of its own, and a /proc that shows it
+        "pid_ns": bool(before.get("pid")) and _ns("pid") != before["pid"] and own_proc,
+        "mount_ns": bool(before.get("mnt")) and _ns("mnt") != before["mnt"],
+    }
+
+
 def apply_sandbox(cfg: dict[str, object]) -> None:
     """Enforce the sandbox description on this process (see the module docstring). With a
     PID namespace this forks twice; it returns in the task's process, ready to exec."""
     paths = {k: [str(p) for p in v] for k, v in cfg.items() if isinstance(v, list)}
     seccomp = cfg.get("seccomp")
     prog = _read_filter(seccomp) if isinstance(seccomp, str) and seccomp else None
+    observe = cfg.get("observe")
+    obs_fd, before = -1, {}
+    if isinstance(observe, str) and observe:
+        before = {k: _ns(k) for k in ("pid", "mnt")}
+        try:  # opened before the mount namespace hides gitsup's task directory
+            obs_fd = os.open(observe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            _fail(f"cannot open {observe}: {exc.strerror}")
     pidns = bool(cfg.get("pidns"))
     report = -1
     if cfg.get("mountns"):
@@ -505,6 +550,9 @@ def apply_sandbox(cfg: dict[str, object]) -> None:
         _seccomp(prog)
     if report >= 0:
         _init(report)
+    if obs_fd >= 0:
+        os.write(obs_fd, json.dumps(observed(before)).encode())
+        os.close(obs_fd)
 
 
 def main(argv: list[str]) -> None:

@@ -19,8 +19,9 @@ import json
 import os
 import shutil
 import sys
+import time
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -206,13 +207,24 @@ class SandboxPlan:
         cfg = self.config
         return self.active and all(cfg.get(k) for k in ("landlock", "mountns", "pidns", "seccomp"))
 
-    def argv(self, *, read_only: bool = False, files: Sequence[str] = ()) -> list[str]:
+    @property
+    def observed_file(self) -> Path:
+        """Where the bootstrap of a process started with `observe` writes what it saw."""
+        return Path(self.config["box"], "observed.json")
+
+    def argv(
+        self, *, read_only: bool = False, files: Sequence[str] = (), observe: bool = False
+    ) -> list[str]:
         """The bootstrap arguments; `read_only`: the worktree too is read-only (reviewer);
         `files`: the command's own arguments, of which existing absolute file paths (a
-        settings file gitsup wrote for it) become readable."""
+        settings file gitsup wrote for it) become readable; `observe`: the process writes
+        what it sees of its sandbox to `observed_file` (see `observe`)."""
         if not self.active:
             return []
         cfg = self.config
+        if observe:
+            self.observed_file.unlink(missing_ok=True)
+            cfg = dict(cfg, observe=str(self.observed_file))
         extra = [a for a in files if os.path.isabs(a) and os.path.isfile(a)]
         if extra:
             cfg = dict(cfg, read=[*cfg["read"], *extra])
@@ -263,6 +275,35 @@ class SandboxPlan:
             "git_state": self.git_state,
             "weaker": weaker,
         }
+
+    def observe(self, report: dict[str, Any], alive: Callable[[], bool]) -> dict[str, Any]:
+        """`report` with what the process started with `observe` saw of itself (NoNewPrivs,
+        capabilities, seccomp, its namespaces) in place of what was asked; waits (bounded)
+        while `alive()` for the bootstrap to write it. Nothing observed: those are false."""
+        if not self.active:
+            return report
+        path = self.observed_file
+        seen: dict[str, Any] = {}
+        end = time.monotonic() + OBSERVE_TIMEOUT
+        while True:
+            try:
+                seen = json.loads(path.read_text())
+                break
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > end or not alive():
+                break
+            time.sleep(0.01)
+        keys = ("no_new_privs", "caps_dropped", "seccomp", "pid_ns", "mount_ns")
+        out = dict(report, **{k: seen.get(k) is True for k in keys})
+        out["enforced"] = bool(report.get("enforced")) and all(out[k] for k in keys)
+        if not seen:
+            out["weaker"] = [*report.get("weaker", []), "not observed: the process did not "
+                             "report what it saw of its sandbox"]  # fmt: skip
+        return out
+
+
+OBSERVE_TIMEOUT = 10.0  # seconds; the bootstrap writes it within milliseconds
 
 
 def describe_host(mode: Mode) -> str:

@@ -412,6 +412,31 @@ def test_bootstrap_refuses_what_it_cannot_enforce(
     assert res.returncode == 126 and message in res.stderr, res.stderr
 
 
+def test_bootstrap_reports_what_the_process_saw(tmp: Path) -> None:
+    """The observation comes from the process about to exec, not from the description:
+    what was not applied reads false."""
+    bpf = tmp / "filter.bpf"
+    bpf.write_bytes(seccomp_program())
+    full = {"mountns": True, "pidns": True, "seccomp": str(bpf), "caps": True,
+            "read": [], "write": [], "hide": [], "ro": []}  # fmt: skip
+    lesser = {"mountns": True, "pidns": False, "seccomp": "", "caps": False,
+              "read": [], "write": [], "hide": [], "ro": []}  # fmt: skip
+    seen = []
+    for desc in (full, lesser):
+        out = tmp / "observed.json"
+        res = subprocess.run(
+            [PYTHON, "-m", "gitsup.host.bootstrap", "--sandbox",
+             json.dumps({**desc, "observe": str(out)}), "--", "true"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        seen.append(json.loads(out.read_text()))
+    everything = {"no_new_privs", "caps_dropped", "seccomp", "pid_ns", "mount_ns"}
+    assert seen[0] == dict.fromkeys(everything, True), seen[0]
+    assert seen[1] == {"no_new_privs": True, "caps_dropped": False, "seccomp": False,
+                       "pid_ns": False, "mount_ns": True}, seen[1]  # fmt: skip
+
+
 @pytest.fixture
 def world_tmp() -> Iterator[Path]:
     """A directory another user can reach (pytest's own tmp is private to root)."""
