@@ -65,6 +65,7 @@ ST_RELATIME = 4096
 PR_CAPBSET_DROP = 24
 PR_SET_SECUREBITS = 28
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
@@ -399,16 +400,25 @@ def _exit_like(status: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 126)
 
 
-def _enter_pid_ns() -> int:
+def _release_stdio(devnull: int) -> None:
+    """A waiting process keeps no copy of the task's stdin, stdout and stderr: the reader of
+    its output sees the end when the task closes them."""
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+
+
+def _enter_pid_ns() -> tuple[int, int]:
     """Fork into the PID namespace `_mount_ns` created. This process (the pid gitsup
     spawned, outside the namespace) waits and exits like the child; the child, PID 1 inside,
     mounts the namespace's own /proc and returns the pipe on which it reports the task's
-    wait status (its `_init` ends the namespace with it)."""
+    wait status (its `_init` ends the namespace with it), and /dev/null."""
     _outlive_group_signals()
     r, w = os.pipe()
+    devnull = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
     pid = os.fork()
     if pid:
         os.close(w)
+        _release_stdio(devnull)
         _, status = os.waitpid(pid, 0)
         data = os.read(r, 4)
         if len(data) == 4:
@@ -418,19 +428,23 @@ def _enter_pid_ns() -> int:
     # the pid gitsup spawned killed alone: the namespace ends with it
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-    return w
+    return w, devnull
 
 
-def _init(report: int) -> None:
+def _init(report: int, devnull: int) -> None:
     """PID 1 of the task's namespace: start the task's process (this function returns in
     it), reap every orphan, and end with the task's wait status when it exits (the kernel
     then kills what is left in the namespace)."""
     pid = os.fork()
     if pid == 0:
         os.close(report)
+        os.close(devnull)
         for sig in _GROUP_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
         return
+    _release_stdio(devnull)
+    # the task cannot open this init's /proc entries (its descriptors, its memory)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     while True:
         try:
             child, status = os.wait()
@@ -521,11 +535,11 @@ def apply_sandbox(cfg: dict[str, object]) -> None:
         except OSError as exc:
             _fail(f"cannot open {observe}: {exc.strerror}")
     pidns = bool(cfg.get("pidns"))
-    report = -1
+    report = devnull = -1
     if cfg.get("mountns"):
         _mount_ns(paths, pidns=pidns)
         if pidns:
-            report = _enter_pid_ns()
+            report, devnull = _enter_pid_ns()
     elif pidns:
         _fail("a PID namespace needs the mount namespace (for its /proc)")
     _no_new_privs()
@@ -549,7 +563,7 @@ def apply_sandbox(cfg: dict[str, object]) -> None:
     if prog is not None:
         _seccomp(prog)
     if report >= 0:
-        _init(report)
+        _init(report, devnull)
     if obs_fd >= 0:
         os.write(obs_fd, json.dumps(observed(before)).encode())
         os.close(obs_fd)
@@ -598,6 +612,9 @@ def main(argv: list[str]) -> None:
         if not isinstance(cfg, dict):
             _fail("the sandbox description is not an object")
         apply_sandbox(cfg)
+    # the command gets the dispositions Python changed at startup back (as subprocess does)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
     try:
         os.execvp(cmd[0], cmd)
     except OSError as exc:
