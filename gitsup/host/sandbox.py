@@ -143,6 +143,37 @@ def _userns_allowed() -> bool:
     return True
 
 
+@cache
+def _pidns_works() -> bool:
+    """Whether the bootstrap can create a PID namespace and mount its /proc. Root in the
+    initial user namespace can (it has CAP_SYS_ADMIN: checked above); in a user namespace
+    the kernel refuses a new /proc where the host's is partly covered (as in containers),
+    so the bootstrap itself is tried once."""
+    try:
+        if os.geteuid() == 0 and Path("/proc/self/uid_map").read_text().split() == [
+            "0",
+            "0",
+            "4294967295",
+        ]:
+            return True
+    except OSError:
+        pass
+    import subprocess
+
+    from gitsup.host.proc import gitsup_python
+
+    desc = json.dumps({"mountns": True, "pidns": True, "caps": False})
+    try:
+        res = subprocess.run(
+            [*gitsup_python("gitsup.host.bootstrap", stdlib_only=True), "--sandbox", desc,
+             "--", "true"],
+            capture_output=True, timeout=30, cwd="/",
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return res.returncode == 0
+
+
 def probe() -> HostSupport:
     """What this host can enforce. GITSUP_SANDBOX_REFUSE=landlock,mountns,pidns,seccomp
     simulates a host without them (a testing knob; the bootstrap refuses them too)."""
@@ -166,10 +197,10 @@ def probe() -> HostSupport:
         missing.append("mountns: cannot create a private mount namespace (no CAP_SYS_ADMIN, "
                        "no unprivileged user namespaces)")  # fmt: skip
     # the PID namespace's /proc is mounted in the mount namespace
-    pidns = mountns and "pidns" not in refused
+    pidns = mountns and "pidns" not in refused and _pidns_works()
     if not pidns:
-        missing.append("pidns: no PID namespace (it needs the mount namespace for its /proc)"
-                       if "pidns" not in refused else "pidns: refused (GITSUP_SANDBOX_REFUSE)")  # fmt: skip
+        missing.append("pidns: refused (GITSUP_SANDBOX_REFUSE)" if "pidns" in refused else
+                       "pidns: cannot create a PID namespace with its own /proc")  # fmt: skip
     no_seccomp = None
     if sys.platform == "linux":
         from gitsup.host.seccomp import unavailable
