@@ -158,18 +158,13 @@ def _pidns_works() -> bool:
             return True
     except OSError:
         pass
-    import subprocess
-
-    from gitsup.host.proc import gitsup_python
+    from gitsup.host.proc import gitsup_python, run
 
     desc = json.dumps({"mountns": True, "pidns": True, "caps": False})
+    argv = [*gitsup_python("gitsup.host.bootstrap", stdlib_only=True), "--sandbox", desc]
     try:
-        res = subprocess.run(
-            [*gitsup_python("gitsup.host.bootstrap", stdlib_only=True), "--sandbox", desc,
-             "--", "true"],
-            capture_output=True, timeout=30, cwd="/",
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
+        res = run([*argv, "--", "true"], cwd="/", timeout=30)
+    except (GitsupError, OSError):
         return False
     return res.returncode == 0
 
