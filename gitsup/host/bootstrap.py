@@ -431,17 +431,19 @@ def _enter_pid_ns() -> tuple[int, int]:
     return w, devnull
 
 
-def _init(report: int, devnull: int) -> None:
-    """PID 1 of the task's namespace: start the task's process (this function returns in
-    it), reap every orphan, and end with the task's wait status when it exits (the kernel
-    then kills what is left in the namespace)."""
-    pid = os.fork()
-    if pid == 0:
-        os.close(report)
-        os.close(devnull)
-        for sig in _GROUP_SIGNALS:
-            signal.signal(sig, signal.SIG_DFL)
-        return
+# what the command starts with: the default for every signal Python or the bootstrap changed
+_RESET_SIGNALS = (*_GROUP_SIGNALS, signal.SIGPIPE, signal.SIGXFSZ)
+
+
+def _init(report: int, devnull: int, cmd: list[str]) -> None:
+    """PID 1 of the task's namespace: start the command (posix_spawn: no copy of this
+    interpreter), reap every orphan, and end with the command's wait status when it exits
+    (the kernel then kills what is left in the namespace). Never returns."""
+    try:
+        pid = os.posix_spawnp(cmd[0], cmd, os.environ, setsigdef=_RESET_SIGNALS)
+    except OSError as exc:
+        sys.stderr.write(f"gitsup bootstrap: cannot run {cmd[0]!r}: {exc.strerror}\n")
+        os._exit(127)
     _release_stdio(devnull)
     # the task cannot open this init's /proc entries (its descriptors, its memory)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -495,8 +497,8 @@ def _ns(kind: str) -> str:
 
 
 def observed(before: dict[str, str]) -> dict[str, bool]:
-    """The sandbox as this process sees it (`/proc/self/status`, its namespaces); `before`:
-    the namespaces the bootstrap started in."""
+    """The sandbox as this process sees it (`/proc/self/status`, its namespaces), which the
+    command inherits; `before`: the namespaces the bootstrap started in."""
     status: dict[str, str] = {}
     try:
         with open("/proc/self/status") as f:
@@ -520,9 +522,10 @@ def observed(before: dict[str, str]) -> dict[str, bool]:
     }
 
 
-def apply_sandbox(cfg: dict[str, object]) -> None:
+def apply_sandbox(cfg: dict[str, object]) -> tuple[int, int] | None:
     """Enforce the sandbox description on this process (see the module docstring). With a
-    PID namespace this forks twice; it returns in the task's process, ready to exec."""
+    PID namespace this forks: it returns in the namespace's init, with what `_init` needs
+    (the status pipe and /dev/null); else None, ready to exec."""
     paths = {k: [str(p) for p in v] for k, v in cfg.items() if isinstance(v, list)}
     seccomp = cfg.get("seccomp")
     prog = _read_filter(seccomp) if isinstance(seccomp, str) and seccomp else None
@@ -562,11 +565,10 @@ def apply_sandbox(cfg: dict[str, object]) -> None:
         _drop_caps()
     if prog is not None:
         _seccomp(prog)
-    if report >= 0:
-        _init(report, devnull)
-    if obs_fd >= 0:
+    if obs_fd >= 0:  # the command inherits all of it (as PID 2 with a PID namespace)
         os.write(obs_fd, json.dumps(observed(before)).encode())
         os.close(obs_fd)
+    return (report, devnull) if report >= 0 else None
 
 
 def main(argv: list[str]) -> None:
@@ -611,7 +613,9 @@ def main(argv: list[str]) -> None:
             _fail("the sandbox description is not JSON")
         if not isinstance(cfg, dict):
             _fail("the sandbox description is not an object")
-        apply_sandbox(cfg)
+        init = apply_sandbox(cfg)
+        if init is not None:
+            _init(*init, cmd)
     # the command gets the dispositions Python changed at startup back (as subprocess does)
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(sig, signal.SIG_DFL)
