@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -85,10 +86,17 @@ def setup(root: Path) -> tuple[Path, list[str], dict[str, str], list[str]]:
     return wt, plans[0].argv(), plans[0].env, plans[1].argv()
 
 
+CPU: list[float] = []  # CPU time (user + system) of each timed run's processes
+
+
 def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run(argv, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t
+    took = time.perf_counter() - t
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+    return took
 
 
 def main() -> None:
@@ -110,10 +118,12 @@ def main() -> None:
 
         try:
             plain_s, boxed_s, lesser_s = [], [], []
+            CPU.clear()
             for _ in range(args.spawns):
                 plain_s.append(timed(wrap(["true"], []), wt, env))
                 boxed_s.append(timed(wrap(["true"], sandbox), wt, env))
                 lesser_s.append(timed(wrap(["true"], lesser), wt, env))
+            cpu = [CPU[i::3] for i in range(3)]  # plain, boxed, lesser: CPU time, load-proof
             p, b = statistics.median(plain_s), statistics.median(boxed_s)
             diff = statistics.median(y - x for x, y in zip(plain_s, boxed_s, strict=True))
             added = statistics.median(y - x for x, y in zip(lesser_s, boxed_s, strict=True))
@@ -122,6 +132,14 @@ def main() -> None:
                 f"with sandbox {b * 1000:.1f} ms; median paired difference "
                 f"{diff * 1000:+.1f} ms ({'ok' if diff <= 0.010 else 'OVER'} goal +10 ms); "
                 f"of which the PID namespace and the system call filter {added * 1000:+.1f} ms"
+            )
+            plain_cpu, boxed_cpu, lesser_cpu = cpu
+            box_cpu = statistics.median(y - x for x, y in zip(plain_cpu, boxed_cpu, strict=True))
+            add_cpu = statistics.median(y - x for x, y in zip(lesser_cpu, boxed_cpu, strict=True))
+            print(
+                f"spawn CPU time (median): bootstrap {statistics.median(plain_cpu) * 1000:.1f} ms, "
+                f"sandbox {box_cpu * 1000:+.1f} ms, of which the PID namespace and the filter "
+                f"{add_cpu * 1000:+.1f} ms; load average {os.getloadavg()[0]:.1f}"
             )
             check = [sys.executable, "-c", CHECK]
             plain_c, boxed_c = [], []
