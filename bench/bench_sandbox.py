@@ -6,8 +6,10 @@ Both are measured against a baseline in the same run, interleaved so that load f
 processes hits both alike:
 
 1. Spawn: `true` through today's bootstrap (join a fresh cgroup when the host has one)
-   versus the same bootstrap with the task's `--sandbox` (mount namespace, Landlock,
-   capabilities dropped). Goal: the median difference is at most +10 ms.
+   versus the same bootstrap with the task's `--sandbox` (mount and PID namespaces,
+   Landlock, capabilities dropped, the system call filter). Goal: the median difference is
+   at most +10 ms. Also shown: the sandbox without the PID namespace and the filter, to
+   see what those two add.
 2. A check: a Python workload that imports modules, writes, reads and stats files in the
    worktree and runs `git status`, with and without the sandbox. Goal: ratio <= 1.05.
 3. An integration's check: that workload as `git sup integrate` runs it, a throw-away
@@ -20,7 +22,9 @@ processes hits both alike:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gitsup.host.contain import bootstrap_argv, create_cgroup, find_cgroup_base  # noqa: E402
-from gitsup.host.sandbox import build_plan, default_rules  # noqa: E402
+from gitsup.host.sandbox import build_plan, default_rules, probe  # noqa: E402
 
 CHECK = """
 import json, os, pathlib, subprocess, email.parser, http.client, unittest, decimal
@@ -55,7 +59,7 @@ def git(cwd: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def setup(root: Path) -> tuple[Path, list[str], dict[str, str]]:
+def setup(root: Path) -> tuple[Path, list[str], dict[str, str], list[str]]:
     repo = root / "repo"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
@@ -67,25 +71,37 @@ def setup(root: Path) -> tuple[Path, list[str], dict[str, str]]:
     git(repo, "worktree", "add", "-q", "-b", "sup/bench", str(wt))
     task_dir = repo / ".git" / "sup" / "tasks" / "bench"
     task_dir.mkdir(parents=True)
-    plan = build_plan(
-        mode="auto",
-        rules=default_rules(),
-        worktree=wt,
-        common_dir=repo / ".git",
-        task_dir=task_dir,
-        branch="sup/bench",
-        env={**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@e"},
-        programs=[[sys.executable, "-c", "x"]],
-    )
-    if not plan.enforced:
-        print(f"note: the sandbox is not fully enforced here: {plan.host.missing}")
-    return wt, plan.argv(), plan.env
+    host = probe()
+    plans = [
+        build_plan(
+            mode="auto",
+            rules=default_rules(),
+            worktree=wt,
+            common_dir=repo / ".git",
+            task_dir=task_dir,
+            branch="sup/bench",
+            env={**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@e"},
+            programs=[[sys.executable, "-c", "x"]],
+            host=h,
+        )
+        for h in (host, dataclasses.replace(host, pidns=False, seccomp=False))
+    ]
+    if not plans[0].enforced:
+        print(f"note: the sandbox is not fully enforced here: {host.missing}")
+    return wt, plans[0].argv(), plans[0].env, plans[1].argv()
+
+
+CPU: list[float] = []  # CPU time (user + system) of each timed run's processes
 
 
 def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run(argv, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t
+    took = time.perf_counter() - t
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+    return took
 
 
 def main() -> None:
@@ -96,7 +112,7 @@ def main() -> None:
     args = ap.parse_args()
     base = find_cgroup_base()
     with tempfile.TemporaryDirectory(prefix="gitsup-bench-sandbox-") as d:
-        wt, sandbox, env = setup(Path(d))
+        wt, sandbox, env, lesser = setup(Path(d))
         cgroups = []
 
         def wrap(argv: list[str], sb: list[str]) -> list[str]:
@@ -107,16 +123,29 @@ def main() -> None:
             return bootstrap_argv(argv, cgroup=cg, netns=None, sandbox=sb)
 
         try:
-            plain_s, boxed_s = [], []
+            plain_s, boxed_s, lesser_s = [], [], []
+            CPU.clear()
             for _ in range(args.spawns):
                 plain_s.append(timed(wrap(["true"], []), wt, env))
                 boxed_s.append(timed(wrap(["true"], sandbox), wt, env))
+                lesser_s.append(timed(wrap(["true"], lesser), wt, env))
+            cpu = [CPU[i::3] for i in range(3)]  # plain, boxed, lesser: CPU time, load-proof
             p, b = statistics.median(plain_s), statistics.median(boxed_s)
             diff = statistics.median(y - x for x, y in zip(plain_s, boxed_s, strict=True))
+            added = statistics.median(y - x for x, y in zip(lesser_s, boxed_s, strict=True))
             print(
                 f"spawn (median of {args.spawns}): bootstrap {p * 1000:.1f} ms, "
                 f"with sandbox {b * 1000:.1f} ms; median paired difference "
-                f"{diff * 1000:+.1f} ms ({'ok' if diff <= 0.010 else 'OVER'} goal +10 ms)"
+                f"{diff * 1000:+.1f} ms ({'ok' if diff <= 0.010 else 'OVER'} goal +10 ms); "
+                f"of which the PID namespace and the system call filter {added * 1000:+.1f} ms"
+            )
+            plain_cpu, boxed_cpu, lesser_cpu = cpu
+            box_cpu = statistics.median(y - x for x, y in zip(plain_cpu, boxed_cpu, strict=True))
+            add_cpu = statistics.median(y - x for x, y in zip(lesser_cpu, boxed_cpu, strict=True))
+            print(
+                f"spawn CPU time (median): bootstrap {statistics.median(plain_cpu) * 1000:.1f} ms, "
+                f"sandbox {box_cpu * 1000:+.1f} ms, of which the PID namespace and the filter "
+                f"{add_cpu * 1000:+.1f} ms; load average {os.getloadavg()[0]:.1f}"
             )
             check = [sys.executable, "-c", CHECK]
             plain_c, boxed_c = [], []

@@ -4,13 +4,18 @@
 
 Runs before the real command executes, so no descendant of it can start outside the
 cgroup, the namespace or the sandbox. Order: join the cgroup, enter the network namespace,
-then (with --sandbox) a private mount namespace, Landlock, no_new_privs and every
-capability dropped, then exec. Standard library only; exits 126 when it cannot contain.
+then (with --sandbox) private mount and PID namespaces, no_new_privs, Landlock, every
+capability dropped and the system call filter, then exec. Standard library only; exits 126
+when it cannot contain.
+
+With a PID namespace the pid gitsup spawned stays outside and waits; its child is the
+namespace's init (its own /proc, reaps orphans) and forks the process that execs the
+command; the outer process ends as that one did (docs/sandbox.md).
 
 The sandbox JSON (built by gitsup.host.sandbox) says exactly what to enforce; the bootstrap
 enforces all of it or fails (it never silently does less than the record claims):
 
-    {"mountns": bool, "landlock": bool, "caps": bool,
+    {"mountns": bool, "pidns": bool, "seccomp": "FILE" or "", "landlock": bool, "caps": bool,
      "read": [path...], "listed": [dir...], "write": [path...], "deny": [glob...],
      "hide": [dir...], "ro": [path...], "rw_mounts": [dir...], "fanout": [dir...]}
 
@@ -20,7 +25,10 @@ entries; gitsup.host.sandbox does that once per task and passes the split `read`
 directories that stay listable in `listed`); `fanout`: object directories whose 256
 loose-object subdirectories are writable; `hide`: directories covered by an empty tmpfs in the mount namespace (their
 `read`/`write` sub-paths are bound back); `ro`: paths bound read-only over themselves.
-GITSUP_SANDBOX_REFUSE=landlock,mountns (a testing knob) makes the bootstrap refuse those.
+`seccomp`: a file holding the BPF program gitsup.host.seccomp compiled. `observe`: a file
+where the process about to exec writes what it sees of itself (`observed`), for the record.
+GITSUP_SANDBOX_REFUSE=landlock,mountns,pidns,seccomp (a testing knob) makes the bootstrap
+refuse those.
 """
 
 from __future__ import annotations
@@ -31,12 +39,15 @@ import functools
 import json
 import os
 import re
+import resource
+import signal
 import stat
 import sys
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 
 # mount(2)
 MS_RDONLY = 1
@@ -47,6 +58,7 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MS_RELATIME = 1 << 21
+MS_NOEXEC = 8
 # statvfs f_flag bits that are also mount flags: nodev, noexec, noatime, nodiratime
 _KEPT_FLAGS = 4 | 8 | 1024 | 2048
 ST_RELATIME = 4096
@@ -54,7 +66,11 @@ ST_RELATIME = 4096
 # prctl(2)
 PR_CAPBSET_DROP = 24
 PR_SET_SECUREBITS = 28
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 # securebits: NOROOT, NO_SETUID_FIXUP, KEEP_CAPS (off), NO_CAP_AMBIENT_RAISE, each locked
@@ -248,15 +264,21 @@ def _write_file(path: str, text: str) -> None:
         os.close(fd)
 
 
-def _mount_ns(cfg: dict[str, list[str]]) -> None:
+def _mount_ns(cfg: dict[str, list[str]], *, pidns: bool = False) -> None:
     """A private mount namespace: the host's sockets and temp dirs hidden under empty tmpfs,
-    the task's own paths bound back (read-only unless writable), `ro` paths read-only."""
+    the task's own paths bound back (read-only unless writable), `ro` paths read-only.
+    `pidns`: a PID namespace too, which this process's next child enters as its init."""
     if _refused("mountns"):
         _fail("mount namespaces are not available on this host")
+    if pidns and _refused("pidns"):
+        _fail("PID namespaces are not available on this host")
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNS if os.geteuid() == 0 else CLONE_NEWNS | CLONE_NEWUSER
+    if pidns:
+        flags |= CLONE_NEWPID
     if _libc.unshare(flags):
-        _fail(f"cannot create a mount namespace: {_err()}")
+        what = "mount and PID namespaces" if pidns else "a mount namespace"
+        _fail(f"cannot create {what}: {_err()}")
     if flags & CLONE_NEWUSER:
         _write_file("/proc/self/setgroups", "deny")
         _write_file("/proc/self/uid_map", f"{uid} {uid} 1")
@@ -377,11 +399,178 @@ def _drop_caps() -> None:
         _fail(f"cannot drop capabilities: {_err()}")
 
 
-def apply_sandbox(cfg: dict[str, object]) -> None:
-    """Enforce the sandbox description on this process (see the module docstring)."""
+# --- the PID namespace -----------------------------------------------------------------------
+
+# Signals gitsup (and a terminal) send to the task's process group: the task's own
+# process gets them directly, so the bootstrap's two waiting processes only outlive them.
+_GROUP_SIGNALS = (
+    signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+    signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM,
+)  # fmt: skip
+
+
+def _outlive_group_signals() -> None:
+    for sig in _GROUP_SIGNALS:
+        signal.signal(sig, lambda *_: None)
+
+
+def _exit_like(status: int) -> None:
+    """Exit the way a child with this wait status ended (killed by a signal: the same signal)."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 126)
+
+
+def _release_stdio(devnull: int) -> None:
+    """A waiting process keeps no copy of the task's stdin, stdout and stderr: the reader of
+    its output sees the end when the task closes them."""
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+
+
+def _enter_pid_ns() -> tuple[int, int]:
+    """Fork into the PID namespace `_mount_ns` created. This process (the pid gitsup
+    spawned, outside the namespace) waits and exits like the child; the child, PID 1 inside,
+    mounts the namespace's own /proc and returns the pipe on which it reports the task's
+    wait status (its `_init` ends the namespace with it), and /dev/null."""
+    _outlive_group_signals()
+    r, w = os.pipe()
+    devnull = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+    pid = os.fork()
+    if pid:
+        os.close(w)
+        _release_stdio(devnull)
+        _, status = os.waitpid(pid, 0)
+        data = os.read(r, 4)
+        if len(data) == 4:
+            status = int.from_bytes(data, "little")
+        _exit_like(status)
+    os.close(r)
+    # the pid gitsup spawned killed alone: the namespace ends with it
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    return w, devnull
+
+
+# what the command starts with: the default for every signal Python or the bootstrap changed
+_RESET_SIGNALS = (*_GROUP_SIGNALS, signal.SIGPIPE, signal.SIGXFSZ)
+
+
+def _init(report: int, devnull: int, cmd: list[str]) -> None:
+    """PID 1 of the task's namespace: start the command (posix_spawn: no copy of this
+    interpreter), reap every orphan, and end with the command's wait status when it exits
+    (the kernel then kills what is left in the namespace). Never returns."""
+    try:
+        pid = os.posix_spawnp(cmd[0], cmd, os.environ, setsigdef=_RESET_SIGNALS)
+    except OSError as exc:
+        sys.stderr.write(f"gitsup bootstrap: cannot run {cmd[0]!r}: {exc.strerror}\n")
+        os._exit(127)
+    _release_stdio(devnull)
+    # the task cannot open this init's /proc entries (its descriptors, its memory)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    while True:
+        try:
+            child, status = os.wait()
+        except ChildProcessError:
+            os._exit(126)
+        if child == pid:
+            os.write(report, status.to_bytes(4, "little"))
+            _exit_like(status)
+
+
+# --- the system call filter -------------------------------------------------------------------
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _read_filter(path: str) -> bytes:
+    """The BPF program gitsup compiled (gitsup.host.seccomp), read before the mount
+    namespace hides gitsup's task directory."""
+    if _refused("seccomp"):
+        _fail("seccomp is not available on this host")
+    try:
+        with open(path, "rb") as f:
+            prog = f.read()
+    except OSError as exc:
+        _fail(f"cannot read the system call filter {path}: {exc.strerror}")
+    if not prog or len(prog) % 8 or len(prog) // 8 > 4096:
+        _fail(f"the system call filter {path} is not a BPF program")
+    return prog
+
+
+def _seccomp(prog: bytes) -> None:
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    fprog = _SockFprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0):
+        _fail(f"cannot install the system call filter: {_err()}")
+
+
+# --- what the task's process sees of itself -----------------------------------------------------
+
+
+def _ns(kind: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/ns/{kind}")
+    except OSError:
+        return ""
+
+
+def observed(before: dict[str, str]) -> dict[str, bool]:
+    """The sandbox as this process sees it (`/proc/self/status`, its namespaces), which the
+    command inherits; `before`: the namespaces the bootstrap started in."""
+    status: dict[str, str] = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                status[k] = v.strip()
+    except OSError:
+        pass
+    caps = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
+    try:
+        own_proc = os.readlink("/proc/self") == str(os.getpid())
+    except OSError:
+        own_proc = False
+    return {
+        "no_new_privs": status.get("NoNewPrivs") == "1",
+        "caps_dropped": all(k in status and int(status[k], 16) == 0 for k in caps),
+        "seccomp": status.get("Seccomp") == "2",
+        # a PID namespace of its own, and a /proc that shows it
+        "pid_ns": bool(before.get("pid")) and _ns("pid") != before["pid"] and own_proc,
+        "mount_ns": bool(before.get("mnt")) and _ns("mnt") != before["mnt"],
+    }
+
+
+def apply_sandbox(cfg: dict[str, object]) -> tuple[int, int] | None:
+    """Enforce the sandbox description on this process (see the module docstring). With a
+    PID namespace this forks: it returns in the namespace's init, with what `_init` needs
+    (the status pipe and /dev/null); else None, ready to exec."""
     paths = {k: [str(p) for p in v] for k, v in cfg.items() if isinstance(v, list)}
+    seccomp = cfg.get("seccomp")
+    prog = _read_filter(seccomp) if isinstance(seccomp, str) and seccomp else None
+    observe = cfg.get("observe")
+    obs_fd, before = -1, {}
+    if isinstance(observe, str) and observe:
+        before = {k: _ns(k) for k in ("pid", "mnt")}
+        try:  # opened before the mount namespace hides gitsup's task directory
+            obs_fd = os.open(observe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            _fail(f"cannot open {observe}: {exc.strerror}")
+    pidns = bool(cfg.get("pidns"))
+    report = devnull = -1
     if cfg.get("mountns"):
-        _mount_ns(paths)
+        _mount_ns(paths, pidns=pidns)
+        if pidns:
+            report, devnull = _enter_pid_ns()
+    elif pidns:
+        _fail("a PID namespace needs the mount namespace (for its /proc)")
     _no_new_privs()
     if cfg.get("landlock"):
         # its own terminal (a tmux pane), by name too; no other terminal
@@ -400,6 +589,12 @@ def apply_sandbox(cfg: dict[str, object]) -> None:
         )
     if cfg.get("caps", True):
         _drop_caps()
+    if prog is not None:
+        _seccomp(prog)
+    if obs_fd >= 0:  # the command inherits all of it (as PID 2 with a PID namespace)
+        os.write(obs_fd, json.dumps(observed(before)).encode())
+        os.close(obs_fd)
+    return (report, devnull) if report >= 0 else None
 
 
 def main(argv: list[str]) -> None:
@@ -445,7 +640,12 @@ def main(argv: list[str]) -> None:
             _fail("the sandbox description is not JSON")
         if not isinstance(cfg, dict):
             _fail("the sandbox description is not an object")
-        apply_sandbox(cfg)
+        init = apply_sandbox(cfg)
+        if init is not None:
+            _init(*init, cmd)
+    # the command gets the dispositions Python changed at startup back (as subprocess does)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
     try:
         os.execvp(cmd[0], cmd)
     except OSError as exc:

@@ -20,8 +20,9 @@ import json
 import os
 import shutil
 import sys
+import time
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -33,7 +34,7 @@ from gitsup.layout import TASK_GIT_SHELL
 
 Mode = Literal["auto", "required", "off"]
 MODES: tuple[Mode, ...] = ("auto", "required", "off")
-FEATURES = ("landlock", "mountns")
+FEATURES = ("landlock", "mountns", "pidns", "seccomp")
 
 # Variables the sandbox always sets; the host's values never pass.
 _FORCED = ("HOME", "TMPDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME")
@@ -178,6 +179,8 @@ class HostSupport:
     landlock_abi: int
     mountns: bool
     missing: tuple[str, ...]  # feature: why
+    pidns: bool = False
+    seccomp: bool = False
 
     @property
     def landlock(self) -> bool:
@@ -209,9 +212,35 @@ def _userns_allowed() -> bool:
     return True
 
 
+@cache
+def _pidns_works() -> bool:
+    """Whether the bootstrap can create a PID namespace and mount its /proc. Root in the
+    initial user namespace can (it has CAP_SYS_ADMIN: checked above); in a user namespace
+    the kernel refuses a new /proc where the host's is partly covered (as in containers),
+    so the bootstrap itself is tried once."""
+    try:
+        if os.geteuid() == 0 and Path("/proc/self/uid_map").read_text().split() == [
+            "0",
+            "0",
+            "4294967295",
+        ]:
+            return True
+    except OSError:
+        pass
+    from gitsup.host.proc import gitsup_python, run
+
+    desc = json.dumps({"mountns": True, "pidns": True, "caps": False})
+    argv = [*gitsup_python("gitsup.host.bootstrap", stdlib_only=True), "--sandbox", desc]
+    try:
+        res = run([*argv, "--", "true"], cwd="/", timeout=30)
+    except (GitsupError, OSError):
+        return False
+    return res.returncode == 0
+
+
 def probe() -> HostSupport:
-    """What this host can enforce. GITSUP_SANDBOX_REFUSE=landlock,mountns simulates a host
-    without them (a testing knob; the bootstrap refuses them too)."""
+    """What this host can enforce. GITSUP_SANDBOX_REFUSE=landlock,mountns,pidns,seccomp
+    simulates a host without them (a testing knob; the bootstrap refuses them too)."""
     refused = _refused()
     missing: list[str] = []
     abi = 0
@@ -231,7 +260,21 @@ def probe() -> HostSupport:
     if not mountns:
         missing.append("mountns: cannot create a private mount namespace (no CAP_SYS_ADMIN, "
                        "no unprivileged user namespaces)")  # fmt: skip
-    return HostSupport(abi, mountns, tuple(missing))
+    # the PID namespace's /proc is mounted in the mount namespace
+    pidns = mountns and "pidns" not in refused and _pidns_works()
+    if not pidns:
+        missing.append("pidns: refused (GITSUP_SANDBOX_REFUSE)" if "pidns" in refused else
+                       "pidns: cannot create a PID namespace with its own /proc")  # fmt: skip
+    no_seccomp = None
+    if sys.platform == "linux":
+        from gitsup.host.seccomp import unavailable
+
+        no_seccomp = unavailable()
+    else:
+        no_seccomp = "seccomp: Linux only"
+    if no_seccomp is not None:
+        missing.append(no_seccomp)
+    return HostSupport(abi, mountns, tuple(missing), pidns=pidns, seccomp=no_seccomp is None)
 
 
 # --- one task's sandbox ---------------------------------------------------------------------
@@ -255,16 +298,29 @@ class SandboxPlan:
 
     @property
     def enforced(self) -> bool:
-        """The kernel sandbox is fully in force (Landlock, mount namespace, privileges)."""
-        return self.active and bool(self.config.get("landlock") and self.config.get("mountns"))
+        """The kernel sandbox is fully in force (Landlock, mount and PID namespaces, the
+        system call filter, privileges)."""
+        cfg = self.config
+        return self.active and all(cfg.get(k) for k in ("landlock", "mountns", "pidns", "seccomp"))
 
-    def argv(self, *, read_only: bool = False, files: Sequence[str] = ()) -> list[str]:
+    @property
+    def observed_file(self) -> Path:
+        """Where the bootstrap of a process started with `observe` writes what it saw."""
+        return Path(self.config["box"], "observed.json")
+
+    def argv(
+        self, *, read_only: bool = False, files: Sequence[str] = (), observe: bool = False
+    ) -> list[str]:
         """The bootstrap arguments; `read_only`: the worktree too is read-only (reviewer);
         `files`: the command's own arguments, of which existing absolute file paths (a
-        settings file gitsup wrote for it) become readable."""
+        settings file gitsup wrote for it) become readable; `observe`: the process writes
+        what it sees of its sandbox to `observed_file` (see `observe`)."""
         if not self.active:
             return []
         cfg = self.config
+        if observe:
+            self.observed_file.unlink(missing_ok=True)
+            cfg = dict(cfg, observe=str(self.observed_file))
         extra = [
             a
             for a in files
@@ -302,7 +358,6 @@ class SandboxPlan:
                 "git shell writable: without a mount namespace the task can rewrite its Git "
                 "dir's config, hooks and info (gitsup rewrites them when the task ends)"
             )
-        weaker.append("pid namespace: not used (Landlock keeps other processes out of reach)")
         return {
             "mode": self.mode,
             "enforced": self.enforced,
@@ -320,6 +375,8 @@ class SandboxPlan:
             },
             "no_new_privs": True,
             "caps_dropped": True,
+            "seccomp": bool(self.config.get("seccomp")),
+            "pid_ns": bool(self.config.get("pidns")),
             "mount_ns": bool(self.config.get("mountns")),
             "hidden": list(self.config.get("hide", [])) if self.config.get("mountns") else [],
             "env_allowlist": True,
@@ -327,6 +384,35 @@ class SandboxPlan:
             "weaker": weaker,
             "refused": list(self.refused),
         }
+
+    def observe(self, report: dict[str, Any], alive: Callable[[], bool]) -> dict[str, Any]:
+        """`report` with what the process started with `observe` saw of itself (NoNewPrivs,
+        capabilities, seccomp, its namespaces) in place of what was asked; waits (bounded)
+        while `alive()` for the bootstrap to write it. Nothing observed: those are false."""
+        if not self.active:
+            return report
+        path = self.observed_file
+        seen: dict[str, Any] = {}
+        end = time.monotonic() + OBSERVE_TIMEOUT
+        while True:
+            try:
+                seen = json.loads(path.read_text())
+                break
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > end or not alive():
+                break
+            time.sleep(0.01)
+        keys = ("no_new_privs", "caps_dropped", "seccomp", "pid_ns", "mount_ns")
+        out = dict(report, **{k: seen.get(k) is True for k in keys})
+        out["enforced"] = bool(report.get("enforced")) and all(out[k] for k in keys)
+        if not seen:
+            out["weaker"] = [*report.get("weaker", []), "not observed: the process did not "
+                             "report what it saw of its sandbox"]  # fmt: skip
+        return out
+
+
+OBSERVE_TIMEOUT = 10.0  # seconds; the bootstrap writes it within milliseconds
 
 
 def describe_host(mode: Mode) -> str:
@@ -339,6 +425,8 @@ def describe_host(mode: Mode) -> str:
         if host.landlock_abi >= 6
         else (f"Landlock ABI {host.landlock_abi} (fs rules)" if host.landlock else ""),
         "private mount namespace" if host.mountns else "",
+        "PID namespace" if host.pidns else "",
+        "system call filter (seccomp)" if host.seccomp else "",
         "no_new_privs",
         "all capabilities dropped, securebits locked",
         "environment allowlist, private HOME and TMPDIR",
@@ -563,6 +651,8 @@ def build_plan(
     plan.denied = deny
     plan.config = {
         "mountns": host.mountns,
+        "pidns": host.pidns,
+        "seccomp": _filter_file(box) if host.seccomp else "",
         "landlock": host.landlock,
         "caps": True,
         "worktree": wt,
@@ -607,6 +697,24 @@ def _login_profiles(private_home: Path, env: Mapping[str, str]) -> None:
                 os.write(fd, data)
             finally:
                 os.close(fd)
+
+
+def _filter_file(box: Path) -> str:
+    """The compiled system call filter in the task's sandbox dir (which the task cannot
+    write), for the bootstrap to read before it hides that dir."""
+    from gitsup.host.seccomp import program
+
+    path = box / "seccomp.bpf"
+    prog = program()
+    try:
+        if path.read_bytes() == prog:
+            return str(path)
+    except OSError:
+        pass
+    tmp = box / f".seccomp.bpf.{os.getpid()}"
+    tmp.write_bytes(prog)
+    os.replace(tmp, path)
+    return str(path)
 
 
 _NEVER_HIDDEN = frozenset({"/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/dev",

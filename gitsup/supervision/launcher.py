@@ -87,8 +87,9 @@ class Launcher:
         self.left_cgroups: list[str] = []
         self._sandbox: SandboxPlan | None = None
         self._sandbox_error: str | None = None
-        # Whether the kernel sandbox (Landlock, mount namespace, no privileges) is in force
-        # for everything this task runs; known once the worker environment is built.
+        # Whether the kernel sandbox (Landlock, mount and PID namespaces, seccomp, no
+        # privileges) is in force for everything this task runs; known once the worker
+        # environment is built, confirmed by what the worker's process saw once it started.
         self.sandbox_enforced = False
         self._limits: Limits | None = None
         self._limits_error: str | None = None
@@ -218,11 +219,17 @@ class Launcher:
         return out
 
     def wrapper(
-        self, cg: Cgroup | None, netns: str | None, *, read_only: bool = False
+        self,
+        cg: Cgroup | None,
+        netns: str | None,
+        *,
+        read_only: bool = False,
+        observe: bool = False,
     ) -> Wrap | None:
         """The bootstrap prefix for one process of this task (None: run it as is). Fails
         closed: nothing runs when the sandbox could not be built or is required but missing
-        (a path that skips the spawn preflight, such as verifying after a recovery)."""
+        (a path that skips the spawn preflight, such as verifying after a recovery).
+        `observe`: the process reports what it sees of its sandbox (the worker)."""
         from gitsup.host.sandbox import required_problems
 
         plan = self.sandbox_plan()
@@ -235,7 +242,7 @@ class Launcher:
             problems = required_problems(plan)
             if problems:
                 raise GitsupError("; ".join(problems))
-            sandbox = plan.argv(read_only=read_only, files=argv)
+            sandbox = plan.argv(read_only=read_only, files=argv, observe=observe)
             return bootstrap_argv(argv, cgroup=cg, netns=netns, sandbox=sandbox)
 
         return wrap
@@ -465,7 +472,10 @@ class Launcher:
         ctx = self._context(
             {**env, **net.env},
             WorkerOptions(
-                spec=self.spec, wrap=self.wrapper(cg, netns), egress=net.gate, abort=self.abort
+                spec=self.spec,
+                wrap=self.wrapper(cg, netns, observe=True),
+                egress=net.gate,
+                abort=self.abort,
             ),
         )
         # Crash window marker: a record with spawn_pending and no worker identity means
@@ -534,7 +544,14 @@ class Launcher:
 
     def _record_worker(self, ident: WorkerIdentity) -> None:
         """Persist the worker's identity (record and lease) before clearing spawn_pending,
-        so every crash window leaves a recognizable trace."""
+        so every crash window leaves a recognizable trace. The record's sandbox says what
+        the worker's process saw of it."""
+        if self._sandbox is not None and self.record.sandbox is not None:
+            from gitsup.host.procid import ProcessId
+
+            pid = ProcessId(ident.pid, ident.start_time)
+            self.record.sandbox = self._sandbox.observe(self._sandbox.report(), pid.alive)
+            self.sandbox_enforced = bool(self.record.sandbox.get("enforced"))
         self.record.worker = ident.as_dict()
         self.record.worker_kind = self.spec.worker.kind
         self.save()

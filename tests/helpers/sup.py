@@ -157,6 +157,36 @@ def kill_tree(pid: int) -> None:
             q.kill()
 
 
+def marked(marker: str) -> list[int]:
+    """Live processes (host pids) whose command line holds `marker`, such as a path a test
+    passed to a task's process. A process in a task's PID namespace knows itself only by
+    its pid there, so tests find it from outside by what it was started with (the
+    bootstrap's processes carry the command line too)."""
+    found = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if p.status() != psutil.STATUS_ZOMBIE and any(marker in a for a in p.cmdline()):
+                found.append(p.pid)
+    return found
+
+
+def wait_unmarked(marker: str, timeout: float = 5.0) -> bool:
+    """True once no live process carries `marker` (see `marked`)."""
+    deadline = time.monotonic() + timeout
+    while marked(marker):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def kill_marked(marker: str) -> None:
+    """Test cleanup: SIGKILL every process that carries `marker` (see `marked`)."""
+    for pid in marked(marker):
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+
+
 def run_cli_inproc(cwd: Path, *args: str) -> tuple[int, str, str]:
     """Run the CLI entry point (`gitsup.cli.main.run`, what the console script calls) in
     this process: same argument parsing, error mapping and exit codes as `git sup`, without

@@ -11,6 +11,7 @@ Standard library only: it runs with whatever Python the task has.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -93,7 +94,8 @@ def _connect(path: str) -> str:
     try:
         s.settimeout(3)
         s.connect(path)
-        s.sendall(b"escaped\n")
+        with contextlib.suppress(OSError):  # the listener may have closed: connecting is it
+            s.sendall(b"escaped\n")
         return "connected"
     finally:
         s.close()
@@ -180,6 +182,167 @@ def _abstract(name: str) -> str:
         s.close()
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_NR = {  # x86_64, aarch64
+    "io_uring_setup": (425, 425),
+    "bpf": (321, 280),
+    "perf_event_open": (298, 241),
+    "userfaultfd": (323, 282),
+    "clone": (56, 220),
+    "add_key": (248, 217),
+}
+CLONE_NEW = {
+    "ns": 0x00020000, "cgroup": 0x02000000, "uts": 0x04000000, "ipc": 0x08000000,
+    "user": 0x10000000, "pid": 0x20000000, "net": 0x40000000, "time": 0x00000080,
+}  # fmt: skip
+
+
+def _sys(name: str, *args: object) -> int:
+    nr = _NR[name][0 if os.uname().machine == "x86_64" else 1]
+    res = _libc.syscall(nr, *args)
+    if res < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return int(res)
+
+
+def _fd_syscall(name: str, *args: object) -> str:
+    os.close(_sys(name, *args))
+    return f"{name} gave a descriptor"
+
+
+def _in_child(fn: object) -> str:
+    """Run `fn` in a forked child (a namespace it enters stays there); the child's exit
+    status carries the errno."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            fn()  # type: ignore[operator]
+        except OSError as exc:
+            code = exc.errno or 1
+        except BaseException:
+            code = 255
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code:
+        raise OSError(code, os.strerror(code) if code < 255 else "failed")
+    return "done"
+
+
+def _unshare(flags: int) -> None:
+    if _libc.unshare(flags) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def _clone_newuser() -> str:
+    """clone(2) with CLONE_NEWUSER (a raw system call: the child only exits)."""
+    pid = _sys("clone", CLONE_NEW["user"] | 17, 0, 0, 0, 0)  # SIGCHLD
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return "a child in a new user namespace"
+
+
+def _perf_event_open() -> str:
+    attr = (ctypes.c_uint8 * 128)()
+    ctypes.c_uint32.from_buffer(attr, 4).value = 128  # size
+    ctypes.c_uint64.from_buffer(attr, 40).value = (1 << 5) | (1 << 6)  # no kernel, no hv
+    # PERF_TYPE_SOFTWARE (1), PERF_COUNT_SW_CPU_CLOCK (0): this process, any CPU
+    ctypes.c_uint32.from_buffer(attr, 0).value = 1
+    return _fd_syscall("perf_event_open", attr, 0, -1, -1, 0)
+
+
+def _bpf() -> str:
+    # BPF_PROG_LOAD of a socket filter that returns 0: mov r0, 0; exit
+    insns = (ctypes.c_uint64 * 2)(0x00000000000000B7, 0x0000000000000095)
+    lic = ctypes.create_string_buffer(b"GPL")
+    attr = (ctypes.c_uint8 * 128)()
+    ctypes.c_uint32.from_buffer(attr, 0).value = 1  # BPF_PROG_TYPE_SOCKET_FILTER
+    ctypes.c_uint32.from_buffer(attr, 4).value = 2
+    ctypes.c_uint64.from_buffer(attr, 8).value = ctypes.addressof(insns)
+    ctypes.c_uint64.from_buffer(attr, 16).value = ctypes.addressof(lic)
+    return _fd_syscall("bpf", 5, attr, 128)
+
+
+def _keyctl() -> str:
+    # add_key("user", "gitsup-attack", "x", 1, KEY_SPEC_PROCESS_KEYRING)
+    _sys("add_key", b"user", b"gitsup-attack", b"x", 1, -2)
+    return "added a key"
+
+
+def _ptrace_sibling() -> str:
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    try:
+        if _libc.ptrace(16, pid, 0, 0) != 0:  # PTRACE_ATTACH
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+        os.waitpid(pid, 0)
+        _libc.ptrace(17, pid, 0, 0)  # PTRACE_DETACH
+        return f"attached to {pid}"
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+
+
+def _cmdlines() -> dict[int, str]:
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                raw = pathlib.Path("/proc", name, "cmdline").read_bytes()
+            except OSError:
+                continue
+            out[int(name)] = raw.replace(b"\0", b" ").decode(errors="replace")
+    return out
+
+
+def _supervisor(goal: str) -> int:
+    """The supervisor's pid: the parent (without a PID namespace), else any visible
+    process whose command line holds the task's goal."""
+    ppid = os.getppid()
+    procs = _cmdlines()
+    for pid in [ppid, *procs]:
+        if goal in procs.get(pid, ""):
+            return pid
+    raise ProcessLookupError(
+        f"no visible process has the goal in its command line ({len(procs)} visible)"
+    )
+
+
+def _outside_process(marker: str) -> str:
+    seen = [pid for pid, cmd in _cmdlines().items() if marker in cmd]
+    if not seen:
+        raise ProcessLookupError("no process outside the task is visible")
+    return f"saw pid {seen[0]}"
+
+
+def _status_fields() -> dict[str, str]:
+    out = {}
+    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+        k, _, v = line.partition(":")
+        out[k] = v.strip()
+    return out
+
+
+def _privileges() -> str:
+    """What the process itself sees: NoNewPrivs 1, no effective capability, a seccomp filter."""
+    st = _status_fields()
+    weak = {
+        k: st.get(k)
+        for k, good in (("NoNewPrivs", "1"), ("CapEff", "0000000000000000"), ("Seccomp", "2"))
+        if st.get(k) != good
+    }
+    if weak:
+        return f"weak: {weak}"
+    raise PermissionError("NoNewPrivs 1, CapEff 0, Seccomp 2")
+
+
 def attacks(t: dict[str, object]) -> dict[str, str]:
     r: dict[str, str] = {}
     common = str(t["common_dir"])
@@ -222,8 +385,12 @@ def attacks(t: dict[str, object]) -> dict[str, str]:
     a(r, "read_kernel_log", lambda: _read_some("/dev/kmsg"))
     if t.get("block_device"):
         a(r, "read_block_device", lambda: _read_some(str(t["block_device"])))
-    a(r, "read_supervisor_environ", lambda: _read(f"/proc/{t['supervisor_pid']}/environ"))
-    a(r, "signal_supervisor", lambda: os.kill(int(str(t["supervisor_pid"])), 0))
+    goal = str(t["goal"])
+    a(r, "read_supervisor_environ", lambda: _read(f"/proc/{_supervisor(goal)}/environ"))
+    a(r, "read_supervisor_cmdline", lambda: _read(f"/proc/{_supervisor(goal)}/cmdline"))
+    a(r, "signal_supervisor", lambda: os.kill(_supervisor(goal), 0))
+    a(r, "see_outside_process", lambda: _outside_process(str(t["outside_marker"])))
+    a(r, "weak_privileges", _privileges)
     a(r, "move_cgroup", lambda: _move_cgroup(str(t["cgroup_root"])))
     a(r, "write_cgroupfs", lambda: _rewrite_same(os.path.join(
         str(t["cgroup_root"]), _own_cgroup().strip("/"), "cgroup.max.depth")))  # fmt: skip
@@ -232,6 +399,16 @@ def attacks(t: dict[str, object]) -> dict[str, str]:
     a(r, "setns_init_mnt", lambda: _setns("/proc/1/ns/mnt"))
     a(r, "nsenter_init", lambda: _run(["nsenter", "-t", "1", "-n", "-m", "true"]))
     a(r, "unshare_user", lambda: _run(["unshare", "-U", "-r", "true"]))
+    for kind, flag in CLONE_NEW.items():
+        a(r, f"unshare_{kind}_ns", lambda flag=flag: _in_child(lambda: _unshare(flag)))
+    a(r, "unshare_user_then_all", lambda: _in_child(lambda: _unshare(sum(CLONE_NEW.values()))))
+    a(r, "clone_newuser", _clone_newuser)
+    a(r, "io_uring_setup", lambda: _fd_syscall("io_uring_setup", 1, (ctypes.c_uint8 * 120)()))
+    a(r, "bpf_prog_load", _bpf)
+    a(r, "perf_event_open", _perf_event_open)
+    a(r, "userfaultfd", lambda: _fd_syscall("userfaultfd", 1 | os.O_CLOEXEC))  # user mode only
+    a(r, "keyctl_add_key", _keyctl)
+    a(r, "ptrace_sibling", _ptrace_sibling)
     a(r, "mount_tmpfs", lambda: _mount(os.path.join(os.environ["TMPDIR"], "mnt-attack")))
     for i, sock in enumerate(t["sockets"]):  # type: ignore[attr-defined]
         a(r, f"connect_host_socket_{i}", lambda sock=sock: _connect(str(sock)))
@@ -252,7 +429,6 @@ def report(label: str, results: dict[str, str]) -> None:
 def main() -> None:
     label, targets_file = sys.argv[1], sys.argv[2]
     t = json.loads(pathlib.Path(targets_file).read_text())
-    t["supervisor_pid"] = os.getppid()  # the supervisor spawns workers and checks
     report(label, attacks(t))
     if "--grandchild" in sys.argv:
         done = pathlib.Path(os.environ["TMPDIR"]) / "attack-grandchild.json"

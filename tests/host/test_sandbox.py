@@ -27,11 +27,14 @@ import pytest
 
 from gitsup.host.contain import _cgroup2_mounts
 from gitsup.host.sandbox import build_plan, default_rules, probe
+from gitsup.host.seccomp import program as seccomp_program
 from tests.conftest import PYTHON, git, run_sup
 from tests.helpers.sup import start_json, write_worker
 
 ATTACK = str(Path(__file__).with_name("sandbox_attack.py"))
 NO_REVIEW = ("--review", "none")
+# the task's goal: on the supervisor's command line, which the task must not see
+GOAL = "make add() add"
 # the worker's own commit makes this pass; the attacks do not touch it
 CHECK_FIXED = shlex.join([PYTHON, "-c", "from calc import add; assert add(1, 2) == 3"])
 
@@ -136,8 +139,13 @@ def hostile(
     listeners = [
         Listener(str(tmp / "host.sock")),
         Listener(f"/run/gitsup-test-{suffix}.sock"),
+        # in the repository's Git dir, which the mount namespace does not hide
+        Listener(str(common_dir(repo) / f"h-{suffix}.sock")),
         Listener(f"\0gitsup-test-{suffix}"),
     ]
+    # a host process outside the task, named by a marker the task looks for in /proc
+    marker = f"gitsup-outside-{suffix}"
+    outside = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(600)", marker])
     cgroup_root = next(
         (m for m in _cgroup2_mounts() if Path(m, "cgroup.procs").exists()), "/sys/fs/cgroup"
     )
@@ -151,7 +159,9 @@ def hostile(
         "object": str(obj),
         "replace_object": True,  # the user's objects are read-only to a task with a private Git dir
         "cgroup_root": cgroup_root,
-        "sockets": [listeners[0].address, listeners[1].address],
+        "sockets": [li.address for li in listeners[:3]],
+        "goal": GOAL,
+        "outside_marker": marker,
         "abstract": f"gitsup-test-{suffix}",
         "block_device": next(
             (str(p) for p in sorted(Path("/dev").iterdir()) if p.is_block_device()), None
@@ -169,6 +179,8 @@ def hostile(
             "before": snapshot(repo, remote, home),
         }
     finally:
+        outside.kill()
+        outside.wait()
         for li in listeners:
             li.close()
 
@@ -188,6 +200,11 @@ def assert_all_blocked(results: dict[str, str], label: str, *, git_state: str) -
         "read_supervisor_environ", "signal_supervisor", "move_cgroup", "write_cgroupfs",
         "write_proc_sys", "setns_init_net", "setns_init_mnt", "nsenter_init", "unshare_user",
         "mount_tmpfs", "connect_host_socket_0", "connect_host_socket_1",
+        "connect_host_socket_2", "read_supervisor_cmdline", "see_outside_process",
+        "weak_privileges", "unshare_ns_ns", "unshare_cgroup_ns", "unshare_uts_ns",
+        "unshare_ipc_ns", "unshare_user_ns", "unshare_pid_ns", "unshare_net_ns",
+        "unshare_time_ns", "unshare_user_then_all", "clone_newuser", "io_uring_setup",
+        "bpf_prog_load", "perf_event_open", "userfaultfd", "keyctl_add_key", "ptrace_sibling",
         "connect_abstract_socket", "write_supervisor_record", "hardlink_repo_config",
         "symlink_repo_config", "read_kernel_log",
     }  # fmt: skip
@@ -208,7 +225,7 @@ def test_hostile_worker_check_and_grandchild_stay_inside(hostile: dict[str, Any]
     check = shlex.join([PYTHON, ATTACK, "check", str(hostile["targets"])])
     rc, rec, err = start_json(
         repo,
-        "make add() add",
+        GOAL,
         "--worker",
         worker,
         "--check",
@@ -223,10 +240,11 @@ def test_hostile_worker_check_and_grandchild_stay_inside(hostile: dict[str, Any]
     sb = rec["sandbox"]
     assert sb["enforced"] is True and sb["mount_ns"] is True and sb["landlock_abi"] >= 1, sb
     assert sb["caps_dropped"] and sb["no_new_privs"] and sb["env_allowlist"], sb
+    assert sb["seccomp"] is True and sb["pid_ns"] is True, sb
     git_state = sb["git_state"]
     for label in ("worker", "grandchild", "check"):
         assert_all_blocked(results_of(repo, rec["id"], label), label, git_state=git_state)
-    assert [li.accepted for li in hostile["listeners"]] == [0, 0, 0]
+    assert [li.accepted for li in hostile["listeners"]] == [0, 0, 0, 0]
     after = snapshot(repo, hostile["remote"], hostile["home"])
     before = hostile["before"]
     # the task's commit adds objects (shared Git state); none that existed changed
@@ -354,16 +372,71 @@ def test_git_config_selects_the_mode(
     assert rc == 4 and any("sup.sandbox" in r for r in rec["reasons"]), rec
 
 
-def test_bootstrap_refuses_what_it_cannot_enforce(tmp: Path) -> None:
-    desc = json.dumps({"landlock": True, "mountns": False, "read": ["/usr"], "write": []})
-    env = {**os.environ, "GITSUP_SANDBOX_REFUSE": "landlock"}
+def test_auto_without_seccomp_and_pid_namespace_records_the_weaker_guarantee(
+    repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITSUP_SANDBOX_REFUSE", "seccomp,pidns")
+    assert run_sup(repo, "init").returncode == 0
+    rc, rec, err = start_json(
+        repo, "fix", "--worker", _sandbox_env_worker(tmp), "--check", CHECK_FIXED, *NO_REVIEW
+    )
+    assert rc == 0, (rec.get("reasons"), err)
+    sb = rec["sandbox"]
+    assert sb["enforced"] is False and sb["seccomp"] is False and sb["pid_ns"] is False, sb
+    assert sb["mount_ns"] is True and sb["landlock_abi"] >= 1, sb
+    weaker = " ".join(sb["weaker"])
+    assert "seccomp not enforced" in weaker and "pidns not enforced" in weaker, weaker
+    git(repo, "config", "sup.sandbox", "required")
+    rc, rec, _ = start_json(repo, "fix", "--worker", _sandbox_env_worker(tmp), *NO_REVIEW)
+    assert rc == 4 and rec["state"] == "failed", rec
+    assert any("required" in r and "seccomp" in r for r in rec["reasons"]), rec["reasons"]
+
+
+@pytest.mark.parametrize(
+    ("refused", "desc", "message"),
+    [
+        ("landlock", {"landlock": True}, "Landlock is not available"),
+        ("seccomp", {"seccomp": "/nonexistent.bpf"}, "seccomp is not available"),
+        ("pidns", {"mountns": True, "pidns": True}, "PID namespaces are not available"),
+    ],
+)
+def test_bootstrap_refuses_what_it_cannot_enforce(
+    tmp: Path, refused: str, desc: dict[str, Any], message: str
+) -> None:
+    desc = {"mountns": False, "read": ["/usr"], "write": [], **desc}
+    env = {**os.environ, "GITSUP_SANDBOX_REFUSE": refused}
     res = subprocess.run(
-        [PYTHON, "-m", "gitsup.host.bootstrap", "--sandbox", desc, "--", "true"],
+        [PYTHON, "-m", "gitsup.host.bootstrap", "--sandbox", json.dumps(desc), "--", "true"],
         capture_output=True,
         text=True,
         env=env,
     )
-    assert res.returncode == 126 and "Landlock is not available" in res.stderr
+    assert res.returncode == 126 and message in res.stderr, res.stderr
+
+
+def test_bootstrap_reports_what_the_process_saw(tmp: Path) -> None:
+    """The observation comes from the process about to exec, not from the description:
+    what was not applied reads false."""
+    bpf = tmp / "filter.bpf"
+    bpf.write_bytes(seccomp_program())
+    full = {"mountns": True, "pidns": True, "seccomp": str(bpf), "caps": True,
+            "read": [], "write": [], "hide": [], "ro": []}  # fmt: skip
+    lesser = {"mountns": True, "pidns": False, "seccomp": "", "caps": False,
+              "read": [], "write": [], "hide": [], "ro": []}  # fmt: skip
+    seen = []
+    for desc in (full, lesser):
+        out = tmp / "observed.json"
+        res = subprocess.run(
+            [PYTHON, "-m", "gitsup.host.bootstrap", "--sandbox",
+             json.dumps({**desc, "observe": str(out)}), "--", "true"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        seen.append(json.loads(out.read_text()))
+    everything = {"no_new_privs", "caps_dropped", "seccomp", "pid_ns", "mount_ns"}
+    assert seen[0] == dict.fromkeys(everything, True), seen[0]
+    assert seen[1] == {"no_new_privs": True, "caps_dropped": False, "seccomp": False,
+                       "pid_ns": False, "mount_ns": True}, seen[1]  # fmt: skip
 
 
 @pytest.fixture
@@ -388,9 +461,14 @@ def test_bootstrap_sandboxes_an_unprivileged_user_too(world_tmp: Path) -> None:
     (outside / "host.sock").touch()
     for d in (tmp, wt, outside):
         d.chmod(0o777)
+    bpf = tmp / "filter.bpf"
+    bpf.write_bytes(seccomp_program())
+    bpf.chmod(0o644)
     desc = json.dumps(
         {
             "mountns": True,
+            "pidns": True,
+            "seccomp": str(bpf),
             "landlock": True,
             "caps": True,
             "read": ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", "/dev", str(wt)],
@@ -404,7 +482,9 @@ def test_bootstrap_sandboxes_an_unprivileged_user_too(world_tmp: Path) -> None:
         f"echo x > {outside}/f 2>/dev/null || echo outside-blocked; "
         f"test -e {outside}/host.sock || echo socket-hidden; "
         "grep -q '^CapEff:.0000000000000000' /proc/self/status && echo caps-zero; "
-        "grep -q '^NoNewPrivs:.1' /proc/self/status && echo nnp"
+        "grep -q '^NoNewPrivs:.1' /proc/self/status && echo nnp; "
+        "grep -q '^Seccomp:.2' /proc/self/status && echo seccomp; "
+        "echo pid-$$; ls /proc | grep -c '^[0-9]'"
     )
     res = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
@@ -412,7 +492,11 @@ def test_bootstrap_sandboxes_an_unprivileged_user_too(world_tmp: Path) -> None:
         cwd=wt, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == ["own-ok", "outside-blocked", "socket-hidden", "caps-zero", "nnp"]
+    # its own PID namespace: the shell is 2 (the bootstrap's init is 1); 4 processes in /proc
+    # (init, the shell, `ls` and `grep`)
+    assert res.stdout.split() == [
+        "own-ok", "outside-blocked", "socket-hidden", "caps-zero", "nnp", "seccomp", "pid-2", "4"
+    ]  # fmt: skip
     assert (wt / "own").read_text() == "inside\n" and not (outside / "f").exists()
 
 

@@ -22,6 +22,7 @@ from tests.helpers.sup import (
     PYTEST_CHECK,
     check_cmd,
     common_dir,
+    kill_marked,
     kill_tree,
     popen_sup,
     read_record,
@@ -30,6 +31,7 @@ from tests.helpers.sup import (
     task_ids,
     wait_dead,
     wait_for,
+    wait_unmarked,
     write_spec,
     write_worker,
 )
@@ -393,7 +395,7 @@ def test_exit_codes_without_json(repo: Path, tmp: Path) -> None:
 
 HANG = """
 import json, os, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", sys.argv[1]])
 with open(sys.argv[1] + ".tmp", "w") as fh:
     json.dump({"worker": os.getpid(), "child": child.pid}, fh)
 os.replace(sys.argv[1] + ".tmp", sys.argv[1])
@@ -402,7 +404,7 @@ time.sleep(600)
 
 CHATTY_HANG = """
 import json, os, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", sys.argv[1]])
 with open(sys.argv[1] + ".tmp", "w") as fh:
     json.dump({"worker": os.getpid(), "child": child.pid}, fh)
 os.replace(sys.argv[1] + ".tmp", sys.argv[1])
@@ -426,15 +428,15 @@ def test_no_output_watchdog_parks_and_kills_the_worker_group(repo: Path, tmp: Pa
         assert rc == 3, err
         assert rec["status"] == "parked"
         assert any("watchdog" in r and "no output" in r for r in rec["reasons"]), rec["reasons"]
-        assert rec["worker"]["pid"] == procs["worker"]
-        assert wait_dead(procs["worker"], 2), "worker still running"
-        assert wait_dead(procs["child"], 2), "the worker's child is still running"
+        assert procs["worker"] and procs["child"]  # it ran and started its child
+        assert wait_dead(rec["worker"]["pid"], 2), "worker still running"
+        # the worker and its child (both carry the pids file's path on their command line)
+        assert wait_unmarked(str(pids), 2), "the worker or its child is still running"
         evs = _events(repo, rec["id"])
         wd = [e for e in evs if e["type"] == "watchdog_timeout"]
         assert len(wd) == 1 and wd[0]["data"]["kind"] == "no_output"
     finally:
-        kill_tree(procs["worker"])
-        kill_tree(procs["child"])
+        kill_marked(str(pids))
 
 
 def test_deadline_with_no_closeout_grace(repo: Path, tmp: Path) -> None:
@@ -461,13 +463,12 @@ def test_deadline_with_no_closeout_grace(repo: Path, tmp: Path) -> None:
         assert rc == 3, err
         assert any("deadline of 2s reached" in r for r in rec["reasons"]), rec["reasons"]
         assert took >= 2  # not before the deadline (how soon after it: bench/)
-        assert wait_dead(procs["worker"], 2) and wait_dead(procs["child"], 2)
+        assert procs["worker"] and wait_unmarked(str(pids), 2)
         types = [e["type"] for e in _events(repo, rec["id"])]
         assert "deadline_reached" in types and "watchdog_timeout" in types
         assert "worker_output" in types
     finally:
-        kill_tree(procs["worker"])
-        kill_tree(procs["child"])
+        kill_marked(str(pids))
 
 
 def test_stop_from_another_process(repo: Path, tmp: Path) -> None:
@@ -490,7 +491,7 @@ def test_stop_from_another_process(repo: Path, tmp: Path) -> None:
         assert rc == 5, proc.stderr.read() if proc.stderr else ""
         rec = read_record(repo, tid)
         assert rec["state"] == "stopped" and rec["status"] == "stopped" and rec["exit_code"] == 5
-        assert wait_dead(procs["worker"], 2) and wait_dead(procs["child"], 2)
+        assert procs["worker"] and wait_unmarked(str(pids), 2)
         types = [e["type"] for e in _events(repo, tid)]
         assert "stop_requested" in types and types[-1] == "task_finished"
         assert _log_chain(repo, tid)[-1][1] == "task finished: stopped"
@@ -499,8 +500,7 @@ def test_stop_from_another_process(repo: Path, tmp: Path) -> None:
     finally:
         if proc.poll() is None:
             kill_tree(proc.pid)
-        for pid in procs.values():
-            kill_tree(pid)
+        kill_marked(str(pids))
 
 
 # --- init ---------------------------------------------------------------------------------
