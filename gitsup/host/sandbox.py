@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gitsup.errors import GitsupError
+from gitsup.host.claude_config import ClaudeConfig, claude_config
 
 Mode = Literal["auto", "required", "off"]
 MODES: tuple[Mode, ...] = ("auto", "required", "off")
@@ -178,6 +179,8 @@ class SandboxPlan:
     env: dict[str, str] = field(default_factory=dict)
     git_state: str = "shared"
     denied: list[str] = field(default_factory=list)
+    # the task's private copy of Claude Code's config (gitsup/host/claude_config.py)
+    claude_config: ClaudeConfig | None = None
 
     @property
     def active(self) -> bool:
@@ -194,6 +197,8 @@ class SandboxPlan:
         settings file gitsup wrote for it) become readable."""
         if not self.active:
             return []
+        if self.claude_config is not None:
+            self.claude_config.refresh()
         cfg = self.config
         extra = [a for a in files if os.path.isabs(a) and os.path.isfile(a)]
         if extra:
@@ -352,8 +357,8 @@ def build_plan(
 ) -> SandboxPlan:
     """The sandbox for one task. `env` is the environment gitsup would give the task
     without a sandbox; the plan's env is the allowlisted subset plus private dirs.
-    `claude`: the task runs Claude Code (worker, reviewer or decider), which keeps its
-    config and session in CLAUDE_CONFIG_DIR, or by default in ~/.claude and ~/.claude.json."""
+    `claude`: the task runs Claude Code (worker, reviewer or decider); it gets a private
+    copy of the user's Claude Code config (gitsup/host/claude_config.py)."""
     host = host or probe()
     plan = SandboxPlan(mode=mode, host=host)
     if mode == "off":
@@ -406,11 +411,13 @@ def build_plan(
         write += [str(d) for d in shared]
         if admin is not None:
             write.append(admin)
-    cfg_dir = env.get("CLAUDE_CONFIG_DIR")
-    if cfg_dir:
-        write.append(_expand(cfg_dir, home))
-    elif claude:
-        write += _default_claude_config(home, private_home)
+    # Claude Code's config: a private copy, never the user's (a task that does not run
+    # Claude Code gets none, and no CLAUDE_CONFIG_DIR)
+    out.pop("CLAUDE_CONFIG_DIR", None)
+    if claude:
+        plan.claude_config = claude_config(env, home, private_home)
+        plan.claude_config.refresh()
+        out.update(plan.claude_config.env())
     write += [_expand(p, home) for p in rules.write]
     # a diagnostics and testing knob of the person running gitsup (never of the task)
     extra = os.environ.get("GITSUP_SANDBOX_EXTRA_WRITE", "")
@@ -429,6 +436,8 @@ def build_plan(
     hide = [_expand(p, home) for p in rules.hide] + [os.path.join(common, "sup")]
     hide = [h for h in hide if h not in _NEVER_HIDDEN]  # e.g. HOME=/ for a service user
     ro = [common]
+    if plan.claude_config is not None:  # readable, never writable by the task
+        ro.append(str(plan.claude_config.credentials))
     dotgit = os.path.join(wt, ".git")
     if os.path.isfile(dotgit):
         ro.append(dotgit)
@@ -466,26 +475,6 @@ def build_plan(
 
 _NEVER_HIDDEN = frozenset({"/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/dev",
                            "/proc", "/sys", "/opt"})  # fmt: skip
-
-
-def _default_claude_config(home: str, private_home: Path) -> list[str]:
-    """Claude Code's default config without CLAUDE_CONFIG_DIR: the private HOME links
-    `.claude` to the user's `~/.claude` (writable: sessions, credentials it refreshes) and
-    gets a copy of `~/.claude.json` (onboarding, trusted folders); the original is never
-    written by a task. Returns the paths to make writable."""
-    real = Path(home, ".claude")
-    out: list[str] = []
-    if real.is_dir():
-        link = private_home / ".claude"
-        if not link.is_symlink():
-            if link.exists():
-                shutil.rmtree(link, ignore_errors=True)
-            link.symlink_to(real)
-        out.append(os.path.realpath(real))
-    state = Path(home, ".claude.json")
-    if state.is_file():
-        shutil.copyfile(state, private_home / ".claude.json")
-    return out
 
 
 def _toolchain_root(entry: str, home: str) -> str:
