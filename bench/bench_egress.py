@@ -12,7 +12,9 @@ the same requests:
 * gated via CONNECT: through the gate's CONNECT proxy (how an https endpoint is reached;
   the tunnel here carries plain HTTP to a loopback target, which isolates the gate's cost).
 
-Each with keep-alive (as Claude Code's client) and with a new connection per request.
+Each with keep-alive (as Claude Code's client) and with a new connection per request. The
+gate is the real one: a process of its own (gitsup/host/egress_gate.py) that logs every
+connection. Then what starting and stopping a gate process takes (once per gated process).
 Goal: the gate adds <= 2 ms p50 per request.
 """
 
@@ -24,11 +26,15 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from gitsup.host.contain import bootstrap_argv, isolated_netns
-from gitsup.host.egress import EgressGate, EgressPlan, Endpoint
+from gitsup.host.egress import EgressPlan, Endpoint
+from gitsup.host.egress_gate import GateProcess
 
 EVENTS = b"".join(
     b"event: content_block_delta\ndata: "
@@ -104,9 +110,16 @@ def main() -> None:
     port = int(srv.server_address[1])
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     rows: list[tuple[str, str, list[float]]] = []
-    with isolated_netns(f"bench-{os.getpid()}") as ns:
+    starts: list[float] = []
+    stops: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp, isolated_netns(f"bench-{os.getpid()}") as ns:
         plan = EgressPlan(forward=(port,), connect=(Endpoint("127.0.0.1", port),))
-        gate = EgressGate(ns, plan).start()
+
+        def start(i: int) -> GateProcess:
+            log = Path(tmp, f"egress-{i}.log")
+            return GateProcess.start(ns, plan, log, lambda h, p, r: None, task="bench")
+
+        gate = start(0)
         try:
             for keep in (True, False):
                 how = "keep-alive" if keep else "new connection"
@@ -118,6 +131,13 @@ def main() -> None:
                 )
         finally:
             gate.close()
+        for i in range(1, 16):
+            t0 = time.perf_counter()
+            g = start(i)
+            t1 = time.perf_counter()
+            g.close()
+            starts.append(t1 - t0)
+            stops.append(time.perf_counter() - t1)
     srv.shutdown()
     base: dict[str, float] = {}
     for name, how, xs in rows:
@@ -128,6 +148,10 @@ def main() -> None:
         else:
             extra = f"  (+{p50 - base[how]:.3f} ms p50 over direct)"
         print(f"{name:18} {how:15} p50 {p50:7.3f} ms  p95 {p95:7.3f} ms{extra}")
+    for what, xs in (("gate process start", starts), ("gate process stop", stops)):
+        p50, p95 = pct(xs)
+        print(f"{what:34} p50 {p50:7.1f} ms  p95 {p95:7.1f} ms")
+    print(f"load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 The agent (Claude Code worker, reviewer, decider) runs in a fresh network namespace with
 nothing but `lo`. From a short-lived thread that `setns()`es into that namespace (the network
-namespace is per thread), the supervisor creates listening sockets *inside* it; the sockets
-stay there, the thread ends, and the supervisor accepts and forwards from the host side:
+namespace is per thread), the gate creates listening sockets *inside* it; the sockets stay
+there, the thread ends, and the gate accepts and forwards from the host side. The gate runs
+as a process of its own (gitsup/host/egress_gate.py), which serves an `EgressGate`:
 
 * loopback endpoints (`http://127.0.0.1:PORT`, the scripted stand-in or a local gateway, and
   `127.0.0.1:PORT` entries of the allow-list): a listener on the same 127.0.0.1:PORT inside the
@@ -13,8 +14,9 @@ stay there, the thread ends, and the supervisor accepts and forwards from the ho
   pairs and resolves names on the host side.
 
 Anything else is refused: there is no route, no DNS, no host loopback. Every request the
-proxy refuses is reported (`on_refused(host, port, reason)`), which the supervisor writes as
-an `egress_refused` event.
+proxy refuses is reported (`on_refused(host, port, reason)`) and every connection forwarded
+(`on_forward(target)`): the gate process logs both, and the supervisor turns the refusals
+into `egress_refused` events.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import ipaddress
 import os
 import socket
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -113,6 +115,22 @@ def model_endpoint(env: Mapping[str, str], kind: str = "claude") -> Endpoint:
     return ep
 
 
+def proxy_env(proxy_port: int | None) -> dict[str, str]:
+    """The agent's proxy variables for a gate whose CONNECT proxy listens on `proxy_port`."""
+    if proxy_port is None:
+        return {}
+    proxy = f"http://127.0.0.1:{proxy_port}"
+    no_proxy = "127.0.0.1,localhost,::1"
+    return {
+        "HTTPS_PROXY": proxy,
+        "https_proxy": proxy,
+        "HTTP_PROXY": proxy,
+        "http_proxy": proxy,
+        "NO_PROXY": no_proxy,
+        "no_proxy": no_proxy,
+    }
+
+
 def make_plan(endpoints: Sequence[Endpoint]) -> EgressPlan:
     forward: list[int] = []
     connect: list[Endpoint] = []
@@ -167,6 +185,7 @@ class EgressGate:
     plan: EgressPlan
     on_refused: Refused = field(default=lambda host, port, reason: None)
     proxy_port: int | None = None
+    on_forward: Callable[[str], None] = field(default=lambda target: None)
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _socks: list[socket.socket] = field(default_factory=list)
@@ -202,18 +221,7 @@ class EgressGate:
 
     def env(self) -> dict[str, str]:
         """What the agent's environment needs: the proxy for non-loopback endpoints."""
-        if self.proxy_port is None:
-            return {}
-        proxy = f"http://127.0.0.1:{self.proxy_port}"
-        no_proxy = "127.0.0.1,localhost,::1"
-        return {
-            "HTTPS_PROXY": proxy,
-            "https_proxy": proxy,
-            "HTTP_PROXY": proxy,
-            "http_proxy": proxy,
-            "NO_PROXY": no_proxy,
-            "no_proxy": no_proxy,
-        }
+        return proxy_env(self.proxy_port)
 
     def close(self) -> None:
         loop, t = self._loop, self._thread
@@ -281,6 +289,8 @@ class EgressGate:
             w.close()
             return
         self.forwarded += 1
+        with contextlib.suppress(Exception):
+            self.on_forward(f"127.0.0.1:{port}")
         await _splice(r, w, ur, uw)
 
     async def _proxy(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -321,6 +331,8 @@ class EgressGate:
                 self.on_refused(ep.host, ep.port, f"upstream unreachable: {exc}")
             return
         self.forwarded += 1
+        with contextlib.suppress(Exception):
+            self.on_forward(str(ep))
         w.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
         await _splice(r, w, ur, uw)
 
@@ -367,43 +379,3 @@ async def _splice(
     finally:
         w.close()
         uw.close()
-
-
-# --- for the supervisor -------------------------------------------------------------------
-
-
-@dataclass
-class AgentNet:
-    """An agent's namespace and its gate: bootstrap with `netns`, add `env` to its env."""
-
-    netns: str
-    gate: EgressGate
-    env: dict[str, str]
-
-    def describe(self) -> dict[str, object]:
-        return {"mode": "gated", "netns": self.netns, **self.gate.plan.as_dict()}
-
-
-@contextlib.contextmanager
-def gated_namespace(
-    label: str,
-    env: Mapping[str, str],
-    extra: Sequence[str] = (),
-    on_refused: Refused | None = None,
-    *,
-    model: bool = True,
-    model_kind: str = "claude",
-) -> Iterator[AgentNet]:
-    """A loopback-only namespace whose only way out is the gate: the model API the `env`
-    points at (if `model`), plus the `extra` host:port entries."""
-    from gitsup.host.contain import isolated_netns
-
-    endpoints = [model_endpoint(env, model_kind)] if model else []
-    endpoints += [parse_endpoint(e) for e in extra]
-    plan = make_plan(endpoints)
-    with isolated_netns(label) as ns:
-        gate = EgressGate(ns, plan, on_refused or (lambda h, p, r: None)).start()
-        try:
-            yield AgentNet(ns, gate, gate.env())
-        finally:
-            gate.close()

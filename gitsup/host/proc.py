@@ -169,6 +169,29 @@ def spawn_piped(
     )
 
 
+def spawn_service(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str],
+    env: Mapping[str, str],
+    log: str | os.PathLike[str],
+) -> subprocess.Popen[bytes]:
+    """Start a helper that may outlive us (the egress gate): its own session, stdin and
+    stdout pipes to talk to it while we live, stderr appended to `log`, no inherited
+    descriptors. OSError when it cannot be started."""
+    with open(log, "ab") as fh:
+        return subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=fh,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+
 def spawn_detached(
     argv: Sequence[str],
     *,

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from gitsup.errors import GitsupError
 from gitsup.host.bootstrap import covers, denied, expand_read
+from gitsup.host.claude_config import ClaudeConfig, claude_config
 from gitsup.layout import TASK_GIT_SHELL
 
 Mode = Literal["auto", "required", "off"]
@@ -124,7 +125,8 @@ PROTECTED_PATHS: tuple[str, ...] = (
     # gitsup's own config: the integration signing key, the allowed signers (also where
     # XDG_CONFIG_HOME puts it, and wherever the repository's Git config points: `protect`)
     "~/.config/gitsup",
-    # the agent's login: reachable only through the agent's own config dir (see build_plan)
+    # the agent's login: a task that runs Claude Code reads a read-only copy of it in its
+    # private HOME (gitsup/host/claude_config.py), never this one
     "~/.claude/.credentials.json",
 )  # fmt: skip
 CLAUDE_CREDENTIALS = "~/.claude/.credentials.json"
@@ -291,6 +293,8 @@ class SandboxPlan:
     git_state: str = "shared"
     denied: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # rules not applied, and why
+    # the task's private copy of Claude Code's config (gitsup/host/claude_config.py)
+    claude_config: ClaudeConfig | None = None
 
     @property
     def active(self) -> bool:
@@ -317,6 +321,8 @@ class SandboxPlan:
         what it sees of its sandbox to `observed_file` (see `observe`)."""
         if not self.active:
             return []
+        if self.claude_config is not None:
+            self.claude_config.refresh()
         cfg = self.config
         if observe:
             self.observed_file.unlink(missing_ok=True)
@@ -528,8 +534,8 @@ def build_plan(
 ) -> SandboxPlan:
     """The sandbox for one task. `env` is the environment gitsup would give the task
     without a sandbox; the plan's env is the allowlisted subset plus private dirs.
-    `claude`: the task runs Claude Code (worker, reviewer or decider), which keeps its
-    config and session in CLAUDE_CONFIG_DIR, or by default in ~/.claude and ~/.claude.json.
+    `claude`: the task runs Claude Code (worker, reviewer or decider); it gets a private
+    copy of the user's Claude Code config (gitsup/host/claude_config.py).
     `protect`: more paths no rule opens (the integration key and allowed-signers file the
     repository's Git config names), on top of PROTECTED_PATHS."""
     host = host or probe()
@@ -603,12 +609,13 @@ def build_plan(
     deny = _dedupe(
         [g for p in rules.deny for g in _glob_path(p, home)] + protected_globs(home, protect)
     )
-    agent: list[str] = []
-    cfg_dir = env.get("CLAUDE_CONFIG_DIR")
-    if cfg_dir:
-        agent.append(_expand(cfg_dir, home))
-    elif claude:
-        agent += _default_claude_config(home, private_home)
+    # Claude Code's config: a private copy, never the user's (a task that does not run
+    # Claude Code gets none, and no CLAUDE_CONFIG_DIR)
+    out.pop("CLAUDE_CONFIG_DIR", None)
+    if claude:
+        plan.claude_config = claude_config(env, home, private_home)
+        plan.claude_config.refresh()
+        out.update(plan.claude_config.env())
     repo = rules.repo or Rules()
     write += _screen("write", rules.write, repo.write, home, deny, plan.refused)
     # a diagnostics and testing knob of the person running gitsup (never of the task)
@@ -628,6 +635,8 @@ def build_plan(
     hide = [_expand(p, home) for p in rules.hide] + [os.path.join(common, "sup")]
     hide = [h for h in hide if h not in _NEVER_HIDDEN]  # e.g. HOME=/ for a service user
     ro = [common]
+    if plan.claude_config is not None:  # readable, never writable by the task
+        ro.append(str(plan.claude_config.credentials))
     dotgit = os.path.join(wt, ".git")
     if os.path.isfile(dotgit):
         ro.append(dotgit)
@@ -645,9 +654,6 @@ def build_plan(
     # reading and for writing (a writable directory that holds a protected path is split too)
     readable, listed = expand_read(_dedupe(p for p in read if p not in ("", "/")), deny)
     writable, split = expand_read(_dedupe(p for p in write if p not in ("", "/")), deny)
-    # the agent's config dir: its login file is the agent's own
-    login = set(_glob_path(CLAUDE_CREDENTIALS, home))
-    agent_rw, agent_split = expand_read(_dedupe(agent), [g for g in deny if g not in login])
     plan.denied = deny
     plan.config = {
         "mountns": host.mountns,
@@ -659,8 +665,8 @@ def build_plan(
         "common_dir": common,
         "box": str(box),
         "read": readable,
-        "listed": _dedupe([*listed, *split, *agent_split]),
-        "write": _dedupe([*writable, *agent_rw]),
+        "listed": _dedupe([*listed, *split]),
+        "write": writable,
         "hide": _dedupe(hide),
         "ro": ro,
         # the bootstrap expands each to its 256 loose-object directories (a short argv:
@@ -719,26 +725,6 @@ def _filter_file(box: Path) -> str:
 
 _NEVER_HIDDEN = frozenset({"/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/dev",
                            "/proc", "/sys", "/opt"})  # fmt: skip
-
-
-def _default_claude_config(home: str, private_home: Path) -> list[str]:
-    """Claude Code's default config without CLAUDE_CONFIG_DIR: the private HOME links
-    `.claude` to the user's `~/.claude` (writable: sessions, credentials it refreshes) and
-    gets a copy of `~/.claude.json` (onboarding, trusted folders); the original is never
-    written by a task. Returns the paths to make writable."""
-    real = Path(home, ".claude")
-    out: list[str] = []
-    if real.is_dir():
-        link = private_home / ".claude"
-        if not link.is_symlink():
-            if link.exists():
-                shutil.rmtree(link, ignore_errors=True)
-            link.symlink_to(real)
-        out.append(os.path.realpath(real))
-    state = Path(home, ".claude.json")
-    if state.is_file():
-        shutil.copyfile(state, private_home / ".claude.json")
-    return out
 
 
 def _toolchain_root(entry: str, home: str) -> str:

@@ -36,7 +36,7 @@ from gitsup.store.eventtypes import EmitFn
 from gitsup.store.lease import Lease, LeaseStore
 from gitsup.supervision.journal import Journal
 from gitsup.supervision.taskio import LimitHit, Spawned
-from gitsup.supervision.tasknet import Net, TaskNet
+from gitsup.supervision.tasknet import TaskNet
 from gitsup.workers.base import (
     Inbox,
     WorkerAdapter,
@@ -77,7 +77,7 @@ class Launcher:
         self.worker_factory = worker_factory
         self.task = TaskId(journal.record.id)
         self.worktree = Path(journal.record.worktree)
-        self.net = TaskNet(repo, spec, self.task, emit)
+        self.net = TaskNet(repo, spec, self.task, emit, self.layout.task_dir(self.task))
         self.worker: WorkerAdapter | None = None
         self.spawns = 0
         self.cg_base: Path | None = None
@@ -453,18 +453,10 @@ class Launcher:
         env = self.worker_env()
         self._report_limits(cg)
         try:
-            if self.spec.worker.kind == "tmux" and self.spec.isolation.network == "auto":
-                # The TUI outlives its supervisor; the gate (a thread of it) does not, and a
-                # model request cut mid-flight ends the TUI's turn. Gated only when asked.
-                why = (
-                    'auto: a tmux worker outlives its supervisor\'s gate; network = "none" gates it'
-                )
-                net = Net(None, {}, None, {"mode": "host", "reason": why})
-            else:
-                agent = self.spec.worker.kind != "process"
-                net = self.net.network_for(
-                    "worker", self.exit_stack, env, agent=agent, model_kind=self.spec.worker.kind
-                )
+            agent = self.spec.worker.kind != "process"
+            net = self.net.network_for(
+                "worker", self.exit_stack, env, agent=agent, model_kind=self.spec.worker.kind
+            )
         except GitsupError as exc:
             return Spawned(failure=(f"preflight: {exc.message}",))
         self.net.describe = net.describe
@@ -510,6 +502,8 @@ class Launcher:
                     **ident.extra,
                     "netns": netns,
                     "egress_proxy_port": getattr(net.gate, "proxy_port", None),
+                    # the gate outlives a killed supervisor; a re-adopting one finds it here
+                    "egress_gate": net.gate.identity() if net.gate is not None else None,
                 },
             )
         if cg is not None:
@@ -530,14 +524,21 @@ class Launcher:
         """Take over a persistent worker that survived its supervisor (raises WorkerError
         when its identity does not match)."""
         env = self.worker_env()
-        ctx = self._context(
-            env,
-            WorkerOptions(
-                spec=self.spec, egress=self.net.regate(self.record, env, self.exit_stack)
-            ),
-        )
+        gate = self.net.regate(self.record, env, self.exit_stack)
+        ctx = self._context(env, WorkerOptions(spec=self.spec, egress=gate))
         worker = self.worker_factory(self.spec, ctx)
         ident = worker.adopt(self.record.worker or {})
+        if gate is not None:  # the gate found again, or a new one on the same ports
+            extra = {
+                **ident.extra,
+                "egress_gate": gate.identity(),
+                "egress_gate_reused": gate.reused,
+            }
+            ident = WorkerIdentity(
+                ident.pid, ident.start_time, ident.pgid, ident.cgroup, ident.cgroup_inode, extra
+            )
+            if self.record.worker is not None:
+                self.record.worker = {**self.record.worker, "extra": extra}
         self.worker = worker
         self.spawns = max(self.spawns, 1)
         return ident

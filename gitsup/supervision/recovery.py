@@ -246,7 +246,30 @@ def _remove_dead_netns(task: str) -> list[str]:
     for ns in list_gitsup_netns():
         if ns.label == task and not pid_alive(ns.pid) and remove_netns(ns.name):
             gone.append(ns.name)
+    _stop_dead_gates(task)
     return gone
+
+
+def _dead_gates(task: str) -> list[Any]:
+    """The egress gates (processes of their own) serving `task` in a namespace made by a
+    supervisor that is gone."""
+    from gitsup.host.egress_gate import running_gates
+
+    out = []
+    for gate in running_gates():
+        if gate.task != task:
+            continue
+        # the namespace's name is gitsup-<task>-<supervisor pid>-<hex>
+        pid = Path(gate.netns).name.rsplit("-", 2)[-2:][0]
+        if not pid.isdigit() or not pid_alive(int(pid)):
+            out.append(gate)
+    return out
+
+
+def _stop_dead_gates(task: str) -> list[int]:
+    from gitsup.host.egress_gate import stop_gate
+
+    return [g.pid for g in _dead_gates(task) if stop_gate(g.pid)]
 
 
 def network_isolation() -> str:
@@ -381,6 +404,20 @@ def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
         if fix:
             f.fixed = "removed" if remove_netns(ns.name) else "not fixed: could not remove it"
         findings.append(f)
+    # Egress gates (processes of their own) whose task no live supervisor runs.
+    from gitsup.host.egress_gate import stop_gate
+
+    for task_id, rec in records.items():
+        owner = _owner(rec)
+        if rec.state not in TERMINAL and owner is not None and owner.alive():
+            continue  # in use, by the supervisor that started it or one that took over
+        for gate in _dead_gates(str(task_id)):
+            f = DoctorFinding(
+                "orphan-egress-gate", f"egress gate pid {gate.pid} serving {gate.netns}", task_id
+            )
+            if fix:
+                f.fixed = "stopped" if stop_gate(gate.pid) else "not fixed: could not stop it"
+            findings.append(f)
     why = netns_available()
     if why is not None:
         findings.append(

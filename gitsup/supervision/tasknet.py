@@ -8,6 +8,7 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gitsup.errors import GitsupError
@@ -34,11 +35,13 @@ class TaskNet:
         spec: TaskSpec,
         task: str,
         emit: EmitFn,
+        task_dir: Path,
     ) -> None:
         self.repo = repo
         self.spec = spec
         self.task = task
         self.emit = emit
+        self.task_dir = task_dir  # where the gates log (egress-<who>-<hex>.log)
         self.describe: dict[str, Any] = {"mode": "host"}  # the worker's network
 
     def _allowed(self) -> list[str]:
@@ -59,7 +62,8 @@ class TaskNet:
         if mode == "host":
             return Net(None, {}, None, {"mode": "host", "reason": 'network = "host"'})
         from gitsup.host.contain import isolated_netns
-        from gitsup.host.egress import gated_namespace, model_endpoint, parse_endpoint
+        from gitsup.host.egress import model_endpoint, parse_endpoint
+        from gitsup.host.egress_gate import gated_namespace
 
         extra = self._allowed()
         # a configuration error fails the task; it never falls back to the host network
@@ -72,9 +76,10 @@ class TaskNet:
 
         try:
             if agent or extra:
+                log = self.task_dir / f"egress-{who}-{os.urandom(3).hex()}.log"
                 an = stack.enter_context(
                     gated_namespace(
-                        self.task, env, extra, refused, model=agent, model_kind=model_kind
+                        self.task, env, extra, refused, model=agent, model_kind=model_kind, log=log
                     )
                 )
                 gate = an.gate
@@ -96,14 +101,15 @@ class TaskNet:
             return Net(None, {}, None, {"mode": "host", "reason": f"auto: {exc.message}"})
 
     def regate(self, record: Any, env: Mapping[str, str], stack: contextlib.ExitStack) -> Any:
-        """A re-adopted worker's namespace outlived its supervisor, the gate did not:
-        serve the same namespace again (closed with `stack`; the namespace stays with the
-        detached worker)."""
+        """A re-adopted worker's namespace outlived its supervisor, and so did its gate (a
+        process of its own): find that gate again, or serve the namespace with a new one on
+        the same ports when it is gone. Stopped with `stack`."""
         extra = (record.worker or {}).get("extra") or {}
         ns = extra.get("netns") if isinstance(extra, dict) else None
         if not isinstance(ns, str) or not os.path.exists(ns):
             return None
-        from gitsup.host.egress import EgressGate, make_plan, model_endpoint, parse_endpoint
+        from gitsup.host.egress import make_plan, model_endpoint, parse_endpoint
+        from gitsup.host.egress_gate import GateProcess
 
         try:
             model = model_endpoint(env, self.spec.worker.kind)
@@ -114,14 +120,32 @@ class TaskNet:
         def refused(host: str, port: int, reason: str) -> None:
             self.emit(et.EgressRefused(who="worker", host=host, port=port, reason=reason))
 
-        port = extra.get("egress_proxy_port")
-        try:
-            gate = EgressGate(ns, plan, refused, port if isinstance(port, int) else None).start()
-        except GitsupError as exc:  # the worker keeps its namespace, without a way out
-            self.emit(et.ProtocolNoise(error=f"egress gate not served again: {exc.message}"))
-            return None
-        stack.callback(gate.close)
-        self.describe = {"mode": "gated", "netns": ns, **plan.as_dict()}
+        ident = extra.get("egress_gate")
+        gate = GateProcess.attach(ident, plan, refused) if isinstance(ident, dict) else None
+        if gate is None:
+            port = extra.get("egress_proxy_port")
+            hook = extra.get("hook_port")
+            if isinstance(hook, int):  # the tmux worker's hook endpoint, served again
+                plan = make_plan(
+                    [model, *(parse_endpoint(e) for e in self._allowed()),
+                     parse_endpoint(f"127.0.0.1:{hook}")]
+                )  # fmt: skip
+            log = self.task_dir / f"egress-worker-{os.urandom(3).hex()}.log"
+            try:
+                gate = GateProcess.start(
+                    ns, plan, log, refused, task=self.task,
+                    proxy_port=port if isinstance(port, int) else None,
+                )  # fmt: skip
+            except GitsupError as exc:  # the worker keeps its namespace, without a way out
+                self.emit(et.ProtocolNoise(error=f"egress gate not served again: {exc.message}"))
+                return None
+        stack.callback(
+            lambda: self.emit(
+                et.EgressSummary(who="worker", connections=gate.forwarded, refused=gate.refused)
+            )
+        )
+        stack.callback(gate.close)  # first: the summary counts what its log says at the end
+        self.describe = {"mode": "gated", "netns": ns, **gate.plan.as_dict()}
         return gate
 
     def agent_network(

@@ -317,7 +317,8 @@ class ConfinedChecks:
             self.applied.weaken_network("host", 'network = "host"')
             return None, {}
         from gitsup.host.contain import isolated_netns
-        from gitsup.host.egress import gated_namespace, parse_endpoint
+        from gitsup.host.egress import parse_endpoint
+        from gitsup.host.egress_gate import gated_namespace
 
         extra = [*conf.egress, *self.repo.config_get_all("sup.egress")]
         for e in extra:  # a configuration error refuses; it never falls back to the host

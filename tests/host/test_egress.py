@@ -25,11 +25,12 @@ from gitsup.host.egress import (
     EgressGate,
     EgressPlan,
     Endpoint,
-    gated_namespace,
     make_plan,
     model_endpoint,
     parse_endpoint,
 )
+from gitsup.host.egress_gate import gated_namespace
+from gitsup.host.procid import ProcessId
 from gitsup.spec import spec_from_mapping
 from gitsup.store.events import Event
 from gitsup.tasks.lifecycle import SupRepo, run_task
@@ -401,3 +402,41 @@ def test_a_namespace_starts_no_helper_programs(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ok"
     assert not log.exists(), log.read_text()
+
+
+def test_doctor_stops_the_gate_of_a_dead_supervisors_namespace(
+    repo: Path, tmp_path: Path, echo: Echo
+) -> None:
+    """A gate (a process of its own) outlives a killed supervisor; once no live supervisor
+    runs its task, `doctor` lists it and `doctor --fix` stops it, with its namespace."""
+    from pyroute2 import netns
+
+    from gitsup.host.egress_gate import GateProcess
+
+    rec, _ = _run(repo, tmp_path, [echo.port])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    name = f"gitsup-{rec.id}-{dead.pid}-abcdef"
+    netns.create(name)
+    plan = make_plan([Endpoint("127.0.0.1", echo.port)])
+    gate = GateProcess.start(
+        f"/var/run/netns/{name}", plan, tmp_path / "egress.log", lambda h, p, r: None, task=rec.id
+    )
+    ident = ProcessId(gate.pid, gate.start_time)
+    try:
+        gate.detach()  # as a killed supervisor leaves it
+        assert ident.alive()
+        res = run_sup(repo, "doctor", "--json")
+        found = [f for f in json.loads(res.stdout) if f["kind"] == "orphan-egress-gate"]
+        assert found and found[0]["task"] == rec.id and str(gate.pid) in found[0]["detail"]
+        assert ident.alive()  # listed, not touched
+        res = run_sup(repo, "doctor", "--fix", "--json")
+        fixed = [f for f in json.loads(res.stdout) if f["kind"] == "orphan-egress-gate"]
+        assert fixed and fixed[0]["fixed"] == "stopped", fixed
+        assert not ident.alive()
+        assert not os.path.exists(f"/var/run/netns/{name}")
+    finally:
+        if ident.alive():
+            os.kill(gate.pid, 9)
+        if os.path.exists(f"/var/run/netns/{name}"):
+            netns.remove(name)

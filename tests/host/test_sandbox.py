@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from gitsup.host.contain import _cgroup2_mounts
-from gitsup.host.sandbox import build_plan, default_rules, probe
+from gitsup.host.sandbox import probe
 from gitsup.host.seccomp import program as seccomp_program
 from tests.conftest import PYTHON, git, run_sup
 from tests.helpers.sup import start_json, write_worker
@@ -551,50 +551,3 @@ def test_reviewer_and_decider_run_sandboxed_with_a_read_only_worktree(
     assert decide["worktree"].startswith("blocked") and decide["config"].startswith("blocked")
     assert (common_dir(repo) / "config").read_bytes() == before
     assert "changed by the judge" not in git(repo, "show", f"{rec['candidate']}:calc.py")
-
-
-def test_claude_default_config_without_claude_config_dir(
-    repo: Path, tmp: Path, hermetic_env: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Without CLAUDE_CONFIG_DIR, Claude Code finds ~/.claude (writable) and a private copy of
-    ~/.claude.json through its private HOME; the rest of the home stays out of reach."""
-    monkeypatch.delenv("GITSUP_SANDBOX_EXTRA_WRITE", raising=False)
-    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
-    home = hermetic_env
-    (home / ".claude").mkdir()
-    (home / ".claude" / "settings.json").write_text('{"theme": "dark"}')
-    (home / ".claude.json").write_text('{"hasCompletedOnboarding": true}')
-    (home / ".ssh").mkdir()
-    (home / ".ssh" / "id_ed25519").write_text("secret\n")
-    wt = tmp / "wt"
-    git(repo, "worktree", "add", "-q", "-b", "sup/t1", str(wt))
-    task_dir = common_dir(repo) / "sup" / "tasks" / "t1"
-    task_dir.mkdir(parents=True)
-    plan = build_plan(
-        mode="auto",
-        rules=default_rules(),
-        worktree=wt,
-        common_dir=common_dir(repo),
-        task_dir=task_dir,
-        branch="sup/t1",
-        env=dict(os.environ),
-        programs=[[PYTHON]],
-        claude=True,
-    )
-    script = (
-        'cat "$HOME/.claude/settings.json"; echo; cat "$HOME/.claude.json"; echo; '
-        'echo session > "$HOME/.claude/session.jsonl" && echo wrote-session; '
-        'echo "{}" > "$HOME/.claude.json" && echo wrote-state; '
-        f"cat {home}/.ssh/id_ed25519 2>/dev/null || echo key-blocked"
-    )
-    res = subprocess.run(
-        [PYTHON, "-m", "gitsup.host.bootstrap", *plan.argv(), "--", "/bin/sh", "-c", script],
-        cwd=wt, env=plan.env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == [
-        '{"theme":', '"dark"}', '{"hasCompletedOnboarding":', "true}",
-        "wrote-session", "wrote-state", "key-blocked",
-    ]  # fmt: skip
-    assert (home / ".claude" / "session.jsonl").read_text() == "session\n"
-    assert (home / ".claude.json").read_text() == '{"hasCompletedOnboarding": true}'

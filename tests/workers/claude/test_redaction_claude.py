@@ -92,7 +92,10 @@ def test_claude_worker_output_with_keys_never_reaches_git(
     ).stdout
     common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
     state = b""
-    for root, _dirs, files in os.walk(common / "sup"):
+    for root, dirs, files in os.walk(common / "sup"):
+        if Path(root).name == "sandbox" and Path(root).parent.parent.name == "tasks":
+            dirs.clear()  # the task's private HOME and TMPDIR: the agent's own files
+            continue  # (Claude Code's session transcript among them), not gitsup's records
         for f in files:
             p = Path(root) / f
             if p.is_file() and not p.is_symlink():

@@ -440,8 +440,8 @@ echo done-stealing
 def test_a_codex_task_cannot_reach_the_users_claude_config(
     supervise: Callable[..., Run], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The sandbox gives a Claude task write access to ~/.claude (its sessions and
-    credentials); a codex task gets none of it."""
+    """A Claude task gets a private copy of the user's Claude Code config (docs/sandbox.md);
+    a codex task gets none of it, and cannot reach the user's."""
     home = tmp_path / "home"
     (home / ".claude").mkdir(parents=True)
     (home / ".claude" / ".credentials.json").write_text('{"token": "sk-ant-oat01-SECRET"}')

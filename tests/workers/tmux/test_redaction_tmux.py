@@ -66,7 +66,10 @@ def test_tmux_worker_key_stays_out_of_git_and_the_event_log(
     assert key.encode() not in objects
     common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
     holding = []
-    for root, _dirs, files in os.walk(common / "sup"):
+    for root, dirs, files in os.walk(common / "sup"):
+        if Path(root).name == "sandbox" and Path(root).parent.parent.name == "tasks":
+            dirs.clear()  # the task's private HOME and TMPDIR: the agent's own files
+            continue  # (Claude Code's session transcript among them), not gitsup's records
         for f in files:
             p = Path(root) / f
             if p.is_file() and not p.is_symlink() and key.encode() in p.read_bytes():

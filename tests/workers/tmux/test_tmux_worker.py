@@ -18,7 +18,7 @@ from gitsup.spec import spec_from_mapping
 from gitsup.state import State, Status
 from gitsup.store.records import TaskStore
 from gitsup.tasks.lifecycle import SupRepo, read_events, run_task
-from tests.conftest import git, run_sup
+from tests.conftest import GIT_SUP, git, run_sup
 from tests.workers.tmux.conftest import claude_env, seed_config
 
 COMMIT_STEPS: list[Any] = [
@@ -283,28 +283,119 @@ def test_pane_survives_supervisor_kill_and_is_readopted(
     extra = wait_for(lambda: worker_extra(repo, task), 60, "the worker")
     sock = extra["socket"]
     tmux_sockets.append(Path(sock))
+    # under `auto` the TUI runs in a gated namespace; its gate is a process of its own
+    gate = ProcessId.from_dict(extra.get("egress_gate"))
+    assert gate is not None and gate.alive(), extra
+    assert extra["egress_gate"]["netns"] == extra["netns"]
     # Kill while the model hangs on step 2: no hook is in flight then (a permission
     # dialog whose hook died with the supervisor would wait for a person in the pane).
     wait_for(lambda: model_steps(model) >= 2, 60, "the second model call")
     kill_supervisor(repo, task)
-    # The pane keeps running without its supervisor.
+    # The pane and its gate keep running without their supervisor.
     assert (
         tmux(sock, "display-message", "-p", "-t", extra["pane_id"], "#{pane_pid} #{pane_dead}")
         == f"{extra['pane_pid']} 0"
     )
+    assert gate.alive()
     res = run_sup(repo, "recover", task, "--takeover", "--json", timeout=120)
     evs = events_of(repo, task)
     assert res.returncode == 0, (res.stderr[-2000:], evs[-10:])
     recovered = [e["data"] for e in evs if e["type"] == "recovered"]
     assert recovered and recovered[0]["action"] == "re-adopted"
+    again = recovered[0]["extra"]  # the same gate, found again
+    assert again["egress_gate_reused"] is True and again["egress_gate"]["pid"] == gate.pid, again
     decided = [e["data"] for e in evs if e["type"] == "permission_decided"]
     assert any("commit" in str(d.get("input")) for d in decided)  # answered by the new supervisor
-    # An adopted session is detached at the end, never killed.
+    # An adopted session is detached at the end, never killed; its gate is stopped.
     stopped = [str(e["data"].get("how")) for e in evs if e["type"] == "worker_stopped"]
     assert any(h.startswith("detached") for h in stopped), stopped
     assert tmux(sock, "display-message", "-p", "-t", extra["pane_id"], "#{pane_pid}") == str(
         extra["pane_pid"]
     )
+    assert not gate.alive()  # stopped by the supervisor that adopted it, at the end
+
+
+WAIT_FOR_FLAG = (
+    "import os\nimport time\n\n\ndef test_wait():\n"
+    "    end = time.monotonic() + 180\n"
+    "    while not os.path.exists('release.flag') and time.monotonic() < end:\n"
+    "        time.sleep(0.1)\n"
+    "    if os.path.exists('release.flag'):\n"
+    "        os.remove('release.flag')\n"
+)
+
+
+def test_a_dead_gate_is_replaced_on_takeover(
+    repo: Path,
+    tmp: Path,
+    claude_bin: str,
+    scripted_model: Callable[..., ScriptedModel],
+    tmux_sockets: list[Path],
+) -> None:
+    """Supervisor and gate both killed while the TUI runs a tool (nothing in flight):
+    `recover --takeover` serves the namespace with a new gate on the same ports, and the
+    TUI's next model request goes through it."""
+    steps = [
+        [
+            {
+                "type": "tool_use",
+                "name": "Write",
+                "input": {"file_path": "${CWD}/wait_a_while.py", "content": WAIT_FOR_FLAG},
+            }
+        ],
+        {"bash": "pytest -q -p no:cacheprovider wait_a_while.py"},
+        COMMIT_STEPS[0],
+        {"bash": "git add -A && git commit -qm 'fix add'"},
+        *COMMIT_STEPS[2:],
+    ]
+    model = scripted_model({"default": {"steps": steps}})
+    config = seed_config(tmp / "claude-config")
+    task = start_detached(repo, tmp, tmux_spec(claude_bin, model, config))
+    extra = wait_for(lambda: worker_extra(repo, task), 60, "the worker")
+    tmux_sockets.append(Path(extra["socket"]))
+    gate = ProcessId.from_dict(extra.get("egress_gate"))
+    assert gate is not None and gate.alive(), extra
+    # the Bash call's last hook (PermissionRequest) answered: the tool runs, nothing in flight
+    wait_for(
+        lambda: any(
+            e["type"] == "permission_decided"
+            and e["data"].get("tool") == "Bash"
+            and str(e["data"].get("request_id")).startswith("PermissionRequest")
+            for e in events_of(repo, task)
+        ),
+        60,
+        "the long test run",
+    )
+    kill_supervisor(repo, task)
+    os.kill(gate.pid, signal.SIGKILL)
+    wait_for(lambda: not gate.alive(), 10, "the gate to die")
+    recover = subprocess.Popen(
+        [GIT_SUP, "recover", task, "--takeover", "--json"],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: "recovered" in task_types(repo, task), 60, "the takeover")
+        again = next(e["data"] for e in events_of(repo, task) if e["type"] == "recovered")
+        new_gate = ProcessId.from_dict(again["extra"]["egress_gate"])
+        assert again["extra"]["egress_gate_reused"] is False, again
+        assert new_gate is not None and new_gate.pid != gate.pid and new_gate.alive()
+        assert again["extra"]["egress_gate"]["netns"] == extra["netns"]
+        (
+            Path(TaskStore(SupRepo.discover(repo).layout).load(task).worktree) / "release.flag"
+        ).write_text("go")
+        _out, err = recover.communicate(timeout=150)
+    finally:
+        if recover.poll() is None:
+            recover.kill()
+            recover.wait()
+    evs = events_of(repo, task)
+    assert recover.returncode == 0, (err[-3000:], [(e["type"], e["data"]) for e in evs][-14:])
+    rec = TaskStore(SupRepo.discover(repo).layout).load(task)
+    assert rec.status == Status.READY, (rec.reasons, evs[-10:])
+    # the commit's model request and hooks went through the new gate
+    decided = [e["data"] for e in evs if e["type"] == "permission_decided"]
+    assert any("commit" in str(d.get("input")) for d in decided)
+    assert not new_gate.alive()
 
 
 def test_replaced_pane_process_is_refused(
