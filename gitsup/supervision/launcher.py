@@ -551,7 +551,8 @@ class Launcher:
             from gitsup.host.procid import ProcessId
 
             pid = ProcessId(ident.pid, ident.start_time)
-            self.record.sandbox = self._sandbox.observe(self._sandbox.report(), pid.alive)
+            # on top of what is recorded already (the limits, what is weaker)
+            self.record.sandbox = self._sandbox.observe(dict(self.record.sandbox), pid.alive)
             self.sandbox_enforced = bool(self.record.sandbox.get("enforced"))
         self.record.worker = ident.as_dict()
         self.record.worker_kind = self.spec.worker.kind

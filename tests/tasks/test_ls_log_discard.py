@@ -22,6 +22,7 @@ LS_KEYS = {
     "discarded",
     "attention",
     "overlaps",
+    "queue_repair",
 }
 
 
