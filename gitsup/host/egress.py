@@ -340,6 +340,10 @@ class EgressGate:
         self, w: asyncio.StreamWriter, host: str, port: int, reason: str, code: int
     ) -> None:
         status = {400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed"}[code]
+        if code == 403:
+            # The reason phrase is what clients print ("Tunnel connection failed: 403 …",
+            # pip's ProxyError): say what happened and which setting allows it.
+            status = refusal_phrase(host, port)
         body = f"gitsup egress gate: {reason}\n".encode()
         w.write(
             f"HTTP/1.1 {code} {status}\r\nContent-Type: text/plain\r\n"
@@ -350,6 +354,15 @@ class EgressGate:
         self.refused += 1
         with contextlib.suppress(Exception):
             self.on_refused(host, port, reason)
+
+
+def refusal_phrase(host: str, port: int) -> str:
+    """The status line's reason for a refused CONNECT: printable ASCII, one line."""
+    where = "".join(c for c in f"{host}:{port}" if c.isalnum() or c in ".-:[]_")[:200]
+    return (
+        f"Forbidden: network {where} refused by the gitsup egress gate; allow it with "
+        f"git config --add sup.egress {where}"
+    )
 
 
 async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:

@@ -123,6 +123,7 @@ class Finaliser:
         """Everything before the terminal transition (the worker is already stopped).
         Returns the final state: a ready task whose branch moved after verification, or
         whose work could not be imported, parks."""
+        self.launcher.end_judges()
         left = self._left = self.launcher.left_behind()
         if left:
             # The lease is released only when cleanup proved the worker gone.

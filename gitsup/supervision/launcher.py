@@ -85,6 +85,10 @@ class Launcher:
         self.exit_stack = contextlib.ExitStack()
         self.swept = False
         self.left_cgroups: list[str] = []
+        # a command reviewer's or decider's network namespace and its last call's cgroup
+        self._judge_nets: dict[str, str | None] = {}
+        self._judge_cgroups: dict[str, Cgroup] = {}
+        self._judge_stack = contextlib.ExitStack()
         self._sandbox: SandboxPlan | None = None
         self._sandbox_error: str | None = None
         # Whether the kernel sandbox (Landlock, mount and PID namespaces, seccomp, no
@@ -246,6 +250,51 @@ class Launcher:
             return bootstrap_argv(argv, cgroup=cg, netns=netns, sandbox=sandbox)
 
         return wrap
+
+    def judge_wrap(self, who: str) -> Wrap:
+        """The wrapper of a command reviewer or decider (`kind = "command"`): read-only in the
+        sandbox, in a loopback network namespace of its own (per the task's `[isolation]
+        network`) and a cgroup per call; what one call left running is killed before the
+        next call and when the task ends."""
+
+        def wrap(argv: list[str]) -> list[str]:
+            inner = self.wrapper(self._judge_cgroup(who), self._judge_netns(who), read_only=True)
+            return inner(argv) if inner is not None else argv
+
+        return wrap
+
+    def _judge_netns(self, who: str) -> str | None:
+        if who not in self._judge_nets:
+            net = self.net.network_for(who, self._judge_stack, self.judge_env(), agent=False)
+            self._judge_nets[who] = net.netns
+        return self._judge_nets[who]
+
+    def _judge_cgroup(self, who: str) -> Cgroup | None:
+        self._end_judge(who)
+        if self.cg_base is None:
+            return None
+        try:
+            cg = create_cgroup(f"{self.task}-j{os.urandom(3).hex()}", self.cg_base, self.limits())
+        except (GitsupError, OSError):
+            return None
+        self._judge_cgroups[who] = cg
+        return cg
+
+    def _end_judge(self, who: str) -> None:
+        cg = self._judge_cgroups.pop(who, None)
+        if cg is not None:
+            if cg.kill(timeout=5.0):
+                cg.remove()
+            else:
+                self.left_cgroups.append(f"cgroup {cg.path} still has processes")
+
+    def end_judges(self) -> None:
+        """Kill what a command reviewer or decider left running and remove their network
+        namespaces (when the worker stops, and before the task is finalised)."""
+        for who in list(self._judge_cgroups):
+            self._end_judge(who)
+        self._judge_stack.close()
+        self._judge_nets.clear()
 
     def read_only_wrappers(self) -> tuple[Wrap | None, Callable[[str | None], Wrap | None]]:
         """For the reviewer and the decider: read-only, on the host or in a namespace."""
@@ -601,6 +650,7 @@ class Launcher:
             self.emit(et.WorkerStopped(reason=why, how=how))
         self.cleanup_cgroup()
         self.exit_stack.close()
+        self.end_judges()
 
     def cleanup_cgroup(self) -> None:
         self._watch_stop.set()

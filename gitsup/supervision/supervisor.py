@@ -349,7 +349,7 @@ class Supervisor:
                     cwd=str(self.worktree),
                     env=self.launcher.judge_env(),
                     network=self.launcher.net.agent_network("decider", self.spec.decider.kind),
-                    wrap=self.launcher.read_only_wrappers()[0],
+                    wrap=self.launcher.judge_wrap("decider"),
                     wrap_for=self.launcher.read_only_wrappers()[1],
                     abort=self._abort,
                 )

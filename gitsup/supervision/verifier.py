@@ -191,7 +191,8 @@ class Verifier:
                 head=evidence.head,
             )
         )
-        wrap, wrap_for = self.launcher.read_only_wrappers()
+        _, wrap_for = self.launcher.read_only_wrappers()
+        wrap = self.launcher.judge_wrap("reviewer")
         ctx = ReviewRequest(
             self.task,
             self.worktree,

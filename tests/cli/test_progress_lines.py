@@ -72,3 +72,34 @@ def test_event_fields_are_cut_between_values() -> None:
     assert text.endswith(" more)") and len(text) < 200
     shown = text.split(" (+")[0].split(" ")[4:]
     assert all(p.split("=")[1] == p.split("=")[0][1:] for p in shown), shown
+
+
+FETCH = (
+    """
+import os, urllib.request
+proxy = os.environ["HTTPS_PROXY"]
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({"https": proxy}))
+try:
+    opener.open("https://pypi.example.invalid/simple/", timeout=10)
+    said = "fetched"
+except Exception as exc:
+    said = str(exc)
+open(os.path.join(os.environ["TMPDIR"], "said.txt"), "w").write(said)
+print(said)
+"""
+    + FIX_AND_COMMIT
+)
+
+
+def test_the_agent_reads_what_the_gate_refused_and_how_to_allow_it(repo: Path, tmp: Path) -> None:
+    """A client in the task (urllib, as pip uses) sees the gate's words in its own error: the
+    endpoint, that the egress gate refused it, and the setting that allows it."""
+    git(repo, "config", "--add", "sup.egress", "registry.example.invalid:443")
+    worker = write_worker(tmp, FETCH)
+    res = run_sup(repo, "start", "fix", "--worker", worker, "--review", "none", timeout=120)
+    assert res.returncode == 0, res.stderr
+    task = next((repo / ".git" / "sup" / "tasks").iterdir())
+    said = (task / "sandbox" / "tmp" / "said.txt").read_text()
+    assert "403" in said and "refused by the gitsup egress gate" in said, said
+    assert "git config --add sup.egress pypi.example.invalid:443" in said, said
+    assert "pypi.example.invalid:443 refused by the egress gate" in res.stderr

@@ -206,8 +206,11 @@ def test_connect_proxy_allows_listed_endpoints_only_and_reports_refusals(
         finally:
             gate.close()
     assert out["host"].startswith("failed: ConnectionRefusedError"), out
-    assert out[f"CONNECT 127.0.0.1:{other.port}"] == "ok: HTTP/1.1 403 Forbidden", out
-    assert out["CONNECT evil.invalid:443"] == "ok: HTTP/1.1 403 Forbidden", out
+    assert out[f"CONNECT 127.0.0.1:{other.port}"].startswith("ok: HTTP/1.1 403 Forbidden"), out
+    assert out["CONNECT evil.invalid:443"] == (
+        "ok: HTTP/1.1 403 Forbidden: network evil.invalid:443 refused by the gitsup egress gate; "
+        "allow it with git config --add sup.egress evil.invalid:443"
+    ), out
     assert out["CONNECT nonsense"] == "ok: HTTP/1.1 400 Bad Request", out
     assert out["GET via proxy"] == "ok: HTTP/1.1 405 Method Not Allowed", out
     assert other.accepted == 0

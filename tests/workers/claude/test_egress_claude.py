@@ -158,6 +158,9 @@ def test_hostile_model_cannot_get_out(
     raw = raw if isinstance(raw, str) else "".join(c.get("text", "") for c in raw)
     line = next(x for x in raw.splitlines() if x.startswith("NETRESULT"))
     res = json.loads(line.split(" ", 1)[1])
+    # the gate's refusal says what it refused and how to allow it (its reason phrase)
+    assert "refused by the gitsup egress gate" in res["proxy other"], res
+    res = {k: v.split(": network ", 1)[0] for k, v in res.items()}
     assert res == {
         "host": "failed: ConnectionRefusedError",
         "proxy other": "ok: HTTP/1.1 403 Forbidden",
