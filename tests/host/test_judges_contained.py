@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from gitsup.host.sandbox import probe
-from tests.conftest import git, run_sup
+from tests.conftest import git
 from tests.helpers.sup import FIX_AND_COMMIT, start_json, write_worker
 
 pytestmark = pytest.mark.skipif(
@@ -79,7 +79,7 @@ def test_a_hostile_command_reviewer_is_contained(repo: Path, tmp: Path) -> None:
         worker = write_worker(tmp, FIX_AND_COMMIT)
         spec.write_text(
             'goal = "fix add"\n'
-            f"[worker]\nkind = \"process\"\nargv = {json.dumps(worker.split())}\n"
+            f'[worker]\nkind = "process"\nargv = {json.dumps(worker.split())}\n'
             f'[review]\nkind = "command"\nargv = {json.dumps(["python3", str(reviewer)])}\n'
         )
         rc, rec, err = start_json(repo, "--spec", str(spec), timeout=120)
