@@ -8,8 +8,9 @@ import contextlib
 import hashlib
 import os
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pygit2
 
@@ -42,21 +43,18 @@ class ObjectStore:
     def read(self, oid: str) -> tuple[str, bytes] | None:
         """(kind, content) of `oid`, None when absent. Raises GitsupError for an object
         that cannot be read (corrupt, or its content does not hash to its name)."""
-        try:
-            kind, data = self._odb.read(pygit2.Oid(hex=oid))
-        except KeyError:
-            return None
-        except (pygit2.GitError, OSError, ValueError) as exc:
-            raise GitsupError(f"object {oid} is unreadable: {exc}") from exc
-        name = _OBJECT_NAMES.get(int(kind))
-        if name is None:
-            raise GitsupError(f"object {oid} has an unknown type {int(kind)}")
-        return name, bytes(data)
+        found = self._looked_up(oid, self._odb.read)
+        return None if found is None else (found[0], bytes(found[1]))
 
     def header(self, oid: str) -> tuple[str, int] | None:
         """(kind, size) of `oid` without inflating its content; None when absent."""
+        found = self._looked_up(oid, self._odb.read_header)
+        return None if found is None else (found[0], int(found[1]))
+
+    def _looked_up(self, oid: str, how: Callable[[pygit2.Oid], Any]) -> tuple[str, Any] | None:
+        """(kind name, what `how` gave besides the kind) of `oid`; None when absent."""
         try:
-            kind, size = self._odb.read_header(pygit2.Oid(hex=oid))
+            kind, rest = how(pygit2.Oid(hex=oid))
         except KeyError:
             return None
         except (pygit2.GitError, OSError, ValueError) as exc:
@@ -64,7 +62,7 @@ class ObjectStore:
         name = _OBJECT_NAMES.get(int(kind))
         if name is None:
             raise GitsupError(f"object {oid} has an unknown type {int(kind)}")
-        return name, int(size)
+        return name, rest
 
     def stream_blob(self, oid: str, git_dir: Path, chunk: int = STREAM_CHUNK) -> Iterator[bytes]:
         """The content of blob `oid`, `chunk` bytes at a time (`git cat-file` reads this

@@ -16,8 +16,6 @@ import hashlib
 import json
 import os
 import shlex
-import socket
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,40 +27,12 @@ import pytest
 
 from tests.boundary.conftest import Setup, refs_of, start_task
 from tests.conftest import PYTHON, git, run_sup
+from tests.helpers.net import Listener
 from tests.helpers.sup import PYTEST_CHECK
 
 HOSTILE = (Path(__file__).parent / "hostile_check.py").read_text()
 TOKEN = "sup-fake-token-" + "7f3a" * 8
 API_KEY = "sk-ant-api03-" + "Zq9" * 30
-
-
-class Listener:
-    """A TCP listener on the host's 127.0.0.1 that counts who reached it (and logs nothing)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.reached = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.reached += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
 
 
 @pytest.fixture
