@@ -31,7 +31,12 @@ def resolve_task(value: str) -> str:
 
 
 def _resolve_tasks(values: list[str] | None) -> list[str] | None:
-    return None if values is None else [resolve_task(v) for v in values]
+    if not values:
+        return values
+    from gitsup.store.suprepo import SupRepo
+
+    store = SupRepo.discover().store  # once for all of them
+    return [v if v.startswith("g") else store.resolve(v) for v in values]
 
 
 def complete_task(incomplete: str) -> list[str]:

@@ -158,15 +158,7 @@ def spawn_piped(
 ) -> subprocess.Popen[bytes]:
     """Start argv (never through a shell) with stdin/stdout/stderr pipes in its own session
     (process group). OSError when it cannot be started."""
-    return subprocess.Popen(
-        list(argv),
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    return _in_session(argv, cwd, env, subprocess.PIPE)
 
 
 def spawn_service(
@@ -180,16 +172,23 @@ def spawn_service(
     stdout pipes to talk to it while we live, stderr appended to `log`, no inherited
     descriptors. OSError when it cannot be started."""
     with open(log, "ab") as fh:
-        return subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=fh,
-            start_new_session=True,
-            close_fds=True,
-        )
+        return _in_session(argv, cwd, env, fh)
+
+
+def _in_session(
+    argv: Sequence[str], cwd: str | os.PathLike[str], env: Mapping[str, str], stderr: Any
+) -> subprocess.Popen[bytes]:
+    """argv in its own session with stdin and stdout pipes (no inherited descriptors)."""
+    return subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        start_new_session=True,
+        close_fds=True,
+    )
 
 
 def spawn_detached(

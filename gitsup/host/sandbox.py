@@ -570,15 +570,7 @@ def build_plan(
                 plan.refused.append(f"env {k}: a protected variable; not passed")
             else:
                 out[k] = v
-    out.update(
-        HOME=str(private_home),
-        TMPDIR=str(private_tmp),
-        XDG_CONFIG_HOME=str(private_home / ".config"),
-        XDG_CACHE_HOME=str(private_home / ".cache"),
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL=str(private_home / ".gitconfig"),
-        GIT_TERMINAL_PROMPT="0",
-    )
+    out.update(private_env(private_home, private_tmp, private_home / ".gitconfig"))
     plan.env = out
     _login_profiles(private_home, out)
     # the filesystem
@@ -683,6 +675,20 @@ def build_plan(
 # active virtualenv's `python`, a project's tools.
 _LOGIN_KEPT = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "NODE_PATH", "GOPATH", "CARGO_HOME")
 _PROFILES = (".bash_profile", ".profile", ".zprofile")
+
+
+def private_env(home: Path, tmp: Path, git_config: Path | str) -> dict[str, str]:
+    """What points a sandboxed process at its private dirs: HOME, TMPDIR, the XDG dirs, and
+    Git config of its own (`git_config`), never the user's or the system's."""
+    return {
+        "HOME": str(home),
+        "TMPDIR": str(tmp),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": str(git_config),
+        "GIT_TERMINAL_PROMPT": "0",
+    }
 
 
 def _login_profiles(private_home: Path, env: Mapping[str, str]) -> None:

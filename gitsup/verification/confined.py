@@ -34,7 +34,7 @@ from typing import Any
 from gitsup.errors import GitsupError
 from gitsup.git import GitRepo
 from gitsup.host import proc
-from gitsup.host.sandbox import SandboxPlan
+from gitsup.host.sandbox import SandboxPlan, private_env
 from gitsup.ids import Oid
 from gitsup.spec import Check, TaskSpec
 from gitsup.store.record import CheckResult
@@ -342,16 +342,7 @@ def _allowlisted(env: dict[str, str], patterns: Sequence[str], box: Path) -> dic
     """The sandbox's environment without the sandbox (`sup.sandbox off`): the allowlisted
     variables and private HOME and TMPDIR."""
     out = {k: v for k, v in env.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
-    home, tmp = box / "home", box / "tmp"
-    out.update(
-        HOME=str(home),
-        TMPDIR=str(tmp),
-        XDG_CONFIG_HOME=str(home / ".config"),
-        XDG_CACHE_HOME=str(home / ".cache"),
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL="/dev/null",
-        GIT_TERMINAL_PROMPT="0",
-    )
+    out.update(private_env(box / "home", box / "tmp", "/dev/null"))
     return out
 
 

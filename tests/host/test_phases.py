@@ -61,7 +61,7 @@ def test_every_best_of_n_attempt_is_contained(hostile: dict[str, Any], tmp: Path
             results_of(repo, task, f"attempt{n}"), f"attempt{n}", git_state=git_state
         )
         assert_all_blocked(results_of(repo, task, "check"), "check", git_state=git_state)
-    assert [li.accepted for li in hostile["listeners"]] == [0] * len(hostile["listeners"])
+    assert [li.reached for li in hostile["listeners"]] == [0] * len(hostile["listeners"])
     after = snapshot(repo, hostile["remote"], hostile["home"])
     before = hostile["before"]
     assert {k: after["objects"].get(k) for k in before["objects"]} == before["objects"]
@@ -139,7 +139,7 @@ def test_a_queue_repair_task_is_contained(
     assert_all_blocked(
         results_of(repo, repair, "check"), "repair", git_state=rec["sandbox"]["git_state"]
     )
-    assert [li.accepted for li in hostile["listeners"]] == [0] * len(hostile["listeners"])
+    assert [li.reached for li in hostile["listeners"]] == [0] * len(hostile["listeners"])
     after = snapshot(repo, hostile["remote"], hostile["home"])
     for key in ("config", "hooks", "packed-refs", "remote"):
         assert after[key] == before[key], key

@@ -15,10 +15,8 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from gitsup.host.contain import _cgroup2_mounts
 from gitsup.host.sandbox import probe
 from gitsup.host.seccomp import program as seccomp_program
 from tests.conftest import PYTHON, git, run_sup
+from tests.helpers.net import Listener
 from tests.helpers.sup import start_json, write_worker
 
 ATTACK = str(Path(__file__).with_name("sandbox_attack.py"))
@@ -42,37 +41,6 @@ pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not probe().landlock or not probe().mountns,
     reason="the attack tests need root, Landlock and mount namespaces (as on CI)",
 )
-
-
-class Listener:
-    """A UNIX socket server on the host that records every connection it accepts."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        self.accepted = 0
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(address)
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.accepted += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
-        if not self.address.startswith("\0"):
-            Path(self.address).unlink(missing_ok=True)
 
 
 def common_dir(repo: Path) -> Path:
@@ -244,7 +212,7 @@ def test_hostile_worker_check_and_grandchild_stay_inside(hostile: dict[str, Any]
     git_state = sb["git_state"]
     for label in ("worker", "grandchild", "check"):
         assert_all_blocked(results_of(repo, rec["id"], label), label, git_state=git_state)
-    assert [li.accepted for li in hostile["listeners"]] == [0, 0, 0, 0]
+    assert [li.reached for li in hostile["listeners"]] == [0, 0, 0, 0]
     after = snapshot(repo, hostile["remote"], hostile["home"])
     before = hostile["before"]
     # the task's commit adds objects (shared Git state); none that existed changed
