@@ -31,6 +31,7 @@ from gitsup.attention.fold import BudgetLimits, Tracker
 
 NOTIFY_EVENTS = ("ready", "parked", "failed", "stopped", "needs-human")
 SIGNATURE_HEADER = "X-Gitsup-Signature"
+DELIVERY_HEADER = "X-Gitsup-Delivery"
 PAYLOAD_SCHEMA = "gitsup.attention.notify/1"
 
 
@@ -187,12 +188,17 @@ class Notifier:
             return  # sent before (deduplicated per task and event)
         except OSError:
             return
-        payload = self.payload(event, ev, reason)
+        payload = self.payload(event, ev, reason, delivery=f"{self.task}/{key or event}")
         t = threading.Thread(target=self._deliver, args=(event, payload), name=f"notify-{event}")
         t.start()  # not a daemon: a process that ends waits for the bounded delivery
         self.threads.append(t)
 
-    def payload(self, event: str, ev: Mapping[str, Any], reason: str) -> dict[str, Any]:
+    def payload(
+        self, event: str, ev: Mapping[str, Any], reason: str, *, delivery: str = ""
+    ) -> dict[str, Any]:
+        """The JSON body. `delivery` names the notification, not the attempt: a delivery sent
+        again (by `recover`, after a supervisor died before recording it) carries the same
+        id, so a receiver can drop the repeat."""
         from gitsup.redact import redact
 
         rec: Mapping[str, Any] = {}
@@ -208,6 +214,7 @@ class Notifier:
             "schema": PAYLOAD_SCHEMA,
             "task": self.task,
             "event": event,
+            "delivery": delivery or f"{self.task}/{event}",
             "reason": reason,
             "state": rec.get("state", tr.state),
             "status": rec.get("status", tr.status),
@@ -233,7 +240,9 @@ class Notifier:
         if self.config.command:
             channels.append(("command", lambda: self._run_command(body)))
         if self.config.webhook:
-            channels.append(("webhook", lambda: self._post(body)))
+            channels.append(
+                ("webhook", lambda: self._post(body, str(payload.get("delivery") or "")))
+            )
         if self.config.apprise:
             channels.append(("apprise", lambda: self._apprise(event, payload)))
         for name, send in channels:
@@ -266,13 +275,15 @@ class Notifier:
             **({} if ok else {"output_tail": res.output[-500:]}),
         }
 
-    def _post(self, body: bytes) -> dict[str, Any]:
+    def _post(self, body: bytes, delivery: str = "") -> dict[str, Any]:
         cfg = self.config
         assert cfg.webhook is not None
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "gitsup-notify/1",
         }
+        if delivery:
+            headers[DELIVERY_HEADER] = delivery
         secret = os.environ.get(cfg.secret_env) if cfg.secret_env else None
         if cfg.secret_env and not secret:
             return _webhook_result(cfg.webhook, False, 0, f"${cfg.secret_env} is not set", None)
