@@ -225,6 +225,15 @@ def for_task(
     return done
 
 
+def remove_layers(state: Path) -> bool:
+    """Remove a task's include layers (what its processes wrote there) with its worktree;
+    whether there were any."""
+    if not state.exists():
+        return False
+    shutil.rmtree(state, ignore_errors=True)
+    return True
+
+
 # --- copies ---------------------------------------------------------------------------------
 
 

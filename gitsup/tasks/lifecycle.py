@@ -483,6 +483,10 @@ def discard_task(ctx: SupRepo, task: str, *, force: bool = False) -> DiscardResu
 
     if gitstate.remove(ctx.layout, tid):
         removed.append(f"private Git dir {gitstate.private_dir(ctx.layout, tid)}")
+    from gitsup.environment.include import remove_layers
+
+    if remove_layers(ctx.layout.task_dir(tid) / "env"):
+        removed.append(f"include layers {ctx.layout.task_dir(tid) / 'env'}")
     if lease is not None:
         ctx.leases.break_lease(lease.path)
         removed.append("stale lease")
@@ -589,6 +593,9 @@ def prune_tasks(ctx: SupRepo, *, force: bool = False, dry_run: bool = False) -> 
 
                 repo.remove_worktree(tid, wt)
                 gitstate.remove(ctx.layout, tid)
+                from gitsup.environment.include import remove_layers
+
+                remove_layers(ctx.layout.task_dir(tid) / "env")
                 if lease is not None:
                     ctx.leases.break_lease(lease.path)
                 record.discarded_at = record.discarded_at or time.time()

@@ -216,6 +216,11 @@ def test_writes_through_the_include_never_reach_the_main_checkout_or_the_next_ta
     second = _start(repo, tmp, FIX_AND_COMMIT, "--check-sh", PRISTINE, "--check", NPM_TEST)
     assert second["status"] == "ready", (second["reasons"], second["checks"])
     assert digest(main_nm) == before
+    # discarding the task removes its layer with its worktree (and nothing of the main one)
+    res = run_sup(repo, "discard", rec["id"])
+    assert res.returncode == 0, res.stderr
+    assert not upper.parent.parent.exists()
+    assert digest(main_nm) == before
 
 
 def test_without_a_mount_namespace_the_include_is_a_copy(node: Path, repo: Path, tmp: Path) -> None:
