@@ -137,9 +137,11 @@ def resolve(main: GitRepo, recipe: Recipe, deny: Sequence[str]) -> Resolution:
 
 def prepare(res: Resolution, *, worktree: Path, state: Path, overlay: bool) -> Included:
     """Give `worktree` the resolved entries: directories as overlays when `overlay` (the
-    sandbox has a mount namespace; layers under `state`), else copies. An entry whose path
+    sandbox has a mount namespace) and the kernel has overlayfs (layers under `state`), else
+    copies. An entry whose path
     the worktree already holds (not an empty directory) is refused."""
     done = Included(refused=list(res.refused))
+    overlay = overlay and overlay_available()
     root = os.path.realpath(worktree)
     state.mkdir(parents=True, exist_ok=True)
     for n, src in enumerate(res.sources):
@@ -223,6 +225,16 @@ def for_task(
 
     atomic_write(state / STATE_FILE, json.dumps(done.to_data()).encode())
     return done
+
+
+def overlay_available() -> bool:
+    """Whether this kernel has overlayfs (built in, loaded, or a module a mount loads)."""
+    try:
+        if "\toverlay\n" in Path("/proc/filesystems").read_text():
+            return True
+    except OSError:
+        return False
+    return Path("/lib/modules", os.uname().release, "kernel", "fs", "overlayfs").is_dir()
 
 
 def remove_layers(state: Path) -> bool:
