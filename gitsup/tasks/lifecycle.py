@@ -115,6 +115,9 @@ def prepare_task(
     from gitsup.workers.preflight import preflight_start
 
     preflight_start(ctx, spec, baseline)  # refuses before anything is written
+    from gitsup.environment.recipe import load_recipe
+
+    load_recipe(repo.main_workdir, spec.environment)  # a bad environment file: exit 2
     undo: list[Any] = []
     if not ctx.layout.root.exists():
         # The first start also sets the repository up; a start that fails takes that back.

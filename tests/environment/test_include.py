@@ -366,6 +366,10 @@ def test_env_show(node: Path, repo: Path) -> None:
     assert "Traceback" not in bad.stderr
     missing = run_sup(repo, "env", "show", "--spec", str(repo / "nope.toml"))
     assert missing.returncode == 2 and "cannot read spec" in missing.stderr
+    # and `start` refuses before it makes anything
+    start = run_sup(repo, "start", "g", "--worker", "true", "--review", "none", "--quiet")
+    assert start.returncode == 2 and "invalid environment file" in start.stderr
+    assert run_sup(repo, "ls", "--json").stdout.strip() in ("", "[]")
 
 
 def test_the_reviewer_reads_the_include_and_cannot_write_it(
