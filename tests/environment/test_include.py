@@ -223,11 +223,17 @@ def test_writes_through_the_include_never_reach_the_main_checkout_or_the_next_ta
     assert digest(main_nm) == before
 
 
-def test_without_a_mount_namespace_the_include_is_a_copy(node: Path, repo: Path, tmp: Path) -> None:
-    """`sup.sandbox off`: no mount namespace, so a copy (never a link to the main checkout):
-    the task's writes stay in its copy."""
+@pytest.mark.parametrize("without", ["sandbox off", "mount namespace"])
+def test_without_a_mount_namespace_the_include_is_a_copy(
+    node: Path, repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, without: str
+) -> None:
+    """`sup.sandbox off`, or `auto` on a host without mount namespaces: a copy (never a link
+    to the main checkout); the task's writes stay in its copy."""
     assert run_sup(repo, "init").returncode == 0
-    git(repo, "config", "sup.sandbox", "off")
+    if without == "sandbox off":
+        git(repo, "config", "sup.sandbox", "off")
+    else:
+        monkeypatch.setenv("GITSUP_SANDBOX_REFUSE", "mountns,pidns")
     (repo / ".gitsup").mkdir()
     (repo / ".gitsup" / "environment.toml").write_text(ENV_FILE)
     main_nm = repo / "node_modules"
