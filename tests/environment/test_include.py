@@ -423,3 +423,45 @@ def test_the_reviewer_reads_the_include_and_cannot_write_it(
     upper = repo / ".git" / "sup" / "tasks" / rec["id"] / "env" / "0" / "upper"
     assert (upper / "mine.txt").read_text() == "w" and not (upper / "rev.txt").exists()
     assert (repo / "node_modules" / "xo" / "rules.txt").read_text() == "rule1\n"
+
+
+CONCURRENT = """
+import pathlib, subprocess, sys, time
+me, reports = sys.argv[1], pathlib.Path(sys.argv[2])
+rules = pathlib.Path("node_modules/xo/rules.txt")
+rules.write_text(me)
+(reports / f"{me}.ready").write_text("")
+while not (reports / "go").exists():
+    time.sleep(0.05)
+(reports / f"{me}.saw").write_text(rules.read_text())
+p = pathlib.Path("calc.py")
+p.write_text(p.read_text().replace("a - b", "a + b"))
+subprocess.run(["git", "commit", "-q", "-am", "fix add"], check=True)
+"""
+
+
+def test_two_tasks_at_once_each_see_only_their_own_writes(
+    node: Path, repo: Path, tmp: Path
+) -> None:
+    _needs_overlay()
+    from tests.helpers.sup import wait_for
+
+    assert run_sup(repo, "init").returncode == 0
+    (repo / ".gitsup").mkdir()
+    (repo / ".gitsup" / "environment.toml").write_text(ENV_FILE)
+    before = digest(repo / "node_modules")
+    ids = []
+    for me in ("A", "B"):
+        worker = write_worker(tmp, CONCURRENT, f"c{me}.py") + " " + shlex.join([me, str(node)])
+        res = run_sup(repo, "start", "fix add", "--worker", worker, "--review", "none",
+                      "--detach", "--quiet", "--json")  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        ids.append(json.loads(res.stdout)["id"])
+    # both workers wrote the same file of the included tree and are still running
+    wait_for(lambda: (node / "A.ready").exists() and (node / "B.ready").exists(), timeout=120)
+    (node / "go").write_text("")
+    wait_for(lambda: (node / "A.saw").exists() and (node / "B.saw").exists(), timeout=60)
+    assert (node / "A.saw").read_text() == "A" and (node / "B.saw").read_text() == "B"
+    for tid in ids:
+        assert run_sup(repo, "wait", tid, timeout=300).returncode == 0
+    assert digest(repo / "node_modules") == before
