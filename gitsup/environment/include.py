@@ -144,12 +144,26 @@ def prepare(res: Resolution, *, worktree: Path, state: Path, overlay: bool) -> I
     overlay = overlay and overlay_available()
     root = os.path.realpath(worktree)
     state.mkdir(parents=True, exist_ok=True)
+    try:
+        checkout: GitRepo | None = GitRepo.open(root)
+    except GitsupError:
+        checkout = None
     for n, src in enumerate(res.sources):
         if src.kind == "missing":
             done.entries.append(
                 {"path": src.path, "method": "missing", "bytes": 0, "files": 0, "ms": 0.0}
             )
             continue
+        # what the main checkout ignores, the worktree's checkout (its baseline's rules) must
+        # ignore too, or the task would commit it
+        if checkout is not None:
+            state_here = checkout.path_state(src.path, is_dir=src.kind == "dir")
+            if state_here != "ignored":
+                why = "tracked in" if state_here == "tracked" else "not ignored by"
+                done.refused.append(
+                    f"include {src.path}: {why} the task's checkout (its baseline); not applied"
+                )
+                continue
         t0 = time.monotonic()
         parent_rel, _, name = src.path.rpartition("/")
         try:

@@ -35,16 +35,18 @@ class WorkingTree(Worktrees):
             if flags != FileStatus.CURRENT and not flags & FileStatus.IGNORED
         }
 
-    def path_state(self, rel: str) -> str:
-        """How this checkout's Git sees `rel` (a file or a directory): `tracked` when its index
-        holds it or a path below it, `ignored` when its ignore rules exclude it, else
-        `untracked`."""
+    def path_state(self, rel: str, *, is_dir: bool | None = None) -> str:
+        """How this checkout's Git sees `rel` (a file or a directory; `is_dir` None: as it is
+        on disk): `tracked` when its index holds it or a path below it, `ignored` when its
+        ignore rules exclude it, else `untracked`."""
         prefix = rel + "/"
         for entry in self._repo.index:
             if entry.path == rel or entry.path.startswith(prefix):
                 return "tracked"
-        full = self.workdir / rel
-        probe = prefix if full.is_dir() and not full.is_symlink() else rel
+        if is_dir is None:
+            full = self.workdir / rel
+            is_dir = full.is_dir() and not full.is_symlink()
+        probe = prefix if is_dir else rel
         try:
             ignored = bool(self._repo.path_is_ignored(probe))
         except pygit2.GitError as exc:

@@ -115,3 +115,18 @@ def test_open_beneath_follows_no_link(tmp: Path) -> None:
     fd = open_beneath(str(tmp / "root"), "a/b", create=True)
     os.close(fd)
     assert (tmp / "root" / "a" / "b").is_dir()
+
+
+def test_the_worktree_s_own_checkout_must_ignore_it_too(main: Path, tmp: Path) -> None:
+    """A baseline whose rules do not ignore the path would have the task commit it."""
+    res = _resolve(main, "node_modules")
+    old, new = tmp / "old", tmp / "new"
+    git(main, "worktree", "add", "-q", "--detach", str(old), "HEAD~1")  # before the .gitignore
+    git(main, "worktree", "add", "-q", "--detach", str(new), "HEAD")
+    done = include.prepare(res, worktree=old, state=tmp / "s1", overlay=False)
+    assert done.entries == [] and done.refused == [
+        "include node_modules: not ignored by the task's checkout (its baseline); not applied"
+    ]
+    assert not (old / "node_modules").exists()
+    done = include.prepare(res, worktree=new, state=tmp / "s2", overlay=False)
+    assert done.refused == [] and (new / "node_modules" / "a" / "index.js").is_file()
