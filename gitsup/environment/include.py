@@ -138,8 +138,8 @@ def resolve(main: GitRepo, recipe: Recipe, deny: Sequence[str]) -> Resolution:
 def prepare(res: Resolution, *, worktree: Path, state: Path, overlay: bool) -> Included:
     """Give `worktree` the resolved entries: directories as overlays when `overlay` (the
     sandbox has a mount namespace) and the kernel has overlayfs (layers under `state`), else
-    copies. An entry whose path
-    the worktree already holds (not an empty directory) is refused."""
+    copies. An entry the worktree's own checkout does not ignore, or whose path the worktree
+    already holds (other than as an empty directory), is refused."""
     done = Included(refused=list(res.refused))
     overlay = overlay and overlay_available()
     root = os.path.realpath(worktree)
