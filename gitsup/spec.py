@@ -389,6 +389,47 @@ class Sandbox(_Strict):
     mode: Literal["auto", "required", "off"] | None = None
 
 
+class Environment(_Strict):
+    """What a task's worktree gets besides its checkout (docs/environments.md): the same
+    table in `.gitsup/environment.toml` of the main checkout; the spec's keys win one by one
+    (gitsup/environment/recipe.py)."""
+
+    # ignored paths of the main checkout the task sees, copy-on-write (relative, no `..`)
+    include: list[str] = Field(default_factory=list)
+    # commands run once per task before its first turn (a string is split like a shell would)
+    setup: list[Argv] = Field(default_factory=list)
+    # what the setup commands may reach: presets (npm, pypi, ...) or host:port
+    setup_egress: list[str] = Field(default_factory=list)
+    # shared package caches (npm, pip, ...)
+    cache: list[str] = Field(default_factory=list)
+    setup_timeout: PositiveDuration = 600.0
+
+    @field_validator("include")
+    @classmethod
+    def _relative_paths(cls, v: list[str]) -> list[str]:
+        return [include_path(p) for p in v]
+
+
+def include_path(raw: str) -> str:
+    """An `include` entry in its normal form (`node_modules/` is `node_modules`); a path
+    that is not one plain relative path inside the checkout is refused (ValueError)."""
+    path = raw.strip().rstrip("/")
+    while path.startswith("./"):
+        path = path[2:]
+    if not path or path == ".":
+        raise ValueError(f"include entry {raw!r} names the whole checkout")
+    if path.startswith("/") or path.startswith("~"):
+        raise ValueError(f"include entry {raw!r} must be relative to the checkout's top")
+    parts = path.split("/")
+    if ".." in parts:
+        raise ValueError(f"include entry {raw!r} must not contain '..'")
+    if any(p in ("", ".") for p in parts) or "\\" in path:
+        raise ValueError(f"include entry {raw!r} is not a plain path (a/b/c)")
+    if any(c in path for c in "*?["):
+        raise ValueError(f"include entry {raw!r}: globs are not supported; name each path")
+    return path
+
+
 class Events(_Strict):
     max_record_bytes: int = Field(default=64 * 1024, ge=1024)
     rotate_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
@@ -434,6 +475,7 @@ class TaskSpec(_Strict):
     isolation: Isolation = Field(default_factory=Isolation)
     events: Events = Field(default_factory=Events)
     sandbox: Sandbox = Field(default_factory=Sandbox)
+    environment: Environment = Field(default_factory=Environment)
     limits: Limits = Field(default_factory=Limits)
     notify: Notify = Field(default_factory=Notify)
     attempts: Attempts = Field(default_factory=Attempts)
