@@ -161,6 +161,35 @@ class AcceptanceResult(Payload):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SetupStarted(Payload):
+    """The setup phase starts (`[environment] setup`): its commands, the endpoints only it
+    may reach, the caches it gets (a copy of what `git sup env warm` filled) and their size.
+    `who`: the task, or the `integrate`/`queue` run that checks a candidate."""
+
+    TYPE: ClassVar[str] = "setup_started"
+    commands: list[list[str]]
+    egress: list[str]
+    caches: list[str]
+    cache_bytes: int
+    who: str = "task"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetupFinished(Payload):
+    """The setup phase ended: `passed`, the command that failed (if any), its exit code,
+    whether it timed out, the phase's duration and the end of its output."""
+
+    TYPE: ClassVar[str] = "setup_finished"
+    passed: bool
+    command: list[str]
+    exit_code: int | None
+    timed_out: bool
+    duration: float
+    output_tail: str
+    who: str = "task"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReviewStarted(Payload):
     """The independent review starts on `head` (`complete`: the evidence is whole)."""
 

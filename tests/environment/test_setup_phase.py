@@ -1,0 +1,187 @@
+"""The setup phase and the package caches, end to end: real `git sup` tasks whose
+`[environment] setup` runs `npm ci` in the task sandbox against a stand-in npm registry on
+127.0.0.1 (tests/helpers/npmreg.py), `git sup env warm` filling the shared cache, a hostile
+setup that tries to poison it, and a setup that fails before any worker runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import git, run_sup
+from tests.helpers.npmreg import Registry
+from tests.helpers.sup import common_dir, start_json, worker_argv, write_spec
+
+pytestmark = pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed")
+
+DEPS = [f"dep{i}" for i in range(6)]
+
+# a worker that records that it ran (in its worktree) and commits a change
+MARK_AND_COMMIT = """
+import pathlib, subprocess
+pathlib.Path("WORKER_RAN").write_text("yes\\n")
+pathlib.Path("index.js").write_text("module.exports = 2;\\n")
+subprocess.run(["git", "add", "index.js"], check=True)
+subprocess.run(["git", "commit", "-q", "-m", "change"], check=True)
+"""
+
+
+@pytest.fixture
+def registry() -> Iterator[Registry]:
+    reg = Registry()
+    for name in DEPS:
+        reg.add(name)
+    reg.start()
+    yield reg
+    reg.stop()
+
+
+@pytest.fixture
+def npm_repo(tmp: Path, registry: Registry) -> Path:
+    """A JavaScript project on main whose dependencies come from the stand-in registry, and
+    its environment recipe committed in `.gitsup/environment.toml`."""
+    r = tmp / "app"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    registry.project(r, DEPS)
+    (r / "index.js").write_text("module.exports = 1;\n")
+    (r / ".gitignore").write_text("node_modules/\n")
+    _recipe(r, registry, ["npm ci"])
+    git(r, "add", ".")
+    git(r, "commit", "-q", "-m", "app")
+    return r
+
+
+def _recipe(root: Path, registry: Registry, setup: list[Any], cache: bool = True) -> None:
+    (root / ".gitsup").mkdir(exist_ok=True)
+    (root / ".gitsup" / "environment.toml").write_text(
+        "[environment]\n"
+        f"setup = {json.dumps(setup)}\n"
+        f'setup_egress = ["127.0.0.1:{registry.port}"]\n'
+        + ('cache = ["npm"]\n' if cache else "")
+        + 'setup_timeout = "2m"\n'
+    )
+
+
+def _spec(tmp: Path, name: str = "task.toml", worker: str = MARK_AND_COMMIT) -> Path:
+    argv = worker_argv(tmp, worker, f"{name}.py")
+    return write_spec(
+        tmp,
+        f"""
+        goal = "change index.js"
+        [worker]
+        kind = "process"
+        argv = {json.dumps(argv)}
+        [review]
+        kind = "none"
+        [[checks]]
+        name = "npm test"
+        argv = ["npm", "test"]
+        timeout = "2m"
+        """,
+        name,
+    )
+
+
+def _events(repo: Path, task: str) -> list[dict[str, Any]]:
+    path = common_dir(repo) / "sup" / "tasks" / task / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _digest(root: Path) -> str:
+    """Every path, mode and content under `root`, hashed (what a task must not change)."""
+    h = hashlib.sha256()
+    if not root.exists():
+        return "absent"
+    for dirpath, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for f in sorted(files):
+            p = Path(dirpath) / f
+            h.update(str(p.relative_to(root)).encode() + b"\0")
+            h.update(p.read_bytes() if not p.is_symlink() else os.readlink(p).encode())
+    return h.hexdigest()
+
+
+def _shared(repo: Path) -> Path:
+    return common_dir(repo) / "sup" / "cache" / "env" / "npm"
+
+
+def test_setup_installs_then_the_warm_cache_serves_the_next_task(
+    npm_repo: Path, tmp: Path, registry: Registry
+) -> None:
+    # first task: no warm cache yet; setup fetches every tarball through the gate
+    rc, rec, err = start_json(npm_repo, "--spec", str(_spec(tmp)), timeout=300)
+    assert rc == 0 and rec["status"] == "ready", (err, rec.get("reasons"))
+    assert rec["setup"]["passed"] is True and rec["setup"]["command"] == ["npm", "ci"]
+    assert [c["name"] for c in rec["checks"] if c["passed"]] == ["npm test"]
+    types = [e["type"] for e in _events(npm_repo, rec["id"])]
+    assert types.index("setup_finished") < types.index("worker_started")
+    started = next(e for e in _events(npm_repo, rec["id"]) if e["type"] == "setup_started")
+    assert started["data"]["egress"] == [f"127.0.0.1:{registry.port}"]
+    assert registry.tarball_requests() == len(DEPS)
+    shown = json.loads(run_sup(npm_repo, "show", rec["id"], "--json").stdout)
+    assert shown["setup"]["passed"] is True
+
+    # warm the shared cache (its setup fetches them once more), then a second task
+    res = run_sup(npm_repo, "env", "warm", "--json", timeout=300)
+    assert res.returncode == 0, res.stderr
+    warm = json.loads(res.stdout)
+    assert warm["caches"]["npm"]["bytes"] > 0 and warm["passed"] is True
+    fetched = registry.tarball_requests()
+    rc, rec2, err = start_json(npm_repo, "--spec", str(_spec(tmp, "t2.toml")), timeout=300)
+    assert rc == 0 and rec2["status"] == "ready", (err, rec2.get("reasons"))
+    assert rec2["setup"]["cache_bytes"] > 0
+    assert registry.tarball_requests() == fetched  # every tarball came from the cache
+
+
+def test_a_failing_setup_ends_the_task_before_the_worker(
+    npm_repo: Path, tmp: Path, registry: Registry
+) -> None:
+    spec = write_spec(
+        tmp,
+        f"""
+        goal = "never runs"
+        [worker]
+        kind = "process"
+        argv = {json.dumps(worker_argv(tmp, MARK_AND_COMMIT))}
+        [review]
+        kind = "none"
+        [environment]
+        setup = ["sh -c 'echo installing; echo no such package >&2; exit 7'"]
+        """,
+    )
+    rc, rec, err = start_json(npm_repo, "--spec", str(spec), timeout=300)
+    assert rc != 0 and rec["status"] == "failed", (rc, err)
+    reason = next(r for r in rec["reasons"] if r.startswith("setup failed"))
+    assert "exited 7" in reason and "no such package" in reason, reason
+    assert not (Path(rec["worktree"]) / "WORKER_RAN").exists()  # the worker never started
+    types = [e["type"] for e in _events(npm_repo, rec["id"])]
+    assert "setup_finished" in types and "worker_started" not in types
+    assert rec["setup"]["exit_code"] == 7 and "no such package" in rec["setup"]["output_tail"]
+
+
+def test_setup_egress_is_for_the_setup_phase_only(
+    npm_repo: Path, tmp: Path, registry: Registry
+) -> None:
+    """The worker (agent phase) cannot reach what only setup_egress allows."""
+    probe = f"""
+import pathlib, socket, subprocess
+try:
+    socket.create_connection(("127.0.0.1", {registry.port}), timeout=5).close()
+    got = "reached"
+except OSError as exc:
+    got = "refused: " + type(exc).__name__
+pathlib.Path("PROBE").write_text(got)
+subprocess.run(["git", "add", "PROBE"], check=True)
+subprocess.run(["git", "commit", "-q", "-m", "probe"], check=True)
+"""
+    rc, rec, err = start_json(npm_repo, "--spec", str(_spec(tmp, worker=probe)), timeout=300)
+    assert rec["setup"]["passed"] is True, (err, rec)
+    assert (Path(rec["worktree"]) / "PROBE").read_text().startswith("refused"), rec
