@@ -35,6 +35,22 @@ class WorkingTree(Worktrees):
             if flags != FileStatus.CURRENT and not flags & FileStatus.IGNORED
         }
 
+    def path_state(self, rel: str) -> str:
+        """How this checkout's Git sees `rel` (a file or a directory): `tracked` when its index
+        holds it or a path below it, `ignored` when its ignore rules exclude it, else
+        `untracked`."""
+        prefix = rel + "/"
+        for entry in self._repo.index:
+            if entry.path == rel or entry.path.startswith(prefix):
+                return "tracked"
+        full = self.workdir / rel
+        probe = prefix if full.is_dir() and not full.is_symlink() else rel
+        try:
+            ignored = bool(self._repo.path_is_ignored(probe))
+        except pygit2.GitError as exc:
+            raise GitsupError(f"cannot read the ignore rules of {self.workdir}: {exc}") from exc
+        return "ignored" if ignored else "untracked"
+
     def is_clean(self) -> bool:
         try:
             status = self._repo.status(untracked_files="all")

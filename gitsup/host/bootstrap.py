@@ -264,9 +264,15 @@ def _write_file(path: str, text: str) -> None:
         os.close(fd)
 
 
-def _mount_ns(cfg: dict[str, list[str]], *, pidns: bool = False) -> None:
+def _mount_ns(
+    cfg: dict[str, list[str]],
+    *,
+    pidns: bool = False,
+    include: list[dict[str, str]] | None = None,
+) -> None:
     """A private mount namespace: the host's sockets and temp dirs hidden under empty tmpfs,
-    the task's own paths bound back (read-only unless writable), `ro` paths read-only.
+    the task's own paths bound back (read-only unless writable), `ro` paths read-only, the
+    `include` overlays mounted in the worktree (`_mount_includes`).
     `pidns`: a PID namespace too, which this process's next child enters as its init."""
     if _refused("mountns"):
         _fail("mount namespaces are not available on this host")
@@ -296,6 +302,7 @@ def _mount_ns(cfg: dict[str, list[str]], *, pidns: bool = False) -> None:
     rw += [p for p in cfg.get("write", []) if os.path.exists(p) and not _covered(p, rw)]
     rw = [p for p in rw if _covered(p, [*hide, *ro])]
     masks = [*hide, *ro]
+    layers = _open_includes(include or [])  # before anything hides the main checkout or sup/
 
     def needs_bind(p: str) -> bool:
         # covered by a writable bind with nothing hidden or read-only in between
@@ -347,6 +354,7 @@ def _mount_ns(cfg: dict[str, list[str]], *, pidns: bool = False) -> None:
             _mount(None, p, None, flags, None)
     for fd in fds.values():
         os.close(fd)
+    _mount_includes(layers, ro=ro, userns=os.geteuid() != 0)
     # The working directory still points into the host's mounts: enter it again by name,
     # so that relative paths (`..` included) see the namespace's view, not the host's.
     try:
@@ -354,6 +362,94 @@ def _mount_ns(cfg: dict[str, list[str]], *, pidns: bool = False) -> None:
         os.chdir(cwd)
     except OSError as exc:
         _fail(f"cannot enter the working directory in the mount namespace: {exc.strerror}")
+
+
+# --- include: the main checkout's ignored paths, copy-on-write --------------------------------
+#
+# Each entry of the description's `include` is {"lower": DIR, "upper": DIR, "work": DIR,
+# "root": DIR, "path": REL}: an overlay whose only lower layer is a directory of the main
+# checkout (never written: overlayfs writes only to its upper layer) and whose upper layer is
+# the task's own (under its private dir, which the mount namespace hides), mounted at `path`
+# below the worktree `root`. Each mount gets a work dir of its own below `work`.
+
+
+def _include_list(value: object) -> list[dict[str, str]]:
+    if value is None:
+        return []
+    keys = ("lower", "upper", "work", "root", "path")
+    if not isinstance(value, list) or not all(
+        isinstance(e, dict) and all(isinstance(e.get(k), str) and e[k] for k in keys) for e in value
+    ):
+        _fail("the sandbox description's include is not a list of overlays")
+    return value  # type: ignore[return-value]
+
+
+def open_beneath(root: str, rel: str, *, create: bool = False) -> int:
+    """An O_PATH descriptor of the directory `root/rel`, each component below `root` opened
+    without following a link (a link, a file or, unless `create`, a missing component is an
+    OSError); `create` makes the missing ones (mode 0755)."""
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in rel.split("/"):
+            if part in ("", ".", ".."):
+                raise OSError(22, f"{rel!r} is not a plain relative path")
+            try:
+                nfd = os.open(part, flags, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(part, 0o755, dir_fd=fd)
+                nfd = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_includes(include: list[dict[str, str]]) -> list[tuple[str, str, int, int, int]]:
+    """(root, path, lower, upper, work) of each overlay, its layers opened while the host's
+    paths are still in view; the work dir is a new one for this mount."""
+    out: list[tuple[str, str, int, int, int]] = []
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+    for e in include:
+        try:
+            lower = os.open(e["lower"], flags)
+            upper = os.open(e["upper"], flags | os.O_NOFOLLOW)
+            work = os.path.join(e["work"], f"{os.getpid()}-{os.urandom(4).hex()}")
+            os.mkdir(work, 0o700)
+            work_fd = os.open(work, flags | os.O_NOFOLLOW)
+            out.append((e["root"], e["path"], lower, upper, work_fd))
+        except OSError as exc:
+            _fail(f"cannot include {e['lower']}: {exc.strerror}")
+    return out
+
+
+def _mount_includes(
+    layers: list[tuple[str, str, int, int, int]], *, ro: list[str], userns: bool
+) -> None:
+    """Mount each overlay at its path in the worktree, entered from the worktree's top without
+    following links (a link or a file on the way fails; a missing directory is made unless
+    the worktree is read-only). Read-only where the worktree is (the reviewer's)."""
+    for root, path, lower, upper, work in layers:
+        target = os.path.join(root, path)
+        read_only = _covered(target, ro)
+        try:
+            where = open_beneath(root, path, create=not read_only)
+        except OSError as exc:
+            _fail(f"cannot mount the include at {target}: {exc.strerror or exc}")
+        data = (
+            f"lowerdir=/proc/self/fd/{lower},upperdir=/proc/self/fd/{upper},"
+            f"workdir=/proc/self/fd/{work},index=off"
+        )
+        if userns:
+            data += ",userxattr"
+        flags = MS_NOSUID | MS_NODEV | (MS_RDONLY if read_only else 0)
+        _mount("overlay", f"/proc/self/fd/{where}", "overlay", flags, data)
+        for fd in (where, lower, upper, work):
+            os.close(fd)
 
 
 # --- privileges -----------------------------------------------------------------------------
@@ -552,7 +648,9 @@ def apply_sandbox(cfg: dict[str, object]) -> tuple[int, int] | None:
     """Enforce the sandbox description on this process (see the module docstring). With a
     PID namespace this forks: it returns in the namespace's init, with what `_init` needs
     (the status pipe and /dev/null); else None, ready to exec."""
-    paths = {k: [str(p) for p in v] for k, v in cfg.items() if isinstance(v, list)}
+    paths = {
+        k: [str(p) for p in v] for k, v in cfg.items() if isinstance(v, list) and k != "include"
+    }
     seccomp = cfg.get("seccomp")
     prog = _read_filter(seccomp) if isinstance(seccomp, str) and seccomp else None
     observe = cfg.get("observe")
@@ -566,11 +664,13 @@ def apply_sandbox(cfg: dict[str, object]) -> tuple[int, int] | None:
     pidns = bool(cfg.get("pidns"))
     report = devnull = -1
     if cfg.get("mountns"):
-        _mount_ns(paths, pidns=pidns)
+        _mount_ns(paths, pidns=pidns, include=_include_list(cfg.get("include")))
         if pidns:
             report, devnull = _enter_pid_ns()
     elif pidns:
         _fail("a PID namespace needs the mount namespace (for its /proc)")
+    elif cfg.get("include"):
+        _fail("the include overlays need the mount namespace")
     _no_new_privs()
     if cfg.get("landlock"):
         # its own terminal (a tmux pane), by name too; no other terminal

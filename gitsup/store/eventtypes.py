@@ -63,6 +63,17 @@ class StateChanged(Payload):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EnvironmentIncluded(Payload):
+    """The main checkout's ignored paths the task's worktree got (`[environment] include`):
+    per path its method (overlay, reflink, copy, missing), bytes and files copied, time; the
+    entries refused, and why (docs/environments.md)."""
+
+    TYPE: ClassVar[str] = "environment_included"
+    include: list[JsonMap]
+    refused: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerStarted(Payload):
     """A worker was spawned: what runs, its persisted identity, its network and sandbox."""
 

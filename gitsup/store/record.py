@@ -77,6 +77,8 @@ class TaskRecord(BaseModel):
     worker: dict[str, Any] | None = None
     spawn_pending: bool = False
     sandbox: dict[str, Any] | None = None  # gitsup.host.sandbox.SandboxPlan.report()
+    # what `[environment] include` gave the worktree (gitsup.environment.include.Included.report())
+    environment: dict[str, Any] | None = None
     detached: bool = False
     created_at: float = Field(default_factory=time.time)
     updated_at: float = Field(default_factory=time.time)

@@ -177,12 +177,43 @@ class Launcher:
                 or "acp" in (self.spec.review.kind, self.spec.decider.kind),
                 protect=protected_paths(self.repo),
             )
+            self._include(self._sandbox, protected_paths(self.repo))
         except (GitsupError, OSError) as exc:
             self._sandbox_error = exc.message if isinstance(exc, GitsupError) else str(exc)
+            self._sandbox = None
             return None
         self.sandbox_enforced = self._sandbox.enforced
         self.record.sandbox = self._sandbox.report()
         return self._sandbox
+
+    def _include(self, plan: SandboxPlan, protect: list[str]) -> None:
+        """`[environment] include`: the main checkout's ignored paths in the worktree,
+        copy-on-write (gitsup/environment/include.py); made once per task, recorded."""
+        from gitsup.environment import include
+        from gitsup.environment.recipe import load_recipe
+
+        state = self.layout.task_dir(self.task) / "env"
+        done = include.made_before(state)
+        if done is None:
+            main_root = self.repo.main_workdir
+            recipe = load_recipe(main_root, self.spec.environment)
+            if not recipe.include and not recipe.refused:
+                return
+            from gitsup.host.sandbox import protected_globs
+
+            home = os.environ.get("HOME") or os.path.expanduser("~")
+            done = include.for_task(
+                GitRepo.open(main_root),
+                recipe,
+                worktree=self.worktree,
+                state=state,
+                overlay=plan.active and bool(plan.config.get("mountns")),
+                deny=protected_globs(home, protect),
+            )
+            self.emit(et.EnvironmentIncluded(include=done.entries, refused=done.refused))
+        if done.overlays:
+            plan.config["include"] = done.overlays
+        self.record.environment = done.report()
 
     def _programs(self, env: Mapping[str, str]) -> list[list[str]]:
         """Every argv this task runs, so that the sandbox lets them be read and executed."""

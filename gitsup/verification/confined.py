@@ -65,6 +65,9 @@ class Confinement:
     network: str = "auto"  # auto | none | host
     egress: tuple[str, ...] = ()
     cgroup: str = "auto"  # auto | required | off
+    # `[environment] include` of each task whose spec sets it (None: the main checkout's
+    # `.gitsup/environment.toml` decides); the checks get all of them (docs/environments.md)
+    include: tuple[tuple[str, ...] | None, ...] = ()
 
     @classmethod
     def of(cls, specs: Iterable[TaskSpec | None]) -> Confinement:
@@ -79,7 +82,12 @@ class Confinement:
         cgs = {i.cgroup for i in found}
         cgroup = "required" if "required" in cgs else ("off" if cgs == {"off"} else "auto")
         egress = tuple(dict.fromkeys(e for i in found for e in i.egress))
-        return cls(network=network, egress=egress, cgroup=cgroup)
+        include = tuple(
+            tuple(s.environment.include) if "include" in s.environment.model_fields_set else None
+            for s in specs
+            if s is not None
+        )
+        return cls(network=network, egress=egress, cgroup=cgroup, include=include)
 
 
 @dataclass
@@ -93,6 +101,7 @@ class Applied:
     cgroup: bool = True
     cgroup_reason: str = ""
     left_behind: list[str] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict)  # what `include` gave the worktree
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -106,6 +115,8 @@ class Applied:
             d["cgroup_reason"] = self.cgroup_reason
         if self.left_behind:
             d["left_behind"] = self.left_behind
+        if self.environment:
+            d["environment"] = self.environment
         return d
 
     def weaken_network(self, mode: str, reason: str = "") -> None:
@@ -197,6 +208,7 @@ class ConfinedChecks:
             plan, env = self._plan(checks)
             self.repo.add_detached_worktree(self.worktree, commit)
         try:
+            self._include(plan, conf)
             out: list[CheckResult] = []
             for check in checks:
                 say(f"check {check.name}: running on {commit[:12]}")
@@ -215,6 +227,36 @@ class ConfinedChecks:
         for d in (self.root / "sandbox" / "home", self.root / "sandbox" / "tmp", self.root / "git"):
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)
+        shutil.rmtree(self.root / "env", ignore_errors=True)
+
+    def _include(self, plan: SandboxPlan, conf: Confinement) -> None:
+        """The main checkout's ignored paths the checks get, as a task gets them
+        (gitsup/environment/include.py): the main checkout's recipe, or the tasks' own
+        `include` where their specs set it, all of them together. Fresh for every run."""
+        from gitsup.environment import include
+        from gitsup.environment.recipe import merge, read_file
+        from gitsup.host.sandbox import protected_globs
+        from gitsup.spec import Environment
+
+        main_root = self.repo.main_workdir
+        from_file = read_file(main_root)
+        own = tuple(from_file.include) if from_file is not None else ()
+        paths = include.union(own if p is None else p for p in conf.include or (None,))
+        recipe = merge(from_file, Environment(include=list(paths)))
+        plan.config.pop("include", None)
+        if not recipe.include and not recipe.refused:
+            self.applied.environment = {}
+            return
+        home = os.environ.get("HOME") or os.path.expanduser("~")
+        done = include.prepare(
+            include.resolve(GitRepo.open(main_root), recipe, protected_globs(home, self.protect)),
+            worktree=self.worktree,
+            state=self.root / "env",
+            overlay=plan.active and bool(plan.config.get("mountns")),
+        )
+        if done.overlays:
+            plan.config["include"] = done.overlays
+        self.applied.environment = done.report()
 
     def _plan(self, checks: Sequence[Check]) -> tuple[SandboxPlan, dict[str, str]]:
         from gitsup.host.sandbox import build_plan, load_rules, required_problems, resolve_mode

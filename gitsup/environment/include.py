@@ -1,0 +1,383 @@
+"""`include`: ignored paths of the main checkout (dependency trees such as `node_modules`,
+`.venv`, `vendor/`, `target/`; local configuration) in a task's worktree, copy-on-write.
+
+A task sees them, and so do its checks, its reviewer and the checks `integrate` and the queue
+run; what it writes there never reaches the main checkout's copy or another task's. How
+(docs/environments.md):
+
+- `overlay` (a directory, with the sandbox's mount namespace): the bootstrap mounts an overlay
+  at the path in the worktree, inside each sandboxed process's mount namespace, whose only
+  lower layer is the main checkout's directory (never written) and whose upper layer is the
+  task's own, `<task dir>/env/<n>/upper` (hidden from the task: it writes there only through
+  the overlay). Nothing is copied; the worktree on the host holds an empty directory.
+- `reflink` / `copy` (a file; a directory without the mount namespace: `sup.sandbox off`, or
+  `auto` on a host without it): a copy into the worktree, sharing the blocks where the file
+  system can clone them (FICLONE), else the bytes copied. Never a hard link, never a link to
+  the main checkout.
+
+What the main checkout says of each entry decides whether it is given: only a path its Git
+ignores (a tracked one is in the task's checkout already; an untracked, unignored one would
+be committed by the task), inside the checkout after links are resolved, not a protected
+path (credentials, gitsup's keys), a directory or a regular file. The others are refused and
+listed, as the sandbox rules record theirs. A missing one is listed as missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import stat
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitsup.environment.recipe import Recipe
+from gitsup.git import GitRepo
+from gitsup.host.bootstrap import covers, denied, open_beneath
+
+FICLONE = 0x40049409  # ioctl(2): share the source's blocks (btrfs, XFS, bcachefs, ...)
+_NO_CLONE = {errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL, errno.ENOTTY, errno.EPERM, errno.ENOSYS}
+STATE_FILE = "included.json"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One include entry as the main checkout has it: `kind` dir, file or missing."""
+
+    path: str
+    source: str  # its real path in the main checkout ("" when missing)
+    kind: str
+
+
+@dataclass
+class Resolution:
+    sources: list[Source] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Included:
+    """What a worktree got: per entry its method (overlay, reflink, copy, missing), the bytes
+    and files copied and the time it took; the refused entries; the overlays the sandbox
+    description carries (`include`)."""
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    overlays: list[dict[str, str]] = field(default_factory=list)
+    fresh: bool = True  # made now (not read back from an earlier start)
+
+    def report(self) -> dict[str, Any]:
+        return {"include": list(self.entries), "refused": list(self.refused)}
+
+    def to_data(self) -> dict[str, Any]:
+        return {**self.report(), "overlays": self.overlays}
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> Included:
+        return cls(
+            entries=list(data.get("include", [])),
+            refused=list(data.get("refused", [])),
+            overlays=list(data.get("overlays", [])),
+            fresh=False,
+        )
+
+
+def resolve(main: GitRepo, recipe: Recipe, deny: Sequence[str]) -> Resolution:
+    """Each include entry of `recipe` as the main checkout `main` has it; `deny`: the globs no
+    task may reach (gitsup.host.sandbox.protected_globs)."""
+    out = Resolution(refused=list(recipe.refused))
+    if not recipe.include:
+        return out
+    top = os.path.realpath(main.workdir)
+    git_dirs = [os.path.realpath(main.common_dir), os.path.realpath(main.git_dir)]
+    for rel in recipe.include:
+        full = os.path.join(top, rel)
+        if not os.path.lexists(full):
+            out.sources.append(Source(rel, "", "missing"))
+            continue
+        real = os.path.realpath(full)
+        if not real.startswith(top + "/") or any(_under(real, g) for g in git_dirs):
+            out.refused.append(
+                f"include {rel}: leads out of the main checkout through a link; not applied"
+            )
+            continue
+        if denied(real, list(deny)) or covers(real, list(deny)):
+            out.refused.append(
+                f"include {rel}: a protected path (credentials, gitsup's keys); not applied"
+            )
+            continue
+        st = os.stat(real)
+        kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else ""
+        if not kind:
+            out.refused.append(f"include {rel}: neither a directory nor a file; not applied")
+            continue
+        state = main.path_state(os.path.relpath(real, top))
+        if state == "tracked":
+            out.refused.append(
+                f"include {rel}: tracked in the main checkout (a task's checkout has it); "
+                "not applied"
+            )
+            continue
+        if state != "ignored":
+            out.refused.append(
+                f"include {rel}: not ignored by the main checkout (the task would commit it); "
+                "not applied"
+            )
+            continue
+        out.sources.append(Source(rel, real, kind))
+    return out
+
+
+def prepare(res: Resolution, *, worktree: Path, state: Path, overlay: bool) -> Included:
+    """Give `worktree` the resolved entries: directories as overlays when `overlay` (the
+    sandbox has a mount namespace; layers under `state`), else copies. An entry whose path
+    the worktree already holds (not an empty directory) is refused."""
+    done = Included(refused=list(res.refused))
+    root = os.path.realpath(worktree)
+    state.mkdir(parents=True, exist_ok=True)
+    clone = [True]
+    for n, src in enumerate(res.sources):
+        if src.kind == "missing":
+            done.entries.append(
+                {"path": src.path, "method": "missing", "bytes": 0, "files": 0, "ms": 0.0}
+            )
+            continue
+        t0 = time.monotonic()
+        parent_rel, _, name = src.path.rpartition("/")
+        try:
+            parent = open_beneath(root, parent_rel, create=True) if parent_rel else _open_dir(root)
+        except OSError as exc:
+            done.refused.append(
+                f"include {src.path}: cannot reach it in the worktree ({exc.strerror}); not applied"
+            )
+            continue
+        try:
+            here = f"/proc/self/fd/{parent}/{name}"
+            if not _free(here):
+                done.refused.append(
+                    f"include {src.path}: the task's worktree has it already; not applied"
+                )
+                continue
+            if src.kind == "dir" and overlay:
+                layer = state / str(n)
+                shutil.rmtree(layer, ignore_errors=True)
+                (layer / "upper").mkdir(parents=True)
+                (layer / "work").mkdir()
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=parent)
+                done.overlays.append(
+                    {
+                        "lower": src.source,
+                        "upper": str(layer / "upper"),
+                        "work": str(layer / "work"),
+                        "root": root,
+                        "path": src.path,
+                    }
+                )
+                method, size, files = "overlay", 0, 0
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.rmdir(name, dir_fd=parent)
+                size, files = copy_tree(src.source, here, clone)
+                method = "reflink" if clone[0] and files else "copy"
+        except OSError as exc:
+            done.refused.append(f"include {src.path}: {exc.strerror or exc}; not applied")
+            continue
+        finally:
+            os.close(parent)
+        ms = round((time.monotonic() - t0) * 1000, 1)
+        done.entries.append(
+            {"path": src.path, "method": method, "bytes": size, "files": files, "ms": ms}
+        )
+    return done
+
+
+def made_before(state: Path) -> Included | None:
+    """What an earlier start of the task made (kept in `state`), if anything."""
+    try:
+        data = json.loads((state / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return Included.from_data(data) if isinstance(data, dict) else None
+
+
+def for_task(
+    main: GitRepo,
+    recipe: Recipe,
+    *,
+    worktree: Path,
+    state: Path,
+    overlay: bool,
+    deny: Sequence[str],
+) -> Included:
+    """A task's include, resolved from `recipe` and made now, kept in `state` so that a later
+    start of the same task (a takeover) finds it (`made_before`)."""
+    done = prepare(resolve(main, recipe, deny), worktree=worktree, state=state, overlay=overlay)
+    from gitsup.host.fsutil import atomic_write
+
+    atomic_write(state / STATE_FILE, json.dumps(done.to_data()).encode())
+    return done
+
+
+# --- copies ---------------------------------------------------------------------------------
+
+
+def copy_tree(src: str, dst: str, clone: list[bool]) -> tuple[int, int]:
+    """Copy the file or directory `src` to `dst` (which must not exist): links as links (never
+    followed), modes and times kept, FIFOs, sockets and devices left out; each file's blocks
+    cloned while `clone[0]` (set to False at the first file system that cannot). Returns
+    (bytes, files) copied."""
+    st = os.lstat(src)
+    if stat.S_ISREG(st.st_mode):
+        _copy_file(src, dst, st, clone)
+        return st.st_size, 1
+    size = files = 0
+    os.mkdir(dst, 0o700)
+    with os.scandir(src) as it:
+        for entry in it:
+            s, d = entry.path, os.path.join(dst, entry.name)
+            est = entry.stat(follow_symlinks=False)
+            if stat.S_ISLNK(est.st_mode):
+                os.symlink(os.readlink(s), d)
+            elif stat.S_ISDIR(est.st_mode):
+                b, f = copy_tree(s, d, clone)
+                size, files = size + b, files + f
+                continue
+            elif stat.S_ISREG(est.st_mode):
+                _copy_file(s, d, est, clone)
+                size, files = size + est.st_size, files + 1
+                continue
+            else:
+                continue
+            os.utime(d, ns=(est.st_atime_ns, est.st_mtime_ns), follow_symlinks=False)
+    os.chmod(dst, stat.S_IMODE(st.st_mode))
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return size, files
+
+
+def _copy_file(src: str, dst: str, st: os.stat_result, clone: list[bool]) -> None:
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC
+    sfd = os.open(src, os.O_RDONLY | flags)
+    try:
+        dfd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | flags, 0o600)
+        try:
+            if not (clone[0] and _clone(sfd, dfd, clone)):
+                _copy_bytes(sfd, dfd, st.st_size)
+            os.fchmod(dfd, stat.S_IMODE(st.st_mode))
+            os.utime(dfd, ns=(st.st_atime_ns, st.st_mtime_ns))
+        finally:
+            os.close(dfd)
+    finally:
+        os.close(sfd)
+
+
+def _clone(sfd: int, dfd: int, clone: list[bool]) -> bool:
+    try:
+        fcntl.ioctl(dfd, FICLONE, sfd)
+        return True
+    except OSError as exc:
+        if exc.errno not in _NO_CLONE:
+            raise
+        clone[0] = False
+        return False
+
+
+def _copy_bytes(sfd: int, dfd: int, size: int) -> None:
+    left = size
+    try:
+        while left > 0:
+            n = os.copy_file_range(sfd, dfd, min(left, 1 << 30))
+            if n == 0:
+                break
+            left -= n
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise
+        while chunk := os.read(sfd, 1 << 20):
+            os.write(dfd, chunk)
+
+
+# --- what `git sup env show` says -----------------------------------------------------------
+
+
+def tree_size(path: str, limit: int = 2_000_000) -> tuple[int, int]:
+    """(bytes, files) below `path` (links not followed; at most `limit` entries looked at)."""
+    size = files = seen = 0
+    stack = [path]
+    while stack and seen < limit:
+        p = stack.pop()
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        seen += 1
+        if stat.S_ISDIR(st.st_mode):
+            with contextlib.suppress(OSError), os.scandir(p) as it:
+                stack.extend(e.path for e in it)
+        elif stat.S_ISREG(st.st_mode):
+            size, files = size + st.st_size, files + 1
+    return size, files
+
+
+def can_clone(src: str, dst_dir: Path) -> bool:
+    """Whether a file of the tree `src` can be cloned (FICLONE) into `dst_dir`."""
+    first = _first_file(src)
+    if first is None or not dst_dir.is_dir():
+        return False
+    probe = dst_dir / f".gitsup-clone-probe-{os.getpid()}"
+    clone = [True]
+    try:
+        _copy_file(first, str(probe), os.lstat(first), clone)
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    return clone[0]
+
+
+def _first_file(path: str, limit: int = 1000) -> str | None:
+    stack, seen = [path], 0
+    while stack and seen < limit:
+        p = stack.pop()
+        seen += 1
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_size:
+            return p
+        if stat.S_ISDIR(st.st_mode):
+            with contextlib.suppress(OSError), os.scandir(p) as it:
+                stack.extend(e.path for e in it)
+    return None
+
+
+def _open_dir(path: str) -> int:
+    return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def _free(path: str) -> bool:
+    """Nothing there, or an empty directory (not a link)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    with os.scandir(path) as it:
+        return next(it, None) is None
+
+
+def _under(p: str, d: str) -> bool:
+    return p == d or p.startswith(d.rstrip("/") + "/")
+
+
+def union(lists: Iterable[Sequence[str]]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p for lst in lists for p in lst))
