@@ -17,14 +17,15 @@ writes there goes back. The caches' variables name that copy.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gitsup.environment.recipe import Recipe
 from gitsup.errors import GitsupError
 from gitsup.host import proc
-from gitsup.environment.recipe import Recipe
 from gitsup.spec import Check, Environment
 
 # what each `setup_egress` preset allows (off until named)
@@ -107,8 +108,7 @@ def cache_kinds(names: Iterable[str]) -> list[CacheKind]:
         kind = CACHES.get(name.strip())
         if kind is None:
             raise GitsupError(
-                f"[environment] cache {name!r} is not a cache gitsup knows "
-                f"({', '.join(CACHES)})",
+                f"[environment] cache {name!r} is not a cache gitsup knows ({', '.join(CACHES)})",
                 hint="[environment] cache (docs/environments.md)",
             )
         out.append(kind)
@@ -119,7 +119,9 @@ def setup_checks(commands: Sequence[Sequence[str]], timeout: float) -> list[Chec
     """The setup commands as the check runner runs them (argv, never a shell, unless the
     command is a string the recipe split, which may name `sh -c` itself)."""
     return [
-        Check(name=f"setup {i + 1}" if len(commands) > 1 else "setup", argv=list(a), timeout=timeout)
+        Check(
+            name=f"setup {i + 1}" if len(commands) > 1 else "setup", argv=list(a), timeout=timeout
+        )
         for i, a in enumerate(commands)
     ]
 
@@ -187,10 +189,8 @@ def tree_bytes(root: Path) -> int:
     total = 0
     for dirpath, _dirs, files in os.walk(root):
         for f in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, f)).st_size
-            except OSError:
-                pass
     return total
 
 

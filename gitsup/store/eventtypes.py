@@ -629,6 +629,19 @@ class QueueTested(Payload):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class QueueEnvironmentFailed(Payload):
+    """The setup phase (`[environment] setup`) failed on a composition: an environment
+    failure of the queue, no candidate blamed; the run ends with the queue unchanged."""
+
+    TYPE: ClassVar[str] = "queue_environment_failed"
+    commit: Oid
+    command: list[str]
+    exit_code: int | None
+    timed_out: bool
+    output_tail: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QueueIntegrated(Payload):
     """A candidate was integrated by the queue (`commit`: its integration commit)."""
 

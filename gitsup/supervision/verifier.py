@@ -106,6 +106,7 @@ class Verifier:
         from pathlib import Path
 
         from gitsup.environment import setup as envsetup
+
         done = self.record.setup
         if isinstance(done, dict) and done.get("passed"):
             return []  # a task taken over after its setup passed
@@ -121,9 +122,7 @@ class Verifier:
         home = Path(env.get("HOME") or self.launcher.layout.task_dir(self.task) / "sandbox/home")
         shared = envsetup.shared_cache_root(self.launcher.layout.common_dir)
         try:
-            cache_env, copied = envsetup.copy_caches(
-                shared, envsetup.task_cache_root(home), kinds
-            )
+            cache_env, copied = envsetup.copy_caches(shared, envsetup.task_cache_root(home), kinds)
         except GitsupError as exc:
             return [f"setup: {exc.message}"]
         env.update(cache_env)

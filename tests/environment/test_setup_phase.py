@@ -28,7 +28,7 @@ MARK_AND_COMMIT = """
 import pathlib, subprocess
 pathlib.Path("WORKER_RAN").write_text("yes\\n")
 pathlib.Path("index.js").write_text("module.exports = 2;\\n")
-subprocess.run(["git", "add", "index.js"], check=True)
+subprocess.run(["git", "add", "index.js", "WORKER_RAN"], check=True)
 subprocess.run(["git", "commit", "-q", "-m", "change"], check=True)
 """
 
@@ -182,6 +182,6 @@ pathlib.Path("PROBE").write_text(got)
 subprocess.run(["git", "add", "PROBE"], check=True)
 subprocess.run(["git", "commit", "-q", "-m", "probe"], check=True)
 """
-    rc, rec, err = start_json(npm_repo, "--spec", str(_spec(tmp, worker=probe)), timeout=300)
+    _rc, rec, err = start_json(npm_repo, "--spec", str(_spec(tmp, worker=probe)), timeout=300)
     assert rec["setup"]["passed"] is True, (err, rec)
     assert (Path(rec["worktree"]) / "PROBE").read_text().startswith("refused"), rec

@@ -95,7 +95,7 @@ class Registry:
         reg = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_GET(self) -> None:
                 path = self.path.split("?")[0]
                 reg.requests[path] += 1
                 body: bytes | None = None
@@ -133,7 +133,7 @@ class Registry:
         """package.json, package-lock.json (v3, every package resolved here with its
         integrity) and .npmrc naming this registry, in `root`."""
         names = sorted(deps)
-        test = test or "node -e \"" + "".join(f"require('{n}');" for n in names) + '"'
+        test = test or 'node -e "' + "".join(f"require('{n}');" for n in names) + '"'
         manifest = {
             "name": "app",
             "version": "1.0.0",

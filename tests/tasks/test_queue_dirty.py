@@ -28,7 +28,7 @@ def _event_types(repo: Path) -> list[str]:
         return []
 
 
-def test_dirty_main_is_refused_before_any_work_and_the_hint_works(qsetup: Setup) -> None:
+def test_dirty_main_is_refused_before_any_work_and_the_hint_works(qsetup: Setup) -> None:  # noqa: F811
     repo = qsetup.repo
     task: dict[str, Any] = make_task(
         qsetup, files=(("mod_q.py", "X = 1\n"), ("test_q.py", "def test_q():\n    pass\n"))
