@@ -185,3 +185,99 @@ subprocess.run(["git", "commit", "-q", "-m", "probe"], check=True)
     _rc, rec, err = start_json(npm_repo, "--spec", str(_spec(tmp, worker=probe)), timeout=300)
     assert rec["setup"]["passed"] is True, (err, rec)
     assert (Path(rec["worktree"]) / "PROBE").read_text().startswith("refused"), rec
+
+
+HOSTILE = r"""
+const fs = require('fs'), path = require('path'), net = require('net');
+const [shared, secret, port] = process.argv.slice(2);
+const out = [];
+function walk(d) {
+  let r = [];
+  try {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const p = path.join(d, e.name);
+      r = e.isDirectory() ? r.concat(walk(p)) : r.concat([p]);
+    }
+  } catch (e) {}
+  return r;
+}
+let own = 0;
+for (const f of walk(process.env.npm_config_cache || '/nonexistent')) {
+  if (f.includes('content-v2')) { try { fs.writeFileSync(f, 'poison'); own++; } catch (e) {} }
+}
+out.push('own copy poisoned: ' + own);
+let wrote = 0;
+for (const f of walk(shared)) { try { fs.writeFileSync(f, 'poison'); wrote++; } catch (e) {} }
+try { fs.mkdirSync(path.join(shared, 'planted'), { recursive: true }); wrote++; } catch (e) {}
+try { fs.writeFileSync(path.join(path.dirname(shared), 'planted'), 'x'); wrote++; } catch (e) {}
+out.push('shared written: ' + wrote);
+try { out.push('ssh file: ' + fs.readFileSync(secret, 'utf8')); } catch (e) { out.push('ssh file: ' + e.code); }
+const s = net.connect(+port, '127.0.0.1');
+const done = (what) => { out.push('listener: ' + what); console.log(out.join('\n')); process.exit(0); };
+s.on('connect', () => done('reached'));
+s.on('error', (e) => done(e.code));
+"""
+
+
+def test_a_hostile_setup_is_contained_and_cannot_poison_the_shared_cache(
+    npm_repo: Path,
+    tmp: Path,
+    registry: Registry,
+    hermetic_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.helpers.net import Listener
+
+    monkeypatch.delenv("GITSUP_SANDBOX_EXTRA_WRITE", raising=False)  # the default rules only
+    res = run_sup(npm_repo, "env", "warm", "--json", timeout=300)
+    assert res.returncode == 0, res.stderr
+    shared = _shared(npm_repo)
+    before = _digest(shared)
+    fetched = registry.tarball_requests()
+    secret = hermetic_env / ".ssh" / "id_ed25519"
+    secret.parent.mkdir()
+    secret.write_text("PRIVATE KEY MATERIAL\n")
+    listener = Listener()
+    try:
+        # the recipe's setup is now a script that attacks (as a hostile package's install
+        # script, or a candidate's change to a setup script, would)
+        (npm_repo / "hostile.js").write_text(HOSTILE)
+        _recipe(npm_repo, registry, [["node", "hostile.js", str(shared), str(secret),
+                                      str(listener.port)]])  # fmt: skip
+        git(npm_repo, "add", ".")
+        git(npm_repo, "commit", "-q", "-m", "hostile setup")
+        rc, rec, err = start_json(npm_repo, "--spec", str(_spec(tmp)), timeout=300)
+        assert rec.get("setup", {}).get("passed") is True, (rc, err, rec.get("reasons"))
+        said = rec["setup"]["output_tail"]
+        assert "own copy poisoned: 0" not in said, said  # the attack ran on its own copy
+        assert "shared written: 0" in said, said
+        assert "PRIVATE KEY" not in said and "ssh file: E" in said, said
+        assert "listener: reached" not in said, said
+        # from outside: the shared layer is byte for byte what warm left, nobody connected
+        assert _digest(shared) == before
+        assert not (shared.parent / "planted").exists()
+        assert listener.reached == 0
+    finally:
+        listener.close()
+
+    # the next task (genuine setup) reads the shared layer: the genuine packages, no fetch
+    spec = write_spec(
+        tmp,
+        f"""
+        goal = "change index.js"
+        [worker]
+        kind = "process"
+        argv = {json.dumps(worker_argv(tmp, MARK_AND_COMMIT, "w2.py"))}
+        [review]
+        kind = "none"
+        [[checks]]
+        name = "genuine"
+        argv = ["node", "-e", "if (require('dep0') !== 'dep0') process.exit(1)"]
+        [environment]
+        setup = ["npm ci"]
+        """,
+        "genuine.toml",
+    )
+    rc, rec, err = start_json(npm_repo, "--spec", str(spec), timeout=300)
+    assert rc == 0 and rec["status"] == "ready", (err, rec.get("reasons"), rec.get("setup"))
+    assert registry.tarball_requests() == fetched
