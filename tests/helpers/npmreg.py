@@ -11,6 +11,7 @@ import io
 import json
 import tarfile
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,6 +59,7 @@ class Registry:
     packages: dict[str, Package] = field(default_factory=dict)
     requests: Counter[str] = field(default_factory=Counter)
     port: int = 0
+    delay: float = 0.0  # seconds each answer waits (a registry across a network)
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -98,6 +100,8 @@ class Registry:
             def do_GET(self) -> None:
                 path = self.path.split("?")[0]
                 reg.requests[path] += 1
+                if reg.delay:
+                    time.sleep(reg.delay)
                 body: bytes | None = None
                 ctype = "application/json"
                 for pkg in reg.packages.values():
