@@ -203,7 +203,9 @@ class Verifier:
                     cg = create_cgroup(
                         f"{self.task}-{who[0]}{os.urandom(3).hex()}", base, self.launcher.limits()
                     )
-            net = self.launcher.net.network_for(who, stack, env, agent=False, also=also)
+            net = self.launcher.net.network_for(
+                who, stack, env, agent=False, also=also, gated=who == "setup"
+            )
             if net.env:
                 env = {**env, **net.env}
             try:

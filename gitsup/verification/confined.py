@@ -70,6 +70,8 @@ class Confinement:
     # `[environment] include` of each task whose spec sets it (None: the main checkout's
     # `.gitsup/environment.toml` decides); the checks get all of them (docs/environments.md)
     include: tuple[tuple[str, ...] | None, ...] = ()
+    # a gate even without egress entries (the setup phase): its proxy refuses at once
+    gated: bool = False
 
     @classmethod
     def of(cls, specs: Iterable[TaskSpec | None]) -> Confinement:
@@ -290,7 +292,9 @@ class ConfinedChecks:
             "caches": [k.name for k in setup.caches],
             "cache_bytes": copied,
         }
-        wider = replace(conf, egress=tuple(dict.fromkeys([*conf.egress, *setup.egress])))
+        wider = replace(
+            conf, egress=tuple(dict.fromkeys([*conf.egress, *setup.egress])), gated=True
+        )
         results: list[CheckResult] = []
         for cmd in setup.commands:
             say(f"setup: {' '.join(cmd.argv)}")
@@ -457,8 +461,10 @@ class ConfinedChecks:
         for e in extra:  # a configuration error refuses; it never falls back to the host
             parse_endpoint(e)
         try:
-            if extra:
-                an = stack.enter_context(gated_namespace(self.label, {}, extra, model=False))
+            if extra or conf.gated:
+                an = stack.enter_context(
+                    gated_namespace(self.label, {}, extra, model=False, refuse_by_proxy=True)
+                )
                 self.applied.weaken_network("gated")
                 return an.netns, dict(an.env)
             ns = stack.enter_context(isolated_netns(self.label))

@@ -281,3 +281,53 @@ def test_a_hostile_setup_is_contained_and_cannot_poison_the_shared_cache(
     rc, rec, err = start_json(npm_repo, "--spec", str(spec), timeout=300)
     assert rc == 0 and rec["status"] == "ready", (err, rec.get("reasons"), rec.get("setup"))
     assert registry.tarball_requests() == fetched
+
+
+DNS_PROBE = """
+import pathlib, socket, subprocess, time
+out = []
+t = time.monotonic()
+try:
+    r = subprocess.run(["getent", "hosts", "registry.npmjs.org"], capture_output=True, timeout=20)
+    out.append(f"getent: exit {r.returncode}")
+except subprocess.TimeoutExpired:
+    out.append("getent: timed out")
+out.append(f"getent took {time.monotonic() - t:.3f}s")
+t = time.monotonic()
+try:
+    socket.getaddrinfo("registry.npmjs.org", 443)
+    out.append("getaddrinfo: resolved")
+except socket.gaierror as exc:
+    out.append(f"getaddrinfo: gaierror {exc.errno}")
+out.append(f"getaddrinfo took {time.monotonic() - t:.3f}s")
+pathlib.Path("DNS").write_text("\\n".join(out) + "\\n")
+subprocess.run(["git", "add", "DNS"], check=True)
+subprocess.run(["git", "commit", "-q", "-m", "dns"], check=True)
+"""
+
+
+def test_no_name_resolves_in_a_task_and_npm_is_told_which_setting_allows_it(
+    npm_repo: Path, tmp: Path, registry: Registry
+) -> None:
+    # a name lookup inside the task fails (the worker runs it; 20 s is far above what it takes)
+    rc, rec, err = start_json(npm_repo, "--spec", str(_spec(tmp, worker=DNS_PROBE)), timeout=300)
+    said = (Path(rec["worktree"]) / "DNS").read_text()
+    assert "getent: exit 2" in said and "getaddrinfo: gaierror" in said, said
+
+    # a lockfile that points at the public registry: the setup's npm ci is refused by the
+    # gate's proxy at once (nothing leaves this host), and the reason names the setting
+    lock = (npm_repo / "package-lock.json").read_text()
+    (npm_repo / "package-lock.json").write_text(
+        lock.replace(registry.url, "https://registry.npmjs.org")
+    )
+    npmrc = npm_repo / ".npmrc"
+    npmrc.write_text("".join(x for x in npmrc.read_text().splitlines(True) if "registry=" not in x))
+    git(npm_repo, "commit", "-q", "-am", "public registry")
+    spec = _spec(tmp, "public.toml")
+    rc, rec, err = start_json(npm_repo, "--spec", str(spec), timeout=300)
+    assert rec["status"] == "failed" and not rec["setup"]["passed"], (rc, err)
+    reason = next(r for r in rec["reasons"] if r.startswith("setup failed"))
+    assert "refused by the gitsup egress gate" in reason, reason
+    assert "git config --add sup.egress registry.npmjs.org:443" in reason, reason
+    refused = [e for e in _events(npm_repo, rec["id"]) if e["type"] == "egress_refused"]
+    assert refused and refused[0]["data"]["host"] == "registry.npmjs.org", refused
