@@ -391,23 +391,23 @@ class Sandbox(_Strict):
 
 class Environment(_Strict):
     """What a task's worktree gets besides its checkout (docs/environments.md): the same
-    table in `.gitsup/environment.toml` of the main checkout; the spec's keys win one by one
-    (gitsup/environment/recipe.py)."""
+    table in `.gitsup/environment.toml` of the main checkout; each key the spec sets (not
+    None) replaces the file's (gitsup/environment/recipe.py, which holds the defaults)."""
 
     # ignored paths of the main checkout the task sees, copy-on-write (relative, no `..`)
-    include: list[str] = Field(default_factory=list)
+    include: list[str] | None = None
     # commands run once per task before its first turn (a string is split like a shell would)
-    setup: list[Argv] = Field(default_factory=list)
+    setup: list[Argv] | None = None
     # what the setup commands may reach: presets (npm, pypi, ...) or host:port
-    setup_egress: list[str] = Field(default_factory=list)
+    setup_egress: list[str] | None = None
     # shared package caches (npm, pip, ...)
-    cache: list[str] = Field(default_factory=list)
-    setup_timeout: PositiveDuration = 600.0
+    cache: list[str] | None = None
+    setup_timeout: PositiveDuration | None = None
 
     @field_validator("include")
     @classmethod
-    def _relative_paths(cls, v: list[str]) -> list[str]:
-        return [include_path(p) for p in v]
+    def _relative_paths(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else [include_path(p) for p in v]
 
 
 def include_path(raw: str) -> str:

@@ -29,6 +29,14 @@ from gitsup.spec import Environment
 
 ENVIRONMENT_FILE = ".gitsup/environment.toml"
 KEYS: tuple[str, ...] = tuple(Environment.model_fields)
+# What a key is when neither the spec nor the file gives it.
+DEFAULTS: dict[str, Any] = {
+    "include": [],
+    "setup": [],
+    "setup_egress": [],
+    "cache": [],
+    "setup_timeout": 600.0,
+}
 MAX_FILE_BYTES = 256 * 1024
 
 
@@ -41,7 +49,7 @@ class Recipe:
     setup: tuple[tuple[str, ...], ...] = ()
     setup_egress: tuple[str, ...] = ()
     cache: tuple[str, ...] = ()
-    setup_timeout: float = Environment.model_fields["setup_timeout"].default
+    setup_timeout: float = DEFAULTS["setup_timeout"]
     sources: Mapping[str, str] = field(default_factory=dict)
     refused: tuple[str, ...] = ()
 
@@ -109,19 +117,19 @@ def validate(table: Mapping[str, Any], source: str) -> Environment:
 
 
 def merge(from_file: Environment | None, from_spec: Environment | None) -> Recipe:
-    """The file's table with every key the spec sets replaced by the spec's (`include = []`
-    in a spec means no include, whatever the file says)."""
+    """The file's table with every key the spec sets (not None) replaced by the spec's
+    (`include = []` in a spec means no include, whatever the file says)."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    spec_keys = from_spec.model_fields_set if from_spec is not None else set()
-    file_keys = from_file.model_fields_set if from_file is not None else set()
     for key in KEYS:
-        if key in spec_keys and from_spec is not None:
-            values[key], sources[key] = getattr(from_spec, key), "spec"
-        elif key in file_keys and from_file is not None:
-            values[key], sources[key] = getattr(from_file, key), ENVIRONMENT_FILE
+        spec_value = getattr(from_spec, key) if from_spec is not None else None
+        file_value = getattr(from_file, key) if from_file is not None else None
+        if spec_value is not None:
+            values[key], sources[key] = spec_value, "spec"
+        elif file_value is not None:
+            values[key], sources[key] = file_value, ENVIRONMENT_FILE
         else:
-            values[key], sources[key] = getattr(Environment(), key), "default"
+            values[key], sources[key] = DEFAULTS[key], "default"
     include: list[str] = []
     refused: list[str] = []
     for path in dict.fromkeys(values["include"]):

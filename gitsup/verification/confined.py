@@ -78,7 +78,8 @@ class Confinement:
         """The strictest of several tasks' isolation (a composition runs all their checks):
         `none` if any says so, the host network only if every one does; their egress
         endpoints together; a cgroup required if any requires it."""
-        found = [s.isolation for s in specs if s is not None]
+        given = [s for s in specs if s is not None]
+        found = [s.isolation for s in given]
         if not found:
             return cls()
         nets = {i.network for i in found}
@@ -87,9 +88,7 @@ class Confinement:
         cgroup = "required" if "required" in cgs else ("off" if cgs == {"off"} else "auto")
         egress = tuple(dict.fromkeys(e for i in found for e in i.egress))
         include = tuple(
-            tuple(s.environment.include) if "include" in s.environment.model_fields_set else None
-            for s in specs
-            if s is not None
+            None if s.environment.include is None else tuple(s.environment.include) for s in given
         )
         return cls(network=network, egress=egress, cgroup=cgroup, include=include)
 
@@ -335,7 +334,7 @@ class ConfinedChecks:
 
         main_root = self.repo.main_workdir
         from_file = read_file(main_root)
-        own = tuple(from_file.include) if from_file is not None else ()
+        own = tuple(from_file.include or ()) if from_file is not None else ()
         paths = include.union(own if p is None else p for p in conf.include or (None,))
         recipe = merge(from_file, Environment(include=list(paths)))
         plan.config.pop("include", None)
