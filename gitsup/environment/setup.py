@@ -61,22 +61,10 @@ REASON_TAIL = 600  # the end of a failed setup's output a task's reason carries
 
 
 def task_recipe(main_root: Path | None, spec_env: Environment | None) -> Recipe:
-    """The recipe of a task: the main checkout's file, with the keys the spec gives. A spec
-    read back from its stored JSON has every key set, so only the keys whose value differs
-    from the default count as given here."""
+    """The recipe of a task: the main checkout's file, with the keys the spec gives."""
     from gitsup.environment.recipe import load_recipe
 
-    given = None
-    if spec_env is not None:
-        defaults = Environment()
-        given = Environment.model_validate(
-            {
-                k: getattr(spec_env, k)
-                for k in spec_env.model_fields_set
-                if getattr(spec_env, k) != getattr(defaults, k)
-            }
-        )
-    return load_recipe(main_root, given)
+    return load_recipe(main_root, spec_env)
 
 
 def setup_endpoints(entries: Iterable[str]) -> list[str]:

@@ -439,7 +439,7 @@ class Supervisor:
     def _setup(self) -> list[str]:
         """`[environment] setup` once, in the task sandbox, after the preflight (which the
         spawn repeats); what fails ends the task before any model call."""
-        if not self.spec.environment.setup and not self._has_recipe():
+        if self.spec.environment.setup is None and not self._has_recipe():
             return []
         problems = self.launcher.preflight()
         if problems:
