@@ -331,3 +331,36 @@ def test_no_name_resolves_in_a_task_and_npm_is_told_which_setting_allows_it(
     assert "git config --add sup.egress registry.npmjs.org:443" in reason, reason
     refused = [e for e in _events(npm_repo, rec["id"]) if e["type"] == "egress_refused"]
     assert refused and refused[0]["data"]["host"] == "registry.npmjs.org", refused
+
+
+def test_env_warm_refuses_a_recipe_with_nothing_to_warm(npm_repo: Path, registry: Registry) -> None:
+    env_file = npm_repo / ".gitsup" / "environment.toml"
+    for text, needle in (
+        ('[environment]\ncache = ["npm"]\n', "has no [environment] setup"),
+        ('[environment]\nsetup = ["npm ci"]\n', "names no [environment] cache"),
+        ('[environment]\nsetup = ["npm ci"]\ncache = ["yarn"]\n', "'yarn' is not a cache"),
+        (
+            '[environment]\nsetup = ["npm ci"]\ncache = ["npm"]\nsetup_egress = ["nope"]\n',
+            "neither a preset",
+        ),
+    ):
+        env_file.write_text(text)
+        res = run_sup(npm_repo, "env", "warm")
+        assert res.returncode == 2, (text, res.stdout, res.stderr)
+        assert needle in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert not _shared(npm_repo).exists()
+    assert registry.tarball_requests() == 0  # nothing ran
+
+
+def test_env_warm_keeps_the_shared_cache_when_the_setup_fails(
+    npm_repo: Path, registry: Registry
+) -> None:
+    res = run_sup(npm_repo, "env", "warm", timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "cache npm:" in res.stdout, res.stdout
+    before = _digest(_shared(npm_repo))
+    _recipe(npm_repo, registry, ["npm ci", "sh -c 'echo broken >&2; exit 3'"])
+    res = run_sup(npm_repo, "env", "warm", timeout=300)
+    assert res.returncode == 4, (res.stdout, res.stderr)
+    assert "exited 3" in res.stderr and "broken" in res.stderr, res.stderr
+    assert _digest(_shared(npm_repo)) == before
