@@ -165,6 +165,8 @@ def test_a_failing_setup_ends_the_task_before_the_worker(
     types = [e["type"] for e in _events(npm_repo, rec["id"])]
     assert "setup_finished" in types and "worker_started" not in types
     assert rec["setup"]["exit_code"] == 7 and "no such package" in rec["setup"]["output_tail"]
+    shown = run_sup(npm_repo, "show", rec["id"]).stdout
+    assert "setup     FAILED" in shown and "| no such package" in shown, shown
 
 
 def test_setup_egress_is_for_the_setup_phase_only(
