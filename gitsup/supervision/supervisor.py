@@ -405,6 +405,8 @@ class Supervisor:
         elif isinstance(e, Spawn):
             if self.launcher.spawns == 0:  # the setup phase, before the first worker
                 failed = self._setup()
+                if self._abort.is_set():  # a stop asked for during the setup
+                    return Spawned(aborted=self._abort_reason or "stop requested")
                 if failed:
                     return Spawned(failure=tuple(failed))
             res = self.launcher.spawn(e.prompt)

@@ -366,3 +366,32 @@ def test_env_warm_keeps_the_shared_cache_when_the_setup_fails(
     assert res.returncode == 4, (res.stdout, res.stderr)
     assert "exited 3" in res.stderr and "broken" in res.stderr, res.stderr
     assert _digest(_shared(npm_repo)) == before
+
+
+def test_a_stop_during_the_setup_stops_the_task_before_the_worker(
+    npm_repo: Path, tmp: Path, registry: Registry
+) -> None:
+    from tests.helpers.sup import popen_sup, read_record, task_ids, wait_for, wait_unmarked
+
+    marker = tmp / "setup-sleeps"
+    _recipe(npm_repo, registry, [["sh", "-c", "sleep 120", str(marker)]], cache=False)
+    proc = popen_sup(npm_repo, "start", "--spec", str(_spec(tmp)), "--json", "-q")
+    try:
+        tid = wait_for(lambda: task_ids(npm_repo), 30, what="the task")[0]
+        wait_for(
+            lambda: any(e["type"] == "setup_started" for e in _events(npm_repo, tid)),
+            60,
+            what="the setup phase",
+        )
+        res = run_sup(npm_repo, "stop", tid, "--wait", "30")
+        assert res.returncode == 0, res.stderr
+        assert proc.wait(60) == 5
+        rec = read_record(npm_repo, tid)
+        assert rec["status"] == "stopped", rec["reasons"]
+        types = [e["type"] for e in _events(npm_repo, tid)]
+        assert "worker_started" not in types, types
+        assert not (Path(rec["worktree"]) / "WORKER_RAN").exists()
+        assert wait_unmarked(str(marker), 10)  # the setup's processes are gone
+    finally:
+        if proc.poll() is None:
+            proc.kill()
