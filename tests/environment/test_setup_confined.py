@@ -62,3 +62,51 @@ def test_a_failing_setup_is_an_environment_failure_of_the_queue(esetup: Setup) -
     res = run_sup(repo, "queue", "run", "--into", "main", "--json", timeout=600)
     assert res.returncode == 0, (res.stdout, res.stderr)
     assert json.loads(res.stdout)[0]["integrated"] == [task["id"]]
+
+
+def test_a_candidates_setup_script_in_the_queue_cannot_touch_the_shared_cache(
+    repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recipe runs `sh setup.sh`; a candidate rewrites setup.sh to attack the shared
+    cache. The queue runs the candidate's script (its composition's setup), confined: the
+    shared layer is unchanged, byte for byte."""
+    from gitsup.tasks.lifecycle import SupRepo, init_repo
+
+    monkeypatch.delenv("GITSUP_SANDBOX_EXTRA_WRITE", raising=False)  # the default rules only
+    (repo / "calc.py").write_text(CALC)
+    (repo / "setup.sh").write_text("echo set up\n")
+    (repo / ".gitsup").mkdir()
+    (repo / ".gitsup" / "environment.toml").write_text(
+        '[environment]\nsetup = [["sh", "setup.sh"]]\ncache = ["npm"]\n'
+    )
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "green main with a setup script")
+    init_repo(SupRepo.discover(repo), explicit=True)
+    common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    shared = common / "sup" / "cache" / "env" / "npm"
+    (shared / "_cacache").mkdir(parents=True)
+    (shared / "_cacache" / "genuine.tgz").write_bytes(b"genuine package\n")
+    before = sorted((p.name, p.read_bytes()) for p in shared.rglob("*") if p.is_file())
+
+    hostile = f"""
+n=0
+for f in $(find {shared} -type f 2>/dev/null); do echo poison > "$f" 2>/dev/null && n=$((n+1)); done
+mkdir {shared}/planted 2>/dev/null && n=$((n+1))
+echo poison > {shared.parent}/planted 2>/dev/null && n=$((n+1))
+own=0
+for f in $(find "$npm_config_cache" -type f 2>/dev/null); do echo poison > "$f" && own=$((own+1)); done
+echo "shared written: $n; own copy written: $own"
+exit 1
+"""
+    task = make_task(
+        Setup(repo, tmp, tmp, tmp),
+        files=(("setup.sh", hostile), ("test_h.py", "def test_h():\n    pass\n")),
+    )
+    assert run_sup(repo, "queue", "add", task["id"], "--into", "main").returncode == 0
+    res = run_sup(repo, "queue", "run", "--into", "main", timeout=600)
+    assert res.returncode == 4, (res.stdout, res.stderr)
+    # the candidate's script ran (on its own copy of the cache) and wrote nothing shared
+    assert "shared written: 0; own copy written: 1" in res.stderr, res.stderr
+    after = sorted((p.name, p.read_bytes()) for p in shared.rglob("*") if p.is_file())
+    assert after == before
+    assert not (shared / "planted").exists() and not (shared.parent / "planted").exists()
