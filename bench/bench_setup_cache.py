@@ -1,6 +1,6 @@
 """The setup phase with and without the warm package cache: `npm ci` in two real tasks.
 
-    .venv/bin/python bench/bench_environment.py [--packages 40] [--latency-ms 0 50]
+    .venv/bin/python bench/bench_setup_cache.py [--packages 40] [--latency-ms 0 50]
 
 A stand-in npm registry on 127.0.0.1 serves N generated packages (tests/helpers/npmreg.py);
 a repository's recipe says `setup = ["npm ci"]`, `setup_egress = ["127.0.0.1:PORT"]`,
