@@ -50,7 +50,11 @@ def render(data: dict[str, Any]) -> list[str]:
     sandbox = data["sandbox"]
     lines.append(
         f"sandbox   {sandbox['mode']}"
-        + ("" if sandbox["mount_ns"] else " (no mount namespace: directories are copied)")
+        + (
+            ""
+            if sandbox["overlayfs"]
+            else " (no mount namespace or overlayfs: directories are copied)"
+        )
     )
     if not recipe["include"] and not data["refused"]:
         lines.append("include   (none)")

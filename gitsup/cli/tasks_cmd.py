@@ -74,6 +74,11 @@ def show_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
     out(f"branch    {record.branch}")
     out(f"worktree  {record.worktree}")
     out(f"candidate {record.candidate or '-'}")
+    env = record.environment or {}
+    for e in env.get("include", []):
+        out(f"include   {e['path']} ({e['method']})")
+    for r in env.get("refused", []):
+        out(f"include   refused: {r}")
     if d["policy_change"]:
         out(
             f"POLICY    changes .gitsup/: {', '.join(d['policy_change'])} "

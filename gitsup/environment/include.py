@@ -11,9 +11,9 @@ run; what it writes there never reaches the main checkout's copy or another task
   task's own, `<task dir>/env/<n>/upper` (hidden from the task: it writes there only through
   the overlay). Nothing is copied; the worktree on the host holds an empty directory.
 - `reflink` / `copy` (a file; a directory without the mount namespace: `sup.sandbox off`, or
-  `auto` on a host without it): a copy into the worktree, sharing the blocks where the file
-  system can clone them (FICLONE), else the bytes copied. Never a hard link, never a link to
-  the main checkout.
+  `auto` on a host without it): a copy into the worktree (`cp -a --reflink=auto`), sharing
+  the blocks where the file system can clone them, else the bytes copied. Never a hard link,
+  never a link to the main checkout.
 
 What the main checkout says of each entry decides whether it is given: only a path its Git
 ignores (a tracked one is in the task's checkout already; an untracked, unignored one would
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from gitsup.environment.recipe import Recipe
+from gitsup.errors import GitsupError
 from gitsup.git import GitRepo
 from gitsup.host.bootstrap import covers, denied, open_beneath
 
@@ -136,12 +137,13 @@ def resolve(main: GitRepo, recipe: Recipe, deny: Sequence[str]) -> Resolution:
 
 def prepare(res: Resolution, *, worktree: Path, state: Path, overlay: bool) -> Included:
     """Give `worktree` the resolved entries: directories as overlays when `overlay` (the
-    sandbox has a mount namespace; layers under `state`), else copies. An entry whose path
+    sandbox has a mount namespace) and the kernel has overlayfs (layers under `state`), else
+    copies. An entry whose path
     the worktree already holds (not an empty directory) is refused."""
     done = Included(refused=list(res.refused))
+    overlay = overlay and overlay_available()
     root = os.path.realpath(worktree)
     state.mkdir(parents=True, exist_ok=True)
-    clone = [True]
     for n, src in enumerate(res.sources):
         if src.kind == "missing":
             done.entries.append(
@@ -184,10 +186,10 @@ def prepare(res: Resolution, *, worktree: Path, state: Path, overlay: bool) -> I
             else:
                 with contextlib.suppress(FileNotFoundError):
                     os.rmdir(name, dir_fd=parent)
-                size, files = copy_tree(src.source, here, clone)
-                method = "reflink" if clone[0] and files else "copy"
-        except OSError as exc:
-            done.refused.append(f"include {src.path}: {exc.strerror or exc}; not applied")
+                size, files, method = copy_into(src.source, root, src.path)
+        except (OSError, GitsupError) as exc:
+            why = exc.message if isinstance(exc, GitsupError) else exc.strerror or str(exc)
+            done.refused.append(f"include {src.path}: {why}; not applied")
             continue
         finally:
             os.close(parent)
@@ -225,40 +227,51 @@ def for_task(
     return done
 
 
+def overlay_available() -> bool:
+    """Whether this kernel has overlayfs (built in, loaded, or a module a mount loads)."""
+    try:
+        if "\toverlay\n" in Path("/proc/filesystems").read_text():
+            return True
+    except OSError:
+        return False
+    return Path("/lib/modules", os.uname().release, "kernel", "fs", "overlayfs").is_dir()
+
+
+def remove_layers(state: Path) -> bool:
+    """Remove a task's include layers (what its processes wrote there) with its worktree;
+    whether there were any."""
+    if not state.exists():
+        return False
+    shutil.rmtree(state, ignore_errors=True)
+    return True
+
+
 # --- copies ---------------------------------------------------------------------------------
 
 
-def copy_tree(src: str, dst: str, clone: list[bool]) -> tuple[int, int]:
-    """Copy the file or directory `src` to `dst` (which must not exist): links as links (never
-    followed), modes and times kept, FIFOs, sockets and devices left out; each file's blocks
-    cloned while `clone[0]` (set to False at the first file system that cannot). Returns
-    (bytes, files) copied."""
-    st = os.lstat(src)
-    if stat.S_ISREG(st.st_mode):
-        _copy_file(src, dst, st, clone)
-        return st.st_size, 1
-    size = files = 0
-    os.mkdir(dst, 0o700)
-    with os.scandir(src) as it:
-        for entry in it:
-            s, d = entry.path, os.path.join(dst, entry.name)
-            est = entry.stat(follow_symlinks=False)
-            if stat.S_ISLNK(est.st_mode):
-                os.symlink(os.readlink(s), d)
-            elif stat.S_ISDIR(est.st_mode):
-                b, f = copy_tree(s, d, clone)
-                size, files = size + b, files + f
-                continue
-            elif stat.S_ISREG(est.st_mode):
-                _copy_file(s, d, est, clone)
-                size, files = size + est.st_size, files + 1
-                continue
-            else:
-                continue
-            os.utime(d, ns=(est.st_atime_ns, est.st_mtime_ns), follow_symlinks=False)
-    os.chmod(dst, stat.S_IMODE(st.st_mode))
-    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
-    return size, files
+def copy_into(src: str, root: str, rel: str) -> tuple[int, int, str]:
+    """Copy the file or directory `src` to `root/rel` (which must not exist; its parent was
+    entered without following a link) with `cp -a`: links as links (never followed), modes
+    and times kept; blocks shared where the file system can clone them. Returns (bytes,
+    files, method: reflink or copy)."""
+    from gitsup.host import proc
+
+    dest = os.path.join(root, rel)
+    parent = os.path.dirname(dest)
+    if os.path.realpath(parent) != parent:
+        raise OSError(errno.ELOOP, "a link on the way in the worktree")
+    method = "reflink" if can_clone(src, Path(parent)) else "copy"
+    res = proc.run(
+        ["cp", "-a", "--reflink=auto", "--no-target-directory", "--", src, dest],
+        env=proc.child_env(),
+        max_output=4096,
+    )
+    if not res.ok:
+        raise GitsupError(f"cannot copy {src} into the worktree: {res.output.strip()}")
+    if os.path.isfile(src):
+        return os.path.getsize(src), 1, method
+    size, files = tree_size(dest)
+    return size, files, method
 
 
 def _copy_file(src: str, dst: str, st: os.stat_result, clone: list[bool]) -> None:
@@ -326,8 +339,9 @@ def tree_size(path: str, limit: int = 2_000_000) -> tuple[int, int]:
 
 
 def can_clone(src: str, dst_dir: Path) -> bool:
-    """Whether a file of the tree `src` can be cloned (FICLONE) into `dst_dir`."""
-    first = _first_file(src)
+    """Whether a file of the tree `src` can be cloned (FICLONE) into `dst_dir` (tried on one
+    file, removed again)."""
+    first = src if os.path.isfile(src) else _first_file(src)
     if first is None or not dst_dir.is_dir():
         return False
     probe = dst_dir / f".gitsup-clone-probe-{os.getpid()}"

@@ -17,7 +17,8 @@ enforces all of it or fails (it never silently does less than the record claims)
 
     {"mountns": bool, "pidns": bool, "seccomp": "FILE" or "", "landlock": bool, "caps": bool,
      "read": [path...], "listed": [dir...], "write": [path...], "deny": [glob...],
-     "hide": [dir...], "ro": [path...], "rw_mounts": [dir...], "fanout": [dir...]}
+     "hide": [dir...], "ro": [path...], "rw_mounts": [dir...], "fanout": [dir...],
+     "include": [{"lower", "upper", "work", "root", "path"}...]}
 
 `read`/`write`: Landlock hierarchies (missing paths are skipped); `deny`: globs removed
 from the `read` hierarchies that contain them (the hierarchy is split into its other
@@ -25,7 +26,9 @@ entries; gitsup.host.sandbox does that once per task and passes the split `read`
 directories that stay listable in `listed`); `fanout`: object directories whose 256
 loose-object subdirectories are writable; `hide`: directories covered by an empty tmpfs in the mount namespace (their
 `read`/`write` sub-paths are bound back); `ro`: paths bound read-only over themselves.
-`seccomp`: a file holding the BPF program gitsup.host.seccomp compiled. `observe`: a file
+`include`: overlays mounted in the worktree, each over a directory of the main checkout
+(`_mount_includes`; docs/environments.md). `seccomp`: a file holding the BPF program
+gitsup.host.seccomp compiled. `observe`: a file
 where the process about to exec writes what it sees of itself (`observed`), for the record.
 GITSUP_SANDBOX_REFUSE=landlock,mountns,pidns,seccomp (a testing knob) makes the bootstrap
 refuse those.

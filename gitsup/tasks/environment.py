@@ -28,6 +28,7 @@ def show(ctx: SupRepo, spec: TaskSpec | None = None) -> dict[str, Any]:
         spec.sandbox.mode if spec is not None else None, ctx.repo.config_get("sup.sandbox")
     )
     mountns = mode != "off" and probe().mountns
+    overlay = mountns and include.overlay_available()
     home = os.environ.get("HOME") or os.path.expanduser("~")
     res = include.resolve(
         GitRepo.open(main_root), recipe, protected_globs(home, protected_paths(ctx.repo))
@@ -39,7 +40,7 @@ def show(ctx: SupRepo, spec: TaskSpec | None = None) -> dict[str, Any]:
             entries.append({"path": src.path, "present": False, "method": "missing"})
             continue
         size, files = include.tree_size(src.source)
-        if src.kind == "dir" and mountns:
+        if src.kind == "dir" and overlay:
             method = "overlay"
         else:
             method = "reflink" if include.can_clone(src.source, dest) else "copy"
@@ -58,7 +59,7 @@ def show(ctx: SupRepo, spec: TaskSpec | None = None) -> dict[str, Any]:
     return {
         "file": str(file) if file.is_file() else None,
         "recipe": recipe.to_data(),
-        "sandbox": {"mode": mode, "mount_ns": mountns},
+        "sandbox": {"mode": mode, "mount_ns": mountns, "overlayfs": overlay},
         "include": entries,
         "refused": res.refused,
     }

@@ -115,6 +115,9 @@ def prepare_task(
     from gitsup.workers.preflight import preflight_start
 
     preflight_start(ctx, spec, baseline)  # refuses before anything is written
+    from gitsup.environment.recipe import load_recipe
+
+    load_recipe(repo.main_workdir, spec.environment)  # a bad environment file: exit 2
     undo: list[Any] = []
     if not ctx.layout.root.exists():
         # The first start also sets the repository up; a start that fails takes that back.
@@ -483,6 +486,10 @@ def discard_task(ctx: SupRepo, task: str, *, force: bool = False) -> DiscardResu
 
     if gitstate.remove(ctx.layout, tid):
         removed.append(f"private Git dir {gitstate.private_dir(ctx.layout, tid)}")
+    from gitsup.environment.include import remove_layers
+
+    if remove_layers(ctx.layout.task_dir(tid) / "env"):
+        removed.append(f"include layers {ctx.layout.task_dir(tid) / 'env'}")
     if lease is not None:
         ctx.leases.break_lease(lease.path)
         removed.append("stale lease")
@@ -589,6 +596,9 @@ def prune_tasks(ctx: SupRepo, *, force: bool = False, dry_run: bool = False) -> 
 
                 repo.remove_worktree(tid, wt)
                 gitstate.remove(ctx.layout, tid)
+                from gitsup.environment.include import remove_layers
+
+                remove_layers(ctx.layout.task_dir(tid) / "env")
                 if lease is not None:
                     ctx.leases.break_lease(lease.path)
                 record.discarded_at = record.discarded_at or time.time()

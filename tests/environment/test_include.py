@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.boundary.conftest import Setup, setup  # noqa: F401 - the fixture
-from tests.conftest import git, run_sup
+from tests.conftest import PYTHON, git, run_sup
 from tests.helpers.sup import FIX_AND_COMMIT, write_worker
 
 XO = '#!/bin/sh\necho "xo: $(cat node_modules/xo/rules.txt)"\n'
@@ -216,6 +216,11 @@ def test_writes_through_the_include_never_reach_the_main_checkout_or_the_next_ta
     second = _start(repo, tmp, FIX_AND_COMMIT, "--check-sh", PRISTINE, "--check", NPM_TEST)
     assert second["status"] == "ready", (second["reasons"], second["checks"])
     assert digest(main_nm) == before
+    # discarding the task removes its layer with its worktree (and nothing of the main one)
+    res = run_sup(repo, "discard", rec["id"])
+    assert res.returncode == 0, res.stderr
+    assert not upper.parent.parent.exists()
+    assert digest(main_nm) == before
 
 
 def test_without_a_mount_namespace_the_include_is_a_copy(node: Path, repo: Path, tmp: Path) -> None:
@@ -361,3 +366,54 @@ def test_env_show(node: Path, repo: Path) -> None:
     assert "Traceback" not in bad.stderr
     missing = run_sup(repo, "env", "show", "--spec", str(repo / "nope.toml"))
     assert missing.returncode == 2 and "cannot read spec" in missing.stderr
+    # and `start` refuses before it makes anything
+    start = run_sup(repo, "start", "g", "--worker", "true", "--review", "none", "--quiet")
+    assert start.returncode == 2 and "invalid environment file" in start.stderr
+    assert run_sup(repo, "ls", "--json").stdout.strip() in ("", "[]")
+
+
+def test_the_reviewer_reads_the_include_and_cannot_write_it(
+    node: Path, repo: Path, tmp: Path
+) -> None:
+    """A command reviewer runs with the worktree read-only: the overlay in it is read-only
+    too (it sees the worker's changes, writes nothing)."""
+    _needs_overlay()
+    assert run_sup(repo, "init").returncode == 0
+    (repo / ".gitsup").mkdir()
+    (repo / ".gitsup" / "environment.toml").write_text(ENV_FILE)
+    report = node / "reviewer.json"
+    reviewer = tmp / "reviewer.py"
+    reviewer.write_text(
+        "import json, pathlib, sys\n"
+        "sys.stdin.read()\n"
+        "said = {'saw': pathlib.Path('node_modules/mine.txt').read_text()}\n"
+        "for name, path in (('write', 'node_modules/rev.txt'), ('modify', 'node_modules/xo/rules.txt')):\n"
+        "    try:\n"
+        "        pathlib.Path(path).write_text('reviewer')\n"
+        "        said[name] = 'done'\n"
+        "    except OSError as exc:\n"
+        "        said[name] = 'refused: ' + exc.strerror\n"
+        f"pathlib.Path({str(report)!r}).write_text(json.dumps(said))\n"
+        "print(json.dumps({'verdict': 'pass', 'findings': []}))\n"
+    )
+    worker = write_worker(
+        tmp,
+        FIX_AND_COMMIT.replace(
+            'print("fixed and committed")', 'pathlib.Path("node_modules/mine.txt").write_text("w")'
+        ),
+    )
+    spec = tmp / "task.toml"
+    spec.write_text(
+        'goal = "fix add"\n'
+        f'[worker]\nkind = "process"\nargv = {json.dumps(shlex.split(worker))}\n'
+        f'[review]\nkind = "command"\nargv = {json.dumps([PYTHON, str(reviewer)])}\n'
+    )
+    res = run_sup(repo, "start", "--spec", str(spec), "--json", "--quiet", timeout=300)
+    rec = json.loads(res.stdout)
+    assert rec["review"]["verdict"] == "pass", (rec["reasons"], res.stderr)
+    said = json.loads(report.read_text())
+    assert said["saw"] == "w"
+    assert said["write"].startswith("refused") and said["modify"].startswith("refused"), said
+    upper = repo / ".git" / "sup" / "tasks" / rec["id"] / "env" / "0" / "upper"
+    assert (upper / "mine.txt").read_text() == "w" and not (upper / "rev.txt").exists()
+    assert (repo / "node_modules" / "xo" / "rules.txt").read_text() == "rule1\n"
