@@ -395,3 +395,19 @@ def test_a_stop_during_the_setup_stops_the_task_before_the_worker(
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_start_refuses_an_unknown_preset_or_cache_before_it_makes_anything(
+    npm_repo: Path, tmp: Path, registry: Registry
+) -> None:
+    from tests.helpers.sup import task_ids
+
+    for key, value, needle in (
+        ("setup_egress", '["npmjs"]', "neither a preset"),
+        ("cache", '["yarn"]', "'yarn' is not a cache"),
+    ):
+        spec = _spec(tmp)
+        spec.write_text(spec.read_text() + f"[environment]\n{key} = {value}\n")
+        res = run_sup(npm_repo, "start", "--spec", str(spec))
+        assert res.returncode == 2 and needle in res.stderr, (res.stdout, res.stderr)
+    assert task_ids(npm_repo) == []
