@@ -82,3 +82,25 @@ def _size(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"
+
+
+@env_app.command("warm")
+def warm_cmd(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Fill the shared package caches ([environment] cache) by running the recipe's setup
+    on the main checkout's HEAD, confined, with the caches writable; tasks get a copy of
+    them. Prints what it ran and the caches' sizes; exit 2 when the recipe names nothing
+    to warm, 4 when a setup command failed (the caches are then unchanged)."""
+    from gitsup.cli.output import progress
+    from gitsup.tasks.envwarm import warm
+    from gitsup.tasks.lifecycle import SupRepo
+
+    ctx = SupRepo.discover()
+    data = warm(ctx, say=progress)
+    if json_out:
+        emit_json(data)
+        return
+    for name, c in data["caches"].items():
+        out(f"cache {name}: {_size(c['bytes'])} in {c['path']}")
+    out(
+        f"setup {data['setup_seconds']:.1f}s, {data['seconds']:.1f}s in all (on {data['commit'][:12]})"
+    )

@@ -96,6 +96,18 @@ def show_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
         f"turns     {record.turns}   cost ${record.cost_usd:.4f}   repair rounds {record.repair_rounds}"
     )
     out(f"events    {d['events']}")
+    setup = record.setup
+    if setup:  # the setup phase (docs/environment-setup.md)
+        ok = bool(setup.get("passed"))
+        how = "passed" if ok else ("TIMEOUT" if setup.get("timed_out") else "FAILED")
+        cached = f", caches {', '.join(setup['caches'])}" if setup.get("caches") else ""
+        out(
+            f"setup     {how} in {float(setup.get('duration') or 0):.2f}s"
+            f" ({' '.join(setup.get('command') or [])}, exit {setup.get('exit_code')}{cached})"
+        )
+        if not ok:
+            for line in check_tail(str(setup.get("output_tail", ""))):
+                out(f"          | {line}")
     if record.checks:
         out("checks")
         for c in record.checks:

@@ -197,17 +197,24 @@ class EgressGate:
 
     def start(self) -> EgressGate:
         want: list[int] = list(self.plan.forward)
-        if self.plan.connect:
+        if self._proxied:
             want.append(self.proxy_port or 0)  # a gate served again keeps the agent's proxy
         socks = _listen_inside(self.netns, want)
         self._socks = socks
-        if self.plan.connect:
+        if self._proxied:
             self.proxy_port = int(socks[-1].getsockname()[1])
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="gitsup-egress", daemon=True)
         self._thread.start()
         self._ready.wait(10)
         return self
+
+    @property
+    def _proxied(self) -> bool:
+        """A CONNECT proxy is served when there is a host to connect to, or when asked
+        (`proxy_port` 0): then what is not allowed is refused at once, with the setting that
+        allows it, instead of failing on a missing route or name."""
+        return bool(self.plan.connect) or self.proxy_port is not None
 
     def add_forward(self, port: int) -> None:
         """Forward one more loopback port (e.g. the supervisor's hook endpoint)."""
@@ -245,7 +252,7 @@ class EgressGate:
         n = len(self.plan.forward)
         for s, port in zip(self._socks[:n], self.plan.forward, strict=True):
             loop.run_until_complete(self._serve_forward(s, port))
-        if self.plan.connect:
+        if self._proxied:
             loop.run_until_complete(self._serve_proxy(self._socks[-1]))
         self._ready.set()
         loop.run_forever()

@@ -158,6 +158,7 @@ class GateProcess:
         *,
         task: str,
         proxy_port: int | None = None,
+        refuse_by_proxy: bool = False,
     ) -> GateProcess:
         from gitsup.host import proc
         from gitsup.host.procid import ProcessId
@@ -170,8 +171,10 @@ class GateProcess:
             argv += ["--forward", str(port)]
         for ep in plan.connect:
             argv += ["--connect", str(ep)]
-        if plan.connect and proxy_port:
+        if (plan.connect or refuse_by_proxy) and proxy_port:
             argv += ["--proxy-port", str(proxy_port)]
+        elif refuse_by_proxy:  # a proxy on any free port, refusing what the plan lacks
+            argv += ["--proxy-port", "0"]
         env = proc.child_env({MARKER: task}, drop=("GITSUP_TASK",))
         log.parent.mkdir(parents=True, exist_ok=True)
         log.touch(mode=0o600)
@@ -414,10 +417,14 @@ def gated_namespace(
     model: bool = True,
     model_kind: str = "claude",
     log: Path | None = None,
+    refuse_by_proxy: bool = False,
 ) -> Iterator[AgentNet]:
     """A loopback-only namespace whose only way out is the gate, a process of its own
     (gitsup/host/egress_gate.py) logging to `log` (default: a temporary file): the model API
-    the `env` points at (if `model`), plus the `extra` host:port entries."""
+    the `env` points at (if `model`), plus the `extra` host:port entries. `refuse_by_proxy`:
+    a CONNECT proxy (and its `HTTPS_PROXY`) even when every endpoint is on loopback, so that
+    a package manager reaching for another host is refused at once with the setting that
+    allows it, instead of failing on a missing name (and retrying)."""
     from gitsup.host.contain import isolated_netns
 
     endpoints = [model_endpoint(env, model_kind)] if model else []
@@ -427,7 +434,10 @@ def gated_namespace(
         if log is None:
             log = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "egress.log"
         ns = stack.enter_context(isolated_netns(label))
-        gate = GateProcess.start(ns, plan, log, on_refused or (lambda h, p, r: None), task=label)
+        gate = GateProcess.start(
+            ns, plan, log, on_refused or (lambda h, p, r: None), task=label,
+            refuse_by_proxy=refuse_by_proxy,
+        )  # fmt: skip
         stack.callback(gate.close)
         yield AgentNet(ns, gate, gate.env())
 

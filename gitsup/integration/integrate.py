@@ -54,7 +54,7 @@ from gitsup.store.events import EventLog
 from gitsup.store.eventtypes import Integrated
 from gitsup.store.record import CandidateNote, CheckResult, TaskRecord
 from gitsup.store.suprepo import SupRepo
-from gitsup.verification.confined import ConfinedChecks, Confinement
+from gitsup.verification.confined import ConfinedChecks, Confinement, Setup
 
 EXIT_CHECKS_FAILED = Exit.PARKED  # 3: integration checks failed, target untouched
 
@@ -432,7 +432,15 @@ def _run_integration_checks(
     (gitsup/verification/confined.py); returns them and what confined them."""
     if not checks:
         return [], None
-    conf = Confinement.of([_task_spec(ctx, tid)])
+    from gitsup.environment.setup import task_recipe
+
+    spec = _task_spec(ctx, tid)
+    conf = Confinement.of([spec])
+    # the task's setup phase first: the checks run in the environment the task had (a
+    # setup that fails refuses the integration, exit 4, with its output)
+    setup = Setup.of(
+        task_recipe(repo.main_workdir, spec.environment if spec else None), repo.common_dir
+    )
     with ConfinedChecks(
         repo,
         prefix=f"gitsup-integrate-{tid}-",
@@ -441,7 +449,7 @@ def _run_integration_checks(
         confinement=conf,
         protect=protected_paths(repo),
     ) as box:
-        results = box.run(commit, checks, say=say)
+        results = box.run(commit, checks, say=say, setup=setup)
         return results, box.applied.as_dict()
 
 

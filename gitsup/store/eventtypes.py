@@ -172,6 +172,35 @@ class AcceptanceResult(Payload):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SetupStarted(Payload):
+    """The setup phase starts (`[environment] setup`): its commands, the endpoints only it
+    may reach, the caches it gets (a copy of what `git sup env warm` filled) and their size.
+    `who`: the task, or the `integrate`/`queue` run that checks a candidate."""
+
+    TYPE: ClassVar[str] = "setup_started"
+    commands: list[list[str]]
+    egress: list[str]
+    caches: list[str]
+    cache_bytes: int
+    who: str = "task"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetupFinished(Payload):
+    """The setup phase ended: `passed`, the command that failed (if any), its exit code,
+    whether it timed out, the phase's duration and the end of its output."""
+
+    TYPE: ClassVar[str] = "setup_finished"
+    passed: bool
+    command: list[str]
+    exit_code: int | None
+    timed_out: bool
+    duration: float
+    output_tail: str
+    who: str = "task"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReviewStarted(Payload):
     """The independent review starts on `head` (`complete`: the evidence is whole)."""
 
@@ -597,6 +626,19 @@ class QueueTested(Payload):
     passed: bool
     checks: list[JsonMap]
     confinement: JsonMap | Unset = opt()  # what confined the checks (sandbox, network, cgroup)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueEnvironmentFailed(Payload):
+    """The setup phase (`[environment] setup`) failed on a composition: an environment
+    failure of the queue, no candidate blamed; the run ends with the queue unchanged."""
+
+    TYPE: ClassVar[str] = "queue_environment_failed"
+    commit: Oid
+    command: list[str]
+    exit_code: int | None
+    timed_out: bool
+    output_tail: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -91,6 +91,9 @@ class TaskRecord(BaseModel):
     # The task the integration queue started to repair this (parked) candidate: the person
     # is needed there, not here.
     queue_repair: str | None = None
+    # the setup phase (`[environment] setup`): passed, command, exit_code, timed_out,
+    # duration, output_tail, caches, cache_bytes (docs/environments.md)
+    setup: dict[str, Any] | None = None
     exit_code: int | None = None
 
     def touch(self) -> None:

@@ -219,6 +219,10 @@ class Launcher:
         """Every argv this task runs, so that the sandbox lets them be read and executed."""
         spec = self.spec
         out = [list(spec.worker.argv), *(list(c.argv) for c in spec.checks)]
+        from gitsup.environment.setup import task_recipe
+
+        with contextlib.suppress(GitsupError):  # the setup phase's commands
+            out += [list(a) for a in task_recipe(self.repo.main_workdir, spec.environment).setup]
         out += [list(spec.review.argv), list(spec.decider.argv)]
         if "claude" in (spec.review.kind, spec.decider.kind) or spec.worker.kind != "process":
             from gitsup.workers.claude.worker import find_claude

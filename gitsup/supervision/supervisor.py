@@ -61,6 +61,7 @@ from gitsup.supervision.taskio import (
     ResumeAuto,
     SendTurn,
     Spawn,
+    Spawned,
     StopRequest,
     StopWorker,
     TimerFired,
@@ -402,6 +403,12 @@ class Supervisor:
         elif isinstance(e, StopWorker):
             self.launcher.stop_worker(e.why, announce=e.announce)
         elif isinstance(e, Spawn):
+            if self.launcher.spawns == 0:  # the setup phase, before the first worker
+                failed = self._setup()
+                if self._abort.is_set():  # a stop asked for during the setup
+                    return Spawned(aborted=self._abort_reason or "stop requested")
+                if failed:
+                    return Spawned(failure=tuple(failed))
             res = self.launcher.spawn(e.prompt)
             if res.aborted is not None:
                 return replace(res, aborted=self._abort_reason or "stop requested")
@@ -430,6 +437,21 @@ class Supervisor:
             self._sync_counters()
             self.finaliser.close(e.final)
         return None
+
+    def _setup(self) -> list[str]:
+        """`[environment] setup` once, in the task sandbox, after the preflight (which the
+        spawn repeats); what fails ends the task before any model call."""
+        if self.spec.environment.setup is None and not self._has_recipe():
+            return []
+        problems = self.launcher.preflight()
+        if problems:
+            return [f"preflight: {p}" for p in problems]
+        return self.verifier.setup()
+
+    def _has_recipe(self) -> bool:
+        from gitsup.environment.recipe import ENVIRONMENT_FILE
+
+        return (self.repo.main_workdir / ENVIRONMENT_FILE).is_file()
 
     def _hold(self) -> None:
         """Verifying starts: what is verified is exactly what the worker left, and nothing of

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,9 +55,14 @@ class TaskNet:
         *,
         agent: bool,
         model_kind: str = "claude",
+        also: Sequence[str] = (),
+        gated: bool = False,
     ) -> Net:
         """The network a worker, reviewer, decider or check gets, closed with `stack`; an
-        agent reaches the model API of its kind (`egress.model_endpoint`)."""
+        agent reaches the model API of its kind (`egress.model_endpoint`); `also`: more
+        endpoints for this process alone (the setup phase's `setup_egress`). A process that is
+        not an agent and goes through a gate (`gated`: always) gets the gate's CONNECT proxy
+        too, which refuses what is not allowed at once, naming the setting that allows it."""
         mode = self.spec.isolation.network
         if mode == "host":
             return Net(None, {}, None, {"mode": "host", "reason": 'network = "host"'})
@@ -65,7 +70,7 @@ class TaskNet:
         from gitsup.host.egress import model_endpoint, parse_endpoint
         from gitsup.host.egress_gate import gated_namespace
 
-        extra = self._allowed()
+        extra = list(dict.fromkeys([*self._allowed(), *also]))
         # a configuration error fails the task; it never falls back to the host network
         for e in extra:
             parse_endpoint(e)
@@ -75,13 +80,14 @@ class TaskNet:
             self.emit(et.EgressRefused(who=who, host=host, port=port, reason=reason))
 
         try:
-            if agent or extra:
+            if agent or extra or gated:
                 log = self.task_dir / f"egress-{who}-{os.urandom(3).hex()}.log"
                 an = stack.enter_context(
                     gated_namespace(
-                        self.task, env, extra, refused, model=agent, model_kind=model_kind, log=log
+                        self.task, env, extra, refused, model=agent, model_kind=model_kind,
+                        log=log, refuse_by_proxy=not agent,
                     )
-                )
+                )  # fmt: skip
                 gate = an.gate
                 stack.callback(
                     lambda: self.emit(

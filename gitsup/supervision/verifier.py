@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gitsup.errors import GitsupError
@@ -97,6 +97,79 @@ class Verifier:
             worker_alive=self.launcher.worker_alive(),
         )
 
+    # --- the setup phase -----------------------------------------------------------------
+
+    def setup(self) -> list[str]:
+        """`[environment] setup`, once per task before the worker's first turn, confined as a
+        check is, with the `setup_egress` endpoints and a copy of the warmed caches. Returns
+        why the task cannot start (empty: it can, or there is nothing to set up)."""
+        from pathlib import Path
+
+        from gitsup.environment import setup as envsetup
+
+        done = self.record.setup
+        if isinstance(done, dict) and done.get("passed"):
+            return []  # a task taken over after its setup passed
+        try:
+            recipe = envsetup.task_recipe(self.launcher.repo.main_workdir, self.spec.environment)
+            if not recipe.setup:
+                return []
+            endpoints = envsetup.setup_endpoints(recipe.setup_egress)
+            kinds = envsetup.cache_kinds(recipe.cache)
+        except GitsupError as exc:
+            return [f"setup: {exc.message}"]
+        env = self.launcher.judge_env()
+        home = Path(env.get("HOME") or self.launcher.layout.task_dir(self.task) / "sandbox/home")
+        shared = envsetup.shared_cache_root(self.launcher.layout.common_dir)
+        try:
+            cache_env, copied = envsetup.copy_caches(shared, envsetup.task_cache_root(home), kinds)
+        except GitsupError as exc:
+            return [f"setup: {exc.message}"]
+        env.update(cache_env)
+        checks = envsetup.setup_checks(recipe.setup, recipe.setup_timeout)
+        self.emit(
+            et.SetupStarted(
+                commands=[list(c.argv) for c in checks],
+                egress=endpoints,
+                caches=[k.name for k in kinds],
+                cache_bytes=copied,
+            )
+        )
+        results: list[CheckResult] = []
+        for check in checks:
+            if self.abort.is_set():
+                break
+            r = self._run_one_check(check, env, who="setup", also=endpoints)
+            results.append(r)
+            if not r.passed:
+                break
+        failed = next((r for r in results if not r.passed), None)
+        last = failed or (results[-1] if results else None)
+        duration = round(sum(r.duration for r in results), 3)
+        passed = failed is None and len(results) == len(checks)
+        outcome: dict[str, Any] = {
+            "passed": passed,
+            "command": list(last.argv) if last else [],
+            "exit_code": last.exit_code if last else None,
+            "timed_out": bool(last and last.timed_out),
+            "duration": duration,
+            "output_tail": envsetup.tail("\n".join(r.output_tail for r in results)),
+        }
+        self.emit(et.SetupFinished(**outcome))
+        self.record.setup = {**outcome, "caches": [k.name for k in kinds], "cache_bytes": copied}
+        self.save()
+        if passed:
+            return []
+        if failed is None:  # stopped before every command ran
+            return [f"setup: stopped ({self.abort_reason()})"]
+        how = (
+            f"timed out after {recipe.setup_timeout:g}s"
+            if failed.timed_out
+            else f"exited {failed.exit_code}"
+        )
+        end = failed.output_tail.strip()[-envsetup.REASON_TAIL :]
+        return [f"setup failed: `{' '.join(failed.argv)}` {how}; output: {end}"]
+
     # --- checks -------------------------------------------------------------------------
 
     def _run_checks(self) -> list[CheckResult]:
@@ -117,17 +190,22 @@ class Verifier:
         self.save()
         return results
 
-    def _run_one_check(self, check: Check, env: dict[str, str]) -> CheckResult:
-        """One check, in its own cgroup (when available) and network namespace (if asked)."""
+    def _run_one_check(
+        self, check: Check, env: dict[str, str], *, who: str = "check", also: Sequence[str] = ()
+    ) -> CheckResult:
+        """One check (or setup command), in its own cgroup (when available) and network
+        namespace (if asked; `also`: the setup phase's endpoints)."""
         with contextlib.ExitStack() as stack:
             cg = None
             base = self.launcher.cg_base
             if base is not None:
                 with contextlib.suppress(GitsupError, OSError):
                     cg = create_cgroup(
-                        f"{self.task}-c{os.urandom(3).hex()}", base, self.launcher.limits()
+                        f"{self.task}-{who[0]}{os.urandom(3).hex()}", base, self.launcher.limits()
                     )
-            net = self.launcher.net.network_for("check", stack, env, agent=False)
+            net = self.launcher.net.network_for(
+                who, stack, env, agent=False, also=also, gated=who == "setup"
+            )
             if net.env:
                 env = {**env, **net.env}
             try:

@@ -117,7 +117,11 @@ def prepare_task(
     preflight_start(ctx, spec, baseline)  # refuses before anything is written
     from gitsup.environment.recipe import load_recipe
 
-    load_recipe(repo.main_workdir, spec.environment)  # a bad environment file: exit 2
+    recipe = load_recipe(repo.main_workdir, spec.environment)  # a bad environment file: exit 2
+    from gitsup.environment.setup import cache_kinds, setup_endpoints
+
+    setup_endpoints(recipe.setup_egress)  # an unknown preset or a bad host:port: exit 2
+    cache_kinds(recipe.cache)
     undo: list[Any] = []
     if not ctx.layout.root.exists():
         # The first start also sets the repository up; a start that fails takes that back.

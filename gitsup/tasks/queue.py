@@ -77,6 +77,8 @@ from gitsup.tasks.queue_state import remove as remove
 from gitsup.tasks.queue_state import state_ref as state_ref
 from gitsup.verification.confined import ConfinedChecks
 
+_SHOW_PATHS = 10  # the dirty paths a refusal names
+
 # --- the runner ------------------------------------------------------------------------
 
 
@@ -134,6 +136,9 @@ class Runner(CompositionTester):
             raise QueueError(f"refusing to run the queue from inside a task: {why}")
         if self.repo.ref_target(self.q.target_ref) is None:
             raise QueueError(f"no branch {self.q.branch} to integrate into")
+        # before any work: a run that could only end refused at the move does not compose or test
+        if self.q.read()[0].queued():
+            self._require_clean_checkout()
         lease = self._acquire()
         try:
             self.q.event(et.QueueRunStarted(pid=os.getpid()))
@@ -376,12 +381,7 @@ class Runner(CompositionTester):
                 f"{self.q.branch} untouched",
                 hint="`git sup init` adds the integration key to the allowed signers",
             )
-        checkout = self.repo.checked_out_branches().get(self.q.branch)
-        if checkout is not None and not GitRepo.open(checkout).is_clean():
-            raise QueueError(
-                f"{self.q.branch} is checked out in {checkout} with uncommitted changes",
-                hint="commit or stash them, then `git sup queue run` again",
-            )
+        checkout = self._require_clean_checkout()
         fault("queue_before_move")
         try:
             self.repo.update_ref(
@@ -415,6 +415,28 @@ class Runner(CompositionTester):
         for s, commit in made:
             self.q.event(et.QueueIntegrated(task=TaskId(s.entry.task), commit=Oid(commit)))
         self.q.event(et.QueueTargetMoved(from_=base, to=tip), seal=f"{self.q.branch} at {tip[:12]}")
+
+    def _require_clean_checkout(self) -> Path | None:
+        """The checkout of the target branch (if any), refused unless clean: the queue advances
+        it with the integrations, which must neither overwrite nor mix with a person's edits."""
+        checkout = self.repo.checked_out_branches().get(self.q.branch)
+        if checkout is None:
+            return None
+        wt = GitRepo.open(checkout)
+        dirty = sorted(wt.dirty_paths())
+        if not dirty:
+            return checkout
+        untracked = set(wt.untracked_paths())
+        shown = ", ".join(
+            f"{p} (untracked)" if p in untracked else p for p in dirty[:_SHOW_PATHS]
+        ) + (f" and {len(dirty) - _SHOW_PATHS} more" if len(dirty) > _SHOW_PATHS else "")
+        raise QueueError(
+            f"{self.q.branch} is checked out in {checkout} with uncommitted changes: {shown}; "
+            "nothing was composed or tested",
+            hint=f"commit them, or set them aside with `git -C {checkout} stash "
+            "--include-untracked` (untracked files are not stashed without it), "
+            "then `git sup queue run` again",
+        )
 
     @property
     def target_ref_name(self) -> str:

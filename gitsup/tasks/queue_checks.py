@@ -11,16 +11,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gitsup.errors import Exit
+from gitsup.environment.recipe import ENVIRONMENT_FILE
+from gitsup.errors import Exit, GitsupError
 from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId
 from gitsup.integration.keys import protected_paths
 from gitsup.spec import Check, TaskSpec
-from gitsup.store.eventtypes import QueueTested
+from gitsup.store.eventtypes import QueueEnvironmentFailed, QueueTested
 from gitsup.store.record import CandidateNote, CheckResult
 from gitsup.tasks.lifecycle import SupRepo
-from gitsup.tasks.queue_state import MAX_RESULTS, Entry, Queue
-from gitsup.verification.confined import ConfinedChecks, Confinement
+from gitsup.tasks.queue_state import MAX_RESULTS, Entry, Queue, QueueError
+from gitsup.verification.confined import ConfinedChecks, Confinement, Setup, SetupFailed
 
 
 @dataclass
@@ -69,6 +70,7 @@ class CompositionTester:
     res: RunResult
     say: Callable[[str], None]
     _box: ConfinedChecks | None
+    _recipe_setup: tuple[Setup | None] | None = None
 
     def _specs(self, task: str) -> TaskSpec | None:
         try:
@@ -144,11 +146,52 @@ class CompositionTester:
         t0 = time.monotonic()
         try:
             return self._box.run(
-                commit, checks, say=self.say, stop_at_failure=True, confinement=conf
+                commit,
+                checks,
+                say=self.say,
+                stop_at_failure=True,
+                confinement=conf,
+                setup=self._setup(),
             )
+        except SetupFailed as exc:
+            # the environment, not a candidate: nobody is blamed, nothing leaves the queue
+            report = self._box.setup_report
+            self.q.event(
+                QueueEnvironmentFailed(
+                    commit=commit,
+                    command=list(exc.result.argv),
+                    exit_code=exc.result.exit_code,
+                    timed_out=exc.result.timed_out,
+                    output_tail=str(report.get("output_tail", "")),
+                )
+            )
+            raise QueueError(
+                f"environment failure of the queue: {exc.message}",
+                hint="no candidate was blamed and the queue is unchanged; check "
+                f"{ENVIRONMENT_FILE} (`git sup env show`) and the registry it reaches, "
+                "then `git sup queue run` again",
+                exit_code=Exit.FAILED,
+            ) from None
         finally:
             self.res.check_seconds += time.monotonic() - t0
             self.res.confinement = self._box.applied.as_dict()
+
+    def _setup(self) -> Setup | None:
+        """The setup phase of every composition: the main checkout's environment recipe, as
+        a task started now gets it (the same environment everywhere a candidate runs)."""
+        if self._recipe_setup is None:
+            from gitsup.environment.recipe import load_recipe
+
+            try:
+                recipe = load_recipe(self.repo.main_workdir)
+                self._recipe_setup = (Setup.of(recipe, self.repo.common_dir),)
+            except GitsupError as exc:
+                raise QueueError(
+                    f"environment failure of the queue: {exc.message}",
+                    hint=exc.hint,
+                    exit_code=Exit.FAILED,
+                ) from None
+        return self._recipe_setup[0]
 
     def _cleanup(self) -> None:
         if self._box is not None:

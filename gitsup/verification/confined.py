@@ -27,11 +27,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gitsup.errors import GitsupError
+from gitsup.environment.recipe import Recipe
+from gitsup.environment.setup import CacheKind
+from gitsup.errors import Exit, GitsupError
 from gitsup.git import GitRepo
 from gitsup.host import proc
 from gitsup.host.sandbox import SandboxPlan, private_env
@@ -46,7 +48,7 @@ _AGENT_ONLY_ENV = ("ANTHROPIC_*", "CLAUDE_*", "OPENAI_*", "CODEX_*")
 RUN_MARKER = "GITSUP_CHECK_RUN"
 # Who runs checks here; each check's cgroup and network namespace are named after the
 # runner, its pid and a random part, so that `doctor` finds what a killed runner left.
-RUNNER_LABELS = ("integrate", "queue")
+RUNNER_LABELS = ("integrate", "queue", "warm")
 
 
 def runner_of(name: str) -> tuple[str, int] | None:
@@ -68,6 +70,8 @@ class Confinement:
     # `[environment] include` of each task whose spec sets it (None: the main checkout's
     # `.gitsup/environment.toml` decides); the checks get all of them (docs/environments.md)
     include: tuple[tuple[str, ...] | None, ...] = ()
+    # a gate even without egress entries (the setup phase): its proxy refuses at once
+    gated: bool = False
 
     @classmethod
     def of(cls, specs: Iterable[TaskSpec | None]) -> Confinement:
@@ -87,6 +91,39 @@ class Confinement:
             None if s.environment.include is None else tuple(s.environment.include) for s in given
         )
         return cls(network=network, egress=egress, cgroup=cgroup, include=include)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The setup phase of a confined run (`[environment] setup`): its commands (as checks),
+    the endpoints only they reach, the caches they get and where the shared layer is."""
+
+    commands: tuple[Check, ...]
+    egress: tuple[str, ...]
+    caches: tuple[CacheKind, ...]
+    shared: Path
+
+    @classmethod
+    def of(cls, recipe: Recipe, common_dir: Path) -> Setup | None:
+        """The recipe's setup (None without commands); GitsupError for a bad entry."""
+        from gitsup.environment import setup as envsetup
+
+        if not recipe.setup:
+            return None
+        return cls(
+            tuple(envsetup.setup_checks(recipe.setup, recipe.setup_timeout)),
+            tuple(envsetup.setup_endpoints(recipe.setup_egress)),
+            tuple(envsetup.cache_kinds(recipe.cache)),
+            envsetup.shared_cache_root(common_dir),
+        )
+
+
+class SetupFailed(GitsupError):
+    """A setup command failed in a confined run: the environment, not a candidate's checks."""
+
+    def __init__(self, message: str, result: CheckResult) -> None:
+        super().__init__(message, exit_code=Exit.FAILED)
+        self.result = result
 
 
 @dataclass
@@ -151,6 +188,8 @@ class ConfinedChecks:
         self.applied = Applied()
         self._root: Path | None = None
         self._plans: dict[str, SandboxPlan] = {}
+        self.setup_report: dict[str, Any] = {}  # the last run's setup phase
+        self.setup_cache: Path | None = None  # where that setup's caches are (env warm)
 
     def __enter__(self) -> ConfinedChecks:
         return self
@@ -183,10 +222,13 @@ class ConfinedChecks:
         say: Callable[[str], None] = lambda _m: None,
         stop_at_failure: bool = False,
         confinement: Confinement | None = None,
+        setup: Setup | None = None,
     ) -> list[CheckResult]:
         """Each check on `commit`, confined; refuses (GitsupError, exit 2) before anything
-        runs when the sandbox or a cgroup is required and this host cannot give it."""
-        if not checks:
+        runs when the sandbox or a cgroup is required and this host cannot give it. With
+        `setup`, its commands run first, confined the same way (plus their own endpoints and a
+        copy of the warmed caches); one that fails raises `SetupFailed` and no check runs."""
+        if not checks and setup is None:
             return []
         conf = confinement or self.confinement
         from gitsup.host.contain import resolve_mode
@@ -204,10 +246,12 @@ class ConfinedChecks:
 
         # pyroute2, for the network namespaces, is imported while Git checks the tree out
         with preloading(["pyroute2", "gitsup.host.egress"] if conf.network != "host" else []):
-            plan, env = self._plan(checks)
+            plan, env = self._plan([*(setup.commands if setup else ()), *checks])
             self.repo.add_detached_worktree(self.worktree, commit)
         try:
             self._include(plan, conf)
+            if setup is not None:
+                self._setup(setup, plan, env, cg_base, conf, say)
             out: list[CheckResult] = []
             for check in checks:
                 say(f"check {check.name}: running on {commit[:12]}")
@@ -219,6 +263,57 @@ class ConfinedChecks:
             return out
         finally:
             self.repo.remove_detached_worktree(self.worktree)
+
+    def _setup(
+        self,
+        setup: Setup,
+        plan: SandboxPlan,
+        env: dict[str, str],
+        cg_base: Path | None,
+        conf: Confinement,
+        say: Callable[[str], None],
+    ) -> None:
+        """The setup commands in the fresh worktree, each confined as a check, with the
+        setup's endpoints and the caches: a copy of the shared layer in the run's private
+        HOME (`setup.caches`, written back by `git sup env warm` alone)."""
+        import time
+
+        from gitsup.environment import setup as envsetup
+
+        home = Path(env.get("HOME") or self.root / "sandbox" / "home")
+        t0 = time.monotonic()
+        cache_env, copied = envsetup.copy_caches(
+            setup.shared, envsetup.task_cache_root(home), setup.caches
+        )
+        self.setup_report = {
+            "commands": [list(c.argv) for c in setup.commands],
+            "egress": list(setup.egress),
+            "caches": [k.name for k in setup.caches],
+            "cache_bytes": copied,
+        }
+        wider = replace(
+            conf, egress=tuple(dict.fromkeys([*conf.egress, *setup.egress])), gated=True
+        )
+        results: list[CheckResult] = []
+        for cmd in setup.commands:
+            say(f"setup: {' '.join(cmd.argv)}")
+            r = self._run_one(cmd, plan, {**env, **cache_env}, cg_base, wider)
+            results.append(r)
+            if not r.passed:
+                break
+        self.setup_report["duration"] = round(time.monotonic() - t0, 3)
+        self.setup_report["passed"] = all(r.passed for r in results)
+        self.setup_report["output_tail"] = envsetup.tail("\n".join(r.output_tail for r in results))
+        self.setup_cache = envsetup.task_cache_root(home)
+        failed = next((r for r in results if not r.passed), None)
+        if failed is not None:
+            how = "timed out" if failed.timed_out else f"exited {failed.exit_code}"
+            self.setup_report.update(command=list(failed.argv), exit_code=failed.exit_code)
+            raise SetupFailed(
+                f"the environment could not be set up: `{' '.join(failed.argv)}` {how}; "
+                f"output: {failed.output_tail.strip()[-envsetup.REASON_TAIL :]}",
+                failed,
+            )
 
     def _fresh(self) -> None:
         """An empty private HOME, TMPDIR and Git dir: nothing one run's checks leave there
@@ -365,8 +460,10 @@ class ConfinedChecks:
         for e in extra:  # a configuration error refuses; it never falls back to the host
             parse_endpoint(e)
         try:
-            if extra:
-                an = stack.enter_context(gated_namespace(self.label, {}, extra, model=False))
+            if extra or conf.gated:
+                an = stack.enter_context(
+                    gated_namespace(self.label, {}, extra, model=False, refuse_by_proxy=True)
+                )
                 self.applied.weaken_network("gated")
                 return an.netns, dict(an.env)
             ns = stack.enter_context(isolated_netns(self.label))
