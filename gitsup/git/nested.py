@@ -20,6 +20,14 @@ import stat
 from pathlib import Path
 
 NESTED_DIR = "nested"
+# next to the moved ones, once a quarantine has run: `git sup doctor` looks again only at
+# the ended tasks without it (made by an older gitsup, or whose quarantine failed)
+_CHECKED = "nested-checked"
+
+
+def checked(task_dir: Path) -> bool:
+    """Has `quarantine` run to the end for this task dir?"""
+    return (task_dir / _CHECKED).exists()
 
 
 def find(worktree: Path) -> list[str]:
@@ -49,8 +57,9 @@ def find(worktree: Path) -> list[str]:
 
 def quarantine(worktree: Path, task_dir: Path) -> list[dict[str, str]]:
     """Move every nested `.git` of `worktree` to `<task_dir>/nested/<path>` (a free name:
-    `.git.1`, `.git.2` … when an earlier one is there). Returns {"path", "to"} for each
-    moved; raises OSError when one cannot be moved (what was moved stays moved)."""
+    `.git.1`, `.git.2` … when an earlier one is there), then mark the task dir `checked`.
+    Returns {"path", "to"} for each moved; raises OSError when one cannot be moved (what
+    was moved stays moved, and the mark is not written)."""
     moved: list[dict[str, str]] = []
     for rel in find(worktree):
         src = worktree / rel
@@ -72,4 +81,5 @@ def quarantine(worktree: Path, task_dir: Path) -> list[dict[str, str]]:
                 shutil.copy2(src, dest, follow_symlinks=False)
                 os.unlink(src)
         moved.append({"path": rel, "to": str(dest)})
+    (task_dir / _CHECKED).write_text(f"{len(moved)}\n")
     return moved

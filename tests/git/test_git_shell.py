@@ -437,6 +437,21 @@ def test_a_nested_repository_is_moved_out_before_the_person_looks(
     (wt / "sub" / "dirty").write_text("dirtier\n")
     _on_a_terminal(wt, ["git", "add", "-A"], env)
     assert (marks / "nested").exists(), "the hostile nested repository runs its programs"
+    (marks / "nested").unlink()
+    # a task ended by an older gitsup (nothing moved, no mark): doctor finds it, --fix moves it
+    (task_dir / "nested-checked").unlink()
+    res = run_sup(repo, "doctor", "--json")
+    found = [f for f in json.loads(res.stdout) if f["kind"] == "nested-git"]
+    assert [f["task"] for f in found] == [rec["id"]] and "sub/.git" in found[0]["detail"], found
+    res = run_sup(repo, "doctor", "--fix", "--json")
+    found = [f for f in json.loads(res.stdout) if f["kind"] == "nested-git"]
+    assert found and found[0]["fixed"].startswith("moved into"), res.stdout
+    assert (task_dir / "nested" / "sub" / ".git" / "config").is_file()
+    (wt / "sub" / "dirty").write_text("dirtiest\n")
+    _on_a_terminal(wt, ["git", "add", "-A"], env)
+    assert not marks.exists() or not list(marks.iterdir())
+    res = run_sup(repo, "doctor", "--json")
+    assert not [f for f in json.loads(res.stdout) if f["kind"] == "nested-git"], res.stdout
 
 
 def test_a_task_made_before_the_shell_is_reported_and_rewritten(repo: Path, tmp: Path) -> None:
