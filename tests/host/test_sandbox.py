@@ -490,12 +490,14 @@ def test_bootstrap_sandboxes_an_unprivileged_user_too(world_tmp: Path) -> None:
             "caps": True,
             "read": ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", "/dev", str(wt)],
             "write": [str(wt), "/dev/null"],
-            "hide": ["/tmp", "/run"],
+            "hide": ["/tmp", "/run", "/dev/shm"],
             "ro": [],
+            "scratch": ["/dev/shm"],
         }
     )
     script = (
         f"echo inside > {wt}/own && echo own-ok; "
+        "echo x > /dev/shm/own && echo shm-ok; "
         f"echo x > {outside}/f 2>/dev/null || echo outside-blocked; "
         f"test -e {outside}/host.sock || echo socket-hidden; "
         "grep -q '^CapEff:.0000000000000000' /proc/self/status && echo caps-zero; "
@@ -512,9 +514,10 @@ def test_bootstrap_sandboxes_an_unprivileged_user_too(world_tmp: Path) -> None:
     # its own PID namespace: the shell is 2 (the bootstrap's init is 1); 4 processes in /proc
     # (init, the shell, `ls` and `grep`)
     assert res.stdout.split() == [
-        "own-ok", "outside-blocked", "socket-hidden", "caps-zero", "nnp", "seccomp", "pid-2", "4"
+        "own-ok", "shm-ok", "outside-blocked", "socket-hidden", "caps-zero", "nnp", "seccomp", "pid-2", "4"
     ]  # fmt: skip
     assert (wt / "own").read_text() == "inside\n" and not (outside / "f").exists()
+    assert not Path("/dev/shm/own").exists()  # its /dev/shm was its own
 
 
 def test_reviewer_and_decider_run_sandboxed_with_a_read_only_worktree(
