@@ -139,9 +139,10 @@ def create(
 # --- the shell: what of the private Git dir only gitsup writes ------------------------------
 
 # Settings that keep Git out of a nested repository the worker left in its worktree (whose
-# config and hooks it wrote): porcelain status, diff and checkout do not look inside
-# submodules, and nothing recurses into them. Partial: the worker's `.gitmodules` can set
-# `ignore` per submodule, and `git add -A` looks inside anyway (docs/sandbox.md, Limits).
+# config and hooks it wrote): porcelain status and diff do not look inside submodules, and
+# nothing recurses into them. A second line only: the worker's `.gitmodules` can set
+# `ignore` per submodule, and `git add -A` looks inside anyway; gitsup/git/nested.py moves
+# the nested repositories out when the task ends (docs/sandbox.md, "Nested repositories").
 _SUBMODULES_OFF = {
     "diff": ["\tignoreSubmodules = all"],
     "status": ["\tsubmoduleSummary = false"],

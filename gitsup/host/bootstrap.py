@@ -18,7 +18,8 @@ enforces all of it or fails (it never silently does less than the record claims)
     {"mountns": bool, "pidns": bool, "seccomp": "FILE" or "", "landlock": bool, "caps": bool,
      "read": [path...], "listed": [dir...], "write": [path...], "deny": [glob...],
      "hide": [dir...], "ro": [path...], "rw_mounts": [dir...], "fanout": [dir...],
-     "include": [{"lower", "upper", "work", "root", "path"}...]}
+     "include": [{"lower", "upper", "work", "root", "path"}...],
+     "scratch": [dir...]}
 
 `read`/`write`: Landlock hierarchies (missing paths are skipped); `deny`: globs removed
 from the `read` hierarchies that contain them (the hierarchy is split into its other
@@ -28,7 +29,8 @@ loose-object subdirectories are writable; `hide`: directories covered by an empt
 `read`/`write` sub-paths are bound back); `ro`: paths bound read-only over themselves.
 `include`: overlays mounted in the worktree, each over a directory of the main checkout
 (`_mount_includes`; docs/environments.md). `seccomp`: a file holding the BPF program
-gitsup.host.seccomp compiled. `observe`: a file
+gitsup.host.seccomp compiled. `scratch`: directories (with the mount namespace only) given a
+writable tmpfs of the namespace's own (`/dev/shm`). `observe`: a file
 where the process about to exec writes what it sees of itself (`observed`), for the record.
 GITSUP_SANDBOX_REFUSE=landlock,mountns,pidns,seccomp (a testing knob) makes the bootstrap
 refuse those.
@@ -37,15 +39,24 @@ refuse those.
 from __future__ import annotations
 
 import ctypes
-import fnmatch
-import functools
-import json
 import os
-import re
-import resource
-import signal
 import stat
 import sys
+
+TYPE_CHECKING = False  # typing's own would import typing (and re with it) at every spawn
+if TYPE_CHECKING:
+    import re
+    import signal
+    from typing import Any
+else:
+    try:  # the C module that signal wraps in enums (which would cost a tenth of the start-up)
+        import _signal as signal
+    except ImportError:
+        import signal
+
+# Every spawn of a task's process starts this interpreter, so it imports only what each one
+# needs: not json, fnmatch, re, typing or signal's enums (together about a third of its
+# start-up; `_loads`, `_denied_re`: the deny globs are split host-side).
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWNS = 0x00020000
@@ -144,12 +155,22 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-@functools.lru_cache(maxsize=64)
+_DENIED_RE: dict[tuple[str, ...], re.Pattern[str]] = {}
+
+
 def _denied_re(deny: tuple[str, ...]) -> re.Pattern[str]:
-    """One regular expression for the globs and everything below them."""
-    parts = [fnmatch.translate(g) for g in deny]
-    parts += [fnmatch.translate(g.rstrip("/") + "/*") for g in deny]
-    return re.compile("|".join(parts) or "(?!)")
+    """One regular expression for the globs and everything below them (cached)."""
+    pattern = _DENIED_RE.get(deny)
+    if pattern is None:
+        import fnmatch
+        import re
+
+        parts = [fnmatch.translate(g) for g in deny]
+        parts += [fnmatch.translate(g.rstrip("/") + "/*") for g in deny]
+        if len(_DENIED_RE) >= 64:
+            _DENIED_RE.clear()
+        pattern = _DENIED_RE[deny] = re.compile("|".join(parts) or "(?!)")
+    return pattern
 
 
 def denied(path: str, deny: list[str]) -> bool:
@@ -455,6 +476,15 @@ def _mount_includes(
             os.close(fd)
 
 
+def _scratch_mounts(dirs: list[str]) -> None:
+    """A writable tmpfs of the namespace's own (sticky, world-writable like /dev/shm, 64 MiB
+    at most, charged to the task's cgroup) over each of `dirs`: POSIX semaphores and shared
+    memory (`multiprocessing`) work, and nothing of the host's is there."""
+    for d in dirs:
+        if os.path.isdir(d) and not os.path.islink(d):
+            _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
+
+
 # --- privileges -----------------------------------------------------------------------------
 
 
@@ -517,6 +547,8 @@ def _exit_like(status: int) -> None:
     """Exit the way a child with this wait status ended (killed by a signal: the same signal)."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
+        import resource
+
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
@@ -668,6 +700,10 @@ def apply_sandbox(cfg: dict[str, object]) -> tuple[int, int] | None:
     report = devnull = -1
     if cfg.get("mountns"):
         _mount_ns(paths, pidns=pidns, include=_include_list(cfg.get("include")))
+
+
+        _mount_ns(paths, pidns=pidns)
+        _scratch_mounts(paths.get("scratch", []))
         if pidns:
             report, devnull = _enter_pid_ns()
     elif pidns:
@@ -686,7 +722,7 @@ def apply_sandbox(cfg: dict[str, object]) -> tuple[int, int] | None:
         fanout = [os.path.join(d, f"{i:02x}") for d in paths.get("fanout", []) for i in range(256)]
         _landlock(
             paths.get("read", []),
-            [*paths.get("write", []), *fanout, *ttys],
+            [*paths.get("write", []), *paths.get("scratch", []), *fanout, *ttys],
             paths.get("deny", []),
             paths.get("listed", []),
         )
@@ -695,9 +731,44 @@ def apply_sandbox(cfg: dict[str, object]) -> tuple[int, int] | None:
     if prog is not None:
         _seccomp(prog)
     if obs_fd >= 0:  # the command inherits all of it (as PID 2 with a PID namespace)
-        os.write(obs_fd, json.dumps(observed(before)).encode())
+        seen = ", ".join(f'"{k}": {"true" if v else "false"}' for k, v in observed(before).items())
+        os.write(obs_fd, ("{" + seen + "}").encode())
         os.close(obs_fd)
     return (report, devnull) if report >= 0 else None
+
+
+class _Scanning:
+    """What the C JSON scanner reads of a decoder: json.loads's defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+
+    @staticmethod
+    def parse_constant(name: str) -> object:
+        raise ValueError(f"not JSON: {name}")
+
+
+def _loads(text: str) -> Any:
+    """json.loads(text) through the C scanner that json itself uses, without importing json
+    and re. ValueError when it is not JSON."""
+    try:
+        from _json import make_scanner
+    except ImportError:  # another Python: the json package
+        import json
+
+        return json.loads(text)
+    ws = " \t\n\r"
+    start = len(text) - len(text.lstrip(ws))
+    try:
+        value, end = make_scanner(_Scanning())(text, start)  # type: ignore[arg-type]
+    except StopIteration as exc:
+        raise ValueError("not JSON") from exc
+    if text[end:].strip(ws):
+        raise ValueError("not JSON: extra data")
+    return value
 
 
 def main(argv: list[str]) -> None:
@@ -738,7 +809,7 @@ def main(argv: list[str]) -> None:
         os.close(fd)
     if sandbox is not None:
         try:
-            cfg = json.loads(sandbox)
+            cfg = _loads(sandbox)
         except ValueError:
             _fail("the sandbox description is not JSON")
         if not isinstance(cfg, dict):

@@ -35,10 +35,15 @@ def package_root() -> str:
 
 
 # `python -m MODULE ARGS` with gitsup's own package: the first argument after the program is the
-# package root, the second the module.
+# package root, the second the module. The module's file runs as `__main__` from its cached
+# bytecode, through the loader the interpreter has already imported: runpy (and the
+# importlib.util it imports) would add a fifth to the start-up of every sandboxed spawn.
 _RUN_MODULE = (
-    "import sys, runpy; sys.path.insert(0, sys.argv.pop(1)); "
-    "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
+    "import sys; from importlib.machinery import SourceFileLoader as L; "
+    "r, m = sys.argv.pop(1), sys.argv.pop(1); sys.path.insert(0, r); "
+    "p = sys.argv[0] = r + '/' + m.replace('.', '/') + '.py'; "
+    "g = sys.modules['__main__'] = type(sys)('__main__'); g.__file__ = p; "
+    "exec(L('__main__', p).get_code('__main__'), g.__dict__)"
 )
 
 

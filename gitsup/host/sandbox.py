@@ -665,6 +665,8 @@ def build_plan(
         # the tmux worker passes it through a tmux command)
         "fanout": [os.path.join(common, "objects")] if plan.git_state == "shared" else [],
         "rw_mounts": [os.path.join(common, "objects")] if plan.git_state == "shared" else [],
+        # a /dev/shm of the task's own (its mount namespace's), writable: never the host's
+        "scratch": [d for d in _SCRATCH if d in hide] if host.mountns else [],
     }
     return plan
 
@@ -675,6 +677,11 @@ def build_plan(
 # active virtualenv's `python`, a project's tools.
 _LOGIN_KEPT = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "NODE_PATH", "GOPATH", "CARGO_HOME")
 _PROFILES = (".bash_profile", ".profile", ".zprofile")
+
+
+# Hidden directories that get a writable tmpfs of the task's own rather than an empty
+# read-only one: POSIX semaphores and shared memory live there (multiprocessing's locks).
+_SCRATCH = ("/dev/shm",)
 
 
 def private_env(home: Path, tmp: Path, git_config: Path | str) -> dict[str, str]:

@@ -365,6 +365,15 @@ class WipSaved(Payload):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NestedGitMoved(Payload):
+    """The nested repositories the task left in its worktree (`.git` entries below its top)
+    moved into the task dir before a person looks at it: each `path` now at `to`."""
+
+    TYPE: ClassVar[str] = "nested_git_moved"
+    moved: list[JsonMap]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkImported(Payload):
     """The worker's commits, verified and imported into the task branch."""
 

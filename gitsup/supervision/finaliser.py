@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from gitsup.errors import GitsupError
-from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo, RefConflict
+from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo, RefConflict, nested
 from gitsup.git.taskgit import (
     ImportLimits,
     ImportOverLimit,
@@ -119,6 +119,23 @@ class Finaliser:
         except OSError as exc:
             self.record.reasons.append(f"cannot rewrite the task's Git dir config: {exc}")
 
+    def _move_nested_out(self) -> None:
+        """The task's processes are gone: the nested repositories it left in its worktree
+        (their `.git`, whose config and hooks it wrote) moved into the task dir, so the
+        person's `git` in the worktree enters none (gitsup/git/nested.py)."""
+        if not self.worktree.is_dir():
+            return
+        moved: list[dict[str, str]] = []
+        try:
+            moved = nested.quarantine(self.worktree, self.layout.task_dir(self.task))
+        except OSError as exc:
+            self.record.reasons.append(
+                f"cannot move a nested repository out of the worktree: {exc}; "
+                "do not run git in the worktree before removing every .git below its top"
+            )
+        if moved:
+            self.emit(et.NestedGitMoved(moved=list(moved)))
+
     def finalise(self, final: State, verified_head: str | None) -> State:
         """Everything before the terminal transition (the worker is already stopped).
         Returns the final state: a ready task whose branch moved after verification, or
@@ -147,6 +164,7 @@ class Finaliser:
             self.record.reasons.append("branch moved after verification")
         if status != Status.READY:
             self._save_wip(head)
+        self._move_nested_out()
         if (
             head is not None
             and head != self.record.baseline

@@ -435,6 +435,7 @@ def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
                 DoctorFinding("unknown-worktree", f"git worktree {name} has no task record", name)
             )
     findings += _unsealed_git_dirs(ctx, records, fix=fix)
+    findings += _nested_repositories(ctx, records, fix=fix)
     # The boundary: protected branches, integrations, the hook, the gate's settings.
     from gitsup.integration.setup import tampering
 
@@ -484,6 +485,48 @@ def _unsealed_git_dirs(
                     f.fixed = "rewritten"
                 except OSError as exc:
                     f.fixed = f"not fixed: {exc}"
+        out.append(f)
+    return out
+
+
+def _nested_repositories(
+    ctx: SupRepo, records: dict[TaskId, TaskRecord], *, fix: bool
+) -> list[DoctorFinding]:
+    """Ended tasks whose worktree may still hold nested repositories (`.git` entries below
+    its top, whose config and hooks the task wrote): made by a gitsup that left them there,
+    or whose move at the end failed. `--fix` moves them into the task dir as the end of a
+    task does (gitsup/git/nested.py)."""
+    from gitsup.git import nested
+
+    out: list[DoctorFinding] = []
+    for rec in records.values():
+        tid = TaskId(rec.id)
+        wt = Path(rec.worktree) if rec.worktree else None
+        task_dir = ctx.layout.task_dir(tid)
+        if (
+            rec.state not in TERMINAL
+            or rec.discarded_at is not None
+            or wt is None
+            or not wt.is_dir()
+            or nested.checked(task_dir)
+        ):
+            continue
+        found = nested.find(wt)
+        if not found:
+            continue
+        f = DoctorFinding(
+            "nested-git",
+            f"{len(found)} nested repositories in the worktree ({', '.join(found[:5])}"
+            f"{', …' if len(found) > 5 else ''}): the person's `git add -A`, `stash` or "
+            "`status` there may run what the task configured in them",
+            rec.id,
+        )
+        if fix:
+            try:
+                moved = nested.quarantine(wt, task_dir)
+                f.fixed = f"moved into {task_dir / nested.NESTED_DIR} ({len(moved)})"
+            except OSError as exc:
+                f.fixed = f"not fixed: {exc}"
         out.append(f)
     return out
 

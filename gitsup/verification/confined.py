@@ -246,8 +246,14 @@ class ConfinedChecks:
 
         # pyroute2, for the network namespaces, is imported while Git checks the tree out
         with preloading(["pyroute2", "gitsup.host.egress"] if conf.network != "host" else []):
-            plan, env = self._plan([*(setup.commands if setup else ()), *checks])
             self.repo.add_detached_worktree(self.worktree, commit)
+            try:
+                # planned once the worktree exists: its `.git` file is bound read-only
+                # then (a check that rewrote it would point Git elsewhere for what follows)
+                plan, env = self._plan([*(setup.commands if setup else ()), *checks])
+            except BaseException:
+                self.repo.remove_detached_worktree(self.worktree)
+                raise
         try:
             self._include(plan, conf)
             if setup is not None:

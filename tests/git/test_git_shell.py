@@ -325,62 +325,133 @@ HOSTILE_KEYS = [
 NESTED = r"""
 import os, pathlib, subprocess
 MARK = {mark!r}
+HOME = pathlib.Path(os.environ["HOME"])
 def sh(*a, cwd=None):
     subprocess.run(list(a), check=True, capture_output=True, cwd=cwd)
 p = pathlib.Path("calc.py")
 p.write_text(p.read_text().replace("a - b", "a + b"))
-sub = pathlib.Path("sub")
-sub.mkdir()
-sh("git", "init", "-q", cwd=sub)
-sh("git", "commit", "-q", "--allow-empty", "-m", "s", cwd=sub)
 prog = pathlib.Path.cwd() / "nested-prog"
-prog.write_text(f"#!/bin/sh\nmkdir -p {{MARK}} 2>/dev/null; echo \"$0\" >> {{MARK}}/nested 2>/dev/null\nexit 0\n")
+prog.write_text(f"#!/bin/sh\nmkdir -p {{MARK}} 2>/dev/null; echo \"$0 $*\" >> {{MARK}}/nested 2>/dev/null\nexit 0\n")
 prog.chmod(0o755)
-sh("git", "config", "core.fsmonitor", str(prog), cwd=sub)
-sh("git", "config", "core.hooksPath", str(sub.resolve() / ".git" / "hooks"), cwd=sub)
-for h in ("post-index-change", "post-checkout", "reference-transaction"):
-    (sub / ".git" / "hooks" / h).write_text(f"#!/bin/sh\n{{prog}}\n")
-    (sub / ".git" / "hooks" / h).chmod(0o755)
-pathlib.Path(".gitmodules").write_text('[submodule "sub"]\n\tpath = sub\n\turl = ./sub\n')
-sh("git", "add", "calc.py", ".gitmodules", "sub")
-sh("git", "commit", "-q", "-m", "fix add, with a submodule")
-sh("git", "checkout", "-q", "-b", "side")
-sh("git", "checkout", "-q", "-")
-(sub / "dirty").write_text("dirty\n")
+def hostile(sub, **init):
+    # a repository whose config and hooks run the program whenever Git works in it
+    sub = pathlib.Path(sub)
+    sub.mkdir(parents=True, exist_ok=True)
+    sh("git", "init", "-q", *init.get("args", ()), str(sub))
+    sh("git", "commit", "-q", "--allow-empty", "-m", "s", cwd=sub)
+    gitdir = subprocess.run(["git", "rev-parse", "--absolute-git-dir"], cwd=sub,
+                            capture_output=True, text=True, check=True).stdout.strip()
+    sh("git", "config", "core.fsmonitor", str(prog), cwd=sub)
+    sh("git", "config", "core.hooksPath", gitdir + "/hooks", cwd=sub)
+    for h in ("post-index-change", "post-checkout", "reference-transaction", "pre-commit"):
+        hook = pathlib.Path(gitdir) / "hooks" / h
+        hook.write_text(f"#!/bin/sh\n{{prog}} {{h}}\n")
+        hook.chmod(0o755)
+    (sub / "dirty").write_text("dirty\n")
+# a submodule whose `.gitmodules` entry asks porcelain commands to look inside it
+hostile("sub")
+pathlib.Path(".gitmodules").write_text(
+    '[submodule "sub"]\n\tpath = sub\n\turl = ./sub\n\tignore = none\n'
+    '[submodule "linked"]\n\tpath = linked\n\turl = ./linked\n'
+)
+# a gitlink with no `.gitmodules` entry, deeper down
+hostile("deep/er/plain")
+# a `.git` file naming a Git dir elsewhere (the task's private home)
+hostile("linked", args=("--separate-git-dir", str(HOME / "linked.git")))
+sh("git", "add", "calc.py", ".gitmodules", "sub", "deep/er/plain", "linked")
+sh("git", "commit", "-q", "-m", "fix add, with submodules")
+# and one never committed: `git add -A` would make it a gitlink
+hostile("loose/inner")
 """
 
+# What a person (or an editor) runs in a task worktree; each would enter a populated
+# nested repository: `add -A`, `commit -a`, the plumbing and `stash` always, the porcelain
+# when `.gitmodules` says `ignore = none`.
+PERSON_COMMANDS = [
+    ("status",),
+    ("status", "--porcelain=v2", "--untracked-files=all"),
+    ("diff",),
+    ("diff", "HEAD"),
+    ("log", "-p"),
+    ("show",),
+    ("diff-files",),
+    ("diff-index", "HEAD"),
+    ("add", "-A"),
+    ("status",),
+    ("diff", "--cached"),
+    ("commit", "-a", "-m", "x"),
+    ("stash",),
+    ("stash", "pop"),
+    ("add", "-A"),
+    ("commit", "-m", "y"),
+]
 
-def test_a_nested_repository_is_not_entered(repo: Path, tmp: Path, marks: Path) -> None:
-    """A submodule whose repository (in the worktree) the worker configured: porcelain
-    status, diff, log, checkout and stash do not run Git inside it."""
+
+def test_a_nested_repository_is_moved_out_before_the_person_looks(
+    repo: Path, tmp: Path, marks: Path
+) -> None:
+    """Nested repositories the worker configured (a submodule with `ignore = none`, a
+    gitlink without `.gitmodules`, a `.git` file pointing elsewhere, an untracked one): when
+    the task ends their `.git` entries are in the task dir, so the person's `git status`,
+    `diff`, `log -p`, `add -A`, `commit` and `stash` run none of their programs. The work
+    itself is untouched: the gitlinks are committed, the working files stay."""
     worker = write_worker(tmp, NESTED.format(mark=str(marks)), name="nested.py")
     res = run_sup(
         repo, "start", "g", "--check", QUICK_CHECK, "--worker", worker, *NO_REVIEW, "--json"
     )
     rec = json.loads(res.stdout)
-    assert rec["status"] in ("ready", "parked"), (rec, res.stderr)
+    # parked: it left uncommitted changes (the untracked repository, the dirty ones)
+    assert rec["status"] == "parked" and rec["candidate"], (rec, res.stderr)
     wt = Path(rec["worktree"])
-    # the worker's nested repository does run its program for Git inside it
+    task_dir = common_dir(repo) / "sup" / "tasks" / rec["id"]
+    moved = [
+        e["data"]["moved"]
+        for e in map(json.loads, run_sup(repo, "log", rec["id"], "--json").stdout.splitlines())
+        if e["type"] == "nested_git_moved"
+    ]
+    paths = ["deep/er/plain/.git", "linked/.git", "loose/inner/.git", "sub/.git"]
+    assert [[m["path"] for m in ms] for ms in moved] == [paths], moved
+    for m in moved[0]:
+        assert not os.path.lexists(wt / m["path"]), m
+        assert Path(m["to"]) == task_dir / "nested" / m["path"], m
+    # nothing lost: the nested repositories as they were, their files where they were
+    assert (task_dir / "nested" / "sub" / ".git" / "config").is_file()
+    assert (task_dir / "nested" / "linked" / ".git").read_text().startswith("gitdir: ")
+    assert (wt / "sub" / "dirty").is_file() and (wt / "loose" / "inner" / "dirty").is_file()
+    tree = git(repo, "ls-tree", "-r", rec["candidate"])
+    assert sum(line.startswith("160000 commit") for line in tree.splitlines()) == 3, tree
+
     env = {k: v for k, v in os.environ.items() if k not in ("GIT_EDITOR", "GIT_PAGER")}
     env.update(PAGER="cat", EDITOR="true", TERM="dumb")
-    for args in (
-        ("status",),
-        ("diff",),
-        ("diff", "HEAD"),
-        ("log", "-p"),
-        ("show",),
-        ("checkout", "-"),
-        ("checkout", "-"),
-        ("stash",),
-        ("fetch", "."),
-    ):
-        _on_a_terminal(wt, ["git", *args], env)
+    (wt / "calc.py").write_text((wt / "calc.py").read_text() + "# looked at\n")
+    ran = []
+    for args in PERSON_COMMANDS:
+        code, out = _on_a_terminal(wt, ["git", *args], env)
+        ran.append((args, code, out[-500:]))
         found = sorted(p.name for p in marks.iterdir()) if marks.exists() else []
-        assert found == [], (args, found)
-    with contextlib.suppress(FileNotFoundError):
-        assert not list(marks.iterdir())
-    _on_a_terminal(wt / "sub", ["git", "status"], env)
-    assert (marks / "nested").exists(), "the nested repository's own program runs in it"
+        assert found == [], (args, found, out[-2000:])
+    # the person's commits went through: the nested programs were not merely failing
+    assert "# looked at" in git(wt, "show", "HEAD:calc.py"), ran
+    # put back, a nested repository's programs do run for the person's `git add -A`
+    os.rename(task_dir / "nested" / "sub" / ".git", wt / "sub" / ".git")
+    (wt / "sub" / "dirty").write_text("dirtier\n")
+    _on_a_terminal(wt, ["git", "add", "-A"], env)
+    assert (marks / "nested").exists(), "the hostile nested repository runs its programs"
+    (marks / "nested").unlink()
+    # a task ended by an older gitsup (nothing moved, no mark): doctor finds it, --fix moves it
+    (task_dir / "nested-checked").unlink()
+    res = run_sup(repo, "doctor", "--json")
+    found = [f for f in json.loads(res.stdout) if f["kind"] == "nested-git"]
+    assert [f["task"] for f in found] == [rec["id"]] and "sub/.git" in found[0]["detail"], found
+    res = run_sup(repo, "doctor", "--fix", "--json")
+    found = [f for f in json.loads(res.stdout) if f["kind"] == "nested-git"]
+    assert found and found[0]["fixed"].startswith("moved into"), res.stdout
+    assert (task_dir / "nested" / "sub" / ".git" / "config").is_file()
+    (wt / "sub" / "dirty").write_text("dirtiest\n")
+    _on_a_terminal(wt, ["git", "add", "-A"], env)
+    assert not marks.exists() or not list(marks.iterdir())
+    res = run_sup(repo, "doctor", "--json")
+    assert not [f for f in json.loads(res.stdout) if f["kind"] == "nested-git"], res.stdout
 
 
 def test_a_task_made_before_the_shell_is_reported_and_rewritten(repo: Path, tmp: Path) -> None:

@@ -413,23 +413,35 @@ def attacks(t: dict[str, object]) -> dict[str, str]:
     for i, sock in enumerate(t["sockets"]):  # type: ignore[attr-defined]
         a(r, f"connect_host_socket_{i}", lambda sock=sock: _connect(str(sock)))
     a(r, "connect_abstract_socket", lambda: _abstract(str(t["abstract"])))
-    record = os.path.join(common, "sup", "tasks", os.environ["GITSUP_TASK"], "task.json")
+    # a task's record; outside a task (integrate, the queue) the candidate's task's
+    task = os.environ.get("GITSUP_TASK") or str(t.get("task", ""))
+    record = os.path.join(common, "sup", "tasks", task, "task.json")
     a(r, "write_supervisor_record", lambda: _append(record))
     return r
 
 
-def report(label: str, results: dict[str, str]) -> None:
-    out = pathlib.Path(os.environ["TMPDIR"]) / f"attack-{label}.json"
-    tmp = out.with_suffix(".part")
-    tmp.write_text(json.dumps(results, indent=1, sort_keys=True))
-    os.replace(tmp, out)
+def report(label: str, results: dict[str, str], outbox: object = None) -> None:
+    """In $TMPDIR; also in `outbox` when the targets name one and it is writable (where
+    the private temp dir does not outlive the run: integrate's and the queue's checks)."""
+    dirs = [pathlib.Path(os.environ["TMPDIR"])]
+    if outbox:
+        dirs.append(pathlib.Path(str(outbox)))
+    for d in dirs:
+        out = d / f"attack-{label}.json"
+        tmp = out.with_suffix(".part")
+        try:
+            tmp.write_text(json.dumps(results, indent=1, sort_keys=True))
+            os.replace(tmp, out)
+        except OSError:
+            if d == dirs[0]:
+                raise
     print(json.dumps({label: results}, sort_keys=True), flush=True)
 
 
 def main() -> None:
     label, targets_file = sys.argv[1], sys.argv[2]
     t = json.loads(pathlib.Path(targets_file).read_text())
-    report(label, attacks(t))
+    report(label, attacks(t), t.get("outbox"))
     if "--grandchild" in sys.argv:
         done = pathlib.Path(os.environ["TMPDIR"]) / "attack-grandchild.json"
         if os.fork() == 0:

@@ -9,10 +9,14 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import PYTHON, git, run_sup
+from tests.helpers.sup import start_json
 from tests.host.test_sandbox import (
     ATTACK,
     CHECK_FIXED,
+    GOAL,
     assert_all_blocked,
     hostile,
     pytestmark,
@@ -144,6 +148,65 @@ def test_a_queue_repair_task_is_contained(
     for key in ("config", "hooks", "packed-refs", "remote"):
         assert after[key] == before[key], key
     # the home: only gitsup's own cache of the integrations it signed (the queue integrated c)
+    grown = {k: v for k, v in after["home"].items() if k not in before["home"]}
+    assert all(k.startswith(".config/gitsup/verified/") for k in grown), grown
+    assert {k: after["home"].get(k) for k in before["home"]} == before["home"]
+
+
+@pytest.mark.parametrize("via", ["integrate", "queue"])
+def test_integrate_and_queue_checks_are_contained(
+    hostile: dict[str, Any], tmp: Path, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    """The same hostile check, committed with a candidate, run again by `git sup integrate`
+    and by `git sup queue run` (the confined runner: a throw-away worktree, the sandbox with
+    the whole repository read-only): blocked, judged from the listeners, the user's
+    repository, remote and home. Its report goes to an outbox the test made writable (the
+    run's private temp dir does not outlive it)."""
+    repo: Path = hostile["repo"]
+    outbox = tmp / "outbox"
+    outbox.mkdir()
+    targets = json.loads(hostile["targets"].read_text())
+    targets["outbox"] = str(outbox)
+    targets_file = tmp / f"targets-{via}.json"
+    targets_file.write_text(json.dumps(targets))
+    attack = shlex.join([PYTHON, ATTACK, via, str(targets_file)])
+    worker = shlex.join([PYTHON, ATTACK, "worker", str(hostile["targets"]), "--then-commit"])
+    rc, rec, err = start_json(
+        repo, GOAL, "--worker", worker, "--check", attack, "--check", CHECK_FIXED,
+        "--review", "none", timeout=300,
+    )  # fmt: skip
+    assert rc == 0 and rec["status"] == "ready", (rec.get("reasons"), err)
+    assert not (outbox / f"attack-{via}.json").exists()  # the task could not write there
+    targets["task"] = rec["id"]  # the record a check outside the task aims at
+    targets_file.write_text(json.dumps(targets))
+    before = snapshot(repo, hostile["remote"], hostile["home"])
+    main_before = git(repo, "rev-parse", "main")
+    monkeypatch.setenv("GITSUP_SANDBOX_EXTRA_WRITE", str(outbox))
+    if via == "integrate":
+        res = run_sup(repo, "integrate", rec["id"], "--into", "main", "--json", timeout=300)
+        assert res.returncode == 0, res.stderr
+        applied = json.loads(res.stdout)["confinement"]
+    else:
+        assert run_sup(repo, "queue", "add", rec["id"]).returncode == 0
+        res = run_sup(repo, "queue", "run", "--json", timeout=300)
+        assert res.returncode == 0, res.stderr
+        out = json.loads(res.stdout)[0]
+        assert out["integrated"] == [rec["id"]], out
+        applied = out["confinement"]
+    assert applied["sandbox"]["enforced"] is True, applied
+    report = outbox / f"attack-{via}.json"
+    assert report.is_file(), f"the {via} check left no report"
+    assert_all_blocked(json.loads(report.read_text()), via, git_state="private")
+    assert [li.reached for li in hostile["listeners"]] == [0] * len(hostile["listeners"])
+    # what changed is the integration only: main moved to a merge of the candidate
+    assert git(repo, "rev-parse", "main^1") == main_before
+    assert git(repo, "rev-parse", "main^2") == rec["candidate"]
+    after = snapshot(repo, hostile["remote"], hostile["home"])
+    for key in ("config", "hooks", "packed-refs", "remote"):
+        assert after[key] == before[key], key
+    moved = {line for line in after["refs"] if not line.startswith("refs/heads/main ")}
+    assert moved == {line for line in before["refs"] if not line.startswith("refs/heads/main ")}
+    assert {k: after["objects"].get(k) for k in before["objects"]} == before["objects"]
     grown = {k: v for k, v in after["home"].items() if k not in before["home"]}
     assert all(k.startswith(".config/gitsup/verified/") for k in grown), grown
     assert {k: after["home"].get(k) for k in before["home"]} == before["home"]

@@ -259,6 +259,55 @@ def _sandbox_env_worker(tmp: Path) -> str:
     )
 
 
+# What ordinary programs do with pipes, semaphores and event loops, each as a check.
+IPC_CHECKS = {
+    "pool": "import multiprocessing as m; assert m.Pool(2).map(abs, [-1, -2]) == [1, 2]",
+    "socketpair": (
+        "import socket; a, b = socket.socketpair(); a.sendall(b'x'); assert b.recv(1) == b'x'"
+    ),
+    "asyncio": (
+        "import asyncio\n"
+        "async def main():\n"
+        "    p = await asyncio.create_subprocess_exec('echo', 'hi', stdout=-1)\n"
+        "    out, _ = await p.communicate()\n"
+        "    assert out == b'hi\\n' and p.returncode == 0\n"
+        "asyncio.run(main())"
+    ),
+    # the task's own /dev/shm, not the host's: the file appears in neither afterwards
+    "shm": "import os, sys; open(f'/dev/shm/{sys.argv[1]}', 'w').write('x')",
+}
+
+
+def test_ordinary_ipc_works_in_the_sandbox(repo: Path, tmp: Path) -> None:
+    """multiprocessing's Pool (POSIX semaphores in /dev/shm), socketpair and asyncio's
+    subprocesses work in a task's checks; /dev/shm is the task's own (a private tmpfs)."""
+    assert run_sup(repo, "init").returncode == 0
+    probe_name = f"gitsup-shm-probe-{os.getpid()}"
+    checks = []
+    for name, code in IPC_CHECKS.items():
+        argv = [PYTHON, "-c", code] + ([probe_name] if name == "shm" else [])
+        checks += ["--check", shlex.join(argv)]
+    worker = write_worker(
+        tmp,
+        """
+        import pathlib, subprocess
+        p = pathlib.Path("calc.py")
+        p.write_text(p.read_text().replace("a - b", "a + b"))
+        subprocess.run(["git", "commit", "-q", "-am", "fix add"], check=True)
+        """,
+    )
+    rc, rec, err = start_json(repo, "fix", "--worker", worker, *checks, *NO_REVIEW, timeout=180)
+    assert rec["sandbox"]["enforced"] and rec["sandbox"]["mount_ns"], rec["sandbox"]
+    results = [
+        json.loads(line)["data"]
+        for line in run_sup(repo, "log", rec["id"], "--json").stdout.splitlines()
+        if '"acceptance_result"' in line
+    ]
+    failed = [(r["name"], r.get("output_tail", "")[-600:]) for r in results if not r["passed"]]
+    assert rc == 0 and rec["status"] == "ready" and not failed, (failed, err)
+    assert not os.path.exists(f"/dev/shm/{probe_name}")
+
+
 def test_environment_is_an_allowlist(
     repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -441,12 +490,14 @@ def test_bootstrap_sandboxes_an_unprivileged_user_too(world_tmp: Path) -> None:
             "caps": True,
             "read": ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", "/dev", str(wt)],
             "write": [str(wt), "/dev/null"],
-            "hide": ["/tmp", "/run"],
+            "hide": ["/tmp", "/run", "/dev/shm"],
             "ro": [],
+            "scratch": ["/dev/shm"],
         }
     )
     script = (
         f"echo inside > {wt}/own && echo own-ok; "
+        "echo x > /dev/shm/own && echo shm-ok; "
         f"echo x > {outside}/f 2>/dev/null || echo outside-blocked; "
         f"test -e {outside}/host.sock || echo socket-hidden; "
         "grep -q '^CapEff:.0000000000000000' /proc/self/status && echo caps-zero; "
@@ -463,9 +514,10 @@ def test_bootstrap_sandboxes_an_unprivileged_user_too(world_tmp: Path) -> None:
     # its own PID namespace: the shell is 2 (the bootstrap's init is 1); 4 processes in /proc
     # (init, the shell, `ls` and `grep`)
     assert res.stdout.split() == [
-        "own-ok", "outside-blocked", "socket-hidden", "caps-zero", "nnp", "seccomp", "pid-2", "4"
+        "own-ok", "shm-ok", "outside-blocked", "socket-hidden", "caps-zero", "nnp", "seccomp", "pid-2", "4"
     ]  # fmt: skip
     assert (wt / "own").read_text() == "inside\n" and not (outside / "f").exists()
+    assert not Path("/dev/shm/own").exists()  # its /dev/shm was its own
 
 
 def test_reviewer_and_decider_run_sandboxed_with_a_read_only_worktree(
