@@ -73,6 +73,9 @@ class Tracker:
     queue_repair: str = ""  # the repair task the integration queue started for it
     seq: int = 0
     pending: dict[str, str] = field(default_factory=dict)  # request id -> tool, being decided
+    # asks waiting for a person (a human decider): request id -> request_id, tool, summary, since
+    asks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    budget_paused: str = ""  # why the task waits for `git sup continue` ("" when it does not)
 
     @property
     def cost(self) -> float:
@@ -109,6 +112,21 @@ class Tracker:
             self.pending[str(d.get("request_id"))] = str(d.get("tool") or "a tool")
         elif t == "permission_decided":
             self.pending.pop(str(d.get("request_id")), None)
+            self.asks.pop(str(d.get("request_id")), None)
+        elif t == "human_ask":
+            rid = str(d.get("request_id"))
+            self.asks[rid] = {
+                "request_id": rid,
+                "tool": str(d.get("tool") or "a tool"),
+                "summary": str(d.get("summary") or ""),
+                "since": ts if isinstance(ts, int | float) else None,
+            }
+        elif t in ("human_answer", "human_timeout"):
+            self.asks.pop(str(d.get("request_id")), None)
+        elif t == "budget_paused":
+            self.budget_paused = str(d.get("reason") or "budget exhausted")
+        elif t == "budget_continued":
+            self.budget_paused = str(d.get("still_exceeded") or "")
         elif t == "acceptance_result":
             self.checks_done += 1
             if not d.get("passed"):
@@ -139,6 +157,8 @@ class Tracker:
             self.decider_failed = False
         elif t == "task_finished":
             self.pending.clear()
+            self.asks.clear()
+            self.budget_paused = ""
             self.state = str(d.get("state") or self.state)
             self.status = str(d.get("status") or self.status)
             self.finished_at = self.last_ts
@@ -157,6 +177,10 @@ class Tracker:
             return "start"
         if s == "starting":
             return "the worker to start"
+        if self.asks and not self.ended:
+            return "a human: " + ", ".join(f"`git sup answer {self.task} {r}`" for r in self.asks)
+        if self.budget_paused and not self.ended:
+            return f"a human: `git sup continue {self.task}`"
         if s == "running" and self.pending:
             return (
                 "a permission being decided (" + ", ".join(sorted(set(self.pending.values()))) + ")"
@@ -201,7 +225,11 @@ class Tracker:
         """Why a person is needed now (empty: nobody is)."""
         now = time.time() if now is None else now
         out: list[str] = []
-        if self.state == "paused":
+        if not self.ended:
+            out += [f"needs human: {a['tool']} {a['summary']}" for a in self.asks.values()]
+            if self.budget_paused:
+                out.append(f"needs human: {self.budget_paused} (`git sup continue {self.task}`)")
+        if self.state == "paused" and not self.asks:
             out.append("paused for human input")
         if self.status == "parked" and not self.queue_repair:
             out.append("parked" + (f": {self.last_reason}" if self.last_reason else ""))

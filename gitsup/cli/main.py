@@ -97,6 +97,7 @@ COMMAND_MODULES = (  # the task commands' three modules first
     "pool_cmd",
     "attention_cmd",
     "queue_cmd",
+    "human_cmd",
 )
 
 
@@ -119,6 +120,7 @@ COMMAND_MODULE = {
     "attach": "tmux_cmd",
     "demo": "demo_cmd",
     "queue": "queue_cmd",
+    **dict.fromkeys(("answer", "send", "continue"), "human_cmd"),
 }
 
 
