@@ -189,7 +189,10 @@ class Launcher:
         spec = self.spec
         out = [list(spec.worker.argv), *(list(c.argv) for c in spec.checks)]
         out += [list(spec.review.argv), list(spec.decider.argv)]
-        if "claude" in (spec.review.kind, spec.decider.machine_kind()) or spec.worker.kind != "process":
+        if (
+            "claude" in (spec.review.kind, spec.decider.machine_kind())
+            or spec.worker.kind != "process"
+        ):
             from gitsup.workers.claude.worker import find_claude
 
             argv = list(spec.worker.argv) if spec.worker.kind != "process" else []
