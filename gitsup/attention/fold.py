@@ -123,6 +123,10 @@ class Tracker:
             }
         elif t in ("human_answer", "human_timeout"):
             self.asks.pop(str(d.get("request_id")), None)
+        elif t in ("recovered", "worker_started"):
+            # a new supervisor or worker: what the old one waited for is gone with it
+            self.asks.clear()
+            self.budget_paused = ""
         elif t == "budget_paused":
             self.budget_paused = str(d.get("reason") or "budget exhausted")
         elif t == "budget_continued":

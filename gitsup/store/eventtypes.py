@@ -508,7 +508,7 @@ class WorkerMessageSent(Payload):
     by: str
     via: str
     ref: str
-    status: Literal["queued", "delivered", "dropped"]
+    status: str  # queued, delivered or dropped
     why: str | Unset = opt()
 
 
