@@ -14,15 +14,18 @@ import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gitsup import jsonio
 from gitsup.errors import Exit, GitsupError
 from gitsup.host.procid import ProcessId
 from gitsup.ids import TaskId
 from gitsup.state import TERMINAL
 from gitsup.store.events import EventLog
-from gitsup.store.record import TaskRecord
 from gitsup.store.suprepo import SupRepo
+
+if TYPE_CHECKING:
+    from gitsup.store.record import TaskRecord
 
 ACK_TIMEOUT = 10.0
 # The events that say a request was taken, by command.
@@ -57,12 +60,22 @@ def who(ctx: SupRepo) -> str:
     return str(email or os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown")
 
 
-def tracker(ctx: SupRepo, record: TaskRecord) -> Any:
+@dataclass(frozen=True)
+class _Live:
+    """What these commands need of a live task's record (read as plain JSON: no model)."""
+
+    id: str
+    state: str
+    worker_kind: str
+    owner: ProcessId
+
+
+def tracker(ctx: SupRepo, task: str) -> Any:
     """The attention fold over the task's whole event log."""
     from gitsup.attention.fold import Tracker
 
-    tid = TaskId(record.id)
-    tr = Tracker(record.id)
+    tid = TaskId(task)
+    tr = Tracker(task)
     for ev in EventLog(ctx.layout.events(tid), tid).read():
         tr.feed(ev.as_dict())
     return tr
@@ -72,7 +85,7 @@ def pending(ctx: SupRepo, record: TaskRecord) -> list[dict[str, Any]]:
     """The asks waiting for a person: `request_id`, `tool`, `summary`, `since` (Unix time)."""
     if record.state in TERMINAL:
         return []
-    return [dict(a) for a in tracker(ctx, record).asks.values()]
+    return [dict(a) for a in tracker(ctx, record.id).asks.values()]
 
 
 def answer(ctx: SupRepo, task: str, request_id: str, decision: str, message: str = "") -> Taken:
@@ -82,7 +95,7 @@ def answer(ctx: SupRepo, task: str, request_id: str, decision: str, message: str
     if message and decision == "allow":
         raise GitsupError("-m goes with deny: an allowed call runs as it was asked")
     record = _live(ctx, task)
-    open_asks = tracker(ctx, record).asks
+    open_asks = tracker(ctx, record.id).asks
     if request_id not in open_asks:
         hint = (
             "open requests: " + ", ".join(open_asks)
@@ -120,31 +133,39 @@ def continue_task(
         if not math.isfinite(v) or v < 0:
             raise GitsupError(f"{name} must be 0 or more, not {v:g}")
     record = _live(ctx, task)
-    if not tracker(ctx, record).budget_paused:
+    if not tracker(ctx, record.id).budget_paused:
         raise GitsupError(
-            f"task {record.id} is not paused on its budget (state {record.state.value})",
+            f"task {record.id} is not paused on its budget (state {record.state})",
             hint='`[budget] on_exhausted = "pause"` pauses a task whose budget is spent',
         )
     data = {"add_cost_usd": add_cost_usd, "add_turns": add_turns, "extend": extend}
     return _submit(ctx, record, "continue", data)
 
 
-def _live(ctx: SupRepo, task: str) -> TaskRecord:
-    record = ctx.store.load(task)
-    if record.state in TERMINAL:
-        raise GitsupError(
-            f"task {record.id} already ended ({record.state.value}, {record.status.value})"
-        )
-    owner = ProcessId.from_dict(record.supervisor)
+def _live(ctx: SupRepo, task: str) -> _Live:
+    tid = ctx.store.resolve(task)
+    try:
+        raw = jsonio.loads(ctx.layout.record(tid).read_bytes())
+    except FileNotFoundError:
+        raise GitsupError(f"no task {task} in this repository") from None
+    except ValueError as exc:
+        raise GitsupError(f"task record of {task} is corrupt: {exc}") from None
+    if not isinstance(raw, dict):
+        raise GitsupError(f"task record of {task} is corrupt")
+    state = str(raw.get("state") or "")
+    if state in TERMINAL:
+        raise GitsupError(f"task {tid} already ended ({state}, {raw.get('status')})")
+    sup = raw.get("supervisor")
+    owner = ProcessId.from_dict(sup) if isinstance(sup, dict) else None
     if owner is None or not owner.alive():
         raise GitsupError(
-            f"task {record.id} is {record.state.value} but its supervisor is not running",
-            hint=f"`git sup recover {record.id} --takeover` first",
+            f"task {tid} is {state} but its supervisor is not running",
+            hint=f"`git sup recover {tid} --takeover` first",
         )
-    return record
+    return _Live(str(tid), state, str(raw.get("worker_kind") or ""), owner)
 
 
-def _submit(ctx: SupRepo, record: TaskRecord, kind: str, data: Mapping[str, Any]) -> Taken:
+def _submit(ctx: SupRepo, record: _Live, kind: str, data: Mapping[str, Any]) -> Taken:
     from gitsup.store import control
 
     tid = TaskId(record.id)
@@ -153,8 +174,7 @@ def _submit(ctx: SupRepo, record: TaskRecord, kind: str, data: Mapping[str, Any]
         start = os.path.getsize(log.path)
     except OSError:
         start = 0
-    owner = ProcessId.from_dict(record.supervisor)
-    assert owner is not None
+    owner = record.owner
     ref = control.submit(ctx.layout.task_dir(tid), kind, {**data, "by": who(ctx), "via": "cli"})
     try:
         os.kill(owner.pid, signal.SIGUSR2)
