@@ -76,6 +76,7 @@ class Tracker:
     # asks waiting for a person (a human decider): request id -> request_id, tool, summary, since
     asks: dict[str, dict[str, Any]] = field(default_factory=dict)
     budget_paused: str = ""  # why the task waits for `git sup continue` ("" when it does not)
+    paused_for_ask: bool = False  # paused by an ask, not by a person typing into the worker
 
     @property
     def cost(self) -> float:
@@ -103,6 +104,8 @@ class Tracker:
             self.goal = str(d.get("goal") or "")
         elif t == "state_changed":
             self.state = str(d.get("to") or self.state)
+            reason = str(d.get("reason") or "")
+            self.paused_for_ask = self.state == "paused" and reason.startswith("needs human:")
             if self.state == "verifying":
                 self.checks_done = self.checks_failed = 0
                 self.reviewing = False
@@ -197,6 +200,8 @@ class Tracker:
             )
         if s == "waiting":
             return "the decider"
+        if s == "paused" and self.paused_for_ask:
+            return "the worker (answered)"
         if s == "paused":
             return "a human (then `git sup resume-auto`)"
         if s == "verifying":
@@ -233,7 +238,7 @@ class Tracker:
             out += [f"needs human: {a['tool']} {a['summary']}" for a in self.asks.values()]
             if self.budget_paused:
                 out.append(f"needs human: {self.budget_paused} (`git sup continue {self.task}`)")
-        if self.state == "paused" and not self.asks:
+        if self.state == "paused" and not self.paused_for_ask:
             out.append("paused for human input")
         if self.status == "parked" and not self.queue_repair:
             out.append("parked" + (f": {self.last_reason}" if self.last_reason else ""))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,10 @@ def test_an_ask_waits_for_a_person_and_an_allow_runs_the_call(
     tmp_path: Path,
 ) -> None:
     model = scripted_model({"default": [step(CURL), step(COMMIT_ALL), step(text("Done."))]})
-    t = Task(repo, env(model), _spec(tmp_path))
+    told = tmp_path / "notified.jsonl"
+    hook = f"import sys; open({str(told)!r}, 'a').write(sys.stdin.read().strip() + '\\n')"
+    notify = f"[notify]\ncommand = {json.dumps([sys.executable, '-c', hook])}\n"
+    t = Task(repo, env(model), _spec(tmp_path, notify))
     [ask] = t.pending()
     assert ask["tool"] == "Bash" and "curl --version" in ask["summary"], ask
     assert set(ask) == {"request_id", "tool", "summary", "since"}
@@ -119,6 +123,9 @@ def test_an_ask_waits_for_a_person_and_an_allow_runs_the_call(
     assert decided[0]["answer"] == "allow", decided
     assert rec["state"] == "completed"
     assert "curl" in git(repo, "show", f"{rec['branch']}:curl.txt").lower()
+    sent = [json.loads(line) for line in told.read_text().splitlines()]
+    needs = [n for n in sent if n["event"] == "needs-human"]
+    assert [n["reason"] for n in needs] == ["needs human: Bash curl --version > curl.txt"], sent
 
 
 def test_a_denial_message_reaches_the_model(
