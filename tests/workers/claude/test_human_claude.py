@@ -157,7 +157,8 @@ def test_nobody_answers_the_fallback_denies(
     repo: Path,
     tmp_path: Path,
 ) -> None:
-    model = scripted_model({"default": [step(CURL), step(NOTES), step(text("Done."))]})
+    push = bash("git push origin HEAD:main", "Publish")
+    model = scripted_model({"default": [step(push), step(CURL), step(NOTES), step(text("Done."))]})
     spec = _spec(tmp_path)
     spec.write_text(spec.read_text().replace('human_timeout = "2m"', 'human_timeout = "3s"'))
     t = Task(repo, env(model), spec)
@@ -171,6 +172,10 @@ def test_nobody_answers_the_fallback_denies(
     ]
     assert decided[0]["answer"] == "deny"
     assert decided[0]["rule"] == "ask.network"
+    # A deny of the policy (D1: publishing) is never offered to a person: denied at once.
+    [pushed] = [d for d in t.of("permission_decided") if "git push" in str(d.get("input"))]
+    assert pushed["verdict"] == "deny" and pushed["rule"].startswith("D1"), pushed
+    assert [a["summary"] for a in t.of("human_ask")] == ["curl --version > curl.txt"]
 
 
 # Started by the worker, it outlives its Bash call (fork, setsid) and, while the ask that
