@@ -130,6 +130,7 @@ class Tracker:
             # a new supervisor or worker: what the old one waited for is gone with it
             self.asks.clear()
             self.budget_paused = ""
+            self.paused_for_ask = False
         elif t == "budget_paused":
             self.budget_paused = str(d.get("reason") or "budget exhausted")
         elif t == "budget_continued":
