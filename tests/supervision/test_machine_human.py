@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from gitsup.errors import GitsupError
 from gitsup.state import State
 from gitsup.supervision.taskio import (
     Begin,
@@ -21,6 +24,7 @@ from gitsup.supervision.taskio import (
     TurnSent,
     Verify,
 )
+from gitsup.verification.decider import ClaudeDecider, RulesDecider, make_decider
 from gitsup.workers.base import PermissionCancelled, PermissionRequest, WorkerExited
 from tests.fakes import FakeWorld, make_spec, turn
 
@@ -177,3 +181,20 @@ def test_resolve_is_the_last_effect() -> None:
     w = human().feed(REQ, answer(True))
     effects = w.machine.on(answer(True, rid="r9"), w.clock.now)
     assert not any(isinstance(e, ResolveAsk) for e in effects)
+
+
+def test_the_human_deciders_settings() -> None:
+    spec = make_spec(decider={"kind": "human"})
+    assert spec.decider.human_timeout == 1800 and spec.decider.fallback == "deny"
+    assert spec.budget.on_exhausted == "park"
+    assert type(make_decider(spec, cwd=".", env={})) is RulesDecider
+    spec = make_spec(decider={"kind": "human", "fallback": "claude"})
+    d = make_decider(spec, cwd=".", env={})
+    assert isinstance(d, ClaudeDecider) and d.kind == "claude"
+    for bad in (
+        {"decider": {"kind": "human", "human_timeout": 0}},
+        {"decider": {"kind": "human", "fallback": "human"}},
+        {"budget": {"on_exhausted": "wait"}},
+    ):
+        with pytest.raises(GitsupError):
+            make_spec(**bad)
