@@ -224,6 +224,9 @@ class Budget(_Strict):
     no_output_timeout: Duration = 20 * 60.0
     max_turns: int = Field(default=100, ge=1)
     max_cost_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    # What a spent max_turns / max_cost_usd does: park the task (verified, parked), or pause
+    # it until `git sup continue` raises the budget.
+    on_exhausted: Literal["park", "pause"] = "park"
 
     def closeout(self) -> float:
         """The close-out grace in force: how long a worker busy at the deadline may finish
@@ -258,10 +261,25 @@ class Review(_Strict):
     retries: int = Field(default=2, ge=0, le=10)
 
 
+DeciderKind = Literal["rules", "command", "claude", "codex", "acp"]
+
+
 class Decider(_Strict):
-    kind: Literal["rules", "command", "claude", "codex", "acp"] = "rules"
+    kind: Literal["rules", "command", "claude", "codex", "acp", "human"] = "rules"
     argv: Argv = Field(default_factory=list)
     timeout: PositiveDuration = 120.0
+    # kind "human": how long an `ask` waits for `git sup answer`, then who answers it
+    # ("deny": the policy's denial; another kind: that decider). Turn verdicts and questions
+    # go to the fallback's kind ("deny": the rules).
+    human_timeout: PositiveDuration = 30 * 60.0
+    fallback: Literal["deny", "rules", "command", "claude", "codex", "acp"] = "deny"
+
+    def machine_kind(self) -> DeciderKind:
+        """The decider that answers what a person does not: the kind itself, or for a human
+        decider its fallback ("deny" is the rules)."""
+        if self.kind != "human":
+            return self.kind
+        return "rules" if self.fallback == "deny" else self.fallback
 
 
 def review_argv(spec: TaskSpec) -> list[str]:
@@ -277,7 +295,8 @@ def decider_argv(spec: TaskSpec) -> list[str]:
     same kind, else none (the kind's default binary)."""
     if spec.decider.argv:
         return list(spec.decider.argv)
-    return list(spec.worker.argv) if spec.worker.kind == spec.decider.kind else []
+    kind = spec.decider.machine_kind()
+    return list(spec.worker.argv) if spec.worker.kind == kind else []
 
 
 class Isolation(_Strict):

@@ -25,6 +25,7 @@ from gitsup.supervision.taskio import (
     Gated,
     ImportWork,
     RecordDecision,
+    ResolveAsk,
     SendTurn,
     Spawn,
     Spawned,
@@ -107,6 +108,7 @@ class FakeWorld:
     effects: list[Effect] = field(default_factory=list)
     decisions_recorded: list[Mapping[str, Any]] = field(default_factory=list)
     closed: list[State] = field(default_factory=list)
+    resolved: list[ResolveAsk] = field(default_factory=list)
     _state: State = State.IDLE
 
     @classmethod
@@ -163,6 +165,9 @@ class FakeWorld:
             return Decided(d, "rules", self.worker_alive)
         elif isinstance(e, AnswerPermission):
             return self.gates.pop(0) if self.gates else Gated()
+        elif isinstance(e, ResolveAsk):
+            self.resolved.append(e)
+            return Gated()
         elif isinstance(e, SendTurn):
             return self.sends.pop(0) if self.sends else TurnSent(e.purpose, ok=True, sent=True)
         elif isinstance(e, Verify):

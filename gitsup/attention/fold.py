@@ -73,6 +73,10 @@ class Tracker:
     queue_repair: str = ""  # the repair task the integration queue started for it
     seq: int = 0
     pending: dict[str, str] = field(default_factory=dict)  # request id -> tool, being decided
+    # asks waiting for a person (a human decider): request id -> request_id, tool, summary, since
+    asks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    budget_paused: str = ""  # why the task waits for `git sup continue` ("" when it does not)
+    paused_for_ask: bool = False  # paused by an ask, not by a person typing into the worker
 
     @property
     def cost(self) -> float:
@@ -100,6 +104,8 @@ class Tracker:
             self.goal = str(d.get("goal") or "")
         elif t == "state_changed":
             self.state = str(d.get("to") or self.state)
+            reason = str(d.get("reason") or "")
+            self.paused_for_ask = self.state == "paused" and reason.startswith("needs human:")
             if self.state == "verifying":
                 self.checks_done = self.checks_failed = 0
                 self.reviewing = False
@@ -109,6 +115,26 @@ class Tracker:
             self.pending[str(d.get("request_id"))] = str(d.get("tool") or "a tool")
         elif t == "permission_decided":
             self.pending.pop(str(d.get("request_id")), None)
+            self.asks.pop(str(d.get("request_id")), None)
+        elif t == "human_ask":
+            rid = str(d.get("request_id"))
+            self.asks[rid] = {
+                "request_id": rid,
+                "tool": str(d.get("tool") or "a tool"),
+                "summary": str(d.get("summary") or ""),
+                "since": ts if isinstance(ts, int | float) else None,
+            }
+        elif t in ("human_answer", "human_timeout"):
+            self.asks.pop(str(d.get("request_id")), None)
+        elif t in ("recovered", "worker_started"):
+            # a new supervisor or worker: what the old one waited for is gone with it
+            self.asks.clear()
+            self.budget_paused = ""
+            self.paused_for_ask = False
+        elif t == "budget_paused":
+            self.budget_paused = str(d.get("reason") or "budget exhausted")
+        elif t == "budget_continued":
+            self.budget_paused = str(d.get("still_exceeded") or "")
         elif t == "acceptance_result":
             self.checks_done += 1
             if not d.get("passed"):
@@ -139,6 +165,8 @@ class Tracker:
             self.decider_failed = False
         elif t == "task_finished":
             self.pending.clear()
+            self.asks.clear()
+            self.budget_paused = ""
             self.state = str(d.get("state") or self.state)
             self.status = str(d.get("status") or self.status)
             self.finished_at = self.last_ts
@@ -157,6 +185,10 @@ class Tracker:
             return "start"
         if s == "starting":
             return "the worker to start"
+        if self.asks and not self.ended:
+            return "a human: " + ", ".join(f"`git sup answer {self.task} {r}`" for r in self.asks)
+        if self.budget_paused and not self.ended:
+            return f"a human: `git sup continue {self.task}`"
         if s == "running" and self.pending:
             return (
                 "a permission being decided (" + ", ".join(sorted(set(self.pending.values()))) + ")"
@@ -169,6 +201,8 @@ class Tracker:
             )
         if s == "waiting":
             return "the decider"
+        if s == "paused" and self.paused_for_ask:
+            return "the worker (answered)"
         if s == "paused":
             return "a human (then `git sup resume-auto`)"
         if s == "verifying":
@@ -201,7 +235,11 @@ class Tracker:
         """Why a person is needed now (empty: nobody is)."""
         now = time.time() if now is None else now
         out: list[str] = []
-        if self.state == "paused":
+        if not self.ended:
+            out += [f"needs human: {a['tool']} {a['summary']}" for a in self.asks.values()]
+            if self.budget_paused:
+                out.append(f"needs human: {self.budget_paused} (`git sup continue {self.task}`)")
+        if self.state == "paused" and not self.paused_for_ask:
             out.append("paused for human input")
         if self.status == "parked" and not self.queue_repair:
             out.append("parked" + (f": {self.last_reason}" if self.last_reason else ""))

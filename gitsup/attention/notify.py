@@ -387,6 +387,11 @@ def _strip_userinfo(url: str) -> str:
 
 
 def _kind(reason: str) -> str:
+    if reason.startswith("needs human:"):
+        # each ask (and each budget pause) is news of its own
+        import hashlib
+
+        return "ask-" + hashlib.sha256(reason.encode("utf-8", "replace")).hexdigest()[:12]
     head = reason.split(":", 1)[0].strip().lower()
     return head.split()[0] if head else "attention"
 

@@ -98,6 +98,7 @@ COMMAND_MODULES = (  # the task commands' three modules first
     "attention_cmd",
     "queue_cmd",
     "env_cmd",
+    "human_cmd",
 )
 
 
@@ -121,6 +122,7 @@ COMMAND_MODULE = {
     "demo": "demo_cmd",
     "queue": "queue_cmd",
     "env": "env_cmd",
+    **dict.fromkeys(("answer", "send", "continue"), "human_cmd"),
 }
 
 

@@ -79,6 +79,9 @@ def show_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
         out(f"include   {e['path']} ({e['method']})")
     for r in env.get("refused", []):
         out(f"include   refused: {r}")
+    for ask in d["pending"]:
+        out(f"needs human: {ask['tool']} {ask['summary']}")
+        out(f"  git sup answer {record.id} {ask['request_id']} allow|deny [-m MESSAGE]")
     if d["policy_change"]:
         out(
             f"POLICY    changes .gitsup/: {', '.join(d['policy_change'])} "

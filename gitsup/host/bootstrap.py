@@ -700,9 +700,6 @@ def apply_sandbox(cfg: dict[str, object]) -> tuple[int, int] | None:
     report = devnull = -1
     if cfg.get("mountns"):
         _mount_ns(paths, pidns=pidns, include=_include_list(cfg.get("include")))
-
-
-        _mount_ns(paths, pidns=pidns)
         _scratch_mounts(paths.get("scratch", []))
         if pidns:
             report, devnull = _enter_pid_ns()

@@ -508,6 +508,100 @@ class ResumeAuto(Payload):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HumanAsk(Payload):
+    """A call the policy sent to `ask` waits for a person (`[decider] kind = "human"`):
+    `git sup answer TASK REQUEST_ID allow|deny` answers it; after `timeout` seconds the
+    `fallback` does."""
+
+    TYPE: ClassVar[str] = "human_ask"
+    request_id: str
+    tool: str
+    summary: str
+    rule: str
+    timeout: float
+    fallback: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HumanAnswer(Payload):
+    """A person answered an open ask: `decision` allow or deny, `message` (a denial's text
+    for the worker), `by` who (user.email or $USER) and `via` how (cli). `ref` names the
+    control request that carried it."""
+
+    TYPE: ClassVar[str] = "human_answer"
+    request_id: str
+    decision: str
+    message: str
+    by: str
+    via: str
+    ref: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HumanTimeout(Payload):
+    """Nobody answered an ask within `[decider] human_timeout`: the `fallback` answers it."""
+
+    TYPE: ClassVar[str] = "human_timeout"
+    request_id: str
+    waited: float
+    fallback: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerMessageSent(Payload):
+    """`git sup send`: a person's message to the worker, `queued` until the worker's turn
+    ends and then `delivered` as its next turn (or `dropped` with why)."""
+
+    TYPE: ClassVar[str] = "worker_message_sent"
+    text: str
+    by: str
+    via: str
+    ref: str
+    status: str  # queued, delivered or dropped
+    why: str | Unset = opt()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetPaused(Payload):
+    """A budget ran out with `[budget] on_exhausted = "pause"`: the task waits for
+    `resume_with` (`git sup continue`), its deadline clock held."""
+
+    TYPE: ClassVar[str] = "budget_paused"
+    reason: str
+    resume_with: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetContinued(Payload):
+    """`git sup continue`: the budget raised by a person (the limits now in force), and
+    `still_exceeded` when that was not enough (the task stays paused)."""
+
+    TYPE: ClassVar[str] = "budget_continued"
+    max_turns: int
+    max_cost_usd: float | None
+    deadline: float
+    add_turns: int
+    add_cost_usd: float
+    extend: float
+    by: str
+    via: str
+    ref: str
+    still_exceeded: str | Unset = opt()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControlRefused(Payload):
+    """A control request (`git sup answer`, `send`, `continue`) the supervisor did not take,
+    and why; `ref` names the request."""
+
+    TYPE: ClassVar[str] = "control_refused"
+    ref: str
+    command: str
+    reason: str
+    by: str | Unset = opt()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Recovered(Payload):
     """A supervisor took the task over after its predecessor died: the worker re-adopted
     (with its identity) or a new worker turn, a verification or a park."""

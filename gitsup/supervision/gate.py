@@ -12,8 +12,14 @@ from gitsup.git import GitRepo
 from gitsup.spec import TaskSpec
 from gitsup.store import eventtypes as et
 from gitsup.store.eventtypes import EmitFn
-from gitsup.supervision.taskio import Decided, Gated
-from gitsup.verification.decider import DeciderError, RulesDecider, TurnDecision, TurnOutcome
+from gitsup.supervision.taskio import Decided, Gated, PendingAsk
+from gitsup.verification.decider import (
+    SUPERVISOR_ANSWER,
+    DeciderError,
+    RulesDecider,
+    TurnDecision,
+    TurnOutcome,
+)
 from gitsup.workers.base import (
     PermissionAnswer,
     PermissionRequest,
@@ -97,6 +103,17 @@ class Gate:
         else:
             is_question = req.tool_name == "AskUserQuestion"
             self.emit(et.PermissionPending(request_id=req.request_id, tool=req.tool_name))
+            if self.spec.decider.kind == "human" and not is_question:
+                # A person answers (`git sup answer`); the task machine waits for them.
+                return Gated(
+                    ask=PendingAsk(
+                        request=req,
+                        decision=decision,
+                        summary=ask_summary(req.tool_name, req.tool_input),
+                        denial=unattended_denial(decision, self.ecosystem()),
+                        rule=decision.rule,
+                    )
+                )
             text = self.with_retries(
                 "question" if is_question else "ask",
                 (lambda: self.decider.answer_question(req.tool_input))
@@ -113,14 +130,51 @@ class Gate:
                     else unattended_denial(decision, self.ecosystem())
                 )
             answer = PermissionAnswer(False, text)
-        stalled: str | None = None
+        stalled = self._send(req, answer, worker)
+        self._decided(req, decision, answer)
+        return Gated(park=park, stalled=stalled)
+
+    def resolve(
+        self,
+        ask: PendingAsk,
+        allow: bool,
+        message: str,
+        worker: WorkerAdapter | None,
+        *,
+        fallback: bool = False,
+    ) -> Gated:
+        """Answer an ask that waited for a person: their `allow` (the call runs as asked) or
+        denial (their `message`, else the policy's), or the fallback decider's answer."""
+        req = ask.request
+        park: str | None = None
+        if allow:
+            answer = PermissionAnswer(True, updated_input=req.tool_input)
+        elif fallback and self.spec.decider.fallback != "deny":
+            text = self.with_retries("ask", lambda: self.decider.answer_ask(ask.denial))
+            if text is None:
+                park = "decider failed to answer a permission request"
+            answer = PermissionAnswer(False, text or ask.denial)
+        elif message:
+            answer = PermissionAnswer(False, f"{SUPERVISOR_ANSWER} denied by a person: {message}")
+        else:
+            answer = PermissionAnswer(False, ask.denial)
+        stalled = self._send(req, answer, worker)
+        self._decided(req, ask.decision, answer)
+        return Gated(park=park, stalled=stalled)
+
+    def _send(
+        self, req: PermissionRequest, answer: PermissionAnswer, worker: WorkerAdapter | None
+    ) -> str | None:
         if worker is not None:
             try:
                 worker.answer(req.request_id, answer)
             except WorkerInputStalled as exc:
-                stalled = str(exc)
+                return str(exc)
             except (WorkerError, OSError):
                 pass
+        return None
+
+    def _decided(self, req: PermissionRequest, decision: Any, answer: PermissionAnswer) -> None:
         self.emit(
             et.PermissionDecided(
                 request_id=req.request_id,
@@ -135,7 +189,6 @@ class Gate:
                 message=answer.message,
             )
         )
-        return Gated(park=park, stalled=stalled)
 
     def decide_turn(self, tc: TurnCompleted, *, turns: int, alive: Callable[[], bool]) -> Decided:
         ctx = TurnOutcome(
@@ -151,6 +204,20 @@ class Gate:
             "turn_completed", lambda: self.decider.on_turn_completed(ctx)
         )
         return Decided(decision, self.decider.kind, alive())
+
+
+def ask_summary(tool: str, tool_input: Mapping[str, Any], limit: int = 200) -> str:
+    """One line saying what a call asks for: a command, a path, else its input."""
+    for k in ("command", "file_path", "path", "url", "pattern"):
+        v = tool_input.get(k)
+        if isinstance(v, str) and v.strip():
+            text = " ".join(v.split())
+            break
+    else:
+        import json
+
+        text = json.dumps(dict(tool_input), sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def summarize_input(tool_input: Mapping[str, Any]) -> dict[str, Any]:

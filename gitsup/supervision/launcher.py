@@ -173,8 +173,8 @@ class Launcher:
                 programs=self._programs(env),
                 keep_env=self.spec.worker.env.keys(),
                 claude=self.spec.worker.kind not in ("process", "codex")
-                or "claude" in (self.spec.review.kind, self.spec.decider.kind)
-                or "acp" in (self.spec.review.kind, self.spec.decider.kind),
+                or "claude" in (self.spec.review.kind, self.spec.decider.machine_kind())
+                or "acp" in (self.spec.review.kind, self.spec.decider.machine_kind()),
                 protect=protected_paths(self.repo),
             )
             self._include(self._sandbox, protected_paths(self.repo))
@@ -224,7 +224,10 @@ class Launcher:
         with contextlib.suppress(GitsupError):  # the setup phase's commands
             out += [list(a) for a in task_recipe(self.repo.main_workdir, spec.environment).setup]
         out += [list(spec.review.argv), list(spec.decider.argv)]
-        if "claude" in (spec.review.kind, spec.decider.kind) or spec.worker.kind != "process":
+        if (
+            "claude" in (spec.review.kind, spec.decider.machine_kind())
+            or spec.worker.kind != "process"
+        ):
             from gitsup.workers.claude.worker import find_claude
 
             argv = list(spec.worker.argv) if spec.worker.kind != "process" else []
@@ -232,23 +235,23 @@ class Launcher:
                 out.append(find_claude(argv, env))
             with contextlib.suppress(WorkerError):
                 out.append(find_claude([], env))
-        if "codex" in (spec.worker.kind, spec.review.kind, spec.decider.kind):
+        if "codex" in (spec.worker.kind, spec.review.kind, spec.decider.machine_kind()):
             from gitsup.workers.codex.worker import find_codex
 
             for argv in (
                 list(spec.worker.argv) if spec.worker.kind == "codex" else [],
-                list(spec.decider.argv) if spec.decider.kind == "codex" else [],
+                list(spec.decider.argv) if spec.decider.machine_kind() == "codex" else [],
             ):
                 with contextlib.suppress(WorkerError):
                     out.append(find_codex(argv, env))
-        kinds = (spec.worker.kind, spec.review.kind, spec.decider.kind)
+        kinds = (spec.worker.kind, spec.review.kind, spec.decider.machine_kind())
         if "acp" in kinds:  # the agent, and the CLI it may run
             from gitsup.workers.acp.worker import agent_env, find_acp
 
             for argv in (
                 spec.worker.argv if spec.worker.kind == "acp" else [],
                 spec.review.argv,
-                spec.decider.argv if spec.decider.kind == "acp" else [],
+                spec.decider.argv if spec.decider.machine_kind() == "acp" else [],
             ):
                 with contextlib.suppress(WorkerError):
                     out.append(find_acp(argv, env))

@@ -14,6 +14,8 @@ directly from where it is, never through states it did not pass.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL, State, check_transition
 from gitsup.store import eventtypes as et
@@ -25,6 +27,7 @@ from gitsup.supervision.taskio import (
     AnswerPermission,
     Begin,
     Close,
+    ContinueBudget,
     Decide,
     Decided,
     Effect,
@@ -32,10 +35,14 @@ from gitsup.supervision.taskio import (
     Finish,
     Finished,
     Gated,
+    HumanDecision,
+    HumanMessage,
     ImportWork,
     LimitHit,
+    PendingAsk,
     RecordDecision,
     Recover,
+    ResolveAsk,
     ResumeAuto,
     SendTurn,
     Spawn,
@@ -100,6 +107,21 @@ class TaskMachine:
         self._repair: Verified | None = None  # the repair round waiting for its send
         self.limits_hit: list[str] = []  # the cgroup limits the worker ran into (reasons)
         self._limit_kinds: set[str] = set()
+        # A person in the loop: asks waiting for `git sup answer` (request id -> the ask and
+        # since when), whether they paused the task, the turn a spent budget paused before
+        # its decider, what `git sup continue` added, messages for the worker's next turn.
+        self.asks: dict[str, tuple[PendingAsk, float]] = {}
+        self._paused_for_asks = False
+        self._budget_turn: TurnCompleted | None = None
+        self._message_turn: TurnCompleted | None = None
+        self._sending: HumanMessage | None = None
+        self.messages: list[HumanMessage] = []
+        self.extra_turns = 0
+        self.extra_cost = 0.0
+        self.extra_deadline = 0.0
+        # The deadline clock stops while the task waits for a person: held since, held total.
+        self._held_since: float | None = None
+        self._held_total = 0.0
 
     @property
     def terminal(self) -> bool:
@@ -110,7 +132,23 @@ class TaskMachine:
     def deadline_at(self) -> float | None:
         """When the deadline falls, or None: a deadline of 0 is off."""
         d = self.spec.budget.deadline
-        return None if d <= 0 else self.started + d
+        if d <= 0:
+            return None
+        return self.started + d + self.extra_deadline + self._held_total
+
+    @property
+    def held(self) -> bool:
+        """The task waits for a person: its deadline clock does not run."""
+        return self._held_since is not None
+
+    def _hold(self, now: float) -> None:
+        if self._held_since is None:
+            self._held_since = now
+
+    def _unhold(self, now: float) -> None:
+        if self._held_since is not None:
+            self._held_total += max(0.0, now - self._held_since)
+            self._held_since = None
 
     def past_deadline(self, now: float) -> bool:
         dl = self.deadline_at()
@@ -122,6 +160,11 @@ class TaskMachine:
             return None
         b = self.spec.budget
         cands: list[tuple[float, str]] = []
+        if self.asks:
+            first = min(since for _, since in self.asks.values())
+            cands.append((first + self.spec.decider.human_timeout, "human_timeout"))
+        if self.held:
+            return min(cands) if cands else None
         dl = self.deadline_at()
         if dl is not None:
             if "deadline_approaching" not in self.fired and 0 < b.deadline_warning < b.deadline:
@@ -157,19 +200,30 @@ class TaskMachine:
         if isinstance(item, PermissionRequest):
             return [AnswerPermission(item)]
         if isinstance(item, PermissionCancelled):
-            return [Emit(et.PermissionDecided(request_id=item.request_id, cancelled=True))]
+            out: list[Effect] = [
+                Emit(et.PermissionDecided(request_id=item.request_id, cancelled=True))
+            ]
+            if self.asks.pop(item.request_id, None) is not None:
+                out += self._resume_from_asks(now, "the worker withdrew its request")
+            return out
         if isinstance(item, Gated):
-            return self._gated(item)
+            return self._gated(item, now)
+        if isinstance(item, HumanDecision):
+            return self._human_decision(item, now)
+        if isinstance(item, HumanMessage):
+            return self._human_message(item)
+        if isinstance(item, ContinueBudget):
+            return self._continue_budget(item, now)
         if isinstance(item, TurnCompleted):
             return self._turn_completed(item, now)
         if isinstance(item, WorkImported):
-            return self._imported(item)
+            return self._imported(item, now)
         if isinstance(item, Decided):
             return self._decided(item, now)
         if isinstance(item, TurnSent):
             return self._sent(item, now)
         if isinstance(item, WorkerExited):
-            return self._worker_exited(item)
+            return [*self._drop_asks(now, "the worker exited"), *self._worker_exited(item)]
         if isinstance(item, HumanInput):
             return self._human_input(item, now)
         if isinstance(item, ResumeAuto):
@@ -210,7 +264,25 @@ class TaskMachine:
 
     def _finish(self, final: State) -> list[Effect]:
         self.finishing = True
-        return [self._stop_worker(f"task {final.value}"), Finish(final, self.verified_head)]
+        dropped: list[Effect] = [
+            Emit(
+                et.WorkerMessageSent(
+                    text=m.text,
+                    by=m.by,
+                    via=m.via,
+                    ref=m.ref,
+                    status="dropped",
+                    why=f"the task ended {final.value} before the worker's turn did",
+                )
+            )
+            for m in self.messages
+        ]
+        self.messages = []
+        return [
+            *dropped,
+            self._stop_worker(f"task {final.value}"),
+            Finish(final, self.verified_head),
+        ]
 
     def _finished(self, f: Finished) -> list[Effect]:
         if self.terminal:
@@ -277,18 +349,144 @@ class TaskMachine:
         reason = f"worker input stalled: {why}"
         return reason, [Emit(et.WorkerInputStalled(reason=why)), AddReason(reason, once=True)]
 
-    def _gated(self, g: Gated) -> list[Effect]:
+    def _gated(self, g: Gated, now: float) -> list[Effect]:
         out: list[Effect] = []
+        if g.ask is not None:
+            return self._ask_human(g.ask, now)
         park = g.park
         if g.stalled is not None:
             park, out = self._stalled(g.stalled)
         if park is None:
-            return out
+            return [*out, *self._resume_from_asks(now, "answered")]
+        self._paused_for_asks = False
+        self._unhold(now)
         return [*out, AddReason(park, once=True), *self._park(park)]
+
+    # --- a person in the loop -----------------------------------------------------------------
+
+    def _ask_human(self, ask: PendingAsk, now: float) -> list[Effect]:
+        """An ask waits for `git sup answer`: the task pauses, its deadline clock held."""
+        req = ask.request
+        self.asks[req.request_id] = (ask, now)
+        d = self.spec.decider
+        out: list[Effect] = [
+            Emit(
+                et.HumanAsk(
+                    request_id=req.request_id,
+                    tool=req.tool_name,
+                    summary=ask.summary,
+                    rule=ask.rule,
+                    timeout=d.human_timeout,
+                    fallback=d.fallback,
+                )
+            )
+        ]
+        if self.state == State.RUNNING:
+            self._paused_for_asks = True
+            self._hold(now)
+            out.append(self._go(State.PAUSED, f"needs human: {req.tool_name} {ask.summary}"))
+        return out
+
+    def _resume_from_asks(self, now: float, why: str) -> list[Effect]:
+        if self.asks or not self._paused_for_asks:
+            return []
+        self._paused_for_asks = False
+        self._unhold(now)
+        self.last_progress = now
+        if self.state != State.PAUSED:
+            return []
+        return [self._go(State.RUNNING, why)]
+
+    def _drop_asks(self, now: float, why: str) -> list[Effect]:
+        """The worker's turn or process ended with asks open: they cannot be answered."""
+        out: list[Effect] = [
+            Emit(et.PermissionDecided(request_id=rid, cancelled=True)) for rid in self.asks
+        ]
+        self.asks.clear()
+        return [*out, *self._resume_from_asks(now, why)]
+
+    def _human_decision(self, h: HumanDecision, now: float) -> list[Effect]:
+        entry = self.asks.pop(h.request_id, None)
+        if entry is None:
+            why = f"no open request {h.request_id!r} (unknown, or already answered)"
+            return [Emit(et.ControlRefused(ref=h.ref, command="answer", reason=why, by=h.by))]
+        ask = entry[0]
+        decision = "allow" if h.allow else "deny"
+        return [
+            Emit(
+                et.HumanAnswer(
+                    request_id=h.request_id,
+                    decision=decision,
+                    message=h.message,
+                    by=h.by,
+                    via=h.via,
+                    ref=h.ref,
+                )
+            ),
+            ResolveAsk(ask, h.allow, h.message),
+        ]
+
+    def _human_timeout(self, now: float) -> list[Effect]:
+        rid, (ask, since) = min(self.asks.items(), key=lambda kv: kv[1][1])
+        if now < since + self.spec.decider.human_timeout:
+            return []
+        del self.asks[rid]
+        waited = round(now - since, 1)
+        fallback = self.spec.decider.fallback
+        return [
+            Emit(et.HumanTimeout(request_id=rid, waited=waited, fallback=fallback)),
+            ResolveAsk(ask, False, fallback=True),
+        ]
+
+    def _human_message(self, m: HumanMessage) -> list[Effect]:
+        if not self.has_worker or not self.repairable or self.worker_gone:
+            why = f"the {self.spec.worker.kind} worker cannot take a message now"
+            if not self.has_worker or not self.repairable:
+                why = f"a {self.spec.worker.kind} worker cannot take messages"
+            return [Emit(et.ControlRefused(ref=m.ref, command="send", reason=why, by=m.by))]
+        self.messages.append(m)
+        return [
+            Emit(et.WorkerMessageSent(text=m.text, by=m.by, via=m.via, ref=m.ref, status="queued"))
+        ]
+
+    def _continue_budget(self, c: ContinueBudget, now: float) -> list[Effect]:
+        if self._budget_turn is None:
+            why = f"the task is not paused on its budget (state {self.state.value})"
+            return [Emit(et.ControlRefused(ref=c.ref, command="continue", reason=why, by=c.by))]
+        self.extra_turns += c.add_turns
+        self.extra_cost = round(self.extra_cost + c.add_cost_usd, 6)
+        self.extra_deadline += c.extend
+        b = self.spec.budget
+        still = self._budget_exceeded()
+        event = et.BudgetContinued(
+            max_turns=b.max_turns + self.extra_turns,
+            max_cost_usd=None if b.max_cost_usd is None else b.max_cost_usd + self.extra_cost,
+            deadline=0.0 if b.deadline <= 0 else b.deadline + self.extra_deadline,
+            add_turns=c.add_turns,
+            add_cost_usd=c.add_cost_usd,
+            extend=c.extend,
+            by=c.by,
+            via=c.via,
+            ref=c.ref,
+            still_exceeded=still if still else et.UNSET,
+        )
+        if still:
+            return [Emit(event)]
+        tc, self._budget_turn = self._budget_turn, None
+        self._unhold(now)
+        return [Emit(event), *self._after_import(tc)]
+
+    def _deliver_message(self, tc: TurnCompleted) -> list[Effect]:
+        m = self.messages.pop(0)
+        self._message_turn, self._sending = tc, m
+        return [SendTurn(m.text, key=f"message-{m.ref}", purpose="message")]
 
     # --- turns -----------------------------------------------------------------------------
 
     def _turn_completed(self, tc: TurnCompleted, now: float) -> list[Effect]:
+        if self.asks:
+            dropped = self._drop_asks(now, "the worker ended its turn")
+            return [*dropped, *self._turn_completed(tc, now)]
         self.turn_active = False
         if self.state == State.PAUSED:
             # A person drives the worker: record the turn, decide nothing.
@@ -350,17 +548,30 @@ class TaskMachine:
         self._turn = tc
         return [*out, ImportWork()]
 
-    def _imported(self, w: WorkImported) -> list[Effect]:
+    def _imported(self, w: WorkImported, now: float) -> list[Effect]:
         tc, self._turn = self._turn, None
         if w.refused is not None:
             return self._finish(State.BLOCKED)
         if tc is None:
             return []
         over = self._budget_exceeded()
+        if over and self.spec.budget.on_exhausted == "pause" and not self.limits_hit:
+            self._budget_turn = tc
+            self._hold(now)
+            resume = f"git sup continue {self.task}"
+            return [
+                Emit(et.BudgetExceeded(reason=over)),
+                Emit(et.BudgetPaused(reason=over, resume_with=resume)),
+            ]
         if over:
             return [AddReason(over), Emit(et.BudgetExceeded(reason=over)), *self._park(over)]
+        return self._after_import(tc)
+
+    def _after_import(self, tc: TurnCompleted) -> list[Effect]:
         if self.limits_hit:
             return self._park(self.limits_hit[0])
+        if self.messages and self.repairable and not self.worker_gone:
+            return self._deliver_message(tc)
         self._deciding = tc
         return [Decide(tc)]
 
@@ -379,10 +590,12 @@ class TaskMachine:
 
     def _budget_exceeded(self) -> str | None:
         b = self.spec.budget
-        if self.turns > b.max_turns:
-            return f"budget: {self.turns} turns exceed max_turns {b.max_turns}"
-        if b.max_cost_usd is not None and self.cost_usd > b.max_cost_usd:
-            return f"budget: cost ${self.cost_usd:.4f} exceeds max_cost_usd ${b.max_cost_usd:g}"
+        max_turns = b.max_turns + self.extra_turns
+        if self.turns > max_turns:
+            return f"budget: {self.turns} turns exceed max_turns {max_turns}"
+        if b.max_cost_usd is not None and self.cost_usd > b.max_cost_usd + self.extra_cost:
+            limit = b.max_cost_usd + self.extra_cost
+            return f"budget: cost ${self.cost_usd:.4f} exceeds max_cost_usd ${limit:g}"
         return None
 
     def _decided(self, d: Decided, now: float) -> list[Effect]:
@@ -427,6 +640,8 @@ class TaskMachine:
         if s.ok and s.sent:
             self.turn_active = True
             self.last_progress = now
+        if s.purpose == "message":
+            return [*out, *self._message_sent(s)]
         if s.purpose == "continue":
             return out if s.ok else [*out, *self._verify("worker cannot take another turn")]
         if s.purpose == "repair":
@@ -436,6 +651,34 @@ class TaskMachine:
             fixable = list(rep.reasons) if rep is not None else []
             return [*out, *self._conclude(["repair turn could not be sent to the worker"], fixable)]
         return out
+
+    def _message_sent(self, s: TurnSent) -> list[Effect]:
+        """A person's message went (or did not go) to the worker as its next turn; one that
+        could not be sent leaves the turn before it to the decider."""
+        tc, self._message_turn = self._message_turn, None
+        m = self._sending
+        self._sending = None
+        out: list[Effect] = []
+        if m is not None:
+            status: Literal["delivered", "dropped"] = "delivered" if s.ok else "dropped"
+            out.append(
+                Emit(
+                    et.WorkerMessageSent(
+                        text=m.text,
+                        by=m.by,
+                        via=m.via,
+                        ref=m.ref,
+                        status=status,
+                        why=et.UNSET if s.ok else "the worker could not take a turn",
+                    )
+                )
+            )
+        if s.ok:
+            return [*out, self._go(State.RUNNING, "a person's message")]
+        if tc is None:
+            return out
+        self._deciding = tc
+        return [*out, Decide(tc)]
 
     def _worker_exited(self, ex: WorkerExited) -> list[Effect]:
         self.worker_gone = True
@@ -469,7 +712,7 @@ class TaskMachine:
         return out
 
     def _resume_auto(self, now: float) -> list[Effect]:
-        if self.state != State.PAUSED:
+        if self.state != State.PAUSED or self._paused_for_asks:
             return [Emit(et.ResumeAuto(ignored=True, state=self.state.value))]
         out: list[Effect] = [
             Emit(et.ResumeAuto(turn_active=self.turn_active)),
@@ -517,6 +760,8 @@ class TaskMachine:
             return self._watchdog("deadline")
         if name == "no_output":
             return self._watchdog("no_output")
+        if name == "human_timeout":
+            return self._human_timeout(now) if self.asks else []
         raise ValueError(f"unknown timer {name!r}")
 
     def _watchdog(self, kind: str) -> list[Effect]:

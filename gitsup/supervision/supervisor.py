@@ -50,14 +50,18 @@ from gitsup.supervision.taskio import (
     AnswerPermission,
     Begin,
     Close,
+    ContinueBudget,
     Decide,
     Effect,
     Emit,
     Finish,
     Finished,
+    HumanDecision,
+    HumanMessage,
     ImportWork,
     RecordDecision,
     Recover,
+    ResolveAsk,
     ResumeAuto,
     SendTurn,
     Spawn,
@@ -90,6 +94,10 @@ __all__ = [
     "stop_reason",
     "supervisor_identity",
 ]
+
+
+class _ControlPoke:
+    """SIGUSR2: control requests wait in the task's `control/` dir (gitsup/store/control.py)."""
 
 
 class _AdoptRefused(WorkerError):
@@ -259,6 +267,9 @@ class Supervisor:
         if signum == signal.SIGUSR1:
             self.inbox.put(ResumeAuto())
             return
+        if signum == signal.SIGUSR2:
+            self.inbox.put(_ControlPoke())
+            return
         self.request_stop(stop_reason(self.layout.task_dir(self.task), signum))
 
     @contextlib.contextmanager
@@ -268,7 +279,7 @@ class Supervisor:
             return
         old = {
             s: signal.signal(s, self._on_signal)
-            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
         }
         try:
             yield
@@ -349,7 +360,9 @@ class Supervisor:
                     self.spec,
                     cwd=str(self.worktree),
                     env=self.launcher.judge_env(),
-                    network=self.launcher.net.agent_network("decider", self.spec.decider.kind),
+                    network=self.launcher.net.agent_network(
+                        "decider", self.spec.decider.machine_kind()
+                    ),
                     wrap=self.launcher.judge_wrap("decider"),
                     wrap_for=self.launcher.read_only_wrappers()[1],
                     abort=self._abort,
@@ -368,6 +381,7 @@ class Supervisor:
     # --- the loop -----------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        self.inbox.put(_ControlPoke())  # requests written before the handler was in place
         while not self.machine.terminal:
             nxt = self.machine.next_timer()
             timeout = None if nxt is None else max(0.0, nxt[0] - time.monotonic())
@@ -376,6 +390,31 @@ class Supervisor:
             except queue.Empty:
                 if nxt is not None:
                     self._drive(TimerFired(nxt[1]))
+                continue
+            if isinstance(item, _ControlPoke):
+                self._control()
+            else:
+                self._drive(item)
+
+    def _control(self) -> None:
+        """Take the control requests waiting in the task dir: each becomes an input of the
+        machine, which answers with an event naming its ref (or a refusal is recorded)."""
+        from gitsup.store import control
+
+        for req in control.take(self.layout.task_dir(self.task)):
+            item, why = (None, req.refused) if req.refused else _control_input(req)
+            if item is not None and (self.machine.terminal or self.machine.finishing):
+                item, why = None, "the task is ending"
+            if item is None:
+                by = req.data.get("by")
+                self.emit(
+                    et.ControlRefused(
+                        ref=req.ref,
+                        command=req.kind,
+                        reason=why or "refused",
+                        by=str(by) if isinstance(by, str) else et.UNSET,
+                    )
+                )
                 continue
             self._drive(item)
 
@@ -425,6 +464,10 @@ class Supervisor:
             return decided
         elif isinstance(e, AnswerPermission):
             return self.gate.answer(e.request, self.launcher.worker)
+        elif isinstance(e, ResolveAsk):
+            return self.gate.resolve(
+                e.ask, e.allow, e.message, self.launcher.worker, fallback=e.fallback
+            )
         elif isinstance(e, SendTurn):
             return self._send(e)
         elif isinstance(e, Verify):
@@ -474,6 +517,38 @@ class Supervisor:
             self.emit(et.ProtocolNoise(error=f"send failed: {exc}"))
             return TurnSent(e.purpose, ok=False)
         return TurnSent(e.purpose, ok=True, sent=bool(sent))
+
+
+def _control_input(
+    req: Any,
+) -> tuple[HumanDecision | HumanMessage | ContinueBudget | None, str | None]:
+    """A control request as an input of the task machine, or why it is refused. The CLI
+    checked the values; a request is still checked here, where it takes effect."""
+    d, by, via, ref = req.data, req.by[:200], req.via[:40], req.ref
+    if req.kind == "answer":
+        rid, decision, message = d.get("request_id"), d.get("decision"), d.get("message", "")
+        if not isinstance(rid, str) or decision not in ("allow", "deny"):
+            return None, "an answer needs a request id and allow or deny"
+        if not isinstance(message, str):
+            return None, "the message is not text"
+        return HumanDecision(rid, decision == "allow", message[:8000], by, via, ref), None
+    if req.kind == "send":
+        text = d.get("text")
+        if not isinstance(text, str) or not text.strip():
+            return None, "an empty message"
+        return HumanMessage(text[: 64 * 1024], by, via, ref), None
+    turns, cost, extend = d.get("add_turns", 0), d.get("add_cost_usd", 0.0), d.get("extend", 0.0)
+    ok = (
+        isinstance(turns, int)
+        and not isinstance(turns, bool)
+        and turns >= 0
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in (cost, extend))
+        and 0 <= float(cost) < float("inf")
+        and 0 <= float(extend) < float("inf")
+    )
+    if not ok:
+        return None, "add_turns, add_cost_usd and extend must be numbers, 0 or more"
+    return ContinueBudget(turns, float(cost), float(extend), by, via, ref), None
 
 
 STOP_REQUEST_FILE = "stop-request"

@@ -93,12 +93,60 @@ class Decided:
 
 
 @dataclass(frozen=True)
+class PendingAsk:
+    """A call the policy sent to `ask`, waiting for a person (a human decider): the
+    request, the policy's decision (opaque here), a one-line `summary` and the `denial`
+    the worker gets unless someone allows it."""
+
+    request: PermissionRequest
+    decision: Any
+    summary: str
+    denial: str
+    rule: str = ""
+
+
+@dataclass(frozen=True)
 class Gated:
-    """After AnswerPermission: `park` when the decider could not answer, `stalled` when the
-    worker did not take the answer."""
+    """After AnswerPermission or ResolveAsk: `park` when the decider could not answer,
+    `stalled` when the worker did not take the answer, `ask` when it waits for a person."""
 
     park: str | None = None
     stalled: str | None = None
+    ask: PendingAsk | None = None
+
+
+@dataclass(frozen=True)
+class HumanDecision:
+    """`git sup answer`: a person allows or denies an open ask (`ref` the control request)."""
+
+    request_id: str
+    allow: bool
+    message: str
+    by: str
+    via: str
+    ref: str
+
+
+@dataclass(frozen=True)
+class HumanMessage:
+    """`git sup send`: a person's message for the worker's next turn."""
+
+    text: str
+    by: str
+    via: str
+    ref: str
+
+
+@dataclass(frozen=True)
+class ContinueBudget:
+    """`git sup continue`: raise the budget of a task paused on it."""
+
+    add_turns: int
+    add_cost_usd: float
+    extend: float
+    by: str
+    via: str
+    ref: str
 
 
 @dataclass(frozen=True)
@@ -106,7 +154,7 @@ class TurnSent:
     """After SendTurn. `ok`: the worker takes turns and got the message (or had it already);
     `sent`: a new turn started; `stalled`: its input is stuck."""
 
-    purpose: Literal["continue", "repair", "deadline"]
+    purpose: Literal["continue", "repair", "deadline", "message"]
     ok: bool
     sent: bool = False
     stalled: str | None = None
@@ -186,10 +234,20 @@ class AnswerPermission:
 
 
 @dataclass(frozen=True)
+class ResolveAsk:
+    """Answer a pending ask: a person's `allow`/`message`, or its `fallback` decider."""
+
+    ask: PendingAsk
+    allow: bool
+    message: str = ""
+    fallback: bool = False
+
+
+@dataclass(frozen=True)
 class SendTurn:
     message: str
     key: str
-    purpose: Literal["continue", "repair", "deadline"]
+    purpose: Literal["continue", "repair", "deadline", "message"]
 
 
 @dataclass(frozen=True)
@@ -231,6 +289,7 @@ Effect = (
     | ImportWork
     | Decide
     | AnswerPermission
+    | ResolveAsk
     | SendTurn
     | StopWorker
     | Verify

@@ -357,6 +357,9 @@ def show_dict(ctx: SupRepo, record: TaskRecord) -> dict[str, Any]:
     d["owner_alive"] = record.state not in TERMINAL and _owner_alive(record)
     d["queue_evidence"] = queue_evidence(ctx, record)
     d["policy_change"] = policy_change(ctx, record)
+    from gitsup.tasks.human import pending
+
+    d["pending"] = pending(ctx, record)
     return d
 
 

@@ -314,7 +314,8 @@ def make_decider(
     agent decider;
     `abort` (set on stop) ends a running call early."""
     d = spec.decider
-    if d.kind == "command":
+    kind = d.machine_kind()  # a human decider's fallback answers what a person does not
+    if kind == "command":
         if not d.argv:
             from gitsup.errors import GitsupError
 
@@ -322,7 +323,7 @@ def make_decider(
         return CommandDecider(
             list(d.argv), cwd=cwd, env=env, timeout=d.timeout, wrap=wrap, abort=abort
         )
-    if d.kind in ("claude", "codex", "acp"):
+    if kind in ("claude", "codex", "acp"):
         from gitsup.spec import decider_argv
 
         return ClaudeDecider(
@@ -333,6 +334,6 @@ def make_decider(
             network=network,
             wrap_for=wrap_for,
             abort=abort,
-            kind=d.kind,
+            kind=kind,
         )
     return RulesDecider()

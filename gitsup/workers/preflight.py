@@ -91,8 +91,8 @@ def acp_problems(spec: TaskSpec, env: Mapping[str, str]) -> list[str]:
         roles.append(("worker", list(spec.worker.argv), spec.worker.kind))
     if spec.review.kind in ("acp", "codex"):
         roles.append(("reviewer", review_argv(spec), spec.review.kind))
-    if spec.decider.kind in ("acp", "codex"):
-        roles.append(("decider", decider_argv(spec), spec.decider.kind))
+    if spec.decider.machine_kind() in ("acp", "codex"):
+        roles.append(("decider", decider_argv(spec), spec.decider.machine_kind()))
     out = []
     for role, role_argv, agent in roles:
         try:
@@ -117,7 +117,7 @@ def _command_roles(spec: TaskSpec) -> list[tuple[str, list[str]]]:
     roles = []
     if spec.review.kind == "command":
         roles.append(("reviewer", list(spec.review.argv)))
-    if spec.decider.kind == "command":
+    if spec.decider.machine_kind() == "command":
         roles.append(("decider", list(spec.decider.argv)))
     return roles
 
@@ -166,7 +166,7 @@ def claude_problems(spec: TaskSpec, env: Mapping[str, str]) -> list[tuple[str, s
         roles.append(
             ("worker", list(spec.worker.argv), 'or run another worker: --worker "command"')
         )
-    if spec.decider.kind == "claude":
+    if spec.decider.machine_kind() == "claude":
         roles.append(("decider", decider_argv(spec), 'or [decider] kind = "rules"'))
     if spec.review.kind == "claude":
         roles.append(
