@@ -77,8 +77,8 @@ SandboxedOpt = Annotated[
     bool,
     typer.Option(
         "--sandboxed",
-        help="Judge as inside an enforced task sandbox (POLICY.md 4a): routine build, install "
-        "and file work in the worktree is allowed; deny stays deny.",
+        help="Judge as inside an enforced task sandbox (docs/policy.md, 'Sandboxed mode'): "
+        "routine build, install and file work in the worktree is allowed; deny stays deny.",
     ),
 ]
 

@@ -1,4 +1,5 @@
-"""The allow list in plain form (POLICY.md section 3) and the ask triggers (section 4).
+"""The allow list in plain form and the ask triggers (docs/policy.md, "Allow: the plain form"
+and "Ask").
 
 Every part must be accounted for; the first part that is not gives the `ask` decision.
 The judges of `git` live in `policy/allow_git.py`, those of other programs in

@@ -1,4 +1,4 @@
-"""The allow list for `git` (POLICY.md section 3): read-only subcommands, and the local
+"""The allow list for `git` (docs/policy.md, "Allow: the plain form"): read-only subcommands, and the local
 writes a task may make (add, commit, branch) with their forbidden flags."""
 
 from __future__ import annotations

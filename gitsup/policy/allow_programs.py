@@ -1,4 +1,4 @@
-"""The allow list's per-program judges (POLICY.md section 3): configured utilities, `sed`,
+"""The allow list's per-program judges (docs/policy.md, "Allow: the plain form"): configured utilities, `sed`,
 `find`, `test` and configured runners (interpreters, build and test tools)."""
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ class ScriptSpec(_Model):
 
 
 class SandboxedAllowSection(_Model):
-    """Rules that allow only when the task's kernel sandbox is enforced (POLICY.md 4a)."""
+    """Rules that allow only when the task's kernel sandbox is enforced (docs/policy.md, "Sandboxed mode")."""
 
     runner: tuple[RunnerSpec, ...] = ()
     mutate: dict[str, UtilitySpec] = Field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""Deny detection (POLICY.md section 2) over the normalised form, with payload recursion."""
+"""Deny detection (docs/policy.md, "Deny: D1-D4") over the normalised form, with payload recursion."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The sandboxed mode (POLICY.md section 4a): its labelled corpus, and the properties that tie it to
+"""The sandboxed mode (docs/policy.md, "Sandboxed mode"): its labelled corpus, and the properties that tie it to
 the unsandboxed policy: deny is deny in both modes, and what is allowed without the sandbox stays
 allowed with it."""
 
@@ -26,7 +26,7 @@ SB_ROWS = [
 POLICY = Policy.load()
 ALL_COMMANDS = sorted({c for _, _, c in ROWS} | {c for _, _, c in SB_ROWS})
 
-# The examples of POLICY.md section 4a: allow inside the sandbox, ask without it.
+# The examples of docs/policy.md, "Sandboxed mode": allow inside the sandbox, ask without it.
 SECTION_4A = [
     "pip install -e .",
     "python -m pip install -r requirements.txt",
