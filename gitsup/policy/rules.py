@@ -40,6 +40,7 @@ class RuleId(StrEnum):
     A_GIT_READ = "A.git-read"
     A_LOCAL_DEV = "A.local-dev"
     A_READ_ONLY = "A.read-only"
+    A_REPO = "A.repo"
     A_SANDBOXED = "A.sandboxed"
     A_STRUCTURE = "A.structure"
     D1_ALIAS = "D1.alias"

@@ -115,6 +115,11 @@ def prepare_task(
     from gitsup.workers.preflight import preflight_start
 
     preflight_start(ctx, spec, baseline)  # refuses before anything is written
+    from gitsup.policy import Policy
+
+    # a malformed `.gitsup/policy.toml`, or a rule example that does not classify as declared,
+    # is said now rather than at the worker's first request
+    Policy.load(repo.main_workdir, extra_protected=repo.config_get_all("sup.protected"))
     undo: list[Any] = []
     if not ctx.layout.root.exists():
         # The first start also sets the repository up; a start that fails takes that back.
