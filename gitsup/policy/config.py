@@ -52,6 +52,37 @@ class RunnerSpec(_Model):
     path_opts: tuple[str, ...] = ()
     # positional words (globs) that make it ask: a target named `deploy`, `VAR=value` overrides
     ask_words: tuple[str, ...] = ()
+    # "OPTION=GLOB": the option with a value matching the glob names code to load or run (a
+    # plugin or module by name, an init hook, an interpreter, options smuggled into an ini
+    # override): it asks, unless the value also matches one of the option's `ok_values`
+    # (`-p=no:*` turns a pytest plugin off)
+    ask_values: tuple[str, ...] = ()
+    ok_values: tuple[str, ...] = ()
+
+    @field_validator("ask_values", "ok_values")
+    @classmethod
+    def _option_globs(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for item in v:
+            opt, eq, glob = item.partition("=")
+            if not (opt.startswith("-") and len(opt) > 1 and eq and glob):
+                raise ValueError(f"expected OPTION=GLOB such as '-p=*': {item!r}")
+        return v
+
+    def value_opts(self) -> tuple[str, ...]:
+        """The options `ask_values` names."""
+        return tuple(dict.fromkeys(item.partition("=")[0] for item in self.ask_values))
+
+    def asks_for(self, opt: str, value: str) -> bool:
+        """True when option `opt` with `value` names code to load or run."""
+
+        def hit(items: tuple[str, ...]) -> bool:
+            for item in items:
+                o, _, glob = item.partition("=")
+                if o == opt and fnmatch.fnmatchcase(value, glob):
+                    return True
+            return False
+
+        return hit(self.ask_values) and not hit(self.ok_values)
 
     @field_validator("argv")
     @classmethod
