@@ -60,7 +60,7 @@ _GIT_NOT_ABBREVIATIONS = frozenset({"--text"})
 
 # Options of the read-only subcommands whose value is a file git reads: long options (any
 # unique prefix: git's parse-options takes abbreviations) and short letters (also at the end of
-# a cluster, `-wS FILE`, or with the value attached, `-O/tmp/x`). The file must lie in W
+# a cluster, `-wS FILE`, or with the value attached, `-O/tmp/x`; one letter per subcommand). The file must lie in W
 # unsandboxed, like any path operand (docs/policy.md, "Classes that need care").
 _GIT_READ_FILES: dict[str, tuple[tuple[str, ...], str]] = {
     "blame": (("--contents", "--ignore-revs-file"), "S"),
@@ -81,14 +81,16 @@ def _read_files(sub: str, args: list[str]) -> list[tuple[str, str]]:
         nxt = args[k + 1] if k + 1 < len(args) else ""
         if x == "--":
             break
-        if x.startswith("--"):
+        if x[:2] == "--":
+            if not longs:
+                continue
             name, eq, value = x.partition("=")
             if len(name) > 3 and any(o.startswith(name) for o in longs):
                 found.append((name, value if eq else nxt))
-        elif x.startswith("-") and shorts:
-            at = next((j for j, c in enumerate(x[1:], 1) if c in shorts), -1)
+        elif shorts and x[:1] == "-":
+            at = x.find(shorts, 1)
             if at > 0:
-                found.append((f"-{x[at]}", x[at + 1 :] or nxt))
+                found.append((f"-{shorts}", x[at + 1 :] or nxt))
     return found
 
 

@@ -407,7 +407,7 @@ def _runner_ok(
     while i < len(rest):
         a = rest[i]
         nxt = rest[i + 1] if i + 1 < len(rest) else None
-        if value_opts and a.startswith("-") and a != "-":
+        if value_opts and a[:1] == "-" and (a[:2] in value_opts or a[:2] == "--"):
             hit = _path_opt(a, nxt, value_opts)
             if hit is not None and spec.asks_for(hit[0], hit[1]):
                 if not st.sandboxed:
@@ -442,17 +442,12 @@ def _runner_ok(
         opt = a.split("=", 1)[0]
         if a.startswith("-"):
             seen.add(opt)
-            if spec.forbid and (
-                _forbidden(opt, spec.forbid)
-                or any(
-                    f.startswith("-")
-                    and not f.startswith("--")
-                    and len(f) == 2
-                    and opt.startswith(f)
-                    and not opt.startswith("--")
-                    and len(opt) > 2
-                    and f in ("-Z",)
-                    for f in spec.forbid
+            if (
+                spec.forbid
+                and (
+                    _forbidden(opt, spec.forbid)
+                    # `-Z` takes its value attached (`cargo -Zflag`)
+                    or ("-Z" in spec.forbid and opt[:2] == "-Z" and len(opt) > 2)
                 )
             ):
                 return ask(

@@ -70,7 +70,7 @@ class RunnerSpec(_Model):
 
     def value_opts(self) -> tuple[str, ...]:
         """The options `ask_values` names."""
-        return tuple(dict.fromkeys(item.partition("=")[0] for item in self.ask_values))
+        return _value_opts(self.ask_values)
 
     def asks_for(self, opt: str, value: str) -> bool:
         """True when option `opt` with `value` names code to load or run."""
@@ -90,6 +90,11 @@ class RunnerSpec(_Model):
         if any(not w or any(c.isspace() for c in w) for w in v):
             raise ValueError("argv items must be non-empty words without spaces")
         return v
+
+
+@cache
+def _value_opts(ask_values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(item.partition("=")[0] for item in ask_values))
 
 
 class WrapperSpec(_Model):
