@@ -1,4 +1,4 @@
-"""The task state machine (DESIGN.md), and how a final state maps to a candidate status.
+"""The task state machine (docs/design.md, "The task state machine"), and how a final state maps to a candidate status.
 
     idle -> starting -> running <-> waiting -> verifying -> completed   (candidate ready)
                           |   ^        |          |  |

@@ -25,7 +25,7 @@ def hermetic_env(
 ) -> Path:
     home = tmp_path_factory.mktemp("home")
     # Workers in these tests report to the test through files in its tmp dir; the sandbox
-    # tests (tests/test_sandbox*.py) remove this to run with the default rules only.
+    # tests (tests/host/test_sandbox*.py) remove this to run with the default rules only.
     monkeypatch.setenv("GITSUP_SANDBOX_EXTRA_WRITE", str(tmp_path))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")

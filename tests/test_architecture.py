@@ -4,6 +4,7 @@ change would, and `lint-imports` must refuse it."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -178,3 +179,88 @@ def test_the_guard_fails_when_integrate_runs_checks_itself(pristine: Path, tmp_p
     assert {(f, w) for f, _, w in calls} != set(CHECK_RUNNERS.items())
     after = lint(root, "confined-checks")
     assert after.returncode != 0 and "BROKEN" in after.stdout, after.stdout
+
+
+# --- no silent fallback when one of gitsup's own modules fails to import ---------------------
+
+_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError"})
+
+
+def _names(node: ast.expr | None) -> set[str]:
+    if node is None:
+        return set()
+    if isinstance(node, ast.Tuple):
+        return set().union(*(_names(e) for e in node.elts))
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, ast.Attribute):
+        return {node.attr}
+    return set()
+
+
+def _imports_gitsup(body: list[ast.stmt]) -> list[str]:
+    found: list[str] = []
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Import):
+                found += [a.name for a in node.names if a.name.split(".")[0] == "gitsup"]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.split(".")[0] == "gitsup":
+                    found.append(node.module)
+            elif isinstance(node, ast.ImportFrom) and node.level > 0:
+                found.append("." * node.level + (node.module or ""))
+    return found
+
+
+def guarded_own_imports(source: str, name: str) -> list[str]:
+    """`name:line: module` for each import of a gitsup module inside a `try` whose handler
+    names ImportError or ModuleNotFoundError, or inside `with contextlib.suppress(ImportError)`:
+    a broken module of gitsup's own would then be skipped silently."""
+    catches = _IMPORT_ERRORS
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        guarded = False
+        if isinstance(node, ast.Try):
+            guarded = any(_names(h.type) & catches for h in node.handlers)
+        elif isinstance(node, ast.With):
+            for item in node.items:
+                call = item.context_expr
+                if (
+                    isinstance(call, ast.Call)
+                    and "suppress" in _names(call.func)
+                    and any(_names(a) & catches for a in call.args)
+                ):
+                    guarded = True
+        if guarded:
+            for module in _imports_gitsup(node.body):  # type: ignore[attr-defined]
+                found.append(f"{name}:{node.lineno}: {module}")
+    return found
+
+
+def test_no_import_of_gitsup_is_guarded_by_an_import_error_handler() -> None:
+    """Only optional third-party packages (apprise, orjson, pyroute2, pyseccomp, typer's
+    internals) may be missing; a module of gitsup that fails to import is an error, never a
+    feature quietly left out (such as the push gate of a task not installed)."""
+    found: list[str] = []
+    for path in sorted((REPO_ROOT / "gitsup").rglob("*.py")):
+        rel = str(path.relative_to(REPO_ROOT))
+        found += guarded_own_imports(path.read_text(encoding="utf-8"), rel)
+    assert not found, "imports of gitsup modules that fail silently:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "try:\n    from gitsup.git.hooks import install_hook\nexcept ImportError:\n    pass\n",
+        "try:\n    import gitsup.x\nexcept (OSError, ModuleNotFoundError):\n    pass\n",
+        "import contextlib\nwith contextlib.suppress(ImportError):\n    from gitsup import y\n",
+        "def f():\n    try:\n        from .hooks import h\n    except ImportError as e:\n        return\n",
+    ],
+)
+def test_a_guarded_import_of_gitsup_is_found(source: str) -> None:
+    assert guarded_own_imports(source, "x.py")
+
+
+def test_a_guarded_third_party_import_is_allowed() -> None:
+    source = "try:\n    import apprise\nexcept ImportError:\n    apprise = None\n"
+    assert guarded_own_imports(source, "x.py") == []

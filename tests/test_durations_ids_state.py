@@ -26,19 +26,8 @@ from gitsup.store.record import TaskRecord
 from gitsup.store.records import TaskStore
 from tests.conftest import REPO_ROOT
 
-# The state-machine diagram of DESIGN.md (shared/docs, next to the repository); the copy below
-# is used only when that file is not there.
-_DESIGN_FILES = [
-    REPO_ROOT.parent / "shared" / "docs" / "DESIGN.md",
-    Path("/work/shared/docs/DESIGN.md"),
-]
-_DIAGRAM_COPY = """
-idle -> starting -> running <-> waiting -> verifying -> completed      (candidate ready)
-                      |   ^        |          |  |
-                      v   |        v          |  +--> running           (repair round, same worker)
-                    paused+      failed       +-----> blocked           (candidate parked)
-   stop from starting | running | waiting | paused | verifying -> stopped
-"""
+# The state-machine diagram of docs/design.md ("The task state machine").
+_DESIGN_FILE = REPO_ROOT / "docs" / "design.md"
 
 # --- durations ----------------------------------------------------------------------------
 
@@ -193,12 +182,8 @@ def test_store_ids_listed_sorted_and_only_with_records(tmp: Path) -> None:
 
 
 def _design_states() -> set[str]:
-    diagram = _DIAGRAM_COPY
-    for f in _DESIGN_FILES:
-        if f.is_file():
-            block = f.read_text().split("## State machine", 1)[1].split("\n## ", 1)[0]
-            diagram = block.split("```text", 1)[1].split("```", 1)[0]
-            break
+    block = _DESIGN_FILE.read_text().split("### The task state machine", 1)[1]
+    diagram = block.split("```text", 1)[1].split("```", 1)[0]
     # every word of the diagram that is not commentary is a state
     commentary = {
         "v",

@@ -1,4 +1,5 @@
-"""`git sup policy check|show`: ask the policy gate about commands; print the effective policy."""
+"""`git sup policy check|explain|show`: ask the policy gate about commands, say why, print the
+effective policy."""
 
 from __future__ import annotations
 
@@ -77,8 +78,8 @@ SandboxedOpt = Annotated[
     bool,
     typer.Option(
         "--sandboxed",
-        help="Judge as inside an enforced task sandbox (POLICY.md 4a): routine build, install "
-        "and file work in the worktree is allowed; deny stays deny.",
+        help="Judge as inside an enforced task sandbox (docs/policy.md, 'Sandboxed mode'): "
+        "routine build, install and file work in the worktree is allowed; deny stays deny.",
     ),
 ]
 
@@ -165,6 +166,47 @@ def check_cmd(
         _render(d)
 
 
+@policy_app.command("explain")
+def explain_cmd(
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="The command, after `--`: one argument is the command string as is; several "
+            "are one command's words, each quoted."
+        ),
+    ] = None,
+    cwd: CwdOpt = None,
+    sandboxed: SandboxedOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print every rule that looked at the command (built-in and repository), its verdict,
+    why and what it did, then the decision. Exit 0 whatever the verdict."""
+    words = command or []
+    if not words:
+        raise GitsupError("no command given", hint="git sup policy explain -- npm publish")
+    worktree, policy = _context(cwd)
+    from gitsup.policy.explain import explain_command
+
+    e = explain_command(command_text(words), worktree=worktree, policy=policy, sandboxed=sandboxed)
+    if as_json:
+        emit_json(e.as_dict())
+        return
+    for p in e.parts:
+        out(f"part: {p.part}")
+        for f in p.findings:
+            name = f"{f.rule} {f.id!r}" if f.id else f.rule
+            out(f"  {f.step:<10}  {f.verdict:<5}  {name}: {f.effect}")
+            out(f"  {'':<10}  {'':<5}  {f.reason}")
+    if e.note:
+        out(f"note: {e.note}")
+    d = e.decision
+    out(f"decision: {d.verdict}  {d.rule}" + ("  (sandboxed)" if d.sandboxed else ""))
+    out(f"  reason: {d.reason}")
+    out(f"  part:   {d.part}")
+    for r in e.refused:
+        out(f"refused: {r}")
+
+
 @policy_app.command("show")
 def show_cmd(cwd: CwdOpt = None, as_json: JsonOpt = False) -> None:
     """Print the effective policy (packaged default + .gitsup/policy.toml + sup.protected)."""
@@ -193,3 +235,8 @@ def show_cmd(cwd: CwdOpt = None, as_json: JsonOpt = False) -> None:
         out(f"ask (repo):  {'; '.join(summary['ask'])}")
     if summary["deny"]:
         out(f"deny (repo): {'; '.join(summary['deny'])}")
+    for r in summary["rules"]:
+        state = "  (refused)" if r["refused"] else ""
+        out(f"rule (repo): {r['id']}: {r['decision']} `{r['pattern']}`{state}")
+    for r in summary["refused"]:
+        out(f"refused:     {r}")

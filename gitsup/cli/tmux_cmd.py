@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import sys
@@ -63,8 +62,8 @@ def attach_cmd(
 
 def _hook_app() -> typer.Typer:
     """The `hook` sub-app: the one the boundary commands registered, else our own."""
-    with contextlib.suppress(ImportError):
-        from gitsup.cli import boundary_cmd  # type: ignore[attr-defined,unused-ignore]  # noqa: F401
+    from gitsup.cli import boundary_cmd  # noqa: F401  (registers the `hook` sub-app)
+
     for group in app.registered_groups:
         if group.name == "hook" and isinstance(group.typer_instance, typer.Typer):
             return group.typer_instance

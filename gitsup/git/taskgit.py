@@ -294,11 +294,9 @@ def _install_gate(hooks: Path) -> None:
     """The private hooks dir holds only gitsup's own client-side push gate (defence in
     depth: a push from inside the task is refused before it leaves); none of the user's
     hooks run in the task, and nothing there ever runs on the user's side."""
-    try:
-        from gitsup.git.hooks import install_hook  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return
-    install_hook(hooks, "pre-push", "start")  # type: ignore[no-untyped-call,unused-ignore]
+    from gitsup.git.hooks import install_hook
+
+    install_hook(hooks, "pre-push", "start")
 
 
 def open_worktree(layout: Layout, task: TaskId, worktree: Path) -> GitRepo:

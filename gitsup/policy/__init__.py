@@ -1,5 +1,5 @@
 """The policy gate: every permission request of a worker gets `allow`, `ask` or `deny` and the
-rule that decided (docs/POLICY.md, docs/policy.md). Pure: no Git, no subprocesses, no I/O
+rule that decided (docs/policy.md). Pure: no Git, no subprocesses, no I/O
 beyond reading policy files, (for file tools) resolving symlinks and (for the denial hints'
 `detect_ecosystem`) listing the top of the worktree."""
 

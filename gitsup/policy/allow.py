@@ -1,4 +1,5 @@
-"""The allow list in plain form (POLICY.md section 3) and the ask triggers (section 4).
+"""The allow list in plain form and the ask triggers (docs/policy.md, "Allow: the plain form"
+and "Ask").
 
 Every part must be accounted for; the first part that is not gives the `ask` decision.
 The judges of `git` live in `policy/allow_git.py`, those of other programs in
@@ -15,6 +16,7 @@ from gitsup.policy.allow_git import _git
 from gitsup.policy.allow_programs import _PYTHON, _find, _runner, _sed, _test, _utility
 from gitsup.policy.allow_programs import is_pythonish as is_pythonish
 from gitsup.policy.allow_state import AllowState as AllowState
+from gitsup.policy.config import Policy
 from gitsup.policy.decision import Decision, _make, allow, ask
 from gitsup.policy.normalise import (
     UNKNOWN,
@@ -103,7 +105,10 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
         if plain is not None:
             head = part.words[0]
             if plain[0] == head.src and head.plain and _is_name(plain[0]):
-                return _program(plain, part, st)
+                d = _program(plain, part, st)
+                if st.policy.allow_rules and d is not None and d.verdict == "ask":
+                    return repo_allow(d, plain, st.policy, part.src)
+                return d
     src = part.src
     if part.background:
         return ask(RuleId.ASK_BACKGROUND, "runs in the background (&)", src)
@@ -179,6 +184,23 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
         and _sandboxed_redirect(part, st)
     ):
         return allow(RuleId.A_SANDBOXED, f"inside the sandbox: {d.reason}", src)
+    if st.policy.allow_rules and d is not None and d.verdict == "ask":
+        return repo_allow(d, argv, st.policy, src)
+    return d
+
+
+_ASK_REPO: str = RuleId.ASK_REPO.value
+
+
+def repo_allow(d: Decision, argv: list[str], policy: Policy, src: str) -> Decision:
+    """`d` (an ask of the allow list for a part of literal words whose redirections stay in
+    the worktree), or allow when a repository allow rule matches the part's words. An ask of
+    the repository's own rules stays ask (the stricter rule wins)."""
+    if d.rule == _ASK_REPO:
+        return d
+    for rule in policy.allow_rules:
+        if rule.matches(argv):
+            return allow(RuleId.A_REPO, rule.reason(), src)
     return d
 
 
@@ -245,6 +267,9 @@ def _program(argv: list[str], part: Part, st: AllowState) -> Decision | None:
             p == a or fnmatch.fnmatchcase(a, p) for p, a in zip(prefix, argv, strict=False)
         ):
             return ask(RuleId.ASK_REPO, f"the repository policy asks for `{' '.join(prefix)}`", src)
+    for rule in policy.ask_rules:
+        if rule.matches(argv):
+            return ask(RuleId.ASK_REPO, rule.reason(), src)
     if prog == "cd":
         return _cd(args, st, src)
     if prog == "git":

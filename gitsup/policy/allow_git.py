@@ -1,4 +1,4 @@
-"""The allow list for `git` (POLICY.md section 3): read-only subcommands, and the local
+"""The allow list for `git` (docs/policy.md, "Allow: the plain form"): read-only subcommands, and the local
 writes a task may make (add, commit, branch) with their forbidden flags."""
 
 from __future__ import annotations
@@ -56,6 +56,42 @@ _GIT_BAD_PREFIXES = frozenset(f[:k] for f in _GIT_BAD_FLAGS for k in range(3, le
 
 # Exact option names that are also prefixes of a flag above (git prefers the exact match).
 _GIT_NOT_ABBREVIATIONS = frozenset({"--text"})
+
+
+# Options of the read-only subcommands whose value is a file git reads: long options (any
+# unique prefix: git's parse-options takes abbreviations) and short letters (also at the end of
+# a cluster, `-wS FILE`, or with the value attached, `-O/tmp/x`; one letter per subcommand). The file must lie in W
+# unsandboxed, like any path operand (docs/policy.md, "Classes that need care").
+_GIT_READ_FILES: dict[str, tuple[tuple[str, ...], str]] = {
+    "blame": (("--contents", "--ignore-revs-file"), "S"),
+    "grep": ((), "f"),
+    "ls-files": (("--exclude-from",), "X"),
+    "diff": ((), "O"),
+    "log": ((), "O"),
+    "show": ((), "O"),
+    "rev-parse": (("--resolve-git-dir",), ""),
+}
+
+
+def _read_files(sub: str, args: list[str]) -> list[tuple[str, str]]:
+    """(option, file) for each file the read-only `git sub args` reads through an option."""
+    longs, shorts = _GIT_READ_FILES[sub]
+    found: list[tuple[str, str]] = []
+    for k, x in enumerate(args):
+        nxt = args[k + 1] if k + 1 < len(args) else ""
+        if x == "--":
+            break
+        if x[:2] == "--":
+            if not longs:
+                continue
+            name, eq, value = x.partition("=")
+            if len(name) > 3 and any(o.startswith(name) for o in longs):
+                found.append((name, value if eq else nxt))
+        elif shorts and x[:1] == "-":
+            at = x.find(shorts, 1)
+            if at > 0:
+                found.append((f"-{shorts}", x[at + 1 :] or nxt))
+    return found
 
 
 _BRANCH_LIST = frozenset(
@@ -137,10 +173,25 @@ def _git(args: list[str], part: Part, st: AllowState) -> Decision:
             if not value or not st.path_inside(value):
                 return ask(RuleId.ASK_OUTSIDE_PATH, "`--output` outside the worktree", src)
     if sub in _GIT_READ:
+        outside = ""
+        if sub in _GIT_READ_FILES:
+            for opt, value in _read_files(sub, a):
+                if value in ("", "-") or st.path_inside(value):
+                    continue
+                if not st.sandboxed:
+                    return ask(
+                        RuleId.ASK_OUTSIDE_PATH,
+                        f"`git {sub} {opt}` reads {value} outside the worktree",
+                        src,
+                    )
+                # inside the sandbox the kernel, not the classifier, decides what may be read
+                outside = outside or f"`git {sub} {opt}` reads {value}"
         if sub == "diff" and "--no-index" in a:
             for p in gitcmd.positionals(a):
                 if not st.path_inside(p):
                     return ask(RuleId.ASK_OUTSIDE_PATH, f"`git diff --no-index` reads {p}", src)
+        if outside:
+            return allow(RuleId.A_SANDBOXED, f"inside the sandbox: {outside}", src)
         return allow(RuleId.A_GIT_READ, f"read-only `git {sub}`", src)
     first = a[0] if a else ""
     if sub == "reflog" and first not in ("expire", "delete", "drop", "write"):

@@ -1,4 +1,4 @@
-"""The allow list's per-program judges (POLICY.md section 3): configured utilities, `sed`,
+"""The allow list's per-program judges (docs/policy.md, "Allow: the plain form"): configured utilities, `sed`,
 `find`, `test` and configured runners (interpreters, build and test tools)."""
 
 from __future__ import annotations
@@ -385,6 +385,15 @@ def _path_opt(a: str, nxt: str | None, opts: Sequence[str]) -> tuple[str, str, i
     return None
 
 
+_EMBEDDED = re.compile(r"[=:]")
+
+
+def _embedded(value: str) -> list[str]:
+    """The pieces of a value between `=` and `:` (`cache_dir=/x` -> `cache_dir`, `/x`), without
+    blanks or quotes (`extend = "/x.toml"`)."""
+    return [v for v in (p.strip(" \t'\"") for p in _EMBEDDED.split(value)) if v]
+
+
 def _runner_ok(
     spec: RunnerSpec, rest: list[str], st: AllowState, src: str, *, sandboxed: bool = False
 ) -> Decision:
@@ -392,9 +401,23 @@ def _runner_ok(
     seen: set[str] = set()
     positional: list[str] = []
     i = 0
+    value_opts = spec.value_opts() if spec.ask_values else ()
+    contained = False
+    embedded: Decision | None = None
     while i < len(rest):
         a = rest[i]
         nxt = rest[i + 1] if i + 1 < len(rest) else None
+        if value_opts and a[:1] == "-" and (a[:2] in value_opts or a[:2] == "--"):
+            hit = _path_opt(a, nxt, value_opts)
+            if hit is not None and spec.asks_for(hit[0], hit[1]):
+                if not st.sandboxed:
+                    return ask(
+                        RuleId.ASK_RUNNER_OPTION,
+                        f"`{name} {hit[0]} {hit[1]}` loads or runs code the command names",
+                        src,
+                    )
+                # inside the sandbox: no worse than a script written into W and run
+                contained = True
         if spec.path_opts and a.startswith("-") and a != "-":
             hit = _path_opt(a, nxt, spec.path_opts)
             if hit is not None:
@@ -419,17 +442,12 @@ def _runner_ok(
         opt = a.split("=", 1)[0]
         if a.startswith("-"):
             seen.add(opt)
-            if spec.forbid and (
-                _forbidden(opt, spec.forbid)
-                or any(
-                    f.startswith("-")
-                    and not f.startswith("--")
-                    and len(f) == 2
-                    and opt.startswith(f)
-                    and not opt.startswith("--")
-                    and len(opt) > 2
-                    and f in ("-Z",)
-                    for f in spec.forbid
+            if (
+                spec.forbid
+                and (
+                    _forbidden(opt, spec.forbid)
+                    # `-Z` takes its value attached (`cargo -Zflag`)
+                    or ("-Z" in spec.forbid and opt[:2] == "-Z" and len(opt) > 2)
                 )
             ):
                 return ask(
@@ -443,6 +461,18 @@ def _runner_ok(
         if not st.path_inside(value):
             return ask(
                 RuleId.ASK_OUTSIDE_PATH, f"`{name}` argument {a!r} points outside the worktree", src
+            )
+        if (
+            embedded is None
+            and ("=" in value or ":" in value)
+            and not all(st.path_inside(v) for v in _embedded(value))
+        ):
+            # a path inside a value (`-o cache_dir=/x`, `--cov-report=html:/x`); said after
+            # the checks below, which name a more specific reason (`make VAR=/x`)
+            embedded = ask(
+                RuleId.ASK_OUTSIDE_PATH,
+                f"`{name}` argument {a!r} names a path outside the worktree",
+                src,
             )
         if value not in ("-", "") and st.in_git_dir(value):
             # `go build -o .git/hooks/pre-commit`, `pip install -t .git/...`
@@ -465,7 +495,9 @@ def _runner_ok(
             return ask(
                 RuleId.ASK_RUN, f"`{name}` with a target other than {', '.join(spec.only)}", src
             )
-    if sandboxed:
+    if embedded is not None:
+        return embedded
+    if sandboxed or contained:
         return allow(RuleId.A_SANDBOXED, f"inside the sandbox: `{name}`", src)
     return allow(RuleId.A_LOCAL_DEV, f"local development: `{name}`", src)
 

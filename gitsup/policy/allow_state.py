@@ -26,7 +26,7 @@ class AllowState:
     worktree: str
     home: str
     cwds: set[str]  # where the part being judged may run (the worktree until a `cd`)
-    sandboxed: bool  # POLICY.md section 4a: the task's kernel sandbox is enforced
+    sandboxed: bool  # the task's kernel sandbox is enforced (docs/policy.md, "Sandboxed mode")
     dotglob: bool
     _root_only: bool = field(repr=False)  # the worktree is in its normal form
     _expander: Expander | None = field(repr=False)

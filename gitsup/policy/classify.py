@@ -1,5 +1,6 @@
 """The shell classifier: parse, deny detection (with payloads and wrappers), then the allow
-list in plain form; everything else asks. Deny dominates (POLICY.md sections 1 and 5)."""
+list in plain form; everything else asks. Deny dominates (docs/policy.md,
+"Decision order")."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def classify_command(
 ) -> Decision:
     """The verdict for one Bash command string run with cwd `worktree`.
 
-    `sandboxed` says the task's kernel sandbox is enforced (POLICY.md section 4a): routine
+    `sandboxed` says the task's kernel sandbox is enforced (docs/policy.md, "Sandboxed mode"): routine
     build, install, run and file work inside the worktree is then allowed; deny stays deny.
     Identical questions are answered from a per-policy cache (the policy is immutable).
     Never raises for any input string: input too deep to judge is `ask`.

@@ -12,7 +12,7 @@ import fnmatch
 import importlib.resources
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -52,6 +52,37 @@ class RunnerSpec(_Model):
     path_opts: tuple[str, ...] = ()
     # positional words (globs) that make it ask: a target named `deploy`, `VAR=value` overrides
     ask_words: tuple[str, ...] = ()
+    # "OPTION=GLOB": the option with a value matching the glob names code to load or run (a
+    # plugin or module by name, an init hook, an interpreter, options smuggled into an ini
+    # override): it asks, unless the value also matches one of the option's `ok_values`
+    # (`-p=no:*` turns a pytest plugin off)
+    ask_values: tuple[str, ...] = ()
+    ok_values: tuple[str, ...] = ()
+
+    @field_validator("ask_values", "ok_values")
+    @classmethod
+    def _option_globs(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for item in v:
+            opt, eq, glob = item.partition("=")
+            if not (opt.startswith("-") and len(opt) > 1 and eq and glob):
+                raise ValueError(f"expected OPTION=GLOB such as '-p=*': {item!r}")
+        return v
+
+    def value_opts(self) -> tuple[str, ...]:
+        """The options `ask_values` names."""
+        return _value_opts(self.ask_values)
+
+    def asks_for(self, opt: str, value: str) -> bool:
+        """True when option `opt` with `value` names code to load or run."""
+
+        def hit(items: tuple[str, ...]) -> bool:
+            for item in items:
+                o, _, glob = item.partition("=")
+                if o == opt and fnmatch.fnmatchcase(value, glob):
+                    return True
+            return False
+
+        return hit(self.ask_values) and not hit(self.ok_values)
 
     @field_validator("argv")
     @classmethod
@@ -59,6 +90,11 @@ class RunnerSpec(_Model):
         if any(not w or any(c.isspace() for c in w) for w in v):
             raise ValueError("argv items must be non-empty words without spaces")
         return v
+
+
+@cache
+def _value_opts(ask_values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(item.partition("=")[0] for item in ask_values))
 
 
 class WrapperSpec(_Model):
@@ -87,7 +123,7 @@ class ScriptSpec(_Model):
 
 
 class SandboxedAllowSection(_Model):
-    """Rules that allow only when the task's kernel sandbox is enforced (POLICY.md 4a)."""
+    """Rules that allow only when the task's kernel sandbox is enforced (docs/policy.md, "Sandboxed mode")."""
 
     runner: tuple[RunnerSpec, ...] = ()
     mutate: dict[str, UtilitySpec] = Field(default_factory=dict)
@@ -132,6 +168,68 @@ class RepoSandboxedAllow(_Model):
     runner: tuple[RunnerSpec, ...] = ()
 
 
+Word = str | tuple[str, ...]  # one word of a rule's pattern, or its alternatives
+
+
+class RepoRule(_Model):
+    """A `[[rules]]` entry of `.gitsup/policy.toml`: a decision for the commands whose words
+    start with `pattern`, with examples checked when the policy loads."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    decision: Literal["deny", "ask", "allow"]
+    # the program, then a prefix of its arguments; a list is a set of alternatives
+    pattern: tuple[Word, ...] = Field(min_length=1, max_length=32)
+    message: str = ""
+    match: tuple[str, ...] = Field(min_length=1)  # commands that must be decided by this rule
+    not_match: tuple[str, ...] = ()  # commands that must not be
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern(cls, v: tuple[Word, ...]) -> tuple[Word, ...]:
+        for item in v:
+            alts = (item,) if isinstance(item, str) else item
+            if not alts:
+                raise ValueError("a list of alternatives must not be empty")
+            for w in alts:
+                if not w or any(c.isspace() for c in w):
+                    raise ValueError(f"pattern words are non-empty words without spaces: {w!r}")
+        return v
+
+    def matches(self, argv: Sequence[str]) -> bool:
+        """True when `argv` starts with the pattern (the program also by its basename; a word
+        with `*` is a glob)."""
+        if len(argv) < len(self.pattern):
+            return False
+        for k, item in enumerate(self.pattern):
+            word = argv[k]
+            alts = (item,) if isinstance(item, str) else item
+            if k == 0 and "/" in word:
+                word = word.rstrip("/").rsplit("/", 1)[-1]
+            if not any(a == word or ("*" in a and fnmatch.fnmatchcase(word, a)) for a in alts):
+                return False
+        return True
+
+    def text(self) -> str:
+        """The pattern as people write a command: alternatives joined with `|`."""
+        return " ".join(w if isinstance(w, str) else "|".join(w) for w in self.pattern)
+
+    def reason(self) -> str:
+        """The reason of a decision this rule made (it names the rule: `hit` reads it back)."""
+        verb = {"deny": "denies", "ask": "asks for", "allow": "allows"}[self.decision]
+        said = self.message or f"the repository policy {verb} `{self.text()}`"
+        return f"{_RULE_PREFIX}{self.id!r}: {said}"
+
+
+_RULE_PREFIX = "repository rule "
+
+
+def hit_by(reason: str) -> str | None:
+    """The id of the repository rule a decision's reason names, or None."""
+    if not reason.startswith(_RULE_PREFIX + "'"):
+        return None
+    return reason[len(_RULE_PREFIX) + 1 :].split("'", 1)[0]
+
+
 class RepoFile(_Model):
     """`.gitsup/policy.toml`: additive only."""
 
@@ -142,6 +240,17 @@ class RepoFile(_Model):
     ask: tuple[str, ...] = ()  # command prefixes that always ask ("cargo build")
     deny: tuple[str, ...] = ()  # command prefixes that are denied ("terraform apply")
     sandbox: dict[str, Any] = Field(default_factory=dict)  # gitsup/host/sandbox.py reads it
+    rules: tuple[RepoRule, ...] = ()
+
+    @field_validator("rules")
+    @classmethod
+    def _unique(cls, v: tuple[RepoRule, ...]) -> tuple[RepoRule, ...]:
+        seen: set[str] = set()
+        for r in v:
+            if r.id in seen:
+                raise ValueError(f"two rules with the id {r.id!r}")
+            seen.add(r.id)
+        return v
 
     @field_validator("protected")
     @classmethod
@@ -209,6 +318,13 @@ class Policy:
     runs_programs: frozenset[str] = frozenset()
     ask_prefixes: tuple[tuple[str, ...], ...] = ()
     deny_prefixes: tuple[tuple[str, ...], ...] = ()
+    # `[[rules]]` of the repository, by decision; an allow rule that would weaken a deny is
+    # not applied: it is in `refused_rules`, and `refused` says why
+    deny_rules: tuple[RepoRule, ...] = ()
+    ask_rules: tuple[RepoRule, ...] = ()
+    allow_rules: tuple[RepoRule, ...] = ()
+    refused_rules: tuple[RepoRule, ...] = ()
+    refused: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     _cache: dict[tuple[str, str, str, bool], Any] = field(
         default_factory=dict, compare=False, hash=False, repr=False
@@ -315,7 +431,33 @@ class Policy:
             },
             "ask": [" ".join(p) for p in self.ask_prefixes],
             "deny": [" ".join(p) for p in self.deny_prefixes],
+            "rules": [
+                {
+                    "id": r.id,
+                    "decision": r.decision,
+                    "pattern": r.text(),
+                    "message": r.message,
+                    "refused": r in self.refused_rules,
+                }
+                for r in (
+                    *self.deny_rules,
+                    *self.ask_rules,
+                    *self.allow_rules,
+                    *self.refused_rules,
+                )
+            ],
+            "refused": list(self.refused),
         }
+
+    def repo_rules(self) -> tuple[RepoRule, ...]:
+        """The repository's `[[rules]]` that apply, stricter first."""
+        return (*self.deny_rules, *self.ask_rules, *self.allow_rules)
+
+    def replaced(self, **changes: Any) -> Policy:
+        """This policy with some fields changed (`allow_rules=…`, `refused=…`) and caches of
+        its own."""
+        fresh: dict[str, Any] = {f.name: {} for f in fields(self) if f.name.startswith("_")}
+        return replace(self, **changes, **fresh)
 
 
 @cache
@@ -395,6 +537,8 @@ def _build(repo: tuple[str, str] | None, extra_protected: tuple[str, ...]) -> Po
         runs_programs=frozenset(d.runs_programs),
         ask_prefixes=tuple(tuple(s.split()) for s in repo_file.ask),
         deny_prefixes=tuple(tuple(s.split()) for s in repo_file.deny),
+        deny_rules=tuple(r for r in repo_file.rules if r.decision == "deny"),
+        ask_rules=tuple(r for r in repo_file.rules if r.decision == "ask"),
         sources=tuple(sources),
     )
     if repo is None and not extra_protected:
@@ -402,6 +546,14 @@ def _build(repo: tuple[str, str] | None, extra_protected: tuple[str, ...]) -> Po
         from gitsup.policy.examples import check_examples
 
         check_examples(policy)
+    if repo_file.rules and repo is not None:
+        # The repository's rules: allow rules that would weaken a deny are refused, and every
+        # example classifies as declared (docs/policy.md, "Rules a repository writes").
+        from gitsup.policy.examples import check_repo_rules
+
+        policy = check_repo_rules(
+            policy, tuple(r for r in repo_file.rules if r.decision == "allow"), repo[0]
+        )
     return policy
 
 

@@ -21,7 +21,7 @@ class Decision(NamedTuple):
     rule: str
     reason: str
     part: str
-    sandboxed: bool = False  # decided in the sandboxed mode (POLICY.md section 4a)
+    sandboxed: bool = False  # decided in the sandboxed mode (docs/policy.md, "Sandboxed mode")
 
     def as_dict(self) -> dict[str, str | bool]:
         return {

@@ -1,4 +1,4 @@
-"""Deny detection (POLICY.md section 2) over the normalised form, with payload recursion."""
+"""Deny detection (docs/policy.md, "Deny: D1-D4") over the normalised form, with payload recursion."""
 
 from __future__ import annotations
 
@@ -418,6 +418,11 @@ def _rules(
     for prefix in policy.deny_prefixes:
         if _prefix_match(prefix, [prog, *args]):
             return deny(RuleId.DENY_REPO, f"the repository policy denies `{' '.join(prefix)}`", src)
+    if policy.deny_rules:
+        words = [prog, *args]
+        for rule in policy.deny_rules:
+            if rule.matches(words):
+                return deny(RuleId.DENY_REPO, rule.reason(), src)
     if mask & _F_GIT:
         d = git_rules(argv, env, part, st, stdin, wdepth)
         if d is not None:

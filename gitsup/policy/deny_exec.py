@@ -1,5 +1,5 @@
 """What the execution scanner reads off a command: downloads piped or substituted into it and
-the script file a shell runs (POLICY.md section 2)."""
+the script file a shell runs (docs/policy.md, "Deny: D1-D4")."""
 
 from __future__ import annotations
 

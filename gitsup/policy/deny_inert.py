@@ -21,12 +21,12 @@ ENABLED = True
 
 def relevant_names(policy: Policy) -> frozenset[str] | None:
     """The program names the deny scan judges under `policy`, or None when a repository deny
-    prefix may match any program (then no part is skipped). Computed once per policy."""
+    prefix or deny rule may match any program (then no part is skipped). Computed once per policy."""
     cached = policy._deny_names
     if "names" in cached:
         return cached["names"]
     names: frozenset[str] | None = None
-    if not policy.deny_prefixes:
+    if not policy.deny_prefixes and not policy.deny_rules:
         names = frozenset(
             JUDGED
             | policy.shells

@@ -1,4 +1,4 @@
-"""Deny scanners for publishing (POLICY.md section 2): uploads to a package registry, raw
+"""Deny scanners for publishing (docs/policy.md, "Deny: D1-D4"): uploads to a package registry, raw
 calls to a forge's write API, forge CLI calls that change the forge, and the word matching of
 configured deny prefixes."""
 

@@ -1,4 +1,4 @@
-"""What one part leaves behind for the deny scan of later parts (POLICY.md section 1.4): files
+"""What one part leaves behind for the deny scan of later parts (docs/policy.md, "Decision order", step 3): files
 written with literal content, downloaded files, and whether HEAD is protected."""
 
 from __future__ import annotations

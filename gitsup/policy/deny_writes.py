@@ -1,4 +1,4 @@
-"""Deny scanners for writes (POLICY.md section 2): destructive commands (recursive deletes or
+"""Deny scanners for writes (docs/policy.md, "Deny: D1-D4"): destructive commands (recursive deletes or
 permission changes of system directories, writes to block devices) and writes into a Git
 hooks directory."""
 

@@ -1,4 +1,4 @@
-"""Static normalisation (POLICY.md section 1.4) and lexical paths.
+"""Static normalisation (docs/policy.md, "Decision order", step 3) and lexical paths.
 
 Words become argument strings after brace expansion, tilde expansion, literal variables,
 `$IFS` as a separator, literal command substitutions, and quote removal. Anything that

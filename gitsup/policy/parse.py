@@ -1,6 +1,6 @@
 """Parse a bash string with tree-sitter-bash into a flat list of simple commands (`Part`s).
 
-Section 1.1 of POLICY.md: the string is split across lists, pipelines, subshells, groups,
+docs/policy.md, "Decision order", step 1: the string is split across lists, pipelines, subshells, groups,
 compound commands, function bodies, substitutions and unquoted heredoc bodies. Each `Part`
 keeps its words as segments (literal text with its quoting, or an expansion), so later
 stages can both judge the *plain form* (allow list) and compute the *normalised form*

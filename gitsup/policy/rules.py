@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     pass
 
 RULES_FILE = "gitsup/policies/rules.toml"
-# The context examples are judged in: POLICY.md section 0.
+# The context examples are judged in: docs/policy.md, "The fixed context".
 EXAMPLE_WORKTREE = "/home/dev/repo"
 EXAMPLE_HOME = "/home/dev"
 # What an `instead` text may name, filled in with the project's forms (`policy/ecosystem.py`).
@@ -32,14 +32,15 @@ DEFAULT_INSTEAD = "do the work another way within the policy"
 
 
 class RuleId(StrEnum):
-    """Every rule id a `Decision` can carry. `A.*` allow, `D1`-`D4` and `deny.*` deny (POLICY.md
-    section 2), `ask.*` ask, `tool.*` the file, web and MCP tools."""
+    """Every rule id a `Decision` can carry. `A.*` allow, `D1`-`D4` and `deny.*` deny (docs/policy.md,
+    "Deny: D1-D4"), `ask.*` ask, `tool.*` the file, web and MCP tools."""
 
     A_CREATE = "A.create"
     A_GIT_CHANGE = "A.git-change"
     A_GIT_READ = "A.git-read"
     A_LOCAL_DEV = "A.local-dev"
     A_READ_ONLY = "A.read-only"
+    A_REPO = "A.repo"
     A_SANDBOXED = "A.sandboxed"
     A_STRUCTURE = "A.structure"
     D1_ALIAS = "D1.alias"

@@ -1,4 +1,4 @@
-"""The sandboxed mode (POLICY.md section 4a): what becomes `allow` when the task's kernel sandbox
+"""The sandboxed mode (docs/policy.md, "Sandboxed mode"): what becomes `allow` when the task's kernel sandbox
 is enforced. Only reached from the allow list (`allow.py`) when `AllowState.sandboxed` is set, after
 deny detection found nothing; every function returns None (no opinion: the caller asks) or a
 decision. Writes stay inside W and the Git directory stays out of reach; reads may go wherever the

@@ -1,4 +1,4 @@
-"""The sandboxed mode's Git working-tree operations (POLICY.md section 4a): `git reset`,
+"""The sandboxed mode's Git working-tree operations (docs/policy.md, "Sandboxed mode"): `git reset`,
 `stash`, `restore`, `checkout -- paths`, `rebase`, `rm` and `mv` on the task branch, with
 every path inside the worktree and out of the Git directory."""
 

@@ -1,4 +1,4 @@
-"""The parsed form of a shell string (POLICY.md section 1.1): a `Script` of simple commands
+"""The parsed form of a shell string (docs/policy.md, "Decision order", step 1): a `Script` of simple commands
 (`Part`s) whose words are `Seg`ments, as `policy/parse.py` builds it."""
 
 from __future__ import annotations

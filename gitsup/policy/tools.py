@@ -1,4 +1,4 @@
-"""Rules for Claude Code tools other than Bash (POLICY.md section 6).
+"""Rules for Claude Code tools other than Bash (docs/policy.md, "Tools other than Bash").
 
 File-writing tools are judged by the *resolved* target: `~`, `..` and symlinks on disk. The
 path is resolved by the kernel on an opened descriptor (`resolve_path`), so a directory swapped
@@ -142,7 +142,7 @@ def decide_tool(
     sandboxed: bool = False,
 ) -> Decision:
     """The verdict for one tool-permission request. `sandboxed`: the task's kernel sandbox is
-    enforced (POLICY.md section 4a); it widens only Bash commands, and the decision records it.
+    enforced (docs/policy.md, "Sandboxed mode"); it widens only Bash commands, and the decision records it.
     A path that cannot be resolved is denied, never an error."""
     try:
         d = _decide_tool(

@@ -1,4 +1,4 @@
-"""Wrappers (POLICY.md section 1.3): the command a wrapper runs, for deny detection only."""
+"""Wrappers (docs/policy.md, "Decision order", step 2): the command a wrapper runs, for deny detection only."""
 
 from __future__ import annotations
 

@@ -342,7 +342,7 @@ class Launcher:
         )
 
     def policy_sandboxed(self) -> bool:
-        """POLICY.md section 4a applies only when the kernel contains the worker: the sandbox
+        """The policy's sandboxed mode (docs/policy.md, "Sandboxed mode") applies only when the kernel contains the worker: the sandbox
         is enforced and its network is a namespace (loopback, or gated to the model API)."""
         return self.sandbox_enforced and self.net.describe.get("mode") in ("gated", "loopback")
 

@@ -111,10 +111,8 @@ def default_worker_factory(spec: TaskSpec, ctx: WorkerSetup) -> WorkerAdapter:
 
         return ProcessWorker(ctx)
     if kind == "claude":
-        try:
-            from gitsup.workers.claude.worker import ClaudeWorker
-        except ImportError as exc:  # pragma: no cover - depends on build stage
-            raise GitsupError("the claude worker is not available in this build") from exc
+        from gitsup.workers.claude.worker import ClaudeWorker
+
         return ClaudeWorker(ctx)
     if kind == "codex":
         from gitsup.workers.codex.worker import CodexWorker
@@ -125,15 +123,9 @@ def default_worker_factory(spec: TaskSpec, ctx: WorkerSetup) -> WorkerAdapter:
 
         return AcpWorker(ctx)
     if kind == "tmux":
-        try:
-            from gitsup.workers.claude.tmux import TmuxWorker  # type: ignore[import-not-found,unused-ignore]
-        except ImportError as exc:
-            raise GitsupError(
-                "the tmux worker is not available yet",
-                hint='use [worker] kind = "claude" or "process"',
-            ) from exc
-        worker: WorkerAdapter = TmuxWorker(ctx)
-        return worker
+        from gitsup.workers.claude.tmux import TmuxWorker
+
+        return TmuxWorker(ctx)
     raise GitsupError(f"unknown worker kind {kind!r}")
 
 

@@ -89,11 +89,10 @@ def _init_repo_locked(
         changed.append("sup.protected = " + " ".join(configured))
     wanted = list(effective(configured))
     hooks: list[str] = []
-    with contextlib.suppress(ImportError):
-        from gitsup.integration.setup import init_boundary  # type: ignore[import-not-found,unused-ignore]
+    from gitsup.integration.setup import init_boundary
 
-        hooks, more = init_boundary(repo, explicit=explicit)  # type: ignore[no-untyped-call,unused-ignore]
-        changed.extend(more)
+    hooks, more = init_boundary(repo, explicit=explicit)
+    changed.extend(more)
     return InitResult(str(ctx.layout.root), wanted, True, changed, hooks)
 
 
@@ -122,6 +121,11 @@ def prepare_task(
 
     setup_endpoints(recipe.setup_egress)  # an unknown preset or a bad host:port: exit 2
     cache_kinds(recipe.cache)
+    from gitsup.policy import Policy
+
+    # a malformed `.gitsup/policy.toml`, or a rule example that does not classify as declared,
+    # is said now rather than at the worker's first request
+    Policy.load(repo.main_workdir, extra_protected=repo.config_get_all("sup.protected"))
     undo: list[Any] = []
     if not ctx.layout.root.exists():
         # The first start also sets the repository up; a start that fails takes that back.
@@ -238,12 +242,9 @@ def _init_undo(ctx: SupRepo) -> Any:
     nothing else has used or changed them since; it never removes another task's state."""
     config = ctx.repo.common_dir / "config"
     config_before = config.read_bytes() if config.exists() else None
-    try:
-        from gitsup.git.hooks import hooks_dir
+    from gitsup.git.hooks import hooks_dir
 
-        hooks = hooks_dir(ctx.repo)
-    except ImportError:  # pragma: no cover - a build without the boundary
-        hooks = ctx.repo.common_dir / "hooks"
+    hooks = hooks_dir(ctx.repo)
     hook_before = {
         name: (hooks / name).read_bytes() if (hooks / name).is_file() else None
         for name in ("pre-push", "pre-push.local")

@@ -1,4 +1,5 @@
-"""Shared fixtures for the policy tests: the fixed context of docs/POLICY.md section 0."""
+"""Shared fixtures for the policy tests: the fixed context of docs/policy.md
+("The fixed context")."""
 
 from __future__ import annotations
 

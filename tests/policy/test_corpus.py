@@ -1,4 +1,5 @@
-"""The labelled corpus: every line is [verdict, rule, command] in the context of POLICY.md §0."""
+"""The labelled corpus: every line is [verdict, rule, command] in the fixed context of
+docs/policy.md ("The fixed context")."""
 
 from __future__ import annotations
 

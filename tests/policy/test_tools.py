@@ -1,4 +1,4 @@
-"""Tool rules (POLICY.md section 6) against real directories with real symlinks."""
+"""Tool rules (docs/policy.md, "Tools other than Bash") against real directories with real symlinks."""
 
 from __future__ import annotations
 
