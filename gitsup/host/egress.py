@@ -186,6 +186,8 @@ class EgressGate:
     on_refused: Refused = field(default=lambda host, port, reason: None)
     proxy_port: int | None = None
     on_forward: Callable[[str], None] = field(default=lambda target: None)
+    # how each forwarded connection ended: the target and, per direction, what ended it
+    on_closed: Callable[[str, dict[str, str]], None] = field(default=lambda target, how: None)
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _socks: list[socket.socket] = field(default_factory=list)
@@ -291,7 +293,9 @@ class EgressGate:
         self.forwarded += 1
         with contextlib.suppress(Exception):
             self.on_forward(f"127.0.0.1:{port}")
-        await _splice(r, w, ur, uw)
+        how = await _splice(r, w, ur, uw)
+        with contextlib.suppress(Exception):
+            self.on_closed(f"127.0.0.1:{port}", how)
 
     async def _proxy(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         try:
@@ -334,7 +338,9 @@ class EgressGate:
         with contextlib.suppress(Exception):
             self.on_forward(str(ep))
         w.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-        await _splice(r, w, ur, uw)
+        how = await _splice(r, w, ur, uw)
+        with contextlib.suppress(Exception):
+            self.on_closed(str(ep), how)
 
     def _refuse(
         self, w: asyncio.StreamWriter, host: str, port: int, reason: str, code: int
@@ -365,15 +371,19 @@ def refusal_phrase(host: str, port: int) -> str:
     )
 
 
-async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> str:
+    """Copy until `src` ends, then half-close `dst`; what ended it: "eof" (src closed
+    its side), or the error reading src or writing dst (dst is closed then)."""
     try:
         while data := await src.read(_BUF):
             dst.write(data)
             await dst.drain()
         if dst.can_write_eof():
             dst.write_eof()
-    except (OSError, ConnectionError):
+        return "eof"
+    except (OSError, ConnectionError) as exc:
         dst.close()
+        return type(exc).__name__
 
 
 async def _splice(
@@ -381,14 +391,24 @@ async def _splice(
     w: asyncio.StreamWriter,
     ur: asyncio.StreamReader,
     uw: asyncio.StreamWriter,
-) -> None:
+) -> dict[str, str]:
+    """Copy both ways until both directions ended; how each ended (`_pump`), "up" being
+    the client's bytes towards the upstream."""
     for writer in (w, uw):
         sock = writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    order: list[str] = []
+
+    async def pump(name: str, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> str:
+        how = await _pump(src, dst)
+        order.append(name)
+        return how
+
     try:
-        await asyncio.gather(_pump(r, uw), _pump(ur, w))
+        up, down = await asyncio.gather(pump("up", r, uw), pump("down", ur, w))
+        return {"up": up, "down": down, "first": order[0]}
     finally:
         w.close()
         uw.close()

@@ -98,6 +98,7 @@ def main(argv: list[str]) -> int:
         ),
         proxy_port,
         lambda target: write({"event": "forward", "target": target}),
+        lambda target, how: write({"event": "closed", "target": target, **how}),
     )
     try:
         gate.start()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gitsup.errors import GitsupError
-from gitsup.host.contain import bootstrap_argv, list_gitsup_netns, netns_available
+from gitsup.host.contain import bootstrap_argv, list_gitsup_netns
 from gitsup.host.egress import (
     EgressGate,
     EgressPlan,
@@ -35,8 +35,9 @@ from gitsup.spec import spec_from_mapping
 from gitsup.store.events import Event
 from gitsup.tasks.lifecycle import SupRepo, run_task
 from tests.conftest import git, run_sup
+from tests.helpers.require import requires
 
-pytestmark = pytest.mark.skipif(netns_available() is not None, reason="no network namespaces")
+pytestmark = requires("netns")
 
 NOBODY = 65534
 
@@ -384,8 +385,6 @@ def test_a_namespace_starts_no_helper_programs(tmp_path: Path) -> None:
     without a C library handed in, each child looks libc up with `ldconfig -p`. gitsup hands
     it one: making, using and removing a namespace runs no program (each forked child
     reports the programs it starts, through an audit hook it inherits)."""
-    if netns_available() is not None:
-        pytest.skip("no network namespaces here")
     log = tmp_path / "programs"
     code = (
         "import os, sys\n"

@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from gitsup.host.contain import _cgroup2_mounts
-from gitsup.host.sandbox import probe
 from gitsup.host.seccomp import program as seccomp_program
 from tests.conftest import PYTHON, git, run_sup
 from tests.helpers.net import Listener
+from tests.helpers.require import require, requires
 from tests.helpers.sup import start_json, write_worker
 
 ATTACK = str(Path(__file__).with_name("sandbox_attack.py"))
@@ -37,10 +37,7 @@ GOAL = "make add() add"
 # the worker's own commit makes this pass; the attacks do not touch it
 CHECK_FIXED = shlex.join([PYTHON, "-c", "from calc import add; assert add(1, 2) == 3"])
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not probe().landlock or not probe().mountns,
-    reason="the attack tests need root, Landlock and mount namespaces (as on CI)",
-)
+pytestmark = requires("root", "landlock", "mountns", "pidns", "seccomp")
 
 
 def common_dir(repo: Path) -> Path:
@@ -419,8 +416,7 @@ def world_tmp() -> Iterator[Path]:
 def test_bootstrap_sandboxes_an_unprivileged_user_too(world_tmp: Path) -> None:
     """Without root, the mount namespace comes with a user namespace; the result is the same:
     the host's /tmp hidden but the task's own directory bound back, nothing else writable."""
-    if shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is needed to run as another user")
+    require("setpriv", "running as another user")
     tmp = world_tmp
     wt = tmp / "wt"
     wt.mkdir()

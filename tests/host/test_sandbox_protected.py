@@ -24,14 +24,11 @@ from typing import Any
 
 import pytest
 
-from gitsup.host.sandbox import probe
 from tests.conftest import git, run_sup
+from tests.helpers.require import requires
 from tests.helpers.sup import start_json, write_worker
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not probe().landlock or not probe().mountns,
-    reason="the attack tests need root, Landlock and mount namespaces (as on CI)",
-)
+pytestmark = requires("root", "landlock", "mountns", "pidns", "seccomp")
 
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nFAKE-SSH-KEY-d41f\n"
 AWS = "[default]\naws_secret_access_key = FAKE-AWS-SECRET-93ac\n"
