@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from gitsup.host.bootstrap import env_digest
 from gitsup.host.contain import _cgroup2_mounts
 from gitsup.host.seccomp import program as seccomp_program
 from tests.conftest import PYTHON, git, run_sup
@@ -398,6 +399,10 @@ def test_bootstrap_reports_what_the_process_saw(tmp: Path) -> None:
         )  # fmt: skip
         assert res.returncode == 0, res.stderr
         seen.append(json.loads(out.read_text()))
+        # the environment it saw: digests of each variable, never the values
+        env = seen[-1].pop("env")
+        assert all(env[k] == env_digest(k, v) for k, v in os.environ.items()), env
+        assert os.environ["PATH"] not in json.dumps(env)
     everything = {"no_new_privs", "caps_dropped", "seccomp", "pid_ns", "mount_ns"}
     assert seen[0] == dict.fromkeys(everything, True), seen[0]
     assert seen[1] == {"no_new_privs": True, "caps_dropped": False, "seccomp": False,
@@ -515,3 +520,41 @@ def test_reviewer_and_decider_run_sandboxed_with_a_read_only_worktree(
     assert decide["worktree"].startswith("blocked") and decide["config"].startswith("blocked")
     assert (common_dir(repo) / "config").read_bytes() == before
     assert "changed by the judge" not in git(repo, "show", f"{rec['candidate']}:calc.py")
+
+
+def test_the_record_says_what_the_process_saw(
+    repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record's no_new_privs, caps_dropped, seccomp and env_allowlist are what the
+    bootstrap observed of itself after dropping, not what was asked: here on a host
+    without the system call filter (refused), the worker reads /proc/self/status itself and
+    both accounts agree."""
+    monkeypatch.setenv("GITSUP_SANDBOX_REFUSE", "seccomp")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_not_for_tasks")
+    assert run_sup(repo, "init").returncode == 0
+    worker = write_worker(
+        tmp,
+        """
+        import json, os, pathlib, subprocess
+        status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+        seen = {k: status[k].strip() for k in ("NoNewPrivs", "CapEff", "CapPrm", "CapBnd", "Seccomp")}
+        seen["env"] = sorted(os.environ)
+        pathlib.Path(os.environ["TMPDIR"], "status.json").write_text(json.dumps(seen))
+        p = pathlib.Path("calc.py")
+        p.write_text(p.read_text().replace("a - b", "a + b"))
+        subprocess.run(["git", "commit", "-q", "-am", "fix add"], check=True)
+        """,
+    )
+    rc, rec, err = start_json(repo, "fix", "--worker", worker, *NO_REVIEW)
+    assert rc == 0, (rec.get("reasons"), err)
+    box = common_dir(repo) / "sup" / "tasks" / rec["id"] / "sandbox"
+    seen = json.loads((box / "tmp" / "status.json").read_text())
+    assert seen["NoNewPrivs"] == "1" and seen["Seccomp"] == "0", seen
+    assert {seen[k] for k in ("CapEff", "CapPrm", "CapBnd")} == {"0000000000000000"}, seen
+    assert "GITHUB_TOKEN" not in seen["env"]
+    sb = rec["sandbox"]
+    assert sb["no_new_privs"] is True and sb["caps_dropped"] is True, sb
+    assert sb["seccomp"] is False and sb["enforced"] is False, sb
+    assert sb["env_allowlist"] is True, sb
+    observed = json.loads((box / "observed.json").read_text())
+    assert observed["no_new_privs"] is True and observed["seccomp"] is False, observed
