@@ -10,6 +10,7 @@ repository and home must be byte-identical, and the task's own commit must still
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -151,10 +152,39 @@ def hostile(
             li.close()
 
 
+# Every task this gitsup makes has a Git dir of its own ("shared" is only what a task made
+# before private dirs existed gets): the hostile tests expect it and run every attack in it.
+EXPECTED_GIT_STATE = "private"
+
+
 def results_of(repo: Path, task: str, label: str) -> dict[str, str]:
     path = common_dir(repo) / "sup" / "tasks" / task / "sandbox" / "tmp" / f"attack-{label}.json"
-    assert path.is_file(), f"the {label} attack left no report at {path}"
+    assert path.is_file(), (
+        f"the {label} attack left no report at {path}; the attacks it recorded as they ran: "
+        f"{outcomes(repo, task, label)}"
+    )
     return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def outcomes(repo: Path, task: str, label: str) -> dict[str, str]:
+    """Each attack's result as the script recorded it the moment it was known
+    ($TMPDIR/attack-LABEL.jsonl), however far it got."""
+    path = common_dir(repo) / "sup" / "tasks" / task / "sandbox" / "tmp" / f"attack-{label}.jsonl"
+    if not path.is_file():
+        return {}
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            out[str(rec["attack"])] = str(rec["result"])
+    return out
+
+
+def assert_each_attack_blocked(repo: Path, task: str, label: str) -> None:
+    """Attack by attack, before anything else about the task is asserted: whatever fails
+    later (the task, a check, the snapshot), an attack that worked is named first."""
+    for name, result in outcomes(repo, task, label).items():
+        assert result.startswith("blocked"), f"{label}: attack {name}: {result}"
 
 
 def assert_all_blocked(results: dict[str, str], label: str, *, git_state: str) -> None:
@@ -176,8 +206,9 @@ def assert_all_blocked(results: dict[str, str], label: str, *, git_state: str) -
     }  # fmt: skip
     if any(p.is_block_device() for p in Path("/dev").iterdir()):
         expected.add("read_block_device")
-    if git_state == "private":
-        expected.add("replace_object")
+    # no silent fallback to shared Git state, which would skip the object-replacement attack
+    assert git_state == EXPECTED_GIT_STATE, git_state
+    expected.add("replace_object")
     assert set(results) == expected, set(results) ^ expected
     escaped = {k: v for k, v in results.items() if not v.startswith("blocked")}
     assert not escaped, f"{label} escaped: {escaped}"
@@ -201,6 +232,9 @@ def test_hostile_worker_check_and_grandchild_stay_inside(hostile: dict[str, Any]
         *NO_REVIEW,
         timeout=180,
     )
+    assert rec.get("id"), ("no task was made", rc, err)
+    for label in ("worker", "grandchild", "check"):
+        assert_each_attack_blocked(repo, rec["id"], label)
     assert rc == 0, (rec.get("reasons"), err)
     assert rec["status"] == "ready" and rec["candidate"], rec
     sb = rec["sandbox"]
@@ -208,22 +242,20 @@ def test_hostile_worker_check_and_grandchild_stay_inside(hostile: dict[str, Any]
     assert sb["caps_dropped"] and sb["no_new_privs"] and sb["env_allowlist"], sb
     assert sb["seccomp"] is True and sb["pid_ns"] is True, sb
     git_state = sb["git_state"]
+    assert git_state == EXPECTED_GIT_STATE, sb
     for label in ("worker", "grandchild", "check"):
         assert_all_blocked(results_of(repo, rec["id"], label), label, git_state=git_state)
     assert [li.reached for li in hostile["listeners"]] == [0, 0, 0, 0]
     after = snapshot(repo, hostile["remote"], hostile["home"])
     before = hostile["before"]
-    # the task's commit adds objects (shared Git state); none that existed changed
+    # none of the objects that existed changed
     new_objects = set(after["objects"]) - set(before["objects"])
     assert {k: after["objects"].get(k) for k in before["objects"]} == before["objects"]
-    if git_state == "private":
-        # what is new came from the supervisor (the verified import, the sealed log, notes):
-        # every new object is reachable from a ref; none of the worker's own objects is loose
-        reachable = set(git(repo, "rev-list", "--objects", "--all").split())
-        stray = {
-            k for k in new_objects if k.replace("objects/", "").replace("/", "") not in reachable
-        }
-        assert not stray, stray
+    # what is new came from the supervisor (the verified import, the sealed log, notes):
+    # every new object is reachable from a ref; none of the worker's own objects is loose
+    reachable = set(git(repo, "rev-list", "--objects", "--all").split())
+    stray = {k for k in new_objects if k.replace("objects/", "").replace("/", "") not in reachable}
+    assert not stray, stray
     after["objects"] = before["objects"]
     assert after == before
     notes = git(repo, "log", "-p", "refs/notes/sup", check=False)
