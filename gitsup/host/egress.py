@@ -187,7 +187,7 @@ class EgressGate:
     proxy_port: int | None = None
     on_forward: Callable[[str], None] = field(default=lambda target: None)
     # how each forwarded connection ended: the target and, per direction, what ended it
-    on_closed: Callable[[str, dict[str, str]], None] = field(default=lambda target, how: None)
+    on_closed: Callable[[str, dict[str, Any]], None] = field(default=lambda target, how: None)
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _socks: list[socket.socket] = field(default_factory=list)
@@ -371,11 +371,13 @@ def refusal_phrase(host: str, port: int) -> str:
     )
 
 
-async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> str:
+async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, count: list[int]) -> str:
     """Copy until `src` ends, then half-close `dst`; what ended it: "eof" (src closed
-    its side), or the error reading src or writing dst (dst is closed then)."""
+    its side), or the error reading src or writing dst (dst is closed then). `count[0]`
+    adds up the bytes copied."""
     try:
         while data := await src.read(_BUF):
+            count[0] += len(data)
             dst.write(data)
             await dst.drain()
         if dst.can_write_eof():
@@ -391,24 +393,31 @@ async def _splice(
     w: asyncio.StreamWriter,
     ur: asyncio.StreamReader,
     uw: asyncio.StreamWriter,
-) -> dict[str, str]:
-    """Copy both ways until both directions ended; how each ended (`_pump`), "up" being
-    the client's bytes towards the upstream."""
+) -> dict[str, Any]:
+    """Copy both ways until both directions ended. How it went, for the gate's log: per
+    direction ("up": the client's bytes towards the upstream, "down": back) what ended it
+    (`_pump`), the bytes copied and when it ended (ms after the start), and which ended
+    first."""
     for writer in (w, uw):
         sock = writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    order: list[str] = []
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    how: dict[str, Any] = {}
 
-    async def pump(name: str, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> str:
-        how = await _pump(src, dst)
-        order.append(name)
-        return how
+    async def pump(name: str, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        count = [0]
+        ended = await _pump(src, dst, count)
+        how.setdefault("first", name)
+        how[name] = ended
+        how[f"{name}_bytes"] = count[0]
+        how[f"{name}_ms"] = round((loop.time() - start) * 1000)
 
     try:
-        up, down = await asyncio.gather(pump("up", r, uw), pump("down", ur, w))
-        return {"up": up, "down": down, "first": order[0]}
+        await asyncio.gather(pump("up", r, uw), pump("down", ur, w))
+        return how
     finally:
         w.close()
         uw.close()

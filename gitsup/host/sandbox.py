@@ -420,7 +420,6 @@ class SandboxPlan:
                              "report what it saw of its sandbox"]  # fmt: skip
         return out
 
-
     def _env_allowlisted(self, seen: object) -> bool:
         """The process's environment (`observed`'s digests) has the private HOME and TMPDIR
         and none of the variables the allowlist removed with the host's value."""

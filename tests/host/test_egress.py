@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -216,6 +217,7 @@ def test_agent_reaches_only_its_model_port(
             assert net.env == {}  # a loopback model needs no proxy
             out = run_attack(net.netns, net.env, {"ports": ports})
             assert net.gate.forwarded == 1
+            closed = _closed_records(net.gate.log)
     finally:
         host.close()
         for li in known.values():
@@ -236,6 +238,27 @@ def test_agent_reaches_only_its_model_port(
     }
     assert set(reached.values()) == {0}, reached
     assert not os.path.exists(net.netns)  # removed with the gate
+    # the gate's log says how the one connection ended: the client's "hi" up, the echo
+    # down, each direction ended by its sender closing
+    assert closed == [
+        {
+            "event": "closed", "target": f"127.0.0.1:{echo.port}", "first": closed[0]["first"],
+            "up": "eof", "up_bytes": 2, "up_ms": closed[0]["up_ms"],
+            "down": "eof", "down_bytes": 7, "down_ms": closed[0]["down_ms"],
+        }
+    ], closed  # fmt: skip
+
+
+def _closed_records(log: Path) -> list[dict[str, Any]]:
+    """The gate's "closed" records, once there is one (the gate writes it when both
+    directions have ended, a moment after the client closed)."""
+    deadline = time.monotonic() + 10
+    while True:
+        recs = [json.loads(line) for line in log.read_text().splitlines()]
+        closed = [r for r in recs if r.get("event") == "closed"]
+        if closed or time.monotonic() > deadline:
+            return closed
+        time.sleep(0.05)
 
 
 def test_connect_proxy_allows_listed_endpoints_only_and_reports_refusals(
