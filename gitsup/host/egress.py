@@ -186,7 +186,8 @@ class EgressGate:
     on_refused: Refused = field(default=lambda host, port, reason: None)
     proxy_port: int | None = None
     on_forward: Callable[[str], None] = field(default=lambda target: None)
-    # how each forwarded connection ended: the target and, per direction, what ended it
+    # how each connection ended: the target and, per direction, what ended it (`_splice`), or
+    # {"upstream": error} when the loopback target could not be reached (the client is closed)
     on_closed: Callable[[str, dict[str, Any]], None] = field(default=lambda target, how: None)
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
@@ -287,8 +288,10 @@ class EgressGate:
     async def _forward(self, r: asyncio.StreamReader, w: asyncio.StreamWriter, port: int) -> None:
         try:
             ur, uw = await asyncio.open_connection("127.0.0.1", port, limit=_BUF)
-        except OSError:
+        except OSError as exc:
             w.close()
+            with contextlib.suppress(Exception):
+                self.on_closed(f"127.0.0.1:{port}", {"upstream": type(exc).__name__})
             return
         self.forwarded += 1
         with contextlib.suppress(Exception):
