@@ -23,7 +23,7 @@ from tests.conftest import PYTHON, git
 from tests.helpers.claude_config import HOOK, STATE, USER, checksums, user_config
 from tests.helpers.require import requires
 
-pytestmark = requires("root", "landlock", "mountns", "pidns", "seccomp")
+pytestmark = requires("root", "landlock", "mountns")
 
 
 ATTACK = """

@@ -29,7 +29,7 @@ from tests.helpers.net import Listener
 from tests.helpers.require import requires
 from tests.helpers.sup import start_json, write_worker
 
-pytestmark = requires("root", "landlock", "mountns", "pidns", "seccomp")
+pytestmark = requires("root", "landlock", "mountns", "seccomp")
 
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nFAKE-SSH-KEY-d41f\n"
 AWS = "[default]\naws_secret_access_key = FAKE-AWS-SECRET-93ac\n"
