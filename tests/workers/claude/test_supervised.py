@@ -210,9 +210,9 @@ def test_stop_during_a_turn_leaves_no_process(
     assert rec["state"] == "stopped"
     pid = rec["worker"]["pid"]
     assert wait_dead(pid, timeout=30), f"worker {pid} survived the stop"
-    cg = rec["worker"].get("cgroup")
-    if cg:
-        assert not Path(cg).exists()
+    cg = rec["worker"]["cgroup"]
+    assert cg, "the worker ran in no cgroup (this host has a writable cgroup v2 tree)"
+    assert not Path(cg).exists(), f"the worker's cgroup {cg} was left behind"
 
 
 # --- the verification loop ----------------------------------------------------------------
