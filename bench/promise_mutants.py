@@ -311,7 +311,10 @@ MUTANTS = [
         "gitsup/supervision/launcher.py",
         "if cg.freeze(timeout=max(5.0, self.spec.worker.stop_grace)):",
         "if True:",
-        (HOST_LIMITS + "test_a_daemon_left_running_never_runs_while_the_work_is_verified",),
+        (
+            "tests/workers/claude/test_frozen_between_turns.py::"
+            "test_a_daemon_is_frozen_while_verifying_and_thawed_for_the_repair_round",
+        ),
     ),
     # --- attention: notifications and the report page -------------------------------------
     Mutant(
@@ -428,9 +431,12 @@ class Box:
             p = base / f"promise-mutant-{os.getpid()}-{name}"
             try:
                 p.mkdir()
-                self.path = p
             except OSError:
-                self.path = None
+                return
+            if (p / "cgroup.kill").exists():  # Linux 5.14+
+                self.path = p
+            else:
+                p.rmdir()
 
     def join(self) -> None:
         """In the child, before exec."""
@@ -469,7 +475,7 @@ def _own_cgroup_dir() -> Path | None:
             left, _, right = line.partition(" - ")
             if right.split(" ", 1)[0] == "cgroup2":
                 d = Path(left.split(" ")[4]) / own.lstrip("/")
-                if (d / "cgroup.kill").exists():
+                if (d / "cgroup.procs").exists():
                     return d
     except (OSError, StopIteration):
         return None
@@ -550,6 +556,13 @@ def main(argv: list[str]) -> int:
         for m in chosen:
             print(f"{m.name}: {m.path} -> {', '.join(m.tests)}")
         return 0
+    where = _own_cgroup_dir()
+    print(
+        f"{len(chosen)} mutants; each one's tests in a cgroup under {where}"
+        if where is not None
+        else f"{len(chosen)} mutants; each one's tests in a process group (no cgroup v2 tree)",
+        flush=True,
+    )
     # a signal stops the run between two files' writes, never with a mutant left in place
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     killed = 0
