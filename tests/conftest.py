@@ -11,12 +11,34 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.helpers import require
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 GIT_SUP = str(BIN / "git-sup")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "requires(*features): host features the test needs (tests/helpers/require.py): "
+        "skipped without them, failed under CI",
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    require.check_marks(item)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """What this run exercised of the host (printed by every run, read in CI's log)."""
+    terminalreporter.section("host features")
+    for line in require.summary(len(terminalreporter.stats.get("skipped", []))):
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(autouse=True)

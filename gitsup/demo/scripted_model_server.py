@@ -58,6 +58,9 @@ class ScriptServer:
         self._thread: threading.Thread | None = None
         self.requests: list[RecordedRequest] = []
         self.overruns: list[str] = []
+        # what went wrong serving a connection (the traceback's last line): such a connection
+        # is closed without an answer, which its client sees as a reset
+        self.errors: list[str] = []
 
     # what a subclass gives
 
@@ -85,8 +88,9 @@ class ScriptServer:
         if self._server is not None:
             return self
         self._stopping.clear()
-        server = ThreadingHTTPServer((self.host, self._port), self._handler())
+        server = _Server((self.host, self._port), self._handler())
         server.daemon_threads = True
+        server.errors = self.errors
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, name=self.thread_name, daemon=True
@@ -169,6 +173,19 @@ class ScriptServer:
         return not self._stopping.wait(max(0.0, seconds))
 
 
+class _Server(ThreadingHTTPServer):
+    """Keeps what went wrong serving a connection (`errors`) instead of printing it, and
+    queues more connections than socketserver's default of 5 (an agent opens several at
+    once; a full queue under load turns into resets)."""
+
+    request_queue_size = 128
+    errors: list[str]
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        self.errors.append(f"{client_address}: {type(exc).__name__}: {exc}")
+
+
 class ScriptHandler(BaseHTTPRequestHandler):
     """The stand-ins' HTTP plumbing: JSON in and out, chunked event streams."""
 
@@ -245,15 +262,16 @@ class ScriptHandler(BaseHTTPRequestHandler):
         # instead of the API error. A truncated stream's end is the closed connection.
         self.close_connection = mode == "truncate"
         self._start_stream()
+        # The garbage and the stream's end go in one write: a client that gives up at the
+        # garbage has the whole answer by then, so its connection is clean for the retry it
+        # sends next (a stream end arriving after it gave up can cost that retry a reset).
         if mode == "raw":
-            self._chunk(garbage.encode())
-            self._end_stream()
+            self._chunk(garbage.encode(), end=True)
             return
         for data in partial():
             self._chunk(data)
         if mode != "truncate":
-            self._chunk(f"event: {delta_event}\ndata: {garbage}\n\n".encode())
-            self._end_stream()
+            self._chunk(f"event: {delta_event}\ndata: {garbage}\n\n".encode(), end=True)
 
     def _start_stream(self) -> None:
         self.send_response(200)
@@ -267,9 +285,13 @@ class ScriptHandler(BaseHTTPRequestHandler):
             self.send_header("connection", "close")
         self.end_headers()
 
-    def _chunk(self, data: bytes) -> None:
-        if data:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+    def _chunk(self, data: bytes, *, end: bool = False) -> None:
+        """One chunk of the stream; `end`: the stream's end in the same write."""
+        out = b"%x\r\n%s\r\n" % (len(data), data) if data else b""
+        if end:
+            out += b"0\r\n\r\n"
+        if out:
+            self.wfile.write(out)
             self.wfile.flush()
 
     def _end_stream(self) -> None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import ctypes
 import fnmatch
 import functools
+import hashlib
 import json
 import os
 import re
@@ -522,9 +523,16 @@ def _ns(kind: str) -> str:
         return ""
 
 
-def observed(before: dict[str, str]) -> dict[str, bool]:
-    """The sandbox as this process sees it (`/proc/self/status`, its namespaces), which the
-    command inherits; `before`: the namespaces the bootstrap started in."""
+def env_digest(name: str, value: str) -> str:
+    """What the observed report says of one environment variable: a digest of name and value
+    (compared with the variables the allowlist removed; the values stay out of the record)."""
+    return hashlib.sha256(f"{name}={value}".encode()).hexdigest()[:16]
+
+
+def observed(before: dict[str, str]) -> dict[str, object]:
+    """The sandbox as this process sees it (`/proc/self/status`, its namespaces, its
+    environment), which the command inherits; `before`: the namespaces the bootstrap
+    started in."""
     status: dict[str, str] = {}
     try:
         with open("/proc/self/status") as f:
@@ -545,6 +553,7 @@ def observed(before: dict[str, str]) -> dict[str, bool]:
         # a PID namespace of its own, and a /proc that shows it
         "pid_ns": bool(before.get("pid")) and _ns("pid") != before["pid"] and own_proc,
         "mount_ns": bool(before.get("mnt")) and _ns("mnt") != before["mnt"],
+        "env": {k: env_digest(k, v) for k, v in os.environ.items()},
     }
 
 

@@ -186,6 +186,9 @@ class EgressGate:
     on_refused: Refused = field(default=lambda host, port, reason: None)
     proxy_port: int | None = None
     on_forward: Callable[[str], None] = field(default=lambda target: None)
+    # how each connection ended: the target and, per direction, what ended it (`_splice`), or
+    # {"upstream": error} when the loopback target could not be reached (the client is closed)
+    on_closed: Callable[[str, dict[str, Any]], None] = field(default=lambda target, how: None)
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _socks: list[socket.socket] = field(default_factory=list)
@@ -285,13 +288,17 @@ class EgressGate:
     async def _forward(self, r: asyncio.StreamReader, w: asyncio.StreamWriter, port: int) -> None:
         try:
             ur, uw = await asyncio.open_connection("127.0.0.1", port, limit=_BUF)
-        except OSError:
+        except OSError as exc:
             w.close()
+            with contextlib.suppress(Exception):
+                self.on_closed(f"127.0.0.1:{port}", {"upstream": type(exc).__name__})
             return
         self.forwarded += 1
         with contextlib.suppress(Exception):
             self.on_forward(f"127.0.0.1:{port}")
-        await _splice(r, w, ur, uw)
+        how = await _splice(r, w, ur, uw)
+        with contextlib.suppress(Exception):
+            self.on_closed(f"127.0.0.1:{port}", how)
 
     async def _proxy(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         try:
@@ -334,7 +341,9 @@ class EgressGate:
         with contextlib.suppress(Exception):
             self.on_forward(str(ep))
         w.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-        await _splice(r, w, ur, uw)
+        how = await _splice(r, w, ur, uw)
+        with contextlib.suppress(Exception):
+            self.on_closed(str(ep), how)
 
     def _refuse(
         self, w: asyncio.StreamWriter, host: str, port: int, reason: str, code: int
@@ -365,15 +374,21 @@ def refusal_phrase(host: str, port: int) -> str:
     )
 
 
-async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, count: list[int]) -> str:
+    """Copy until `src` ends, then half-close `dst`; what ended it: "eof" (src closed
+    its side), or the error reading src or writing dst (dst is closed then). `count[0]`
+    adds up the bytes copied."""
     try:
         while data := await src.read(_BUF):
+            count[0] += len(data)
             dst.write(data)
             await dst.drain()
         if dst.can_write_eof():
             dst.write_eof()
-    except (OSError, ConnectionError):
+        return "eof"
+    except (OSError, ConnectionError) as exc:
         dst.close()
+        return type(exc).__name__
 
 
 async def _splice(
@@ -381,14 +396,31 @@ async def _splice(
     w: asyncio.StreamWriter,
     ur: asyncio.StreamReader,
     uw: asyncio.StreamWriter,
-) -> None:
+) -> dict[str, Any]:
+    """Copy both ways until both directions ended. How it went, for the gate's log: per
+    direction ("up": the client's bytes towards the upstream, "down": back) what ended it
+    (`_pump`), the bytes copied and when it ended (ms after the start), and which ended
+    first."""
     for writer in (w, uw):
         sock = writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    how: dict[str, Any] = {}
+
+    async def pump(name: str, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        count = [0]
+        ended = await _pump(src, dst, count)
+        how.setdefault("first", name)
+        how[name] = ended
+        how[f"{name}_bytes"] = count[0]
+        how[f"{name}_ms"] = round((loop.time() - start) * 1000)
+
     try:
-        await asyncio.gather(_pump(r, uw), _pump(ur, w))
+        await asyncio.gather(pump("up", r, uw), pump("down", ur, w))
+        return how
     finally:
         w.close()
         uw.close()

@@ -7,7 +7,9 @@ of its own, outside the task's sandbox (it needs the host network to splice to),
 outlives a supervisor that is killed: a persistent worker's model request in flight is not
 cut, and a re-adopting supervisor finds it again by its identity (pid and start time).
 
-It writes one JSON line per forwarded connection and per refusal to its log, which the
+It writes one JSON line per forwarded connection, per ended connection ("closed": which side
+ended each direction and how, the bytes each way, when; or the loopback target it could not
+reach) and per refusal to its log, which the
 supervisor reads into `egress_refused` events and the `egress_summary` counts (the log and
 how far it was read are in the task directory, so a supervisor that takes over goes on
 where the last one stopped). Over its stdin it accepts `{"forward": PORT}` (one more
@@ -98,6 +100,7 @@ def main(argv: list[str]) -> int:
         ),
         proxy_port,
         lambda target: write({"event": "forward", "target": target}),
+        lambda target, how: write({"event": "closed", "target": target, **how}),
     )
     try:
         gate.start()

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gitsup.errors import GitsupError
-from gitsup.host.bootstrap import covers, denied, expand_read
+from gitsup.host.bootstrap import covers, denied, env_digest, expand_read
 from gitsup.host.claude_config import ClaudeConfig, claude_config
 from gitsup.layout import TASK_GIT_SHELL
 
@@ -293,6 +293,8 @@ class SandboxPlan:
     git_state: str = "shared"
     denied: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # rules not applied, and why
+    # what the environment allowlist removed: name -> env_digest of the host's value
+    dropped_env: dict[str, str] = field(default_factory=dict)
     # the task's private copy of Claude Code's config (gitsup/host/claude_config.py)
     claude_config: ClaudeConfig | None = None
 
@@ -412,10 +414,21 @@ class SandboxPlan:
         keys = ("no_new_privs", "caps_dropped", "seccomp", "pid_ns", "mount_ns")
         out = dict(report, **{k: seen.get(k) is True for k in keys})
         out["enforced"] = bool(report.get("enforced")) and all(out[k] for k in keys)
+        out["env_allowlist"] = self._env_allowlisted(seen.get("env"))
         if not seen:
             out["weaker"] = [*report.get("weaker", []), "not observed: the process did not "
                              "report what it saw of its sandbox"]  # fmt: skip
         return out
+
+    def _env_allowlisted(self, seen: object) -> bool:
+        """The process's environment (`observed`'s digests) has the private HOME and TMPDIR
+        and none of the variables the allowlist removed with the host's value."""
+        if not isinstance(seen, dict) or not seen:
+            return False
+        for name in ("HOME", "TMPDIR"):
+            if name not in self.env or seen.get(name) != env_digest(name, self.env[name]):
+                return False
+        return not any(seen.get(k) == d for k, d in self.dropped_env.items())
 
 
 OBSERVE_TIMEOUT = 10.0  # seconds; the bootstrap writes it within milliseconds
@@ -572,6 +585,7 @@ def build_plan(
                 out[k] = v
     out.update(private_env(private_home, private_tmp, private_home / ".gitconfig"))
     plan.env = out
+    plan.dropped_env = {k: env_digest(k, v) for k, v in env.items() if out.get(k) != v}
     _login_profiles(private_home, out)
     # the filesystem
     wt = os.path.realpath(worktree)

@@ -28,6 +28,7 @@ import pytest
 from tests.boundary.conftest import Setup, refs_of, start_task
 from tests.conftest import PYTHON, git, run_sup
 from tests.helpers.net import Listener
+from tests.helpers.require import require
 from tests.helpers.sup import PYTEST_CHECK
 
 HOSTILE = (Path(__file__).parent / "hostile_check.py").read_text()
@@ -92,12 +93,8 @@ subprocess.run(["git", "commit", "-q", "-m", "fix add, with a check"], check=Tru
 def test_a_hostile_check_fails_at_every_step(
     setup: Setup, listener: Listener, monkeypatch: pytest.MonkeyPatch, via: str
 ) -> None:
-    from gitsup.host.contain import find_cgroup_base
-    from gitsup.host.sandbox import probe
-
-    host = probe()
-    if not (host.landlock and host.mountns) or find_cgroup_base() is None:
-        pytest.skip("needs Landlock, mount namespaces and a writable cgroup v2 tree")
+    for feature in ("landlock", "mountns", "cgroup"):
+        require(feature, "a hostile check")
     repo, tmp = setup.repo, setup.tmp
     common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
     home = Path(os.environ["HOME"])
@@ -296,13 +293,12 @@ def test_doctor_finds_and_removes_what_a_killed_integrate_left(setup: Setup) -> 
     import signal
     import subprocess
 
-    from gitsup.host.contain import find_cgroup_base, list_gitsup_cgroups, list_gitsup_netns
+    from gitsup.host.contain import list_gitsup_cgroups, list_gitsup_netns
     from tests.boundary.conftest import make_task
     from tests.conftest import GIT_SUP
     from tests.helpers.sup import wait_for
 
-    if find_cgroup_base() is None:
-        pytest.skip("needs a writable cgroup v2 tree")
+    require("cgroup", "holding a check's processes")
     started = setup.tmp / "started"
     marker = f"held-{uuid.uuid4().hex}"
     hold = f"import pathlib, time; pathlib.Path({str(started)!r}).write_text('x'); time.sleep(600)"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import time
 import uuid
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import GIT_SUP, run_sup
+from tests.helpers.require import require
 from tests.helpers.sup import (
     COMMIT_WITHOUT_FIX,
     FIX_AND_COMMIT,
@@ -91,8 +91,7 @@ def _pane(sock: str) -> list[str]:
 def test_watch_in_tmux_shows_three_tasks_live(
     three_tasks: tuple[Path, dict[str, str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
+    require("tmux", "a real terminal")
     repo, ids, gate = three_tasks
     # The pane's own size and colours, not those of the test runner.
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
@@ -217,8 +216,7 @@ def test_watch_once_plain_lines(repo: Path, tmp: Path) -> None:
 
 
 def test_foreground_start_keeps_a_status_line_on_a_terminal(repo: Path, tmp: Path) -> None:
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
+    require("tmux", "a real terminal")
     gate = tmp / "gate"
     worker = write_worker(tmp, GATED_FIX.format(gate=str(gate)), "gated.py")
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}

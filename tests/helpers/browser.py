@@ -3,7 +3,6 @@ screenshot. Console messages (including CSP violations) come from Chromium's own
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -11,19 +10,16 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pytest
+from tests.helpers.require import require
 
 _CONSOLE = re.compile(r":CONSOLE(?:\(\d+\)|:\d+)\] (.*)")
 
 
 def chromium_bin() -> str:
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return path
-    if os.environ.get("CI"):
-        pytest.fail("chromium is not installed (.ci/test installs it)", pytrace=False)
-    pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    require("chromium", "the candidate page in a real browser")
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert path is not None
+    return path
 
 
 @dataclass

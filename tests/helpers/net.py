@@ -9,14 +9,15 @@ from pathlib import Path
 
 
 class Listener:
-    """A TCP listener on the host's 127.0.0.1 (`port`), or with `address` a UNIX socket server
-    (a path, or an abstract name starting with NUL). `reached` counts accepted connections."""
+    """A TCP listener on the host's 127.0.0.1 (`port`: the one given, else any free one), or
+    with `address` a UNIX socket server (a path, or an abstract name starting with NUL).
+    `reached` counts accepted connections."""
 
-    def __init__(self, address: str | None = None) -> None:
+    def __init__(self, address: str | None = None, *, port: int = 0) -> None:
         self.address = address
         if address is None:
             self.sock = socket.socket()
-            self.sock.bind(("127.0.0.1", 0))
+            self.sock.bind(("127.0.0.1", port))
             self.port = self.sock.getsockname()[1]
         else:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -4,7 +4,8 @@
 
 Each attempt is recorded as "ESCAPED ..." when it worked and "blocked: ..." otherwise, in
 $TMPDIR/attack-LABEL.json (the task's private temp dir, which the test reads afterwards)
-and on stdout. With --grandchild the attacks also run in a double-forked, setsid()
+and on stdout; each attempt's result is also appended to $TMPDIR/attack-LABEL.jsonl the
+moment it is known, so that what ran is on record whatever fails afterwards. With --grandchild the attacks also run in a double-forked, setsid()
 grandchild; with --then-commit the task then does its real work and commits it.
 Standard library only: it runs with whatever Python the task has.
 """
@@ -29,13 +30,21 @@ def _blocked(exc: BaseException) -> str:
     return f"blocked: {type(exc).__name__}: {exc}"
 
 
+# where each attempt's result goes the moment it is known ($TMPDIR/attack-LABEL.jsonl, one
+# {"attack": name, "result": ...} per line): whatever fails later, what ran is on record
+_progress: list[str] = []
+
+
 def attempt(results: dict[str, str], name: str, fn: object) -> None:
     try:
         detail = fn()  # type: ignore[operator]
     except BaseException as exc:  # every failure is a result
         results[name] = _blocked(exc)
-        return
-    results[name] = f"ESCAPED {detail if detail is not None else ''}".strip()
+    else:
+        results[name] = f"ESCAPED {detail if detail is not None else ''}".strip()
+    if _progress:
+        with open(_progress[0], "a") as f:
+            f.write(json.dumps({"attack": name, "result": results[name]}) + "\n")
 
 
 def _append(path: str, data: bytes = b"# sandbox escape\n") -> None:
@@ -418,6 +427,13 @@ def attacks(t: dict[str, object]) -> dict[str, str]:
     return r
 
 
+def progress(label: str) -> None:
+    """Record each attempt of `label` in $TMPDIR/attack-LABEL.jsonl as it completes."""
+    path = pathlib.Path(os.environ["TMPDIR"]) / f"attack-{label}.jsonl"
+    path.unlink(missing_ok=True)
+    _progress[:] = [str(path)]
+
+
 def report(label: str, results: dict[str, str]) -> None:
     out = pathlib.Path(os.environ["TMPDIR"]) / f"attack-{label}.json"
     tmp = out.with_suffix(".part")
@@ -429,6 +445,7 @@ def report(label: str, results: dict[str, str]) -> None:
 def main() -> None:
     label, targets_file = sys.argv[1], sys.argv[2]
     t = json.loads(pathlib.Path(targets_file).read_text())
+    progress(label)
     report(label, attacks(t))
     if "--grandchild" in sys.argv:
         done = pathlib.Path(os.environ["TMPDIR"]) / "attack-grandchild.json"
@@ -436,6 +453,7 @@ def main() -> None:
             os.setsid()
             if os.fork() == 0:
                 try:
+                    progress("grandchild")
                     report("grandchild", attacks(t))
                 finally:
                     os._exit(0)

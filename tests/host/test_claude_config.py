@@ -18,14 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from gitsup.host.sandbox import SandboxPlan, build_plan, default_rules, probe
+from gitsup.host.sandbox import SandboxPlan, build_plan, default_rules
 from tests.conftest import PYTHON, git
 from tests.helpers.claude_config import HOOK, STATE, USER, checksums, user_config
+from tests.helpers.require import requires
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not probe().landlock or not probe().mountns,
-    reason="the attack tests need root, Landlock and mount namespaces (as on CI)",
-)
+pytestmark = requires("root", "landlock", "mountns")
 
 
 ATTACK = """

@@ -17,14 +17,13 @@ from typing import Any
 import psutil
 import pytest
 
-from gitsup.host.contain import find_cgroup_base
 from gitsup.ids import TaskId
 from gitsup.layout import Layout
 from gitsup.store.events import EventLog
 from tests.conftest import git, run_sup
+from tests.helpers.require import requires
 
-HAS_CGROUP = find_cgroup_base() is not None
-needs_cgroup = pytest.mark.skipif(not HAS_CGROUP, reason="no writable cgroup v2 hierarchy here")
+needs_cgroup = requires("cgroup")
 
 
 def _script(path: Path, body: str) -> str:

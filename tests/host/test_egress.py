@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from gitsup.errors import GitsupError
-from gitsup.host.contain import bootstrap_argv, list_gitsup_netns, netns_available
+from gitsup.host.contain import bootstrap_argv, list_gitsup_netns
 from gitsup.host.egress import (
     EgressGate,
     EgressPlan,
@@ -35,8 +36,10 @@ from gitsup.spec import spec_from_mapping
 from gitsup.store.events import Event
 from gitsup.tasks.lifecycle import SupRepo, run_task
 from tests.conftest import git, run_sup
+from tests.helpers.net import Listener
+from tests.helpers.require import requires
 
-pytestmark = pytest.mark.skipif(netns_available() is not None, reason="no network namespaces")
+pytestmark = requires("netns")
 
 NOBODY = 65534
 
@@ -159,41 +162,138 @@ def test_endpoints_and_plans() -> None:
     assert plan == EgressPlan((9,), (Endpoint("Reg.Example", 443),))
 
 
-def test_agent_reaches_only_its_model_port(echo: Echo, other: Echo) -> None:
+def _listen_on(port: int) -> Listener | None:
+    """A counting listener on the host's 127.0.0.1:`port`, or None when the port is taken
+    (the probe from inside still runs)."""
+    try:
+        return Listener(port=port)
+    except OSError:
+        return None
+
+
+@pytest.fixture
+def model_and_neighbours() -> Iterator[tuple[Echo, dict[str, Listener]]]:
+    """An Echo as the model, with counting listeners on the ports right below and above it."""
+    for _ in range(50):
+        e = Echo()
+        near = {"model-1": _listen_on(e.port - 1), "model+1": _listen_on(e.port + 1)}
+        if all(near.values()):
+            yield e, {k: v for k, v in near.items() if v is not None}
+            e.close()
+            for li in near.values():
+                assert li is not None
+                li.close()
+            return
+        e.close()
+        for li in near.values():
+            if li is not None:
+                li.close()
+    raise AssertionError("no free port pair around any model port")
+
+
+# ports a gate could plausibly forward besides the model's
+WELL_KNOWN = {"ssh": 22, "http": 80, "https": 443}
+
+
+def test_agent_reaches_only_its_model_port(
+    model_and_neighbours: tuple[Echo, dict[str, Listener]],
+) -> None:
+    """The agent reaches the model's port and nothing else on the host: not the ports next to
+    it, not the well-known ones, not a host listener; each is a listener on the host's
+    127.0.0.1 that counts who reached it."""
+    echo, near = model_and_neighbours
+    host = Listener()
+    known = {name: _listen_on(port) for name, port in WELL_KNOWN.items()}
     env = {"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{echo.port}"}
-    with gated_namespace("egress-test", env) as net:
-        assert net.env == {}  # a loopback model needs no proxy
-        out = run_attack(net.netns, net.env, {"ports": {"model": echo.port, "host": other.port}})
-        assert net.gate.forwarded == 1
+    ports = {
+        "model": echo.port,
+        "model-1": echo.port - 1,
+        "model+1": echo.port + 1,
+        "host": host.port,
+        **WELL_KNOWN,
+    }
+    try:
+        with gated_namespace("egress-test", env) as net:
+            assert net.env == {}  # a loopback model needs no proxy
+            out = run_attack(net.netns, net.env, {"ports": ports})
+            assert net.gate.forwarded == 1
+            closed = _closed_records(net.gate.log)
+    finally:
+        host.close()
+        for li in known.values():
+            if li is not None:
+                li.close()
     assert out["model"] == "ok: echo:hi", out
-    assert out["host"].startswith("failed: ConnectionRefusedError"), out
+    for name in ports.keys() - {"model"}:
+        assert out[name].startswith("failed: ConnectionRefusedError"), (name, out)
     assert out["dns"].startswith("failed: gaierror"), out
     assert out["own listener"] == "ok: reached", out
     assert out["setns host"].startswith("failed: PermissionError"), out
-    assert other.accepted == 0
+    # from outside: only the model was reached, once
+    assert echo.accepted == 1
+    reached = {
+        "host": host.reached,
+        **{k: li.reached for k, li in near.items()},
+        **{k: li.reached for k, li in known.items() if li is not None},
+    }
+    assert set(reached.values()) == {0}, reached
     assert not os.path.exists(net.netns)  # removed with the gate
+    # the gate's log says how the one connection ended: the client's "hi" up, the echo
+    # down, each direction ended by its sender closing
+    assert closed == [
+        {
+            "event": "closed", "target": f"127.0.0.1:{echo.port}", "first": closed[0]["first"],
+            "up": "eof", "up_bytes": 2, "up_ms": closed[0]["up_ms"],
+            "down": "eof", "down_bytes": 7, "down_ms": closed[0]["down_ms"],
+        }
+    ], closed  # fmt: skip
+
+
+def _closed_records(log: Path) -> list[dict[str, Any]]:
+    """The gate's "closed" records, once there is one (the gate writes it when both
+    directions have ended, a moment after the client closed)."""
+    deadline = time.monotonic() + 10
+    while True:
+        recs = [json.loads(line) for line in log.read_text().splitlines()]
+        closed = [r for r in recs if r.get("event") == "closed"]
+        if closed or time.monotonic() > deadline:
+            return closed
+        time.sleep(0.05)
 
 
 def test_connect_proxy_allows_listed_endpoints_only_and_reports_refusals(
-    echo: Echo, other: Echo
+    model_and_neighbours: tuple[Echo, dict[str, Listener]], other: Echo
 ) -> None:
     from gitsup.host.contain import isolated_netns
 
+    echo, near = model_and_neighbours
     refused: list[tuple[str, int, str]] = []
     # a loopback CONNECT target stands in for a remote host (never contact another address)
     plan = EgressPlan(connect=(Endpoint("127.0.0.1", echo.port),))
+    known = {name: _listen_on(port) for name, port in WELL_KNOWN.items()}
+    own: Listener | None = None
     with isolated_netns("egress-test") as ns:
         gate = EgressGate(ns, plan, lambda h, p, r: refused.append((h, p, r))).start()
         try:
             env = gate.env()
             assert env["HTTPS_PROXY"].startswith("http://127.0.0.1:")
             assert "127.0.0.1" in env["NO_PROXY"]
+            # the host's port with the proxy's number: the gate must not forward its own port
+            own = _listen_on(gate.proxy_port or 0)
+            # the allowed host's other ports, the proxy's own, the well-known ones: refused
+            others = [echo.port - 1, echo.port + 1, gate.proxy_port, *WELL_KNOWN.values()]
             out = run_attack(
                 ns,
                 env,
                 {
-                    "ports": {"host": other.port},
-                    "connect": [f"127.0.0.1:{other.port}", "evil.invalid:443", "nonsense"],
+                    "ports": {"host": other.port, **WELL_KNOWN},
+                    "connect": [
+                        f"127.0.0.1:{other.port}",
+                        *(f"127.0.0.1:{p}" for p in others),
+                        f"localhost:{echo.port}",
+                        "evil.invalid:443",
+                        "nonsense",
+                    ],
                 },
             )
             # an allowed CONNECT: the tunnel carries bytes both ways
@@ -205,8 +305,23 @@ def test_connect_proxy_allows_listed_endpoints_only_and_reports_refusals(
             s.close()
         finally:
             gate.close()
-    assert out["host"].startswith("failed: ConnectionRefusedError"), out
-    assert out[f"CONNECT 127.0.0.1:{other.port}"].startswith("ok: HTTP/1.1 403 Forbidden"), out
+            for li in [own, *known.values()]:
+                if li is not None:
+                    li.close()
+    for name in ("host", *WELL_KNOWN):
+        assert out[name].startswith("failed: ConnectionRefusedError"), (name, out)
+    for p in (other.port, *others):
+        assert out[f"CONNECT 127.0.0.1:{p}"].startswith("ok: HTTP/1.1 403 Forbidden"), (p, out)
+    # the allowed endpoint by another name is another endpoint
+    assert out[f"CONNECT localhost:{echo.port}"].startswith("ok: HTTP/1.1 403 Forbidden"), out
+    # from outside: nothing but the test's own tunnel reached any listener
+    assert echo.accepted == 1
+    reached = {
+        "own port": own.reached if own is not None else 0,
+        **{k: li.reached for k, li in near.items()},
+        **{k: li.reached for k, li in known.items() if li is not None},
+    }
+    assert set(reached.values()) == {0}, reached
     assert out["CONNECT evil.invalid:443"] == (
         "ok: HTTP/1.1 403 Forbidden: network evil.invalid:443 refused by the gitsup egress gate; "
         "allow it with git config --add sup.egress evil.invalid:443"
@@ -217,7 +332,7 @@ def test_connect_proxy_allows_listed_endpoints_only_and_reports_refusals(
     assert ("127.0.0.1", other.port, "not an allowed egress endpoint") in refused
     assert ("evil.invalid", 443, "not an allowed egress endpoint") in refused
     assert ("plain.invalid", 80, "GET through the proxy (only CONNECT)") in refused
-    assert len(refused) == 4 and gate.refused == 4
+    assert len(refused) == 4 + len(others) + 1 and gate.refused == len(refused)
 
 
 def _connect_inside(netns: str, port: int) -> socket.socket:
@@ -384,8 +499,6 @@ def test_a_namespace_starts_no_helper_programs(tmp_path: Path) -> None:
     without a C library handed in, each child looks libc up with `ldconfig -p`. gitsup hands
     it one: making, using and removing a namespace runs no program (each forked child
     reports the programs it starts, through an audit hook it inherits)."""
-    if netns_available() is not None:
-        pytest.skip("no network namespaces here")
     log = tmp_path / "programs"
     code = (
         "import os, sys\n"

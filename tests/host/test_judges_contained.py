@@ -9,16 +9,13 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
-from gitsup.host.sandbox import probe
 from tests.conftest import git
 from tests.helpers.net import Listener
+from tests.helpers.require import requires
 from tests.helpers.sup import FIX_AND_COMMIT, start_json, write_worker
 
-pytestmark = pytest.mark.skipif(
-    not probe().landlock or not probe().mountns, reason="needs Landlock and mount namespaces"
-)
+pytestmark = requires("landlock", "mountns")
 
 REVIEWER = """
 import json, os, socket, subprocess, sys, time

@@ -15,18 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
 
-from gitsup.host.contain import find_cgroup_base
 from gitsup.ids import TaskId
 from gitsup.layout import Layout
 from gitsup.store.events import EventLog
 from tests.conftest import PYTHON, git, run_sup
+from tests.helpers.require import requires
 from tests.helpers.sup import common_dir, write_spec
 
-pytestmark = pytest.mark.skipif(
-    find_cgroup_base() is None, reason="no writable cgroup v2 hierarchy here"
-)
+pytestmark = requires("cgroup")
 
 
 def _worker(tmp: Path, body: str, name: str = "worker.py") -> str:

@@ -10,6 +10,7 @@ repository and home must be byte-identical, and the task's own commit must still
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,11 +24,12 @@ from typing import Any
 
 import pytest
 
+from gitsup.host.bootstrap import env_digest
 from gitsup.host.contain import _cgroup2_mounts
-from gitsup.host.sandbox import probe
 from gitsup.host.seccomp import program as seccomp_program
 from tests.conftest import PYTHON, git, run_sup
 from tests.helpers.net import Listener
+from tests.helpers.require import require, requires
 from tests.helpers.sup import start_json, write_worker
 
 ATTACK = str(Path(__file__).with_name("sandbox_attack.py"))
@@ -37,10 +39,7 @@ GOAL = "make add() add"
 # the worker's own commit makes this pass; the attacks do not touch it
 CHECK_FIXED = shlex.join([PYTHON, "-c", "from calc import add; assert add(1, 2) == 3"])
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not probe().landlock or not probe().mountns,
-    reason="the attack tests need root, Landlock and mount namespaces (as on CI)",
-)
+pytestmark = requires("root", "landlock", "mountns", "pidns", "seccomp")
 
 
 def common_dir(repo: Path) -> Path:
@@ -153,10 +152,39 @@ def hostile(
             li.close()
 
 
+# Every task this gitsup makes has a Git dir of its own ("shared" is only what a task made
+# before private dirs existed gets): the hostile tests expect it and run every attack in it.
+EXPECTED_GIT_STATE = "private"
+
+
 def results_of(repo: Path, task: str, label: str) -> dict[str, str]:
     path = common_dir(repo) / "sup" / "tasks" / task / "sandbox" / "tmp" / f"attack-{label}.json"
-    assert path.is_file(), f"the {label} attack left no report at {path}"
+    assert path.is_file(), (
+        f"the {label} attack left no report at {path}; the attacks it recorded as they ran: "
+        f"{outcomes(repo, task, label)}"
+    )
     return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def outcomes(repo: Path, task: str, label: str) -> dict[str, str]:
+    """Each attack's result as the script recorded it the moment it was known
+    ($TMPDIR/attack-LABEL.jsonl), however far it got."""
+    path = common_dir(repo) / "sup" / "tasks" / task / "sandbox" / "tmp" / f"attack-{label}.jsonl"
+    if not path.is_file():
+        return {}
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            out[str(rec["attack"])] = str(rec["result"])
+    return out
+
+
+def assert_each_attack_blocked(repo: Path, task: str, label: str) -> None:
+    """Attack by attack, before anything else about the task is asserted: whatever fails
+    later (the task, a check, the snapshot), an attack that worked is named first."""
+    for name, result in outcomes(repo, task, label).items():
+        assert result.startswith("blocked"), f"{label}: attack {name}: {result}"
 
 
 def assert_all_blocked(results: dict[str, str], label: str, *, git_state: str) -> None:
@@ -178,8 +206,9 @@ def assert_all_blocked(results: dict[str, str], label: str, *, git_state: str) -
     }  # fmt: skip
     if any(p.is_block_device() for p in Path("/dev").iterdir()):
         expected.add("read_block_device")
-    if git_state == "private":
-        expected.add("replace_object")
+    # no silent fallback to shared Git state, which would skip the object-replacement attack
+    assert git_state == EXPECTED_GIT_STATE, git_state
+    expected.add("replace_object")
     assert set(results) == expected, set(results) ^ expected
     escaped = {k: v for k, v in results.items() if not v.startswith("blocked")}
     assert not escaped, f"{label} escaped: {escaped}"
@@ -203,6 +232,9 @@ def test_hostile_worker_check_and_grandchild_stay_inside(hostile: dict[str, Any]
         *NO_REVIEW,
         timeout=180,
     )
+    assert rec.get("id"), ("no task was made", rc, err)
+    for label in ("worker", "grandchild", "check"):
+        assert_each_attack_blocked(repo, rec["id"], label)
     assert rc == 0, (rec.get("reasons"), err)
     assert rec["status"] == "ready" and rec["candidate"], rec
     sb = rec["sandbox"]
@@ -210,22 +242,20 @@ def test_hostile_worker_check_and_grandchild_stay_inside(hostile: dict[str, Any]
     assert sb["caps_dropped"] and sb["no_new_privs"] and sb["env_allowlist"], sb
     assert sb["seccomp"] is True and sb["pid_ns"] is True, sb
     git_state = sb["git_state"]
+    assert git_state == EXPECTED_GIT_STATE, sb
     for label in ("worker", "grandchild", "check"):
         assert_all_blocked(results_of(repo, rec["id"], label), label, git_state=git_state)
     assert [li.reached for li in hostile["listeners"]] == [0, 0, 0, 0]
     after = snapshot(repo, hostile["remote"], hostile["home"])
     before = hostile["before"]
-    # the task's commit adds objects (shared Git state); none that existed changed
+    # none of the objects that existed changed
     new_objects = set(after["objects"]) - set(before["objects"])
     assert {k: after["objects"].get(k) for k in before["objects"]} == before["objects"]
-    if git_state == "private":
-        # what is new came from the supervisor (the verified import, the sealed log, notes):
-        # every new object is reachable from a ref; none of the worker's own objects is loose
-        reachable = set(git(repo, "rev-list", "--objects", "--all").split())
-        stray = {
-            k for k in new_objects if k.replace("objects/", "").replace("/", "") not in reachable
-        }
-        assert not stray, stray
+    # what is new came from the supervisor (the verified import, the sealed log, notes):
+    # every new object is reachable from a ref; none of the worker's own objects is loose
+    reachable = set(git(repo, "rev-list", "--objects", "--all").split())
+    stray = {k for k in new_objects if k.replace("objects/", "").replace("/", "") not in reachable}
+    assert not stray, stray
     after["objects"] = before["objects"]
     assert after == before
     notes = git(repo, "log", "-p", "refs/notes/sup", check=False)
@@ -401,6 +431,10 @@ def test_bootstrap_reports_what_the_process_saw(tmp: Path) -> None:
         )  # fmt: skip
         assert res.returncode == 0, res.stderr
         seen.append(json.loads(out.read_text()))
+        # the environment it saw: digests of each variable, never the values
+        env = seen[-1].pop("env")
+        assert all(env[k] == env_digest(k, v) for k, v in os.environ.items()), env
+        assert os.environ["PATH"] not in json.dumps(env)
     everything = {"no_new_privs", "caps_dropped", "seccomp", "pid_ns", "mount_ns"}
     assert seen[0] == dict.fromkeys(everything, True), seen[0]
     assert seen[1] == {"no_new_privs": True, "caps_dropped": False, "seccomp": False,
@@ -419,8 +453,7 @@ def world_tmp() -> Iterator[Path]:
 def test_bootstrap_sandboxes_an_unprivileged_user_too(world_tmp: Path) -> None:
     """Without root, the mount namespace comes with a user namespace; the result is the same:
     the host's /tmp hidden but the task's own directory bound back, nothing else writable."""
-    if shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is needed to run as another user")
+    require("setpriv", "running as another user")
     tmp = world_tmp
     wt = tmp / "wt"
     wt.mkdir()
@@ -519,3 +552,41 @@ def test_reviewer_and_decider_run_sandboxed_with_a_read_only_worktree(
     assert decide["worktree"].startswith("blocked") and decide["config"].startswith("blocked")
     assert (common_dir(repo) / "config").read_bytes() == before
     assert "changed by the judge" not in git(repo, "show", f"{rec['candidate']}:calc.py")
+
+
+def test_the_record_says_what_the_process_saw(
+    repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record's no_new_privs, caps_dropped, seccomp and env_allowlist are what the
+    bootstrap observed of itself after dropping, not what was asked: here on a host
+    without the system call filter (refused), the worker reads /proc/self/status itself and
+    both accounts agree."""
+    monkeypatch.setenv("GITSUP_SANDBOX_REFUSE", "seccomp")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_not_for_tasks")
+    assert run_sup(repo, "init").returncode == 0
+    worker = write_worker(
+        tmp,
+        """
+        import json, os, pathlib, subprocess
+        status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+        seen = {k: status[k].strip() for k in ("NoNewPrivs", "CapEff", "CapPrm", "CapBnd", "Seccomp")}
+        seen["env"] = sorted(os.environ)
+        pathlib.Path(os.environ["TMPDIR"], "status.json").write_text(json.dumps(seen))
+        p = pathlib.Path("calc.py")
+        p.write_text(p.read_text().replace("a - b", "a + b"))
+        subprocess.run(["git", "commit", "-q", "-am", "fix add"], check=True)
+        """,
+    )
+    rc, rec, err = start_json(repo, "fix", "--worker", worker, *NO_REVIEW)
+    assert rc == 0, (rec.get("reasons"), err)
+    box = common_dir(repo) / "sup" / "tasks" / rec["id"] / "sandbox"
+    seen = json.loads((box / "tmp" / "status.json").read_text())
+    assert seen["NoNewPrivs"] == "1" and seen["Seccomp"] == "0", seen
+    assert {seen[k] for k in ("CapEff", "CapPrm", "CapBnd")} == {"0000000000000000"}, seen
+    assert "GITHUB_TOKEN" not in seen["env"]
+    sb = rec["sandbox"]
+    assert sb["no_new_privs"] is True and sb["caps_dropped"] is True, sb
+    assert sb["seccomp"] is False and sb["enforced"] is False, sb
+    assert sb["env_allowlist"] is True, sb
+    observed = json.loads((box / "observed.json").read_text())
+    assert observed["no_new_privs"] is True and observed["seccomp"] is False, observed

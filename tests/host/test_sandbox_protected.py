@@ -24,20 +24,18 @@ from typing import Any
 
 import pytest
 
-from gitsup.host.sandbox import probe
 from tests.conftest import git, run_sup
+from tests.helpers.net import Listener
+from tests.helpers.require import requires
 from tests.helpers.sup import start_json, write_worker
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not probe().landlock or not probe().mountns,
-    reason="the attack tests need root, Landlock and mount namespaces (as on CI)",
-)
+pytestmark = requires("root", "landlock", "mountns", "seccomp")
 
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nFAKE-SSH-KEY-d41f\n"
 AWS = "[default]\naws_secret_access_key = FAKE-AWS-SECRET-93ac\n"
 
 HOSTILE = """
-import json, os, pathlib, subprocess, sys
+import json, os, pathlib, socket, subprocess, sys
 home = pathlib.Path(sys.argv[1])
 cfg = pathlib.Path(sys.argv[2])  # gitsup's config dir
 r = {}
@@ -58,12 +56,23 @@ attempt("read_ssh_key", lambda: (home / ".ssh" / "id_rsa").read_text())
 attempt("read_ssh_key_by_link", lambda: (home / "link-to-ssh" / "id_rsa").read_text())
 attempt("read_ssh_key_by_inner_link", lambda: (home / ".config" / "tool" / "keylink").read_text())
 attempt("read_aws", lambda: (home / ".aws" / "credentials").read_text())
+attempt("read_signing_key_by_worktree_link",
+        lambda: (pathlib.Path("cfglink") / "signing" / "id_ed25519").read_text())
 attempt("read_claude_login", lambda: (home / ".claude" / ".credentials.json").read_text())
 attempt("append_allowed_signers",
         lambda: open(cfg / "allowed_signers", "a").write("evil@x namespaces=\\"git\\" ssh-ed25519 AAAA\\n"))
 attempt("plant_in_gitsup_config", lambda: (cfg / "planted").write_text("planted\\n"))
 attempt("replace_signing_key", lambda: (cfg / "signing" / "id_ed25519").write_text("evil\\n"))
 attempt("write_ssh_dir", lambda: (home / ".ssh" / "authorized_keys").write_text("evil\\n"))
+
+def connect(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(str(path))
+    s.close()
+    return "connected"
+
+attempt("connect_gpg_agent", lambda: connect(home / ".gnupg" / "S.gpg-agent"))
 # what the rules do open: another tool's config (read ~, write ~/.config)
 allowed = {}
 try:
@@ -123,7 +132,14 @@ def var_home(hermetic_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
         monkeypatch.setenv("GITHUB_TOKEN", "FAKE-GH-TOKEN-55aa")
         monkeypatch.setenv("SSH_AUTH_SOCK", str(home / "agent.sock"))
         monkeypatch.setenv("HARMLESS_SETTING", "passes")
-        yield home
+        (home / ".gnupg").mkdir(mode=0o700)
+        agent = Listener(str(home / ".gnupg" / "S.gpg-agent"))
+        try:
+            yield home
+        finally:
+            agent.close()
+            # nothing reached the GnuPG agent's socket (counted from outside)
+            assert agent.reached == 0, "a task connected to ~/.gnupg/S.gpg-agent"
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
@@ -153,7 +169,7 @@ def test_repository_rules_cannot_open_secrets(repo: Path, tmp: Path, var_home: P
     seen: dict[str, Any] = json.loads((box / "hostile.json").read_text())
     escaped = {k: v for k, v in seen["attempts"].items() if not v.startswith("blocked")}
     assert not escaped, escaped
-    assert len(seen["attempts"]) == 11
+    assert len(seen["attempts"]) == 13
     # the rules did apply where they may: the rest of the home is readable, ~/.config writable
     assert seen["allowed"] == {"read_tool_config": "tool settings\n", "write_tool_config": "ok"}
     assert (home / ".config" / "tool" / "written").read_text() == "by the task\n"
@@ -218,3 +234,77 @@ def test_gitsup_config_under_xdg_config_home_is_protected_too(
     assert digests(cfg) == before and not (cfg / "planted").exists()
     refused = "\n".join(rec["sandbox"]["refused"])
     assert "write ~/xdg: applied without the protected paths below it" in refused, refused
+
+
+@pytest.mark.parametrize("layers", ["all", "without seccomp"])
+def test_a_home_outside_tmp_home_and_root_is_hidden(
+    repo: Path, tmp: Path, var_home: Path, monkeypatch: pytest.MonkeyPatch, layers: str
+) -> None:
+    """Without rules, a home under /var/lib is hidden like one under /home: nothing in it can
+    be read, listed or connected to. Landlock does not govern connecting to a UNIX socket and
+    the system call filter refuses AF_UNIX sockets; without the filter (a host without
+    seccomp) the mount namespace alone keeps the GnuPG agent's socket out of reach."""
+    home = var_home
+    if layers == "without seccomp":
+        monkeypatch.setenv("GITSUP_SANDBOX_REFUSE", "seccomp")
+    assert run_sup(repo, "init").returncode == 0
+    cfg = home / ".config" / "gitsup"
+    worker = write_worker(tmp, HOSTILE, "hostile.py") + f" {home} {cfg}"
+    rc, rec, err = start_json(repo, "fix add", "--worker", worker, "--review", "none", timeout=180)
+    assert rc == 0, (rec.get("reasons"), err)
+    assert rec["sandbox"]["seccomp"] is (layers == "all"), rec["sandbox"]
+    assert str(home) in rec["sandbox"]["hidden"], rec["sandbox"]
+    box = repo / ".git" / "sup" / "tasks" / rec["id"] / "sandbox" / "tmp"
+    seen: dict[str, Any] = json.loads((box / "hostile.json").read_text())
+    escaped = {k: v for k, v in seen["attempts"].items() if not v.startswith("blocked")}
+    assert not escaped, escaped
+    for name in ("read_ssh_key", "connect_gpg_agent", "read_aws", "read_signing_key"):
+        assert seen["attempts"][name].startswith("blocked"), (name, seen["attempts"])
+    # not even what a rule could open is there: the home is an empty directory inside
+    assert "error" in seen["allowed"], seen["allowed"]
+    assert not (home / ".config" / "tool" / "written").exists()
+
+
+GITSUP_CONFIG_ATTACKS = (
+    "read_signing_key",
+    "read_signing_key_by_worktree_link",
+    "list_gitsup_config",
+    "append_allowed_signers",
+    "plant_in_gitsup_config",
+    "replace_signing_key",
+)
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        'read = ["~/.config"]',
+        'read = ["~"]',
+        'write = ["~/.config"]',
+        'read = ["~/.config/gitsup/.."]',
+    ],
+)
+def test_no_rule_opens_gitsup_config_dir(repo: Path, tmp: Path, var_home: Path, rules: str) -> None:
+    """gitsup's own config dir (the integration signing key, the allowed signers) is denied
+    whatever a repository rule widens: the directory above it, the whole home, write access,
+    a path that only resolves there; and a symlink committed in the worktree that points
+    into it reads nothing either."""
+    home = var_home
+    assert run_sup(repo, "init").returncode == 0
+    cfg = home / ".config" / "gitsup"
+    (repo / "cfglink").symlink_to(cfg)
+    (repo / ".gitsup").mkdir()
+    (repo / ".gitsup" / "policy.toml").write_text(f"[sandbox]\n{rules}\n")
+    git(repo, "add", "cfglink", ".gitsup")
+    git(repo, "commit", "-q", "-m", "sandbox rules and a link")
+    before = digests(cfg)
+    worker = write_worker(tmp, HOSTILE, "hostile.py") + f" {home} {cfg}"
+    rc, rec, err = start_json(repo, "fix add", "--worker", worker, "--review", "none", timeout=180)
+    assert rc == 0, (rec.get("reasons"), err)
+    box = repo / ".git" / "sup" / "tasks" / rec["id"] / "sandbox" / "tmp"
+    seen: dict[str, Any] = json.loads((box / "hostile.json").read_text())
+    for name in GITSUP_CONFIG_ATTACKS:
+        assert seen["attempts"][name].startswith("blocked"), (name, seen["attempts"])
+    assert digests(cfg) == before and not (cfg / "planted").exists()
+    # the rule did apply to the rest of ~/.config
+    assert seen["allowed"].get("read_tool_config") == "tool settings\n", seen["allowed"]

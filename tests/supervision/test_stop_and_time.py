@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import PYTHON, run_sup
+from tests.helpers.require import requires
 from tests.helpers.sup import (
     FIX_AND_COMMIT,
     check_cmd,
@@ -167,7 +167,7 @@ def test_stop_while_running(repo: Path, tmp: Path) -> None:
     _stop_when(repo, proc, "worker_started", None)
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@requires("tmux")
 def test_stop_while_a_tui_never_starts_up(repo: Path, tmp: Path) -> None:
     # A "Claude Code" that never shows its input prompt: the worker stays in starting.
     fake = tmp / "claude"

@@ -14,6 +14,7 @@ import pytest
 
 from tests.boundary.conftest import Setup, make_task
 from tests.conftest import PYTHON, git, run_sup
+from tests.helpers.require import require
 from tests.helpers.sup import read_record, wait_dead, wait_for
 
 CALC = "VERSION = 1\n\n\ndef add(a, b):\n    return a + b\n"
@@ -333,10 +334,7 @@ def test_queue_checks_run_in_the_task_sandbox(
 ) -> None:
     """A hostile check (it is the candidate's code that runs) cannot touch the user's
     checkout, refs or signing key: the checks run inside the kernel sandbox."""
-    from gitsup.host.sandbox import probe
-
-    if not probe().landlock:
-        pytest.skip("needs Landlock")
+    require("landlock", "the queue's checks in the task sandbox")
     monkeypatch.delenv("GITSUP_SANDBOX_EXTRA_WRITE", raising=False)
     repo, tmp = qsetup.repo, qsetup.tmp
     common = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir")

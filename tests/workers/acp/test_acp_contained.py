@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gitsup.host.contain import netns_available
-from gitsup.host.sandbox import probe
 from tests.conftest import git, run_sup
+from tests.helpers.require import requires
 from tests.helpers.supervised import Run, hostile_turn
 from tests.workers.acp.test_acp_supervised import supervise
 from tests.workers.claude.test_egress_claude import ATTACK as NET_ATTACK
@@ -37,9 +36,7 @@ def _tool_results(run: Run) -> list[str]:
     ]
 
 
-@pytest.mark.skipif(
-    not probe().landlock or not probe().mountns, reason="needs Landlock and mount namespaces"
-)
+@requires("landlock", "mountns")
 def test_agent_written_code_stays_inside_the_sandbox(
     supervise: Callable[..., Run],
     repo: Path,
@@ -87,7 +84,7 @@ def test_agent_written_code_stays_inside_the_sandbox(
     assert (home / ".gitconfig").read_bytes() == before["gitconfig"]
 
 
-@pytest.mark.skipif(netns_available() is not None, reason="no network namespaces")
+@requires("netns")
 def test_hostile_model_cannot_get_out_of_the_gate(
     supervise: Callable[..., Run], host_listener: tuple[int, list[int]]
 ) -> None:

@@ -18,17 +18,15 @@ from typing import Any
 import pytest
 
 from gitsup.demo.scripted_model import ScriptedModel
-from gitsup.host.sandbox import probe
 from tests.conftest import git
 from tests.helpers.claude_config import HOOK, USER, checksums, user_config
+from tests.helpers.require import requires
 from tests.helpers.supervised import Run, hostile_turn, run_supervised
 from tests.workers.claude.conftest import claude_env
 
 pytestmark = [
     pytest.mark.claude,
-    pytest.mark.skipif(
-        not probe().landlock or not probe().mountns, reason="needs Landlock and mount namespaces"
-    ),
+    requires("landlock", "mountns"),
 ]
 
 ATTACK = """

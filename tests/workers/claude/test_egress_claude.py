@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from gitsup.host.contain import list_gitsup_netns, netns_available
+from gitsup.host.contain import list_gitsup_netns
+from tests.helpers.require import requires
 from tests.helpers.supervised import (
     COMMIT,
     FIX_CALC,
@@ -32,7 +33,7 @@ supervise = test_supervised.supervise  # the fixture, shared
 
 pytestmark = [
     pytest.mark.claude,
-    pytest.mark.skipif(netns_available() is not None, reason="no network namespaces"),
+    requires("netns"),
 ]
 
 

@@ -14,14 +14,14 @@ import psutil
 import pytest
 
 from gitsup.demo.scripted_model import ScriptedModel
-from gitsup.host.contain import find_cgroup_base
+from tests.helpers.require import requires
 from tests.helpers.sup import common_dir
 from tests.helpers.supervised import COMMIT, FIX_CALC, Run, bash, run_supervised, step, text, write
 from tests.workers.claude.conftest import claude_env
 
 pytestmark = [
     pytest.mark.claude,
-    pytest.mark.skipif(find_cgroup_base() is None, reason="no writable cgroup v2 hierarchy"),
+    requires("cgroup"),
 ]
 
 # Leaves its turn at once (fork, setsid, its output detached), then counts its rounds in the

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gitsup.host.sandbox import probe
 from tests.conftest import git, run_sup
+from tests.helpers.require import requires
 from tests.helpers.supervised import Run, hostile_turn
 from tests.workers.claude.test_supervised import supervise
 
@@ -25,9 +25,7 @@ __all__ = ["supervise"]  # the fixture, shared with test_supervised.py
 
 pytestmark = [
     pytest.mark.claude,
-    pytest.mark.skipif(
-        not probe().landlock or not probe().mountns, reason="needs Landlock and mount namespaces"
-    ),
+    requires("landlock", "mountns"),
 ]
 
 ATTACK = """

@@ -18,16 +18,14 @@ from typing import Any
 import pytest
 
 from gitsup.demo.scripted_model import ScriptedModel
-from gitsup.host.sandbox import probe
 from tests.conftest import git, run_sup
+from tests.helpers.require import requires
 from tests.helpers.supervised import bash, step, text
 from tests.workers.claude.conftest import claude_env
 
 pytestmark = [
     pytest.mark.claude,
-    pytest.mark.skipif(
-        not probe().landlock or not probe().mountns, reason="needs Landlock and mount namespaces"
-    ),
+    requires("landlock", "mountns"),
 ]
 
 PUSH_IN_NODE = "node -e \"require('child_process').execSync('git push origin HEAD:main')\""

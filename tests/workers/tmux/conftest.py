@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from gitsup.demo.scripted_model import ScriptedModel
+from tests.helpers.require import noted, require, unavailable
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 API_KEY = "sk-scripted-not-a-key"
@@ -36,12 +37,12 @@ def find_claude() -> str | None:
 
 @pytest.fixture(scope="session")
 def claude_bin() -> str:
+    require("tmux", "the TUI worker")
     path = find_claude()
-    if path is None or shutil.which("tmux") is None:
-        reason = "Claude Code CLI or tmux not found (run .ci/install-claude)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (CI is set: these tests must not be skipped)", pytrace=False)
-        pytest.skip(reason)
+    if path is None:
+        unavailable("claude", "the Claude Code CLI is not found (run .ci/install-claude)")
+        raise AssertionError("unreachable")
+    noted("claude (tmux)", path)
     return path
 
 

@@ -12,15 +12,16 @@ from pathlib import Path
 import pytest
 
 from gitsup.demo.scripted_model import ScriptedModel
-from gitsup.host.contain import list_gitsup_netns, netns_available
+from gitsup.host.contain import list_gitsup_netns
 from gitsup.host.procid import ProcessId
 from gitsup.spec import spec_from_mapping
 from gitsup.state import Status
 from gitsup.tasks.lifecycle import SupRepo, run_task
+from tests.helpers.require import requires
 from tests.workers.tmux.conftest import seed_config
 from tests.workers.tmux.test_tmux_worker import COMMIT_STEPS, events_of, tmux_spec
 
-pytestmark = pytest.mark.skipif(netns_available() is not None, reason="no network namespaces")
+pytestmark = requires("netns")
 
 
 def test_tui_completes_through_the_gate_with_network_none(
