@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 
-from gitsup.attention.notify import DELIVERY_HEADER, SIGNATURE_HEADER, NotifyConfig, load_config
+from gitsup.attention.fold import Tracker
+from gitsup.attention.notify import (
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    Notifier,
+    NotifyConfig,
+    load_config,
+)
 from tests.conftest import PYTHON, git, run_sup
 from tests.helpers.sup import (
     COMMIT_WITHOUT_FIX,
@@ -32,7 +39,7 @@ SECRET = "s3cret-signing-key-for-tests"
 @dataclass
 class Receiver:
     url: str
-    mode: str = "ok"  # ok | 500 | hang
+    mode: str = "ok"  # ok | hang | an HTTP status to answer with
     posts: list[dict[str, Any]] = field(default_factory=list)
 
     def events(self) -> list[str]:
@@ -60,7 +67,7 @@ def receiver() -> Iterator[Receiver]:
             if rec.mode == "hang":
                 stop.wait(30)
                 return
-            self.send_response(500 if rec.mode == "500" else 204)
+            self.send_response(int(rec.mode) if rec.mode.isdigit() else 204)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -204,6 +211,42 @@ def test_failing_receiver_is_retried_boundedly_and_the_task_ends_normally(
         else ("timed out" in n["error"] or "Timeout" in n["error"])
     )
     assert took < 30
+
+
+def test_retries_are_capped_at_ten() -> None:
+    for given, kept in (("99", 10), ("10", 10), ("4", 4), ("0", 0), ("-3", 0)):
+        cfg = load_config({}, lambda k, v=given: [v] if k == "sup.notify.retries" else [])
+        assert cfg.retries == kept, given
+    assert load_config({"retries": 1000}, lambda k: []).retries == 10
+    assert load_config({}, lambda k: []).retries == 3
+
+
+def _post_to(receiver: Receiver, tmp: Path, retries: int) -> dict[str, Any]:
+    """One webhook delivery as a task's notifier makes it, with no wait between tries."""
+    cfg = NotifyConfig(webhook=receiver.url, retries=retries, backoff=0.0, timeout=5.0)
+    notifier = Notifier(cfg, "t", tmp, tmp / "events.jsonl", Tracker("t"))
+    return notifier._post(b'{"event": "ready"}')
+
+
+@pytest.mark.parametrize("code", ["500", "503", "408", "429"])
+def test_a_receiver_that_may_recover_gets_every_retry(
+    tmp: Path, receiver: Receiver, code: str
+) -> None:
+    receiver.mode = code
+    retries = load_config({}, lambda k: ["50"] if k == "sup.notify.retries" else []).retries
+    got = _post_to(receiver, tmp, retries)
+    assert len(receiver.posts) == 11 and got["attempts"] == 11, got
+    assert got["ok"] is False and got["status_code"] == int(code)
+
+
+@pytest.mark.parametrize("code", ["400", "401", "404", "410", "422"])
+def test_a_receiver_that_refuses_the_payload_gets_it_once(
+    tmp: Path, receiver: Receiver, code: str
+) -> None:
+    receiver.mode = code
+    got = _post_to(receiver, tmp, 10)
+    assert len(receiver.posts) == 1 and got["attempts"] == 1, got
+    assert got["ok"] is False and got["status_code"] == int(code)
 
 
 def test_bad_notify_config_is_recorded_and_never_fails_the_task(repo: Path, tmp: Path) -> None:

@@ -201,3 +201,23 @@ def test_pusher_detection(tmp_path: Path) -> None:
     assert client_pusher(env={}, cwd="/", **linked).task == "20260101-abcdef"  # type: ignore[arg-type]
     assert task_of_path(str(wt)) == "20260101-abcdef"
     assert task_of_path(str(tmp_path)) is None
+
+
+def test_git_is_asked_once_and_only_when_an_answer_is_needed() -> None:
+    """One prefetch for what the verdicts need: ancestry alone (a notes fast-forward),
+    protected branches alone (a new one), both; none for updates that need neither."""
+    cases: list[tuple[list[RefUpdate], list[tuple[list[tuple[str, str]], list[str]]]]] = [
+        ([RefUpdate("refs/tags/v1", ZERO, B), RefUpdate("refs/heads/topic", A, B)], []),
+        ([RefUpdate("refs/notes/sup", ZERO, B), RefUpdate("refs/heads/main", B, B)], []),
+        ([RefUpdate("refs/notes/sup", A, B)], [([(A, B)], [])]),
+        ([RefUpdate("refs/heads/main", ZERO, B)], [([], ["refs/heads/main"])]),
+        (
+            [RefUpdate("refs/heads/main", A, B), RefUpdate("refs/notes/sup", B, C)],
+            [([(A, B), (B, C)], ["refs/heads/main"])],
+        ),
+    ]
+    for updates, expected in cases:
+        lk = FakeLookup({}, {(A, B): True, (B, C): True})
+        evaluate(_ctx(), updates, lk)
+        got = [(pairs, [u.ref for u in protected]) for pairs, protected in lk.prefetched]
+        assert got == expected, updates

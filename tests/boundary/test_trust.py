@@ -225,6 +225,29 @@ def test_a_smuggled_baseline_is_refused(setup: Setup, ready: dict[str, Any]) -> 
     assert git(repo, "rev-parse", "main") == before
 
 
+def test_an_integration_covers_only_baseline_to_candidate(setup: Setup) -> None:
+    """What `integrate` refuses above, made by hand: a well-formed integration signed by the
+    allowed key whose candidate carries an unintegrated commit below its baseline. Its
+    range is `baseline..candidate`: the commit under the baseline is refused by both gates."""
+    from tests.boundary.conftest import make_task
+
+    repo = setup.repo
+    main = git(repo, "rev-parse", "main")
+    smuggled = _commit(repo, "smuggled", "main")
+    rec = make_task(setup, base=smuggled)
+    cand = rec["candidate"]
+    assert git(repo, "rev-parse", f"{cand}^") == smuggled
+    msg = _integration_message(rec["id"], cand, smuggled)
+    merge = _merge(repo, main, cand, msg, *_own_key())
+    git(repo, "update-ref", "refs/heads/main", merge)
+    git(repo, "reset", "-q", "--hard", "main")
+    _both(setup, "main", f"1 commit not integrated; {smuggled[:12]} is neither a signed")
+    # the same integration with the commit inside its range is accepted
+    honest = _merge(repo, main, cand, _integration_message(rec["id"], cand, main), *_own_key())
+    git(repo, "update-ref", "refs/heads/main", honest)
+    accepted(push(repo, "--no-verify", "origin", "main"))
+
+
 def test_trust_roots_and_the_refusal_message(setup: Setup) -> None:
     """A protected branch that was never integrated is refused with the command to run."""
     git(setup.repo, "switch", "-q", "-c", "develop")

@@ -236,7 +236,11 @@ def test_private_refs_notes_config_hooks_never_reach_the_user_repo(repo: Path, t
 # --- forged and missing objects ----------------------------------------------------------------
 
 PLANT = """
-pathlib.Path("secret.txt").write_text("the real content\\n")
+BIG = 5 * 1024 * 1024  # over the size from which the import streams a blob through git
+if {mode!r} == "forge-big":
+    pathlib.Path("secret.txt").write_bytes(b"r" * BIG)
+else:
+    pathlib.Path("secret.txt").write_text("the real content\\n")
 sh("git", "add", "secret.txt")
 c = fix()
 blob = sh("git", "rev-parse", "HEAD:secret.txt")
@@ -246,6 +250,12 @@ loose = pathlib.Path(PRIVATE) / "objects" / blob[:2] / blob[2:]
 loose.chmod(0o644)
 if {mode!r} == "forge":
     fake = b"forged content\\n"
+    loose.write_bytes(zlib.compress(b"blob %d\\0" % len(fake) + fake))
+    out("fake", hashlib.sha1(b"blob %d\\0" % len(fake) + fake).hexdigest())
+elif {mode!r} == "forge-big":
+    # as big as the real one, so its header agrees; only a re-hash of the content finds
+    # it (libgit2 reads no more than the header, `git cat-file` streams without a check)
+    fake = b"f" * BIG
     loose.write_bytes(zlib.compress(b"blob %d\\0" % len(fake) + fake))
     out("fake", hashlib.sha1(b"blob %d\\0" % len(fake) + fake).hexdigest())
 elif {mode!r} == "wrong-type":
@@ -270,7 +280,7 @@ else:
 """
 
 
-def _planted_run(repo: Path, tmp: Path, mode: str) -> None:
+def _planted_run(repo: Path, tmp: Path, mode: str) -> dict[str, Any]:
     objects_before = _object_files(common_dir(repo))
     worker, seen_file = _worker(
         tmp, repo, PLANT.format(mode=mode, other=str(tmp / "other-objects"))
@@ -296,10 +306,19 @@ def _planted_run(repo: Path, tmp: Path, mode: str) -> None:
     refused = [e for e in _events(repo, tid) if e["type"] == "import_refused"]
     assert len(refused) == 1 and seen["blob"] in refused[0]["data"]["reason"]
     assert not any(e["type"] == "work_imported" for e in _events(repo, tid))
+    return rec
 
 
 def test_a_forged_loose_object_is_refused_and_the_task_parks(repo: Path, tmp: Path) -> None:
     _planted_run(repo, tmp, "forge")
+
+
+def test_a_forged_big_blob_is_refused_by_gitsups_own_rehash(repo: Path, tmp: Path) -> None:
+    """A blob the import streams (over 4 MiB) is read by tools that never check its name:
+    the re-hash as it is copied is what refuses it."""
+    rec = _planted_run(repo, tmp, "forge-big")
+    reasons = " | ".join(rec["reasons"])
+    assert "forged object in the task's Git dir" in reasons, reasons
 
 
 def test_an_object_of_another_type_under_the_name_is_refused(repo: Path, tmp: Path) -> None:

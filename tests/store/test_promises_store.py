@@ -69,6 +69,29 @@ def test_unreadable_records_are_refused_by_name(tmp: Path) -> None:
     assert store.ids() == sorted([good, corrupt, newer, invalid, "20200101-aaaaaa"])
 
 
+def test_records_over_64kib_are_read_whole(tmp: Path) -> None:
+    """The listing reads a record in one system call when it can: a bigger one (a long goal,
+    many reasons) is read on to its end, at the size of that first read and past it."""
+    store = _store(tmp)
+    big = store.create()
+    rec = TaskRecord(id=big, goal="g" * 200_000, reasons=[f"reason {i}" for i in range(2000)])
+    store.save(rec)
+    assert store.layout.record(big).stat().st_size > 1 << 17
+    assert store.load(big) == rec
+    (raw,) = store.iter_raw()
+    assert raw["goal"] == rec.goal and raw["reasons"] == rec.reasons
+    text = store.layout.record(big).read_text()
+    for size in ((1 << 16) - 1, 1 << 16, (1 << 16) + 1):
+        trimmed = json.loads(text) | {"goal": "", "reasons": []}
+        short = json.dumps(trimmed)
+        # the JSON text padded to `size` bytes by the goal, then read back by the listing
+        trimmed["goal"] = "x" * (size - len(short.encode()))
+        store.layout.record(big).write_text(json.dumps(trimmed))
+        assert store.layout.record(big).stat().st_size == size
+        (raw,) = store.iter_raw()
+        assert raw["goal"] == trimmed["goal"], size
+
+
 def test_empty_store_lists_nothing(tmp: Path) -> None:
     store = _store(tmp)
     assert store.ids() == [] and list(store.iter_raw()) == [] and list(store.iter_records()) == []

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 from tests.boundary.conftest import Setup, make_task
 from tests.conftest import PYTHON, git, run_sup
 from tests.helpers.require import require
-from tests.helpers.sup import read_record, wait_for
+from tests.helpers.sup import read_record, wait_dead, wait_for
 
 CALC = "VERSION = 1\n\n\ndef add(a, b):\n    return a + b\n"
 
@@ -297,15 +296,17 @@ def test_detached_runner(qsetup: Setup) -> None:
     assert run_sup(repo, "queue", "add", t["id"]).returncode == 0
     res = run_sup(repo, "queue", "run", "--detach", "--json")
     assert res.returncode == 0, res.stderr
-    pid = json.loads(res.stdout)["pid"]
+    started = json.loads(res.stdout)
+    pid, log = started["pid"], Path(started["log"])
     assert wait_for(lambda: _note(repo, t["candidate"])["status"] == "integrated", timeout=120)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
+    # the runner ends once the queue is drained, its work done and in Git
+    assert wait_dead(pid, timeout=60), f"the detached runner {pid} is still running"
+    assert git(repo, "rev-parse", "main^2") == t["candidate"]
+    assert read_record(repo, t["id"])["status"] == "integrated"
+    state = json.loads(git(repo, "show", "refs/sup/queue/main/state:queue.json"))
+    assert [x["status"] for x in state["entries"]] == ["integrated"]
+    assert "main: 1 integrated, 0 sent back" in log.read_text()
+    assert "gitsup-queue" not in git(repo, "worktree", "list")
 
 
 ATTACK = r"""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import urllib.error
@@ -176,6 +177,63 @@ def test_serve_index_and_every_link(repo: Path, tmp: Path) -> None:
         assert loaded.console == [] and "script" not in DomIndex(loaded.dom).tags
         loaded = load(url.rstrip("/") + links[0], tmp)
         assert loaded.console == [] and "index-link" in DomIndex(loaded.dom).ids
+    finally:
+        kill_tree(proc.pid)
+        proc.wait()
+
+
+# The page's Content-Security-Policy, directive by directive: nothing loads or runs but
+# the page's own inline style and data: images; no script at all (no inline, no hash, no
+# source), no remote source, no base URL, no form target.
+CSP = {
+    "default-src": ["'none'"],
+    "style-src": ["'unsafe-inline'"],
+    "img-src": ["data:"],
+    "base-uri": ["'none'"],
+    "form-action": ["'none'"],
+}
+META_CSP = re.compile(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)">')
+
+
+def _directives(policy: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for part in policy.split(";"):
+        name, *sources = part.split()
+        assert name not in out, f"{name} given twice in {policy!r}"
+        out[name] = sources
+    return out
+
+
+def _page_csp(page: str) -> dict[str, list[str]]:
+    (policy,) = META_CSP.findall(page)  # exactly one, in the head, before any content
+    assert page.index("<meta http-equiv") < page.index("</head>") < page.index("<body>")
+    return _directives(policy)
+
+
+def test_the_page_and_the_server_forbid_scripts_and_remote_sources(repo: Path, tmp: Path) -> None:
+    worker = write_worker(tmp, COMMIT_WITHOUT_FIX)
+    run_sup(repo, "start", "fix add", "--worker", worker, "--review", "none")
+    (task,) = task_ids(repo)
+    page = _report(repo, task, tmp / "page.html")
+    assert _page_csp(page) == CSP
+    proc = subprocess.Popen(
+        [GIT_SUP, "serve"], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        for path, code in (("", 200), (f"task/{task}", 200), ("task/20990101-000000", 404)):
+            try:
+                with urllib.request.urlopen(url + path, timeout=10) as resp:
+                    got, headers, body = resp.status, resp.headers, resp.read().decode()
+            except urllib.error.HTTPError as exc:
+                got, headers, body = exc.code, exc.headers, ""
+            assert got == code, path
+            assert headers.get_all("Content-Security-Policy") is not None, path
+            (policy,) = headers.get_all("Content-Security-Policy")
+            assert _directives(policy) == CSP, path
+            if code == 200:
+                assert _page_csp(body) == CSP, path
     finally:
         kill_tree(proc.pid)
         proc.wait()

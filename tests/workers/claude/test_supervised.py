@@ -23,6 +23,7 @@ from gitsup.spec import spec_from_mapping
 from gitsup.store.events import Event
 from gitsup.tasks.lifecycle import SupRepo
 from tests.conftest import git, run_sup
+from tests.helpers.require import require
 from tests.helpers.sup import wait_dead, wait_for
 from tests.helpers.supervised import (
     COMMIT,
@@ -181,6 +182,7 @@ def test_max_cost_parks(supervise: Callable[..., Run]) -> None:
 def test_stop_during_a_turn_leaves_no_process(
     claude_bin: str, scripted_model: Callable[..., ScriptedModel], repo: Path, tmp_path: Path
 ) -> None:
+    require("cgroup", "the worker's cgroup, removed at the stop")
     model = scripted_model({"default": [{"hang": 60}]})
     env = claude_env(model.url, tmp_path / "cfg", {"GITSUP_CLAUDE_BIN": claude_bin})
     spec = tmp_path / "task.toml"
@@ -210,9 +212,9 @@ def test_stop_during_a_turn_leaves_no_process(
     assert rec["state"] == "stopped"
     pid = rec["worker"]["pid"]
     assert wait_dead(pid, timeout=30), f"worker {pid} survived the stop"
-    cg = rec["worker"].get("cgroup")
-    if cg:
-        assert not Path(cg).exists()
+    cg = rec["worker"]["cgroup"]
+    assert cg, "the worker ran in no cgroup"
+    assert not Path(cg).exists(), f"the worker's cgroup {cg} was left behind"
 
 
 # --- the verification loop ----------------------------------------------------------------

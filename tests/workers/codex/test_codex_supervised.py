@@ -22,6 +22,7 @@ import pytest
 from gitsup.demo.scripted_model import ScriptedModel
 from gitsup.demo.scripted_openai import ScriptedResponses
 from tests.conftest import git, run_sup
+from tests.helpers.require import require
 from tests.helpers.sup import wait_dead
 from tests.helpers.supervised import assert_pushes_denied, bare_origin, push_attack
 from tests.workers.claude import conftest as claude_conftest
@@ -169,6 +170,7 @@ def test_stop_mid_turn_exits_5_and_leaves_nothing_running(
     repo: Path,
     tmp_path: Path,
 ) -> None:
+    require("cgroup", "the worker's cgroup, removed at the stop")
     model = scripted_openai({"default": [{"hang": 60}]})
     spec = tmp_path / "task.toml"
     spec.write_text('goal = "wait"\n[worker]\nkind = "codex"\n[review]\nkind = "none"\n')
@@ -197,9 +199,9 @@ def test_stop_mid_turn_exits_5_and_leaves_nothing_running(
     assert rec["state"] == "stopped"
     pid = rec["worker"]["pid"]
     assert wait_dead(pid, timeout=30), f"worker {pid} survived the stop"
-    cg = rec["worker"].get("cgroup")
-    if cg:
-        assert not Path(cg).exists()
+    cg = rec["worker"]["cgroup"]
+    assert cg, "the worker ran in no cgroup"
+    assert not Path(cg).exists(), f"the worker's cgroup {cg} was left behind"
     # no codex process of this task is left anywhere
     left = [
         p.pid
@@ -256,6 +258,7 @@ def test_written_by_codex_reviewed_by_claude(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    require("netns", "each agent's own egress gate")
     verdict = {"verdict": "pass", "findings": []}
     with ScriptedModel(
         {
@@ -281,9 +284,9 @@ def test_written_by_codex_reviewed_by_claude(
     assert r.model.step_requests("default") and anthropic.step_requests("reviewer")
     assert not [q for q in r.model.requests if REVIEWER in json.dumps(q.body)]
     net = r.of("worker_started")[0]["network"]
-    if net["mode"] == "gated":
-        port = r.model.url.split(":")[2].split("/")[0]
-        assert net["forward"] == [f"127.0.0.1:{port}"], net
+    assert net["mode"] == "gated", net
+    port = r.model.url.split(":")[2].split("/")[0]
+    assert net["forward"] == [f"127.0.0.1:{port}"], net
 
 
 def test_codex_reviewer_is_read_only_and_its_verdict_counts(
@@ -407,7 +410,7 @@ def test_a_silent_model_trips_the_no_output_watchdog(supervise: Callable[..., Ru
         {"default": [{"hang": 60}]},
         budget={"no_output_timeout": "4s", "deadline": "2m", "closeout_grace": 0},
     )
-    assert r.record.status.value in ("parked", "failed"), r.record.reasons
+    assert r.record.status.value == "parked", r.record.reasons
     (fired,) = r.of("watchdog_timeout")
     assert fired["kind"] == "no_output" and fired["limit"] == 4
     assert r.record.candidate is None
@@ -424,7 +427,7 @@ def test_the_deadline_stops_a_busy_worker(supervise: Callable[..., Run]) -> None
             "deadline_warning": 0,
         },
     )
-    assert r.record.status.value in ("parked", "failed"), r.record.reasons
+    assert r.record.status.value == "parked", r.record.reasons
     assert [d["kind"] for d in r.of("watchdog_timeout")] == ["deadline"], r.of("watchdog_timeout")
     assert wait_dead(int(r.record.worker["pid"]), timeout=30)
 
