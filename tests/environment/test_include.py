@@ -23,6 +23,7 @@ import pytest
 
 from tests.boundary.conftest import Setup, setup  # noqa: F401 - the fixture
 from tests.conftest import PYTHON, git, run_sup
+from tests.helpers.require import require
 from tests.helpers.sup import FIX_AND_COMMIT, write_worker
 
 XO = '#!/bin/sh\necho "xo: $(cat node_modules/xo/rules.txt)"\n'
@@ -73,11 +74,8 @@ PRISTINE = (
 
 
 def _needs_overlay() -> None:
-    from gitsup.host.sandbox import probe
-
-    host = probe()
-    if not (host.landlock and host.mountns):
-        pytest.skip("needs Landlock and mount namespaces")
+    require("landlock", "the include overlay")
+    require("mountns", "the include overlay")
 
 
 def _node_project(repo: Path) -> None:

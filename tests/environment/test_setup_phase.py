@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,10 @@ import pytest
 
 from tests.conftest import git, run_sup
 from tests.helpers.npmreg import Registry
+from tests.helpers.require import requires
 from tests.helpers.sup import common_dir, start_json, worker_argv, write_spec
 
-pytestmark = pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed")
+pytestmark = requires("npm")
 
 DEPS = [f"dep{i}" for i in range(6)]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable
 from functools import cache
@@ -63,7 +64,9 @@ def _cgroup() -> str | None:
 
 def _program(name: str, hint: str) -> Callable[[], str | None]:
     def check() -> str | None:
-        return None if shutil.which(name) else f"{name} is not installed ({hint})"
+        # on PATH, or beside the interpreter running the tests (the venv's tools)
+        path = os.pathsep.join([os.environ.get("PATH", ""), os.path.dirname(sys.executable)])
+        return None if shutil.which(name, path=path) else f"{name} is not installed ({hint})"
 
     return check
 
@@ -84,6 +87,8 @@ FEATURES: dict[str, Callable[[], str | None]] = {
     "cgroup": _cgroup,
     "setpriv": _program("setpriv", "util-linux"),
     "tmux": _program("tmux", "apt-get install -y tmux"),
+    "npm": _program("npm", "apt-get install -y npm"),
+    "pylint": _program("pylint", "pip install -e '.[test]'"),
     "chromium": _chromium,
 }
 

@@ -8,7 +8,6 @@ each family are in the labelled corpora."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gitsup.policy import Policy, classify_command
+from tests.helpers.require import requires
 
 POLICY = Policy.load()
 PY = sys.executable
@@ -31,6 +31,8 @@ def scratch(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     out.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PYTEST_"))}
     env.update(HOME=str(tmp_path), GIT_CONFIG_NOSYSTEM="1", GIT_PAGER="", PAGER="")
+    # the tools of the test environment (pytest, mypy, pylint) by their plain names
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t")
     env.update(GIT_COMMITTER_EMAIL="t@t", MYPY_CACHE_DIR=str(w / ".mypy_cache"))
     (w / "test_a.py").write_text("def test_a():\n    pass\n")
@@ -141,7 +143,7 @@ def test_git_options_that_read_a_file_outside(
     assert (d.verdict, d.rule) == ("allow", "A.sandboxed"), (cmd, d)
 
 
-@pytest.mark.skipif(shutil.which("pylint") is None, reason="pylint is not installed")
+@requires("pylint")
 def test_pylint_init_hook_runs_code(scratch: tuple[Path, Path, dict[str, str]]) -> None:
     w, _, env = scratch
     cmd = "pylint --init-hook=\"open('MARK', 'w')\" m.py"
