@@ -260,6 +260,49 @@ def remove_layers(state: Path) -> bool:
     return True
 
 
+def identity(src: Source) -> str:
+    """What changes when the main checkout's copy of an include entry changes, for the
+    queue's memo of check results (gitsup/tasks/queue_checks.py): of a directory, a hash of
+    every entry's path, type, mode, size, modification time and inode below it (metadata
+    only: a `stat` per entry, nothing read; `npm ci`, `pip install`, an edited file or a
+    replaced tree all change it); of a file, a hash of its content; `missing` when absent."""
+    import hashlib
+
+    if src.kind == "missing":
+        return "missing"
+    h = hashlib.sha256()
+    if src.kind == "file":
+        with contextlib.suppress(OSError), open(src.source, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        return "file:" + h.hexdigest()
+    top = os.lstat(src.source)
+    h.update(f".\0{top.st_mode}\0{top.st_mtime_ns}\0{top.st_ino}\n".encode())
+    stack = [src.source]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            h.update(f"{d}\0unreadable\n".encode())
+            continue
+        for e in entries:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            rel = os.path.relpath(e.path, src.source)
+            h.update(
+                f"{rel}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode(
+                    "utf-8", "surrogateescape"
+                )
+            )
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(e.path)
+    return "dir:" + h.hexdigest()
+
+
 # --- copies ---------------------------------------------------------------------------------
 
 
