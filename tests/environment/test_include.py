@@ -479,8 +479,7 @@ def test_the_queue_reuses_a_result_only_in_the_same_environment(
     # the same fix under three commit messages: three candidates, one tree
     fix = FIX_AND_COMMIT.replace('"fix add"', "sys.argv[1]").replace("import ", "import sys, ", 1)
     recs = [
-        _start(repo, setup.tmp, fix, "--check", NPM_TEST, worker_args=f" fix-{n}")
-        for n in range(3)
+        _start(repo, setup.tmp, fix, "--check", NPM_TEST, worker_args=f" fix-{n}") for n in range(3)
     ]
     for rec in recs:
         assert rec["status"] == "ready", (rec["reasons"], rec["checks"])
