@@ -325,11 +325,13 @@ def relocate_scripts(source: str, dest: str, into: Path) -> int:
             bst = os.stat(bindir)
             out_dir.mkdir(parents=True)
             os.chmod(out_dir, stat.S_IMODE(bst.st_mode))
-            os.chown(out_dir, bst.st_uid, bst.st_gid)
+            with contextlib.suppress(PermissionError):  # another user's: ours then
+                os.chown(out_dir, bst.st_uid, bst.st_gid)
         tmp = out_dir / f".{name}.gitsup-new"
         tmp.write_bytes(new)
         os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        os.chown(tmp, st.st_uid, st.st_gid)
+        with contextlib.suppress(PermissionError):
+            os.chown(tmp, st.st_uid, st.st_gid)
         os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
         os.replace(tmp, out_dir / name)
         count += 1

@@ -218,3 +218,21 @@ def test_setup_makes_the_venv_and_the_warm_pip_cache_serves_the_next_task(
     assert second["setup"]["cache_bytes"] > 0
     assert index.file_requests() == fetched, dict(index.requests)  # from the cache
     assert index.requests[f"/simple/{LIB}/"] >= 3  # the index itself was asked each time
+
+
+def test_with_the_sandbox_off_the_copied_venv_runs_its_own_scripts(
+    venv_project: Path, repo: Path, tmp: Path
+) -> None:
+    """Without the mount namespace the venv is copied; its scripts, rewritten in the copy,
+    run the task's venv, not the main checkout's (which the task could otherwise reach)."""
+    git(repo, "config", "sup.sandbox", "off")
+    _recipe(repo, ENV_FILE)
+    before = digest(repo / ".venv")
+    where = venv_project / "where.txt"
+    rec = _start(repo, tmp, "--check-sh", f"{CHECK} && .venv/bin/pip --version > {where}")
+    assert rec["status"] == "ready", json.dumps(rec["checks"], indent=1)
+    [entry] = rec["environment"]["include"]
+    assert entry["method"] in ("copy", "reflink") and entry["relocated"] >= 3, entry
+    task_venv = str(Path(rec["worktree"]) / ".venv")
+    assert f"from {task_venv}/lib/" in where.read_text(), where.read_text()
+    assert digest(repo / ".venv") == before
