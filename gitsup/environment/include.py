@@ -289,6 +289,9 @@ def relocate_scripts(source: str, dest: str, into: Path) -> int:
     if not os.path.isfile(os.path.join(source, "pyvenv.cfg")):
         return 0
     bindir = os.path.join(source, "bin")
+    out_dir = into / "bin"
+    if os.path.islink(bindir) or os.path.islink(out_dir):  # never written through a link
+        return 0
     try:
         entries = sorted(os.scandir(bindir), key=lambda e: e.name)
     except OSError:
@@ -316,7 +319,6 @@ def relocate_scripts(source: str, dest: str, into: Path) -> int:
         + ends
     )
     count = 0
-    out_dir = into / "bin"
     for name, data, st in found:
         new = pattern.sub(os.fsencode(dest).replace(b"\\", b"\\\\"), data)
         if new == data:

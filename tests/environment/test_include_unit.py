@@ -160,6 +160,17 @@ def test_a_venvs_scripts_are_rewritten_to_where_the_task_sees_it(tmp: Path) -> N
     assert os.stat(upper / "bin" / "pytest").st_mode & 0o777 == 0o755
     assert sorted(p.name for p in (upper / "bin").iterdir()) == ["activate", "long", "pytest"]
     assert {p.name: p.read_bytes() for p in (venv / "bin").iterdir()} == before
+    # a `bin` that is a link (in the source, or where the rewrite would go) is left alone
+    linked = tmp / "linked"
+    (linked / "real").mkdir(parents=True)
+    (linked / "pyvenv.cfg").write_text("")
+    (linked / "real" / "pytest").write_text(f"#!{linked}/bin/python\n")
+    (linked / "bin").symlink_to("real")
+    assert include.relocate_scripts(str(linked), "/wt/.venv", tmp / "u2") == 0
+    (tmp / "u3").mkdir()
+    (tmp / "u3" / "bin").symlink_to(tmp / "outside")
+    assert include.relocate_scripts(str(venv), "/wt/.venv", tmp / "u3") == 0
+    assert not (tmp / "outside").exists()
     (venv / "pyvenv.cfg").unlink()
     assert include.relocate_scripts(str(venv), "/wt/.venv", tmp / "none") == 0
 
