@@ -192,3 +192,36 @@ def test_an_included_trees_identity_changes_with_its_content(main: Path) -> None
     (main / ".env").write_text("LOCAL=2\n")
     assert include.identity(env) != was
     assert include.identity(include.Source("x", "", "missing")) == "missing"
+
+
+def test_the_environment_digest_covers_the_recipe_and_the_included_trees(main: Path) -> None:
+    """The queue's memo key: the same while nothing changed; another when the recipe's
+    include, setup, setup_egress or cache change, when an included tree changes, or when a
+    task's own include is added."""
+    from gitsup.verification.confined import Confinement, environment_digest
+
+    repo = GitRepo.open(main)
+    (main / ".gitsup").mkdir()
+    recipe = main / ".gitsup" / "environment.toml"
+
+    def digest(conf: Confinement | None = None) -> str:
+        return environment_digest(repo, conf or Confinement())
+
+    recipe.write_text('[environment]\ninclude = ["node_modules"]\n')
+    base = digest()
+    assert digest() == base
+    seen = {base}
+    for text in (
+        '[environment]\ninclude = ["node_modules", ".env"]\n',
+        '[environment]\ninclude = ["node_modules"]\nsetup = ["npm ci"]\n',
+        '[environment]\ninclude = ["node_modules"]\nsetup = ["npm ci"]\nsetup_egress = ["npm"]\n',
+        '[environment]\ninclude = ["node_modules"]\nsetup = ["npm ci"]\ncache = ["npm"]\n',
+    ):
+        recipe.write_text(text)
+        seen.add(digest())
+    assert len(seen) == 5
+    recipe.write_text('[environment]\ninclude = ["node_modules"]\n')
+    assert digest() == base
+    assert digest(Confinement(include=((".env",),))) != base  # a task's own include
+    (main / "node_modules" / "b").mkdir()
+    assert digest() != base
