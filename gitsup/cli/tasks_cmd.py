@@ -100,7 +100,7 @@ def show_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
     )
     out(f"events    {d['events']}")
     setup = record.setup
-    if setup:  # the setup phase (docs/environment-setup.md)
+    if setup:  # the setup phase (docs/environments.md)
         ok = bool(setup.get("passed"))
         how = "passed" if ok else ("TIMEOUT" if setup.get("timed_out") else "FAILED")
         cached = f", caches {', '.join(setup['caches'])}" if setup.get("caches") else ""

@@ -29,6 +29,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import stat
 import time
@@ -187,6 +188,9 @@ def prepare(res: Resolution, *, worktree: Path, state: Path, overlay: bool) -> I
                 (layer / "work").mkdir()
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(name, 0o755, dir_fd=parent)
+                relocated = relocate_scripts(
+                    src.source, os.path.join(root, src.path), layer / "upper"
+                )
                 done.overlays.append(
                     {
                         "lower": src.source,
@@ -201,6 +205,10 @@ def prepare(res: Resolution, *, worktree: Path, state: Path, overlay: bool) -> I
                 with contextlib.suppress(FileNotFoundError):
                     os.rmdir(name, dir_fd=parent)
                 size, files, method = copy_into(src.source, root, src.path)
+                relocated = 0
+                if src.kind == "dir":
+                    dest = os.path.join(root, src.path)
+                    relocated = relocate_scripts(src.source, dest, Path(dest))
         except (OSError, GitsupError) as exc:
             why = exc.message if isinstance(exc, GitsupError) else exc.strerror or str(exc)
             done.refused.append(f"include {src.path}: {why}; not applied")
@@ -208,9 +216,16 @@ def prepare(res: Resolution, *, worktree: Path, state: Path, overlay: bool) -> I
         finally:
             os.close(parent)
         ms = round((time.monotonic() - t0) * 1000, 1)
-        done.entries.append(
-            {"path": src.path, "method": method, "bytes": size, "files": files, "ms": ms}
-        )
+        entry: dict[str, Any] = {
+            "path": src.path,
+            "method": method,
+            "bytes": size,
+            "files": files,
+            "ms": ms,
+        }
+        if relocated:
+            entry["relocated"] = relocated
+        done.entries.append(entry)
     return done
 
 
@@ -258,6 +273,114 @@ def remove_layers(state: Path) -> bool:
         return False
     shutil.rmtree(state, ignore_errors=True)
     return True
+
+
+_VENV_PYTHON = re.compile(rb"(/[^\s\"'\x00]+)/bin/python[0-9.]*(?=[\s\"']|$)")
+
+
+def relocate_scripts(source: str, dest: str, into: Path) -> int:
+    """A Python virtual environment (a directory with `pyvenv.cfg`) names itself by absolute
+    path in its `bin/`: each console script's `#!<venv>/bin/python` and the activate scripts'
+    `VIRTUAL_ENV`. In a task those are the main checkout's paths, which the sandbox hides
+    (`.venv/bin/pytest`: not found), and would be the main checkout's environment, not the
+    task's. Write each such file of `source/bin`, with the venv's path replaced by `dest`
+    (where the task sees the entry), to `into/bin` (the overlay's upper layer, or the copy
+    itself), keeping its mode, owner and times. Returns how many files were rewritten."""
+    if not os.path.isfile(os.path.join(source, "pyvenv.cfg")):
+        return 0
+    bindir = os.path.join(source, "bin")
+    out_dir = into / "bin"
+    if os.path.islink(bindir) or os.path.islink(out_dir):  # never written through a link
+        return 0
+    try:
+        entries = sorted(os.scandir(bindir), key=lambda e: e.name)
+    except OSError:
+        return 0
+    real = os.path.realpath(source)
+    found: list[tuple[str, bytes, os.stat_result]] = []
+    prefixes = {real.encode()}
+    for e in entries:
+        st = e.stat(follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 20:
+            continue
+        with open(e.path, "rb") as f:
+            data = f.read()
+        if b"\0" in data:
+            continue
+        for m in _VENV_PYTHON.finditer(data):
+            if os.path.realpath(os.fsdecode(m.group(1))) == real:
+                prefixes.add(m.group(1))
+        found.append((e.name, data, st))
+    ends = rb"(?=[/\s\"':]|$)"
+    pattern = re.compile(
+        b"("
+        + b"|".join(re.escape(p) for p in sorted(prefixes, key=len, reverse=True))
+        + b")"
+        + ends
+    )
+    count = 0
+    for name, data, st in found:
+        new = pattern.sub(os.fsencode(dest).replace(b"\\", b"\\\\"), data)
+        if new == data:
+            continue
+        if not out_dir.is_dir():
+            bst = os.stat(bindir)
+            out_dir.mkdir(parents=True)
+            os.chmod(out_dir, stat.S_IMODE(bst.st_mode))
+            with contextlib.suppress(PermissionError):  # another user's: ours then
+                os.chown(out_dir, bst.st_uid, bst.st_gid)
+        tmp = out_dir / f".{name}.gitsup-new"
+        tmp.write_bytes(new)
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        with contextlib.suppress(PermissionError):
+            os.chown(tmp, st.st_uid, st.st_gid)
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(tmp, out_dir / name)
+        count += 1
+    return count
+
+
+def identity(src: Source) -> str:
+    """What changes when the main checkout's copy of an include entry changes, for the
+    queue's memo of check results (gitsup/tasks/queue_checks.py): of a directory, a hash of
+    every entry's path, type, mode, size, modification time and inode below it (metadata
+    only: a `stat` per entry, nothing read; `npm ci`, `pip install`, an edited file or a
+    replaced tree all change it); of a file, a hash of its content; `missing` when absent."""
+    import hashlib
+
+    if src.kind == "missing":
+        return "missing"
+    h = hashlib.sha256()
+    if src.kind == "file":
+        with contextlib.suppress(OSError), open(src.source, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        return "file:" + h.hexdigest()
+    top = os.lstat(src.source)
+    h.update(f".\0{top.st_mode}\0{top.st_mtime_ns}\0{top.st_ino}\n".encode())
+    stack = [src.source]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            h.update(f"{d}\0unreadable\n".encode())
+            continue
+        for e in entries:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            rel = os.path.relpath(e.path, src.source)
+            h.update(
+                f"{rel}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode(
+                    "utf-8", "surrogateescape"
+                )
+            )
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(e.path)
+    return "dir:" + h.hexdigest()
 
 
 # --- copies ---------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Testing a composition of queued candidates: the union of their required checks on the
-composed tree, memoised per (tree, check) in the queue state, run in a throw-away worktree
+composed tree, memoised per (tree, check, environment) in the queue state, run in a throw-away worktree
 confined as a task's checks are (gitsup/verification/confined.py)."""
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ from gitsup.store.eventtypes import QueueEnvironmentFailed, QueueTested
 from gitsup.store.record import CandidateNote, CheckResult
 from gitsup.tasks.lifecycle import SupRepo
 from gitsup.tasks.queue_state import MAX_RESULTS, Entry, Queue, QueueError
-from gitsup.verification.confined import ConfinedChecks, Confinement, Setup, SetupFailed
+from gitsup.verification.confined import (
+    ConfinedChecks,
+    Confinement,
+    Setup,
+    SetupFailed,
+    environment_digest,
+)
 
 
 @dataclass
@@ -81,7 +87,9 @@ class CompositionTester:
 
     def _test(self, steps: list[_Step], k: int) -> tuple[bool, list[dict[str, Any]]]:
         """Run the union of the first k candidates' required checks on the tree of the
-        k-th composition (memoised per tree and check). Returns (passed, failures)."""
+        k-th composition (memoised per tree, check and environment: a result is reused only
+        while the recipe and the main checkout's included trees are what they were when it
+        was made; `confined.environment_digest`). Returns (passed, failures)."""
         s = steps[k - 1]
         checks: dict[str, Check] = {}
         for step in steps[:k]:
@@ -92,8 +100,17 @@ class CompositionTester:
                     checks[key] = c
                 elif c.timeout > seen.timeout:  # one run, with the longer time limit
                     checks[key] = seen.model_copy(update={"timeout": c.timeout})
+        conf = Confinement.of(self._specs(st.entry.task) for st in steps[:k])
+        try:
+            env = environment_digest(self.repo, conf, protected_paths(self.repo))
+        except GitsupError as exc:
+            raise QueueError(
+                f"environment failure of the queue: {exc.message}",
+                hint=exc.hint,
+                exit_code=Exit.FAILED,
+            ) from None
         state, _ = self.q.read()
-        known = {key: state.results.get(f"{s.tree} {key}") for key in checks}
+        known = {key: state.results.get(f"{s.tree} {env} {key}") for key in checks}
         failed = [
             {"name": checks[key].name, "output_tail": r.get("output_tail", "")}
             for key, r in known.items()
@@ -105,7 +122,6 @@ class CompositionTester:
         if not todo:
             return True, []
         self.say(f"testing {k} candidate(s) on {s.tree[:12]}: {', '.join(c.name for c in todo)}")
-        conf = Confinement.of(self._specs(st.entry.task) for st in steps[:k])
         results = self._run_checks(s.merge, todo, conf)
         self.res.check_runs += 1
         self.res.check_commands += len(results)
@@ -113,7 +129,7 @@ class CompositionTester:
             st.check_runs += 1
             st.check_commands += len(results)
             for c, r in zip(todo, results, strict=False):
-                st.results[f"{s.tree} {_check_key(c)}"] = {
+                st.results[f"{s.tree} {env} {_check_key(c)}"] = {
                     "passed": r.passed,
                     "output_tail": r.output_tail,
                     "confinement": self.res.confinement,

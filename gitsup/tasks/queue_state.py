@@ -28,7 +28,7 @@ STATE_FILE = "queue.json"
 DEFAULT_BATCH = 16
 
 
-MAX_RESULTS = 128  # check results kept in the state (per tree and check)
+MAX_RESULTS = 128  # check results kept in the state (per tree, check and environment)
 
 
 class QueueError(GitsupError):

@@ -334,15 +334,10 @@ class ConfinedChecks:
         (gitsup/environment/include.py): the main checkout's recipe, or the tasks' own
         `include` where their specs set it, all of them together. Fresh for every run."""
         from gitsup.environment import include
-        from gitsup.environment.recipe import merge, read_file
         from gitsup.host.sandbox import protected_globs
-        from gitsup.spec import Environment
 
         main_root = self.repo.main_workdir
-        from_file = read_file(main_root)
-        own = tuple(from_file.include or ()) if from_file is not None else ()
-        paths = include.union(own if p is None else p for p in conf.include or (None,))
-        recipe = merge(from_file, Environment(include=list(paths)))
+        recipe = checks_recipe(self.repo, conf)
         plan.config.pop("include", None)
         if not recipe.include and not recipe.refused:
             self.applied.environment = {}
@@ -480,6 +475,45 @@ class ConfinedChecks:
                 raise
             self.applied.weaken_network("host", f"auto: {exc.message}")
             return None, {}
+
+
+def checks_recipe(repo: GitRepo, conf: Confinement) -> Recipe:
+    """The recipe confined checks get: the main checkout's, with the include of every task
+    whose spec sets its own (`conf.include`), all of them together."""
+    from gitsup.environment import include
+    from gitsup.environment.recipe import merge, read_file
+    from gitsup.spec import Environment
+
+    from_file = read_file(repo.main_workdir)
+    own = tuple(from_file.include or ()) if from_file is not None else ()
+    paths = include.union(own if p is None else p for p in conf.include or (None,))
+    return merge(from_file, Environment(include=list(paths)))
+
+
+def environment_digest(repo: GitRepo, conf: Confinement, protect: Sequence[str] = ()) -> str:
+    """What the checks of a confined run get besides their tree, as one hash: the resolved
+    recipe (include, setup, setup_egress, cache) and an identity of each included entry of
+    the main checkout (`include.identity`). Two runs with the same digest on the same tree
+    run the same code in the same environment (the queue's memo key)."""
+    import hashlib
+    import json
+
+    from gitsup.environment import include
+    from gitsup.host.sandbox import protected_globs
+
+    recipe = checks_recipe(repo, conf)
+    home = os.environ.get("HOME") or os.path.expanduser("~")
+    res = include.resolve(
+        GitRepo.open(repo.main_workdir), recipe, protected_globs(home, list(protect))
+    )
+    data = {
+        "include": [[s.path, s.kind, include.identity(s)] for s in res.sources],
+        "refused": sorted(res.refused),
+        "setup": [list(a) for a in recipe.setup],
+        "setup_egress": list(recipe.setup_egress),
+        "cache": list(recipe.cache),
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 def _allowlisted(env: dict[str, str], patterns: Sequence[str], box: Path) -> dict[str, str]:

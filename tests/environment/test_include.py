@@ -463,3 +463,42 @@ def test_two_tasks_at_once_each_see_only_their_own_writes(
     for tid in ids:
         assert run_sup(repo, "wait", tid, timeout=300).returncode == 0
     assert digest(repo / "node_modules") == before
+
+
+def test_the_queue_reuses_a_result_only_in_the_same_environment(
+    committed_recipe: Path,
+    setup: Setup,  # noqa: F811 - the fixture imported above
+) -> None:
+    """Three tasks make the same change, so each composition is the same tree: the second
+    reuses the first's memoised pass (nothing changed); after the main checkout's
+    `node_modules` changed (its xo now fails) the third is tested again, and fails."""
+    _needs_overlay()
+    repo = setup.repo
+    # the same fix under three commit messages: three candidates, one tree
+    fix = FIX_AND_COMMIT.replace('"fix add"', "sys.argv[1]").replace("import ", "import sys, ", 1)
+    recs = [
+        _start(repo, setup.tmp, fix, "--check", NPM_TEST, worker_args=f" fix-{n}") for n in range(3)
+    ]
+    for rec in recs:
+        assert rec["status"] == "ready", (rec["reasons"], rec["checks"])
+
+    def queue(task: str) -> tuple[int, dict[str, Any]]:
+        assert run_sup(repo, "queue", "add", task).returncode == 0
+        res = run_sup(repo, "queue", "run", "--json", timeout=300)
+        out: dict[str, Any] = json.loads(res.stdout)[0]
+        return res.returncode, out
+
+    rc, first = queue(recs[0]["id"])
+    assert rc == 0 and first["integrated"] == [recs[0]["id"]], first
+    assert first["check_commands"] == 1
+    rc, second = queue(recs[1]["id"])
+    assert rc == 0 and second["integrated"] == [recs[1]["id"]], second
+    assert second["check_commands"] == 0  # the same tree and environment: reused
+
+    xo = repo / "node_modules" / "xo" / "cli.sh"
+    xo.write_text('#!/bin/sh\necho "xo: broken rules"; exit 1\n')  # in place, same inode
+    rc, third = queue(recs[2]["id"])
+    assert third["integrated"] == [] and rc != 0, third
+    assert third["check_commands"] == 1, third  # not the memoised pass: run again
+    [back] = third["sent_back"]
+    assert back["task"] == recs[2]["id"], back

@@ -130,3 +130,98 @@ def test_the_worktree_s_own_checkout_must_ignore_it_too(main: Path, tmp: Path) -
     assert not (old / "node_modules").exists()
     done = include.prepare(res, worktree=new, state=tmp / "s2", overlay=False)
     assert done.refused == [] and (new / "node_modules" / "a" / "index.js").is_file()
+
+
+def test_a_venvs_scripts_are_rewritten_to_where_the_task_sees_it(tmp: Path) -> None:
+    """Both forms pip writes (`#!<venv>/bin/python`, and the `exec` form for a path too long
+    for `#!`), and the activate script; the source is never written; what does not name
+    the venv is left out; a directory without `pyvenv.cfg` is not a venv."""
+    venv = tmp / ("v" * 120) / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    long_form = f"#!/bin/sh\n'''exec' \"{venv}/bin/python3\" \"$0\" \"$@\"\n' '''\nimport x\n"
+    files = {
+        "pytest": f"#!{venv}/bin/python\nimport pytest\n",
+        "long": long_form,
+        "activate": f'VIRTUAL_ENV="{venv}"\nexport PATH="$VIRTUAL_ENV/bin:$PATH"\n',
+        "other": "#!/usr/bin/env python3\nprint(1)\n",
+        "sibling": f"#!{venv}2/bin/python\n",  # another venv's path, not this one's
+    }
+    for name, text in files.items():
+        (venv / "bin" / name).write_text(text)
+        (venv / "bin" / name).chmod(0o755)
+    before = {p.name: p.read_bytes() for p in (venv / "bin").iterdir()}
+    upper = tmp / "upper"
+    upper.mkdir()
+    assert include.relocate_scripts(str(venv), "/wt/.venv", upper) == 3
+    assert (upper / "bin" / "pytest").read_text() == "#!/wt/.venv/bin/python\nimport pytest\n"
+    assert '"/wt/.venv/bin/python3"' in (upper / "bin" / "long").read_text()
+    assert (upper / "bin" / "activate").read_text().startswith('VIRTUAL_ENV="/wt/.venv"\n')
+    assert os.stat(upper / "bin" / "pytest").st_mode & 0o777 == 0o755
+    assert sorted(p.name for p in (upper / "bin").iterdir()) == ["activate", "long", "pytest"]
+    assert {p.name: p.read_bytes() for p in (venv / "bin").iterdir()} == before
+    # a `bin` that is a link (in the source, or where the rewrite would go) is left alone
+    linked = tmp / "linked"
+    (linked / "real").mkdir(parents=True)
+    (linked / "pyvenv.cfg").write_text("")
+    (linked / "real" / "pytest").write_text(f"#!{linked}/bin/python\n")
+    (linked / "bin").symlink_to("real")
+    assert include.relocate_scripts(str(linked), "/wt/.venv", tmp / "u2") == 0
+    (tmp / "u3").mkdir()
+    (tmp / "u3" / "bin").symlink_to(tmp / "outside")
+    assert include.relocate_scripts(str(venv), "/wt/.venv", tmp / "u3") == 0
+    assert not (tmp / "outside").exists()
+    (venv / "pyvenv.cfg").unlink()
+    assert include.relocate_scripts(str(venv), "/wt/.venv", tmp / "none") == 0
+
+
+def test_an_included_trees_identity_changes_with_its_content(main: Path) -> None:
+    src = include.Source("node_modules", str(main / "node_modules"), "dir")
+    first = include.identity(src)
+    assert include.identity(src) == first
+    index = main / "node_modules" / "a" / "index.js"
+    st = index.stat()
+    index.write_text("y")  # same size, in place
+    os.utime(index, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    changed = include.identity(src)
+    assert changed != first
+    (main / "node_modules" / "a" / "new.js").write_text("")
+    assert include.identity(src) != changed
+    env = include.Source(".env", str(main / ".env"), "file")
+    was = include.identity(env)
+    (main / ".env").write_text("LOCAL=2\n")
+    assert include.identity(env) != was
+    assert include.identity(include.Source("x", "", "missing")) == "missing"
+
+
+def test_the_environment_digest_covers_the_recipe_and_the_included_trees(main: Path) -> None:
+    """The queue's memo key: the same while nothing changed; another when the recipe's
+    include, setup, setup_egress or cache change, when an included tree changes, or when a
+    task's own include is added."""
+    from gitsup.verification.confined import Confinement, environment_digest
+
+    repo = GitRepo.open(main)
+    (main / ".gitsup").mkdir()
+    recipe = main / ".gitsup" / "environment.toml"
+
+    def digest(conf: Confinement | None = None) -> str:
+        return environment_digest(repo, conf or Confinement())
+
+    recipe.write_text('[environment]\ninclude = ["node_modules"]\n')
+    base = digest()
+    assert digest() == base
+    seen = {base}
+    for text in (
+        '[environment]\ninclude = ["node_modules", ".env"]\n',
+        '[environment]\ninclude = ["node_modules"]\nsetup = ["npm ci"]\n',
+        '[environment]\ninclude = ["node_modules"]\nsetup = ["npm ci"]\nsetup_egress = ["npm"]\n',
+        '[environment]\ninclude = ["node_modules"]\nsetup = ["npm ci"]\ncache = ["npm"]\n',
+    ):
+        recipe.write_text(text)
+        seen.add(digest())
+    assert len(seen) == 5
+    recipe.write_text('[environment]\ninclude = ["node_modules"]\n')
+    assert digest() == base
+    assert digest(Confinement(include=((".env",),))) != base  # a task's own include
+    (main / "node_modules" / "b").mkdir()
+    assert digest() != base
