@@ -33,6 +33,7 @@ class RunResult:
     sent_back: list[dict[str, Any]] = field(default_factory=list)
     check_runs: int = 0  # in this run
     check_commands: int = 0
+    check_retries: int = 0  # fresh runs after a failing check (not in check_runs/commands)
     check_seconds: float = 0.0
     wall_seconds: float = 0.0
     resumed: list[str] = field(default_factory=list)
@@ -116,11 +117,12 @@ class CompositionTester:
             return True, []
         self.say(f"testing {k} candidate(s) on {s.tree[:12]}: {', '.join(c.name for c in todo)}")
         conf = Confinement.of(self._specs(st.entry.task) for st in steps[:k])
-        results, runs, commands, flaky = self._run_with_retries(s, todo, conf)
-        self.res.check_runs += runs
+        results, commands, retries, flaky = self._run_with_retries(s, todo, conf)
+        self.res.check_runs += 1
         self.res.check_commands += commands
+        self.res.check_retries += retries
         with self.q.change(f"checks on {s.tree[:12]}") as st:
-            st.check_runs += runs
+            st.check_runs += 1
             st.check_commands += commands
             for c, r in zip(todo, results, strict=False):
                 st.results[f"{s.tree} {_check_key(c)}"] = {
@@ -155,9 +157,9 @@ class CompositionTester:
         """The checks on one composition; a failing check runs again, in a fresh confined run
         (new worktree, private dirs, cgroup and network namespace), up to `retries` times. A
         check that then passes is flaky (recorded, blamed on nobody); one that fails every
-        time has failed. Returns (results, runs, commands, flaky check names)."""
+        time has failed. Returns (results, commands of the first run, retries, flaky names)."""
         results = self._run_checks(s.merge, todo, conf)
-        runs, commands = 1, len(results)
+        retries, commands = 0, len(results)
         flaky: list[str] = []
         tries: dict[str, int] = {}
         while results and not results[-1].passed:
@@ -171,11 +173,11 @@ class CompositionTester:
                 f"run (retry {tries[key]} of {self.retries})"
             )
             again = self._run_checks(s.merge, todo[i:], conf)
-            runs, commands = runs + 1, commands + len(again)
+            retries += 1
             if again and again[0].passed and todo[i].name not in flaky:
                 flaky.append(todo[i].name)
             results = results[:i] + again
-        return results, runs, commands, flaky
+        return results, commands, retries, flaky
 
     def _note_flaky(self, tree: str, names: list[str]) -> None:
         seen = self._flaky.setdefault(tree, [])

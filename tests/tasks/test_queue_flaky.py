@@ -109,6 +109,7 @@ def test_a_check_that_fails_then_passes_is_flaky_and_integrates(qs: Setup) -> No
     finally:
         answers.close()
     assert answers.taken == 2  # the check really ran twice
+    assert out["check_runs"] == 1 and out["check_retries"] == 1, out
     assert code == 0 and out["integrated"] == [t["id"]] and not out["sent_back"], json.dumps(out)
     tree = git(repo, "rev-parse", "main^{tree}")
     assert git(repo, "rev-parse", "main^1") == main
@@ -138,7 +139,7 @@ def test_a_failure_that_reproduces_sends_the_culprit_back(qs: Setup) -> None:
         code, out = _run(repo)
     finally:
         answers.close()
-    assert answers.taken == 3  # one run and two fresh retries
+    assert answers.taken == 3 and out["check_retries"] == 2  # one run, two fresh retries
     assert code == 3 and out["integrated"] == [] and not out["flaky"], out
     assert [s["task"] for s in out["sent_back"]] == [t["id"]], out
     assert out["sent_back"][0]["evidence"]["failed"][0]["name"] == "flaky"
@@ -156,7 +157,7 @@ def test_no_retries_sends_back_at_the_first_failure(qs: Setup) -> None:
         code, out = _run(repo, "--retries", "0")
     finally:
         answers.close()
-    assert answers.taken == 1
+    assert answers.taken == 1 and out["check_retries"] == 0
     assert code == 3 and [s["task"] for s in out["sent_back"]] == [t["id"]], out
     assert git(repo, "rev-parse", "main") == main
 
