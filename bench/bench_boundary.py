@@ -14,6 +14,10 @@ Scenarios (each timed against the same push without the gate, alternating):
                      the same user here, so it finds what the client hook just verified)
             -warm    pre-push and pre-receive, the integrations already verified on this
                      machine (what `git sup integrate` leaves in the cache)
+            -keygen  as -server, with a `cert-authority` line in the gate's allowed signers:
+                     every signature goes to `ssh-keygen -Y verify`, one process each (what
+                     ed25519 signatures cost before the gate checked them in process; shown
+                     for comparison, not held to the goal)
   mixed     pre-push and pre-receive, caches cleared: main gains one signed integration,
             99 new ordinary branches ride along (a typical publish of 100 refs)
 Goal: the gates add <= 100 ms. Wall times suffer from other load on the machine; the CPU
@@ -258,6 +262,23 @@ def main() -> int:
             with_gate = push(repo, *gated_push, spec)
             without = push(repo, "--no-verify", *plain_push, spec)
             costs.append(report(name, timed_pair(prep, with_gate, without, runs)))
+        # The same 100 unseen integrations verified the way the in-process check cannot: a
+        # `cert-authority` line in the gate's list sends every signature to `ssh-keygen -Y
+        # verify` (one process each). Not counted against the goal: it is the comparison.
+        ca = tmp / "ca"
+        subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-N", "", "-f", str(ca)], check=True)
+        ca_pub = " ".join((tmp / "ca.pub").read_text().split()[:2])
+        git(gated, "config", "--add", "sup.allowedSigner", f"ca cert-authority {ca_pub}")
+        report(
+            "signed-keygen",
+            timed_pair(
+                reset_rel(True),
+                push(repo, "--no-verify", str(gated), spec),
+                push(repo, "--no-verify", str(plain), spec),
+                runs,
+            ),
+        )
+        git(gated, "config", "--unset", "sup.allowedSigner", "cert-authority")
 
         def reset_mixed() -> None:
             for bare in (gated, plain):

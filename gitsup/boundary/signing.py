@@ -3,8 +3,9 @@
 An integration is a merge commit signed with Git's own SSH signing (`gpg.format=ssh`) whose
 message ends in `Sup-*` trailers (`Sup-Task`, `Sup-Candidate`, `Sup-Baseline`, `Sup-Checks`,
 `Sup-Review`). The gates verify the signature themselves, against an allowed-signers list
-(`ssh-keygen -Y verify`, one process per signature, run in parallel), so nothing a push carries
-(notes, refs) can stand in for the proof.
+in process for ed25519 keys (boundary/sshsig.py: OpenSSL's libcrypto checks the signature,
+as `ssh-keygen -Y verify` would), else with `ssh-keygen -Y verify` (one process per signature,
+run in parallel), so nothing a push carries (notes, refs) can stand in for the proof.
 
 Standard library only: the hook path imports this. Verified ids may be remembered in
 `${XDG_CONFIG_HOME:-$HOME/.config}/gitsup/verified/`, next to the signing key, which no task
@@ -125,12 +126,45 @@ def keys_of(text: str) -> list[str]:
     return found
 
 
-def verify(commits: Sequence[Commit], allowed_text: str, *, jobs: int = 8) -> set[str]:
-    """The ids of `commits` whose SSH signature verifies against `allowed_text`."""
+def verify(
+    commits: Sequence[Commit], allowed_text: str, *, jobs: int = 8, fast: bool = True
+) -> set[str]:
+    """The ids of `commits` whose SSH signature verifies against `allowed_text`
+    (`fast=False`: every one through `ssh-keygen -Y verify`)."""
     todo = [c for c in commits if c.signature and c.signature.startswith(SSH_SIG_BEGIN)]
     allowed = allowed_for_verify(allowed_text)
     if not todo or not allowed:
         return set()
+    good: set[str] = set()
+    if fast:
+        todo, good = _verify_in_process(todo, allowed_text)
+    if todo:
+        good |= _verify_with_ssh_keygen(todo, allowed, jobs)
+    return good
+
+
+def _verify_in_process(todo: Sequence[Commit], allowed_text: str) -> tuple[list[Commit], set[str]]:
+    """Decide what the in-process verifier is sure of; return the rest (for ssh-keygen)."""
+    import time
+
+    from gitsup.boundary import sshsig
+
+    fast = sshsig.verifier(allowed_text)
+    if fast is None:
+        return list(todo), set()
+    now = int(time.time())
+    rest: list[Commit] = []
+    good: set[str] = set()
+    for c in todo:
+        try:
+            if fast.check(c.signature or b"", c.payload, NAMESPACE, now):
+                good.add(c.oid)
+        except (sshsig.Unsure, ValueError):
+            rest.append(c)
+    return rest, good
+
+
+def _verify_with_ssh_keygen(todo: Sequence[Commit], allowed: str, jobs: int) -> set[str]:
     import tempfile  # only when there is something to verify: it costs a push ~4 ms
 
     good: set[str] = set()

@@ -35,7 +35,7 @@ def _show(states: list[Any]) -> None:
             tail = f"  {e.reason}" if e.reason else ""
             commit = f" -> {e.integration_commit[:12]}" if e.integration_commit else ""
             out(f"  {e.task:16} {e.status:10} {e.candidate[:12]}{commit}{tail}")
-            if e.status == "parked":
+            if e.status == "parked" or (e.evidence or {}).get("flaky"):
                 for line in queue_evidence_lines(e.evidence, indent="    "):
                     out(line)
 
@@ -103,6 +103,15 @@ def run_cmd(
             "--batch", min=1, help="Candidates tested together (default sup.queueBatch or 16)."
         ),
     ] = None,
+    retries: Annotated[
+        int | None,
+        typer.Option(
+            "--retries",
+            min=0,
+            help="Fresh runs of a failing check before its candidate is sent back; one that "
+            "then passes is recorded as flaky (default sup.queue.retries or 1).",
+        ),
+    ] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Run in the background.")] = False,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
@@ -115,13 +124,13 @@ def run_cmd(
 
     ctx = SupRepo.discover()
     if detach:
-        pid, log = detach_run(ctx, into, batch)
+        pid, log = detach_run(ctx, into, batch, retries)
         if json_out:
             emit_json({"pid": pid, "log": str(log)})
         else:
             out(f"queue runner started in the background (pid {pid}); output in {log}")
         return
-    results = run(ctx, into, batch=batch, on_progress=None if quiet else progress)
+    results = run(ctx, into, batch=batch, retries=retries, on_progress=None if quiet else progress)
     if json_out:
         emit_json([r.as_dict() for r in results])
     else:
@@ -130,6 +139,11 @@ def run_cmd(
                 f"{r.into}: {len(r.integrated)} integrated, {len(r.sent_back)} sent back, "
                 f"{r.check_runs} check run(s), {r.wall_seconds:.1f}s; now at {r.target[:12]}"
             )
+            for f in r.flaky:
+                out(
+                    f"  flaky on {str(f['tree'])[:12]}: {', '.join(f['checks'])} "
+                    "(failed, then passed when run again; nobody was blamed)"
+                )
             for s in r.sent_back:
                 out(f"  {s['task']}: {s['kind']}: {s['reason']}")
                 for line in queue_evidence_lines(s.get("evidence"), indent="    "):

@@ -223,6 +223,8 @@ def queue_evidence_lines(evidence: dict[str, Any] | None, indent: str = "  ") ->
     conflicts = evidence.get("conflicts") or []
     if conflicts:
         lines.append(f"{indent}conflicting paths: {', '.join(conflicts[:20])}")
+    for name in evidence.get("flaky") or []:
+        lines.append(f"{indent}FLAKY   {name} (failed, then passed when run again on the tree)")
     composed = evidence.get("composed_on")
     for f in evidence.get("failed") or []:
         where = f" (composed on {str(composed)[:12]})" if composed else ""

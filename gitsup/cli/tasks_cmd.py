@@ -127,7 +127,11 @@ def show_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
     for r in record.reasons:
         out(f"reason    {r}")
     if d.get("queue_evidence"):
-        out("queue     checks on the composed tree (why the queue sent it back)")
+        sent_back = set(d["queue_evidence"]) - {"flaky", "tree"}
+        out(
+            "queue     checks on the composed tree "
+            + ("(why the queue sent it back)" if sent_back else "(flaky, not blamed)")
+        )
         for line in queue_evidence_lines(d["queue_evidence"]):
             out(line)
 

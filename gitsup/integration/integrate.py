@@ -466,14 +466,16 @@ def record_integration(
     tid: TaskId,
     note: CandidateNote,
     res: IntegrateResult,
+    note_extra: dict[str, Any] | None = None,
 ) -> None:
-    """Mark the task integrated: notes on the candidate and the result, the sealed
-    `integrated` event, the record's status."""
+    """Mark the task integrated: notes on the candidate and the result (plus `note_extra`),
+    the sealed `integrated` event, the record's status."""
     now = time.time()
     done = note.model_copy(
         update={"status": Status.INTEGRATED, "integrated_into": res.into, "integrated_at": now}
     )
     extra = {"integration_commit": res.result, "integration_strategy": res.strategy}
+    extra.update(note_extra or {})
     repo.write_note(Oid(res.candidate), _with(done, extra))
     if res.result != res.candidate:
         repo.write_note(Oid(res.result), _with(done, extra))

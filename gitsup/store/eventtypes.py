@@ -729,6 +729,8 @@ class QueueTested(Payload):
     passed: bool
     checks: list[JsonMap]
     confinement: JsonMap | Unset = opt()  # what confined the checks (sandbox, network, cgroup)
+    # checks that failed, then passed when run again in a fresh confined run (blamed on nobody)
+    flaky: list[str] | Unset = opt()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -58,7 +58,7 @@ from gitsup.store.events import EventLog
 from gitsup.store.lease import Lease
 from gitsup.store.record import CandidateNote
 from gitsup.tasks.lifecycle import SupRepo
-from gitsup.tasks.queue_checks import CompositionTester, _Step
+from gitsup.tasks.queue_checks import DEFAULT_RETRIES, CompositionTester, _Step
 from gitsup.tasks.queue_checks import RunResult as RunResult
 from gitsup.tasks.queue_state import DEFAULT_BATCH as DEFAULT_BATCH
 from gitsup.tasks.queue_state import MAX_RESULTS as MAX_RESULTS
@@ -103,12 +103,15 @@ class Runner(CompositionTester):
         into: str,
         *,
         batch: int = DEFAULT_BATCH,
+        retries: int = DEFAULT_RETRIES,
         on_progress: Callable[[str], None] | None = None,
     ) -> None:
         self.ctx = ctx
         self.repo = ctx.repo
         self.q = Queue(ctx, into)
         self.batch = max(1, batch)
+        self.retries = max(0, retries)
+        self._flaky = {}
         self.say = on_progress or (lambda _m: None)
         self.res = RunResult(into=self.q.branch)
         self._box: ConfinedChecks | None = None
@@ -190,9 +193,11 @@ class Runner(CompositionTester):
             tip = Oid(parents[0]) if parents else None
         return ""
 
-    def _record_integrated(self, task: str, candidate: str, commit: str) -> None:
+    def _record_integrated(
+        self, task: str, candidate: str, commit: str, flaky: list[str] | None = None
+    ) -> None:
         """The note, the task's event and record say integrated (also what a killed runner
-        could not finish)."""
+        could not finish); `flaky`: checks that failed, then passed, on the tested tree."""
         tid = TaskId(task)
         cand = Oid(candidate)
         text = self.repo.read_note(cand)
@@ -215,7 +220,14 @@ class Runner(CompositionTester):
             integrated=True,
         )
         with self.ctx.store.lock(tid):
-            record_integration(self.ctx, self.repo, tid, note, res)
+            record_integration(
+                self.ctx,
+                self.repo,
+                tid,
+                note,
+                res,
+                note_extra={"queue_evidence": {"flaky": flaky}} if flaky else None,
+            )
 
     # the loop
 
@@ -401,8 +413,10 @@ class Runner(CompositionTester):
             except GitsupError as exc:
                 self.say(f"the checkout {checkout} was not advanced: {exc.message}")
         fault("queue_after_move")
+        # checks that failed and then passed on the tested tree: recorded, blamed on nobody
+        flaky = list(self._flaky.get(steps[-1].tree, []))
         for s, commit in made:
-            self._record_integrated(s.entry.task, s.entry.candidate, commit)
+            self._record_integrated(s.entry.task, s.entry.candidate, commit, flaky)
         done = {s.entry.task: c for s, c in made}
         with self.q.change(f"integrated {len(made)} into {self.q.branch}") as st:
             for e in st.entries:
@@ -410,6 +424,8 @@ class Runner(CompositionTester):
                     if e.status == "removed":  # `queue remove` came after it was tested
                         e.reason = "removed while it was being integrated; it is integrated"
                     e.status, e.integration_commit = "integrated", done[e.task]
+                    if flaky:
+                        e.evidence = {"flaky": flaky, "tree": steps[-1].tree}
                     e.finished_at = time.time()
         self.res.integrated += list(done)
         for s, commit in made:
@@ -618,16 +634,36 @@ def run(
     into: str | None = None,
     *,
     batch: int | None = None,
+    retries: int | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> list[RunResult]:
     branches = [_branch(into)] if into else queue_branches(ctx)
     if not branches:
         raise QueueError("nothing is queued", hint="`git sup queue add ID...` queues candidates")
     size = batch or int(ctx.repo.config_get("sup.queueBatch") or DEFAULT_BATCH)
-    return [Runner(ctx, b, batch=size, on_progress=on_progress).run() for b in branches]
+    again = configured_retries(ctx) if retries is None else retries
+    return [
+        Runner(ctx, b, batch=size, retries=again, on_progress=on_progress).run() for b in branches
+    ]
 
 
-def detach_run(ctx: SupRepo, into: str | None, batch: int | None) -> tuple[int, Path]:
+def configured_retries(ctx: SupRepo) -> int:
+    """`git config sup.queue.retries` (default 1): fresh runs of a failing composition check."""
+    raw = ctx.repo.config_get("sup.queue.retries")
+    if raw is None or raw.strip() == "":
+        return DEFAULT_RETRIES
+    try:
+        n = int(raw.strip())
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise QueueError(f"sup.queue.retries must be a number >= 0, not {raw!r}")
+    return n
+
+
+def detach_run(
+    ctx: SupRepo, into: str | None, batch: int | None, retries: int | None = None
+) -> tuple[int, Path]:
     """`queue run --detach`: the same runner in its own session, output in the queue dir."""
     branch = _branch(into or default_target(ctx))
     q = Queue(ctx, branch)
@@ -635,5 +671,7 @@ def detach_run(ctx: SupRepo, into: str | None, batch: int | None) -> tuple[int, 
     argv = proc.gitsup_python("gitsup", "queue", "run", "--into", branch)
     if batch:
         argv += ["--batch", str(batch)]
+    if retries is not None:
+        argv += ["--retries", str(retries)]
     pid = proc.spawn_detached(argv, cwd=str(ctx.repo.main_workdir), log=log)
     return pid, log

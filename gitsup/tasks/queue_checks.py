@@ -29,6 +29,8 @@ from gitsup.verification.confined import (
     environment_digest,
 )
 
+DEFAULT_RETRIES = 1  # `git config sup.queue.retries`, `queue run --retries`
+
 
 @dataclass
 class RunResult:
@@ -37,12 +39,15 @@ class RunResult:
     sent_back: list[dict[str, Any]] = field(default_factory=list)
     check_runs: int = 0  # in this run
     check_commands: int = 0
+    check_retries: int = 0  # fresh runs after a failing check (not in check_runs/commands)
     check_seconds: float = 0.0
     wall_seconds: float = 0.0
     resumed: list[str] = field(default_factory=list)
     target: str = ""
     # what confined the last composition's checks: sandbox, network, cgroup
     confinement: dict[str, Any] = field(default_factory=dict)
+    # checks that failed and then passed on the same tree when run again: {tree, tasks, checks}
+    flaky: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +82,9 @@ class CompositionTester:
     say: Callable[[str], None]
     _box: ConfinedChecks | None
     _recipe_setup: tuple[Setup | None] | None = None
+    retries: int = DEFAULT_RETRIES  # fresh runs of a failing check before it counts as failed
+    # per tree: the checks that failed, then passed in a fresh run (from this run or the memo)
+    _flaky: dict[str, list[str]]
 
     def _specs(self, task: str) -> TaskSpec | None:
         try:
@@ -111,6 +119,9 @@ class CompositionTester:
             ) from None
         state, _ = self.q.read()
         known = {key: state.results.get(f"{s.tree} {env} {key}") for key in checks}
+        for key, memo in known.items():
+            if memo is not None and memo.get("passed") and memo.get("flaky"):
+                self._note_flaky(s.tree, [checks[key].name])
         failed = [
             {"name": checks[key].name, "output_tail": r.get("output_tail", "")}
             for key, r in known.items()
@@ -122,17 +133,19 @@ class CompositionTester:
         if not todo:
             return True, []
         self.say(f"testing {k} candidate(s) on {s.tree[:12]}: {', '.join(c.name for c in todo)}")
-        results = self._run_checks(s.merge, todo, conf)
+        results, commands, retries, flaky = self._run_with_retries(s, todo, conf)
         self.res.check_runs += 1
-        self.res.check_commands += len(results)
+        self.res.check_commands += commands
+        self.res.check_retries += retries
         with self.q.change(f"checks on {s.tree[:12]}") as st:
             st.check_runs += 1
-            st.check_commands += len(results)
+            st.check_commands += commands
             for c, r in zip(todo, results, strict=False):
                 st.results[f"{s.tree} {env} {_check_key(c)}"] = {
                     "passed": r.passed,
                     "output_tail": r.output_tail,
                     "confinement": self.res.confinement,
+                    **({"flaky": True} if r.passed and r.name in flaky else {}),
                 }
             for old in list(st.results)[:-MAX_RESULTS]:  # the newest are the ones reused
                 del st.results[old]
@@ -144,9 +157,47 @@ class CompositionTester:
                 passed=not failed,
                 checks=[{"name": r.name, "passed": r.passed} for r in results],
                 confinement=self.res.confinement,
+                **({"flaky": flaky} if flaky else {}),
             )
         )
+        if flaky:
+            self._note_flaky(s.tree, flaky)
+            self.res.flaky.append(
+                {"tree": s.tree, "tasks": [st.entry.task for st in steps[:k]], "checks": flaky}
+            )
         return not failed, failed
+
+    def _run_with_retries(
+        self, s: _Step, todo: list[Check], conf: Confinement
+    ) -> tuple[list[CheckResult], int, int, list[str]]:
+        """The checks on one composition; a failing check runs again, in a fresh confined run
+        (new worktree, private dirs, cgroup and network namespace), up to `retries` times. A
+        check that then passes is flaky (recorded, blamed on nobody); one that fails every
+        time has failed. Returns (results, commands of the first run, retries, flaky names)."""
+        results = self._run_checks(s.merge, todo, conf)
+        retries, commands = 0, len(results)
+        flaky: list[str] = []
+        tries: dict[str, int] = {}
+        while results and not results[-1].passed:
+            i = len(results) - 1
+            key = _check_key(todo[i])
+            tries[key] = tries.get(key, 0) + 1
+            if tries[key] > self.retries:
+                break
+            self.say(
+                f"check {todo[i].name} failed on {s.tree[:12]}: running it again in a fresh "
+                f"run (retry {tries[key]} of {self.retries})"
+            )
+            again = self._run_checks(s.merge, todo[i:], conf)
+            retries += 1
+            if again and again[0].passed and todo[i].name not in flaky:
+                flaky.append(todo[i].name)
+            results = results[:i] + again
+        return results, commands, retries, flaky
+
+    def _note_flaky(self, tree: str, names: list[str]) -> None:
+        seen = self._flaky.setdefault(tree, [])
+        seen += [n for n in names if n not in seen]
 
     def _run_checks(self, commit: Oid, checks: list[Check], conf: Confinement) -> list[CheckResult]:
         """The checks on one composition, confined as a task's checks are
