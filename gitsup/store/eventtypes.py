@@ -602,6 +602,33 @@ class ControlRefused(Payload):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TaskPaused(Payload):
+    """`git sup pause`: a person froze the whole task (its worker's cgroup, else its
+    process group stopped); its deadline and no-output clocks stop until `task_resumed`."""
+
+    TYPE: ClassVar[str] = "task_paused"
+    by: str
+    via: str
+    ref: str
+    how: str  # cgroup frozen | SIGSTOP
+    processes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskResumed(Payload):
+    """`git sup resume`: a paused task runs again; `paused` the seconds it was paused (its
+    deadline moved later by as much). `how` says whether the worker was thawed or stays held
+    because its work is being verified."""
+
+    TYPE: ClassVar[str] = "task_resumed"
+    by: str
+    via: str
+    ref: str
+    how: str  # cgroup thawed | SIGCONT | still held for verification | worker gone
+    paused: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Recovered(Payload):
     """A supervisor took the task over after its predecessor died: the worker re-adopted
     (with its identity) or a new worker turn, a verification or a park."""

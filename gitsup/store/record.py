@@ -95,6 +95,8 @@ class TaskRecord(BaseModel):
     # duration, output_tail, caches, cache_bytes (docs/environments.md)
     setup: dict[str, Any] | None = None
     exit_code: int | None = None
+    # `git sup pause`: {"since": Unix time, "by": who} while a person holds the task paused
+    paused_by_user: dict[str, Any] | None = None
 
     def touch(self) -> None:
         self.updated_at = time.time()
