@@ -88,6 +88,8 @@ class WorkerStarted(Payload):
     extra: JsonMap
     network: JsonMap | None
     sandbox: JsonMap | None
+    # the agent executable (path, inode, sha256, version): gitsup/workers/agentbin.py
+    binary: JsonMap | Unset = opt()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -497,6 +497,27 @@ class Launcher:
 
     # --- preflight and spawn --------------------------------------------------------------
 
+    def _agent_binary_problems(self) -> list[str]:
+        """Each spawn checks the agent executable again (gitsup/workers/agentbin.py): safe
+        to run, as pinned, and the one the task started with (`git sup recover
+        --allow-new-binary` takes a new one)."""
+        from gitsup.workers.agentbin import UnsafeBinary, changed
+        from gitsup.workers.preflight import worker_agent_binary
+
+        try:
+            current = worker_agent_binary(self.repo, self.spec)
+        except UnsafeBinary as exc:
+            return [exc.message]
+        if current is None:
+            return []
+        recorded = self.record.agent_binary
+        why = changed(recorded, current)
+        if why:
+            return [f"{why} (`git sup recover --takeover --allow-new-binary` takes it)"]
+        if recorded is None:
+            self.record.agent_binary = current.as_dict()
+        return []
+
     def preflight(self) -> list[str]:
         """Everything that must hold before anything runs. Returns the failures."""
         problems: list[str] = []
@@ -509,6 +530,7 @@ class Launcher:
         head = self.repo.branch_target(self.record.branch)
         if head != self.record.baseline and self.record.turns == 0:
             problems.append(f"{self.record.branch} moved between validation and spawn")
+        problems += self._agent_binary_problems()
         try:
             self.cg_base = resolve_mode(self.spec.isolation.cgroup)
         except GitsupError as exc:
@@ -706,6 +728,7 @@ class Launcher:
                 extra=dict(ident.extra),
                 network=self.net.describe,
                 sandbox=self.record.sandbox,
+                binary=self.record.agent_binary or et.UNSET,
             )
         )
         self.save()
