@@ -626,7 +626,7 @@ class TaskResumed(Payload):
     by: str
     via: str
     ref: str
-    how: str  # cgroup thawed | SIGCONT | still held for verification | worker gone
+    how: str  # cgroup thawed | SIGCONT | still held between turns | worker gone
     paused: float
 
 

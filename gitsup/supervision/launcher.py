@@ -480,7 +480,7 @@ class Launcher:
                 return True, "cgroup frozen", len(cg.procs())
             self._held_by_user = False
             if self._held_for_verify:
-                return True, "still held for verification", len(cg.procs())
+                return True, "still held between turns", len(cg.procs())
             if not cg.thaw():
                 return False, "the worker's cgroup did not thaw", len(cg.procs())
             return True, "cgroup thawed", len(cg.procs())

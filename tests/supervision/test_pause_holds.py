@@ -77,7 +77,7 @@ def test_a_resume_does_not_thaw_a_verification_hold(held: Any) -> None:
     assert cg.frozen()
     assert la.pause_by_user(True)[:2] == (True, "cgroup frozen")
     ok, how, _ = la.pause_by_user(False)
-    assert (ok, how) == (True, "still held for verification")
+    assert (ok, how) == (True, "still held between turns")
     assert cg.frozen() and not _runs(counter)
     la.release()  # the next turn: nothing holds it any more
     assert not cg.frozen() and _runs(counter)

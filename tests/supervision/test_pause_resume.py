@@ -7,11 +7,12 @@ end a paused task (it moves later by the time paused); resume lets it finish, re
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from pathlib import Path
 
-from tests.conftest import run_sup
-from tests.helpers.sup import read_record, wait_for, write_worker
+from tests.conftest import PYTHON, run_sup
+from tests.helpers.sup import check_cmd, read_record, wait_for, write_spec, write_worker
 
 # A second process the worker starts before the pause: it counts too and, every step, tries
 # to thaw its own cgroup and to SIGCONT the worker's process group.
@@ -96,6 +97,7 @@ def test_pause_freezes_the_task_and_stops_its_deadline(repo: Path, tmp_path: Pat
 
     shown = json.loads(run_sup(repo, "show", tid, "--json").stdout)
     assert shown["paused_by_user"]["by"] and shown["paused_by_user"]["since"]
+    assert "paused    by " in run_sup(repo, "show", tid).stdout
     ls = json.loads(run_sup(repo, "ls", "--json").stdout)
     row = next(x for x in ls if x["id"] == tid)
     assert row["state"] == "paused"
@@ -138,3 +140,90 @@ def test_pause_freezes_the_task_and_stops_its_deadline(repo: Path, tmp_path: Pat
         assert r.returncode == 2 and "already ended" in r.stderr, r.stderr
     r = run_sup(repo, "pause", "20991231-ffffff")
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+# Claude Code's stand-in: its first two turns commit notes only (the check fails: a repair
+# round), its third fixes add.
+FAKE_CLAUDE = f"""#!{PYTHON}
+import json, subprocess, sys
+if "--version" in sys.argv:
+    print("2.1.328 (stand-in)")
+    sys.exit(0)
+turn = 0
+for line in sys.stdin:
+    turn += 1
+    if turn < 3:
+        open("NOTES.md", "w").write(f"looked {{turn}}\\n")
+        subprocess.run(["git", "add", "NOTES.md"], check=True)
+        subprocess.run(["git", "commit", "-qm", "notes"], check=True)
+    else:
+        open("calc.py", "w").write("def add(a, b):\\n    return a + b\\n")
+        subprocess.run(["git", "commit", "-qam", "fix add"], check=True)
+    sys.stdout.write(json.dumps({{"type": "result", "subtype": "success", "is_error": False,
+        "result": "turn", "num_turns": 1, "session_id": "s1", "total_cost_usd": 0.0}}) + "\\n")
+    sys.stdout.flush()
+"""
+CHECK = check_cmd("from calc import add; assert add(1, 2) == 3")
+
+
+def _frozen(repo: Path, tid: str) -> bool:
+    cg = read_record(repo, tid)["worker"]["cgroup"]
+    return "frozen 1" in (Path(cg) / "cgroup.events").read_text()
+
+
+def _count(repo: Path, tid: str, type_: str) -> int:
+    return [e["type"] for e in _types(repo, tid)].count(type_)
+
+
+def test_a_pause_and_the_hold_between_turns_do_not_undo_each_other(
+    repo: Path, tmp_path: Path
+) -> None:
+    fake = tmp_path / "claude"
+    fake.write_text(FAKE_CLAUDE)
+    fake.chmod(0o755)
+    spec = write_spec(
+        tmp_path,
+        f"""
+        goal = "fix add"
+        [[checks]]
+        name = "add"
+        argv = {json.dumps(shlex.split(CHECK))}
+        [worker]
+        kind = "claude"
+        argv = [{json.dumps(str(fake))}]
+        env = {{ ANTHROPIC_API_KEY = "sk-not-a-key" }}
+        stop_grace = "1s"
+        [review]
+        kind = "none"
+        [budget]
+        max_turns = 1
+        on_exhausted = "pause"
+        """,
+    )
+    res = run_sup(repo, "start", "--detach", "-q", "--spec", str(spec))
+    assert res.returncode == 0, res.stderr
+    tid = res.stdout.strip().split()[-1]
+    wait_for(lambda: _count(repo, tid, "budget_paused") == 1, timeout=60, what="budget pause")
+    assert _frozen(repo, tid)  # held between turns
+    r = run_sup(repo, "pause", tid, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["data"]["how"] == "cgroup frozen"
+    r = run_sup(repo, "resume", tid, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["data"]["how"] == "still held between turns"
+    assert _frozen(repo, tid)
+    # paused again: the repair turn that the failed check brings does not thaw it
+    assert run_sup(repo, "pause", tid).returncode == 0
+    assert run_sup(repo, "continue", tid, "--add-turns", "3").returncode == 0
+    wait_for(lambda: _count(repo, tid, "repair_requested") == 2, timeout=60, what="repair")
+    wait_for(lambda: read_record(repo, tid)["state"] == "running", timeout=60, what="running")
+    time.sleep(2)  # a thawed worker would have finished its turn by now
+    assert _frozen(repo, tid)
+    assert _count(repo, tid, "turn_completed") == 2
+    r = run_sup(repo, "resume", tid, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["data"]["how"] == "cgroup thawed"
+    wait_for(lambda: read_record(repo, tid)["finished_at"] is not None, timeout=90, what="end")
+    rec = read_record(repo, tid)
+    assert rec["status"] == "ready", rec["reasons"]
+    assert _count(repo, tid, "turn_completed") == 3
