@@ -471,6 +471,8 @@ class Launcher:
                 self._held_by_user = False
                 return True, "worker gone", 0
             return False, "no worker is running", 0
+        if on and not self._can_freeze():
+            return False, "a tmux worker is never frozen (it outlives its supervisor)", 0
         if cg is not None and cg.exists():
             if on:
                 grace = max(5.0, self.spec.worker.stop_grace)

@@ -165,6 +165,7 @@ def recover_task(
         "killed": proof.killed,
     }
     previous["netns_removed"] = _remove_dead_netns(task)
+    record.paused_by_user = None  # the paused worker is gone with its supervisor
     sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
     return sup.resume(park=park, previous=previous)
 
