@@ -129,6 +129,7 @@ def test_pause_freezes_the_task_and_stops_its_deadline(repo: Path, tmp_path: Pat
     # the sibling never wrote its cgroup's cgroup.freeze (from inside the sandbox)
     attempts = (wt / "thaw-attempts.txt").read_text()
     assert "written" not in attempts, attempts
+    assert f"/{tid}-w1/cgroup.freeze: errno" in attempts, attempts  # its own cgroup, refused
     evs = _types(repo, tid)
     paused = next(e for e in evs if e["type"] == "task_paused")
     resumed_ev = next(e for e in evs if e["type"] == "task_resumed")
