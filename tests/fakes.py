@@ -23,6 +23,7 @@ from gitsup.supervision.taskio import (
     Finish,
     Finished,
     Gated,
+    HoldByUser,
     ImportWork,
     RecordDecision,
     ResolveAsk,
@@ -32,6 +33,7 @@ from gitsup.supervision.taskio import (
     StopWorker,
     Transition,
     TurnSent,
+    UserPaused,
     Verified,
     Verify,
     WorkImported,
@@ -181,6 +183,9 @@ class FakeWorld:
             self.closed.append(e.final)
         elif isinstance(e, StopWorker):
             pass
+        elif isinstance(e, HoldByUser):
+            how = "cgroup frozen" if e.request.on else "cgroup thawed"
+            return UserPaused(e.request, True, how, 1)
         return None
 
     # --- reading -------------------------------------------------------------------------

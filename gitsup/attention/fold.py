@@ -77,6 +77,7 @@ class Tracker:
     asks: dict[str, dict[str, Any]] = field(default_factory=dict)
     budget_paused: str = ""  # why the task waits for `git sup continue` ("" when it does not)
     paused_for_ask: bool = False  # paused by an ask, not by a person typing into the worker
+    user_paused: str = ""  # who paused the task with `git sup pause` ("" when nobody did)
 
     @property
     def cost(self) -> float:
@@ -131,6 +132,10 @@ class Tracker:
             self.asks.clear()
             self.budget_paused = ""
             self.paused_for_ask = False
+        elif t == "task_paused":
+            self.user_paused = str(d.get("by") or "unknown")
+        elif t == "task_resumed":
+            self.user_paused = ""
         elif t == "budget_paused":
             self.budget_paused = str(d.get("reason") or "budget exhausted")
         elif t == "budget_continued":
@@ -164,6 +169,7 @@ class Tracker:
         elif t == "decision":
             self.decider_failed = False
         elif t == "task_finished":
+            self.user_paused = ""
             self.pending.clear()
             self.asks.clear()
             self.budget_paused = ""
@@ -185,6 +191,8 @@ class Tracker:
             return "start"
         if s == "starting":
             return "the worker to start"
+        if self.user_paused and not self.ended:
+            return f"a human: `git sup resume {self.task}` (paused by {self.user_paused})"
         if self.asks and not self.ended:
             return "a human: " + ", ".join(f"`git sup answer {self.task} {r}`" for r in self.asks)
         if self.budget_paused and not self.ended:
@@ -236,6 +244,8 @@ class Tracker:
         now = time.time() if now is None else now
         out: list[str] = []
         if not self.ended:
+            if self.user_paused:
+                out.append(f"paused by {self.user_paused} (`git sup resume {self.task}`)")
             out += [f"needs human: {a['tool']} {a['summary']}" for a in self.asks.values()]
             if self.budget_paused:
                 out.append(f"needs human: {self.budget_paused} (`git sup continue {self.task}`)")
@@ -421,6 +431,11 @@ def status_of(tr: Tracker, rec: Mapping[str, Any], now: float) -> TaskStatus:
     if isinstance(reasons, list) and reasons and status == "parked":
         tr.last_reason = str(reasons[-1])
     tr.queue_repair = str(rec.get("queue_repair") or "")
+    paused = rec.get("paused_by_user")
+    if "paused_by_user" in rec or not tr.user_paused:  # the record knows best
+        tr.user_paused = str(paused.get("by") or "unknown") if isinstance(paused, dict) else ""
+    if tr.user_paused and state not in TERMINAL_STATES:
+        state = "paused"  # shown as such; the task's own state is the record's
     attention = tr.attention(now)
     if state not in TERMINAL_STATES and not _supervisor_alive(rec):
         attention.append("its supervisor is not running (`git sup recover`)")

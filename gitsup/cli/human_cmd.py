@@ -1,4 +1,5 @@
-"""A person in the loop of a running task: answer, send, continue (gitsup/tasks/human.py)."""
+"""A person in the loop of a running task: answer, send, continue, pause, resume
+(gitsup/tasks/human.py)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,31 @@ def continue_cmd(
         f"{d.get('max_cost_usd')}, deadline {d.get('deadline')}s"
         + (f"; still paused: {still}" if still else "; continuing")
     )
+
+
+@app.command("pause")
+def pause_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
+    """Freeze a running task (its whole cgroup); its deadline and watchdog stop meanwhile."""
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.human import pause
+
+    taken = pause(SupRepo.discover(), task)
+    if json_out:
+        emit_json(taken.as_dict())
+    else:
+        d = taken.data
+        out(f"task {taken.task}: paused ({d.get('how')}, {d.get('processes')} process(es))")
+
+
+@app.command("resume")
+def resume_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
+    """Let a task paused by `git sup pause` run again; its deadline moves by the time paused."""
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.human import resume
+
+    taken = resume(SupRepo.discover(), task)
+    if json_out:
+        emit_json(taken.as_dict())
+    else:
+        d = taken.data
+        out(f"task {taken.task}: resumed after {d.get('paused')}s ({d.get('how')})")

@@ -122,7 +122,7 @@ COMMAND_MODULE = {
     "demo": "demo_cmd",
     "queue": "queue_cmd",
     "env": "env_cmd",
-    **dict.fromkeys(("answer", "send", "continue"), "human_cmd"),
+    **dict.fromkeys(("answer", "send", "continue", "pause", "resume"), "human_cmd"),
 }
 
 

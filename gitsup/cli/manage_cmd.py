@@ -119,6 +119,13 @@ def recover_cmd(
     park: Annotated[
         bool, typer.Option("--park", help="Park the task instead of continuing it.")
     ] = False,
+    allow_new_binary: Annotated[
+        bool,
+        typer.Option(
+            "--allow-new-binary",
+            help="Continue although the agent executable changed since the task started.",
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -129,7 +136,12 @@ def recover_cmd(
 
     ctx = SupRepo.discover()
     record = recover_task(
-        ctx, task, takeover=takeover, park=park, on_event=None if quiet else ProgressRenderer()
+        ctx,
+        task,
+        takeover=takeover,
+        park=park,
+        on_event=None if quiet else ProgressRenderer(),
+        allow_new_binary=allow_new_binary,
     )
     if json_out:
         emit_json(show_dict(ctx, record))

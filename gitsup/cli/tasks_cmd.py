@@ -66,6 +66,15 @@ def show_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
         return
     out(f"task      {record.id}")
     out(f"state     {record.state.value}   status {record.status.value}")
+    from gitsup.state import TERMINAL
+
+    paused = record.paused_by_user
+    if paused and record.state not in TERMINAL:
+        since = dt.datetime.fromtimestamp(float(paused.get("since") or 0), dt.UTC)
+        out(
+            f"paused    by {paused.get('by', '?')} since {since:%H:%M:%S} UTC "
+            f"(`git sup resume {record.id}`)"
+        )
     out(f"goal      {record.goal.splitlines()[0] if record.goal else ''}")
     out(
         f"baseline  {record.baseline}"

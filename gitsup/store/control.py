@@ -1,11 +1,12 @@
 """Control requests: how a person's command reaches a running supervisor.
 
-`git sup answer`, `send` and `continue` write one request file into the task's
+`git sup answer`, `send`, `continue`, `pause` and `resume` write one request file into the task's
 `control/` directory (`<task dir>/control/<ref>.json`, mode 0600, written under a
 temporary name and renamed into place, so the supervisor never reads half a request)
 and signal the supervisor (SIGUSR2). The supervisor takes every request it finds,
 removes its file, and answers with an event naming `ref` in the task's event log:
-what it did (`human_answer`, `worker_message_sent`, `budget_continued`) or
+what it did (`human_answer`, `worker_message_sent`, `budget_continued`, `task_paused`,
+`task_resumed`) or
 `control_refused` with why. The command waits for that event.
 
 The task dir is outside everything a sandboxed worker may write (docs/sandbox.md), and
@@ -30,7 +31,7 @@ from gitsup import jsonio
 
 CONTROL_DIR = "control"
 MAX_REQUEST_BYTES = 256 * 1024
-KINDS = ("answer", "send", "continue")
+KINDS = ("answer", "send", "continue", "pause", "resume")
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,8 @@ class WorkerStarted(Payload):
     extra: JsonMap
     network: JsonMap | None
     sandbox: JsonMap | None
+    # the agent executable (path, inode, sha256, version): gitsup/workers/agentbin.py
+    binary: JsonMap | Unset = opt()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -599,6 +601,33 @@ class ControlRefused(Payload):
     command: str
     reason: str
     by: str | Unset = opt()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskPaused(Payload):
+    """`git sup pause`: a person froze the whole task (its worker's cgroup, else its
+    process group stopped); its deadline and no-output clocks stop until `task_resumed`."""
+
+    TYPE: ClassVar[str] = "task_paused"
+    by: str
+    via: str
+    ref: str
+    how: str  # cgroup frozen | SIGSTOP
+    processes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskResumed(Payload):
+    """`git sup resume`: a paused task runs again; `paused` the seconds it was paused (its
+    deadline moved later by as much). `how` says whether the worker was thawed or stays held
+    because its work is being verified."""
+
+    TYPE: ClassVar[str] = "task_resumed"
+    by: str
+    via: str
+    ref: str
+    how: str  # cgroup thawed | SIGCONT | still held between turns | worker gone
+    paused: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -95,6 +95,11 @@ class TaskRecord(BaseModel):
     # duration, output_tail, caches, cache_bytes (docs/environments.md)
     setup: dict[str, Any] | None = None
     exit_code: int | None = None
+    # `git sup pause`: {"since": Unix time, "by": who} while a person holds the task paused
+    paused_by_user: dict[str, Any] | None = None
+    # The agent executable the worker runs: path, inode, sha256, version
+    # (gitsup/workers/agentbin.py); None for a process worker.
+    agent_binary: dict[str, Any] | None = None
 
     def touch(self) -> None:
         self.updated_at = time.time()
@@ -126,6 +131,8 @@ class CandidateNote(BaseModel):
     # Paths under .gitsup/ the candidate changes (baseline..candidate): integrating it changes
     # gitsup's policy for every later task, so integrate and the queue ask for consent.
     policy_change: list[str] = Field(default_factory=list)
+    # The agent executable that did the work (path, inode, sha256, version), if an agent did.
+    agent_binary: dict[str, Any] | None = None
 
     model_config = ConfigDict(populate_by_name=True, extra="allow")
 

@@ -286,6 +286,7 @@ class Finaliser:
             finished_at=time.time(),
             cost=_cost_breakdown(self.task, self.journal.log),
             policy_change=self.repo.policy_change(Oid(self.record.baseline), head),
+            agent_binary=self.record.agent_binary,
         )
         self.repo.write_note(head, note.to_text())
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -99,6 +100,12 @@ class Launcher:
         self._limits_error: str | None = None
         self._watch_stop = threading.Event()
         self._stopped_hits: list[LimitHit] = []
+        # Two holds on the worker that must not undo each other: its work being verified
+        # (hold/release) and a person's `git sup pause` (pause_by_user). It runs when neither
+        # holds it. `_stopped_group`: the process group stopped by SIGSTOP (no cgroup).
+        self._held_for_verify = False
+        self._held_by_user = False
+        self._stopped_group: int | None = None
 
     @property
     def record(self) -> Any:
@@ -428,6 +435,7 @@ class Launcher:
         cg = self.cgroup
         if cg is None or not self._can_freeze():
             return self.limit_hits()
+        self._held_for_verify = True
         if self.worker_alive():
             if not cg.frozen():
                 if cg.freeze(timeout=max(5.0, self.spec.worker.stop_grace)):
@@ -444,13 +452,73 @@ class Launcher:
         return self.limit_hits()
 
     def release(self) -> None:
-        """A new turn starts: thaw the worker."""
+        """A new turn starts: thaw the worker (unless a person paused it)."""
+        self._held_for_verify = False
         cg = self.cgroup
-        if cg is not None and cg.frozen():
+        if cg is not None and cg.frozen() and not self._held_by_user:
             cg.thaw()
             self.emit(et.WorkerHeld(how="thawed", processes=len(cg.procs())))
 
+    def pause_by_user(self, on: bool) -> tuple[bool, str, int]:
+        """`git sup pause` (on) or `resume`: freeze or thaw the whole task, its cgroup (else
+        SIGSTOP/SIGCONT of its process group). A resume leaves a worker held for
+        verification held. Returns (done, how or why not, processes)."""
+        from gitsup.host.proc import signal_group
+
+        cg = self.cgroup
+        if self.worker is None or not self.worker_alive():
+            if not on:  # nothing left to thaw: the pause ends all the same
+                self._held_by_user = False
+                return True, "worker gone", 0
+            return False, "no worker is running", 0
+        if on and not self._can_freeze():
+            return False, "a tmux worker is never frozen (it outlives its supervisor)", 0
+        if cg is not None and cg.exists():
+            if on:
+                grace = max(5.0, self.spec.worker.stop_grace)
+                if not cg.frozen() and not cg.freeze(timeout=grace):
+                    return False, "the worker's cgroup did not freeze", len(cg.procs())
+                self._held_by_user = True
+                return True, "cgroup frozen", len(cg.procs())
+            self._held_by_user = False
+            if self._held_for_verify:
+                return True, "still held between turns", len(cg.procs())
+            if not cg.thaw():
+                return False, "the worker's cgroup did not thaw", len(cg.procs())
+            return True, "cgroup thawed", len(cg.procs())
+        pgid = (self.record.worker or {}).get("pgid")
+        if not isinstance(pgid, int) or pgid <= 1:
+            return False, "the worker has no process group to stop", 0
+        try:
+            signal_group(pgid, signal.SIGSTOP if on else signal.SIGCONT)
+        except OSError as exc:
+            return False, f"cannot signal the worker's process group: {exc.strerror}", 0
+        self._held_by_user = on
+        self._stopped_group = pgid if on else None
+        return True, "SIGSTOP" if on else "SIGCONT", 1
+
     # --- preflight and spawn --------------------------------------------------------------
+
+    def _agent_binary_problems(self) -> list[str]:
+        """Each spawn checks the agent executable again (gitsup/workers/agentbin.py): safe
+        to run, as pinned, and the one the task started with (`git sup recover
+        --allow-new-binary` takes a new one)."""
+        from gitsup.workers.agentbin import UnsafeBinary, changed
+        from gitsup.workers.preflight import worker_agent_binary
+
+        try:
+            current = worker_agent_binary(self.repo, self.spec)
+        except UnsafeBinary as exc:
+            return [exc.message]
+        if current is None:
+            return []
+        recorded = self.record.agent_binary
+        why = changed(recorded, current)
+        if why:
+            return [f"{why} (`git sup recover --takeover --allow-new-binary` takes it)"]
+        if recorded is None:
+            self.record.agent_binary = current.as_dict()
+        return []
 
     def preflight(self) -> list[str]:
         """Everything that must hold before anything runs. Returns the failures."""
@@ -464,6 +532,7 @@ class Launcher:
         head = self.repo.branch_target(self.record.branch)
         if head != self.record.baseline and self.record.turns == 0:
             problems.append(f"{self.record.branch} moved between validation and spawn")
+        problems += self._agent_binary_problems()
         try:
             self.cg_base = resolve_mode(self.spec.isolation.cgroup)
         except GitsupError as exc:
@@ -661,6 +730,7 @@ class Launcher:
                 extra=dict(ident.extra),
                 network=self.net.describe,
                 sandbox=self.record.sandbox,
+                binary=self.record.agent_binary or et.UNSET,
             )
         )
         self.save()
@@ -678,12 +748,23 @@ class Launcher:
         frozen = cg is not None and cg.frozen()
         if frozen and cg is not None:  # held since its turn ended: it never runs again
             cg.kill(timeout=self.spec.worker.stop_grace + 5)
+        if self._stopped_group is not None:  # paused by SIGSTOP: let it take the stop
+            from gitsup.host.proc import signal_group
+
+            with contextlib.suppress(OSError):
+                signal_group(self._stopped_group, signal.SIGCONT)
+            self._stopped_group = None
         try:
             how = w.stop(grace=self.spec.worker.stop_grace)
         except (WorkerError, OSError) as exc:
             how = f"stop failed: {exc}"
         if frozen:
-            how = "killed while frozen (its turn had ended)"
+            how = (
+                "killed while paused"
+                if self._held_by_user
+                else "killed while frozen (its turn had ended)"
+            )
+        self._held_by_user = False
         if announce:
             self.emit(et.WorkerStopped(reason=why, how=how))
         self.cleanup_cgroup()

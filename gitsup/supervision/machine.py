@@ -35,6 +35,7 @@ from gitsup.supervision.taskio import (
     Finish,
     Finished,
     Gated,
+    HoldByUser,
     HumanDecision,
     HumanMessage,
     ImportWork,
@@ -52,6 +53,8 @@ from gitsup.supervision.taskio import (
     TimerFired,
     Transition,
     TurnSent,
+    UserPause,
+    UserPaused,
     Verified,
     Verify,
     WorkImported,
@@ -119,9 +122,13 @@ class TaskMachine:
         self.extra_turns = 0
         self.extra_cost = 0.0
         self.extra_deadline = 0.0
-        # The deadline clock stops while the task waits for a person: held since, held total.
+        # The deadline clock stops while the task waits for a person (an ask, a spent budget:
+        # "human"; `git sup pause`: "user"): what holds it, held since, held total.
+        self._holds: set[str] = set()
         self._held_since: float | None = None
         self._held_total = 0.0
+        # `git sup pause`: who paused the task and since when (monotonic), or None.
+        self.user_paused: tuple[str, float] | None = None
 
     @property
     def terminal(self) -> bool:
@@ -141,12 +148,14 @@ class TaskMachine:
         """The task waits for a person: its deadline clock does not run."""
         return self._held_since is not None
 
-    def _hold(self, now: float) -> None:
+    def _hold(self, now: float, why: str = "human") -> None:
+        self._holds.add(why)
         if self._held_since is None:
             self._held_since = now
 
-    def _unhold(self, now: float) -> None:
-        if self._held_since is not None:
+    def _unhold(self, now: float, why: str = "human") -> None:
+        self._holds.discard(why)
+        if self._held_since is not None and not self._holds:
             self._held_total += max(0.0, now - self._held_since)
             self._held_since = None
 
@@ -214,6 +223,10 @@ class TaskMachine:
             return self._human_message(item)
         if isinstance(item, ContinueBudget):
             return self._continue_budget(item, now)
+        if isinstance(item, UserPause):
+            return self._user_pause(item)
+        if isinstance(item, UserPaused):
+            return self._user_paused(item, now)
         if isinstance(item, TurnCompleted):
             return self._turn_completed(item, now)
         if isinstance(item, WorkImported):
@@ -475,6 +488,39 @@ class TaskMachine:
         tc, self._budget_turn = self._budget_turn, None
         self._unhold(now)
         return [Emit(event), *self._after_import(tc)]
+
+    def _user_pause(self, p: UserPause) -> list[Effect]:
+        """`git sup pause`/`resume`: checked here, carried out by the supervisor (HoldByUser),
+        whose answer (UserPaused) moves the clocks."""
+        command = "pause" if p.on else "resume"
+        why = None
+        if p.on and self.user_paused is not None:
+            why = f"the task is already paused (by {self.user_paused[0]})"
+        elif not p.on and self.user_paused is None:
+            why = "the task is not paused"
+        elif p.on and (not self.has_worker or self.worker_gone):
+            why = f"no worker is running (state {self.state.value})"
+        if why is not None:
+            return [Emit(et.ControlRefused(ref=p.ref, command=command, reason=why, by=p.by))]
+        return [HoldByUser(p)]
+
+    def _user_paused(self, r: UserPaused, now: float) -> list[Effect]:
+        p = r.request
+        if not r.ok:
+            command = "pause" if p.on else "resume"
+            return [Emit(et.ControlRefused(ref=p.ref, command=command, reason=r.how, by=p.by))]
+        if p.on:
+            self.user_paused = (p.by, now)
+            self._hold(now, "user")
+            return [
+                Emit(et.TaskPaused(by=p.by, via=p.via, ref=p.ref, how=r.how, processes=r.processes))
+            ]
+        since = self.user_paused[1] if self.user_paused is not None else now
+        self.user_paused = None
+        self._unhold(now, "user")
+        self.last_progress = now  # the no-output watchdog starts over
+        paused = round(max(0.0, now - since), 3)
+        return [Emit(et.TaskResumed(by=p.by, via=p.via, ref=p.ref, how=r.how, paused=paused))]
 
     def _deliver_message(self, tc: TurnCompleted) -> list[Effect]:
         m = self.messages.pop(0)

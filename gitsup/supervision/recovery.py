@@ -110,6 +110,7 @@ def recover_task(
     takeover: bool,
     park: bool = False,
     on_event: Callable[[Event], None] | None = None,
+    allow_new_binary: bool = False,
 ) -> TaskRecord:
     record = ctx.store.load(task)
     if record.state in TERMINAL:
@@ -147,6 +148,8 @@ def recover_task(
             park = True
             record.reasons.append(f"worker not re-adopted: {exc}")
             ctx.store.save(record)
+    if not park:
+        _same_agent_binary(ctx, record, spec, allow_new_binary)
     proof = prove_worker_gone(record, kill=True)
     if not proof.gone:
         raise GitsupError(
@@ -162,8 +165,33 @@ def recover_task(
         "killed": proof.killed,
     }
     previous["netns_removed"] = _remove_dead_netns(task)
+    record.paused_by_user = None  # the paused worker is gone with its supervisor
     sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
     return sup.resume(park=park, previous=previous)
+
+
+def _same_agent_binary(ctx: SupRepo, record: TaskRecord, spec: TaskSpec, allow_new: bool) -> None:
+    """A new worker runs the agent executable the task started with: a changed one (its
+    sha256) is refused unless `allow_new`, which records it. One that is unsafe or not as
+    pinned is refused either way (gitsup/workers/agentbin.py)."""
+    from gitsup.workers.agentbin import changed
+    from gitsup.workers.preflight import worker_agent_binary
+
+    current = worker_agent_binary(ctx.repo, spec)
+    if current is None:
+        return
+    why = changed(record.agent_binary, current)
+    if why is None:
+        return
+    if not allow_new:
+        raise GitsupError(
+            f"cannot continue task {record.id}: {why}",
+            hint=f"`git sup recover {record.id} --takeover --allow-new-binary` continues "
+            "with the new one; --park parks the task",
+        )
+    record.reasons.append(f"continued with a new agent executable: {why}")
+    record.agent_binary = current.as_dict()
+    ctx.store.save(record)
 
 
 def recover_hint(ctx: SupRepo, task: str) -> str:

@@ -56,6 +56,7 @@ from gitsup.supervision.taskio import (
     Emit,
     Finish,
     Finished,
+    HoldByUser,
     HumanDecision,
     HumanMessage,
     ImportWork,
@@ -71,6 +72,8 @@ from gitsup.supervision.taskio import (
     TimerFired,
     Transition,
     TurnSent,
+    UserPause,
+    UserPaused,
     Verify,
     WorkImported,
 )
@@ -465,7 +468,10 @@ class Supervisor:
         elif isinstance(e, Verify):
             self._hold()
             return self.verifier.verify(e.park_reason)
+        elif isinstance(e, HoldByUser):
+            return self._pause_by_user(e.request)
         elif isinstance(e, Finish):
+            self.record.paused_by_user = None
             final = self.finaliser.finalise(e.final, e.verified_head)
             return Finished(final, "; ".join(self.record.reasons[-3:]))
         elif isinstance(e, Close):
@@ -496,6 +502,15 @@ class Supervisor:
             for effect in self.machine.on(hit, time.monotonic()):
                 self._do(effect)
 
+    def _pause_by_user(self, p: UserPause) -> UserPaused:
+        """`git sup pause`/`resume`: the worker frozen or thawed (Launcher.pause_by_user);
+        the record says who paused it, for `ls` and `show`."""
+        ok, how, n = self.launcher.pause_by_user(p.on)
+        if ok:
+            self.record.paused_by_user = {"since": time.time(), "by": p.by} if p.on else None
+            self.save()
+        return UserPaused(p, ok, how, n)
+
     def _send(self, e: SendTurn) -> TurnSent:
         w = self.launcher.worker
         if w is None or not w.capabilities.repairable or not w.alive:
@@ -513,7 +528,7 @@ class Supervisor:
 
 def _control_input(
     req: Any,
-) -> tuple[HumanDecision | HumanMessage | ContinueBudget | None, str | None]:
+) -> tuple[HumanDecision | HumanMessage | ContinueBudget | UserPause | None, str | None]:
     """A control request as an input of the task machine, or why it is refused. The CLI
     checked the values; a request is still checked here, where it takes effect."""
     d, by, via, ref = req.data, req.by[:200], req.via[:40], req.ref
@@ -524,6 +539,8 @@ def _control_input(
         if not isinstance(message, str):
             return None, "the message is not text"
         return HumanDecision(rid, decision == "allow", message[:8000], by, via, ref), None
+    if req.kind in ("pause", "resume"):
+        return UserPause(req.kind == "pause", by, via, ref), None
     if req.kind == "send":
         text = d.get("text")
         if not isinstance(text, str) or not text.strip():

@@ -150,6 +150,26 @@ class ContinueBudget:
 
 
 @dataclass(frozen=True)
+class UserPause:
+    """`git sup pause` (`on`) or `git sup resume`: a person freezes or thaws the task."""
+
+    on: bool
+    by: str
+    via: str
+    ref: str
+
+
+@dataclass(frozen=True)
+class UserPaused:
+    """After HoldByUser: whether the worker was frozen/thawed, how, and how many processes."""
+
+    request: UserPause
+    ok: bool
+    how: str
+    processes: int = 0
+
+
+@dataclass(frozen=True)
 class TurnSent:
     """After SendTurn. `ok`: the worker takes turns and got the message (or had it already);
     `sent`: a new turn started; `stalled`: its input is stuck."""
@@ -280,6 +300,14 @@ class Close:
     final: State
 
 
+@dataclass(frozen=True)
+class HoldByUser:
+    """Freeze (`request.on`) or thaw the worker for a person; what happened comes back as
+    UserPaused."""
+
+    request: UserPause
+
+
 Effect = (
     Transition
     | Emit
@@ -295,4 +323,5 @@ Effect = (
     | Verify
     | Finish
     | Close
+    | HoldByUser
 )

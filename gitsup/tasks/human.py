@@ -1,5 +1,5 @@
 """A person in the loop of a running task: answer an ask, send the worker a message, let a
-task paused on its budget continue.
+task paused on its budget continue, pause and resume the whole task.
 
 Each call writes one control request into the task dir and signals the supervisor
 (gitsup/store/control.py), then waits, bounded, for the supervisor's answer in the event
@@ -33,6 +33,8 @@ TAKEN = {
     "answer": ("human_answer",),
     "send": ("worker_message_sent",),
     "continue": ("budget_continued",),
+    "pause": ("task_paused",),
+    "resume": ("task_resumed",),
 }
 # Worker kinds whose supervisor can send a turn of a person's words (repairable workers).
 MESSAGE_KINDS = ("claude", "codex", "acp", "tmux")
@@ -68,6 +70,7 @@ class _Live:
     state: str
     worker_kind: str
     owner: ProcessId
+    paused_by_user: Mapping[str, Any] | None = None
 
 
 def tracker(ctx: SupRepo, task: str) -> Any:
@@ -142,6 +145,27 @@ def continue_task(
     return _submit(ctx, record, "continue", data)
 
 
+def pause(ctx: SupRepo, task: str) -> Taken:
+    """Freeze the whole task (its worker's cgroup, else its process group) until `resume`;
+    its deadline and no-output clocks stop meanwhile."""
+    record = _live(ctx, task)
+    if record.paused_by_user:
+        raise GitsupError(
+            f"task {record.id} is already paused (by {record.paused_by_user.get('by', '?')})",
+            hint=f"`git sup resume {record.id}`",
+        )
+    return _submit(ctx, record, "pause", {})
+
+
+def resume(ctx: SupRepo, task: str) -> Taken:
+    """Let a task paused by `git sup pause` run again (a worker held for verification stays
+    held until its next turn)."""
+    record = _live(ctx, task)
+    if not record.paused_by_user:
+        raise GitsupError(f"task {record.id} is not paused (state {record.state})")
+    return _submit(ctx, record, "resume", {})
+
+
 def _live(ctx: SupRepo, task: str) -> _Live:
     tid = ctx.store.resolve(task)
     try:
@@ -162,7 +186,14 @@ def _live(ctx: SupRepo, task: str) -> _Live:
             f"task {tid} is {state} but its supervisor is not running",
             hint=f"`git sup recover {tid} --takeover` first",
         )
-    return _Live(str(tid), state, str(raw.get("worker_kind") or ""), owner)
+    paused = raw.get("paused_by_user")
+    return _Live(
+        str(tid),
+        state,
+        str(raw.get("worker_kind") or ""),
+        owner,
+        paused if isinstance(paused, dict) else None,
+    )
 
 
 def _submit(ctx: SupRepo, record: _Live, kind: str, data: Mapping[str, Any]) -> Taken:

@@ -113,7 +113,7 @@ def prepare_task(
     source_branch = source or source_branch_of(ctx, spec.base)
     from gitsup.workers.preflight import preflight_start
 
-    preflight_start(ctx, spec, baseline)  # refuses before anything is written
+    agent = preflight_start(ctx, spec, baseline)  # refuses before anything is written
     from gitsup.environment.recipe import load_recipe
 
     recipe = load_recipe(repo.main_workdir, spec.environment)  # a bad environment file: exit 2
@@ -184,6 +184,7 @@ def prepare_task(
             worktree=str(wt_path),
             worker_kind=spec.worker.kind,
             detached=detached,
+            agent_binary=agent.as_dict() if agent is not None else None,
         )
         store.save(record)
         from gitsup.store.events import EventLog

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from gitsup import jsonio
 from gitsup.host.fsutil import atomic_write
 from gitsup.layout import Layout, owning_task
+from gitsup.state import TERMINAL
 from gitsup.store.gitfiles import BranchReader, Unsure, locate
 from gitsup.store.records import TaskStore
 
@@ -221,7 +222,12 @@ def list_tasks(listing: Listing, records: list[dict[str, Any]] | None = None) ->
         rows.append(
             LsRow(
                 id=rec["id"],
-                state=str(rec.get("state", "")),
+                state=(
+                    "paused"  # `git sup pause` holds it (the record's state is under it)
+                    if rec.get("paused_by_user")
+                    and rec.get("state") not in {t.value for t in TERMINAL}
+                    else str(rec.get("state", ""))
+                ),
                 status=str(rec.get("status", "")),
                 age=round(now - float(rec.get("created_at", now)), 1),
                 branch=str(rec.get("branch", "")),

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING
 from gitsup.errors import GitsupError
 
 if TYPE_CHECKING:
+    from gitsup.git import GitRepo
     from gitsup.ids import Oid
     from gitsup.spec import TaskSpec
     from gitsup.store.suprepo import SupRepo
+    from gitsup.workers.agentbin import AgentBinary
 
 _CLAUDE_CHOICES = (
     "install Claude Code (npm install -g @anthropic-ai/claude-code, or in the project: "
@@ -30,6 +32,8 @@ _CLAUDE_CHOICES = (
 _SETTING = {"worker": "[worker] argv", "reviewer": "[review] argv", "decider": "[decider] argv"}
 
 _runnable_cache: dict[tuple[str, float], str | None] = {}
+# what `--version` said, for the agent's recorded identity (asked once)
+_version_cache: dict[tuple[str, float], str | None] = {}
 
 
 def task_env(spec: TaskSpec) -> dict[str, str]:
@@ -41,11 +45,19 @@ def task_env(spec: TaskSpec) -> dict[str, str]:
     return env
 
 
-def preflight_start(ctx: SupRepo, spec: TaskSpec, baseline: Oid) -> None:
-    """Raise a GitsupError (exit 2) for the first thing that would make the task fail late."""
+def preflight_start(ctx: SupRepo, spec: TaskSpec, baseline: Oid) -> AgentBinary | None:
+    """Raise a GitsupError (exit 2) for the first thing that would make the task fail late.
+    Returns the identity of the agent the worker runs (None: not an agent worker)."""
     env = task_env(spec)
     problems: list[str] = []
     hints: list[str] = []
+    # before anything of the agent runs (the version probe below): its executable is checked
+    from gitsup.workers.agentbin import UnsafeBinary
+
+    try:
+        agent = worker_agent_binary(ctx.repo, spec, env)
+    except UnsafeBinary as exc:
+        raise GitsupError(f"cannot start the task:\n  worker: {exc.message}") from None
     problems += check_executables(ctx, spec, baseline, env)
     for role, p, h in claude_problems(spec, env):
         problems.append(f"{role}: {p}")
@@ -79,6 +91,29 @@ def preflight_start(ctx: SupRepo, spec: TaskSpec, baseline: Oid) -> None:
             "cannot start the task:\n" + "\n".join(f"  {p}" for p in problems),
             hint="; ".join(dict.fromkeys(hints)) or None,
         )
+    if agent is not None and agent.version is None:
+        import dataclasses
+
+        with contextlib.suppress(OSError):
+            version = _version_cache.get((agent.found, os.stat(agent.found).st_mtime))
+            agent = dataclasses.replace(agent, version=version)
+    return agent
+
+
+def worker_agent_binary(
+    repo: GitRepo, spec: TaskSpec, env: Mapping[str, str] | None = None
+) -> AgentBinary | None:
+    """The checked identity of the worker's agent executable (gitsup/workers/agentbin.py);
+    raises a GitsupError (exit 2) naming why it is refused."""
+    from gitsup.workers.agentbin import AGENT_OF_KIND, worker_binary
+
+    agent = AGENT_OF_KIND.get(spec.worker.kind)
+    if agent is None:
+        return None
+    pin = repo.config_get(f"sup.{agent}.sha256")
+    return worker_binary(
+        spec.worker.kind, spec.worker.argv, task_env(spec) if env is None else env, pin
+    )
 
 
 def acp_problems(spec: TaskSpec, env: Mapping[str, str]) -> list[str]:
@@ -212,24 +247,26 @@ def claude_missing(
     except OSError as exc:
         return f"Claude Code at {exe} cannot be read: {exc.strerror}"
     if key not in _runnable_cache:
-        _runnable_cache[key] = _run_version(exe, env)
+        _runnable_cache[key], _version_cache[key] = _run_version(exe, env)
     why = _runnable_cache[key]
     return f"Claude Code at {exe} does not run: {why}" if why else None
 
 
-def _run_version(exe: str, env: Mapping[str, str]) -> str | None:
+def _run_version(exe: str, env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(why it does not run or None, the version it said)."""
     from gitsup.host import proc
+    from gitsup.workers.agents import parse_version
 
     try:
         res = proc.run([exe, "--version"], env=env, timeout=60, max_output=4096)
     except GitsupError as exc:
-        return exc.message
+        return exc.message, None
     if res.timed_out:
-        return "`--version` did not answer within 60s"
+        return "`--version` did not answer within 60s", None
     if res.returncode != 0:
         last = res.output.strip().splitlines()[-1:] or [""]
-        return f"`--version` exited {res.returncode}: {last[0][:200]}"
-    return None
+        return f"`--version` exited {res.returncode}: {last[0][:200]}", None
+    return None, parse_version(res.output)
 
 
 def missing_credentials(env: Mapping[str, str]) -> str | None:
