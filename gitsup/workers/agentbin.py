@@ -140,15 +140,64 @@ def _interpreter(path: str, env: Mapping[str, str]) -> str | None:
 
 
 # (path, device, inode, size, mtime, ctime) -> sha256: a start hashes once for its preflight
-# and its spawn (a change of the file changes its ctime, which nobody can set back)
+# and its spawn (a change of the file changes its ctime, which nobody can set back). Kept
+# across processes too, in gitsup's own config dir (which no task may read or write, whatever
+# a repository's sandbox rules say), so a 370 MB agent is hashed once per install, not per
+# start.
 _sha_cache: dict[tuple[str, int, int, int, int, int], str] = {}
+
+
+def _cache_file() -> str:
+    from gitsup.host.sandbox import gitsup_config_dir
+
+    return os.path.join(
+        gitsup_config_dir(os.environ, os.path.expanduser("~")), "cache", "agent-sha256.json"
+    )
+
+
+def _stored(key: tuple[str, int, int, int, int, int]) -> str | None:
+    import json
+
+    try:
+        with open(_cache_file(), "rb") as f:
+            got = json.load(f).get(" ".join(map(str, key)))
+    except (OSError, ValueError, AttributeError):
+        return None
+    return got if isinstance(got, str) and len(got) == 64 else None
+
+
+def _store(key: tuple[str, int, int, int, int, int], sha: str) -> None:
+    import json
+    import tempfile
+
+    path = _cache_file()
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".agent-sha256.")
+        known: dict[str, str] = {}
+        try:
+            with open(path, "rb") as old:
+                loaded = json.load(old)
+            if isinstance(loaded, dict):
+                known = {k: v for k, v in loaded.items() if not k.startswith(key[0] + " ")}
+        except (OSError, ValueError):
+            pass
+        known[" ".join(map(str, key))] = sha  # the newest identity of each path
+        with os.fdopen(fd, "w") as f:
+            json.dump(dict(list(known.items())[-64:]), f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache that cannot be written only costs the next start a hash
 
 
 def sha256_of(path: str) -> str:
     st = os.stat(path)
     key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if key not in _sha_cache:
-        _sha_cache[key] = _hash(path)
+        stored = _stored(key)
+        _sha_cache[key] = stored or _hash(path)
+        if stored is None:
+            _store(key, _sha_cache[key])
     return _sha_cache[key]
 
 

@@ -23,6 +23,7 @@ import pytest
 from tests.conftest import git, run_sup
 from tests.environment.test_include import _needs_overlay, digest
 from tests.helpers.pyindex import Index
+from tests.helpers.require import requires
 from tests.helpers.sup import FIX_AND_COMMIT, write_worker
 
 BASE_PYTHON = "/usr/bin/python3"
@@ -42,10 +43,7 @@ class T(unittest.TestCase):
         self.assertEqual({LIB}.double(add(1, 2)), 6)
 """
 
-pytestmark = pytest.mark.skipif(
-    subprocess.run([BASE_PYTHON, "-m", "venv", "--help"], capture_output=True).returncode != 0,
-    reason="the system Python has no venv module",
-)
+pytestmark = requires("python-venv")
 
 
 def _pip_env() -> dict[str, str]:

@@ -77,6 +77,16 @@ def _chromium() -> str | None:
     return "chromium is not installed (.ci/test installs it: apt-get install -y chromium)"
 
 
+def _python_venv() -> str | None:
+    base = (
+        "/usr/bin/python3"
+        if os.path.exists("/usr/bin/python3")
+        else shutil.which("python3") or "python3"
+    )
+    ok = subprocess.run([base, "-m", "venv", "--help"], capture_output=True).returncode == 0
+    return None if ok else f"{base} has no venv module (apt-get install -y python3-venv)"
+
+
 FEATURES: dict[str, Callable[[], str | None]] = {
     "root": _root,
     "landlock": _landlock,
@@ -90,6 +100,7 @@ FEATURES: dict[str, Callable[[], str | None]] = {
     "npm": _program("npm", "apt-get install -y npm"),
     "pylint": _program("pylint", "pip install -e '.[test]'"),
     "chromium": _chromium,
+    "python-venv": _python_venv,
 }
 
 # what the session's tests asked for, and what they lacked (for `summary`)

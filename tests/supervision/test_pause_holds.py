@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from gitsup.host.contain import create_cgroup, find_cgroup_base
+from gitsup.host.contain import create_cgroup
 from gitsup.spec import TaskSpec
 from gitsup.supervision.launcher import Launcher
+from tests.helpers.require import require
 
 COUNT = """
 import pathlib, sys, time
@@ -48,8 +49,7 @@ def _runs(counter: Path) -> bool:
 
 @pytest.fixture
 def held(tmp_path: Path) -> Any:
-    if find_cgroup_base() is None:
-        pytest.skip("no writable cgroup v2 tree")
+    require("cgroup", "freezing the task")
     cg = create_cgroup(f"test-holds-{secrets.token_hex(4)}")
     counter = tmp_path / "n"
     p = subprocess.Popen([sys.executable, "-c", COUNT, str(counter)], start_new_session=True)
