@@ -738,10 +738,31 @@ def apply_sandbox(cfg: dict[str, object]) -> tuple[int, int] | None:
     if prog is not None:
         _seccomp(prog)
     if obs_fd >= 0:  # the command inherits all of it (as PID 2 with a PID namespace)
-        seen = ", ".join(f'"{k}": {"true" if v else "false"}' for k, v in observed(before).items())
-        os.write(obs_fd, ("{" + seen + "}").encode())
+        os.write(obs_fd, _dumps(observed(before)).encode())
         os.close(obs_fd)
     return (report, devnull) if report >= 0 else None
+
+
+def _dumps(value: object) -> str:
+    """JSON of the observation (booleans, numbers, strings and objects of them) without importing
+    json: strings through the C encoder json itself uses."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        try:
+            from _json import encode_basestring_ascii
+        except ImportError:  # another Python: the json package
+            import json
+
+            return json.dumps(value)
+        return str(encode_basestring_ascii(value))
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_dumps(str(k))}: {_dumps(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot report {type(value).__name__}")
 
 
 class _Scanning:

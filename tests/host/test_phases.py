@@ -28,6 +28,9 @@ from tests.workers.claude.conftest import claude_bin, scripted_model
 # the fixtures and the skip condition, shared
 __all__ = ["claude_bin", "hostile", "pytestmark", "scripted_model"]
 
+# what gitsup itself keeps in the person's home: the integrations it verified, the agent's sha256
+GITSUPS_OWN = (".config/gitsup/verified/", ".config/gitsup/cache/agent-sha256.json")
+
 
 def test_every_best_of_n_attempt_is_contained(hostile: dict[str, Any], tmp: Path) -> None:
     repo: Path = hostile["repo"]
@@ -147,9 +150,10 @@ def test_a_queue_repair_task_is_contained(
     after = snapshot(repo, hostile["remote"], hostile["home"])
     for key in ("config", "hooks", "packed-refs", "remote"):
         assert after[key] == before[key], key
-    # the home: only gitsup's own cache of the integrations it signed (the queue integrated c)
+    # the home: only gitsup's own caches (the integrations it signed: the queue integrated c;
+    # the agent's sha256)
     grown = {k: v for k, v in after["home"].items() if k not in before["home"]}
-    assert all(k.startswith(".config/gitsup/verified/") for k in grown), grown
+    assert all(k.startswith(GITSUPS_OWN) for k in grown), grown
     assert {k: after["home"].get(k) for k in before["home"]} == before["home"]
 
 
@@ -208,5 +212,5 @@ def test_integrate_and_queue_checks_are_contained(
     assert moved == {line for line in before["refs"] if not line.startswith("refs/heads/main ")}
     assert {k: after["objects"].get(k) for k in before["objects"]} == before["objects"]
     grown = {k: v for k, v in after["home"].items() if k not in before["home"]}
-    assert all(k.startswith(".config/gitsup/verified/") for k in grown), grown
+    assert all(k.startswith(GITSUPS_OWN) for k in grown), grown
     assert {k: after["home"].get(k) for k in before["home"]} == before["home"]
