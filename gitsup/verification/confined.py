@@ -90,6 +90,8 @@ class Confinement:
         include = tuple(
             None if s.environment.include is None else tuple(s.environment.include) for s in given
         )
+        if all(p is None for p in include):
+            include = ()  # no task sets its own: the main checkout's recipe, as with none given
         return cls(network=network, egress=egress, cgroup=cgroup, include=include)
 
 
