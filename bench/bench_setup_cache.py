@@ -26,35 +26,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import bench_queue  # noqa: E402 - beside this file: its Git helpers
+from bench_queue import git  # noqa: E402
+
 from tests.helpers.npmreg import Registry  # noqa: E402 - after the path
 
 GIT_SUP = str(Path(sys.executable).parent / "git-sup")
 
 
-def git(cwd: Path, *args: str) -> str:
-    res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        raise SystemExit(f"git {' '.join(args)} failed: {res.stderr}")
-    return res.stdout.strip()
-
-
 def hermetic(tmp: Path) -> None:
-    home = tmp / "home"
-    home.mkdir()
-    (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
-    os.environ.update(
-        {
-            "HOME": str(home),
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"),
-            "GIT_AUTHOR_NAME": "bench",
-            "GIT_AUTHOR_EMAIL": "bench@example.invalid",
-            "GIT_COMMITTER_NAME": "bench",
-            "GIT_COMMITTER_EMAIL": "bench@example.invalid",
-            "GITSUP_OWN_TOOLS": "0",
-        }
-    )
-    os.environ.pop("GITSUP_TASK", None)
+    """bench_queue's hermetic Git environment, and agents looked up only where named."""
+    bench_queue.hermetic(tmp)
+    os.environ["GITSUP_OWN_TOOLS"] = "0"
 
 
 def sup(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
