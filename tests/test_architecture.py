@@ -92,6 +92,24 @@ CASES = [
     # A cycle between two modules of one package.
     ("acyclic", "store/record.py", "def _x() -> None:\n    from gitsup.store import records\n"),
     ("policy-pure", "policy/tools.py", "def _x() -> None:\n    from gitsup import git\n"),
+    # The shell policy's stages import only the earlier ones: the deny scan does not call the
+    # classifier, and the policy's data does not run the examples (the load stage does).
+    (
+        "policy-pipeline",
+        "policy/deny/scan.py",
+        "def _x() -> None:\n    from gitsup.policy import classify\n",
+    ),
+    (
+        "policy-pipeline",
+        "policy/config.py",
+        "def _x() -> None:\n    from gitsup.policy import examples\n",
+    ),
+    # ... and the allow list reaches the sandboxed mode only through `AllowState.sandbox`.
+    (
+        "acyclic",
+        "policy/allow/judge.py",
+        "def _x() -> None:\n    from gitsup.policy.allow import sandboxed\n",
+    ),
     # Integration running a candidate's check itself, not through the confined runner.
     (
         "confined-checks",
