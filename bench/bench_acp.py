@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gitsup.ids import TaskId  # noqa: E402
-from gitsup.policy import Policy, decide_tool  # noqa: E402
+from gitsup.policy import decide_tool, load_policy  # noqa: E402
 from gitsup.redact import Redacted  # noqa: E402
 from gitsup.store.events import EventLog  # noqa: E402
 from gitsup.workers.acp.worker import AcpWorker  # noqa: E402
@@ -64,7 +64,7 @@ def bench_records(n: int) -> None:
 
     d = Path(tempfile.mkdtemp())
     log = EventLog(d / "events.jsonl", TaskId("20260101-000000"))
-    policy = Policy.load(None)
+    policy = load_policy(None)
     wt = str(d)
     inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
     w = AcpWorker(WorkerSetup("20260101-000000", d, d, {}, (), inbox))

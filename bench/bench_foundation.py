@@ -712,9 +712,9 @@ def bench_classifier_row(n: int) -> dict[str, float] | None:
     try:
         import bench_policy
 
-        from gitsup.policy import Policy
+        from gitsup.policy import load_policy
 
-        policy = Policy.load()
+        policy = load_policy()
         cmds = bench_policy.mixed(n, unique=True)
         rate, base_rate = bench_policy.uncached_rows(cmds, policy)  # per CPU second
         lat, base_lat = (sorted(x) for x in bench_policy.latencies(cmds[:5000], policy))

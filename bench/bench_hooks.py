@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gitsup.policy import Policy, decide_tool, unattended_denial
+from gitsup.policy import decide_tool, load_policy, unattended_denial
 from gitsup.workers.base import PermissionAnswer, PermissionRequest
 from gitsup.workers.claude.hooks import SECRET_HEADER, HookBridge, HookServer
 from gitsup.workers.claude.relay import locate, socket_path_for
@@ -36,7 +36,7 @@ SECRET = "bench-secret"
 
 
 def supervisor(inbox: queue.SimpleQueue[object], bridge: HookBridge, worktree: str) -> None:
-    policy = Policy.load(Path(worktree))
+    policy = load_policy(Path(worktree))
     while True:
         item = inbox.get()
         if item is None:

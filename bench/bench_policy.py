@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gitsup.policy import Policy, classify_command
+from gitsup.policy import Policy, classify_command, load_policy
 from gitsup.policy.examples import check_examples
 from gitsup.policy.rules import registry
 
@@ -180,7 +180,7 @@ def cli_batch(cmds: list[str]) -> tuple[float, float]:
 def _run_only(what: str, count: int) -> None:
     """Judge (or tokenize) the first `count` all-unique commands and nothing else: the body of
     one `instructions` measurement."""
-    policy = Policy.load()
+    policy = load_policy()
     classify_command("git status", worktree=W, policy=policy, home=HOME)
     tokenize("git status")
     for c in mixed(3000, unique=True)[:count]:
@@ -244,7 +244,7 @@ def main() -> None:
     if args.run_only:
         _run_only(args.run_only, args.n)
         return
-    policy = Policy.load()
+    policy = load_policy()
     classify_command("git status", worktree=W, policy=policy, home=HOME)  # warm up
     realistic = mixed(args.n, unique=False)
     unique = mixed(args.n, unique=True)

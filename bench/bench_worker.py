@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gitsup.ids import TaskId  # noqa: E402
-from gitsup.policy import Policy, decide_tool  # noqa: E402
+from gitsup.policy import decide_tool, load_policy  # noqa: E402
 from gitsup.store import eventtypes as et  # noqa: E402
 from gitsup.store.events import EventLog  # noqa: E402
 from gitsup.supervision.gate import summarize_input  # noqa: E402
@@ -68,7 +68,7 @@ def bench_records(n: int, rounds: int = 3) -> dict[str, float]:
     than wall time."""
     data = load_stream(n)
     chunks = [data[i : i + 65536] for i in range(0, len(data), 65536)]
-    policy = Policy.load(None)
+    policy = load_policy(None)
     counts = {"records": 0, "permission": 0, "output": 0, "turns": 0}
 
     def baseline() -> float:

@@ -92,6 +92,24 @@ CASES = [
     # A cycle between two modules of one package.
     ("acyclic", "store/record.py", "def _x() -> None:\n    from gitsup.store import records\n"),
     ("policy-pure", "policy/tools.py", "def _x() -> None:\n    from gitsup import git\n"),
+    # The shell policy's stages import only the earlier ones: the deny scan does not call the
+    # classifier, and the policy's data does not run the examples (the load stage does).
+    (
+        "policy-pipeline",
+        "policy/deny/scan.py",
+        "def _x() -> None:\n    from gitsup.policy import classify\n",
+    ),
+    (
+        "policy-pipeline",
+        "policy/config.py",
+        "def _x() -> None:\n    from gitsup.policy import examples\n",
+    ),
+    # ... and the allow list reaches the sandboxed mode only through `AllowState.sandbox`.
+    (
+        "acyclic",
+        "policy/allow/judge.py",
+        "def _x() -> None:\n    from gitsup.policy.allow import sandboxed\n",
+    ),
     # Integration running a candidate's check itself, not through the confined runner.
     (
         "confined-checks",
@@ -264,3 +282,32 @@ def test_a_guarded_import_of_gitsup_is_found(source: str) -> None:
 def test_a_guarded_third_party_import_is_allowed() -> None:
     source = "try:\n    import apprise\nexcept ImportError:\n    apprise = None\n"
     assert guarded_own_imports(source, "x.py") == []
+
+
+# --- the shell policy's modules share only public names ---------------------------------------
+
+
+def private_imports(root: Path) -> list[str]:
+    """`from gitsup.policy... import _name` anywhere in gitsup/policy/: a helper two modules
+    share is public in its home module (facts.py for what several stages know)."""
+    out = []
+    for path in sorted((root / "gitsup" / "policy").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gitsup.policy"):
+                out += [
+                    f"{path.relative_to(root)}:{node.lineno}: {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_")
+                ]
+    return out
+
+
+def test_no_private_name_is_imported_between_the_policy_modules() -> None:
+    assert private_imports(REPO_ROOT) == []
+
+
+def test_a_private_import_between_policy_modules_is_found(tmp_path: Path) -> None:
+    rel = Path("gitsup", "policy", "deny", "new_scanner.py")
+    (tmp_path / rel).parent.mkdir(parents=True)
+    (tmp_path / rel).write_text("def f() -> None:\n    from gitsup.policy.facts import _printf\n")
+    assert private_imports(tmp_path) == [f"{rel}:2: _printf"]

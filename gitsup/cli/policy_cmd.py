@@ -56,7 +56,7 @@ def git_protected(worktree: Path) -> list[str]:
 
 
 def _context(cwd: Path | None) -> tuple[str, Policy]:
-    from gitsup.policy import Policy
+    from gitsup.policy import load_policy
 
     if cwd is not None:
         if not cwd.is_dir():
@@ -64,7 +64,7 @@ def _context(cwd: Path | None) -> tuple[str, Policy]:
         worktree = cwd.absolute()
     else:
         worktree = find_worktree(Path.cwd())
-    policy = Policy.load(worktree, extra_protected=git_protected(worktree))
+    policy = load_policy(worktree, extra_protected=git_protected(worktree))
     return os.path.normpath(str(worktree)), policy
 
 

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import os
 
-from gitsup.policy.allow import AllowState, judge_script
-from gitsup.policy.braces import repair_braces
+from gitsup.policy.allow.judge import judge_script
+from gitsup.policy.allow.mode import SANDBOXED
+from gitsup.policy.allow.state import AllowState
 from gitsup.policy.config import Policy
-from gitsup.policy.context import ScanState
 from gitsup.policy.decision import Decision, allow, ask
-from gitsup.policy.deny import scan_from_each_line, scan_parsed, scan_script
-from gitsup.policy.normalise import normal_form
-from gitsup.policy.parse import MAX_NESTING, parse
+from gitsup.policy.deny.scan import scan_command
+from gitsup.policy.facts import ScanState
+from gitsup.policy.normalise.braces import repair_braces
+from gitsup.policy.normalise.expand import normal_form
+from gitsup.policy.parse.parser import MAX_NESTING, parse
 from gitsup.policy.rules import RuleId
 
 _CACHE_LIMIT = 8192
@@ -70,13 +72,7 @@ def _classify(command: str, worktree: str, policy: Policy, home: str, sandboxed:
         return allow(RuleId.A_STRUCTURE, "empty command", command)
     script = parse(command)
     dotglob = "dotglob" in command or "GLOBIGNORE" in command
-    st = ScanState(policy, worktree, home, dotglob)
-    if script.has_error or script.flags:
-        found = scan_parsed(script, command, st)
-    else:
-        found = scan_script(script, st)  # what `scan_parsed` does for a clean parse
-    if found is None and (script.has_error or "newline-word" in script.flags):
-        found = scan_from_each_line(command, st)
+    found = scan_command(command, script, ScanState(policy, worktree, home, dotglob))
     if found is not None:
         return found
     if "too-deep" in script.flags:
@@ -100,4 +96,6 @@ def _classify(command: str, worktree: str, policy: Policy, home: str, sandboxed:
             "a line starting with a backslash is not parsed reliably",
             command,
         )
-    return judge_script(script, AllowState(policy, worktree, home, sandboxed, dotglob))
+    return judge_script(
+        script, AllowState(policy, worktree, home, SANDBOXED if sandboxed else None, dotglob)
+    )

@@ -45,22 +45,22 @@ def _text(reason: str) -> str:
 _new = tuple.__new__
 
 
-def _make(verdict: Verdict, rule: str, reason: str, part: str) -> Decision:
+def make_decision(verdict: Verdict, rule: str, reason: str, part: str) -> Decision:
     """`Decision(verdict, rule, reason, part)`, built without the named tuple's own `__new__`
     (a Python function): the same tuple."""
     return _new(Decision, (verdict, rule, reason, part, False))
 
 
 def allow(rule: RuleId, reason: str, part: str) -> Decision:
-    return _make("allow", _VALUE[rule], _text(reason), part)
+    return make_decision("allow", _VALUE[rule], _text(reason), part)
 
 
 def ask(rule: RuleId, reason: str, part: str) -> Decision:
-    return _make("ask", _VALUE[rule], _text(reason), part)
+    return make_decision("ask", _VALUE[rule], _text(reason), part)
 
 
 def deny(rule: RuleId, reason: str, part: str) -> Decision:
-    return _make("deny", _VALUE[rule], _text(reason), part)
+    return make_decision("deny", _VALUE[rule], _text(reason), part)
 
 
 def worst(decisions: Iterable[Decision]) -> Decision | None:

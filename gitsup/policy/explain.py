@@ -8,16 +8,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitsup.policy.allow import AllowState, judge_part
+from gitsup.policy.allow.judge import judge_part
+from gitsup.policy.allow.mode import SANDBOXED
+from gitsup.policy.allow.state import AllowState
 from gitsup.policy.classify import classify_command, default_home
 from gitsup.policy.config import Policy, RepoRule, hit_by
-from gitsup.policy.context import ScanState
 from gitsup.policy.decision import Decision
-from gitsup.policy.deny import _collect_git_aliases, scan_part
-from gitsup.policy.normalise import normal_form
-from gitsup.policy.parse import parse
+from gitsup.policy.deny.publish import prefix_match
+from gitsup.policy.deny.scan import collect_git_aliases, scan_part
+from gitsup.policy.facts import ScanState
+from gitsup.policy.normalise.expand import normal_form
+from gitsup.policy.parse.parser import parse
+from gitsup.policy.parse.script import Part
 from gitsup.policy.rules import RuleId
-from gitsup.policy.script import Part
 
 
 @dataclass(frozen=True)
@@ -98,13 +101,14 @@ def explain_command(
     dotglob = "dotglob" in command or "GLOBIGNORE" in command
     st = ScanState(policy, w, home_dir, dotglob)
     st.collect_variables(script.parts)
-    _collect_git_aliases(script.parts, st)
+    collect_git_aliases(script.parts, st)
     # the allow list as the built-in rules alone judge it
     builtin_policy = policy.replaced(
         deny_rules=(), ask_rules=(), allow_rules=(), ask_prefixes=(), deny_prefixes=()
     )
-    allow_st = AllowState(builtin_policy, w, home_dir, sandboxed, dotglob)
-    full_st = AllowState(policy, w, home_dir, sandboxed, dotglob)
+    mode = SANDBOXED if sandboxed else None
+    allow_st = AllowState(builtin_policy, w, home_dir, mode, dotglob)
+    full_st = AllowState(policy, w, home_dir, mode, dotglob)
     parts: list[PartExplained] = []
     for bomb in script.fork_bombs:
         found = Finding(
@@ -196,9 +200,7 @@ def _who(d: Decision) -> str:
 
 
 def _prefix(prefix: tuple[str, ...], argv: list[str]) -> bool:
-    from gitsup.policy.deny_publish import _prefix_match
-
-    return _prefix_match(prefix, argv)
+    return prefix_match(prefix, argv)
 
 
 def _repo_prefix(decision: str, prefix: tuple[str, ...], denied: Decision | None = None) -> Finding:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gitsup.errors import GitsupError
+from gitsup.policy.ecosystem import GENERIC
 
 if TYPE_CHECKING:
     pass
@@ -187,7 +188,5 @@ def instead(rule: str, words: Mapping[str, str] | None = None) -> str:
     if found is None or not found.instead:
         return DEFAULT_INSTEAD
     if words is None:
-        from gitsup.policy.ecosystem import GENERIC
-
         words = GENERIC.words()
     return fill(found.instead, words)

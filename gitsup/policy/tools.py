@@ -17,7 +17,7 @@ from typing import Any
 from gitsup.policy.classify import classify_command, default_home
 from gitsup.policy.config import Policy
 from gitsup.policy.decision import Decision, allow, ask, deny
-from gitsup.policy.normalise import inside
+from gitsup.policy.normalise.expand import inside
 from gitsup.policy.rules import RuleId
 
 WRITE_TOOLS: Mapping[str, str] = {

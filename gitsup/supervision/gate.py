@@ -57,9 +57,9 @@ class Gate:
 
     def policy(self) -> Any:
         if self._policy is None:
-            from gitsup.policy import Policy
+            from gitsup.policy import load_policy
 
-            self._policy = Policy.load(
+            self._policy = load_policy(
                 self.repo.main_workdir, extra_protected=self.repo.config_get_all("sup.protected")
             )
         return self._policy

@@ -121,11 +121,11 @@ def prepare_task(
 
     setup_endpoints(recipe.setup_egress)  # an unknown preset or a bad host:port: exit 2
     cache_kinds(recipe.cache)
-    from gitsup.policy import Policy
+    from gitsup.policy import load_policy
 
     # a malformed `.gitsup/policy.toml`, or a rule example that does not classify as declared,
     # is said now rather than at the worker's first request
-    Policy.load(repo.main_workdir, extra_protected=repo.config_get_all("sup.protected"))
+    load_policy(repo.main_workdir, extra_protected=repo.config_get_all("sup.protected"))
     undo: list[Any] = []
     if not ctx.layout.root.exists():
         # The first start also sets the repository up; a start that fails takes that back.

@@ -104,7 +104,7 @@ def _run(
     kind: str,
     codex_home: str | None,
 ) -> str:
-    from gitsup.policy import Policy, decide_tool
+    from gitsup.policy import decide_tool, load_policy
     from gitsup.workers.base import WorkerAdapter
     from gitsup.workers.claude.worker import ClaudeWorker
 
@@ -137,7 +137,7 @@ def _run(
         worker = AcpWorker(wctx)
     else:
         worker = ClaudeWorker(wctx)
-    policy = Policy.load(None)
+    policy = load_policy(None)
     deadline = time.monotonic() + timeout
     try:
         worker.start(prompt)

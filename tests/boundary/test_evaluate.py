@@ -131,14 +131,14 @@ def test_lookups_are_batched() -> None:
 
 def test_one_definition_of_protected() -> None:
     """Configured values add to the defaults, in the boundary and in the policy alike."""
-    from gitsup.policy.config import Policy as ShellPolicy
+    from gitsup.policy import load_policy
     from gitsup.protected import effective
 
     cfg = RepoConfig({"sup.protected": ["release/*"]})
     assert cfg.policy().protected == effective(["release/*"])
     assert protected_branch("refs/heads/main", cfg.policy().protected)
     assert protected_branch("refs/heads/release/1", cfg.policy().protected)
-    shell = ShellPolicy.load(None, extra_protected=["release/*"])
+    shell = load_policy(None, extra_protected=["release/*"])
     assert shell.is_protected("main") and shell.is_protected("refs/heads/release/1")
     assert not shell.is_protected("mainline") and not shell.is_protected("refs/tags/main")
 

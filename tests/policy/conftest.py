@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gitsup.policy import Policy
+from gitsup.policy import Policy, load_policy
 
 W = "/home/dev/repo"
 HOME = "/home/dev"
@@ -13,4 +13,4 @@ HOME = "/home/dev"
 
 @pytest.fixture(scope="session")
 def policy() -> Policy:
-    return Policy.load()
+    return load_policy()

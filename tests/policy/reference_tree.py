@@ -1,5 +1,5 @@
-"""A frozen copy of the tree-sitter walk (policy/parse.py `parse_tree`, policy/bashtree.py,
-policy/bashwords.py) as it was before that walk was rewritten for speed: the reference the
+"""A frozen copy of the tree-sitter walk (policy/parse/parser.py `parse_tree`, policy/parse/bashtree.py,
+policy/parse/bashwords.py) as it was before that walk was rewritten for speed: the reference the
 equality test (test_tree_equal.py) compares the live walk with. Not used by gitsup itself;
 do not change it (it is the specification of the output by example)."""
 
@@ -14,21 +14,21 @@ import threading
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from gitsup.policy.script import (
+from gitsup.policy.parse.script import (
     Part,
     Redirect,
     Script,
     Seg,
     SegKind,
     Word,
-    _cat_heredoc,
-    _dq_unescape,
-    _piped_into,
+    cat_heredoc,
+    dq_unescape,
+    piped_into,
     decode_ansi_c,
 )
 
 
-class _WordBuilder:
+class WordBuilder:
     """The word half of `bashtree._Builder` (it supplies `container`)."""
 
     data: bytes
@@ -42,7 +42,7 @@ class _WordBuilder:
     def container(
         self, node: Node, pipe_prev: Part | None, start: int = 0, last: list[Part] | None = None
     ) -> list[Part]:
-        raise NotImplementedError  # pragma: no cover - `_Builder` walks statements
+        raise NotImplementedError  # pragma: no cover - `TreeBuilder` walks statements
 
     def word_of(self, node: Node, children: list[Node]) -> Word:
         segs: list[Seg] = []
@@ -155,14 +155,14 @@ class _WordBuilder:
         before = len(out)
         for c in node.named_children:
             if c.start_byte > pos:
-                out.append(Seg("lit", _dq_unescape(self.data[pos : c.start_byte]), True))
+                out.append(Seg("lit", dq_unescape(self.data[pos : c.start_byte]), True))
             if c.type == "string_content":
-                out.append(Seg("lit", _dq_unescape(self.data[c.start_byte : c.end_byte]), True))
+                out.append(Seg("lit", dq_unescape(self.data[c.start_byte : c.end_byte]), True))
             else:
                 self.segs(c, True, out)
             pos = max(pos, c.end_byte)
         if stop > pos:
-            out.append(Seg("lit", _dq_unescape(self.data[pos:stop]), True))
+            out.append(Seg("lit", dq_unescape(self.data[pos:stop]), True))
         if len(out) == before:
             out.append(Seg("lit", "", True))
 
@@ -206,7 +206,7 @@ class _WordBuilder:
         self.container(node, None)
         self.depth -= 1
         inner = self.parts[start:]
-        idiom = _cat_heredoc(inner) if kind == "subst" else None
+        idiom = cat_heredoc(inner) if kind == "subst" else None
         if idiom is not None:
             return Seg("lit", idiom, quoted)
         return Seg(kind, self.text(node), quoted, inner=inner)
@@ -295,7 +295,7 @@ _WORDISH = frozenset(
 _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 
 
-class _Builder(_WordBuilder):
+class TreeBuilder(WordBuilder):
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.parts: list[Part] = []
@@ -437,7 +437,7 @@ class _Builder(_WordBuilder):
             if (
                 p.words
                 and p.words[0].src == name
-                and (p.pipe_prev is not None or p.background or _piped_into(p, inner))
+                and (p.pipe_prev is not None or p.background or piped_into(p, inner))
             ):
                 self.script.fork_bombs.append(self.text(node))
                 break
@@ -725,7 +725,7 @@ def ref_parse_tree(command: str) -> Script:
         return Script(
             src=command, parts=[], has_error=root.has_error, flags={"too-deep"}, error_line=0
         )
-    b = _Builder(data)
+    b = TreeBuilder(data)
     b.container(root, None)
     if not root.has_error and _has_gap(root, data, b.recovered):
         b.script.flags.add("gap")

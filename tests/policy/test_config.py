@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gitsup.errors import GitsupError
-from gitsup.policy import Policy, classify_command
+from gitsup.policy import Policy, classify_command, load_policy
 
 HOME = "/home/dev"
 
@@ -24,7 +24,7 @@ def _v(policy: Policy, cmd: str, w: Path) -> tuple[str, str]:
 
 
 def test_default_policy_loads() -> None:
-    p = Policy.load()
+    p = load_policy()
     assert p.protected == ("main", "master", "trunk", "develop", "integration")
     assert "CI" in p.inert_vars
     assert p.is_protected("refs/heads/main") and not p.is_protected("sup/task-123")
@@ -43,7 +43,7 @@ argv = ["tox", "-e", "py"]
 argv = ["nox", "-s", "tests"]
 """,
     )
-    p = Policy.load(w)
+    p = load_policy(w)
     assert _v(p, "git branch -D release/1.0", w) == ("deny", "D2.protected-ref")
     assert _v(p, "git fetch origin x:staging", w) == ("deny", "D2.protected-ref")
     assert _v(p, "git branch -D main", w) == ("deny", "D2.protected-ref")
@@ -52,7 +52,7 @@ argv = ["nox", "-s", "tests"]
     assert _v(p, "tox -e lint", w)[0] == "ask"
     assert _v(p, "cargo build", w) == ("ask", "ask.repo")
     assert _v(p, "terraform apply -auto-approve", w) == ("deny", "deny.repo")
-    assert _v(Policy.load(), "tox -e py", w)[0] == "ask"
+    assert _v(load_policy(), "tox -e py", w)[0] == "ask"
 
 
 def test_repo_cannot_turn_deny_into_allow(tmp_path: Path) -> None:
@@ -65,13 +65,13 @@ argv = ["git", "push"]
 argv = ["npm", "publish"]
 """,
     )
-    p = Policy.load(w)
+    p = load_policy(w)
     assert _v(p, "git push", w) == ("deny", "D1.push")
     assert _v(p, "npm publish", w) == ("deny", "D1.registry")
 
 
 def test_extra_protected_from_git_config(tmp_path: Path) -> None:
-    p = Policy.load(tmp_path, extra_protected=["prod"])
+    p = load_policy(tmp_path, extra_protected=["prod"])
     assert _v(p, "git update-ref refs/heads/prod HEAD", tmp_path) == ("deny", "D2.protected-ref")
 
 
@@ -91,7 +91,7 @@ def test_extra_protected_from_git_config(tmp_path: Path) -> None:
 def test_malformed_policy_is_a_clear_error(tmp_path: Path, text: str, key: str) -> None:
     w = _repo(tmp_path, text)
     with pytest.raises(GitsupError) as info:
-        Policy.load(w)
+        load_policy(w)
     msg = str(info.value)
     assert str(w / ".gitsup" / "policy.toml") in msg
     assert repr(key) in msg

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitsup.policy import Policy, classify_command
-from gitsup.policy.parse import MAX_NESTING
+from gitsup.policy import classify_command, load_policy
+from gitsup.policy.parse.parser import MAX_NESTING
 from tests.policy.conftest import HOME, W
 
-POLICY = Policy.load()
+POLICY = load_policy()
 
 
 def _c(cmd: str, sandboxed: bool = False) -> tuple[str, str]:

@@ -1,7 +1,7 @@
 """Every program name the deny code compares a program with is one the inert-part shortcut
 keeps: the source of every module the deny scan runs is read, and each string compared with a
 program (`==`, `!=`, `in` a literal or a module-level set, `.startswith`) must be in the judged
-table (`deny_names.py`), in one of the policy's tables, or start with a judged prefix. A rule
+table (the program names of `facts.py`), in one of the policy's tables, or start with a judged prefix. A rule
 added for a program that is in none of them would be skipped by the shortcut: this test fails
 first. The guard is itself shown to fail on such a rule and on a name taken out of the table."""
 
@@ -13,32 +13,47 @@ from pathlib import Path
 import pytest
 
 import gitsup.policy as policy_pkg
-from gitsup.policy import Policy, deny_inert, deny_names
-from gitsup.policy.parse import parse
-from gitsup.policy.script import Part
+from gitsup.policy import facts, load_policy
+from gitsup.policy.deny import inert as deny_inert
+from gitsup.policy.parse.parser import parse
+from gitsup.policy.parse.script import Part
 
 POLICY_DIR = Path(policy_pkg.__file__).parent
 # Every module whose code runs inside `deny.scan_part` (or collects for it).
 MODULES = (
-    "deny.py",
-    "deny_state.py",
-    "deny_writes.py",
-    "deny_publish.py",
-    "deny_exec.py",
-    "unwrap.py",
-    "context.py",
-    "gitcmd.py",
+    "deny/scan.py",
+    "deny/state.py",
+    "deny/writes.py",
+    "deny/publish.py",
+    "deny/execution.py",
+    "normalise/unwrap.py",
+    "facts.py",
 )
 # What an earlier pipeline stage prints is read whether or not that stage is scanned: these
 # functions judge no part.
 NOT_JUDGING = frozenset({"stdout_of", "subst_output"})
-# unwrap.py names the wrapper it found (always a key of the policy's wrappers) `name`, and
+# normalise/unwrap.py names the wrapper it found (always a key of the policy's wrappers) `name`, and
 # the first words of the policy's wrapper keys `firsts`.
 PROGRAM_NAMES = frozenset({"prog"})
-WRAPPER_MODULES = frozenset({"unwrap.py"})
+WRAPPER_MODULES = frozenset({"normalise/unwrap.py"})
 POLICY_DERIVED = frozenset({"firsts"})
 
-ALLOWED = deny_inert.relevant_names(Policy.load())
+
+def _name_tables() -> dict[str, object]:
+    """The names defined in the program-names section of facts.py (the judged table), with
+    their values; `UNWRAPPED` (normalise/unwrap.py) is one of them."""
+    source = (POLICY_DIR / "facts.py").read_text()
+    section = source.split("# -- program names", 1)[1].split("\n", 1)[1]
+    section = section.split("# -- git commands", 1)[0]
+    names = {"UNWRAPPED"}
+    for stmt in ast.parse(section).body:
+        if isinstance(stmt, ast.Assign):
+            names |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    return {n: getattr(facts, n) for n in names}
+
+
+NAME_TABLES = _name_tables()
+ALLOWED = deny_inert.relevant_names(load_policy())
 assert ALLOWED is not None
 
 
@@ -90,7 +105,7 @@ def _strings(node: ast.expr, sets: dict[str, list[str]]) -> list[str] | None:
             return sets[node.id]
         if node.id in POLICY_DERIVED:
             return []
-        return [] if hasattr(deny_names, node.id) else None
+        return [] if node.id in NAME_TABLES else None
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
         return [] if node.value.attr == "policy" else None  # st.policy.shells, ...
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
@@ -165,7 +180,7 @@ def unregistered(
                 missing.append(where)
                 continue
             first = name.split(" ", 1)[0]  # wrapper keys: `npm exec`
-            if first not in allowed and not first.startswith(deny_names.PREFIXES):
+            if first not in allowed and not first.startswith(facts.PREFIXES):
                 missing.append(where)
     return missing
 
@@ -178,7 +193,7 @@ def test_every_program_the_deny_code_compares_is_one_the_shortcut_keeps() -> Non
     found = [c for m, s in _sources().items() for c in _compared(m, s)]
     assert len(found) > 60  # the guard reads the comparisons it is meant to read
     assert unregistered(_sources()) == []
-    assert ALLOWED >= deny_names.JUDGED
+    assert ALLOWED >= facts.JUDGED
 
 
 RULES = {
@@ -197,9 +212,9 @@ RULES = {
 @pytest.mark.parametrize("shape", sorted(RULES))
 def test_the_guard_fails_on_a_rule_for_a_program_outside_the_table(shape: str) -> None:
     sources = _sources()
-    sources["deny.py"] += "\n\n" + RULES[shape]
+    sources["deny/scan.py"] += "\n\n" + RULES[shape]
     missing = unregistered(sources)
-    assert [m for m, _, _ in missing] == ["deny.py"]
+    assert [m for m, _, _ in missing] == ["deny/scan.py"]
     assert missing[0][2] in ("frobnicate", "frob", None)
 
 
@@ -223,7 +238,7 @@ def test_no_judged_program_is_inert(name: str) -> None:
 
 
 def test_every_set_of_the_table_is_in_the_judged_union() -> None:
-    tables = [v for k, v in vars(deny_names).items() if isinstance(v, frozenset) and k != "JUDGED"]
+    tables = [v for k, v in NAME_TABLES.items() if isinstance(v, frozenset) and k != "JUDGED"]
     assert len(tables) >= 9
     for table in tables:
-        assert table <= deny_names.JUDGED
+        assert table <= facts.JUDGED

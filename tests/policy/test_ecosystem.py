@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from gitsup.errors import GitsupError
-from gitsup.policy import Policy, classify_command, detect_ecosystem, unattended_denial
+from gitsup.policy import classify_command, detect_ecosystem, load_policy, unattended_denial
 from gitsup.policy.ecosystem import GENERIC
 from gitsup.policy.rules import PLACEHOLDERS, build_registry, instead, registry
 
-POLICY = Policy.load()
+POLICY = load_policy()
 
 
 def _denial(cmd: str, worktree: Path, *, sandboxed: bool = False) -> str:

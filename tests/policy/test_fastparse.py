@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitsup.policy.fastpath import _fast_ops
-from gitsup.policy.parse import Script, _fast_parse, parse_tree
-from gitsup.policy.script import plain_argv
+from gitsup.policy.parse.fastpath import fast_ops, fast_parse
+from gitsup.policy.parse.parser import parse_tree
+from gitsup.policy.parse.script import Script, plain_argv
 from tests.policy.test_corpus import ROWS
 
 SANDBOXED = [
@@ -91,20 +91,20 @@ def _same(fast: Script, cmd: str) -> None:
 
 @pytest.mark.parametrize("cmd", PLAIN)
 def test_plain_commands_take_the_fast_path_and_match_tree_sitter(cmd: str) -> None:
-    fast = _fast_parse(cmd)
+    fast = fast_parse(cmd)
     assert fast is not None
     _same(fast, cmd)
 
 
 @pytest.mark.parametrize("cmd", NOT_PLAIN)
 def test_the_fast_path_refuses_what_it_cannot_prove_plain(cmd: str) -> None:
-    assert _fast_parse(cmd) is None
+    assert fast_parse(cmd) is None
 
 
 def test_every_corpus_command_the_fast_path_takes_matches_tree_sitter() -> None:
     taken = 0
     for cmd in [c for _, _, c in ROWS] + SANDBOXED:
-        fast = _fast_parse(cmd)
+        fast = fast_parse(cmd)
         if fast is not None:
             taken += 1
             _same(fast, cmd)
@@ -125,7 +125,7 @@ _WORDS = ["git", "push", "ls", "if", "time", "export", "A=1", "-10", "0x1", "'x 
 )
 def test_fast_path_equals_tree_sitter_on_near_plain_text(pieces: list[str]) -> None:
     cmd = "".join(pieces)
-    fast = _fast_parse(cmd)
+    fast = fast_parse(cmd)
     if fast is not None:
         _same(fast, cmd)
 
@@ -144,19 +144,19 @@ _OPS_WORDS = ["git", "ls", "if", "time", "A=1", "-10", "&&", "||", "|", ";", " "
     )
 )
 def test_the_word_and_operator_split_equals_tree_sitter(pieces: list[str]) -> None:
-    """Bare words and operators standing apart are split at whitespace (`_fast_ops`); what it
+    """Bare words and operators standing apart are split at whitespace (`fast_ops`); what it
     takes is exactly what tree-sitter builds, and what it refuses the token scanner still sees."""
     cmd = "".join(pieces)
-    fast = _fast_ops(cmd)
+    fast = fast_ops(cmd)
     if fast is not None:
         _same(fast, cmd)
-        assert _fast_parse(cmd) == fast
+        assert fast_parse(cmd) == fast
 
 
 def test_the_word_and_operator_split_takes_lists_and_pipelines() -> None:
     for cmd in ("cd src && ls mod1", "a | b | c", "ls  -la\tsrc && x -1", "a ; b || c"):
-        fast = _fast_ops(cmd)
+        fast = fast_ops(cmd)
         assert fast is not None, cmd
         _same(fast, cmd)
     for cmd in ("a&&b", "a &", "ls ;", "a | b && c", "&& a", "a && if", "a || 1x"):
-        assert _fast_ops(cmd) is None, cmd
+        assert fast_ops(cmd) is None, cmd

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitsup.policy.parse import _fast_parse
+from gitsup.policy.parse.fastpath import fast_parse
 from tests.policy.test_fastparse import _OPS_ALPHABET, _OPS_WORDS, _same
 
 # The message form: bare words and a "$(cat <<'EOF' ... EOF)" word (a quoted heredoc).
@@ -37,7 +37,7 @@ def _message(prefix: str, delim: str, lines: list[str]) -> str:
     ],
 )
 def test_the_message_form_takes_the_fast_path_and_matches_tree_sitter(cmd: str) -> None:
-    fast = _fast_parse(cmd)
+    fast = fast_parse(cmd)
     assert fast is not None
     _same(fast, cmd)
 
@@ -64,7 +64,7 @@ def test_the_message_form_takes_the_fast_path_and_matches_tree_sitter(cmd: str) 
     ],
 )
 def test_the_message_form_refuses_what_it_does_not_take(cmd: str) -> None:
-    assert _fast_parse(cmd) is None
+    assert fast_parse(cmd) is None
 
 
 _BODY_ALPHABET = "aZ09 \t.,:;!?-_=+*/%&|<>()[]{}#@~^'\"`$\\\r\x01\x7féü日🤖"
@@ -90,7 +90,7 @@ def test_the_message_form_equals_tree_sitter_on_generated_messages(
     prefix: str, delim: str, lines: list[str]
 ) -> None:
     cmd = _message(prefix, delim, [x.replace("\n", "") for x in lines])
-    fast = _fast_parse(cmd)
+    fast = fast_parse(cmd)
     if fast is not None:
         _same(fast, cmd)
 
@@ -112,14 +112,14 @@ def test_words_and_operators_before_a_comment_equal_tree_sitter(
     """`cmd args # note`: the text before the comment is split like a plain command, and the
     result is exactly what tree-sitter builds for the whole line."""
     cmd = "".join(pieces) + mark + note
-    fast = _fast_parse(cmd)
+    fast = fast_parse(cmd)
     if fast is not None:
         _same(fast, cmd)
 
 
 def test_a_trailing_comment_keeps_the_whitespace_split() -> None:
     for cmd in ("ls -la # 12", "cd src && ls x # note", "a | b\t# c 'd'", "git status #"):
-        fast = _fast_parse(cmd)
+        fast = fast_parse(cmd)
         assert fast is not None, cmd
         _same(fast, cmd)
         assert fast.src == cmd

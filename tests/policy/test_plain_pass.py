@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitsup.policy import Policy
-from gitsup.policy.parse import parse
-from gitsup.policy.script import plain_argv
+from gitsup.policy import load_policy
+from gitsup.policy.parse.parser import parse
+from gitsup.policy.parse.script import plain_argv
 from tests.policy.test_shortcuts import _same, joined
 
-POLICY = Policy.load()
+POLICY = load_policy()
 
 # Parts that leave state behind, and parts that read it.
 WRITERS = [

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsup.policy import Decision, Policy, decide_tool
+from gitsup.policy import Decision, decide_tool, load_policy
 
 
 @pytest.fixture()
@@ -29,7 +29,7 @@ def _decide(repo: dict[str, Path], tool: str, common: bool = True, **inp: object
         tool,
         inp,
         worktree=str(repo["wt"]),
-        policy=Policy.load(),
+        policy=load_policy(),
         git_common_dir=str(repo["common"]) if common else None,
         home=str(repo["home"]),
     )
@@ -139,7 +139,7 @@ def test_questions_web_mcp_and_unknown_tools(repo: dict[str, Path]) -> None:
     )
 
 
-# --- printf in substitutions (gitsup/policy/context.py) -------------------------------------
+# --- printf in substitutions (gitsup/policy/facts.py, `ScanState`) -------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -153,9 +153,9 @@ def test_questions_web_mcp_and_unknown_tools(repo: dict[str, Path]) -> None:
     ],
 )
 def test_printf_as_the_policy_reads_it(fmt: str, args: list[str], out: str) -> None:
-    from gitsup.policy.context import _printf
+    from gitsup.policy.facts import printf_format
 
-    assert _printf(fmt, args) == out
+    assert printf_format(fmt, args) == out
 
 
 @pytest.mark.parametrize(
@@ -169,7 +169,7 @@ def test_printf_as_the_policy_reads_it(fmt: str, args: list[str], out: str) -> N
     ],
 )
 def test_a_push_spelled_with_printf_is_denied(command: str) -> None:
-    from gitsup.policy import classify_command
+    from gitsup.policy import classify_command, load_policy
 
-    d = classify_command(command, worktree="/home/dev/repo", policy=Policy.load(), home="/home/dev")
+    d = classify_command(command, worktree="/home/dev/repo", policy=load_policy(), home="/home/dev")
     assert (d.verdict, d.rule) == ("deny", "D1.push"), d

@@ -8,14 +8,15 @@ from collections.abc import Iterator
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitsup.policy import Policy, classify_command
-from gitsup.policy.parse import Part, parse
+from gitsup.policy import classify_command, load_policy
+from gitsup.policy.parse.parser import parse
+from gitsup.policy.parse.script import Part
 from tests.policy.conftest import HOME, W
 from tests.policy.test_corpus import ROWS
 
 DENY = [c for v, _, c in ROWS if v == "deny" and not parse(c).has_error]
 ALLOWED = [c for v, _, c in ROWS if v == "allow" and "\n" not in c and "#" not in c]
-POLICY = Policy.load()
+POLICY = load_policy()
 
 
 def _sq(text: str) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gitsup.errors import GitsupError
-from gitsup.policy import Policy, classify_command
+from gitsup.policy import Policy, classify_command, load_policy
 from gitsup.policy.explain import explain_command
 from tests.conftest import git, run_sup
 from tests.helpers.sup import task_ids
@@ -64,7 +64,7 @@ def _v(policy: Policy, cmd: str, w: Path, *, sandboxed: bool = False) -> tuple[s
 @pytest.mark.parametrize("sandboxed", [False, True])
 def test_rules_decide_their_commands(tmp_path: Path, sandboxed: bool) -> None:
     w = _repo(tmp_path, RULES)
-    p = Policy.load(w)
+    p = load_policy(w)
     # deny: stricter than the built-in ask, also through a wrapper and a shell payload
     for cmd in ("npm dist-tag add x@1 latest", "sudo npm unpublish x", "bash -c 'npm publish'"):
         assert _v(p, cmd, w, sandboxed=sandboxed) == ("deny", "deny.repo"), cmd
@@ -77,7 +77,7 @@ def test_rules_decide_their_commands(tmp_path: Path, sandboxed: bool) -> None:
     assert _v(p, "make docs", w) == ("allow", "A.repo")
     assert _v(p, "make docs && pytest -q", w) == ("allow", "A.repo")
     assert _v(p, "make docs && curl http://x", w)[0] == "ask"
-    assert _v(Policy.load(), "make docs", w) == ("ask", "ask.run")
+    assert _v(load_policy(), "make docs", w) == ("ask", "ask.run")
     # the part's form still counts: a redirection outside W, a wrapper, an expansion
     assert _v(p, "make docs > /tmp/out", w, sandboxed=sandboxed) == ("ask", "ask.outside-path")
     assert _v(p, "timeout 60 make docs", w)[0] == "ask"
@@ -103,7 +103,7 @@ pattern = ["*"]
 match = ["make deploy"]
 """,
     )
-    p = Policy.load(w)
+    p = load_policy(w)
     assert [r.id for r in p.refused_rules] == ["push-ok"]
     assert p.refused == (
         "allow rule 'push-ok': example 'git push origin HEAD' is denied (D1.push); "
@@ -158,7 +158,7 @@ match = ["make deploy"]
 def test_a_wrong_example_is_a_load_error(tmp_path: Path, rule: str, said: str) -> None:
     w = _repo(tmp_path, "[[rules]]\n" + rule + "\n")
     with pytest.raises(GitsupError) as info:
-        Policy.load(w)
+        load_policy(w)
     msg = info.value.message
     assert msg.startswith(f"invalid policy file {w / '.gitsup' / 'policy.toml'}: 1 rule example")
     assert said in msg, msg
@@ -179,7 +179,7 @@ def test_a_wrong_example_is_a_load_error(tmp_path: Path, rule: str, said: str) -
 def test_a_malformed_rule_names_its_key(tmp_path: Path, text: str, key: str) -> None:
     w = _repo(tmp_path, "[[rules]]\n" + text + "\n")
     with pytest.raises(GitsupError) as info:
-        Policy.load(w)
+        load_policy(w)
     assert repr(key) in info.value.message
 
 
@@ -187,7 +187,7 @@ def test_two_rules_with_one_id(tmp_path: Path) -> None:
     rule = '[[rules]]\nid = "a"\ndecision = "ask"\npattern = ["x"]\nmatch = ["x"]\n'
     w = _repo(tmp_path, rule + rule)
     with pytest.raises(GitsupError, match="two rules with the id 'a'"):
-        Policy.load(w)
+        load_policy(w)
 
 
 # --- the CLI ------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gitsup.errors import GitsupError
-from gitsup.policy import Decision, Policy, classify_command, unattended_denial
+from gitsup.policy import Decision, Policy, classify_command, load_policy, unattended_denial
 from gitsup.policy.examples import check_examples, example_failures
 from gitsup.policy.rules import (
     DEFAULT_INSTEAD,
@@ -155,18 +155,18 @@ def test_rule_ids_are_written_once_in_the_registry() -> None:
 
 
 def test_loading_the_policy_checks_the_examples(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The check runs where the default policy is built: a wrong example stops `Policy.load`."""
-    from gitsup.policy import config, examples
+    """The check runs where the default policy is built: a wrong example stops `load_policy`."""
+    from gitsup.policy import examples, load
 
     bad = build_registry(_set("ask.run", "match", '["make test"]'), "rules.toml")
     monkeypatch.setattr(examples, "registry", lambda: bad)
-    config._build.cache_clear()
+    load._build.cache_clear()
     try:
         with pytest.raises(
             GitsupError, match=re.escape("ask.run: example 'make test' should classify")
         ):
-            Policy.load()
+            load_policy()
     finally:
-        config._build.cache_clear()
+        load._build.cache_clear()
     monkeypatch.undo()
-    assert Policy.load().sources == ("gitsup/policies/default.toml",)
+    assert load_policy().sources == ("gitsup/policies/default.toml",)

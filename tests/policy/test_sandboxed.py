@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitsup.policy import Policy, classify_command, decide_tool
-from gitsup.policy.parse import parse
+from gitsup.policy import classify_command, decide_tool, load_policy
+from gitsup.policy.parse.parser import parse
 from tests.policy.conftest import HOME, W
 from tests.policy.test_corpus import ROWS
 from tests.policy.test_properties import WRAPPERS
@@ -23,7 +23,7 @@ CORPUS = Path(__file__).with_name("corpus_sandboxed.jsonl")
 SB_ROWS = [
     tuple(json.loads(line)) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line
 ]
-POLICY = Policy.load()
+POLICY = load_policy()
 ALL_COMMANDS = sorted({c for _, _, c in ROWS} | {c for _, _, c in SB_ROWS})
 
 # The examples of docs/policy.md, "Sandboxed mode": allow inside the sandbox, ask without it.
@@ -144,7 +144,7 @@ def test_arbitrary_text_modes_agree_on_deny(text: str) -> None:
 
 
 def test_cache_keeps_the_modes_apart() -> None:
-    policy = Policy.load()
+    policy = load_policy()
     for _ in range(2):
         a = classify_command("make build", worktree=W, policy=policy, home=HOME)
         b = classify_command("make build", worktree=W, policy=policy, home=HOME, sandboxed=True)
@@ -183,7 +183,7 @@ def test_repository_policy_extends_and_tightens_the_sandboxed_mode(tmp_path: Pat
         "[[sandboxed_allow.runner]]\n"
         'argv = ["terraform", "apply"]\n'
     )
-    policy = Policy.load(tmp_path)
+    policy = load_policy(tmp_path)
     w = str(tmp_path)
 
     def c(cmd: str, sandboxed: bool = True) -> str:
@@ -202,7 +202,8 @@ def test_repository_policy_extends_and_tightens_the_sandboxed_mode(tmp_path: Pat
 def test_default_policy_carries_the_sandbox_filesystem_table() -> None:
     """The kernel sandbox keeps its filesystem rules in a `[sandbox]` table of default.toml;
     the classifier loads the file with it and ignores it."""
-    from gitsup.policy.config import DefaultFile, _read_toml
+    from gitsup.policy.config import DefaultFile
+    from gitsup.policy.load import _read_toml
 
     text = Path(__file__).parents[2].joinpath("policies", "default.toml").read_text()
     loaded = DefaultFile.model_validate(_read_toml("default.toml", text))
@@ -271,7 +272,7 @@ def test_sed_scripts_judged_text_only_run_under_sed_sandbox(
     the e, r and w commands and flags) accepts."""
     import subprocess
 
-    from gitsup.policy.sandboxed import sed_script_safe
+    from gitsup.policy.allow.sandboxed import sed_script_safe
 
     script = "".join(pieces)
     if not sed_script_safe(script):

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import gitsup.policy.deny_inert as deny_inert
-from gitsup.policy import Policy, classify_command
+import gitsup.policy.deny.inert as deny_inert
+from gitsup.policy import Policy, classify_command, load_policy
 from gitsup.policy.decision import Decision
 from tests.policy.conftest import HOME, W
 from tests.policy.test_corpus import ROWS
 
-POLICY = Policy.load()
+POLICY = load_policy()
 SB_ROWS = [
     json.loads(line)[2]
     for line in Path(__file__).with_name("corpus_sandboxed.jsonl").read_text().splitlines()
@@ -66,7 +66,7 @@ def test_corpora_decide_the_same_with_and_without_shortcuts(cmd: str) -> None:
 def test_a_repository_deny_prefix_turns_the_deny_shortcut_off(tmp_path: Path) -> None:
     (tmp_path / ".gitsup").mkdir()
     (tmp_path / ".gitsup" / "policy.toml").write_text('deny = ["cat secret*"]\n')
-    policy = Policy.load(tmp_path)
+    policy = load_policy(tmp_path)
     assert deny_inert.relevant_names(policy) is None
     d = classify_command("cat secret.txt", worktree=W, policy=policy, home=HOME)
     assert (d.verdict, d.rule) == ("deny", "deny.repo")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gitsup.policy import Policy, classify_command
+from gitsup.policy import classify_command, load_policy
 
-POLICY = Policy.load()
+POLICY = load_policy()
 
 # (command with MARK for the file it creates, expected verdict or None for "not allow")
 CASES: list[tuple[str, str | None]] = [

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gitsup.policy import Policy, classify_command
+from gitsup.policy import classify_command, load_policy
 from tests.helpers.require import requires
 
-POLICY = Policy.load()
+POLICY = load_policy()
 PY = sys.executable
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsup.policy import Decision, Policy, decide_tool, unattended_denial
+from gitsup.policy import Decision, decide_tool, load_policy, unattended_denial
 
 
 @pytest.fixture()
@@ -33,7 +33,7 @@ def _decide(repo: dict[str, Path], tool: str, **inp: object) -> Decision:
         tool,
         inp,
         worktree=str(repo["wt"]),
-        policy=Policy.load(),
+        policy=load_policy(),
         git_common_dir=str(repo["common"]),
         home=str(repo["home"]),
     )

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gitsup.policy.parse import parse_tree
-from gitsup.policy.script import Part, Redirect, Script, Seg, Word
+from gitsup.policy.parse.parser import parse_tree
+from gitsup.policy.parse.script import Part, Redirect, Script, Seg, Word
 from tests.policy.reference_tree import ref_parse_tree
 
 HERE = Path(__file__).resolve().parent

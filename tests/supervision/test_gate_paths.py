@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gitsup.git import GitRepo
-from gitsup.policy import Policy, decide_tool
+from gitsup.policy import decide_tool, load_policy
 from gitsup.spec import spec_from_mapping
 from gitsup.store import eventtypes as et
 from gitsup.store.payload import Payload
@@ -66,7 +66,7 @@ ROUNDS = 6000
 def test_the_policy_answers_every_request_while_a_directory_is_swapped(
     repo: Path, swapped: Path
 ) -> None:
-    policy = Policy.load(repo)
+    policy = load_policy(repo)
     seen: dict[str, int] = {}
     for i in range(ROUNDS):
         tool, tool_input = REQUESTS[i % len(REQUESTS)]
@@ -109,6 +109,6 @@ def test_an_unresolvable_path_is_a_denial_with_its_reason(repo: Path, raw: str) 
     (repo / "loop").symlink_to(repo / "loop")
     for tool in ("Read", "Write", "Edit", "Grep"):
         key = "path" if tool == "Grep" else "file_path"
-        d = decide_tool(tool, {key: raw}, worktree=str(repo), policy=Policy.load(repo))
+        d = decide_tool(tool, {key: raw}, worktree=str(repo), policy=load_policy(repo))
         assert d.verdict == "deny", d
         assert d.rule == "tool.unresolved-path" and "cannot be resolved" in d.reason, d

@@ -1,5 +1,5 @@
 """The parsed form of a shell string (docs/policy.md, "Decision order", step 1): a `Script` of simple commands
-(`Part`s) whose words are `Seg`ments, as `policy/parse.py` builds it."""
+(`Part`s) whose words are `Seg`ments, as `policy/parse/parser.py` builds it."""
 
 from __future__ import annotations
 
@@ -246,11 +246,11 @@ def split_glued(script: Script) -> str | None:
     return data.decode("utf-8", "surrogateescape")
 
 
-def _piped_into(p: Part, inner: list[Part]) -> bool:
+def piped_into(p: Part, inner: list[Part]) -> bool:
     return any(q.pipe_prev is p for q in inner)
 
 
-def _dq_unescape(raw: bytes) -> str:
+def dq_unescape(raw: bytes) -> str:
     text = raw.decode("utf-8", "surrogateescape")
     if "\\" not in text:
         return text
@@ -268,7 +268,7 @@ def _dq_unescape(raw: bytes) -> str:
     return "".join(out)
 
 
-def _cat_heredoc(inner: list[Part]) -> str | None:
+def cat_heredoc(inner: list[Part]) -> str | None:
     """`$(cat <<'EOF' ... EOF)`: the whole body is `cat` of a quoted heredoc: literal text."""
     if len(inner) != 1:
         return None

@@ -4,7 +4,7 @@ A part is *inert* for deny detection when it is a simple command with no redirec
 assignment, only literal words, and a first word that is a bare program name (no `/`) the deny
 scan never judges: for such a part `deny.scan_part` returns None and changes no scan state,
 whatever its arguments. The judged names are not listed here: they are the table every
-name-specific step of the scan reads (`deny_names.py`) and the policy's own tables, so the
+name-specific step of the scan reads (`facts.py`) and the policy's own tables, so the
 shortcut cannot drift from what the scan judges. `tests/policy/test_shortcuts.py` compares
 decisions with and without the shortcut over both labelled corpora and generated commands.
 """
@@ -12,8 +12,8 @@ decisions with and without the shortcut over both labelled corpora and generated
 from __future__ import annotations
 
 from gitsup.policy.config import Policy
-from gitsup.policy.deny_names import JUDGED, PREFIXES, PYTHON
-from gitsup.policy.script import Part
+from gitsup.policy.facts import JUDGED, PREFIXES, PYTHON
+from gitsup.policy.parse.script import Part
 
 # Set to False to run every rule over every part (the tests compare both).
 ENABLED = True

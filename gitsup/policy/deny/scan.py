@@ -5,51 +5,63 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
-import gitsup.policy.deny_inert as deny_inert
-import gitsup.policy.gitcmd as gitcmd
-from gitsup.policy.braces import repair_braces
+import gitsup.policy.deny.inert as deny_inert
+from gitsup.policy import facts
 from gitsup.policy.config import Policy
-from gitsup.policy.context import MAX_DEPTH, ScanState
 from gitsup.policy.decision import Decision, deny
-from gitsup.policy.deny_exec import _downloads_in, _shell_script_arg, _subst_downloads
-from gitsup.policy.deny_inert import inert, inert_name, relevant_names
-from gitsup.policy.deny_names import (
+from gitsup.policy.deny.execution import downloads_in, shell_script_arg, subst_downloads
+from gitsup.policy.deny.inert import inert, inert_name, relevant_names
+from gitsup.policy.deny.publish import (
+    forge_rule,
+    prefix_match,
+    publish_rule,
+    python_publish_rule,
+    raw_forge_rule,
+)
+from gitsup.policy.deny.state import update_state
+from gitsup.policy.deny.writes import (
+    destructive_rule,
+    hooks_rule,
+    write_target_rule,
+)
+from gitsup.policy.facts import (
     DESTRUCTIVE,
     EXECUTORS,
     GIT,
     GIT_PREFIX,
     HOOK_WRITERS,
+    MAX_DEPTH,
     MKFS_PREFIX,
     PYTHON,
     STATE,
     SUBSCRIPT_EVALUATORS,
-    UNWRAPPED,
     VARIABLE_SETTERS,
+    ScanState,
 )
-from gitsup.policy.deny_publish import (
-    _forge,
-    _prefix_match,
-    _publish,
-    _python_publish,
-    _raw_forge,
-)
-from gitsup.policy.deny_state import update_state
-from gitsup.policy.deny_writes import _destructive, _hooks, _write_target
-from gitsup.policy.deny_writes import dangerous_target as dangerous_target
-from gitsup.policy.deny_writes import in_hooks as in_hooks
-from gitsup.policy.deny_writes import operand_writes as operand_writes
-from gitsup.policy.deny_writes import under as under
-from gitsup.policy.normalise import UNKNOWN, basename
-from gitsup.policy.parse import Part, Script, parse, split_glued
+from gitsup.policy.normalise.braces import repair_braces
+from gitsup.policy.normalise.expand import UNKNOWN, basename
+from gitsup.policy.normalise.unwrap import UNWRAPPED, merge_env, unwrap, wrapper_firsts
+from gitsup.policy.parse.parser import parse
+from gitsup.policy.parse.script import Part, Script, plain_argv, split_glued
 from gitsup.policy.rules import RuleId
-from gitsup.policy.script import plain_argv
-from gitsup.policy.unwrap import merge_env, unwrap, wrapper_firsts
 
 Env = Mapping[str, Sequence[str]]
 
 _NO_ENV: Env = MappingProxyType({})  # a plain part's environment without GIT_* variables
 _OUTPUT_OPS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&", "&>|"})
 _SSH_WITH_ARG = frozenset("bcDEeFIiJLlmOoPpQRSWwB")
+
+
+def scan_command(command: str, script: Script, st: ScanState) -> Decision | None:
+    """The deny decision for a whole command string and its parse (`script`), or None: the
+    classifier's deny step (docs/policy.md, "Decision order")."""
+    if script.has_error or script.flags:
+        found = scan_parsed(script, command, st)
+    else:
+        found = scan_script(script, st)  # what `scan_parsed` does for a clean parse
+    if found is None and (script.has_error or "newline-word" in script.flags):
+        found = scan_from_each_line(command, st)
+    return found
 
 
 def scan_text(text: str, st: ScanState) -> Decision | None:
@@ -116,7 +128,7 @@ def scan_from_each_line(text: str, st: ScanState) -> Decision | None:
 
 
 def scan_script(script: Script, st: ScanState) -> Decision | None:
-    # Inert parts (deny_inert.py) assign nothing, define no alias and match no rule: only the
+    # Inert parts (deny/inert.py) assign nothing, define no alias and match no rule: only the
     # others are collected from and scanned.
     if deny_inert.ENABLED:
         # Plain parts (`plain_argv`) assign a variable only through `printf -v` or `read` and
@@ -152,12 +164,12 @@ def scan_script(script: Script, st: ScanState) -> Decision | None:
         if setters:
             st.collect_variables(setters)
         if configs:
-            _collect_git_aliases(configs, st)
+            collect_git_aliases(configs, st)
     else:
         todo = [(p, None) for p in script.parts]
         if todo:
             st.collect_variables(script.parts)
-            _collect_git_aliases(script.parts, st)
+            collect_git_aliases(script.parts, st)
     if script.fork_bombs:
         return deny(
             RuleId.D4_FORK_BOMB,
@@ -171,7 +183,7 @@ def scan_script(script: Script, st: ScanState) -> Decision | None:
     return None
 
 
-def _collect_git_aliases(parts: list[Part], st: ScanState) -> None:
+def collect_git_aliases(parts: list[Part], st: ScanState) -> None:
     ex = st.expander()
     for part in parts:
         if part.kind != "cmd" or not part.words or basename(part.words[0].src) != "git":
@@ -179,10 +191,10 @@ def _collect_git_aliases(parts: list[Part], st: ScanState) -> None:
         for argv in ex.argvs(part.words):
             if "config" not in argv:
                 continue  # the subcommand is one of the words
-            call = gitcmd.parse_git(argv)
+            call = facts.parse_git(argv)
             if call.sub != "config":
                 continue
-            for w in gitcmd.config_writes(call.args):
+            for w in facts.config_writes(call.args):
                 if w.key.startswith("alias.") and w.value is not None:
                     st.git_aliases.setdefault(w.key[6:], []).append(w.value)
 
@@ -201,7 +213,7 @@ def scan_part(part: Part, st: ScanState) -> Decision | None:
         ):
             for alt in ex.word(r.target):
                 for value in alt:
-                    d = _write_target(st.path(value), part.src, "redirection", st.dotglob)
+                    d = write_target_rule(st.path(value), part.src, "redirection", st.dotglob)
                     if d is not None:
                         return d
     # `$(( ... ))` / `(( ... ))` that is not arithmetic is a subshell inside a substitution
@@ -232,7 +244,7 @@ def scan_part(part: Part, st: ScanState) -> Decision | None:
     stdin = st.stdin_of(part)
     argvs = ex.argvs(part.words)
     for argv in argvs:
-        d = check_argv(argv, env, part, st, stdin, 0)
+        d = check_argv(argv, env, part, st, stdin)
         if d is not None:
             return d
     if argvs:
@@ -253,7 +265,7 @@ def _scan_plain(part: Part, argv: list[str], st: ScanState) -> Decision | None:
     stdin = st.stdin_of(part) if part.pipe_prev is not None else None
     prog = basename(argv[0])
     mask = _families(st.policy, prog)
-    d = _check(argv, prog, mask, env, part, st, stdin, 0)
+    d = _check(Invocation(argv, prog, mask, env, part, stdin, 0), st)
     if d is not None:
         return d
     if mask & _F_STATE:
@@ -303,36 +315,60 @@ def _arith_payload(text: str, st: ScanState) -> Decision | None:
     return payload(text, st)
 
 
+class Invocation:
+    """One argument vector the deny rules judge, with what they judge it in: the part it
+    comes from (its source text and words), the environment the command sets for it, the
+    literal data on its stdin, and how many wrappers or aliases deep it was found (`wdepth`).
+    The scan's own state (variables, files, aliases, payload depth) is the `ScanState`."""
+
+    __slots__ = ("argv", "env", "mask", "part", "prog", "stdin", "wdepth")
+
+    def __init__(
+        self,
+        argv: list[str],
+        prog: str,
+        mask: int,
+        env: Env,
+        part: Part,
+        stdin: str | None,
+        wdepth: int,
+    ) -> None:
+        self.argv = argv
+        self.prog = prog  # basename(argv[0])
+        self.mask = mask  # the rule families that judge `prog` (`_families`)
+        self.env = env
+        self.part = part
+        self.stdin = stdin
+        self.wdepth = wdepth
+
+
 def check_argv(
-    argv: list[str], env: Env, part: Part, st: ScanState, stdin: str | None, wdepth: int
-) -> Decision | None:
-    if not argv or wdepth > 6:
-        return None
-    prog = basename(argv[0])
-    return _check(argv, prog, _families(st.policy, prog), env, part, st, stdin, wdepth)
-
-
-def _check(
     argv: list[str],
-    prog: str,
-    mask: int,
     env: Env,
     part: Part,
     st: ScanState,
     stdin: str | None,
-    wdepth: int,
+    wdepth: int = 0,
 ) -> Decision | None:
+    if not argv or wdepth > 6:
+        return None
+    prog = basename(argv[0])
+    return _check(Invocation(argv, prog, _families(st.policy, prog), env, part, stdin, wdepth), st)
+
+
+def _check(inv: Invocation, st: ScanState) -> Decision | None:
     """`check_argv` once the program's name and rule families are known."""
-    d = _rules(argv, prog, mask, env, part, st, stdin, wdepth)
+    d = _rules(inv, st)
     if d is not None:
         return d
-    if not mask & _F_WRAPPER and deny_inert.ENABLED:
+    if not inv.mask & _F_WRAPPER and deny_inert.ENABLED:
         return None  # `unwrap` finds no wrapper
-    for inner in unwrap(argv, st.policy, stdin):
+    for inner in unwrap(inv.argv, st.policy, inv.stdin):
         if inner.payload is not None:
             d = payload(inner.payload, st)
         elif inner.argv:
-            d = check_argv(inner.argv, merge_env(env, inner.env), part, st, stdin, wdepth + 1)
+            env = merge_env(inv.env, inner.env)
+            d = check_argv(inner.argv, env, inv.part, st, inv.stdin, inv.wdepth + 1)
         if d is not None:
             return d
     return None
@@ -356,7 +392,7 @@ _F_GIT, _F_FORGE, _F_PUBLISH, _F_PY_PUBLISH, _F_HTTP, _F_DESTRUCTIVE, _F_HOOKS, 
     1 << k for k in range(8)
 )
 # ... and whether `unwrap` may find a wrapper, `update_state` record something, and whether a
-# part naming the program (without `/`) is inert (`deny_inert.inert_name`).
+# part naming the program (without `/`) is inert (`deny/inert.py` `inert_name`).
 _F_WRAPPER = 1 << 8
 _F_STATE = 1 << 9
 _F_INERT = 1 << 10
@@ -402,21 +438,14 @@ def _families(policy: Policy, prog: str) -> int:
     return mask
 
 
-def _rules(
-    argv: list[str],
-    prog: str,
-    mask: int,
-    env: Env,
-    part: Part,
-    st: ScanState,
-    stdin: str | None,
-    wdepth: int,
-) -> Decision | None:
+def _rules(inv: Invocation, st: ScanState) -> Decision | None:
     policy = st.policy
-    args = argv[1:]
-    src = part.src
+    prog = inv.prog
+    mask = inv.mask
+    args = inv.argv[1:]
+    src = inv.part.src
     for prefix in policy.deny_prefixes:
-        if _prefix_match(prefix, [prog, *args]):
+        if prefix_match(prefix, [prog, *args]):
             return deny(RuleId.DENY_REPO, f"the repository policy denies `{' '.join(prefix)}`", src)
     if policy.deny_rules:
         words = [prog, *args]
@@ -424,35 +453,35 @@ def _rules(
             if rule.matches(words):
                 return deny(RuleId.DENY_REPO, rule.reason(), src)
     if mask & _F_GIT:
-        d = git_rules(argv, env, part, st, stdin, wdepth)
+        d = git_rules(inv, st)
         if d is not None:
             return d
     if mask & _F_FORGE:
-        d = _forge(prog, args, st, src, payload)
+        d = forge_rule(prog, args, st, src, payload)
         if d is not None:
             return d
     if mask & _F_PUBLISH:
-        d = _publish(prog, args, policy.publish, src)
+        d = publish_rule(prog, args, policy.publish, src)
         if d is not None:
             return d
     if mask & _F_PY_PUBLISH:
-        d = _python_publish(args, policy.publish, src)
+        d = python_publish_rule(args, policy.publish, src)
         if d is not None:
             return d
     if mask & _F_HTTP:
-        d = _raw_forge(prog, args, src)
+        d = raw_forge_rule(prog, args, src)
         if d is not None:
             return d
     if mask & _F_DESTRUCTIVE:
-        d = _destructive(prog, args, st, src)
+        d = destructive_rule(prog, args, st, src)
         if d is not None:
             return d
     if mask & _F_HOOKS:
-        d = _hooks(prog, args, st, src)
+        d = hooks_rule(prog, args, st, src)
         if d is not None:
             return d
-    if mask & _F_EXEC or (part.words and "/" in part.words[0].src):
-        return _execution(prog, args, env, part, st, stdin)
+    if mask & _F_EXEC or (inv.part.words and "/" in inv.part.words[0].src):
+        return _execution(inv, st)
     return None
 
 
@@ -465,17 +494,17 @@ def _nested_groups(policy: Policy) -> frozenset[str]:
     return groups
 
 
-def git_rules(
-    argv: list[str], env: Env, part: Part, st: ScanState, stdin: str | None, wdepth: int
-) -> Decision | None:
+def git_rules(inv: Invocation, st: ScanState) -> Decision | None:
     policy = st.policy
-    src = part.src
-    call = gitcmd.parse_git(argv)
+    src = inv.part.src
+    env = inv.env
+    wdepth = inv.wdepth
+    call = facts.parse_git(inv.argv)
     # without global options or environment, no hooks path is set and no alias is defined
     configured = bool(call.options or env)
-    if configured and gitcmd.sets_hooks_path(call, env):
+    if configured and facts.sets_hooks_path(call, env):
         return deny(RuleId.D3_HOOKS_PATH, "sets core.hooksPath, which disables the Git hooks", src)
-    defined = gitcmd.alias_definitions(call, env) if configured else []
+    defined = facts.alias_definitions(call, env) if configured else []
     for name, value in defined:
         if _alias_is_deny(value, st, wdepth):
             return deny(
@@ -487,17 +516,18 @@ def git_rules(
     sub = call.sub
     if sub is None:
         return None
-    if basename(argv[0]) == "hub" and sub in ("pull-request", "fork", "create", "delete"):
+    prog = inv.prog
+    if prog == "hub" and sub in ("pull-request", "fork", "create", "delete"):
         return deny(RuleId.D1_FORGE, f"`hub {sub}` changes the remote forge", src)
     if sub in policy.git_publish:
         return deny(RuleId.D1_PUSH, f"`git {sub}` publishes to a remote", src)
     if sub in _nested_groups(policy):
-        pos = gitcmd.positionals(call.args)
+        pos = facts.positionals(call.args)
         for group, verb in policy.git_publish_nested:
             if sub == group and verb in pos:
                 return deny(RuleId.D1_PUSH, f"`git {group} {verb}` publishes to a remote", src)
     if sub == "config":
-        for w in gitcmd.config_writes(call.args):
+        for w in facts.config_writes(call.args):
             if w.key == "core.hookspath" or (w.key == "core" and "section" in w.action):
                 return deny(
                     RuleId.D3_HOOKS_PATH, "writes core.hooksPath, which disables the Git hooks", src
@@ -512,15 +542,15 @@ def git_rules(
                     f"defines the git alias {w.key[6:]!r} as {w.value!r} (alias poisoning)",
                     src,
                 )
-    if sub in gitcmd.D2_SUBS or (st.head_protected and sub in gitcmd.HEAD_WRITERS):
-        d2 = gitcmd.d2_reason(call, policy, st.head_protected, stdin)
+    if sub in facts.D2_SUBS or (st.head_protected and sub in facts.HEAD_WRITERS):
+        d2 = facts.d2_reason(call, policy, st.head_protected, inv.stdin)
         if d2 is not None:
             return deny(d2[0], d2[1], src)
     # aliases expand (git ignores aliases that shadow builtins)
-    if sub not in gitcmd.BUILTINS:
+    if sub not in facts.BUILTINS:
         values = [v for n, v in defined if n == sub] + st.git_aliases.get(sub, [])
         for value in values:
-            d = _expand_alias(value, call, env, part, st, stdin, wdepth)
+            d = _expand_alias(value, call, inv, st)
             if d is not None:
                 return d
     return None
@@ -542,47 +572,44 @@ def _alias_is_deny(value: str, st: ScanState, wdepth: int) -> bool:
         return False
     if value.startswith("!"):
         return payload(value[1:], st) is not None
+    words = _alias_words(value, st)
     fake = Part("git " + value, "cmd")
-    return git_rules(_alias_words(value, st), {}, fake, st, None, wdepth + 1) is not None
+    prog = basename(words[0]) if words else ""
+    inv = Invocation(words, prog, _F_GIT, {}, fake, None, wdepth + 1)
+    return git_rules(inv, st) is not None
 
 
 def _expand_alias(
-    value: str,
-    call: gitcmd.GitCall,
-    env: Env,
-    part: Part,
-    st: ScanState,
-    stdin: str | None,
-    wdepth: int,
+    value: str, call: facts.GitCall, inv: Invocation, st: ScanState
 ) -> Decision | None:
     if value.startswith("!"):
         return payload(value[1:] + " " + " ".join(call.args), st)
     words = _alias_words(value, st)
-    return check_argv([*words, *call.args], env, part, st, stdin, wdepth + 1)
+    return check_argv([*words, *call.args], inv.env, inv.part, st, inv.stdin, inv.wdepth + 1)
 
 
-def _execution(
-    prog: str, args: list[str], env: Env, part: Part, st: ScanState, stdin: str | None
-) -> Decision | None:
+def _execution(inv: Invocation, st: ScanState) -> Decision | None:
     policy = st.policy
+    prog = inv.prog
+    args = inv.argv[1:]
+    part = inv.part
+    stdin = inv.stdin
     src = part.src
     is_shell = prog in policy.shells
     is_interp = prog in policy.interpreters or bool(PYTHON.match(prog))
     if is_shell or is_interp or prog in ("eval", "source", ".", "sudo", "xargs"):
-        if (is_shell or is_interp or prog == "sudo") and _downloads_in(part.pipe_prev, st):
+        if (is_shell or is_interp or prog == "sudo") and downloads_in(part.pipe_prev, st):
             return deny(
                 RuleId.D4_DOWNLOAD_EXEC, "downloaded content is piped into an interpreter", src
             )
-        if (is_shell or is_interp or prog in ("eval", "source", ".")) and _subst_downloads(
-            part, st
-        ):
+        if (is_shell or is_interp or prog in ("eval", "source", ".")) and subst_downloads(part, st):
             return deny(
                 RuleId.D4_DOWNLOAD_EXEC,
                 "downloaded content is executed through a substitution",
                 src,
             )
     if is_shell:
-        script, file, reads_stdin = _shell_script_arg(args)
+        script, file, reads_stdin = shell_script_arg(args)
         if script is not None:
             return payload(script, st)
         if file is not None:

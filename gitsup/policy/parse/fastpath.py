@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 
-from gitsup.policy.script import Part, Redirect, Script, Seg, Word
+from gitsup.policy.parse.script import Part, Redirect, Script, Seg, Word
 
 # The fast path: a one-line command made only of simple commands joined by `&&`, `||`, `;`
 # or `|`, whose words are each one bare word of inert characters, one '...' string or one
@@ -78,12 +78,12 @@ def _bare_word(t: str) -> Word | None:
     return _remember(Word(t, [Seg("lit", t, False)], kind, t))
 
 
-def _fast_parse(command: str) -> Script | None:
+def fast_parse(command: str) -> Script | None:
     """The `Script` of a plain command (see `_FAST_TOKEN`), or None when it is not plain."""
     if _FAST_BARE.fullmatch(command):
         return _fast_bare(command)
     if _FAST_BARE_OPS.fullmatch(command):
-        fast = _fast_ops(command)
+        fast = fast_ops(command)
         if fast is not None:
             return fast
     elif "\n" in command:
@@ -101,7 +101,7 @@ def _fast_parse(command: str) -> Script | None:
         if _FAST_BARE.fullmatch(head):
             fast = _fast_bare(head)
         elif _FAST_BARE_OPS.fullmatch(head):
-            fast = _fast_ops(head)
+            fast = fast_ops(head)
         else:
             fast = None
         if fast is not None:
@@ -175,7 +175,7 @@ def _fast_parse(command: str) -> Script | None:
 
 
 def _fast_bare(command: str) -> Script | None:
-    """`_fast_parse` of one simple command of bare words (the commonest case, split at once)."""
+    """`fast_parse` of one simple command of bare words (the commonest case, split at once)."""
     texts = command.split()
     if not texts or not _may_lead(texts[0]):
         return None
@@ -190,8 +190,8 @@ def _fast_bare(command: str) -> Script | None:
     return Script(command, [Part(command.strip(" \t"), "cmd", words, argv=texts)])
 
 
-def _fast_ops(command: str) -> Script | None:
-    """`_fast_parse` of bare words and operators each standing apart (`a -x && b | c`), split
+def fast_ops(command: str) -> Script | None:
+    """`fast_parse` of bare words and operators each standing apart (`a -x && b | c`), split
     at whitespace; None when an operator touches a word or another operator."""
     parts: list[Part] = []
     words: list[Word] = []
@@ -257,7 +257,7 @@ _FAST_MESSAGE_BODY = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f`$\\\"]*")
 
 
 def _fast_message(command: str) -> Script | None:
-    """`_fast_parse` of the message form, or None."""
+    """`fast_parse` of the message form, or None."""
     m = _FAST_MESSAGE.fullmatch(command)
     if m is None:
         return None

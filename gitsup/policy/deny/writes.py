@@ -7,13 +7,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-import gitsup.policy.gitcmd as gitcmd
-from gitsup.policy.context import ScanState
+from gitsup.policy import facts
 from gitsup.policy.decision import Decision, deny
-from gitsup.policy.deny_names import MKFS_PREFIX, MUTATORS
-from gitsup.policy.normalise import UNKNOWN, has_glob, inside, is_ancestor, may_match
+from gitsup.policy.facts import MKFS_PREFIX, MUTATORS, ScanState
+from gitsup.policy.normalise.expand import UNKNOWN, has_glob, inside, is_ancestor, may_match
+from gitsup.policy.normalise.unwrap import find_roots
 from gitsup.policy.rules import RuleId
-from gitsup.policy.unwrap import find_roots
 
 _SYSTEM_DIRS = frozenset(
     {
@@ -43,7 +42,7 @@ _BLOCK_DEVICE = re.compile(
 _DEST_ONLY = frozenset({"cp", "install", "rsync"})
 
 
-def _write_target(path: str, part: str, how: str, dotglob: bool = False) -> Decision | None:
+def write_target_rule(path: str, part: str, how: str, dotglob: bool = False) -> Decision | None:
     if _BLOCK_DEVICE.match(path):
         return deny(RuleId.D4_BLOCK_DEVICE, f"{how} writes the block device {path}", part)
     if in_hooks(path, dotglob=dotglob):
@@ -95,7 +94,7 @@ def _target_paths(value: str, st: ScanState) -> list[str]:
     return out
 
 
-def _operands(args: Sequence[str]) -> list[str]:
+def file_operands(args: Sequence[str]) -> list[str]:
     out: list[str] = []
     dd = False
     for a in args:
@@ -108,13 +107,13 @@ def _operands(args: Sequence[str]) -> list[str]:
     return out
 
 
-def _destructive(prog: str, args: list[str], st: ScanState, src: str) -> Decision | None:
+def destructive_rule(prog: str, args: list[str], st: ScanState, src: str) -> Decision | None:
     if prog == "rm":
         if any(a == "--no-preserve-root" for a in args):
             return deny(RuleId.D4_RM_ROOT, "`rm --no-preserve-root`", src)
-        recursive = gitcmd.has_flag(args, "rR", ("--recursive",))
+        recursive = facts.has_flag(args, "rR", ("--recursive",))
         if recursive:
-            for op in _operands(args):
+            for op in file_operands(args):
                 for p in _target_paths(op, st):
                     if dangerous_target(p, st):
                         return deny(
@@ -128,14 +127,14 @@ def _destructive(prog: str, args: list[str], st: ScanState, src: str) -> Decisio
             for p in _target_paths(root, st):
                 if dangerous_target(p, st):
                     return deny(RuleId.D4_RM_ROOT, f"`find {root} -delete` deletes {p}", src)
-    if prog in ("chmod", "chown", "chgrp") and gitcmd.has_flag(args, "R", ("--recursive",)):
-        for op in _operands(args):
+    if prog in ("chmod", "chown", "chgrp") and facts.has_flag(args, "R", ("--recursive",)):
+        for op in file_operands(args):
             for p in _target_paths(op, st):
                 if p == "/" or (p.count("/") == 1 and p != "/"):
                     return deny(RuleId.D4_CHMOD_ROOT, f"recursive {prog} of {p}", src)
     if prog.startswith(MKFS_PREFIX):
         return deny(RuleId.D4_BLOCK_DEVICE, f"`{prog}` formats a device", src)
-    if prog == "wipefs" and gitcmd.has_flag(args, "a", ("--all",)):
+    if prog == "wipefs" and facts.has_flag(args, "a", ("--all",)):
         return deny(RuleId.D4_BLOCK_DEVICE, "`wipefs -a` wipes a device", src)
     if prog in ("shred", "dd", "blkdiscard", "badblocks"):
         for a in args:
@@ -149,24 +148,24 @@ def _destructive(prog: str, args: list[str], st: ScanState, src: str) -> Decisio
     return None
 
 
-def _hooks(prog: str, args: list[str], st: ScanState, src: str) -> Decision | None:
+def hooks_rule(prog: str, args: list[str], st: ScanState, src: str) -> Decision | None:
     written = operand_writes(prog, args)
     for op in written:
         if UNKNOWN not in op:
-            d = _write_target(st.path(op), src, f"`{prog}`", st.dotglob)
+            d = write_target_rule(st.path(op), src, f"`{prog}`", st.dotglob)
             if d is not None:
                 return d
     if prog not in MUTATORS and prog != "dd":
         return None
-    if prog == "sed" and not gitcmd.has_flag(args, "i", ("--in-place",)):
+    if prog == "sed" and not facts.has_flag(args, "i", ("--in-place",)):
         return None
     if prog == "dd":
         ops = [a[3:] for a in args if a.startswith("of=")]
     elif prog in _DEST_ONLY:
-        target = gitcmd.short_value(args, "t", ("--target-directory",))
-        ops = target or _operands(args)[-1:]
+        target = facts.short_value(args, "t", ("--target-directory",))
+        ops = target or file_operands(args)[-1:]
     else:
-        ops = _operands(args)
+        ops = file_operands(args)
     destructive = prog in (
         "rm",
         "rmdir",
@@ -201,10 +200,10 @@ def operand_writes(prog: str, args: Sequence[str]) -> list[str]:
     """Files a read-looking tool writes through an operand or option: `uniq IN OUT`,
     `sort -o OUT`, `tree -o OUT`, `base64 -o OUT`."""
     if prog == "uniq":
-        ops = _operands(args)
+        ops = file_operands(args)
         return ops[1:2]
     if prog in ("sort", "tree", "base64"):
-        return gitcmd.short_value(args, "o", ("--output",) if prog != "tree" else ())
+        return facts.short_value(args, "o", ("--output",) if prog != "tree" else ())
     if prog == "go" and args[:1] in (["build"], ["test"]):
         return [a[3:] if a.startswith("-o=") else "" for a in args if a.startswith("-o=")] + [
             args[k + 1] for k, a in enumerate(args[:-1]) if a == "-o"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 
-from gitsup.policy.allow_state import AllowState
+from gitsup.policy.allow.sandboxed import sandboxed_ok
+from gitsup.policy.allow.state import AllowState
 from gitsup.policy.decision import Decision, ask
 from gitsup.policy.rules import RuleId
-from gitsup.policy.sandboxed import _ok
 
 # -- git working-tree operations on the task branch -------------------------------------------
 # the task's own history: HEAD~N, HEAD^, a commit hash (reflog forms such as HEAD@{1} may name
@@ -55,7 +55,9 @@ def git_worktree_op(sub: str, a: list[str], st: AllowState, src: str) -> Decisio
                 paths.append(x)
         if not paths or any(not st.strictly_inside(p) for p in paths):
             return ask(RuleId.ASK_OUTSIDE_PATH, f"`{what}` needs paths inside the worktree", src)
-        return _paths_ok(paths, st, src, what) or _ok(f"`{what}` of paths in the worktree", src)
+        return _paths_ok(paths, st, src, what) or sandboxed_ok(
+            f"`{what}` of paths in the worktree", src
+        )
     return None
 
 
@@ -81,7 +83,9 @@ def _git_reset(a: list[str], st: AllowState, src: str) -> Decision | None:
             src,
         )
     paths = before[1:] + after
-    return _paths_ok(paths, st, src, "git reset") or _ok("`git reset` on the task branch", src)
+    return _paths_ok(paths, st, src, "git reset") or sandboxed_ok(
+        "`git reset` on the task branch", src
+    )
 
 
 def _git_stash(a: list[str], st: AllowState, src: str) -> Decision | None:
@@ -94,7 +98,7 @@ def _git_stash(a: list[str], st: AllowState, src: str) -> Decision | None:
             if verb in ("show", "list") and x.startswith("-"):
                 continue
             return ask(RuleId.ASK_GIT_CHANGE, f"`git stash {verb} {x}` is not accounted for", src)
-        return _ok(f"`git stash {verb}`", src)
+        return sandboxed_ok(f"`git stash {verb}`", src)
     if verb not in ("push", "save"):
         return None
     ok = {"-u", "--include-untracked", "-a", "--all", "-k", "--keep-index", "--no-keep-index"}
@@ -116,7 +120,9 @@ def _git_stash(a: list[str], st: AllowState, src: str) -> Decision | None:
         elif verb == "push":
             paths.append(x)
         i += 1
-    return _paths_ok(paths, st, src, "git stash") or _ok("`git stash` of the working tree", src)
+    return _paths_ok(paths, st, src, "git stash") or sandboxed_ok(
+        "`git stash` of the working tree", src
+    )
 
 
 def _git_restore(a: list[str], st: AllowState, src: str) -> Decision | None:
@@ -142,13 +148,13 @@ def _git_restore(a: list[str], st: AllowState, src: str) -> Decision | None:
         i += 1
     if not paths:
         return None
-    return _paths_ok(paths, st, src, "git restore") or _ok("`git restore` of paths", src)
+    return _paths_ok(paths, st, src, "git restore") or sandboxed_ok("`git restore` of paths", src)
 
 
 def _git_checkout_paths(a: list[str], st: AllowState, src: str) -> Decision | None:
     ok = {"-q", "--quiet", "-f", "--force", "--ours", "--theirs", "-m", "--merge"}
     if a in (["."], ["--", "."]):
-        return _ok("`git checkout .` restores the working tree", src)
+        return sandboxed_ok("`git checkout .` restores the working tree", src)
     if "--" not in a:
         return None
     k = a.index("--")
@@ -156,12 +162,12 @@ def _git_checkout_paths(a: list[str], st: AllowState, src: str) -> Decision | No
     positional = [x for x in before if not x.startswith("-")]
     if any(x.startswith("-") and x not in ok for x in before) or len(positional) > 1 or not paths:
         return None
-    return _paths_ok(paths, st, src, "git checkout") or _ok("`git checkout -- paths`", src)
+    return _paths_ok(paths, st, src, "git checkout") or sandboxed_ok("`git checkout -- paths`", src)
 
 
 def _git_rebase(a: list[str], st: AllowState, src: str) -> Decision | None:
     if len(a) == 1 and a[0] in ("--continue", "--abort", "--skip", "--quit"):
-        return _ok(f"`git rebase {a[0]}`", src)
+        return sandboxed_ok(f"`git rebase {a[0]}`", src)
     ok = {"-q", "--quiet", "-v", "--verbose", "--autosquash", "--no-autosquash", "--autostash"}
     ok |= {"--no-autostash", "--keep-empty", "--no-keep-empty", "--committer-date-is-author-date"}
     ok |= {"--reset-author-date", "--ignore-date", "--signoff", "--no-ff", "-f", "--force-rebase"}
@@ -188,4 +194,4 @@ def _git_rebase(a: list[str], st: AllowState, src: str) -> Decision | None:
             "`git rebase` onto something other than the task's own history (HEAD~N, a hash)",
             src,
         )
-    return _ok("`git rebase` of the task branch onto its own history", src)
+    return sandboxed_ok("`git rebase` of the task branch onto its own history", src)

@@ -3,13 +3,13 @@ the script file a shell runs (docs/policy.md, "Deny: D1-D4")."""
 
 from __future__ import annotations
 
-from gitsup.policy.context import ScanState
-from gitsup.policy.normalise import basename
-from gitsup.policy.parse import Part
+from gitsup.policy.facts import ScanState
+from gitsup.policy.normalise.expand import basename
+from gitsup.policy.parse.script import Part
 
 
 # -- execution of payloads and downloads ---------------------------------------------------
-def _downloads_in(part: Part | None, st: ScanState) -> bool:
+def downloads_in(part: Part | None, st: ScanState) -> bool:
     """Is some earlier stage of the pipeline feeding this part a downloader?"""
     seen = 0
     while part is not None and seen < 32:
@@ -20,7 +20,7 @@ def _downloads_in(part: Part | None, st: ScanState) -> bool:
     return False
 
 
-def _subst_downloads(part: Part, st: ScanState) -> bool:
+def subst_downloads(part: Part, st: ScanState) -> bool:
     for w in part.words:
         for s in w.segs:
             if s.inner and any(
@@ -38,7 +38,7 @@ def _subst_downloads(part: Part, st: ScanState) -> bool:
     return False
 
 
-def _shell_script_arg(args: list[str]) -> tuple[str | None, str | None, bool]:
+def shell_script_arg(args: list[str]) -> tuple[str | None, str | None, bool]:
     """(-c script, script file, reads stdin) for a shell's arguments."""
     i = 0
     command_mode = False

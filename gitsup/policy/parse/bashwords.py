@@ -1,23 +1,23 @@
 """The words of the tree-sitter walk: a word node becomes a `Word` of segments (literal text
-with its quoting, variables, substitutions), as `policy/bashtree.py` builds them."""
+with its quoting, variables, substitutions), as `policy/parse/bashtree.py` builds them."""
 
 from __future__ import annotations
 
 from tree_sitter import Node
 
-from gitsup.policy.script import (
+from gitsup.policy.parse.script import (
     Part,
     Script,
     Seg,
     SegKind,
     Word,
-    _cat_heredoc,
-    _dq_unescape,
+    cat_heredoc,
     decode_ansi_c,
+    dq_unescape,
 )
 
 
-class _WordBuilder:
+class WordBuilder:
     """The word half of `bashtree._Builder` (it supplies `container`)."""
 
     data: bytes
@@ -34,7 +34,7 @@ class _WordBuilder:
     def container(
         self, node: Node, pipe_prev: Part | None, start: int = 0, last: list[Part] | None = None
     ) -> list[Part]:
-        raise NotImplementedError  # pragma: no cover - `_Builder` walks statements
+        raise NotImplementedError  # pragma: no cover - `TreeBuilder` walks statements
 
     def word_of(self, node: Node, children: list[Node]) -> Word:
         segs: list[Seg] = []
@@ -158,14 +158,14 @@ class _WordBuilder:
         before = len(out)
         for c in node.named_children:
             if c.start_byte > pos:
-                out.append(Seg("lit", _dq_unescape(self.data[pos : c.start_byte]), True))
+                out.append(Seg("lit", dq_unescape(self.data[pos : c.start_byte]), True))
             if c.type == "string_content":
-                out.append(Seg("lit", _dq_unescape(self.data[c.start_byte : c.end_byte]), True))
+                out.append(Seg("lit", dq_unescape(self.data[c.start_byte : c.end_byte]), True))
             else:
                 self.segs(c, True, out)
             pos = max(pos, c.end_byte)
         if stop > pos:
-            out.append(Seg("lit", _dq_unescape(self.data[pos:stop]), True))
+            out.append(Seg("lit", dq_unescape(self.data[pos:stop]), True))
         if len(out) == before:
             out.append(Seg("lit", "", True))
 
@@ -209,7 +209,7 @@ class _WordBuilder:
         self.container(node, None)
         self.depth -= 1
         inner = self.parts[start:]
-        idiom = _cat_heredoc(inner) if kind == "subst" else None
+        idiom = cat_heredoc(inner) if kind == "subst" else None
         if idiom is not None:
             return Seg("lit", idiom, quoted)
         return Seg(kind, self.text(node), quoted, inner=inner)

@@ -3,13 +3,11 @@ writes a task may make (add, commit, branch) with their forbidden flags."""
 
 from __future__ import annotations
 
-import gitsup.policy.gitcmd as gitcmd
-from gitsup.policy.allow_state import AllowState
+from gitsup.policy import facts
+from gitsup.policy.allow.state import AllowState
 from gitsup.policy.decision import Decision, allow, ask
-from gitsup.policy.normalise import (
-    resolve,
-)
-from gitsup.policy.parse import Part
+from gitsup.policy.normalise.expand import resolve
+from gitsup.policy.parse.script import Part
 from gitsup.policy.rules import RuleId
 
 _GIT_READ = frozenset(
@@ -129,9 +127,9 @@ _BRANCH_LIST_WITH_ARG = frozenset(
 
 
 # -- git ----------------------------------------------------------------------------------------
-def _git(args: list[str], part: Part, st: AllowState) -> Decision:
+def judge_git(args: list[str], part: Part, st: AllowState) -> Decision:
     src = part.src
-    call = gitcmd.parse_git(["git", *args])
+    call = facts.parse_git(["git", *args])
     for name, value in call.options:
         if name == "-C":
             if value is None or any(resolve(value, cwd) != st.worktree for cwd in st.cwds):
@@ -187,7 +185,7 @@ def _git(args: list[str], part: Part, st: AllowState) -> Decision:
                 # inside the sandbox the kernel, not the classifier, decides what may be read
                 outside = outside or f"`git {sub} {opt}` reads {value}"
         if sub == "diff" and "--no-index" in a:
-            for p in gitcmd.positionals(a):
+            for p in facts.positionals(a):
                 if not st.path_inside(p):
                     return ask(RuleId.ASK_OUTSIDE_PATH, f"`git diff --no-index` reads {p}", src)
         if outside:
@@ -214,21 +212,17 @@ def _git(args: list[str], part: Part, st: AllowState) -> Decision:
         return _git_commit(a, part, st, src)
     if sub in ("checkout", "switch"):
         d = _git_create_branch(sub, a, st, src)
-        if d.verdict != "allow" and st.sandboxed and sub == "checkout":
-            from gitsup.policy.sandboxed_git import git_worktree_op
-
-            return git_worktree_op(sub, a, st, src) or d
+        if d.verdict != "allow" and st.sandbox is not None and sub == "checkout":
+            return st.sandbox.git_worktree_op(sub, a, st, src) or d
         return d
     if sub in _GIT_NETWORK or (sub == "remote" and first in ("show", "update", "prune")):
         return ask(RuleId.ASK_NETWORK, f"`git {sub}` talks to a remote", src)
     if sub == "config":
         return ask(RuleId.ASK_GIT_CONFIG, "git config (any form) is asked", src)
-    if sub not in gitcmd.BUILTINS:
+    if sub not in facts.BUILTINS:
         return ask(RuleId.ASK_GIT_ALIAS, f"unknown git subcommand {sub!r} (may be an alias)", src)
-    if st.sandboxed:
-        from gitsup.policy.sandboxed_git import git_worktree_op
-
-        gd = git_worktree_op(sub, a, st, src)
+    if st.sandbox is not None:
+        gd = st.sandbox.git_worktree_op(sub, a, st, src)
         if gd is not None:
             return gd
     return ask(RuleId.ASK_GIT_CHANGE, f"`git {sub}` changes the working tree, history or refs", src)

@@ -1,14 +1,17 @@
 """What the allow list judges against (`AllowState`): the policy, the worktree, the working
-directories a command may run in, and whether the task's kernel sandbox is enforced; it decides
-whether a path stays inside the worktree."""
+directories a command may run in, and, when the task's kernel sandbox is enforced, the sandboxed
+mode (`SandboxedMode`, passed in by the classifier); it decides whether a path stays inside the
+worktree."""
 
 from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gitsup.policy.config import Policy
-from gitsup.policy.normalise import (
+from gitsup.policy.decision import Decision
+from gitsup.policy.normalise.expand import (
     UNKNOWN,
     Expander,
     has_glob,
@@ -18,6 +21,31 @@ from gitsup.policy.normalise import (
     normal_form,
     resolve,
 )
+from gitsup.policy.parse.script import Part, Word
+
+
+class SandboxedMode(Protocol):
+    """What the sandboxed mode (docs/policy.md, "Sandboxed mode") adds to the allow list: each
+    method returns a decision, or None for no opinion (the caller asks). The allow judges call it
+    only through `AllowState.sandbox`; the classifier passes it in (`allow/mode.py`)."""
+
+    def program(
+        self, argv: list[str], st: AllowState, src: str, part: Part | None
+    ) -> Decision | None: ...
+
+    def path_program(self, part: Part, st: AllowState) -> Decision | None: ...
+
+    def expanded_part(self, part: Part, first: Word, st: AllowState) -> Decision | None: ...
+
+    def read_anywhere(
+        self, prog: str, args: list[str], st: AllowState, src: str
+    ) -> Decision | None: ...
+
+    def sed_edit(self, args: list[str], st: AllowState, src: str) -> Decision | None: ...
+
+    def git_worktree_op(
+        self, sub: str, args: list[str], st: AllowState, src: str
+    ) -> Decision | None: ...
 
 
 @dataclass(slots=True, init=False)
@@ -27,6 +55,7 @@ class AllowState:
     home: str
     cwds: set[str]  # where the part being judged may run (the worktree until a `cd`)
     sandboxed: bool  # the task's kernel sandbox is enforced (docs/policy.md, "Sandboxed mode")
+    sandbox: SandboxedMode | None  # the sandboxed mode's judges, when `sandboxed`
     dotglob: bool
     _root_only: bool = field(repr=False)  # the worktree is in its normal form
     _expander: Expander | None = field(repr=False)
@@ -36,7 +65,7 @@ class AllowState:
         policy: Policy,
         worktree: str,
         home: str,
-        sandboxed: bool = False,
+        sandbox: SandboxedMode | None = None,
         dotglob: bool = False,
     ) -> None:
         # written out (not generated): one state per question, built without default factories
@@ -44,7 +73,8 @@ class AllowState:
         self.worktree = worktree
         self.home = home
         self.cwds = {worktree}
-        self.sandboxed = sandboxed
+        self.sandboxed = sandbox is not None
+        self.sandbox = sandbox
         self.dotglob = dotglob
         self._root_only = normal_form(worktree) == worktree
         self._expander = None

@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 
-import gitsup.policy.gitcmd as gitcmd
-from gitsup.policy.context import ScanState
+from gitsup.policy import facts
 from gitsup.policy.decision import Decision, deny
-from gitsup.policy.normalise import basename
+from gitsup.policy.facts import ScanState
+from gitsup.policy.normalise.expand import basename
 from gitsup.policy.rules import RuleId
 
 _FORGE_ENDPOINT = re.compile(
@@ -26,13 +26,13 @@ _MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 Payload = Callable[[str, ScanState], "Decision | None"]
 
 
-def _publish(
+def publish_rule(
     prog: str, args: list[str], table: Mapping[str, tuple[tuple[str, ...], ...]], src: str
 ) -> Decision | None:
     entries = table.get(prog)
     if not entries:
         return None
-    words, _ = gitcmd.split_before_dd(args)
+    words, _ = facts.split_before_dd(args)
     # `npm run publish` runs a script named publish: invisible, so ask rather than deny
     for k, w in enumerate(words):
         if w in ("run", "run-script", "exec", "dlx", "x"):
@@ -67,14 +67,14 @@ def _glob(pattern: str, word: str) -> bool:
     return fnmatch.fnmatchcase(word, pattern)
 
 
-def _python_publish(
+def python_publish_rule(
     args: list[str], table: Mapping[str, tuple[tuple[str, ...], ...]], src: str
 ) -> Decision | None:
     for i, a in enumerate(args):
         if a == "-m" and i + 1 < len(args):
-            return _publish(args[i + 1], args[i + 2 :], table, src)
+            return publish_rule(args[i + 1], args[i + 2 :], table, src)
         if a.startswith("-m") and len(a) > 2:
-            return _publish(a[2:], args[i + 1 :], table, src)
+            return publish_rule(a[2:], args[i + 1 :], table, src)
         if basename(a) == "setup.py":
             rest = args[i + 1 :]
             if any(r in ("upload", "upload_docs", "register") for r in rest):
@@ -87,7 +87,7 @@ def _python_publish(
     return None
 
 
-def _raw_forge(prog: str, args: list[str], src: str) -> Decision | None:
+def raw_forge_rule(prog: str, args: list[str], src: str) -> Decision | None:
     method = ""
     data = False
     for i, a in enumerate(args):
@@ -128,7 +128,7 @@ def _raw_forge(prog: str, args: list[str], src: str) -> Decision | None:
     return None
 
 
-def _prefix_match(prefix: Sequence[str], argv: Sequence[str]) -> bool:
+def prefix_match(prefix: Sequence[str], argv: Sequence[str]) -> bool:
     if len(argv) < len(prefix):
         return False
     return all(p == a or ("*" in p and _glob(p, a)) for p, a in zip(prefix, argv, strict=False))
@@ -175,11 +175,11 @@ _GH_WITH_ARG = frozenset(
 )
 
 
-def _forge(
+def forge_rule(
     prog: str, args: list[str], st: ScanState, src: str, payload: Payload
 ) -> Decision | None:
     """A forge CLI call that changes the remote forge (`payload` scans an alias's shell code)."""
-    pos = gitcmd.positionals(args, _GH_WITH_ARG)
+    pos = facts.positionals(args, _GH_WITH_ARG)
     if not pos:
         return None
     group = pos[0]
@@ -192,8 +192,8 @@ def _forge(
             src,
         )
     if prog == "gh" and group == "api":
-        method = gitcmd.short_value(args, "X", ("--method",))
-        fields = gitcmd.has_flag(args, "fF", ("--field", "--raw-field", "--input"))
+        method = facts.short_value(args, "X", ("--method",))
+        fields = facts.has_flag(args, "fF", ("--field", "--raw-field", "--input"))
         if fields or any(m.upper() in _MUTATING for m in method):
             return deny(
                 RuleId.D1_FORGE,
@@ -205,6 +205,6 @@ def _forge(
         if "--shell" in args or "-s" in args or expansion.startswith("!"):
             if payload(expansion.lstrip("!"), st) is not None:
                 return deny(RuleId.D1_FORGE, "defines a gh alias that crosses the boundary", src)
-        elif _forge(prog, expansion.split(), st, src, payload) is not None:
+        elif forge_rule(prog, expansion.split(), st, src, payload) is not None:
             return deny(RuleId.D1_FORGE, f"defines a gh alias for `gh {expansion}`", src)
     return None

@@ -1,6 +1,6 @@
 """The tree-sitter walk that turns a bash syntax tree into a `Script` (every command the fast
 path does not take): statements, lists, compound commands and redirections here, the words in
-`policy/bashwords.py`."""
+`policy/parse/bashwords.py`."""
 
 from __future__ import annotations
 
@@ -8,15 +8,8 @@ import re
 
 from tree_sitter import Node
 
-from gitsup.policy.bashwords import _WordBuilder
-from gitsup.policy.script import (
-    Part,
-    Redirect,
-    Script,
-    Seg,
-    Word,
-    _piped_into,
-)
+from gitsup.policy.parse.bashwords import WordBuilder
+from gitsup.policy.parse.script import Part, Redirect, Script, Seg, Word, piped_into
 
 _SAFE_GAP = re.compile(r"[\sA-Za-z0-9_./=+:,@%-]*")
 
@@ -94,7 +87,7 @@ _WORDISH = frozenset(
 _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 
 
-class _Builder(_WordBuilder):
+class TreeBuilder(WordBuilder):
     def __init__(self, data: bytes, command: str) -> None:
         """`data` is `command` encoded (utf-8, surrogateescape)."""
         self.data = data
@@ -247,7 +240,7 @@ class _Builder(_WordBuilder):
             if (
                 p.words
                 and p.words[0].src == name
-                and (p.pipe_prev is not None or p.background or _piped_into(p, inner))
+                and (p.pipe_prev is not None or p.background or piped_into(p, inner))
             ):
                 self.script.fork_bombs.append(self.text(node))
                 break

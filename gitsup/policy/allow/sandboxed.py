@@ -1,10 +1,12 @@
 """The sandboxed mode (docs/policy.md, "Sandboxed mode"): what becomes `allow` when the task's kernel sandbox
-is enforced. Only reached from the allow list (`allow.py`) when `AllowState.sandboxed` is set, after
-deny detection found nothing; every function returns None (no opinion: the caller asks) or a
+is enforced. Only reached from the allow list (`allow/judge.py`, `allow/git.py`) through
+`AllowState.sandbox`, the strategy the classifier passes in (`allow/mode.py`), after deny
+detection found nothing; every function returns None (no opinion: the caller asks) or a
 decision. Writes stay inside W and the Git directory stays out of reach; reads may go wherever the
 kernel lets the task read; inline code and installed tools run unless their text names a publishing,
-pushing or hook operation; network, wrappers, release tools and non-inert assignments keep asking.
-Git working-tree operations are in `policy/sandboxed_git.py`.
+pushing or hook operation (or one of its string literals is a command the deny scan denies:
+`deny/scan.py` `scan_command`); network, wrappers, release tools and non-inert assignments keep asking.
+Git working-tree operations are in `policy/allow/sandboxed_git.py`.
 """
 
 from __future__ import annotations
@@ -13,20 +15,29 @@ import fnmatch
 import posixpath
 import re
 
-from gitsup.policy.allow import _NAME, _program
-from gitsup.policy.allow_programs import _find, _forbidden, _runner, _sed, _test, _utility
-from gitsup.policy.allow_state import AllowState
+from gitsup.policy.allow.judge import PROGRAM_NAME, judge_program
+from gitsup.policy.allow.programs import (
+    is_forbidden,
+    judge_find,
+    judge_runner,
+    judge_sed,
+    judge_test,
+    judge_utility,
+)
+from gitsup.policy.allow.state import AllowState
 from gitsup.policy.config import Policy, ScriptSpec, UtilitySpec
 from gitsup.policy.decision import Decision, allow, ask
-from gitsup.policy.normalise import Expander, basename, resolve
-from gitsup.policy.parse import Part
+from gitsup.policy.deny.scan import scan_command
+from gitsup.policy.facts import ScanState
+from gitsup.policy.normalise.expand import Expander, basename, resolve
+from gitsup.policy.parse.parser import parse
+from gitsup.policy.parse.script import Part, Word
 from gitsup.policy.rules import RuleId
-from gitsup.policy.script import Word
 
 RULE = RuleId.A_SANDBOXED
 
 
-def _ok(what: str, src: str) -> Decision:
+def sandboxed_ok(what: str, src: str) -> Decision:
     return allow(RULE, f"inside the sandbox: {what}", src)
 
 
@@ -37,7 +48,7 @@ def sandboxed_program(
     their inline code), installed tools through `npx`/`npm exec`, printing the environment."""
     policy = st.policy
     prog, args = argv[0], argv[1:]
-    d = _runner(argv, st, src, sandboxed=True)
+    d = judge_runner(argv, st, src, sandboxed=True)
     if d is not None:
         return d
     spec = policy.sandboxed_mutators.get(prog)
@@ -49,7 +60,7 @@ def sandboxed_program(
     if script is not None:
         return _script(prog, args, script, st, src, part)
     if prog == "printenv":
-        return _ok("`printenv` prints the environment the sandbox passed", src)
+        return sandboxed_ok("`printenv` prints the environment the sandbox passed", src)
     if prog == "env":
         return _env(args, st, src)
     if part is not None and (prog in ("npx", "bunx") or (args[:1] == ["exec"] and prog in _EXECS)):
@@ -85,20 +96,20 @@ def read_anywhere(
         spec = policy.utilities.get(prog)
         if spec is None or spec.create:
             return None
-        d = _utility(prog, args, spec, reading, src)
+        d = judge_utility(prog, args, spec, reading, src)
     elif prog == "find":
-        d = _find(args, reading, src)
+        d = judge_find(args, reading, src)
     elif prog in ("test", "["):
-        d = _test(args, reading, src, brackets=prog == "[")
+        d = judge_test(args, reading, src, brackets=prog == "[")
     elif prog == "sed":
-        d = _sed(args, reading, src)
+        d = judge_sed(args, reading, src)
     elif prog == "printenv":
-        return _ok("`printenv` prints the environment the sandbox passed", src)
+        return sandboxed_ok("`printenv` prints the environment the sandbox passed", src)
     else:
         return None
     if d.verdict != "allow":
         return d
-    return _ok(f"`{prog}` {what}", src)
+    return sandboxed_ok(f"`{prog}` {what}", src)
 
 
 _PARAM = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])$")
@@ -131,18 +142,18 @@ def expanded_part(part: Part, first: Word, st: AllowState) -> Decision | None:
         return None
     ex = st.expander()
     if part.kind == "test":
-        d = _test(
+        d = judge_test(
             [" ".join(a[0]) if a else "" for a in map(ex.word, part.words)],
             _reading(st),
             src,
             brackets=False,
             double=part.src.startswith("[["),
         )
-        return _ok("a test of an expansion", src) if d.verdict == "allow" else d
+        return sandboxed_ok("a test of an expansion", src) if d.verdict == "allow" else d
     if part.kind != "cmd" or not part.words:
         return no
     head = part.words[0]
-    if not head.plain or head.expands or not _NAME.match(head.src):
+    if not head.plain or head.expands or not PROGRAM_NAME.match(head.src):
         return no
     argvs = ex.argvs(part.words)
     if len(argvs) != 1 or not argvs[0] or argvs[0][0] != head.src:
@@ -176,7 +187,7 @@ def _env(args: list[str], st: AllowState, src: str) -> Decision | None:
             i += 1
             continue
         return None  # a command: `env` runs another program
-    return _ok("`env` without a command prints the environment", src)
+    return sandboxed_ok("`env` without a command prints the environment", src)
 
 
 # -- installed tools ---------------------------------------------------------------------------
@@ -199,16 +210,16 @@ def _installed(prog: str, args: list[str], part: Part, st: AllowState, src: str)
     if i >= len(args):
         return None
     name = args[i]
-    if not _NAME.match(name) or name in (".", ":", "["):
+    if not PROGRAM_NAME.match(name) or name in (".", ":", "["):
         return None
     if name in st.policy.release_tools:
         return _release(name, src)
-    d = _program([name, *args[i + 1 :]], part, st)
+    d = judge_program([name, *args[i + 1 :]], part, st)
     if d is None or d.verdict == "allow":
         return d
     if d.rule == RuleId.ASK_UNKNOWN:
         d2 = _args_in_w(args[i + 1 :], st, src, name)
-        return d2 if d2 is not None else _ok(f"runs the installed `{name}`", src)
+        return d2 if d2 is not None else sandboxed_ok(f"runs the installed `{name}`", src)
     return d
 
 
@@ -259,8 +270,6 @@ _ESCAPED = {"n": "\n", "t": "\t"}
 def _literal_deny(code: str, policy: Policy, worktree: str, home: str) -> str | None:
     """A string literal of the code (or all of them joined, `execFileSync('git', ['push'])`)
     that the shell classifier denies: the command it would run is visible."""
-    from gitsup.policy.classify import classify_command
-
     texts = [
         _ESCAPE.sub(lambda m: _ESCAPED.get(m.group(1), m.group(1)), a or b or c)
         for a, b, c in _LITERAL.findall(code)
@@ -270,8 +279,12 @@ def _literal_deny(code: str, policy: Policy, worktree: str, home: str) -> str | 
     for t in texts:
         if not t.strip():
             continue
-        d = classify_command(t, worktree=worktree, policy=policy, home=home)
-        if d.verdict == "deny":
+        dotglob = "dotglob" in t or "GLOBIGNORE" in t
+        try:
+            d = scan_command(t, parse(t), ScanState(policy, worktree, home, dotglob))
+        except (RecursionError, UnicodeError):
+            continue  # the classifier asks about such text: it is not a deny
+        if d is not None:
             return f"`{d.part}` ({d.rule})"
     return None
 
@@ -284,7 +297,7 @@ def _inline(prog: str, code: str, st: AllowState, src: str, how: str) -> Decisio
             f"`{prog}` {how} that names {named}; not run even in the sandbox",
             src,
         )
-    return _ok(f"`{prog}` runs {how}", src)
+    return sandboxed_ok(f"`{prog}` runs {how}", src)
 
 
 def _stdin_code(part: Part | None) -> str | None:
@@ -315,11 +328,11 @@ def path_program(part: Part, st: AllowState) -> Decision | None:
     if not st.strictly_inside(path) or st.in_git_dir(path):
         return None
     name = basename(path)
-    if not _NAME.match(name):
+    if not PROGRAM_NAME.match(name):
         return None
     if name in st.policy.release_tools:
         return _release(path, src)
-    d = _program([name, *argv[1:]], part, st)
+    d = judge_program([name, *argv[1:]], part, st)
     if d is None:
         return None
     if d.verdict == "allow":
@@ -328,7 +341,7 @@ def path_program(part: Part, st: AllowState) -> Decision | None:
         d2 = _args_in_w(argv[1:], st, src, path)
         if d2 is not None:
             return d2
-        return _ok(f"runs {path} from the worktree", src)
+        return sandboxed_ok(f"runs {path} from the worktree", src)
     return d
 
 
@@ -393,7 +406,7 @@ def _script(
     d = _args_in_w(args[i + 1 :], st, src, f"{prog} {script}")
     if d is not None:
         return d
-    return _ok(f"`{prog}` runs the script {script} from the worktree", src)
+    return sandboxed_ok(f"`{prog}` runs the script {script} from the worktree", src)
 
 
 def _inline_opt(a: str, nxt: str | None, inline: tuple[str, ...]) -> str | None:
@@ -411,7 +424,7 @@ def _inline_opt(a: str, nxt: str | None, inline: tuple[str, ...]) -> str | None:
 # -- file mutation --------------------------------------------------------------------------
 def _mutate(prog: str, args: list[str], spec: UtilitySpec, st: AllowState, src: str) -> Decision:
     paths: list[str] = []
-    d = _utility(prog, args, spec, st, src, collected=paths)
+    d = judge_utility(prog, args, spec, st, src, collected=paths)
     if d.verdict != "allow":
         return d
     for p in paths:
@@ -425,7 +438,7 @@ def _mutate(prog: str, args: list[str], spec: UtilitySpec, st: AllowState, src: 
         d2 = _symlink_targets(args, paths, st, src)
         if d2 is not None:
             return d2
-    return _ok(f"`{prog}` on paths in the worktree", src)
+    return sandboxed_ok(f"`{prog}` on paths in the worktree", src)
 
 
 def _symbolic(args: list[str]) -> bool:
@@ -528,7 +541,7 @@ def _tar(args: list[str], st: AllowState, src: str) -> Decision | None:
             break
         if a.startswith("--"):
             name, eq, val = a.partition("=")
-            if _forbidden(name, _TAR_FORBID):
+            if is_forbidden(name, _TAR_FORBID):
                 return ask(
                     RuleId.ASK_MUTATION, f"`tar {name}` runs a program or writes elsewhere", src
                 )
@@ -580,7 +593,7 @@ def _tar(args: list[str], st: AllowState, src: str) -> Decision | None:
                 )
     if "x" in letters and any(st.in_git_dir(c) for c in st.cwds):
         return ask(RuleId.ASK_GIT_DIR, "`tar -x` in the Git directory", src)
-    return _ok("`tar` extracts or lists an archive in the worktree", src)
+    return sandboxed_ok("`tar` extracts or lists an archive in the worktree", src)
 
 
 # -- sed -i ----------------------------------------------------------------------------------
@@ -653,7 +666,7 @@ def sed_edit(args: list[str], st: AllowState, src: str) -> Decision | None:
             return ask(RuleId.ASK_OUTSIDE_PATH, f"`sed` edits {f} outside the worktree", src)
         if st.in_git_dir(f):
             return ask(RuleId.ASK_GIT_DIR, f"`sed` edits the Git directory ({f})", src)
-    return _ok("`sed` edits files in the worktree", src)
+    return sandboxed_ok("`sed` edits files in the worktree", src)
 
 
 def _skip_delimited(s: str, i: int, delim: str) -> int:

@@ -1,13 +1,13 @@
 """Repairing brace expansions tree-sitter-bash rejects, so that deny detection still sees the
-commands in them (parse.py parses, normalise.py expands; this module uses both).
+commands in them (parse/parser.py parses, normalise/expand.py expands; this module uses both).
 """
 
 from __future__ import annotations
 
 import re
 
-from gitsup.policy.normalise import expand_braces_text
-from gitsup.policy.parse import parse
+from gitsup.policy.normalise.expand import expand_braces_text
+from gitsup.policy.parse.parser import parse
 
 # `{git,push}` in command position is a tree-sitter-bash parse error although bash expands it.
 # A `{` directly followed by a non-blank is never a group in bash, so a blank-free `{...}` word

@@ -7,10 +7,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gitsup.policy.config import Policy, WrapperSpec
-from gitsup.policy.deny_names import UNWRAPPED
-from gitsup.policy.normalise import UNKNOWN, basename
+from gitsup.policy.normalise.expand import UNKNOWN, basename
 
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+# Wrappers handled in code, besides the policy's wrappers (a program name the deny scan judges:
+# facts.JUDGED).
+UNWRAPPED = frozenset({"xargs", "find", "parallel"})
 
 
 @dataclass

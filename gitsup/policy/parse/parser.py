@@ -6,8 +6,8 @@ keeps its words as segments (literal text with its quoting, or an expansion), so
 stages can both judge the *plain form* (allow list) and compute the *normalised form*
 (deny detection) without re-parsing.
 
-The parsed form lives in `policy/script.py`, the plain-command fast path in
-`policy/fastpath.py`, the tree-sitter walk in `policy/bashtree.py`; this module chooses.
+The parsed form lives in `policy/parse/script.py`, the plain-command fast path in
+`policy/parse/fastpath.py`, the tree-sitter walk in `policy/parse/bashtree.py`; this module chooses.
 """
 
 from __future__ import annotations
@@ -17,17 +17,11 @@ import threading
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from gitsup.policy.bashtree import _Builder
-from gitsup.policy.fastpath import _fast_parse as _fast_parse
-from gitsup.policy.script import Part as Part
-from gitsup.policy.script import PartKind as PartKind
-from gitsup.policy.script import Redirect as Redirect
-from gitsup.policy.script import Script as Script
-from gitsup.policy.script import Seg as Seg
-from gitsup.policy.script import SegKind as SegKind
-from gitsup.policy.script import Word as Word
-from gitsup.policy.script import decode_ansi_c as decode_ansi_c
-from gitsup.policy.script import split_glued as split_glued
+from gitsup.policy.parse.bashtree import TreeBuilder
+from gitsup.policy.parse.fastpath import fast_parse
+from gitsup.policy.parse.script import (
+    Script,
+)
 
 _LANGUAGE = Language(tree_sitter_bash.language())
 _local = threading.local()
@@ -65,7 +59,7 @@ def _too_deep(root: Node, data: bytes) -> bool:
 
 
 def parse(command: str) -> Script:
-    fast = _fast_parse(command)
+    fast = fast_parse(command)
     if fast is not None:
         return fast
     return parse_tree(command)
@@ -80,7 +74,7 @@ def parse_tree(command: str) -> Script:
         return Script(
             src=command, parts=[], has_error=root.has_error, flags={"too-deep"}, error_line=0
         )
-    b = _Builder(data, command)
+    b = TreeBuilder(data, command)
     b.container(root, None)
     has_error = root.has_error
     if not has_error and _has_gap(root, data, b.recovered):

@@ -7,16 +7,12 @@ import fnmatch
 import re
 from collections.abc import Sequence
 
-from gitsup.policy.allow_state import AllowState
+from gitsup.policy.allow.state import AllowState
 from gitsup.policy.config import RunnerSpec, UtilitySpec
 from gitsup.policy.decision import Decision, allow, ask
-from gitsup.policy.normalise import (
-    basename,
-)
+from gitsup.policy.facts import PYTHON
+from gitsup.policy.normalise.expand import basename
 from gitsup.policy.rules import RuleId
-
-_PYTHON = re.compile(r"^python(\d(\.\d+)?)?$")
-
 
 _TEST_FILE_OPS = frozenset(
     {
@@ -65,7 +61,7 @@ def _long_match(name: str, options: Sequence[str]) -> str | None:
     return None
 
 
-def _forbidden(name: str, forbid: Sequence[str]) -> bool:
+def is_forbidden(name: str, forbid: Sequence[str]) -> bool:
     """`name` is a forbidden option, an unambiguous-prefix abbreviation of a forbidden long
     option, or the double-dash spelling of a single-dash long one (Go: `--toolexec`)."""
     if name in forbid:
@@ -93,7 +89,7 @@ def _takes(spec: UtilitySpec) -> tuple[frozenset[str], tuple[str, ...]]:
     return hit[1], hit[2]
 
 
-def _utility(
+def judge_utility(
     prog: str,
     args: list[str],
     spec: UtilitySpec,
@@ -123,7 +119,7 @@ def _utility(
             continue
         if a.startswith("--"):
             name, eq, val = a.partition("=")
-            if _forbidden(name, spec.forbid):
+            if is_forbidden(name, spec.forbid):
                 return ask(RuleId.ASK_UTILITY_OPTION, f"`{prog} {name}` is not read-only", src)
             canon = _long_match(name, longs) or name
             seen.add(canon)
@@ -207,7 +203,7 @@ def _utility(
     return allow(RuleId.A_READ_ONLY, f"read-only `{prog}` on paths in the worktree", src)
 
 
-def _sed(args: list[str], st: AllowState, src: str) -> Decision:
+def judge_sed(args: list[str], st: AllowState, src: str) -> Decision:
     quiet = False
     scripts: list[str] = []
     files: list[str] = []
@@ -277,7 +273,7 @@ _FIND_FORBID = frozenset(
 _FIND_PATH_ARGS = frozenset({"-newer", "-anewer", "-cnewer", "-samefile", "-files0-from"})
 
 
-def _find(args: list[str], st: AllowState, src: str) -> Decision:
+def judge_find(args: list[str], st: AllowState, src: str) -> Decision:
     roots = []
     for a in args:
         if a in ("-H", "-L", "-P"):
@@ -305,7 +301,7 @@ _ARITH_OPS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
 _INTEGER = re.compile(r"^\s*[-+]?(0[xX][0-9a-fA-F]+|[0-9]+)\s*$")
 
 
-def _test(
+def judge_test(
     args: Sequence[str], st: AllowState, src: str, *, brackets: bool, double: bool = False
 ) -> Decision:
     words = list(args)
@@ -340,7 +336,7 @@ def _test(
 
 
 # -- local development --------------------------------------------------------------------
-def _runner(
+def judge_runner(
     argv: list[str], st: AllowState, src: str, *, sandboxed: bool = False
 ) -> Decision | None:
     found: Decision | None = None
@@ -445,7 +441,7 @@ def _runner_ok(
             if (
                 spec.forbid
                 and (
-                    _forbidden(opt, spec.forbid)
+                    is_forbidden(opt, spec.forbid)
                     # `-Z` takes its value attached (`cargo -Zflag`)
                     or ("-Z" in spec.forbid and opt[:2] == "-Z" and len(opt) > 2)
                 )
@@ -503,4 +499,4 @@ def _runner_ok(
 
 
 def is_pythonish(prog: str) -> bool:
-    return bool(_PYTHON.match(basename(prog)))
+    return bool(PYTHON.match(basename(prog)))

@@ -3,12 +3,11 @@ written with literal content, downloaded files, and whether HEAD is protected.""
 
 from __future__ import annotations
 
-import gitsup.policy.gitcmd as gitcmd
-from gitsup.policy.context import ScanState
-from gitsup.policy.deny_names import STATE
-from gitsup.policy.deny_writes import _operands
-from gitsup.policy.normalise import basename
-from gitsup.policy.script import Part
+from gitsup.policy import facts
+from gitsup.policy.deny.writes import file_operands
+from gitsup.policy.facts import STATE, ScanState
+from gitsup.policy.normalise.expand import basename
+from gitsup.policy.parse.script import Part
 
 
 def update_state(argv: list[str], part: Part, st: ScanState) -> None:
@@ -69,18 +68,18 @@ def update_state(argv: list[str], part: Part, st: ScanState) -> None:
         return
     if prog == "tee":
         data = st.stdin_of(part)
-        for op in _operands(args):
+        for op in file_operands(args):
             if data is not None:
                 st.files[st.path(op)] = data
-    if prog in ("cp", "mv", "install") and len(_operands(args)) == 2:
-        src_, dst = (st.path(x) for x in _operands(args))
+    if prog in ("cp", "mv", "install") and len(file_operands(args)) == 2:
+        src_, dst = (st.path(x) for x in file_operands(args))
         if src_ in st.files:
             st.files[dst] = st.files[src_]
         if src_ in st.downloaded:
             st.downloaded.add(dst)
     if prog == "git" and ("checkout" in argv or "switch" in argv):
-        call = gitcmd.parse_git(argv)
+        call = facts.parse_git(argv)
         if not any(name == "-C" for name, _ in call.options):
-            state = gitcmd.switches_to(call, st.policy)
+            state = facts.switches_to(call, st.policy)
             if state is not None:
                 st.head_protected = state

@@ -12,8 +12,7 @@ import itertools
 import posixpath
 from collections.abc import Callable, Mapping, Sequence
 
-from gitsup.policy.parse import Part, Seg, Word
-from gitsup.policy.script import literal_field
+from gitsup.policy.parse.script import Part, Seg, Word, literal_field
 
 UNKNOWN = "\x00?"  # an argument (or piece) that cannot be known without running something
 MAX_ALTERNATIVES = 16

@@ -2,8 +2,8 @@
 and "Ask").
 
 Every part must be accounted for; the first part that is not gives the `ask` decision.
-The judges of `git` live in `policy/allow_git.py`, those of other programs in
-`policy/allow_programs.py`, the state they judge against in `policy/allow_state.py`.
+The judges of `git` live in `policy/allow/git.py`, those of other programs in
+`policy/allow/programs.py`, the state they judge against in `policy/allow/state.py`.
 """
 
 from __future__ import annotations
@@ -12,27 +12,29 @@ import fnmatch
 import functools
 import re
 
-from gitsup.policy.allow_git import _git
-from gitsup.policy.allow_programs import _PYTHON, _find, _runner, _sed, _test, _utility
-from gitsup.policy.allow_programs import is_pythonish as is_pythonish
-from gitsup.policy.allow_state import AllowState as AllowState
-from gitsup.policy.config import Policy
-from gitsup.policy.decision import Decision, _make, allow, ask
-from gitsup.policy.normalise import (
-    UNKNOWN,
-    resolve,
+from gitsup.policy.allow.git import judge_git
+from gitsup.policy.allow.programs import (
+    judge_find,
+    judge_runner,
+    judge_sed,
+    judge_test,
+    judge_utility,
 )
-from gitsup.policy.parse import Part, Script
+from gitsup.policy.allow.state import AllowState
+from gitsup.policy.config import Policy
+from gitsup.policy.decision import Decision, allow, ask, make_decision
+from gitsup.policy.facts import PYTHON
+from gitsup.policy.normalise.expand import UNKNOWN, resolve
+from gitsup.policy.parse.script import Part, Script, Word, plain_argv
 from gitsup.policy.rules import RuleId
-from gitsup.policy.script import Word, plain_argv
 
-_NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*|\[|:|\.)$")
+PROGRAM_NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*|\[|:|\.)$")
 
 
 @functools.lru_cache(maxsize=4096)  # the answers for a few program names
 def _is_name(prog: str) -> bool:
-    """A plain program name (`_NAME`)."""
-    return _NAME.match(prog) is not None
+    """A plain program name (`PROGRAM_NAME`)."""
+    return PROGRAM_NAME.match(prog) is not None
 
 
 _MUTATORS = frozenset(
@@ -93,7 +95,7 @@ def judge_script(script: Script, st: AllowState) -> Decision:
             rule, reason, best_depth, best = d.rule, d.reason, part.depth, d
     if best is not None and best.part == script.src and not best.sandboxed:
         return best  # the same decision (a one-part command): not built twice
-    return _make("allow", rule, reason, script.src)
+    return make_decision("allow", rule, reason, script.src)
 
 
 def judge_part(part: Part, st: AllowState) -> Decision | None:
@@ -105,7 +107,7 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
         if plain is not None:
             head = part.words[0]
             if plain[0] == head.src and head.plain and _is_name(plain[0]):
-                d = _program(plain, part, st)
+                d = judge_program(plain, part, st)
                 if st.policy.allow_rules and d is not None and d.verdict == "ask":
                     return repo_allow(d, plain, st.policy, part.src)
                 return d
@@ -133,10 +135,8 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
     d = _redirects(part, st)
     if d is not None:
         return d
-    if expanded is not None:
-        from gitsup.policy.sandboxed import expanded_part
-
-        return expanded_part(part, expanded, st)
+    if expanded is not None and st.sandbox is not None:
+        return st.sandbox.expanded_part(part, expanded, st)
     if part.kind in ("words", "assign", "redirects"):
         return None
     if part.kind == "decl":
@@ -144,7 +144,7 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
         return ask(RuleId.ASK_ASSIGNMENT, f"`{kw}` changes the environment", src)
     if part.kind == "test":
         ex = st.expander()
-        return _test(
+        return judge_test(
             [" ".join(a[0]) if a else "" for a in map(ex.word, part.words)],
             st,
             src,
@@ -155,12 +155,10 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
         return None
     head = part.words[0]
     prog = head.src
-    if not head.plain or not _NAME.match(prog):
+    if not head.plain or not PROGRAM_NAME.match(prog):
         if "/" in prog and head.plain:
-            if st.sandboxed:
-                from gitsup.policy.sandboxed import path_program
-
-                d = path_program(part, st)
+            if st.sandbox is not None:
+                d = st.sandbox.path_program(part, st)
                 if d is not None:
                     return d
             return ask(RuleId.ASK_COMMAND_PATH, f"program named by a path ({prog})", src)
@@ -174,7 +172,7 @@ def judge_part(part: Part, st: AllowState) -> Decision | None:
     argv = argvs[0]
     if argv[0] != prog:
         return ask(RuleId.ASK_COMMAND_NAME, f"expanded command name {prog!r}", src)
-    d = _program(argv, part, st)
+    d = judge_program(argv, part, st)
     if (
         st.sandboxed
         and d is not None
@@ -257,7 +255,7 @@ def _redirects(part: Part, st: AllowState) -> Decision | None:
     return None
 
 
-def _program(argv: list[str], part: Part, st: AllowState) -> Decision | None:
+def judge_program(argv: list[str], part: Part, st: AllowState) -> Decision | None:
     policy = st.policy
     prog = argv[0]
     args = argv[1:]
@@ -273,31 +271,29 @@ def _program(argv: list[str], part: Part, st: AllowState) -> Decision | None:
     if prog == "cd":
         return _cd(args, st, src)
     if prog == "git":
-        return _git(args, part, st)
+        return judge_git(args, part, st)
     if prog == "command":
         if args and args[0] in ("-v", "-V"):
             return allow(RuleId.A_READ_ONLY, "command lookup", src)
         return ask(RuleId.ASK_WRAPPER, "`command` runs another program", src)
     if prog == "sed":
-        d = _sed(args, st, src)
-        if d.verdict != "allow" and st.sandboxed:
-            from gitsup.policy.sandboxed import read_anywhere, sed_edit
-
+        d = judge_sed(args, st, src)
+        if d.verdict != "allow" and st.sandbox is not None:
             if d.rule == RuleId.ASK_OUTSIDE_PATH:
-                return read_anywhere(prog, args, st, src) or d
-            return sed_edit(args, st, src) or d
+                return st.sandbox.read_anywhere(prog, args, st, src) or d
+            return st.sandbox.sed_edit(args, st, src) or d
         return d
     if prog == "find":
-        d = _find(args, st, src)
+        d = judge_find(args, st, src)
         return _outside(d, prog, args, st) if st.sandboxed and d.verdict != "allow" else d
     if prog in ("test", "["):
-        d = _test(args, st, src, brackets=prog == "[")
+        d = judge_test(args, st, src, brackets=prog == "[")
         return _outside(d, prog, args, st) if st.sandboxed and d.verdict != "allow" else d
     if prog == "printf" and args and args[0].startswith("-v"):
         return ask(RuleId.ASK_ASSIGNMENT, "`printf -v` assigns a variable", src)
     spec = policy.utilities.get(prog)
     if spec is not None:
-        d = _utility(prog, args, spec, st, src)
+        d = judge_utility(prog, args, spec, st, src)
         return _outside(d, prog, args, st) if st.sandboxed and d.verdict != "allow" else d
     if (
         len(args) == 1
@@ -305,13 +301,11 @@ def _program(argv: list[str], part: Part, st: AllowState) -> Decision | None:
         and args[0] in _VERSION_QUERIES.get(_version_key(prog), ())
     ):
         return allow(RuleId.A_READ_ONLY, f"`{prog} {args[0]}` prints its version", src)
-    runner = _runner(argv, st, src)
+    runner = judge_runner(argv, st, src)
     if runner is not None and runner.verdict == "allow":
         return runner
-    if st.sandboxed:
-        from gitsup.policy.sandboxed import sandboxed_program
-
-        sd = sandboxed_program(argv, st, src, part)
+    if st.sandbox is not None:
+        sd = st.sandbox.program(argv, st, src, part)
         if sd is not None:
             return sd
     if runner is not None:
@@ -332,18 +326,16 @@ _VERSION_QUERIES: dict[str, tuple[str, ...]] = {
 
 
 def _version_key(prog: str) -> str:
-    if _PYTHON.match(prog) or prog in ("pypy", "pypy3"):
+    if PYTHON.match(prog) or prog in ("pypy", "pypy3"):
         return "python"
     return "node" if prog == "nodejs" else prog
 
 
 def _outside(d: Decision, prog: str, args: list[str], st: AllowState) -> Decision:
     """Inside the sandbox a read outside the worktree is the kernel's to refuse."""
-    if d.rule != RuleId.ASK_OUTSIDE_PATH:
+    if d.rule != RuleId.ASK_OUTSIDE_PATH or st.sandbox is None:
         return d
-    from gitsup.policy.sandboxed import read_anywhere
-
-    return read_anywhere(prog, args, st, d.part) or d
+    return st.sandbox.read_anywhere(prog, args, st, d.part) or d
 
 
 def _why_ask(prog: str, args: list[str], st: AllowState, src: str) -> Decision:
@@ -354,7 +346,7 @@ def _why_ask(prog: str, args: list[str], st: AllowState, src: str) -> Decision:
             f"`{prog}` runs shell code the classifier cannot account for",
             src,
         )
-    if prog in policy.interpreters or _PYTHON.match(prog):
+    if prog in policy.interpreters or PYTHON.match(prog):
         if any(a in ("-m",) for a in args[:3]) and any(a in ("pip", "ensurepip") for a in args):
             return ask(RuleId.ASK_INSTALL, "installs packages", src)
         return ask(RuleId.ASK_INTERPRETER, f"`{prog}` runs code in another language (opaque)", src)
