@@ -14,7 +14,7 @@ from tests.helpers.sup import PYTEST_CHECK, task_ids, wait_for, write_worker
 
 # The first run commits notes only (its check fails: add still subtracts); a revision run
 # (its goal names the candidate to fast-forward to) saves the goal it was given where the
-# test reads it, then fixes add.
+# test reads it, then fixes add and adds a test at the end of test_calc.py.
 WORKER = """
 import os, pathlib, re, subprocess
 goal = os.environ["GITSUP_GOAL"]
@@ -24,6 +24,8 @@ if m:
     pathlib.Path({seen!r}).write_text(goal)
     p = pathlib.Path("calc.py")
     p.write_text(p.read_text().replace("a - b", "a + b"))
+    t = pathlib.Path("test_calc.py")
+    t.write_text(t.read_text() + "\\n\\ndef test_zero():\\n    assert add(0, 0) == 0\\n")
     subprocess.run(["git", "commit", "-qam", "add adds"], check=True)
 else:
     pathlib.Path("NOTES.md").write_text("looked at it\\n")
@@ -69,7 +71,8 @@ def test_a_comment_goes_to_a_revision_task_and_its_candidate_shows_it_addressed(
     assert added["id"] == "c1" and added["commit"] == cand and added["status"] == "open"
     assert added["path"] == "calc.py" and added["line"] == 2 and added["by"] == "t@example.invalid"
     assert added["line_text"] == "    return a - b"
-    far = _json(repo, "comment", task, "test_calc.py:5", "keep this assert")
+    # on a file the revision changes, but far from the change
+    far = _json(repo, "comment", task, "test_calc.py:1", "keep this import")
     assert far["id"] == "c2"
     # stored with the candidate: its note, and the task's (sealed) log
     assert [c["id"] for c in _note(repo, task)["comments"]] == ["c1", "c2"]
@@ -88,7 +91,7 @@ def test_a_comment_goes_to_a_revision_task_and_its_candidate_shows_it_addressed(
     assert f"git merge --ff-only {cand}" in goal
     assert "calc.py:2 (comment c1)" in goal and ">    2 |     return a - b" in goal
     assert "> add must add, not subtract" in goal
-    assert "test_calc.py:5 (comment c2)" in goal and "> also keep the tests green" in goal
+    assert "test_calc.py:1 (comment c2)" in goal and "> also keep the tests green" in goal
 
     # the revision's candidate note: c1 addressed (its line changed), c2 not
     note = _note(repo, rev)
