@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 CONTEXT = 3  # lines either side of the comment's line that count as "at the comment"
 MAX_MESSAGE_CHARS = 4000
+MAX_COMMENTS = 500  # per task
 MAX_LINE_TEXT = 300
 # What one `revision_requested` may carry (its JSON, in bytes): the rest wait for the next.
 MAX_REVISION_BYTES = 48 * 1024

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gitsup.errors import GitsupError
@@ -90,6 +91,8 @@ def add_comment(
     tid = TaskId(record.id)
     with ctx.store.lock(tid):
         got = cm.fold(record.id, events_of(ctx, tid))
+        if len(got.own) >= cm.MAX_COMMENTS:
+            raise GitsupError(f"task {record.id} has {len(got.own)} comments: no more are taken")
         cid = f"c{len(got.own) + 1}"
         payload = et.ReviewCommentAdded(
             id=cid,
@@ -163,7 +166,23 @@ def load_record(ctx: SupRepo, task: str) -> TaskRecord:
 
 
 def events_of(ctx: SupRepo, tid: TaskId) -> list[dict[str, Any]]:
-    return [e.as_dict() for e in EventLog(ctx.layout.events(tid), tid).read()]
+    """The task's events that concern comments (a log without any is not parsed: `show`
+    reads this for every task)."""
+    log = EventLog(ctx.layout.events(tid), tid)
+    if not any(_mentions(p) for p in [*log.rotated(), log.path]):
+        return []
+    return [e.as_dict() for e in log.read() if e.type in _TYPES]
+
+
+_TYPES = ("review_comment_added", "revision_requested")
+
+
+def _mentions(path: Path) -> bool:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    return any(f'"{t}"'.encode() in data for t in _TYPES)
 
 
 def append_event(ctx: SupRepo, tid: TaskId, payload: Any, seal: str | None) -> None:
