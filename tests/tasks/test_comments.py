@@ -192,3 +192,42 @@ def test_comments_on_a_running_task_refer_to_its_branch_tip(repo: Path, tmp: Pat
     _sup(repo, "wait", task)
     # the worker committed nothing: the task parked without a candidate; the comment stays
     assert _json(repo, "comment", task, "--list")["comments"][0]["id"] == "c1"
+
+
+def test_comments_made_at_once_each_get_their_own_id(repo: Path, tmp: Path) -> None:
+    import subprocess
+
+    from tests.conftest import GIT_SUP
+
+    task, _ = _parked(repo, tmp)
+    procs = [
+        subprocess.Popen(
+            [GIT_SUP, "comment", task, "calc.py:1", f"comment {i}", "--json"],
+            cwd=repo,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(6)
+    ]
+    ids = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        ids.append(json.loads(out)["id"])
+    assert sorted(ids) == [f"c{i}" for i in range(1, 7)], ids
+    # the note holds every one of them, however the writes interleaved
+    note = _note(repo, task)
+    assert sorted(c["id"] for c in note["comments"]) == sorted(ids)
+    assert sorted(c["message"] for c in note["comments"]) == [f"comment {i}" for i in range(6)]
+
+
+def test_nothing_that_judges_or_integrates_work_reads_comments() -> None:
+    """Comments are a person's words: the policy, the decider, the reviewer, the integration
+    and the push gate never import them."""
+    root = Path(__file__).resolve().parents[2] / "gitsup"
+    for package in ("policy", "verification", "integration", "boundary"):
+        for path in (root / package).rglob("*.py"):
+            text = path.read_text()
+            for name in ("gitsup.store.comments", "gitsup.tasks.comments", "review_comment"):
+                assert name not in text, f"{path} reads comments ({name})"
