@@ -32,6 +32,7 @@ from gitsup.ids import Oid
 
 if TYPE_CHECKING:
     from gitsup.git import GitRepo
+    from gitsup.store.events import EventLog
 
 CONTEXT = 3  # lines either side of the comment's line that count as "at the comment"
 MAX_MESSAGE_CHARS = 4000
@@ -41,6 +42,23 @@ MAX_LINE_TEXT = 300
 MAX_REVISION_BYTES = 48 * 1024
 
 OPEN, SENT, ADDRESSED, NOT_ADDRESSED = "open", "sent", "addressed", "not addressed"
+TYPES = ("review_comment_added", "revision_requested")
+
+
+def read(log: EventLog) -> list[dict[str, Any]]:
+    """The events of `log` that concern comments; a log that names neither type is not
+    parsed at all (`show` and every task's end ask this)."""
+    if not any(_mentions(p) for p in [*log.rotated(), log.path]):
+        return []
+    return [e.as_dict() for e in log.read() if e.type in TYPES]
+
+
+def _mentions(path: Any) -> bool:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    return any(f'"{t}"'.encode() in data for t in TYPES)
 
 
 @dataclass

@@ -295,10 +295,10 @@ class Finaliser:
 def _comments(repo: GitRepo, task: str, log: EventLog, head: Oid) -> dict[str, Any]:
     """The review comments the note carries, with their status against `head`
     (gitsup/store/comments.py); nothing when the task has none."""
-    from gitsup.store.comments import note_fields
+    from gitsup.store.comments import note_fields, read
 
     try:
-        return note_fields(repo, task, (e.as_dict() for e in log.read()), head)
+        return note_fields(repo, task, read(log), head)
     except Exception as exc:  # the note is written regardless; the log keeps the comments
         return {"comments_error": str(exc)[:300]}
 

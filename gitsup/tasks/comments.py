@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gitsup.errors import GitsupError
@@ -166,23 +165,8 @@ def load_record(ctx: SupRepo, task: str) -> TaskRecord:
 
 
 def events_of(ctx: SupRepo, tid: TaskId) -> list[dict[str, Any]]:
-    """The task's events that concern comments (a log without any is not parsed: `show`
-    reads this for every task)."""
-    log = EventLog(ctx.layout.events(tid), tid)
-    if not any(_mentions(p) for p in [*log.rotated(), log.path]):
-        return []
-    return [e.as_dict() for e in log.read() if e.type in _TYPES]
-
-
-_TYPES = ("review_comment_added", "revision_requested")
-
-
-def _mentions(path: Path) -> bool:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return False
-    return any(f'"{t}"'.encode() in data for t in _TYPES)
+    """The task's events that concern comments."""
+    return cm.read(EventLog(ctx.layout.events(tid), tid))
 
 
 def append_event(ctx: SupRepo, tid: TaskId, payload: Any, seal: str | None) -> None:
