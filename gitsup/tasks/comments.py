@@ -130,14 +130,15 @@ def comments_of(ctx: SupRepo, record: TaskRecord) -> dict[str, Any]:
     except GitsupError:
         head = None
     out["against"] = head
-    own = cm.with_status(ctx.repo, got.own, head)
+    final = record.id if record.candidate and record.state in TERMINAL else None
+    own = cm.with_status(ctx.repo, got.own, head, final)
     for c in own:
         rev = c.get("revision") or {}
         other = rev.get("task")
         if rev.get("how") == "task" and other and other != record.id:
             c["outcome"] = _outcome(ctx, c, str(other))
     out["comments"] = own
-    out["revises"] = cm.with_status(ctx.repo, got.revises, head)
+    out["revises"] = cm.with_status(ctx.repo, got.revises, head, final)
     out["revision_of"] = got.revision_of
     return out
 
@@ -150,7 +151,8 @@ def _outcome(ctx: SupRepo, comment: dict[str, Any], task: str) -> dict[str, Any]
     if not rec.candidate:
         state = rec.state.value if rec.state not in TERMINAL else f"{rec.state.value}, no candidate"
         return {"task": task, "status": cm.SENT, "why": f"revision task {state}"}
-    st, why = cm.status(ctx.repo, comment, rec.candidate)
+    final = task if rec.state in TERMINAL else None
+    st, why = cm.status(ctx.repo, {**comment, "revision": {"task": task}}, rec.candidate, final)
     return {"task": task, "status": st, "why": why, "against": rec.candidate}
 
 

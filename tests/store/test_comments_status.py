@@ -70,9 +70,13 @@ def test_a_deletion_and_a_removed_file(repo: Path, base: str) -> None:
     assert _status(repo, base, gone, 1) == "addressed"
 
 
-def test_on_its_own_commit_a_comment_is_open_or_sent(repo: Path, base: str) -> None:
+def test_on_its_own_commit_a_comment_is_open_sent_or_left_as_it_was(repo: Path, base: str) -> None:
     r = GitRepo.open(repo)
     c = {"id": "c1", "commit": base, "path": "f.txt", "line": 3}
     assert cm.status(r, c, base)[0] == "open"
     assert cm.status(r, {**c, "revision": {"how": "turn"}}, base)[0] == "sent"
     assert cm.status(r, c, None)[0] == "open"
+    # the task that revised it ended with that very commit as its candidate: not addressed
+    sent = {**c, "revision": {"how": "task", "task": "20990101-aaaaaa"}}
+    assert cm.status(r, sent, base, final_of="20990101-aaaaaa")[0] == "not addressed"
+    assert cm.status(r, sent, base, final_of="20990101-bbbbbb")[0] == "sent"
