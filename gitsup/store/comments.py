@@ -14,7 +14,8 @@ tip) is decided from Git alone, the same every time it is asked:
   commented file within CONTEXT lines of the comment's line (or no longer has the file);
 - `not addressed`: `head` is another commit and leaves those lines as they were;
 - `sent`: made on `head` itself and sent to a revision (`revise`), which has not produced
-  another candidate here;
+  another candidate here (once the task that revised it ends with `head` itself as its
+  candidate, the comment is `not addressed`);
 - `open`: made on `head` itself and not sent yet.
 
 Comments are a person's words and nothing more: nothing here is read by the policy, the
@@ -105,8 +106,10 @@ def fold(task: str, events: Iterable[Mapping[str, Any]]) -> Comments:
                         mine["revision"] = rev
             else:
                 out.revision_of = str(data.get("task") or "") or out.revision_of
+                rev = {"how": "task", "task": task, "by": data.get("by"), "at": ev.get("ts")}
                 out.revises.extend(
-                    {**{k: s.get(k) for k in _FIELDS}, "task": data.get("task")} for s in sent
+                    {**{k: s.get(k) for k in _FIELDS}, "task": data.get("task"), "revision": rev}
+                    for s in sent
                 )
     return out
 
@@ -114,11 +117,18 @@ def fold(task: str, events: Iterable[Mapping[str, Any]]) -> Comments:
 _FIELDS = ("id", "commit", "path", "line", "message", "by", "via", "at", "line_text")
 
 
-def status(repo: GitRepo, comment: Mapping[str, Any], head: str | None) -> tuple[str, str]:
-    """(status, why) of one comment against `head` (module docstring)."""
+def status(
+    repo: GitRepo, comment: Mapping[str, Any], head: str | None, final_of: str | None = None
+) -> tuple[str, str]:
+    """(status, why) of one comment against `head` (module docstring). `final_of`: the task
+    whose final candidate `head` is; a comment that task revised (in a turn, or as the
+    revision task) and that candidate left as it was is not addressed."""
     commit, path, line = comment.get("commit"), comment.get("path"), comment.get("line")
     if not head or not isinstance(commit, str) or head == commit:
-        return (SENT, "sent to a revision") if comment.get("revision") else (OPEN, "not sent yet")
+        rev = comment.get("revision") or {}
+        if head and final_of and rev.get("task") == final_of:
+            return NOT_ADDRESSED, "the revision left the commit commented on as it was"
+        return (SENT, "sent to a revision") if rev else (OPEN, "not sent yet")
     if not isinstance(path, str) or not isinstance(line, int):
         return NOT_ADDRESSED, "the comment names no line"
     try:
@@ -135,11 +145,14 @@ def status(repo: GitRepo, comment: Mapping[str, Any], head: str | None) -> tuple
 
 
 def with_status(
-    repo: GitRepo, comments: Iterable[Mapping[str, Any]], head: str | None
+    repo: GitRepo,
+    comments: Iterable[Mapping[str, Any]],
+    head: str | None,
+    final_of: str | None = None,
 ) -> list[dict[str, Any]]:
     out = []
     for c in comments:
-        st, why = status(repo, c, head)
+        st, why = status(repo, c, head, final_of)
         out.append({**c, "status": st, "why": why, "against": head})
     return out
 
@@ -153,7 +166,9 @@ def note_fields(
     got = fold(task, events)
     if not got.own and not got.revises:
         return {}
-    out: dict[str, Any] = {"comments": with_status(repo, [*got.revises, *got.own], head)}
+    out: dict[str, Any] = {
+        "comments": with_status(repo, [*got.revises, *got.own], head, final_of=task)
+    }
     if got.revision_of:
         out["revision_of"] = got.revision_of
     return out
