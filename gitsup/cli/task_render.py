@@ -289,3 +289,26 @@ def print_summary(ctx: SupRepo, record: TaskRecord) -> None:
         out(f"  reason: {r}")
     if record.candidate:
         out(f"inspect: git log --notes=sup {record.baseline[:12]}..refs/sup/{record.id}/candidate")
+
+
+def comment_lines(listed: dict[str, Any]) -> list[str]:
+    """The comments as text lines (`comment --list`, `show`), every person's word escaped."""
+    lines: list[str] = []
+    for c in [*listed.get("revises", []), *listed.get("comments", [])]:
+        where = f"{safe_text(str(c.get('path')))}:{c.get('line')}"
+        origin = f" (of task {c['task']})" if c.get("task") != listed.get("task") else ""
+        status = str(c.get("status"))
+        o = c.get("outcome")
+        if o:
+            status += f" -> {o.get('task')}: {o.get('status')}"
+        lines.append(f"{c.get('id')}{origin} {where} [{status}] {safe_text(str(c.get('by')), 80)}")
+        for text in str(c.get("message", "")).splitlines()[:20]:
+            lines.append("    " + safe_text(text))
+    return lines
+
+
+def safe_text(text: str, limit: int = 400) -> str:
+    from gitsup.supervision.prompts import printable
+
+    s = printable(text)
+    return s if len(s) <= limit else s[:limit] + "…"

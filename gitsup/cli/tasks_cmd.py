@@ -135,6 +135,12 @@ def show_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
         out(f"review    {record.review.kind}: {record.review.verdict or '-'}")
     for r in record.reasons:
         out(f"reason    {r}")
+    if d["comments"]:
+        from gitsup.cli.task_render import comment_lines
+
+        out("comments")
+        for line in comment_lines({"task": record.id, "comments": d["comments"]}):
+            out(f"  {line}")
     if d.get("queue_evidence"):
         sent_back = set(d["queue_evidence"]) - {"flaky", "tree"}
         out(

@@ -400,3 +400,35 @@ class RepoBase:
         b = self._repo[pygit2.Oid(hex=head)].peel(pygit2.Commit).tree
         stats = a.diff_to_tree(b).stats
         return int(stats.files_changed), int(stats.insertions), int(stats.deletions)
+
+    # --- review comments (gitsup/store/comments.py) -----------------------------------------
+
+    def file_at(self, commit: Oid, path: str) -> bytes | None:
+        """The content of file `path` in the commit's tree, or None when it names no file."""
+        tree = self._repo[pygit2.Oid(hex=commit)].peel(pygit2.Commit).tree
+        try:
+            entry = tree[path]
+        except (KeyError, ValueError):
+            return None
+        obj = self._repo[entry.id]
+        return bytes(obj.data) if isinstance(obj, pygit2.Blob) else None
+
+    def changed_old_lines(self, base: Oid, head: Oid, path: str) -> list[tuple[int, int]] | None:
+        """Where `path` changed from `base` to `head`, as (first, last) line ranges of its
+        `base` side; a pure insertion after line n is (n, n + 1). None when `head` has no such
+        file (removed or renamed away)."""
+        if self.file_at(head, path) is None:
+            return None
+        a = self._repo[pygit2.Oid(hex=base)].peel(pygit2.Commit).tree
+        b = self._repo[pygit2.Oid(hex=head)].peel(pygit2.Commit).tree
+        diff = a.diff_to_tree(b, context_lines=0, interhunk_lines=0)
+        out: list[tuple[int, int]] = []
+        for patch in diff:
+            if patch is None or patch.delta.old_file.path != path:
+                continue
+            for h in patch.hunks:
+                if h.old_lines == 0:
+                    out.append((h.old_start, h.old_start + 1))
+                else:
+                    out.append((h.old_start, h.old_start + h.old_lines - 1))
+        return out

@@ -604,6 +604,41 @@ class ControlRefused(Payload):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReviewCommentAdded(Payload):
+    """`git sup comment`: a person's review comment on `line` of `path` in `commit` (the
+    candidate, or a running task's branch tip); `line_text` is that line as it was. A
+    person's words: shown escaped, never read by the policy (docs/human.md)."""
+
+    TYPE: ClassVar[str] = "review_comment_added"
+    id: str
+    commit: Oid
+    path: str
+    line: int
+    message: str
+    by: str
+    via: str
+    at: float
+    line_text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RevisionRequested(Payload):
+    """`git sup revise`: `comments` (as they were added) of `task` sent back to an agent,
+    `how`: `turn` (the running worker's next turn, `ref` the control request) or `task` (a
+    revision task, `revision_task`). Recorded in the task's log and in the revision task's."""
+
+    TYPE: ClassVar[str] = "revision_requested"
+    task: str
+    how: str
+    comments: list[JsonMap]
+    message: str
+    by: str
+    via: str
+    revision_task: str | Unset = opt()
+    ref: str | Unset = opt()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaskPaused(Payload):
     """`git sup pause`: a person froze the whole task (its worker's cgroup, else its
     process group stopped); its deadline and no-output clocks stop until `task_resumed`."""

@@ -287,8 +287,20 @@ class Finaliser:
             cost=_cost_breakdown(self.task, self.journal.log),
             policy_change=self.repo.policy_change(Oid(self.record.baseline), head),
             agent_binary=self.record.agent_binary,
+            **_comments(self.repo, self.task, self.journal.log, head),
         )
         self.repo.write_note(head, note.to_text())
+
+
+def _comments(repo: GitRepo, task: str, log: EventLog, head: Oid) -> dict[str, Any]:
+    """The review comments the note carries, with their status against `head`
+    (gitsup/store/comments.py); nothing when the task has none."""
+    from gitsup.store.comments import note_fields, read
+
+    try:
+        return note_fields(repo, task, read(log), head)
+    except Exception as exc:  # the note is written regardless; the log keeps the comments
+        return {"comments_error": str(exc)[:300]}
 
 
 def _cost_breakdown(task: str, log: EventLog) -> dict[str, Any] | None:

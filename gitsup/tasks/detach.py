@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from gitsup.errors import Exit, GitsupError
@@ -27,9 +28,18 @@ from gitsup.tasks.lifecycle import SupRepo, prepare_task, remove_unstarted, stat
 
 
 def start_detached(
-    ctx: SupRepo, spec: TaskSpec, *, wait_started: float = 15.0, source: str | None = None
+    ctx: SupRepo,
+    spec: TaskSpec,
+    *,
+    wait_started: float = 15.0,
+    source: str | None = None,
+    prepared: Callable[[TaskRecord], None] | None = None,
 ) -> TaskRecord:
+    """`prepared`: called with the new record before its supervisor starts (what it writes
+    into the task's log is there before anything the supervisor does)."""
     record, lease = prepare_task(ctx, spec, detached=True, source=source)
+    if prepared is not None:
+        prepared(record)
     task_dir = ctx.layout.task_dir(TaskId(record.id))
     me = ProcessId.current()
     spawn_detached(

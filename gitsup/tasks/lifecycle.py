@@ -362,6 +362,10 @@ def show_dict(ctx: SupRepo, record: TaskRecord) -> dict[str, Any]:
     from gitsup.tasks.human import pending
 
     d["pending"] = pending(ctx, record)
+    from gitsup.tasks.comments import comments_of
+
+    got = comments_of(ctx, record)
+    d["comments"] = [*got["revises"], *got["comments"]]
     return d
 
 

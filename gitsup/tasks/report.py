@@ -261,6 +261,42 @@ def _integration_rows(data: PageData) -> list[tuple[str, Any]]:
     return rows
 
 
+def comments_section(comments: list[Mapping[str, Any]], task: str) -> str:
+    """The review comments (`show --json`: `comments`), each with its status; every word
+    of them escaped."""
+    if not comments:
+        return ""
+    from gitsup.supervision.prompts import printable
+
+    def t(v: object) -> str:  # a person's text: control characters shown as escapes
+        return e(printable(str(v), keep="\t\n"))
+
+    rows = []
+    for c in comments:
+        st = str(c.get("status"))
+        out = c.get("outcome") if isinstance(c.get("outcome"), Mapping) else None
+        cls = {"addressed": "ok", "not addressed": "bad"}.get(str((out or c).get("status")), "warn")
+        status = e(st) + (f" &rarr; {e(out.get('task'))}: {e(out.get('status'))}" if out else "")
+        origin = f" (task {e(c.get('task'))})" if c.get("task") != task else ""
+        rows.append(
+            f"<tr class='comment' id='comment-{e(c.get('task'))}-{e(c.get('id'))}'>"
+            f"<td class='k'>{e(c.get('id'))}{origin}</td>"
+            f"<td><code>{t(c.get('path'))}:{e(c.get('line'))}</code> "
+            f"<span class='{cls}'>{status}</span> {t(c.get('why') or '')}"
+            f"<div class='repro'>{t(c.get('by'))}, {e(_when(c.get('at')))} UTC, "
+            f"on {e(str(c.get('commit'))[:12])}</div>"
+            f"<pre>{t(c.get('line_text') or '')}</pre>"
+            f"<div class='message'><pre>{t(c.get('message') or '')}</pre></div></td></tr>"
+        )
+    return (
+        "<section id='comments'><h2>Review comments</h2><table>"
+        + "".join(rows)
+        + "</table>"
+        + _repro(["git", "sup", "comment", task, "--list"])
+        + "</section>"
+    )
+
+
 def render(data: PageData, *, index_href: str | None = None) -> str:
     s = data.show
     tid = str(s.get("id"))
@@ -283,6 +319,8 @@ def render(data: PageData, *, index_href: str | None = None) -> str:
         ("diff", "Diff"),
         ("cost", "Cost"),
     ]
+    if s.get("comments"):
+        links.insert(1, ("comments", "Comments"))
     nav = "".join(f"<a href='#{a}'>{t}</a>" for a, t in links)
     if index_href:
         nav = f"<a href='{e(index_href)}' id='index-link'>All tasks</a>" + nav
@@ -326,6 +364,7 @@ def render(data: PageData, *, index_href: str | None = None) -> str:
     if cand:
         w(_repro(["git", "notes", "--ref=sup", "show", str(cand)]))
     w("</section>")
+    w(comments_section(s.get("comments") or [], tid))
     # timeline
     w("<section id='timeline'><h2>Timeline</h2><table>")
     for ev in data.events:
