@@ -191,6 +191,46 @@ def _previous_host(raw: dict[str, Any], events: bytes) -> str | None:
     return found
 
 
+def _continue_here(
+    ctx: SupRepo,
+    tid: TaskId,
+    remote: str,
+    on_event: Callable[[Event], None] | None,
+    allow_new_binary: bool,
+) -> TaskRecord:
+    """The task lives in this clone (it ran here, and its supervisor died): an ended task is
+    returned; one whose sealed log is what the review remote has (or ahead of it) is taken
+    over here as `git sup recover --takeover` does. One another host continued since (the
+    remote's log is ahead of this clone's) is refused: continuing this copy would fork it."""
+    from gitsup.supervision.recovery import recover_task
+
+    record = ctx.store.load(tid)
+    if record.state in TERMINAL:
+        return record
+    repo = ctx.repo
+    ours = repo.ref_target(task_refs(tid)["log"])
+    try:
+        theirs = transport.fetch_one(
+            repo.main_workdir, repo.common_dir, remote, task_refs(tid)["log"]
+        )
+    except transport.TransportError as exc:
+        raise GitsupError(f"cannot read task {tid} on {remote}: {exc.message}") from exc
+    if (
+        theirs is not None
+        and theirs != ours
+        and (ours is None or not repo.is_ancestor(theirs, ours))
+    ):
+        raise GitsupError(
+            f"task {tid} went on in another clone since this one ran it (its log on {remote} "
+            "is ahead of this clone's); continuing this copy would fork it",
+            hint=f"move this clone's copy away (`git sup discard {tid} --force`, then remove "
+            f"its task dir {ctx.layout.task_dir(tid)}) and adopt it again",
+        )
+    return recover_task(
+        ctx, tid, takeover=True, on_event=on_event, allow_new_binary=allow_new_binary
+    )
+
+
 def adopt(
     ctx: SupRepo,
     task: str,
@@ -213,7 +253,8 @@ def adopt(
     4. with `run`, taken over as `git sup recover --takeover` does: a new worker, told
        that it takes over, supervised here until the task ends (returns the final record).
 
-    Refused for a task that already lives in this clone (`git sup recover` is for that)."""
+    A task that lives in this clone (it ran here) is taken over here instead, as
+    `git sup recover --takeover` does, unless another host continued it since."""
     from gitsup.git import taskgit
     from gitsup.store import eventtypes as et
     from gitsup.supervision.journal import task_log
@@ -226,10 +267,7 @@ def adopt(
     name = review_remote(repo, remote)
     d = layout.task_dir(tid)
     if d.exists() and not layout.fetched(tid).exists():
-        raise GitsupError(
-            f"task {tid} already lives in this clone",
-            hint=f"`git sup recover {tid} --takeover` continues it when its supervisor died",
-        )
+        return _continue_here(ctx, tid, name, on_event, allow_new_binary)
     refs = _fetch_refs(ctx, tid, name)
     files = _published(repo, tid)
     if "task.json" not in files or "spec.json" not in files:

@@ -298,3 +298,25 @@ def test_a_host_dies_mid_task_and_another_continues_it(cluster: Cluster) -> None
     # The copy is not this clone's to recover.
     res = submitter.sup("recover", tid, "--takeover")
     assert res.returncode == 2 and "fetched from the review remote" in res.stderr
+    # The first host, were it only taken for dead, cannot publish over what the other did:
+    # its refs are behind the remote's, and the gate refuses them as rewrites.
+    res = a.sup("adopt-remote", tid)
+    assert res.returncode == 2 and "went on in another clone" in res.stderr, res.stderr
+    before = refs_of(origin)
+    res = a.sup("publish", tid)
+    assert res.returncode != 0 and "never rewritten" in res.stderr, res.stderr
+    assert refs_of(origin) == before
+
+
+def test_a_failed_publication_is_an_event_never_a_lost_task(cluster: Cluster) -> None:
+    a = cluster.host("a")
+    git(a.clone, "remote", "add", "nowhere", str(cluster.tmp / "no-such-remote.git"))
+    git(a.clone, "config", "sup.reviewRemote", "nowhere")
+    rec = run_ready(a, quick_spec(cluster.tmp, "fix"))
+    log = a.sup("log", rec["id"], "--json")
+    failed = [
+        json.loads(line)["data"] for line in log.stdout.splitlines() if '"publish_failed"' in line
+    ]
+    assert [f["stage"] for f in failed] == ["turn", "end"], failed
+    assert all(f["remote"] == "nowhere" for f in failed)
+    assert git(a.clone, "rev-parse", f"refs/sup/{rec['id']}/candidate") == rec["candidate"]
