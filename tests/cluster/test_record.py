@@ -274,6 +274,8 @@ def test_a_host_dies_mid_task_and_another_continues_it(cluster: Cluster) -> None
     assert json.loads(res.stdout)["local"] is False
     shown = json.loads(submitter.sup("show", tid, "--json").stdout)
     assert shown["state"] not in ("completed", "blocked", "failed", "stopped")
+    res = submitter.sup("wait", tid)
+    assert res.returncode == 2 and "runs in another clone" in res.stderr, res.stderr
 
     # Another host adopts it: a new worker continues from the published wip.
     res = b.sup("adopt-remote", tid, "--host", "host-b", "--json", "-q", timeout=180)
@@ -305,6 +307,7 @@ def test_a_host_dies_mid_task_and_another_continues_it(cluster: Cluster) -> None
     assert submitter.sup("fetch-task", tid).returncode == 0
     shown = json.loads(submitter.sup("show", tid, "--json").stdout)
     assert shown["status"] == "ready" and shown["candidate"] == cand
+    assert submitter.sup("wait", tid).returncode == 0
     log = submitter.sup("log", tid, "--json")
     assert log.returncode == 0, log.stderr
     assert [json.loads(line)["type"] for line in log.stdout.splitlines()] == types
@@ -317,7 +320,7 @@ def test_a_host_dies_mid_task_and_another_continues_it(cluster: Cluster) -> None
     assert res.returncode == 2 and "went on in another clone" in res.stderr, res.stderr
     before = refs_of(origin)
     res = a.sup("publish", tid)
-    assert res.returncode != 0 and "never rewritten" in res.stderr, res.stderr
+    assert res.returncode == 2 and "never rewritten" in res.stderr, res.stderr
     assert refs_of(origin) == before
 
 
