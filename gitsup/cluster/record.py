@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable
@@ -231,6 +232,12 @@ def _continue_here(
     )
 
 
+def _reset_ref(repo: GitRepo, ref: str, to: Oid) -> None:
+    current = repo.ref_target(ref)
+    if current is not None and current != to:
+        repo.update_ref(ref, to, old=current, message="gitsup: adopting the task failed")
+
+
 def adopt(
     ctx: SupRepo,
     task: str,
@@ -294,44 +301,58 @@ def adopt(
     if os.path.lexists(wt):
         raise GitsupError(f"cannot adopt task {tid}: {wt} already exists")
     current = repo.branch_target(branch)
-    if current is None:
-        repo.create_branch(branch, head)
-    elif current != head:
+    if current is not None and current != head:
         raise GitsupError(f"cannot adopt task {tid}: branch {branch} exists at {current[:12]}")
-    # A fetched copy becomes the task itself.
-    for stale in (layout.fetched(tid), layout.events(tid), layout.record(tid)):
-        with contextlib.suppress(FileNotFoundError):
-            stale.unlink()
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "spec.json").write_bytes(files["spec.json"])
-    spec = _spec(d / "spec.json")
-    repo.add_worktree(tid, wt, branch)
-    taskgit.create(repo, layout, tid, wt, branch, head)
-    if snap != head and repo.tree_of(snap) != repo.tree_of(head):
-        transport.read_tree_onto(taskgit.private_dir(layout, tid), wt, head, snap)
     to = host or host_name(repo)
-    previous = _previous_host(raw if isinstance(raw, dict) else {}, _sealed_log(repo, tid))
-    record.worktree = str(wt)
-    record.head = head
-    record.supervisor = None
-    record.worker = None
-    record.spawn_pending = False
-    record.paused_by_user = None
-    record.left_behind = []
-    if "host" in TaskRecord.model_fields:
-        setattr(record, "host", to)  # noqa: B010 (a field this gitsup may not have)
-    record.reasons.append(
-        f"continued on host {to} from the {frm} published"
-        + (f" by host {previous}" if previous else "")
-    )
-    ctx.store.save(record)
-    with task_log(layout, tid, spec) as log:
-        last = log.restore_sealed(repo, f"continued on host {to}")
-        log.append(
-            et.HostChanged(
-                from_=previous, to=to, continued_from=frm, commit=snap, head=head, last_seq=last
-            )
+    undo: list[Callable[[], object]] = []
+    try:
+        if current is None:
+            repo.create_branch(branch, head)
+            undo.append(lambda: repo.delete_branch(branch))
+        # A fetched copy becomes the task itself.
+        for stale in (layout.fetched(tid), layout.events(tid), layout.record(tid)):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+        d.mkdir(parents=True, exist_ok=True)
+        undo.append(lambda: shutil.rmtree(d, ignore_errors=True))
+        (d / "spec.json").write_bytes(files["spec.json"])
+        spec = _spec(d / "spec.json")
+        repo.add_worktree(tid, wt, branch)
+        undo.append(lambda: repo.remove_worktree(tid, wt))
+        taskgit.create(repo, layout, tid, wt, branch, head)
+        if snap != head and repo.tree_of(snap) != repo.tree_of(head):
+            transport.read_tree_onto(taskgit.private_dir(layout, tid), wt, head, snap)
+        previous = _previous_host(raw if isinstance(raw, dict) else {}, _sealed_log(repo, tid))
+        record.worktree = str(wt)
+        record.head = head
+        record.supervisor = None
+        record.worker = None
+        record.spawn_pending = False
+        record.paused_by_user = None
+        record.left_behind = []
+        if "host" in TaskRecord.model_fields:
+            setattr(record, "host", to)  # noqa: B010 (a field this gitsup may not have)
+        record.reasons.append(
+            f"continued on host {to} from the {frm} published"
+            + (f" by host {previous}" if previous else "")
         )
+        ctx.store.save(record)
+        log_ref, log_tip = task_refs(tid)["log"], refs.get(task_refs(tid)["log"])
+        if log_tip is not None:
+            # the commit restore_sealed adds, taken back: the fetched chain stays as it was
+            undo.insert(0, lambda: _reset_ref(repo, log_ref, log_tip))
+        with task_log(layout, tid, spec) as log:
+            last = log.restore_sealed(repo, f"continued on host {to}")
+            log.append(
+                et.HostChanged(
+                    from_=previous, to=to, continued_from=frm, commit=snap, head=head, last_seq=last
+                )
+            )
+    except BaseException:
+        for step in reversed(undo):
+            with contextlib.suppress(Exception):
+                step()
+        raise
     if not run:
         return record
     return recover_task(

@@ -188,12 +188,19 @@ class Publisher:
         record = self._record()
         task = TaskId(record.id)
         remote = self.repo.config_get("sup.reviewRemote") or "(sup.reviewRemote is not set)"
-        try:
-            if snapshot:
+        errors = []
+        if snapshot:
+            try:
                 snapshot_wip(self.repo, self.layout, record, self._limits())
-                self._seal(f"turn {record.turns} ended: published")
+            except (GitsupError, RefConflict, OSError) as exc:
+                # the refs are pushed all the same: the wip as it was published last
+                errors.append(f"wip snapshot: {exc}")
+            self._seal(f"turn {record.turns} ended: published")
+        try:
             publish_refs(self.repo, self.layout, task)
         except (GitsupError, RefConflict, OSError) as exc:
-            self._emit(et.PublishFailed(remote=remote, stage=stage, error=str(exc)[:4000]))
+            errors.append(str(exc))
+        if errors:
+            self._emit(et.PublishFailed(remote=remote, stage=stage, error="; ".join(errors)[:4000]))
             if stage == "end":
                 self._seal("publish failed")
