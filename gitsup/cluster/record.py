@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitsup import jsonio
 from gitsup.errors import GitsupError
@@ -43,6 +43,9 @@ from gitsup.store.events import Event
 from gitsup.store.record import TaskRecord
 from gitsup.store.suprepo import SupRepo, worktree_root
 from gitsup.supervision.publisher import Published, publish_refs, review_remote
+
+if TYPE_CHECKING:
+    from gitsup.spec import TaskSpec
 
 __all__ = [
     "Fetched",
@@ -247,6 +250,7 @@ def adopt(
     run: bool = True,
     on_event: Callable[[Event], None] | None = None,
     allow_new_binary: bool = False,
+    spec: TaskSpec | None = None,
 ) -> TaskRecord:
     """Continue in this clone a task another host ran and published (its host is gone):
 
@@ -259,6 +263,11 @@ def adopt(
        continues from);
     4. with `run`, taken over as `git sup recover --takeover` does: a new worker, told
        that it takes over, supervised here until the task ends (returns the final record).
+
+    `spec`: the task's spec as its submitter gave it (an engine holds it), used instead of
+    the one published on the review remote, which any host that publishes could have
+    written. The published record is checked: its id, branch (`sup/<id>`) and baseline
+    (`refs/sup/<id>/baseline`), and the state it continues from descends from the baseline.
 
     A task that lives in this clone (it ran here) is taken over here instead, as
     `git sup recover --takeover` does, unless another host continued it since."""
@@ -284,19 +293,32 @@ def adopt(
     if record.state in TERMINAL:
         fetched = fetch_task(ctx, tid, remote=name)
         return fetched.record or record
+    if spec is not None:
+        files["spec.json"] = spec.model_dump_json(indent=1).encode()
     wref, cref = task_refs(tid)["wip"], task_refs(tid)["candidate"]
     baseline = Oid(record.baseline)
+    # What is published is only data to check: the task's own branch and baseline, and a
+    # state that descends from it (never a branch of this clone's, such as a protected one).
+    branch = task_branch(tid)
+    if record.id != tid or record.branch != branch:
+        raise GitsupError(f"the record of task {tid} on {name} names another task or branch")
+    if refs.get(task_refs(tid)["baseline"]) != baseline:
+        raise GitsupError(f"the record of task {tid} on {name} names another baseline")
     if wref in refs:
         snap, frm = refs[wref], "wip"
-        head = repo.commit_info(snap).parents[0]
+        parents = repo.commit_info(snap).parents
+        if not parents:
+            raise GitsupError(f"the wip of task {tid} on {name} names no head")
+        head = parents[0]
     elif cref in refs:
         snap = head = refs[cref]
         frm = "candidate"
     else:
         snap = head = baseline
         frm = "baseline"
+    if not repo.is_ancestor(baseline, head):
+        raise GitsupError(f"the {frm} of task {tid} on {name} does not descend from its baseline")
     init_repo(ctx)
-    branch = record.branch or task_branch(tid)
     wt = worktree_root(ctx) / tid
     if os.path.lexists(wt):
         raise GitsupError(f"cannot adopt task {tid}: {wt} already exists")

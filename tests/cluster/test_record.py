@@ -336,3 +336,38 @@ def test_a_failed_publication_is_an_event_never_a_lost_task(cluster: Cluster) ->
     assert [f["stage"] for f in failed] == ["turn", "end"], failed
     assert all(f["remote"] == "nowhere" for f in failed)
     assert git(a.clone, "rev-parse", f"refs/sup/{rec['id']}/candidate") == rec["candidate"]
+
+
+def test_a_published_record_naming_another_branch_is_refused(cluster: Cluster) -> None:
+    # A host that publishes can write any record: one that names this clone's main as the
+    # task's branch must not make a worker's commits land on main here.
+    a, b = cluster.host("a"), cluster.host("b")
+    rec = run_ready(a, quick_spec(cluster.tmp, "fix"))
+    tid = rec["id"]
+    forged = dict(rec, state="running", status="pending", branch="main")
+    blob = subprocess.run(
+        ["git", "hash-object", "-w", "--stdin"],
+        cwd=a.clone,
+        input=json.dumps(forged),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    spec_blob = git(a.clone, "rev-parse", f"refs/sup/{tid}/record:spec.json")
+    tree = subprocess.run(
+        ["git", "mktree"],
+        cwd=a.clone,
+        input=f"100644 blob {spec_blob}\tspec.json\n100644 blob {blob}\ttask.json\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    record_ref = f"refs/sup/{tid}/record"
+    commit = git(a.clone, "commit-tree", "-p", record_ref, "-m", "forged", tree)
+    git(a.clone, "push", "-q", "origin", f"{commit}:{record_ref}")
+    main = git(b.clone, "rev-parse", "main")
+    res = b.sup("adopt-remote", tid)
+    assert res.returncode == 2 and "names another task or branch" in res.stderr, res.stderr
+    assert git(b.clone, "rev-parse", "main") == main
+    assert not (cluster.tmp / "b-worktrees" / tid).exists()
+    assert git(b.clone, "for-each-ref", f"refs/heads/sup/{tid}") == ""
