@@ -308,6 +308,10 @@ def test_a_host_dies_mid_task_and_another_continues_it(cluster: Cluster) -> None
     shown = json.loads(submitter.sup("show", tid, "--json").stdout)
     assert shown["status"] == "ready" and shown["candidate"] == cand
     assert submitter.sup("wait", tid).returncode == 0
+    listed = json.loads(submitter.sup("ls", "--json").stdout)
+    assert [(r["id"], r["status"]) for r in listed] == [(tid, "ready")], listed
+    page = submitter.sup("report", tid)
+    assert page.returncode == 0 and "feature.txt" in page.stdout, page.stderr
     log = submitter.sup("log", tid, "--json")
     assert log.returncode == 0, log.stderr
     assert [json.loads(line)["type"] for line in log.stdout.splitlines()] == types
