@@ -172,27 +172,45 @@ def test_a_task_publishes_its_refs_and_notes_and_never_a_branch(cluster: Cluster
 
 
 def test_notes_of_two_clones_for_two_tasks_both_survive(cluster: Cluster) -> None:
-    # B's task ends with its note in B's notes only; A's task then publishes A's note; B
-    # publishes after: two histories of refs/notes/sup, which must be merged, not replaced.
-    a, b = cluster.host("a"), cluster.host("b", publish=False)
+    # Each task ends with its note in its own clone's notes only (two histories of
+    # refs/notes/sup); both clones then publish at the same time: each must merge the
+    # other's notes, none may replace them (the gate refuses a rewrite; the loser fetches,
+    # merges and pushes again).
+    a, b = cluster.host("a", publish=False), cluster.host("b", publish=False)
     rb = run_ready(b, quick_spec(cluster.tmp, "fix-b"))
     ra = run_ready(a, quick_spec(cluster.tmp, "fix-a"))
     assert ra["candidate"] != rb["candidate"]
-    res = b.sup("publish", rb["id"])
-    assert res.returncode == 0, res.stderr
+    procs = [
+        subprocess.Popen(
+            [GIT_SUP, "publish", rec["id"]],
+            cwd=h.clone,
+            env={**os.environ, **h.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for h, rec in ((a, ra), (b, rb))
+    ]
+    for p in procs:
+        _out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
     for rec in (ra, rb):
         note = json.loads(git(cluster.origin, "notes", "--ref=sup", "show", rec["candidate"]))
         assert note["task"] == rec["id"]
-    # The remote's notes moved forward only: A's notes are an ancestor of what B pushed.
+    # The remote's notes moved forward only: what each clone pushed is in their history,
+    # whose tip merges the two.
     parents = git(cluster.origin, "rev-list", "--parents", "-n", "1", "refs/notes/sup").split()
-    assert len(parents) == 3, parents  # B's merge of the two
-    a_notes = git(a.clone, "rev-parse", "refs/notes/sup")
-    assert is_ancestor(cluster.origin, a_notes, "refs/notes/sup")
-    # A, publishing again, gets B's note as well.
-    res = a.sup("publish", ra["id"])
-    assert res.returncode == 0, res.stderr
-    note = json.loads(git(a.clone, "notes", "--ref=sup", "show", rb["candidate"]))
-    assert note["task"] == rb["id"]
+    assert len(parents) == 3, parents
+    for h in (a, b):
+        assert is_ancestor(
+            cluster.origin, git(h.clone, "rev-parse", "refs/notes/sup"), "refs/notes/sup"
+        )
+    # Each clone, publishing again, gets the other's note as well.
+    for h, rec, other in ((a, ra, rb), (b, rb, ra)):
+        res = h.sup("publish", rec["id"])
+        assert res.returncode == 0, res.stderr
+        note = json.loads(git(h.clone, "notes", "--ref=sup", "show", other["candidate"]))
+        assert note["task"] == other["id"]
 
 
 def test_a_host_cannot_push_a_protected_branch(cluster: Cluster) -> None:
