@@ -201,6 +201,8 @@ def _continue_here(
     remote: str,
     on_event: Callable[[Event], None] | None,
     allow_new_binary: bool,
+    *,
+    run: bool,
 ) -> TaskRecord:
     """The task lives in this clone (it ran here, and its supervisor died): an ended task is
     returned; one whose sealed log is what the review remote has (or ahead of it) is taken
@@ -230,6 +232,8 @@ def _continue_here(
             hint=f"move this clone's copy away (`git sup discard {tid} --force`, then remove "
             f"its task dir {ctx.layout.task_dir(tid)}) and adopt it again",
         )
+    if not run:
+        return record
     return recover_task(
         ctx, tid, takeover=True, on_event=on_event, allow_new_binary=allow_new_binary
     )
@@ -283,7 +287,7 @@ def adopt(
     name = review_remote(repo, remote)
     d = layout.task_dir(tid)
     if d.exists() and not layout.fetched(tid).exists():
-        return _continue_here(ctx, tid, name, on_event, allow_new_binary)
+        return _continue_here(ctx, tid, name, on_event, allow_new_binary, run=run)
     refs = _fetch_refs(ctx, tid, name)
     files = _published(repo, tid)
     if "task.json" not in files or "spec.json" not in files:
