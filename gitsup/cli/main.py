@@ -100,6 +100,7 @@ COMMAND_MODULES = (  # the task commands' three modules first
     "env_cmd",
     "human_cmd",
     "review_cmd",
+    "record_cmd",
 )
 
 
@@ -125,6 +126,7 @@ COMMAND_MODULE = {
     "env": "env_cmd",
     **dict.fromkeys(("answer", "send", "continue", "pause", "resume"), "human_cmd"),
     **dict.fromkeys(("comment", "revise"), "review_cmd"),
+    **dict.fromkeys(("publish", "fetch-task", "adopt-remote"), "record_cmd"),
 }
 
 
