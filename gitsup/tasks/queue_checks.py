@@ -49,6 +49,8 @@ class RunResult:
     # checks that failed and then passed on the same tree when run again: {tree, tasks, checks}
     flaky: list[dict[str, Any]] = field(default_factory=list)
     slots: int = 1  # compositions under test at once
+    # the time the runner waited for checks (with slots: for the first of those running)
+    waited_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -265,7 +267,9 @@ class CompositionTester:
         if self._box is None:
             self._box = self._new_box("")
         self._publish([(1, comp)], [st.entry.task for st in steps])
+        t0 = time.monotonic()
         tested = run_composition(self._box, comp, setup=self._setup(), say=self.say)
+        self.res.waited_seconds += time.monotonic() - t0
         return self._record(comp, tested)
 
     def _publish(self, under_test: list[tuple[int, Composition]], predicted: list[str]) -> None:

@@ -34,6 +34,7 @@ import concurrent.futures as cf
 import contextlib
 import queue as _queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -273,7 +274,9 @@ class Speculation:
 
     def _wait(self) -> None:
         """Until a slot's composition is tested; its results go into the memo."""
+        t0 = time.monotonic()
         done, _ = cf.wait(list(self.running), return_when=cf.FIRST_COMPLETED)
+        self.r.res.waited_seconds += time.monotonic() - t0
         for fut in done:
             _slot, comp = self.running.pop(fut)
             self.inflight.difference_update(comp.keys())

@@ -212,31 +212,61 @@ def test_the_same_argv_under_other_names_runs_once_per_tree_across_slots(qs: Set
 
 
 def test_sigkill_with_busy_slots_then_resume_integrates_each_once(qs: Setup) -> None:
+    """Three slots held busy (the compositions that hold a candidate of the second window
+    wait while a file exists), the runner shows them, then it is SIGKILLed; the next run
+    integrates each candidate once and `doctor --fix` removes what the killed checks left."""
     repo, tmp = qs.repo, qs.tmp
     start = git(repo, "rev-parse", "main")
-    marker, hold = tmp / "checks-started", tmp / "hold"
-    hold.write_text("the checks after the first three wait while this exists\n")
+    hold = tmp / "hold"
+    hold.write_text("the compositions with a late*.txt wait while this exists\n")
     slow = [
         PYTHON,
         "-c",
-        f"import os, pathlib, time; p = pathlib.Path({str(marker)!r}); "
-        "open(p, 'a').write('x'); time.sleep(0.5)\n"
-        f"while len(p.read_text()) > 3 and os.path.exists({str(hold)!r}): time.sleep(0.1)",
+        "import glob, os, time\n"
+        f"while glob.glob('late*.txt') and os.path.exists({str(hold)!r}): time.sleep(0.1)",
     ]
     tasks = [
-        make_task(qs, files=((f"f{i}.txt", f"{i}\n"),), checks=[{"name": "slow", "argv": slow}])
+        make_task(
+            qs,
+            files=((f"late{i}.txt" if i >= 3 else f"f{i}.txt", f"{i}\n"),),
+            checks=[{"name": "slow", "argv": slow}],
+        )
         for i in range(6)
     ]
     assert run_sup(repo, "queue", "add", *[t["id"] for t in tasks]).returncode == 0
+    status = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    status = status / "sup/queue/main/runner.json"
     runner = subprocess.Popen(
         [str(Path(PYTHON).parent / "git-sup"), "queue", "run", "--slots", "3", "--batch", "3"],
         cwd=repo,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    from gitsup.host.contain import list_gitsup_cgroups, list_gitsup_netns
+
+    def cgroups() -> list[Any]:
+        return [c for c in list_gitsup_cgroups() if c.name.startswith(f"queue-{runner.pid}-")]
+
+    def netns() -> list[Any]:
+        return [n for n in list_gitsup_netns() if n.label == "queue" and n.pid == runner.pid]
+
+    def held() -> bool:
+        try:
+            busy = json.loads(status.read_text())["under_test"]
+        except (OSError, ValueError):
+            return False
+        return len(busy) == 3 and len(cgroups()) == 3 and len(netns()) == 3
+
     try:
-        # the second window is under test: main moved for the first, slots are busy
-        assert wait_for(lambda: marker.exists() and len(marker.read_text()) >= 4, timeout=120)
+        # the second window is under test (main moved for the first), its three checks held
+        assert wait_for(held, timeout=120)
+        # side by side, each in its own worktree, cgroup and network namespace
+        trees = [
+            w
+            for w in git(repo, "worktree", "list", "--porcelain").splitlines()
+            if w.startswith("worktree ") and f"gitsup-queue-{runner.pid}-s" in w
+        ]
+        assert len(set(trees)) == 3, trees
         shown = json.loads(run_sup(repo, "queue", "--json").stdout)[0]["runner"]
         plain = run_sup(repo, "queue").stdout
         runner.send_signal(signal.SIGKILL)
@@ -248,26 +278,38 @@ def test_sigkill_with_busy_slots_then_resume_integrates_each_once(qs: Setup) -> 
     assert busy["checks"] == ["slow"] and set(busy["tasks"]) <= {t["id"] for t in tasks}
     assert f"slot {busy['slot']}: " in plain and "predicted order: " in plain, plain
     before = len(_first_parents(repo, start))
-    assert before < 6
+    assert before == 3  # the first window; nothing of the held one
     # a dead runner's status says nothing
     assert json.loads(run_sup(repo, "queue", "--json").stdout)[0]["runner"] is None
     hold.unlink()
     code, out, _err = _run(repo, "--slots", "3", "--batch", "3")
     assert code == 0, out
     _assert_all_once(repo, start, tasks)
-    from gitsup.host.contain import list_gitsup_cgroups, list_gitsup_netns
-
     assert run_sup(repo, "doctor", "--fix").returncode in (0, 3)
-    assert not [c for c in list_gitsup_cgroups() if c.name.startswith(f"queue-{runner.pid}-")]
-    assert not [n for n in list_gitsup_netns() if n.label == "queue" and n.pid == runner.pid]
+    assert not cgroups() and not netns()
 
 
-def test_killed_after_moving_the_target_with_slots_resumes_once(qs: Setup) -> None:
-    repo = qs.repo
+def test_killed_after_moving_the_target_with_slots_busy_resumes_once(qs: Setup) -> None:
+    """The runner integrates a passing prefix while a longer one is still under test, and
+    is SIGKILLed right after the branch moved, before the queue recorded it: the next run
+    reconciles, and each candidate is integrated once."""
+    repo, tmp = qs.repo, qs.tmp
     start = git(repo, "rev-parse", "main")
+    marker, hold = tmp / "checks-started", tmp / "hold"
+    hold.write_text("the composition holding slow.txt waits while this exists\n")
+    check = [
+        PYTHON,
+        "-c",
+        f"import os, time; open({str(marker)!r}, 'a').write('x')\n"
+        f"while os.path.exists('slow.txt') and os.path.exists({str(hold)!r}): time.sleep(0.1)",
+    ]
     tasks = [
-        make_task(qs, files=((f"f{i}.txt", f"{i}\n"),), checks=[{"name": "ok", "argv": ["true"]}])
-        for i in range(5)
+        make_task(
+            qs,
+            files=((f"f{i}.txt", f"{i}\n"), *((("slow.txt", "x\n"),) if i == 5 else ())),
+            checks=[{"name": "check", "argv": check}],
+        )
+        for i in range(6)
     ]
     assert run_sup(repo, "queue", "add", *[t["id"] for t in tasks]).returncode == 0
     died = run_sup(
@@ -275,18 +317,20 @@ def test_killed_after_moving_the_target_with_slots_resumes_once(qs: Setup) -> No
         "queue",
         "run",
         "--slots",
-        "2",
-        "--batch",
-        "2",
+        "3",
         env={"GITSUP_FAULT": "queue_after_move"},
         timeout=300,
     )
     assert died.returncode == -signal.SIGKILL
     moved = len(_first_parents(repo, start))
-    assert moved >= 1
-    code, out, _err = _run(repo, "--slots", "2", "--batch", "2")
+    assert moved in (2, 4)  # the prefixes of 2 and 4 passed; the one of 6 was still held
+    assert marker.read_text() == "xxx"  # three slots were busy at once
+    state = json.loads(git(repo, "show", "refs/sup/queue/main/state:queue.json"))
+    assert [x["status"] for x in state["entries"]] == ["queued"] * 6
+    hold.unlink()
+    code, out, _err = _run(repo, "--slots", "3")
     assert code == 0, out
-    assert len(out["resumed"]) == moved
+    assert out["resumed"] == [t["id"] for t in tasks[:moved]]
     _assert_all_once(repo, start, tasks)
 
 
