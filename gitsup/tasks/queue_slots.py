@@ -215,6 +215,11 @@ class Speculation:
         plan = {k: (v if v != "suspect" else False) for k, v in known.items()}
         for k in points(len(steps), plan, self._busy(comps), self.n, spread=spread):
             self._start(k, replace(comps[k], retries=r.retries if k == 1 else 0))
+        # a slot still free confirms the shortest failing prefix (what the serial queue's
+        # retry does): when everything before it passes, its last candidate is decided
+        hi = min((k for k, v in plan.items() if v is False), default=0)
+        if hi > 1 and known[hi] == "suspect":
+            self._start(hi, replace(comps[hi], retries=max(0, r.retries - 1)))
         if known[1] == "suspect" and len(steps) > 1:
             # the nearest non-failing candidate: what is behind the first one, composed
             # without it, tested while its failure is confirmed

@@ -343,3 +343,19 @@ def test_bad_slots_are_refused(qs: Setup) -> None:
     res = run_sup(qs.repo, "queue", "run")
     assert res.returncode == 2 and "sup.queue.slots" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_the_prefixes_a_run_tests_next() -> None:
+    """With one slot the search is the serial queue's binary search; with more, the window
+    and a spread bisection first, then a search in N+1 parts, waiting for what runs inside."""
+    from gitsup.tasks.queue_slots import points
+
+    assert points(16, {}, set(), 1, spread=True) == [16]
+    assert points(16, {16: False}, set(), 1, spread=False) == [8]
+    assert points(16, {16: False, 8: True}, set(), 1, spread=False) == [12]
+    assert points(16, {}, set(), 4, spread=True) == [16, 4, 8, 12]
+    assert points(16, {}, set(), 4, spread=False) == [16]
+    assert points(12, {4: False}, set(), 4, spread=False) == [1, 2, 3]
+    assert points(16, {8: False}, {4}, 4, spread=False) == []  # 4 narrows it first
+    assert points(3, {}, set(), 4, spread=True) == [3, 1, 2]  # every prefix: each on its own
+    assert points(9, {9: False}, set(), 4, spread=False) == [1, 3, 5, 7]
