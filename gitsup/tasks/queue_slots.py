@@ -175,8 +175,9 @@ class Speculation:
                 self._prepared[s.entry.task] = s
         steps = [replace(self._prepared[e.task]) for e in window if e.task in self._prepared]
         composed = r._compose(base, steps, cache=self._merges)
+        kept = {s.entry.task for s in composed}
         for s in steps:
-            if s not in composed:
+            if s.entry.task not in kept:  # sent back: it conflicts
                 self._prepared.pop(s.entry.task, None)
         return composed
 
