@@ -1,14 +1,22 @@
 """The integration queue: 16 queued candidates, one culprit, checks taking T seconds.
 
     .venv/bin/python bench/bench_queue.py [--n 16] [--t 0.3] [--culprit 0 7 15]
+    .venv/bin/python bench/bench_queue.py --slots 4 --t 2 --culprit 7
+
+With `--slots N` the modes are instead:
+  serial         `queue run` (batch of 16, bisection: one composition at a time)
+  slots          `queue run --slots N` (up to N compositions under test at once)
+Goals: slots wall <= 0.5x serial, slots check runs <= 1.5x serial, overhead <= 100 ms per
+candidate (the wall time the runner did not wait for a check, `waited_seconds`).
 
 For each culprit position, the same 16 ready candidates (each adds one file; the culprit
 also adds BROKEN, which makes the check fail on any tree that holds it) are integrated into
 main twice, in two identical repositories:
   batched        `queue run` (batch of 16, bisection on failure)
   one-at-a-time  `queue run --batch 1` (every candidate tested alone on the moving target)
-Reported: check runs (compositions tested), wall time, and the queue's own overhead per
-candidate: (wall - time spent inside the check processes) / candidates.
+Reported: check runs (compositions tested), fresh runs after a failure (retries), wall time,
+and the queue's own overhead per candidate: (wall - the time it waited for checks) /
+candidates.
 Goals: batched check runs <= 0.6x one-at-a-time; overhead <= 100 ms per candidate.
 Everything happens in a temporary directory; the checks run in the task sandbox.
 """
@@ -125,7 +133,7 @@ def make_repo(tmp: Path, n: int, culprit: int, t: float) -> tuple[Path, list[str
     return repo, ids
 
 
-def run_queue(repo: Path, ids: list[str], batch: int) -> dict[str, float]:
+def run_queue(repo: Path, ids: list[str], batch: int, slots: int = 1) -> dict[str, float]:
     from gitsup.tasks import queue
     from gitsup.tasks.lifecycle import SupRepo
 
@@ -135,16 +143,21 @@ def run_queue(repo: Path, ids: list[str], batch: int) -> dict[str, float]:
         ctx = SupRepo.discover(repo)
         queue.add(ctx, ids, "main")
         t0 = time.perf_counter()
-        [res] = queue.run(ctx, "main", batch=batch)
+        [res] = queue.run(ctx, "main", batch=batch, slots=slots)
         wall = time.perf_counter() - t0
     finally:
         os.chdir(cwd)
+    # the queue's own time: the wall time it did not spend waiting for a check (with
+    # slots, for the first of those running)
+    inside = res.waited_seconds
     return {
         "runs": res.check_runs,
         "wall": wall,
         "checks_s": res.check_seconds,
         "integrated": len(res.integrated),
-        "overhead_ms": (wall - res.check_seconds) / len(ids) * 1000,
+        "sent_back": len(res.sent_back),
+        "retries": res.check_retries,
+        "overhead_ms": max(0.0, wall - inside) / len(ids) * 1000,
     }
 
 
@@ -153,26 +166,40 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=16)
     ap.add_argument("--t", type=float, default=0.3, help="seconds one check run takes")
     ap.add_argument("--culprit", type=int, nargs="*", default=[0, 7, 15])
+    ap.add_argument("--slots", type=int, default=0, help="compare N slots with serial batching")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     print(f"{args.n} candidates, one culprit, check T={args.t}s")
     print(
-        f"{'culprit':>7} {'mode':14} {'runs':>5} {'wall s':>7} {'in checks s':>11} "
+        f"{'culprit':>7} {'mode':14} {'runs':>5} {'retry':>5} {'wall s':>7} {'in checks s':>11} "
         f"{'overhead ms/cand':>16} {'integrated':>10}"
     )
     for pos in args.culprit:
         row = {}
-        for mode, batch in (("batched", args.n), ("one-at-a-time", 1)):
+        modes = (
+            (("serial", args.n, 1), ("slots", args.n, args.slots))
+            if args.slots
+            else (("batched", args.n, 1), ("one-at-a-time", 1, 1))
+        )
+        for mode, batch, slots in modes:
             with tempfile.TemporaryDirectory(prefix="gitsup-bench-queue-") as d:
                 tmp = Path(d)
                 hermetic(tmp)
                 repo, ids = make_repo(tmp, args.n, pos, args.t)
-                r = run_queue(repo, ids, batch)
+                r = run_queue(repo, ids, batch, slots)
                 row[mode] = r
                 print(
-                    f"{pos:>7} {mode:14} {r['runs']:>5.0f} {r['wall']:>7.2f} "
+                    f"{pos:>7} {mode:14} {r['runs']:>5.0f} {r['retries']:>5.0f} {r['wall']:>7.2f} "
                     f"{r['checks_s']:>11.2f} {r['overhead_ms']:>16.1f} {r['integrated']:>10.0f}"
                 )
+        if args.slots:
+            a, b = row["slots"], row["serial"]
+            assert (a["integrated"], a["sent_back"]) == (b["integrated"], b["sent_back"])
+            print(
+                f"{'':>7} ratio {args.slots} slots/serial: runs {a['runs'] / b['runs']:.2f}x "
+                f"(goal <= 1.5), wall {a['wall'] / b['wall']:.2f}x (goal <= 0.5)"
+            )
+            continue
         ratio = row["batched"]["runs"] / row["one-at-a-time"]["runs"]
         wall = row["batched"]["wall"] / row["one-at-a-time"]["wall"]
         print(f"{'':>7} ratio batched/one-at-a-time: runs {ratio:.2f}x, wall {wall:.2f}x")

@@ -230,8 +230,8 @@ MUTANTS = [
     Mutant(
         "queue-checks-in-a-netns",
         "gitsup/tasks/queue_checks.py",
-        "stop_at_failure=True, confinement=conf",
-        'stop_at_failure=True, confinement=Confinement("host", conf.egress, conf.cgroup)',
+        "confinement=comp.confinement,",
+        'confinement=Confinement("host", comp.confinement.egress, comp.confinement.cgroup),',
         (CONFINED + "test_a_hostile_check_fails_at_every_step[queue]",),
     ),
     # --- the task's Git: the import and its private Git dir --------------------------------

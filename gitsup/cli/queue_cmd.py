@@ -24,13 +24,23 @@ IntoOpt = Annotated[
 ]
 
 
-def _show(states: list[Any]) -> None:
+def _show(states: list[Any], runners: dict[str, Any]) -> None:
     if not states:
         out("nothing queued")
         return
     for st in states:
         queued = st.queued()
         out(f"queue into {st.into}: {len(queued)} queued; {st.check_runs} check run(s) so far")
+        runner = runners.get(st.into)
+        if runner:
+            out(f"  runner pid {runner['pid']}, {runner['slots']} slot(s)")
+            for u in runner["under_test"]:
+                out(
+                    f"    slot {u['slot']}: {len(u['tasks'])} candidate(s) on "
+                    f"{u['tree'][:12]} ({', '.join(u['checks'])}): {' '.join(u['tasks'])}"
+                )
+            if runner["predicted"]:
+                out(f"    predicted order: {' '.join(runner['predicted'])}")
         for e in st.entries:
             tail = f"  {e.reason}" if e.reason else ""
             commit = f" -> {e.integration_commit[:12]}" if e.integration_commit else ""
@@ -47,12 +57,15 @@ def queue_cmd(ctx: typer.Context, json_out: JsonOpt = False) -> None:
         return
     from gitsup.tasks.lifecycle import SupRepo
     from gitsup.tasks.queue import list_queues
+    from gitsup.tasks.queue_state import runner_status
 
-    states = list_queues(SupRepo.discover())
+    sup = SupRepo.discover()
+    states = list_queues(sup)
+    runners = {s.into: runner_status(sup, s.into) for s in states}
     if json_out:
-        emit_json([s.as_dict() for s in states])
+        emit_json([{**s.as_dict(), "runner": runners[s.into]} for s in states])
         return
-    _show(states)
+    _show(states, runners)
 
 
 @queue_app.command("add")
@@ -112,6 +125,15 @@ def run_cmd(
             "then passes is recorded as flaky (default sup.queue.retries or 1).",
         ),
     ] = None,
+    slots: Annotated[
+        int | None,
+        typer.Option(
+            "--slots",
+            min=1,
+            help="Compositions under test at once, each on top of the ones ahead as "
+            "predicted (default sup.queue.slots or 1: one at a time, batching and bisection).",
+        ),
+    ] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Run in the background.")] = False,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
@@ -124,13 +146,20 @@ def run_cmd(
 
     ctx = SupRepo.discover()
     if detach:
-        pid, log = detach_run(ctx, into, batch, retries)
+        pid, log = detach_run(ctx, into, batch, retries, slots)
         if json_out:
             emit_json({"pid": pid, "log": str(log)})
         else:
             out(f"queue runner started in the background (pid {pid}); output in {log}")
         return
-    results = run(ctx, into, batch=batch, retries=retries, on_progress=None if quiet else progress)
+    results = run(
+        ctx,
+        into,
+        batch=batch,
+        retries=retries,
+        slots=slots,
+        on_progress=None if quiet else progress,
+    )
     if json_out:
         emit_json([r.as_dict() for r in results])
     else:

@@ -60,6 +60,7 @@ from gitsup.store.record import CandidateNote
 from gitsup.tasks.lifecycle import SupRepo
 from gitsup.tasks.queue_checks import DEFAULT_RETRIES, CompositionTester, _Step
 from gitsup.tasks.queue_checks import RunResult as RunResult
+from gitsup.tasks.queue_slots import DEFAULT_SLOTS
 from gitsup.tasks.queue_state import DEFAULT_BATCH as DEFAULT_BATCH
 from gitsup.tasks.queue_state import MAX_RESULTS as MAX_RESULTS
 from gitsup.tasks.queue_state import STATE_FILE as STATE_FILE
@@ -67,7 +68,7 @@ from gitsup.tasks.queue_state import Entry as Entry
 from gitsup.tasks.queue_state import Queue as Queue
 from gitsup.tasks.queue_state import QueueError as QueueError
 from gitsup.tasks.queue_state import QueueState as QueueState
-from gitsup.tasks.queue_state import _branch
+from gitsup.tasks.queue_state import _branch, write_runner_status
 from gitsup.tasks.queue_state import add as add
 from gitsup.tasks.queue_state import default_target as default_target
 from gitsup.tasks.queue_state import list_queues as list_queues
@@ -104,6 +105,7 @@ class Runner(CompositionTester):
         *,
         batch: int = DEFAULT_BATCH,
         retries: int = DEFAULT_RETRIES,
+        slots: int = DEFAULT_SLOTS,
         on_progress: Callable[[str], None] | None = None,
     ) -> None:
         self.ctx = ctx
@@ -111,9 +113,11 @@ class Runner(CompositionTester):
         self.q = Queue(ctx, into)
         self.batch = max(1, batch)
         self.retries = max(0, retries)
+        self.slots = max(1, slots)
         self._flaky = {}
+        self._spec_cache = {}
         self.say = on_progress or (lambda _m: None)
-        self.res = RunResult(into=self.q.branch)
+        self.res = RunResult(into=self.q.branch, slots=self.slots)
         self._box: ConfinedChecks | None = None
         self._repairs: list[tuple[Entry, str, str, dict[str, Any]]] = []
 
@@ -155,6 +159,7 @@ class Runner(CompositionTester):
                 et.QueueRunFinished(into=done.pop("into"), result=done), seal="queue run finished"
             )
             self._cleanup()
+            write_runner_status(self.q, None)
             self.ctx.leases.release(lease)
         return self.res
 
@@ -233,6 +238,11 @@ class Runner(CompositionTester):
 
     def _loop(self) -> None:
         self._collect_repairs()
+        if self.slots > 1:
+            from gitsup.tasks.queue_slots import Speculation
+
+            Speculation(self, self.slots).land()
+            return
         while True:
             state, _ = self.q.read()
             pending = state.queued()[: self.batch]
@@ -296,12 +306,29 @@ class Runner(CompositionTester):
             if u is not None
         }
 
-    def _compose(self, base: Oid, steps: list[_Step]) -> list[_Step]:
-        """Chain unsigned merges of `steps` on `base`; conflicting candidates go back."""
+    def _compose(
+        self,
+        base: Oid,
+        steps: list[_Step],
+        cache: dict[tuple[str, str], tuple[Oid, Oid]] | None = None,
+        *,
+        send_back: bool = True,
+    ) -> list[_Step]:
+        """Chain unsigned merges of `steps` on `base`; conflicting candidates go back
+        (`send_back`; else they are only left out). `cache`: (tip, candidate) -> (tree,
+        merge) of merges made before, reused."""
         out: list[_Step] = []
         tip = base
         for s in steps:
+            hit = cache.get((tip, s.entry.candidate)) if cache is not None else None
+            if hit is not None:
+                s.tree, s.merge = hit
+                tip = s.merge
+                out.append(s)
+                continue
             tree, conflicts = self.repo.merge_tree(tip, Oid(s.entry.candidate))
+            if tree is None and not send_back:
+                continue
             if tree is None:
                 shown = ", ".join(conflicts[:20])
                 self._finish(
@@ -319,6 +346,8 @@ class Runner(CompositionTester):
                 [tip, Oid(s.entry.candidate)],
                 f"gitsup queue composition\n\nSup-Task: {s.entry.task}\n",
             )
+            if cache is not None:
+                cache[(tip, s.entry.candidate)] = (tree, s.merge)
             tip = s.merge
             out.append(s)
         return out
@@ -635,6 +664,7 @@ def run(
     *,
     batch: int | None = None,
     retries: int | None = None,
+    slots: int | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> list[RunResult]:
     branches = [_branch(into)] if into else queue_branches(ctx)
@@ -642,9 +672,28 @@ def run(
         raise QueueError("nothing is queued", hint="`git sup queue add ID...` queues candidates")
     size = batch or int(ctx.repo.config_get("sup.queueBatch") or DEFAULT_BATCH)
     again = configured_retries(ctx) if retries is None else retries
+    n = configured_slots(ctx) if slots is None else slots
+    if n < 1:
+        raise QueueError(f"--slots must be a number >= 1, not {n}")
     return [
-        Runner(ctx, b, batch=size, retries=again, on_progress=on_progress).run() for b in branches
+        Runner(ctx, b, batch=size, retries=again, slots=n, on_progress=on_progress).run()
+        for b in branches
     ]
+
+
+def configured_slots(ctx: SupRepo) -> int:
+    """`git config sup.queue.slots` (default 1: one composition at a time, batching and
+    bisection): compositions under test at once."""
+    raw = ctx.repo.config_get("sup.queue.slots")
+    if raw is None or raw.strip() == "":
+        return DEFAULT_SLOTS
+    try:
+        n = int(raw.strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise QueueError(f"sup.queue.slots must be a number >= 1, not {raw!r}")
+    return n
 
 
 def configured_retries(ctx: SupRepo) -> int:
@@ -662,7 +711,11 @@ def configured_retries(ctx: SupRepo) -> int:
 
 
 def detach_run(
-    ctx: SupRepo, into: str | None, batch: int | None, retries: int | None = None
+    ctx: SupRepo,
+    into: str | None,
+    batch: int | None,
+    retries: int | None = None,
+    slots: int | None = None,
 ) -> tuple[int, Path]:
     """`queue run --detach`: the same runner in its own session, output in the queue dir."""
     branch = _branch(into or default_target(ctx))
@@ -673,5 +726,7 @@ def detach_run(
         argv += ["--batch", str(batch)]
     if retries is not None:
         argv += ["--retries", str(retries)]
+    if slots is not None:
+        argv += ["--slots", str(slots)]
     pid = proc.spawn_detached(argv, cwd=str(ctx.repo.main_workdir), log=log)
     return pid, log

@@ -48,6 +48,9 @@ class RunResult:
     confinement: dict[str, Any] = field(default_factory=dict)
     # checks that failed and then passed on the same tree when run again: {tree, tasks, checks}
     flaky: list[dict[str, Any]] = field(default_factory=list)
+    slots: int = 1  # compositions under test at once
+    # the time the runner waited for checks (with slots: for the first of those running)
+    waited_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,6 +75,91 @@ class _Step:
     tree: Oid = field(default_factory=lambda: Oid(""))
 
 
+@dataclass
+class Composition:
+    """One unit of a slot's work: the checks `todo` on one composed tree (the queue's seam
+    between deciding what to test and where a check runs)."""
+
+    commit: Oid  # the unsigned composition commit
+    tree: Oid
+    tasks: list[str]  # the candidates it holds, in queue order
+    todo: list[Check]  # the checks the memo does not know (or knows failed unconfirmed)
+    confinement: Confinement
+    env: str  # the environment digest (part of the memo key)
+    retries: int  # fresh runs of a failing check in this run
+    # memo keys of `todo` that failed once before without being run again: this run
+    # confirms them (a pass now makes them flaky)
+    suspect: list[str] = field(default_factory=list)
+
+    def keys(self) -> list[str]:
+        return [f"{self.tree} {self.env} {_check_key(c)}" for c in self.todo]
+
+
+@dataclass
+class Tested:
+    results: list[CheckResult]
+    commands: int  # check processes of the first run
+    retries: int  # fresh runs after a failing check
+    flaky: list[str]  # checks that failed, then passed on a fresh run
+    seconds: float  # inside the confined runs
+    confinement: dict[str, Any]
+    setup_failed: SetupFailed | None = None
+    setup_report: dict[str, Any] = field(default_factory=dict)
+
+
+def run_composition(
+    box: ConfinedChecks,
+    comp: Composition,
+    *,
+    setup: Setup | None,
+    say: Callable[[str], None],
+) -> Tested:
+    """The checks of one composition in `box`, confined as a task's checks are
+    (gitsup/verification/confined.py); the first failure ends a run. A failing check runs
+    again, in a fresh confined run (new worktree, private dirs, cgroup and network
+    namespace), up to `comp.retries` times: one that then passes is flaky (recorded, blamed on
+    nobody); one that fails every time has failed. Touches nothing but `box`, so slots run
+    it side by side, each with its own box."""
+    t0 = time.monotonic()
+    retries = comp.retries
+
+    def run(checks: list[Check]) -> list[CheckResult]:
+        return box.run(
+            comp.commit,
+            checks,
+            say=say,
+            stop_at_failure=True,
+            confinement=comp.confinement,
+            setup=setup,
+        )
+
+    try:
+        results = run(comp.todo)
+        again_n, commands = 0, len(results)
+        flaky: list[str] = []
+        tries: dict[str, int] = {}
+        while results and not results[-1].passed:
+            i = len(results) - 1
+            key = _check_key(comp.todo[i])
+            tries[key] = tries.get(key, 0) + 1
+            if tries[key] > retries:
+                break
+            say(
+                f"check {comp.todo[i].name} failed on {comp.tree[:12]}: running it again in a "
+                f"fresh run (retry {tries[key]} of {retries})"
+            )
+            again = run(comp.todo[i:])
+            again_n += 1
+            if again and again[0].passed and comp.todo[i].name not in flaky:
+                flaky.append(comp.todo[i].name)
+            results = results[:i] + again
+    except SetupFailed as exc:
+        return Tested(
+            [], 0, 0, [], time.monotonic() - t0, box.applied.as_dict(), exc, box.setup_report
+        )
+    return Tested(results, commands, again_n, flaky, time.monotonic() - t0, box.applied.as_dict())
+
+
 class CompositionTester:
     """The check-running half of the queue runner (`queue.Runner`)."""
 
@@ -85,6 +173,8 @@ class CompositionTester:
     retries: int = DEFAULT_RETRIES  # fresh runs of a failing check before it counts as failed
     # per tree: the checks that failed, then passed in a fresh run (from this run or the memo)
     _flaky: dict[str, list[str]]
+    _spec_cache: dict[str, TaskSpec | None]  # the queued tasks' specs, read once a run
+    slots: int = 1  # compositions under test at once (gitsup/tasks/queue_slots.py)
 
     def _specs(self, task: str) -> TaskSpec | None:
         try:
@@ -93,11 +183,21 @@ class CompositionTester:
         except (OSError, ValueError):
             return None
 
-    def _test(self, steps: list[_Step], k: int) -> tuple[bool, list[dict[str, Any]]]:
-        """Run the union of the first k candidates' required checks on the tree of the
-        k-th composition (memoised per tree, check and environment: a result is reused only
-        while the recipe and the main checkout's included trees are what they were when it
-        was made; `confined.environment_digest`). Returns (passed, failures)."""
+    def _composition(
+        self,
+        steps: list[_Step],
+        k: int,
+        *,
+        memo: dict[str, dict[str, Any]] | None = None,
+        digests: dict[Confinement, str] | None = None,
+    ) -> tuple[Composition, list[dict[str, Any]]]:
+        """The work of testing the first k candidates: the union of their required checks
+        on the tree of the k-th composition, and what the memo already knows of it (per
+        tree, check and environment: a result is reused only while the recipe and the main
+        checkout's included trees are what they were when it was made;
+        `confined.environment_digest`; `memo` and `digests`: what the caller read already).
+        Returns (the composition with `todo` the checks the
+        memo does not know, the known failures)."""
         s = steps[k - 1]
         checks: dict[str, Check] = {}
         for step in steps[:k]:
@@ -108,140 +208,173 @@ class CompositionTester:
                     checks[key] = c
                 elif c.timeout > seen.timeout:  # one run, with the longer time limit
                     checks[key] = seen.model_copy(update={"timeout": c.timeout})
-        conf = Confinement.of(self._specs(st.entry.task) for st in steps[:k])
-        try:
-            env = environment_digest(self.repo, conf, protected_paths(self.repo))
-        except GitsupError as exc:
-            raise QueueError(
-                f"environment failure of the queue: {exc.message}",
-                hint=exc.hint,
-                exit_code=Exit.FAILED,
-            ) from None
-        state, _ = self.q.read()
-        known = {key: state.results.get(f"{s.tree} {env} {key}") for key in checks}
+        conf = Confinement.of(self._spec_of(st.entry.task) for st in steps[:k])
+        env = digests.get(conf) if digests is not None else None
+        if env is None:
+            env = self._env_digest(conf)
+            if digests is not None:
+                digests[conf] = env
+        results = self.q.read()[0].results if memo is None else memo
+        known = {key: results.get(f"{s.tree} {env} {key}") for key in checks}
         for key, memo in known.items():
             if memo is not None and memo.get("passed") and memo.get("flaky"):
                 self._note_flaky(s.tree, [checks[key].name])
         failed = [
             {"name": checks[key].name, "output_tail": r.get("output_tail", "")}
             for key, r in known.items()
-            if r is not None and not r.get("passed")
+            if r is not None and not r.get("passed") and not r.get("unconfirmed")
         ]
+        # failed once, never run again (a slot's speculative run): to be confirmed
+        suspect = {key for key, r in known.items() if r is not None and r.get("unconfirmed")}
+        comp = Composition(
+            commit=s.merge,
+            tree=s.tree,
+            tasks=[st.entry.task for st in steps[:k]],
+            todo=[checks[key] for key, r in known.items() if r is None or key in suspect],
+            confinement=conf,
+            env=env,
+            retries=self.retries,
+            suspect=[f"{s.tree} {env} {key}" for key in suspect],
+        )
+        return comp, failed
+
+    def _spec_of(self, task: str) -> TaskSpec | None:
+        if task not in self._spec_cache:
+            self._spec_cache[task] = self._specs(task)
+        return self._spec_cache[task]
+
+    def _env_digest(self, conf: Confinement) -> str:
+        try:
+            return environment_digest(self.repo, conf, protected_paths(self.repo))
+        except GitsupError as exc:
+            raise QueueError(
+                f"environment failure of the queue: {exc.message}",
+                hint=exc.hint,
+                exit_code=Exit.FAILED,
+            ) from None
+
+    def _test(self, steps: list[_Step], k: int) -> tuple[bool, list[dict[str, Any]]]:
+        """Run the union of the first k candidates' required checks on the tree of the
+        k-th composition, unless the memo knows them. Returns (passed, failures)."""
+        comp, failed = self._composition(steps, k)
         if failed:
             return False, failed
-        todo = [checks[key] for key, r in known.items() if r is None]
-        if not todo:
+        if not comp.todo:
             return True, []
-        self.say(f"testing {k} candidate(s) on {s.tree[:12]}: {', '.join(c.name for c in todo)}")
-        results, commands, retries, flaky = self._run_with_retries(s, todo, conf)
-        self.res.check_runs += 1
-        self.res.check_commands += commands
-        self.res.check_retries += retries
-        with self.q.change(f"checks on {s.tree[:12]}") as st:
-            st.check_runs += 1
-            st.check_commands += commands
-            for c, r in zip(todo, results, strict=False):
-                st.results[f"{s.tree} {env} {_check_key(c)}"] = {
+        self.say(
+            f"testing {k} candidate(s) on {comp.tree[:12]}: {', '.join(c.name for c in comp.todo)}"
+        )
+        if self._box is None:
+            self._box = self._new_box("")
+        self._publish([(1, comp)], [st.entry.task for st in steps])
+        t0 = time.monotonic()
+        tested = run_composition(self._box, comp, setup=self._setup(), say=self.say)
+        self.res.waited_seconds += time.monotonic() - t0
+        return self._record(comp, tested)
+
+    def _publish(self, under_test: list[tuple[int, Composition]], predicted: list[str]) -> None:
+        """What is under test in each slot now, and the predicted order (`git sup queue`)."""
+        from gitsup.tasks.queue_state import write_runner_status
+
+        write_runner_status(
+            self.q,
+            {
+                "pid": os.getpid(),
+                "slots": self.slots,
+                "predicted": predicted,
+                "under_test": [
+                    {
+                        "slot": i,
+                        "tasks": c.tasks,
+                        "tree": c.tree,
+                        "checks": [x.name for x in c.todo],
+                        "since": round(time.time(), 3),
+                    }
+                    for i, c in under_test
+                ],
+            },
+        )
+
+    def _record(self, comp: Composition, tested: Tested) -> tuple[bool, list[dict[str, Any]]]:
+        """A composition's results into the memo, the counters and the queue's log (by the
+        runner's own thread: the one writer of the queue's state)."""
+        self.res.check_seconds += tested.seconds
+        self.res.confinement = tested.confinement
+        if tested.setup_failed is not None:
+            self._setup_failed(comp.commit, tested.setup_failed, tested.setup_report)
+        results, flaky = tested.results, list(tested.flaky)
+        # a check that failed before (unconfirmed) and passes now is flaky too
+        for c, r, key in zip(comp.todo, results, comp.keys(), strict=False):
+            if r.passed and key in comp.suspect and c.name not in flaky:
+                flaky.append(c.name)
+        confirming = bool(comp.suspect)  # a second look at a composition: a retry
+        self.res.check_runs += 0 if confirming else 1
+        self.res.check_commands += 0 if confirming else tested.commands
+        self.res.check_retries += tested.retries + (1 if confirming else 0)
+        with self.q.change(f"checks on {comp.tree[:12]}") as st:
+            st.check_runs += 0 if confirming else 1
+            st.check_commands += 0 if confirming else tested.commands
+            for r, key in zip(results, comp.keys(), strict=False):
+                # attempts of a failing check: this run's, and the one before if suspect
+                tries = comp.retries + 1 + (1 if key in comp.suspect else 0)
+                st.results[key] = {
                     "passed": r.passed,
                     "output_tail": r.output_tail,
-                    "confinement": self.res.confinement,
+                    "confinement": tested.confinement,
                     **({"flaky": True} if r.passed and r.name in flaky else {}),
+                    **({"unconfirmed": True} if not r.passed and tries <= self.retries else {}),
                 }
             for old in list(st.results)[:-MAX_RESULTS]:  # the newest are the ones reused
                 del st.results[old]
         failed = [{"name": r.name, "output_tail": r.output_tail} for r in results if not r.passed]
         self.q.event(
             QueueTested(
-                tasks=[st.entry.task for st in steps[:k]],
-                tree=s.tree,
+                tasks=comp.tasks,
+                tree=comp.tree,
                 passed=not failed,
                 checks=[{"name": r.name, "passed": r.passed} for r in results],
-                confinement=self.res.confinement,
+                confinement=tested.confinement,
                 **({"flaky": flaky} if flaky else {}),
             )
         )
         if flaky:
-            self._note_flaky(s.tree, flaky)
-            self.res.flaky.append(
-                {"tree": s.tree, "tasks": [st.entry.task for st in steps[:k]], "checks": flaky}
-            )
+            self._note_flaky(comp.tree, flaky)
+            self.res.flaky.append({"tree": comp.tree, "tasks": comp.tasks, "checks": flaky})
         return not failed, failed
-
-    def _run_with_retries(
-        self, s: _Step, todo: list[Check], conf: Confinement
-    ) -> tuple[list[CheckResult], int, int, list[str]]:
-        """The checks on one composition; a failing check runs again, in a fresh confined run
-        (new worktree, private dirs, cgroup and network namespace), up to `retries` times. A
-        check that then passes is flaky (recorded, blamed on nobody); one that fails every
-        time has failed. Returns (results, commands of the first run, retries, flaky names)."""
-        results = self._run_checks(s.merge, todo, conf)
-        retries, commands = 0, len(results)
-        flaky: list[str] = []
-        tries: dict[str, int] = {}
-        while results and not results[-1].passed:
-            i = len(results) - 1
-            key = _check_key(todo[i])
-            tries[key] = tries.get(key, 0) + 1
-            if tries[key] > self.retries:
-                break
-            self.say(
-                f"check {todo[i].name} failed on {s.tree[:12]}: running it again in a fresh "
-                f"run (retry {tries[key]} of {self.retries})"
-            )
-            again = self._run_checks(s.merge, todo[i:], conf)
-            retries += 1
-            if again and again[0].passed and todo[i].name not in flaky:
-                flaky.append(todo[i].name)
-            results = results[:i] + again
-        return results, commands, retries, flaky
 
     def _note_flaky(self, tree: str, names: list[str]) -> None:
         seen = self._flaky.setdefault(tree, [])
         seen += [n for n in names if n not in seen]
 
-    def _run_checks(self, commit: Oid, checks: list[Check], conf: Confinement) -> list[CheckResult]:
-        """The checks on one composition, confined as a task's checks are
-        (gitsup/verification/confined.py); the first failure ends the run."""
-        if self._box is None:
-            self._box = ConfinedChecks(
-                self.repo,
-                prefix=f"gitsup-queue-{os.getpid()}-",
-                marker=f"queue/{self.q.branch}",
-                label="queue",
-                protect=protected_paths(self.repo),
+    def _new_box(self, slot: str) -> ConfinedChecks:
+        """A throw-away place for confined checks (one per slot: its own worktree and
+        private dirs; each check its own cgroup and network namespace)."""
+        return ConfinedChecks(
+            self.repo,
+            prefix=f"gitsup-queue-{os.getpid()}-{slot}",
+            marker=f"queue/{self.q.branch}",
+            label="queue",
+            protect=protected_paths(self.repo),
+        )
+
+    def _setup_failed(self, commit: Oid, exc: SetupFailed, report: dict[str, Any]) -> None:
+        """The environment, not a candidate: nobody is blamed, nothing leaves the queue."""
+        self.q.event(
+            QueueEnvironmentFailed(
+                commit=commit,
+                command=list(exc.result.argv),
+                exit_code=exc.result.exit_code,
+                timed_out=exc.result.timed_out,
+                output_tail=str(report.get("output_tail", "")),
             )
-        t0 = time.monotonic()
-        try:
-            return self._box.run(
-                commit,
-                checks,
-                say=self.say,
-                stop_at_failure=True,
-                confinement=conf,
-                setup=self._setup(),
-            )
-        except SetupFailed as exc:
-            # the environment, not a candidate: nobody is blamed, nothing leaves the queue
-            report = self._box.setup_report
-            self.q.event(
-                QueueEnvironmentFailed(
-                    commit=commit,
-                    command=list(exc.result.argv),
-                    exit_code=exc.result.exit_code,
-                    timed_out=exc.result.timed_out,
-                    output_tail=str(report.get("output_tail", "")),
-                )
-            )
-            raise QueueError(
-                f"environment failure of the queue: {exc.message}",
-                hint="no candidate was blamed and the queue is unchanged; check "
-                f"{ENVIRONMENT_FILE} (`git sup env show`) and the registry it reaches, "
-                "then `git sup queue run` again",
-                exit_code=Exit.FAILED,
-            ) from None
-        finally:
-            self.res.check_seconds += time.monotonic() - t0
-            self.res.confinement = self._box.applied.as_dict()
+        )
+        raise QueueError(
+            f"environment failure of the queue: {exc.message}",
+            hint="no candidate was blamed and the queue is unchanged; check "
+            f"{ENVIRONMENT_FILE} (`git sup env show`) and the registry it reaches, "
+            "then `git sup queue run` again",
+            exit_code=Exit.FAILED,
+        ) from None
 
     def _setup(self) -> Setup | None:
         """The setup phase of every composition: the main checkout's environment recipe, as

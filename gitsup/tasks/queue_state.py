@@ -256,3 +256,38 @@ def queue_branches(ctx: SupRepo) -> list[str]:
 
 def list_queues(ctx: SupRepo) -> list[QueueState]:
     return [Queue(ctx, b).read()[0] for b in queue_branches(ctx)]
+
+
+# --- what a live runner is doing (not in Git: it means nothing once the runner is gone) ---
+
+RUNNER_STATUS = "runner.json"
+
+
+def write_runner_status(q: Queue, status: dict[str, Any] | None) -> None:
+    """The runner's slots (what is under test in each) and the predicted order, written
+    whole under a temporary name and renamed; None removes it."""
+    import os
+
+    path = q.dir / RUNNER_STATUS
+    if status is None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        return
+    tmp = path.with_name(f".{RUNNER_STATUS}.{os.getpid()}")
+    tmp.write_text(json.dumps(status) + "\n")
+    os.replace(tmp, path)
+
+
+def runner_status(ctx: SupRepo, branch: str) -> dict[str, Any] | None:
+    """What the live runner of a queue is testing (None without one: a file left by a
+    runner that died says nothing)."""
+    import os
+
+    path = Queue(ctx, branch).dir / RUNNER_STATUS
+    try:
+        status = json.loads(path.read_text())
+        pid = int(status["pid"])
+        os.kill(pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return status if isinstance(status, dict) else None

@@ -26,6 +26,7 @@ import fnmatch
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,6 +47,11 @@ from gitsup.verification.checks import run_check
 _AGENT_ONLY_ENV = ("ANTHROPIC_*", "CLAUDE_*", "OPENAI_*", "CODEX_*")
 # Marks every process of one confined run (the fallback sweep without a cgroup).
 RUN_MARKER = "GITSUP_CHECK_RUN"
+# Runs side by side (the queue's slots: a thread each, each with its own ConfinedChecks)
+# take this around what Git and pyroute2 do to shared places: `git worktree add` and the
+# `prune` after a removal share `$GIT_COMMON_DIR/worktrees`, and a network namespace is
+# created by a forked child (forked from one thread at a time).
+_SHARED = threading.Lock()
 # Who runs checks here; each check's cgroup and network namespace are named after the
 # runner, its pid and a random part, so that `doctor` finds what a killed runner left.
 RUNNER_LABELS = ("integrate", "queue", "warm")
@@ -248,13 +254,15 @@ class ConfinedChecks:
 
         # pyroute2, for the network namespaces, is imported while Git checks the tree out
         with preloading(["pyroute2", "gitsup.host.egress"] if conf.network != "host" else []):
-            self.repo.add_detached_worktree(self.worktree, commit)
+            with _SHARED:
+                self.repo.add_detached_worktree(self.worktree, commit)
             try:
                 # planned once the worktree exists: its `.git` file is bound read-only
                 # then (a check that rewrote it would point Git elsewhere for what follows)
                 plan, env = self._plan([*(setup.commands if setup else ()), *checks])
             except BaseException:
-                self.repo.remove_detached_worktree(self.worktree)
+                with _SHARED:
+                    self.repo.remove_detached_worktree(self.worktree)
                 raise
         try:
             self._include(plan, conf)
@@ -270,7 +278,8 @@ class ConfinedChecks:
                     break
             return out
         finally:
-            self.repo.remove_detached_worktree(self.worktree)
+            with _SHARED:
+                self.repo.remove_detached_worktree(self.worktree)
 
     def _setup(
         self,
@@ -464,12 +473,14 @@ class ConfinedChecks:
             parse_endpoint(e)
         try:
             if extra or conf.gated:
-                an = stack.enter_context(
-                    gated_namespace(self.label, {}, extra, model=False, refuse_by_proxy=True)
-                )
+                with _SHARED:
+                    an = stack.enter_context(
+                        gated_namespace(self.label, {}, extra, model=False, refuse_by_proxy=True)
+                    )
                 self.applied.weaken_network("gated")
                 return an.netns, dict(an.env)
-            ns = stack.enter_context(isolated_netns(self.label))
+            with _SHARED:
+                ns = stack.enter_context(isolated_netns(self.label))
             self.applied.weaken_network("loopback")
             return ns, {}
         except GitsupError as exc:
