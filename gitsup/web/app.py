@@ -471,6 +471,8 @@ def routes(web: Web) -> list[BaseRoute]:
         Route("/task/{task}/event/{seq:int}", web.event, methods=["GET"]),
         Route("/static/{name}", web.static, methods=["GET"]),
         Route("/events", web.events, methods=["GET"]),
+        # Asked for by a browser on its own (e.g. showing a whole event as JSON): no icon.
+        Route("/favicon.ico", lambda request: Response(status_code=204), methods=["GET"]),
     ]
     # The API, at /api/ (the current version) and /api/v1/.
     for base in ("/api", f"/api/v{API_VERSION}"):
