@@ -53,6 +53,9 @@
     return !!(f && (f.tagName === "INPUT" || f.tagName === "TEXTAREA") && f.value);
   }
 
+  let busy = 0; // actions waiting for their answer: the page is not reloaded under them
+  let changed = false;
+
   function taskChanged(rows) {
     // The page shows one state and status: a change of either brings the page up to date
     // (or, while something is being typed, says so).
@@ -60,7 +63,9 @@
     const badge = document.getElementById("status");
     if (!mine || !badge) return;
     if (badge.dataset.state === mine.state && badge.dataset.status === mine.status) return;
-    if (editing()) {
+    if (busy) {
+      changed = true;
+    } else if (editing()) {
       const live = document.getElementById("live");
       live.textContent = "this task changed: ";
       const a = document.createElement("a");
@@ -95,6 +100,7 @@
       }
       const out = form.querySelector("output");
       out.textContent = "…";
+      busy += 1;
       for (const b of form.querySelectorAll("button")) b.disabled = true;
       try {
         const resp = await fetch("/api/tasks/" + encodeURIComponent(task) + "/" + form.dataset.action, {
@@ -113,6 +119,11 @@
         form.dataset.result = "error";
       } finally {
         for (const b of form.querySelectorAll("button")) b.disabled = false;
+        busy -= 1;
+      }
+      // Taken: the page shows the task as it is now (its answer stays shown if it failed).
+      if (form.dataset.result === "ok" && (changed || form.dataset.action !== "message")) {
+        window.setTimeout(() => location.reload(), 500);
       }
     });
   }
