@@ -35,6 +35,7 @@ from gitsup.web.auth import CSRF_HEADER, Guard
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from gitsup.attention.fold import TaskStatus
     from gitsup.store.suprepo import SupRepo
 
 API_VERSION = 1
@@ -188,8 +189,21 @@ class Web:
     """The routes, over one repository."""
 
     def __init__(self, ctx: SupRepo, guard: Guard) -> None:
+        import threading
+
+        from gitsup.attention.fold import Board
+
         self.ctx, self.guard = ctx, guard
         self.env = _templates()
+        # One fold of every task for the index and the API, kept across requests: each
+        # refresh reads only what was appended since (a Board is not thread-safe: a lock).
+        self._board = Board(ctx.layout)
+        self._board_lock = threading.Lock()
+
+    def rows(self) -> list[TaskStatus]:
+        """Every task's status, needs-human first."""
+        with self._board_lock:
+            return self._board.refresh()
 
     # --- helpers -----------------------------------------------------------------------
 
@@ -209,7 +223,7 @@ class Web:
     # --- pages -------------------------------------------------------------------------
 
     def index(self, request: Request) -> Response:
-        rows = views.index_rows(self.ctx)
+        rows = self.rows()
         return self._page("index.html", rows=rows, where=str(self.ctx.repo.main_workdir))
 
     def task(self, request: Request) -> Response:
@@ -295,7 +309,7 @@ class Web:
     # --- API ---------------------------------------------------------------------------
 
     def api_tasks(self, request: Request) -> Response:
-        rows = [views.row_dict(r) for r in views.index_rows(self.ctx)]
+        rows = [views.row_dict(r) for r in self.rows()]
         return JSONResponse({"api": API_VERSION, "tasks": rows})
 
     def api_task(self, request: Request) -> Response:

@@ -12,7 +12,6 @@ from markupsafe import Markup
 
 if TYPE_CHECKING:
     from gitsup.attention.fold import TaskStatus
-    from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.report import PageData
 
 # A timeline cell longer than this is cut, with a link to the whole event.
@@ -24,13 +23,6 @@ FOLDED = ("worker_output", "tool_result", "permission_decided", "turn_completed"
 def row_dict(r: TaskStatus) -> dict[str, Any]:
     """One task of the index (and of `GET /api/tasks`): `ls`'s status fields."""
     return r.as_dict()
-
-
-def index_rows(ctx: SupRepo) -> list[TaskStatus]:
-    """Every task, needs-human first (the order of `git sup watch`)."""
-    from gitsup.attention.fold import Board
-
-    return Board(ctx.layout).refresh()
 
 
 @dataclass
