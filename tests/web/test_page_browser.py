@@ -119,7 +119,7 @@ def test_the_index_follows_a_task_live_without_a_reload(repo: Path, tmp: Path) -
             "start",
             "--detach",
             "-q",
-            "wait for the gate",
+            "wait <img src=x onerror=console.error('xss-live')>",
             "--worker",
             f"{worker} {gate}",
             "--review",
@@ -129,6 +129,12 @@ def test_the_index_follows_a_task_live_without_a_reload(repo: Path, tmp: Path) -
         tid = res.stdout.strip().split()[-1]
         # A new task appears, running...
         page.wait_for_selector(f"#row-{tid}[data-state='running']")
+        # Drawn from the stream as text: the goal's markup neither shows nor runs.
+        assert (
+            page.inner_text(f"#row-{tid} .goal")
+            == "wait <img src=x onerror=console.error('xss-live')>"
+        )
+        assert page.locator("#tasks img").count() == 0
         tab.shot("running")
         # ...and when it ends the row follows.
         gate.write_text("go")
