@@ -188,12 +188,15 @@ Handler = Callable[["Web", Request, str, Mapping[str, Any]], dict[str, Any]]
 class Web:
     """The routes, over one repository."""
 
-    def __init__(self, ctx: SupRepo, guard: Guard) -> None:
+    def __init__(
+        self, ctx: SupRepo, guard: Guard, stopping: Callable[[], bool] = lambda: False
+    ) -> None:
         import threading
 
         from gitsup.attention.fold import Board
 
         self.ctx, self.guard = ctx, guard
+        self.stopping = stopping  # the server is shutting down: event streams end
         self.env = _templates()
         # One fold of every task for the index and the API, kept across requests: each
         # refresh reads only what was appended since (a Board is not thread-safe: a lock).
@@ -287,7 +290,7 @@ class Web:
             last: Any = None
             quiet = 0.0
             yield "retry: 1000\n\n"
-            while not await request.is_disconnected():
+            while not self.stopping() and not await request.is_disconnected():
                 rows = await anyio.to_thread.run_sync(board.refresh)
                 key = [
                     (r.id, r.state, r.status, r.turns, r.cost_usd, r.waiting_for, r.attention)
@@ -499,7 +502,7 @@ def routes(web: Web) -> list[BaseRoute]:
     return table
 
 
-def make_app(ctx: SupRepo, guard: Guard) -> ASGIApp:
-    web = Web(ctx, guard)
+def make_app(ctx: SupRepo, guard: Guard, stopping: Callable[[], bool] = lambda: False) -> ASGIApp:
+    web = Web(ctx, guard, stopping)
     app = Starlette(routes=routes(web))
     return Gate(app, guard)

@@ -77,14 +77,15 @@ def serve(
     bound = sock.getsockname()[1]
     tls = tls_cert is not None
     guard = guard_for(token, host, bound, tls=tls, public_origin=public_origin)
+    server: uvicorn.Server | None = None
     config = uvicorn.Config(
-        make_app(ctx, guard),
+        make_app(ctx, guard, lambda: server is not None and server.should_exit),
         log_level="warning",
         access_log=False,
         lifespan="off",
         ssl_certfile=str(tls_cert) if tls_cert else None,
         ssl_keyfile=str(tls_key) if tls_key else None,
-        timeout_graceful_shutdown=1,
+        timeout_graceful_shutdown=5,
         server_header=False,
     )
     if public_origin is not None:
@@ -96,6 +97,7 @@ def serve(
     if ready is not None:
         ready(f"{base}/?token={token}")
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        server = uvicorn.Server(config)
+        server.run(sockets=[sock])
     finally:
         sock.close()
