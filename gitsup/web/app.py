@@ -292,10 +292,12 @@ class Web:
             yield "retry: 1000\n\n"
             while not self.stopping() and not await request.is_disconnected():
                 rows = await anyio.to_thread.run_sync(board.refresh)
-                key = [
+                # What the page shows, by task: not the order (tasks of a group are sorted by
+                # their age, which rounding reorders now and then), not the clocks.
+                key = sorted(
                     (r.id, r.state, r.status, r.turns, r.cost_usd, r.waiting_for, r.attention)
                     for r in rows
-                ]
+                )
                 if key != last:
                     last = key
                     quiet = 0.0

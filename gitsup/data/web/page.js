@@ -14,35 +14,58 @@
     return td;
   }
 
+  function row(r) {
+    const tr = document.createElement("tr");
+    tr.id = "row-" + r.id;
+    tr.dataset.state = r.state;
+    if (r.attention.length) tr.className = "attention";
+    const link = document.createElement("td");
+    const a = document.createElement("a");
+    a.href = "/task/" + encodeURIComponent(r.id);
+    a.textContent = r.id;
+    link.appendChild(a);
+    tr.appendChild(link);
+    const st = document.createElement("td");
+    const badge = document.createElement("span");
+    badge.className = "badge " + r.status;
+    badge.textContent = r.status;
+    st.appendChild(badge);
+    tr.appendChild(st);
+    tr.appendChild(cell(r.state, "state"));
+    tr.appendChild(cell(String(r.turns)));
+    tr.appendChild(cell("$" + Number(r.cost_usd).toFixed(4)));
+    tr.appendChild(cell(r.attention.join("; "), "warn needs"));
+    tr.appendChild(cell(r.goal, "goal"));
+    return tr;
+  }
+
+  // What a row shows: a row is redrawn only when this changes; the table only when the
+  // order of the tasks does.
+  const shown = new Map();
+  let order = null;
+
   function renderRows(rows) {
     const body = document.querySelector("#tasks tbody");
     if (!body) return;
-    const fresh = document.createDocumentFragment();
-    for (const r of rows) {
-      const tr = document.createElement("tr");
-      tr.id = "row-" + r.id;
-      tr.dataset.state = r.state;
-      if (r.attention.length) tr.className = "attention";
-      const link = document.createElement("td");
-      const a = document.createElement("a");
-      a.href = "/task/" + encodeURIComponent(r.id);
-      a.textContent = r.id;
-      link.appendChild(a);
-      tr.appendChild(link);
-      const st = document.createElement("td");
-      const badge = document.createElement("span");
-      badge.className = "badge " + r.status;
-      badge.textContent = r.status;
-      st.appendChild(badge);
-      tr.appendChild(st);
-      tr.appendChild(cell(r.state, "state"));
-      tr.appendChild(cell(String(r.turns)));
-      tr.appendChild(cell("$" + Number(r.cost_usd).toFixed(4)));
-      tr.appendChild(cell(r.attention.join("; "), "warn needs"));
-      tr.appendChild(cell(r.goal, "goal"));
-      fresh.appendChild(tr);
+    const now = rows.map((r) => r.id).join(" ");
+    const keyOf = (r) => JSON.stringify([r.state, r.status, r.turns, r.cost_usd, r.attention, r.goal]);
+    if (now === order) {
+      for (const r of rows) {
+        const key = keyOf(r);
+        if (shown.get(r.id) === key) continue;
+        shown.set(r.id, key);
+        const old = document.getElementById("row-" + r.id);
+        if (old) old.replaceWith(row(r));
+      }
+    } else {
+      const fresh = document.createDocumentFragment();
+      for (const r of rows) {
+        shown.set(r.id, keyOf(r));
+        fresh.appendChild(row(r));
+      }
+      body.replaceChildren(fresh);
+      order = now;
     }
-    body.replaceChildren(fresh);
     const need = rows.filter((r) => r.attention.length).length;
     document.getElementById("counts").textContent =
       rows.length + " task(s), " + need + " need a human";
