@@ -35,7 +35,7 @@ from gitsup.web.auth import CSRF_HEADER, Guard
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from gitsup.attention.fold import TaskStatus
+    from gitsup.attention.fold import TaskStatus, Tracker
     from gitsup.store.suprepo import SupRepo
 
 API_VERSION = 1
@@ -236,7 +236,11 @@ class Web:
             tid = self._task_id(request.path_params["task"])
         except Api as exc:
             return self._page("missing.html", 404, message=exc.error)
-        data = collect(self.ctx, tid)
+        try:
+            data = collect(self.ctx, tid)
+        except GitsupError as exc:
+            return self._page("missing.html", 404, message=exc.message)
+        tracked = _tracker(self.ctx, tid)
         s = data.show
         review = s.get("review") if isinstance(s.get("review"), Mapping) else None
         findings = [f for f in (review or {}).get("findings") or [] if isinstance(f, Mapping)]
@@ -253,8 +257,8 @@ class Web:
             tree=views.tree(files),
             timeline=views.timeline(data),
             integration=views.integration(data),
-            budget_paused=any("git sup continue" in a for a in _attention(self.ctx, tid)),
-            attention=_attention(self.ctx, tid),
+            budget_paused=bool(tracked.budget_paused) and not tracked.ended,
+            attention=list(tracked.attention()),
         )
 
     def event(self, request: Request) -> Response:
@@ -477,10 +481,12 @@ ACTIONS: dict[str, Handler] = {
 }
 
 
-def _attention(ctx: SupRepo, tid: str) -> list[str]:
+def _tracker(ctx: SupRepo, tid: str) -> Tracker:
+    """The attention fold of one task's whole log: who is needed, and why."""
     from gitsup.tasks.human import tracker
 
-    return list(tracker(ctx, tid).attention())
+    tr: Tracker = tracker(ctx, tid)
+    return tr
 
 
 def routes(web: Web) -> list[BaseRoute]:

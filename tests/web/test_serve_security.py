@@ -60,6 +60,8 @@ def test_every_request_needs_the_token(repo: Path) -> None:
         cookie = first.headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=strict" in cookie
         assert request(s.base + "/", headers=cookie_of(s)).status == 200
+        for path in ("/task/..%2F..%2Fetc", "/task/20990101-000000", "/static/..%2Fapp.py"):
+            assert request(s.base + path, headers=bearer(s)).status == 404, path
 
 
 def test_a_wrong_host_or_origin_is_refused(repo: Path) -> None:
