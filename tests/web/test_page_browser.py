@@ -86,6 +86,12 @@ def test_hostile_content_is_shown_as_text_and_no_script_runs(repo: Path, tmp: Pa
         assert "xss-detail" in finding.inner_text()
         line = finding.locator("xpath=preceding-sibling::span[1]")
         assert line.get_attribute("data-line") == "2" and "return a + b" in line.inner_text()
+        # The review's list links to it.
+        href = page.locator("#review a").get_attribute("href")
+        assert href == "#" + str(finding.get_attribute("id")), href
+        # Every link within the page lands somewhere.
+        anchors = page.eval_on_selector_all("a[href^='#']", "els => els.map(e => e.hash)")
+        assert anchors and all(page.locator(f"[id='{a[1:]}']").count() == 1 for a in anchors)
         # Folded: the timeline, and tool output in it; a long payload links to the whole event.
         assert not page.is_visible("#timeline-body table")
         page.click("#timeline-body > summary")
