@@ -227,7 +227,19 @@ class Web:
 
     def index(self, request: Request) -> Response:
         rows = self.rows()
-        return self._page("index.html", rows=rows, where=str(self.ctx.repo.main_workdir))
+        return self._page(
+            "index.html",
+            rows=rows,
+            groups=views.groups(self.ctx),
+            where=str(self.ctx.repo.main_workdir),
+        )
+
+    def group(self, request: Request) -> Response:
+        try:
+            g = views.group(self.ctx, request.path_params["group"])
+        except GitsupError as exc:
+            return self._page("missing.html", 404, message=exc.message)
+        return self._page("group.html", g=g)
 
     def task(self, request: Request) -> Response:
         from gitsup.tasks.report import collect
@@ -494,6 +506,7 @@ def routes(web: Web) -> list[BaseRoute]:
         Route("/", web.index, methods=["GET"]),
         Route("/task/{task}", web.task, methods=["GET"]),
         Route("/task/{task}/event/{seq:int}", web.event, methods=["GET"]),
+        Route("/group/{group}", web.group, methods=["GET"]),
         Route("/static/{name}", web.static, methods=["GET"]),
         Route("/events", web.events, methods=["GET"]),
         # Asked for by a browser on its own (e.g. showing a whole event as JSON): no icon.

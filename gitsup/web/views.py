@@ -12,6 +12,7 @@ from markupsafe import Markup
 
 if TYPE_CHECKING:
     from gitsup.attention.fold import TaskStatus
+    from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.report import PageData
 
 # A timeline cell longer than this is cut, with a link to the whole event.
@@ -164,3 +165,38 @@ def verdict(show: Mapping[str, Any]) -> tuple[str, str]:
 
 def event_of(data: PageData, seq: int) -> dict[str, Any] | None:
     return next((ev for ev in data.events if ev.get("seq") == seq), None)
+
+
+def groups(ctx: SupRepo) -> list[str]:
+    """The best-of-N groups of the repository (`refs/sup/<group>/group`), newest first."""
+    from gitsup.tasks.attempts import is_group_id
+
+    names = [n.split("/")[2] for n, _ in ctx.repo.direct_refs(["refs/sup/g"])]
+    return sorted({g for g in names if is_group_id(g)}, reverse=True)
+
+
+def group(ctx: SupRepo, gid: str) -> dict[str, Any]:
+    """A group's attempts side by side, ranked by the same evidence as `git sup compare`, read
+    only (the ranking is recorded in Git by `compare`, not by looking at it here)."""
+    from dataclasses import asdict
+
+    from gitsup.tasks.attempts import evidence, read_group
+
+    data, tip = read_group(ctx, gid)
+    ranked = sorted(
+        (evidence(ctx, t, data["baseline"]) for t in data["members"]), key=lambda r: r.key()
+    )
+    recorded = ctx.repo.read_note(tip)
+    chosen = None
+    if recorded:
+        try:
+            chosen = json.loads(recorded).get("chosen")
+        except ValueError:
+            chosen = None
+    return {
+        "group": gid,
+        "goal": data.get("goal", ""),
+        "baseline": data["baseline"],
+        "members": [asdict(r) for r in ranked],
+        "chosen": chosen,
+    }

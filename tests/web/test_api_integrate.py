@@ -1,5 +1,6 @@
 """Integrate and queue through the API: the same use cases as `git sup integrate` and
-`git sup queue add` (re-run checks, a signed merge), and the page shows the integration."""
+`git sup queue add` (re-run checks, a signed merge), and the page shows the integration; a
+best-of-N group's attempts side by side."""
 
 from __future__ import annotations
 
@@ -56,3 +57,30 @@ def test_integrate_and_queue_through_the_api(repo: Path, tmp: Path) -> None:
         assert got.status == 200, got
     res = run_sup(repo, "queue", "--json")
     assert second["id"] in res.stdout, res.stdout
+
+
+def test_a_best_of_n_group_side_by_side(repo: Path, tmp: Path) -> None:
+    import sys
+
+    def argv(body: str, name: str) -> str:
+        return json.dumps([sys.executable, write_worker(tmp, body, name).split()[-1]])
+
+    spec = tmp / "task.toml"
+    spec.write_text(
+        'goal = "fix <b>add</b>"\n[review]\nkind = "none"\n'
+        '[worker]\nkind = "process"\nargv = ["true"]\n[attempts]\nn = 2\n'
+        f'[[attempts.workers]]\nkind = "process"\nargv = {argv(FIX_AND_COMMIT, "fix.py")}\n'
+        f'[[attempts.workers]]\nkind = "process"\nargv = {argv(OTHER, "other.py")}\n'
+    )
+    res = run_sup(repo, "start", "--spec", str(spec), "--json", "-q", timeout=600)
+    assert res.returncode == 0, res.stderr
+    g = json.loads(res.stdout)
+    with serving(repo) as s:
+        index = request(s.base + "/", headers=bearer(s))
+        assert f'href="/group/{g["group"]}"' in index.body
+        page = request(f"{s.base}/group/{g['group']}", headers=bearer(s))
+        assert page.status == 200
+        for t in g["members"]:
+            assert f'href="/task/{t}"' in page.body
+        assert "fix &lt;b&gt;add&lt;/b&gt;" in page.body
+        assert request(f"{s.base}/group/g20990101-000000", headers=bearer(s)).status == 404
