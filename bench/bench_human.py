@@ -1,12 +1,13 @@
 """A person in the loop: how soon `git sup answer` reaches a waiting worker.
 
-    GITSUP_CLAUDE_BIN=… .venv/bin/python bench/bench_human.py [--asks N]
+    GITSUP_CLAUDE_BIN=… .venv/bin/python bench/bench_human.py [--asks N] [--via api]
 
 A real Claude Code worker (scripted model, human decider) asks N times for a call the policy
 sends to `ask`; each time, once the ask is pending, `git sup answer … allow` runs through the
 console script. Per answer: from the CLI call to the supervisor's `permission_decided` event
 (written once the worker was sent its answer; goal <= 1 s), and the CLI's own duration (it
-returns once the supervisor recorded `human_answer`). Prints the distribution; asserts
+returns once the supervisor recorded `human_answer`). With `--via api` each answer is a
+`POST /api/tasks/ID/answer` to a running `git sup serve` instead (no Python start-up). Prints the distribution; asserts
 nothing. Everything happens in a temporary directory with a hermetic Git environment.
 """
 
@@ -47,7 +48,9 @@ def events(repo: Path, task: str) -> list[dict[str, object]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--asks", type=int, default=10)
-    n = ap.parse_args().asks
+    ap.add_argument("--via", choices=("cli", "api"), default="cli")
+    opts = ap.parse_args()
+    n, via = opts.asks, opts.via
     claude = os.environ.get("GITSUP_CLAUDE_BIN")
     if not claude:
         sys.exit("set GITSUP_CLAUDE_BIN to Claude Code's binary")
@@ -97,6 +100,13 @@ def main() -> None:
         if res.returncode != 0:
             sys.exit(res.stderr)
         task = res.stdout.strip().split()[-1]
+        server = None
+        if via == "api":
+            server = subprocess.Popen(
+                [GIT_SUP, "serve"], cwd=repo, stdout=subprocess.PIPE, text=True, env=env
+            )
+            assert server.stdout is not None
+            base, token = server.stdout.readline().strip().split("/?token=", 1)
         reach: list[float] = []
         cli: list[float] = []
         channel: list[float] = []
@@ -111,10 +121,23 @@ def main() -> None:
                 continue
             rid = todo[0]["request_id"]
             t0 = time.time()
-            r = sup(repo, "answer", task, rid, "allow", "--json", env=env)
+            if server is not None:
+                import urllib.request
+
+                req = urllib.request.Request(
+                    f"{base}/api/tasks/{task}/answer",
+                    data=json.dumps({"request_id": rid, "decision": "allow"}).encode(),
+                    headers={"Authorization": f"Bearer {token}"},
+                    method="POST",
+                )
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    stdout = json.dumps(json.loads(resp.read())["taken"])
+            else:
+                r = sup(repo, "answer", task, rid, "allow", "--json", env=env)
+                if r.returncode != 0:
+                    sys.exit(r.stderr)
+                stdout = r.stdout
             t1 = time.time()
-            if r.returncode != 0:
-                sys.exit(r.stderr)
             answered.add(rid)
             decided = [
                 e
@@ -125,10 +148,13 @@ def main() -> None:
             ]
             reach.append(float(decided[0]["ts"]) - t0)  # type: ignore[arg-type]
             # the request's ref starts with the time it was written (ns, hex)
-            written = int(json.loads(r.stdout or "{}").get("ref", "0-").split("-")[0], 16) / 1e9
+            written = int(json.loads(stdout or "{}").get("ref", "0-").split("-")[0], 16) / 1e9
             channel.append(float(decided[0]["ts"]) - written)  # type: ignore[arg-type]
             cli.append(t1 - t0)
         sup(repo, "wait", task, "--timeout", "120", env=env)
+        if server is not None:
+            server.terminate()
+            server.wait(10)
 
     def dist(xs: list[float]) -> str:
         q = statistics.quantiles(xs, n=10) if len(xs) >= 2 else xs
@@ -138,9 +164,10 @@ def main() -> None:
         )
 
     print(f"answers: {n} (one worker, one supervisor, 2-core host shared with other work)")
-    print(f"CLI call -> worker answered (permission_decided): {dist(reach)}  (goal <= 1 s)")
+    how = "POST" if via == "api" else "CLI call"
+    print(f"{how} -> worker answered (permission_decided): {dist(reach)}  (goal <= 1 s)")
     print(f"request written -> worker answered:               {dist(channel)}")
-    print(f"CLI call -> CLI exits (human_answer recorded):     {dist(cli)}")
+    print(f"{how} -> answer (human_answer recorded):     {dist(cli)}")
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 

@@ -289,19 +289,56 @@ def report_cmd(
 
 @app.command("serve")
 def serve_cmd(
-    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (0: any free one).")] = 0,
+    port: Annotated[int, typer.Option("--port", help="Port (0: any free one).")] = 0,
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            help="Address to listen on; other than loopback only with --tls-cert/--tls-key "
+            "or --public-url.",
+        ),
+    ] = "127.0.0.1",
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="TLS certificate (PEM) to serve https.")
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option("--tls-key", help="The certificate's private key (PEM).")
+    ] = None,
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            "--public-url",
+            help="Behind an https reverse proxy: its address (https://HOST[:PORT]), the only "
+            "Host and Origin answered.",
+        ),
+    ] = None,
+    new_token: Annotated[
+        bool, typer.Option("--new-token", help="Replace the token (old URLs stop working).")
+    ] = False,
 ) -> None:
-    """Serve the pages of all tasks, with an index, on 127.0.0.1 (never another address)."""
+    """The interactive page of every task and its JSON API (docs/web.md), until interrupted.
+
+    Prints one line: the URL, carrying the token as `?token=…`. Needs the web extra
+    (`pip install 'gitsup[web]'`).
+    """
     if not 0 <= port <= 65535:
         raise GitsupError(f"--port {port}: a port is 0 to 65535 (0: any free one)")
     from gitsup.tasks.lifecycle import SupRepo
-    from gitsup.tasks.report import serve
+    from gitsup.web.serve import require_web_stack, serve
+
+    require_web_stack()
 
     def ready(url: str) -> None:
         out(url)
         sys.stdout.flush()
 
-    try:
-        serve(SupRepo.discover(), port=port, ready=ready)
-    except OSError as exc:
-        raise GitsupError(f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}") from None
+    serve(
+        SupRepo.discover(),
+        host=host,
+        port=port,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        public_origin=public_url,
+        new_token=new_token,
+        ready=ready,
+    )

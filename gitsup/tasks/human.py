@@ -91,7 +91,9 @@ def pending(ctx: SupRepo, record: TaskRecord) -> list[dict[str, Any]]:
     return [dict(a) for a in tracker(ctx, record.id).asks.values()]
 
 
-def answer(ctx: SupRepo, task: str, request_id: str, decision: str, message: str = "") -> Taken:
+def answer(
+    ctx: SupRepo, task: str, request_id: str, decision: str, message: str = "", *, via: str = "cli"
+) -> Taken:
     """Allow or deny an open ask. A denial's `message` is what the worker is told."""
     if decision not in ("allow", "deny"):
         raise GitsupError(f"the decision is allow or deny, not {decision!r}")
@@ -110,10 +112,10 @@ def answer(ctx: SupRepo, task: str, request_id: str, decision: str, message: str
             hint=hint,
         )
     data = {"request_id": request_id, "decision": decision, "message": message}
-    return _submit(ctx, record, "answer", data)
+    return _submit(ctx, record, "answer", data, via=via)
 
 
-def send(ctx: SupRepo, task: str, text: str) -> Taken:
+def send(ctx: SupRepo, task: str, text: str, *, via: str = "cli") -> Taken:
     """A message for the worker: its next turn (sent when the current one ends)."""
     if not text.strip():
         raise GitsupError("the message is empty")
@@ -123,11 +125,17 @@ def send(ctx: SupRepo, task: str, text: str) -> Taken:
             f"task {record.id} runs a {record.worker_kind} worker, which cannot take messages",
             hint="only agent workers (" + ", ".join(MESSAGE_KINDS) + ") take another turn",
         )
-    return _submit(ctx, record, "send", {"text": text})
+    return _submit(ctx, record, "send", {"text": text}, via=via)
 
 
 def continue_task(
-    ctx: SupRepo, task: str, *, add_cost_usd: float = 0.0, add_turns: int = 0, extend: float = 0.0
+    ctx: SupRepo,
+    task: str,
+    *,
+    add_cost_usd: float = 0.0,
+    add_turns: int = 0,
+    extend: float = 0.0,
+    via: str = "cli",
 ) -> Taken:
     """Raise the budget of a task paused on it (`[budget] on_exhausted = "pause"`)."""
     import math
@@ -142,7 +150,7 @@ def continue_task(
             hint='`[budget] on_exhausted = "pause"` pauses a task whose budget is spent',
         )
     data = {"add_cost_usd": add_cost_usd, "add_turns": add_turns, "extend": extend}
-    return _submit(ctx, record, "continue", data)
+    return _submit(ctx, record, "continue", data, via=via)
 
 
 def pause(ctx: SupRepo, task: str) -> Taken:
@@ -196,7 +204,10 @@ def _live(ctx: SupRepo, task: str) -> _Live:
     )
 
 
-def _submit(ctx: SupRepo, record: _Live, kind: str, data: Mapping[str, Any]) -> Taken:
+def _submit(
+    ctx: SupRepo, record: _Live, kind: str, data: Mapping[str, Any], *, via: str = "cli"
+) -> Taken:
+    """`via`: the front end the request came through (`cli`, `web`: the page, `api`)."""
     from gitsup.store import control
 
     tid = TaskId(record.id)
@@ -206,7 +217,7 @@ def _submit(ctx: SupRepo, record: _Live, kind: str, data: Mapping[str, Any]) -> 
     except OSError:
         start = 0
     owner = record.owner
-    ref = control.submit(ctx.layout.task_dir(tid), kind, {**data, "by": who(ctx), "via": "cli"})
+    ref = control.submit(ctx.layout.task_dir(tid), kind, {**data, "by": who(ctx), "via": via})
     try:
         os.kill(owner.pid, signal.SIGUSR2)
     except ProcessLookupError:

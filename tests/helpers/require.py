@@ -99,6 +99,7 @@ FEATURES: dict[str, Callable[[], str | None]] = {
     "tmux": _program("tmux", "apt-get install -y tmux"),
     "npm": _program("npm", "apt-get install -y npm"),
     "pylint": _program("pylint", "pip install -e '.[test]'"),
+    "openssl": _program("openssl", "apt-get install -y openssl"),
     "chromium": _chromium,
     "python-venv": _python_venv,
 }
