@@ -482,6 +482,26 @@ def do_queue(web: Web, request: Request, tid: str, body: Mapping[str, Any]) -> d
     return {"queue": st.as_dict()}
 
 
+def do_comments(web: Web, request: Request, tid: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    from gitsup.tasks.comments import add_comment
+
+    line = body.get("line")
+    if isinstance(line, str) and line.strip().isdigit():
+        line = int(line)
+    if isinstance(line, bool) or not isinstance(line, int):
+        raise Api(400, "'line' must be a line number")
+    comment = add_comment(
+        web.ctx, tid, _str(body, "path"), line, _str(body, "message"), via=body["_via"]
+    )
+    return {"comment": comment}
+
+
+def do_revise(web: Web, request: Request, tid: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    from gitsup.tasks.revise import revise
+
+    return {"revision": revise(web.ctx, tid, _str(body, "message"), via=body["_via"])}
+
+
 # `POST /api/tasks/ID/<name>`: one entry per action.
 ACTIONS: dict[str, Handler] = {
     "answer": do_answer,
@@ -490,6 +510,8 @@ ACTIONS: dict[str, Handler] = {
     "stop": do_stop,
     "integrate": do_integrate,
     "queue": do_queue,
+    "comments": do_comments,
+    "revise": do_revise,
 }
 
 

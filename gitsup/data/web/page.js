@@ -110,6 +110,20 @@
     });
   }
 
+  // A click on a line of the diff (its new side) starts a comment on that line.
+  const commentForm = document.getElementById("comment-form");
+  if (commentForm) {
+    for (const span of document.querySelectorAll(".diff span[data-line]")) {
+      span.addEventListener("click", () => {
+        const file = span.closest("details.file");
+        if (!file) return;
+        commentForm.elements.path.value = file.dataset.path;
+        commentForm.elements.line.value = span.dataset.line;
+        commentForm.elements.message.focus();
+      });
+    }
+  }
+
   for (const form of document.querySelectorAll("form.action")) {
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
