@@ -198,3 +198,35 @@ def test_failing_decider_is_retried_then_parks(repo: Path, tmp_path: Path) -> No
     assert rec["status"] == "parked"
     assert len(count.read_text().splitlines()) == 2
     assert any("decider failed" in x for x in rec["reasons"]), rec["reasons"]
+
+
+def test_command_decider_sees_the_deadline_and_close_out(repo: Path, tmp_path: Path) -> None:
+    # The same task twice: first far from its deadline, then with the deadline's warning
+    # already given (a 599 s warning of a 600 s deadline) when the turn ends.
+    d = _py(tmp_path / "decider.py", DECIDER)
+    verify = json.dumps({"action": "verify"})
+    seen = []
+    for n, (warning, pause) in enumerate((("0", ""), ('"599s"', "sleep 2\n"))):
+        w = _script(tmp_path / f"w{n}.sh", pause + FIX)
+        log = tmp_path / f"seen{n}.jsonl"
+        rec = _run(
+            repo,
+            tmp_path,
+            w,
+            f'[review]\nkind = "none"\n[decider]\nkind = "command"\n'
+            f'argv = ["{d}", "{log}", {json.dumps(verify)}]\n'
+            f'[budget]\ndeadline = "10m"\ndeadline_warning = {warning}\n',
+        )
+        assert rec["status"] == "ready", rec["reasons"]
+        seen.append(json.loads(log.read_text().splitlines()[0]))
+    import datetime
+
+    for req in seen:
+        assert req["event"] == "turn_completed"
+        assert 0 < req["remaining_seconds"] <= 600
+        left = datetime.datetime.fromisoformat(req["deadline"]) - datetime.datetime.now(
+            datetime.UTC
+        )
+        assert 0 < left.total_seconds() <= 600
+    assert seen[0]["close_out"] is False
+    assert seen[1]["close_out"] is True
