@@ -16,8 +16,8 @@ from gitsup.supervision.taskio import Decided, Gated, PendingAsk
 from gitsup.verification.decider import (
     NO_DEADLINE,
     SUPERVISOR_ANSWER,
-    DecisionTime,
     DeciderError,
+    DecisionTime,
     RulesDecider,
     TurnDecision,
     TurnOutcome,

@@ -15,9 +15,9 @@ for the task (`DeciderMemory`: what it was asked and what it answered), in the t
 
 from __future__ import annotations
 
-import threading
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
