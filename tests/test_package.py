@@ -24,7 +24,7 @@ JUNK = {
     ".mypy_cache/3.11/gitsup/ids.data.json": b"{}\n",
     ".ruff_cache/CACHEDIR.TAG": b"x\n",
     "gitsup/__pycache__/ids.cpython-311.pyc": b"\0\0",
-    "gitsup/data/__pycache__/demo_worker.cpython-311.pyc": b"\0\0",
+    "gitsup/data/__pycache__/" + "stale.cpython-311.pyc": b"\0\0",  # (no such file here)
     "gitsup/data/.pytest_cache/x": b"x\n",
     "tests/boundary/keys/id_ed25519": PRIVATE_KEY,
     "build/lib/gitsup/stale.py": b"x = 1\n",
