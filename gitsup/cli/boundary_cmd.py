@@ -123,12 +123,21 @@ def integrate_cmd(
             "trailer); without it such a candidate is refused.",
         ),
     ] = False,
+    review: Annotated[
+        bool,
+        typer.Option(
+            "--review",
+            help="Have the task's reviewer judge the merge, read-only, before it is signed "
+            "(also git config sup.integrate.review); its verdict is the Sup-Review trailer.",
+        ),
+    ] = False,
 ) -> None:
     """Integrate a ready candidate into a branch: re-run its required checks on the merge,
     then commit it signed with the integrator's key (Sup-* trailers). Never pushes.
     A candidate that changes .gitsup/ is refused unless --allow-policy-change is given.
 
-    Exit codes: 0 integrated, 2 refused (nothing changed), 3 checks failed (target untouched).
+    Exit codes: 0 integrated, 2 refused (nothing changed), 3 checks failed or the integration
+    review did not pass (target untouched).
     """
     from gitsup.errors import GitsupError
     from gitsup.integration.integrate import Strategy, integrate
@@ -148,6 +157,7 @@ def integrate_cmd(
         strategy=strat,
         on_progress=None if json_out else progress,
         allow_policy_change=allow_policy_change,
+        review=review,
     )
     if json_out:
         emit_json(res.as_dict())
@@ -157,6 +167,8 @@ def integrate_cmd(
             out(f"updated the checkout {res.checkout_updated}")
         if res.policy_change:
             out(f"policy change allowed and recorded: {', '.join(res.policy_change)}")
+        if res.review is not None:
+            out(f"integration review ({res.review.kind}): {res.review.verdict}")
         out(f"publish: git push {_publish_remote(ctx, res.into)} {res.into}")
     else:
         out(f"not integrated: {res.reason}")

@@ -1,4 +1,5 @@
-"""tmux transport commands: `git sup attach ID [--read-only]`, `git sup hook claude`."""
+"""tmux transport commands: `git sup attach ID [--read-only]`, `git sup hook claude`,
+`git sup hooks install|uninstall`."""
 
 from __future__ import annotations
 
@@ -84,3 +85,51 @@ def hook_claude_cmd() -> None:
     from gitsup.workers.claude.relay import main
 
     raise typer.Exit(main())
+
+
+hooks_app = typer.Typer(
+    help="gitsup's hook entries in your Claude Code settings (sessions you start in a task "
+    "worktree then reach its supervisor)."
+)
+app.add_typer(hooks_app, name="hooks")
+
+
+def _hooks_done(change: object, json_out: bool) -> None:
+    from gitsup.cli.output import emit_json, out
+    from gitsup.workers.claude.user_hooks import HooksChange
+
+    assert isinstance(change, HooksChange)
+    if json_out:
+        emit_json(change.as_dict())
+    elif not change.changed:
+        out(f"{change.path}: unchanged (nothing to {change.action})")
+    else:
+        done = "installed" if change.action == "install" else "removed"
+        out(f"{change.path}: {done} for {', '.join(change.events)}")
+        if change.command:
+            out(f"  command: {change.command}")
+
+
+@hooks_app.command("install")
+def hooks_install_cmd(
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Add gitsup's relay (`python3 -P -m gitsup.hookrelay`, this interpreter) to the hooks of
+    your Claude Code settings ($CLAUDE_CONFIG_DIR/settings.json, else ~/.claude/settings.json).
+    Idempotent; your other settings and hooks stay. A settings file that is not valid JSON is
+    refused (exit 2) and left untouched."""
+    from gitsup.workers.claude.user_hooks import install, settings_path
+
+    _hooks_done(install(settings_path(os.environ)), json_out)
+
+
+@hooks_app.command("uninstall")
+def hooks_uninstall_cmd(
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Remove gitsup's relay entries from your Claude Code settings (only those; the groups and
+    events they leave empty go too). A settings file that is not valid JSON is refused
+    (exit 2) and left untouched."""
+    from gitsup.workers.claude.user_hooks import settings_path, uninstall
+
+    _hooks_done(uninstall(settings_path(os.environ)), json_out)

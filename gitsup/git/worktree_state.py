@@ -80,8 +80,10 @@ class WorkingTree(Worktrees):
         (their .git is not), and with `baseline` so are files ignored only by ignore rules
         that are not in the baseline (a .gitignore the worker added or extended). What is
         left out is appended to `omitted` as {"path", "bytes", "why", "blocks_discard"}:
-        untracked files over `max_file_bytes`, nested repositories' .git directories, and
-        files the baseline's own ignore rules (or info/exclude, core.excludesFile) ignore.
+        untracked files over `max_file_bytes`, nested repositories' .git directories,
+        files the baseline's own ignore rules (or info/exclude, core.excludesFile) ignore, and
+        regular files with more than one hard link (never read: their other name may be a file
+        the worker may not read), or replaced while being read.
         """
         try:
             return self._snapshot_tree(include_untracked, max_file_bytes, baseline, omitted)
@@ -111,12 +113,23 @@ class WorkingTree(Worktrees):
                 blob = repo.create_blob(os.fsencode(os.readlink(full)))
                 mode = pygit2.enums.FileMode.LINK
             elif stat.S_ISREG(st.st_mode):
+                if st.st_nlink > 1:
+                    # never read: its other name may be a file the worker may not read (the
+                    # content lives on there, so losing it here loses nothing)
+                    item = _omitted(rel, st.st_size, hard_link_reason(st.st_nlink))
+                    item["blocks_discard"] = False
+                    skipped.append(item)
+                    return
                 if new and max_file_bytes is not None and st.st_size > max_file_bytes:
                     skipped.append(
                         _omitted(rel, st.st_size, f"larger than the {max_file_bytes}-byte limit")
                     )
                     return
-                blob = repo.create_blob_fromdisk(str(full))
+                read = _blob_unlinked(repo, full, st)
+                if read is None:  # replaced, or linked, since the lstat: not read
+                    skipped.append(_omitted(rel, st.st_size, "replaced while being read"))
+                    return
+                blob = read
                 mode = (
                     pygit2.enums.FileMode.BLOB_EXECUTABLE
                     if st.st_mode & 0o111
@@ -277,7 +290,10 @@ class WorkingTree(Worktrees):
         head = None if repo.head_is_unborn else Oid(str(repo.head.target))
         # Baseline tree against a snapshot of the worktree's tracked files (committed,
         # staged and unstaged at once); untracked files are listed separately, bounded.
-        snapshot = self.snapshot_tree(include_untracked=False)
+        unread: list[dict[str, object]] = []
+        snapshot = self.snapshot_tree(include_untracked=False, omitted=unread)
+        # a changed tracked file that was not read (a hard link) is not in the diff
+        truncated += [f"{i['path']}: {i['why']}" for i in unread]
         diff = base_commit.tree.diff_to_tree(repo[pygit2.Oid(hex=snapshot)].peel(pygit2.Tree))
         patch = diff.patch or ""
         stats = diff.stats.format(pygit2.enums.DiffStatsFormat.FULL, 80) if diff.deltas else ""
@@ -311,8 +327,33 @@ class WorkingTree(Worktrees):
         )
 
 
+def _blob_unlinked(repo: pygit2.Repository, full: Path, st: os.stat_result) -> pygit2.Oid | None:
+    """The blob of the regular file `st` describes, read through its own descriptor; None when
+    what is there now is another file, not a regular one, or has a second hard link."""
+    try:
+        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        now = os.fstat(fd)
+        if (
+            (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino)
+            or not stat.S_ISREG(now.st_mode)
+            or now.st_nlink > 1
+        ):
+            return None
+        return repo.create_blob_fromiobase(fh)
+
+
+def hard_link_reason(links: int) -> str:
+    """Why a file with more than one hard link is not read: its other name may be anywhere
+    on the file system (a worker's link to a file it may not read itself)."""
+    return f"hard link ({links} links): not read"
+
+
 def read_bounded_file(root: Path, rel: str, limit: int, truncated: list[str]) -> UntrackedFile:
-    """Read a file under root without following symlinks or escaping root."""
+    """Read a file under root without following symlinks or escaping root; a file with more
+    than one hard link is marked and not read."""
     full = root / rel
     if not _is_within(Path(os.path.normpath(full)), root):
         truncated.append(f"{rel}: escapes the worktree")
@@ -325,11 +366,21 @@ def read_bounded_file(root: Path, rel: str, limit: int, truncated: list[str]) ->
         return UntrackedFile(rel, 0, None, "symlink (not followed)")
     if not stat.S_ISREG(st.st_mode):
         return UntrackedFile(rel, 0, None, "not a regular file")
+    if st.st_nlink > 1:
+        truncated.append(f"{rel}: {hard_link_reason(st.st_nlink)}")
+        return UntrackedFile(rel, st.st_size, None, hard_link_reason(st.st_nlink))
     try:
-        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         return UntrackedFile(rel, st.st_size, None, f"unreadable: {exc.strerror}")
     with os.fdopen(fd, "rb") as fh:
+        # what was opened, not what lstat saw: a link made in between is not read either
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now.st_mode):
+            return UntrackedFile(rel, st.st_size, None, "replaced while being read")
+        if now.st_nlink > 1:
+            truncated.append(f"{rel}: {hard_link_reason(now.st_nlink)}")
+            return UntrackedFile(rel, now.st_size, None, hard_link_reason(now.st_nlink))
         data = fh.read(limit + 1)
     if len(data) > limit:
         truncated.append(f"{rel}: {st.st_size} bytes, kept {limit}")

@@ -52,7 +52,7 @@ from gitsup.spec import Check, TaskSpec
 from gitsup.state import Status
 from gitsup.store.events import EventLog
 from gitsup.store.eventtypes import Integrated
-from gitsup.store.record import CandidateNote, CheckResult, TaskRecord
+from gitsup.store.record import CandidateNote, CheckResult, ReviewResult, TaskRecord
 from gitsup.store.suprepo import SupRepo
 from gitsup.verification.confined import ConfinedChecks, Confinement, Setup
 
@@ -85,6 +85,8 @@ class IntegrateResult:
     policy_change: list[str] = field(default_factory=list)
     # what confined the checks: sandbox, network, cgroup (None: no checks ran)
     confinement: dict[str, Any] | None = None
+    # the integration review (`--review`; gitsup/integration/review.py), None without one
+    review: ReviewResult | None = None
 
     @property
     def exit_code(self) -> int:
@@ -93,6 +95,7 @@ class IntegrateResult:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["checks"] = [c.model_dump(mode="json") for c in self.checks]
+        d["review"] = None if self.review is None else self.review.model_dump(mode="json")
         d["exit_code"] = int(self.exit_code)
         return d
 
@@ -169,7 +172,10 @@ def integrate(
     cwd: str | None = None,
     on_progress: Callable[[str], None] | None = None,
     allow_policy_change: bool = False,
+    review: bool = False,
 ) -> IntegrateResult:
+    """`review`: an independent review of the merge before it is signed (also with git config
+    `sup.integrate.review`; gitsup/integration/review.py)."""
     env = os.environ if env is None else env
     cwd = os.getcwd() if cwd is None else cwd
     say = on_progress or (lambda _m: None)
@@ -185,7 +191,15 @@ def integrate(
     with ctx.store.lock(tid):
         record = ctx.store.load(tid)
         return _integrate_locked(
-            ctx, repo, record, tid, into, strategy, say, allow_policy_change=allow_policy_change
+            ctx,
+            repo,
+            record,
+            tid,
+            into,
+            strategy,
+            say,
+            allow_policy_change=allow_policy_change,
+            review=review,
         )
 
 
@@ -214,7 +228,11 @@ def _integrate_locked(
     say: Callable[[str], None],
     *,
     allow_policy_change: bool = False,
+    review: bool = False,
 ) -> IntegrateResult:
+    from gitsup.integration import review as integration_review
+
+    review = integration_review.wanted(repo, review)
     refs = task_refs(tid)
     candidate = repo.ref_target(refs["candidate"])
     if candidate is None:
@@ -299,6 +317,25 @@ def _integrate_locked(
         return res
 
     verdict = note.review.verdict if note.review and note.review.verdict else "none"
+    if review:
+        res.review = integration_review.review_integration(
+            repo,
+            str(tid),
+            _task_spec(ctx, tid),
+            target=old,
+            merge=result,
+            into=branch,
+            candidate=candidate,
+            checks=res.checks,
+            policy=policy,
+            protect=protected_paths(repo),
+            say=say,
+        )
+        if res.review.verdict != "pass":
+            why = res.review.verdict or f"failed: {res.review.error}"
+            res.reason = f"integration review: {why}; {branch} untouched"
+            return res
+        verdict = integration_review.trailer(res.review)
     passed = ", ".join(f"{c.name}=passed" for c in res.checks) or "none"
     result = sign_integration_commit(
         repo,

@@ -14,8 +14,10 @@ from gitsup.store import eventtypes as et
 from gitsup.store.eventtypes import EmitFn
 from gitsup.supervision.taskio import Decided, Gated, PendingAsk
 from gitsup.verification.decider import (
+    NO_DEADLINE,
     SUPERVISOR_ANSWER,
     DeciderError,
+    DecisionTime,
     RulesDecider,
     TurnDecision,
     TurnOutcome,
@@ -52,6 +54,8 @@ class Gate:
         self.abort = abort
         self.sandboxed = sandboxed
         self.decider: RulesDecider = RulesDecider()
+        # the time every decision is made in (the supervisor sets it from the task machine)
+        self.clock: Callable[[], DecisionTime] = lambda: NO_DEADLINE
         self._policy: Any = None
         self._ecosystem: Any = None
 
@@ -114,12 +118,15 @@ class Gate:
                         rule=decision.rule,
                     )
                 )
+            when = self.clock()
             text = self.with_retries(
                 "question" if is_question else "ask",
-                (lambda: self.decider.answer_question(req.tool_input))
+                (lambda: self.decider.answer_question(req.tool_input, when))
                 if is_question
                 else (
-                    lambda: self.decider.answer_ask(unattended_denial(decision, self.ecosystem()))
+                    lambda: self.decider.answer_ask(
+                        unattended_denial(decision, self.ecosystem()), when
+                    )
                 ),
             )
             if text is None:
@@ -150,7 +157,8 @@ class Gate:
         if allow:
             answer = PermissionAnswer(True, updated_input=req.tool_input)
         elif fallback and self.spec.decider.fallback != "deny":
-            text = self.with_retries("ask", lambda: self.decider.answer_ask(ask.denial))
+            when = self.clock()
+            text = self.with_retries("ask", lambda: self.decider.answer_ask(ask.denial, when))
             if text is None:
                 park = "decider failed to answer a permission request"
             answer = PermissionAnswer(False, text or ask.denial)
@@ -191,6 +199,7 @@ class Gate:
         )
 
     def decide_turn(self, tc: TurnCompleted, *, turns: int, alive: Callable[[], bool]) -> Decided:
+        when = self.clock()
         ctx = TurnOutcome(
             task=self.task,
             goal=self.spec.goal,
@@ -199,6 +208,7 @@ class Gate:
             is_error=tc.is_error,
             subtype=tc.subtype,
             worker_alive=alive(),
+            **when.as_dict(),
         )
         decision: TurnDecision | None = self.with_retries(
             "turn_completed", lambda: self.decider.on_turn_completed(ctx)

@@ -80,7 +80,7 @@ from gitsup.supervision.taskio import (
 )
 from gitsup.supervision.tasknet import Net
 from gitsup.supervision.verifier import Verifier
-from gitsup.verification.decider import make_decider
+from gitsup.verification.decider import DECIDER_MEMORY, DecisionTime, make_decider
 from gitsup.verification.review import Attempt
 from gitsup.workers.base import WorkerAdapter, WorkerError, WorkerInputStalled, WorkerSetup
 
@@ -374,7 +374,9 @@ class Supervisor:
                     wrap=self.launcher.judge_wrap("decider"),
                     wrap_for=self.launcher.read_only_wrappers()[1],
                     abort=self._abort,
+                    memory=self.layout.task_dir(self.task) / DECIDER_MEMORY,
                 )
+                self.gate.clock = self._decision_time
                 self.record.supervisor = supervisor_identity()
                 body()
                 self._loop()
@@ -385,6 +387,14 @@ class Supervisor:
                         self._drive(Abandon())
                 raise
         return self.record
+
+    def _decision_time(self) -> DecisionTime:
+        """The deadline, the time left and whether the task is closing out, for a decision."""
+        m, mono = self.machine, time.monotonic()
+        dl = m.deadline_at()
+        close_out = m.past_deadline(mono) or "deadline_approaching" in m.fired
+        wall = None if dl is None else time.time() + (dl - mono)
+        return DecisionTime.at(wall, time.time(), close_out=close_out)
 
     # --- the loop -----------------------------------------------------------------------------
 

@@ -25,9 +25,11 @@ from gitsup.supervision.launcher import Launcher
 from gitsup.supervision.taskio import Verified
 from gitsup.verification.checks import run_check
 from gitsup.verification.review import (
+    MAX_EVIDENCE_WORKER_TAIL,
     Attempt,
     ReviewFinding,
     ReviewRequest,
+    WorkerSaid,
     evidence_bundle,
     run_review,
 )
@@ -246,6 +248,19 @@ class Verifier:
 
     # --- review -------------------------------------------------------------------------
 
+    def _worker_said(self) -> WorkerSaid:
+        """The worker's last turn result and the tail of its output, from the event log's
+        last records (what was redacted there stays redacted)."""
+        last: str | None = None
+        lines: list[str] = []
+        for ev in self.journal.log.recent(1 << 19):
+            if ev.type == "turn_completed":
+                last = str(ev.data.get("result") or "")
+            elif ev.type == "worker_output":
+                lines.append(str(ev.data.get("text") or ""))
+        tail = "\n".join(lines)
+        return WorkerSaid(last, tail[-2 * MAX_EVIDENCE_WORKER_TAIL :])
+
     def _review(
         self, results: list[CheckResult]
     ) -> tuple[list[str], list[str], list[ReviewFinding]]:
@@ -260,7 +275,9 @@ class Verifier:
         evidence = wt.evidence(Oid(self.record.baseline))
         # from the worktree's own Git dir: it holds the task's commits
         policy = wt.policy_change(Oid(self.record.baseline), evidence.head) if evidence.head else []
-        bundle = evidence_bundle(self.task, self.spec, results, evidence, policy)
+        bundle = evidence_bundle(
+            self.task, self.spec, results, evidence, policy, worker=self._worker_said()
+        )
         self.emit(
             et.ReviewStarted(
                 kind=kind,

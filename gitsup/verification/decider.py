@@ -5,13 +5,22 @@ verification; an `ask` verdict is answered with a denial that names the rule
 and what is allowed instead; a question (AskUserQuestion) is answered with a
 denial whose message starts with `Supervisor answer:` and tells the worker to
 decide by itself within the task's bounds. No human is ever waited for.
+
+Every decision sees the time (`DecisionTime`): the deadline, the seconds left and
+`close_out` (the deadline has come or its warning has: the task is wrapping up, and a
+`continue` after the deadline verifies instead). An agent decider keeps its conversation
+for the task (`DeciderMemory`: what it was asked and what it answered), in the task dir
+(mode 0600), so a supervisor that continues the task (`recover`) restores it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 Action = Literal["verify", "continue", "park"]
@@ -35,6 +44,37 @@ class TurnDecision:
 
 
 @dataclass(frozen=True)
+class DecisionTime:
+    """The time a decision is made in: the deadline (ISO 8601, UTC; None: no deadline), the
+    seconds left until it, and `close_out` (the deadline or its warning has come)."""
+
+    deadline: str | None = None
+    remaining_seconds: float | None = None
+    close_out: bool = False
+
+    @classmethod
+    def at(cls, deadline: float | None, now: float, *, close_out: bool) -> DecisionTime:
+        """`deadline` and `now` in epoch seconds."""
+        if deadline is None:
+            return cls(None, None, close_out)
+        from datetime import UTC, datetime
+
+        iso = datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds")
+        left = max(0.0, deadline - now)
+        return cls(iso, round(left, 1), close_out or left <= 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "deadline": self.deadline,
+            "remaining_seconds": self.remaining_seconds,
+            "close_out": self.close_out,
+        }
+
+
+NO_DEADLINE = DecisionTime()
+
+
+@dataclass(frozen=True)
 class TurnOutcome:
     task: str
     goal: str
@@ -43,9 +83,13 @@ class TurnOutcome:
     is_error: bool
     subtype: str
     worker_alive: bool
+    deadline: str | None = None
+    remaining_seconds: float | None = None
+    close_out: bool = False
 
 
 SUPERVISOR_ANSWER = "Supervisor answer:"
+DECIDER_MEMORY = "decider.json"  # an agent decider's conversation, in the task dir
 
 
 def question_text(tool_input: Mapping[str, Any]) -> str:
@@ -65,7 +109,9 @@ class RulesDecider:
     def on_turn_completed(self, ctx: TurnOutcome) -> TurnDecision:
         return TurnDecision("verify", reason="turn completed; the supervisor verifies the work")
 
-    def answer_question(self, tool_input: Mapping[str, Any]) -> str:
+    def answer_question(
+        self, tool_input: Mapping[str, Any], when: DecisionTime = NO_DEADLINE
+    ) -> str:
         q = question_text(tool_input)
         about = f" to {q!r}" if q else ""
         return (
@@ -74,7 +120,7 @@ class RulesDecider:
             "state the assumption in your commit message, and continue."
         )
 
-    def answer_ask(self, denial_message: str) -> str:
+    def answer_ask(self, denial_message: str, when: DecisionTime = NO_DEADLINE) -> str:
         return denial_message
 
 
@@ -179,18 +225,109 @@ class CommandDecider(RulesDecider):
         out = self._call({"event": "turn_completed", **ctx.__dict__})
         return _parse_turn_decision(out, "command")
 
-    def answer_question(self, tool_input: Mapping[str, Any]) -> str:
-        ans = _parse_answer(self._call({"event": "question", "input": dict(tool_input)}))
+    def answer_question(
+        self, tool_input: Mapping[str, Any], when: DecisionTime = NO_DEADLINE
+    ) -> str:
+        payload = {"event": "question", "input": dict(tool_input), **when.as_dict()}
+        ans = _parse_answer(self._call(payload))
         return ans if ans.startswith(SUPERVISOR_ANSWER) else f"{SUPERVISOR_ANSWER} {ans}"
 
-    def answer_ask(self, denial_message: str) -> str:
-        return _parse_answer(self._call({"event": "ask", "denial": denial_message}))
+    def answer_ask(self, denial_message: str, when: DecisionTime = NO_DEADLINE) -> str:
+        payload = {"event": "ask", "denial": denial_message, **when.as_dict()}
+        return _parse_answer(self._call(payload))
+
+
+class DeciderMemory:
+    """An agent decider's conversation for one task: each decision's question and answer,
+    oldest first, the last MAX_KEPT kept. Stored as JSON in the task dir, mode 0600, written
+    whole and renamed into place; a file that cannot be read starts an empty memory."""
+
+    MAX_KEPT = 50
+    MAX_TEXT = 1500  # characters of one question or answer
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.entries: list[dict[str, Any]] = self._load()
+
+    def _load(self) -> list[dict[str, Any]]:
+        import json
+
+        if self.path is None:
+            return []
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return []
+        with os.fdopen(fd, "rb") as fh:
+            try:
+                data = json.loads(fh.read(4 * 1024 * 1024))
+            except ValueError:
+                return []
+        entries = data.get("entries") if isinstance(data, dict) else None
+        if not isinstance(entries, list):
+            return []
+        return [e for e in entries if isinstance(e, dict)][-self.MAX_KEPT :]
+
+    def add(self, on: str, asked: str, answered: str, when: DecisionTime) -> None:
+        import time
+
+        self.entries.append(
+            {
+                "at": round(time.time(), 3),
+                "on": on,
+                "asked": _cut(asked, self.MAX_TEXT),
+                "answered": _cut(answered, self.MAX_TEXT),
+                **when.as_dict(),
+            }
+        )
+        del self.entries[: -self.MAX_KEPT]
+        self._save()
+
+    def _save(self) -> None:
+        import json
+
+        if self.path is None:
+            return
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        data = json.dumps({"entries": self.entries}, indent=1).encode()
+        try:
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+            )
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+    def prompt(self) -> str:
+        """The earlier decisions, for the next prompt ("" when there are none)."""
+        import json
+
+        if not self.entries:
+            return ""
+        lines = [
+            json.dumps({k: e.get(k) for k in ("on", "asked", "answered", "close_out")})
+            for e in self.entries[-20:]
+        ]
+        return (
+            "Your earlier decisions in this task, oldest first (stay consistent with them "
+            "unless the situation changed):\n" + "\n".join(lines) + "\n"
+        )
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class ClaudeDecider(RulesDecider):
     """A read-only agent call returning JSON: Claude Code (`kind` "claude"), the Codex CLI
     ("codex", every command and patch it asks for declined) or an ACP agent ("acp",
-    offered only Read, Grep and Glob), in the read-only sandbox."""
+    offered only Read, Grep and Glob), in the read-only sandbox. Each call is a fresh
+    process; what it decided before in this task is in its prompt (`DeciderMemory`)."""
 
     kind = "claude"
 
@@ -210,21 +347,29 @@ class ClaudeDecider(RulesDecider):
         wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None,
         abort: threading.Event | None = None,
         kind: str = "claude",
+        memory: Path | None = None,
     ) -> None:
         self.cwd, self.env, self.timeout, self.argv = cwd, dict(env), timeout, argv
         self.network = network
         self.wrap_for = wrap_for
         self.abort = abort
         self.kind = kind
+        self.memory = DeciderMemory(memory)
 
-    def _ask(self, text: str) -> str:
-        from pathlib import Path
+    def _ask(self, text: str, when: DecisionTime) -> str:
+        import json
 
         from gitsup.verification.agent_call import ClaudeCallError, claude_call
 
+        timing = (
+            "Time: "
+            + json.dumps(when.as_dict())
+            + ' ("close_out": true means the task is out of time: prefer "verify", and ask the '
+            "worker only to commit what it has)\n"
+        )
         try:
             return claude_call(
-                self.PROMPT + text,
+                self.PROMPT + self.memory.prompt() + timing + text,
                 label="decider",
                 cwd=Path(self.cwd),
                 env=self.env,
@@ -241,33 +386,45 @@ class ClaudeDecider(RulesDecider):
     def on_turn_completed(self, ctx: TurnOutcome) -> TurnDecision:
         import json
 
+        when = DecisionTime(ctx.deadline, ctx.remaining_seconds, ctx.close_out)
         out = self._ask(
             'The worker finished a turn. Decide {"action": "verify"|"continue"|"park", "message": '
             '"what to tell the worker if continue", "reason": "..."}.\nTurn: '
-            + json.dumps(ctx.__dict__)
+            + json.dumps(ctx.__dict__),
+            when,
         )
-        return _parse_turn_decision(out, self.kind)
+        decision = _parse_turn_decision(out, self.kind)
+        asked = f"turn {ctx.turns} ended: {ctx.last_result or ''}"
+        self.memory.add("turn_completed", asked, json.dumps(decision.as_dict()), when)
+        return decision
 
-    def answer_question(self, tool_input: Mapping[str, Any]) -> str:
+    def answer_question(
+        self, tool_input: Mapping[str, Any], when: DecisionTime = NO_DEADLINE
+    ) -> str:
         import json
 
         out = self._ask(
             'The worker asks a question; answer it within the task\'s scope as {"answer": "..."}.\n'
-            + json.dumps(dict(tool_input))
+            + json.dumps(dict(tool_input)),
+            when,
         )
         ans = _parse_answer(_last_object(out))
-        return ans if ans.startswith(SUPERVISOR_ANSWER) else f"{SUPERVISOR_ANSWER} {ans}"
+        ans = ans if ans.startswith(SUPERVISOR_ANSWER) else f"{SUPERVISOR_ANSWER} {ans}"
+        self.memory.add("question", question_text(tool_input), ans, when)
+        return ans
 
-    def answer_ask(self, denial_message: str) -> str:
+    def answer_ask(self, denial_message: str, when: DecisionTime = NO_DEADLINE) -> str:
         """The call stays denied; the agent only adds what the worker should do instead."""
         out = self._ask(
             "The permission gate denied a call of the worker (the denial stands). Tell the "
             'worker what to do instead, within the task\'s scope, as {"answer": "..."}.\n'
-            "Denial: " + denial_message
+            "Denial: " + denial_message,
+            when,
         )
         ans = _parse_answer(_last_object(out))
         if not ans.startswith(SUPERVISOR_ANSWER):
             ans = f"{SUPERVISOR_ANSWER} {ans}"
+        self.memory.add("ask", denial_message, ans, when)
         return f"{denial_message}\n{ans}"
 
 
@@ -308,10 +465,11 @@ def make_decider(
     wrap: Callable[[list[str]], list[str]] | None = None,
     wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None,
     abort: threading.Event | None = None,
+    memory: Path | None = None,
 ) -> RulesDecider:
     """`network`: the gated namespace factory for an agent decider (claude, codex, acp);
     `wrap`: the sandbox prefix for a command decider; `wrap_for(netns)`: the same for an
-    agent decider;
+    agent decider; `memory`: where an agent decider keeps its conversation for the task;
     `abort` (set on stop) ends a running call early."""
     d = spec.decider
     kind = d.machine_kind()  # a human decider's fallback answers what a person does not
@@ -335,5 +493,6 @@ def make_decider(
             wrap_for=wrap_for,
             abort=abort,
             kind=kind,
+            memory=memory,
         )
     return RulesDecider()

@@ -32,6 +32,8 @@ from gitsup.spec import TaskSpec, review_argv
 from gitsup.store.record import CheckResult, ReviewResult
 
 MAX_EVIDENCE_CHECK_TAIL = 2000
+MAX_EVIDENCE_WORKER_TAIL = 4000  # characters of the worker's output, its last ones
+MAX_EVIDENCE_WORKER_RESULT = 4000  # characters of the worker's last turn result
 
 
 class ReviewFinding(BaseModel):
@@ -73,9 +75,12 @@ def evidence_bundle(
     checks: Sequence[CheckResult],
     ev: Evidence,
     policy_change: Sequence[str] = (),
+    worker: WorkerSaid | None = None,
 ) -> dict[str, Any]:
     """What the reviewer judges. `policy_change`: the paths under `.gitsup/` the change
-    touches (the reviewer is told, with POLICY_CHANGE_NOTE)."""
+    touches (the reviewer is told, with POLICY_CHANGE_NOTE); `worker`: what the worker said
+    (its claim, to be checked against the diff, never taken for it)."""
+    said = worker or WorkerSaid()
     return {
         "task": task,
         "spec": {
@@ -110,11 +115,29 @@ def evidence_bundle(
             {"path": u.path, "size": u.size, "content": u.content, "skipped": u.skipped}
             for u in ev.untracked
         ],
+        "worker": {
+            "last_result": _last(said.last_result, MAX_EVIDENCE_WORKER_RESULT),
+            "output_tail": _last(said.output_tail, MAX_EVIDENCE_WORKER_TAIL),
+        },
         "complete": ev.complete,
         "truncated": ev.truncated,
         "policy_change": list(policy_change),
         **({"policy_change_note": POLICY_CHANGE_NOTE} if policy_change else {}),
     }
+
+
+@dataclass(frozen=True)
+class WorkerSaid:
+    """The worker's last turn result (None: no turn ended) and the tail of its output."""
+
+    last_result: str | None = None
+    output_tail: str = ""
+
+
+def _last(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return "[… cut]\n" + text[-limit:]
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.S)

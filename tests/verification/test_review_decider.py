@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -198,3 +199,102 @@ def test_failing_decider_is_retried_then_parks(repo: Path, tmp_path: Path) -> No
     assert rec["status"] == "parked"
     assert len(count.read_text().splitlines()) == 2
     assert any("decider failed" in x for x in rec["reasons"]), rec["reasons"]
+
+
+def test_command_decider_sees_the_deadline_and_close_out(repo: Path, tmp_path: Path) -> None:
+    # The same task twice: first far from its deadline, then with the deadline's warning
+    # already given (a 599 s warning of a 600 s deadline) when the turn ends.
+    d = _py(tmp_path / "decider.py", DECIDER)
+    verify = json.dumps({"action": "verify"})
+    seen = []
+    for n, (warning, pause) in enumerate((("0", ""), ('"599s"', "sleep 2\n"))):
+        w = _script(tmp_path / f"w{n}.sh", pause + FIX)
+        log = tmp_path / f"seen{n}.jsonl"
+        rec = _run(
+            repo,
+            tmp_path,
+            w,
+            f'[review]\nkind = "none"\n[decider]\nkind = "command"\n'
+            f'argv = ["{d}", "{log}", {json.dumps(verify)}]\n'
+            f'[budget]\ndeadline = "10m"\ndeadline_warning = {warning}\n',
+        )
+        assert rec["status"] == "ready", rec["reasons"]
+        seen.append(json.loads(log.read_text().splitlines()[0]))
+    import datetime
+
+    for req in seen:
+        assert req["event"] == "turn_completed"
+        assert 0 < req["remaining_seconds"] <= 600
+        left = datetime.datetime.fromisoformat(req["deadline"]) - datetime.datetime.now(
+            datetime.UTC
+        )
+        assert 0 < left.total_seconds() <= 600
+    assert seen[0]["close_out"] is False
+    assert seen[1]["close_out"] is True
+
+
+# A hostile check (the worker's code runs in the checks) leaves hard links in the worktree:
+# two names of one file it wrote, a tracked file replaced by one, and a try at a host file.
+HARD_LINKS = """
+import os, pathlib, sys
+pathlib.Path("hidden.txt").write_text(sys.argv[1][::-1])  # not as in its argv
+os.link("hidden.txt", "leak.txt")
+os.unlink("calc.py")
+os.link("hidden.txt", "calc.py")
+try:
+    os.link(sys.argv[2], "host-leak.txt")
+    result = "linked"
+except OSError as exc:
+    result = exc.strerror
+pathlib.Path("host-link-result.txt").write_text(result)
+"""
+
+
+def test_review_evidence_holds_the_worker_and_never_a_hard_link(repo: Path, tmp_path: Path) -> None:
+    marker, host_marker = "HIDDEN-" + "7f3a" * 4, "HOST-SECRET-" + "c0de" * 4
+    secret = tmp_path / "host-secret"
+    secret.write_text(host_marker)
+    secret.chmod(0o600)
+    w = _script(tmp_path / "w.sh", "echo WORKER-SAYS-fixed-add\n" + FIX)
+    check = _py(tmp_path / "links.py", HARD_LINKS)
+    r = _py(tmp_path / "review.py", REVIEWER_SAVES_EVIDENCE)
+    saved = tmp_path / "evidence.json"
+    spec = tmp_path / "task.toml"
+    spec.write_text(
+        f'goal = "Fix add"\n[worker]\nkind = "process"\nargv = ["{w}"]\n'
+        f'[[checks]]\nname = "links"\nargv = ["{check}", "{marker[::-1]}", "{secret}"]\n'
+        f'[review]\nkind = "command"\nargv = ["{r}", "{saved}", "pass", "[]"]\n'
+    )
+    res = run_sup(repo, "start", "--spec", str(spec), "--json", "-q")
+    rec = json.loads(res.stdout)
+    ev = json.loads(saved.read_text())
+    # the worker's own words are there, as its claim
+    assert "WORKER-SAYS-fixed-add" in ev["worker"]["output_tail"]
+    assert ev["worker"]["last_result"] is not None
+    # each multiply-linked file is marked, never read; the evidence is incomplete, so the
+    # reviewer's pass does not stand
+    untracked = {u["path"]: u for u in ev["untracked"]}
+    for name in ("hidden.txt", "leak.txt"):
+        assert untracked[name]["content"] is None
+        assert untracked[name]["skipped"] == "hard link (3 links): not read"
+    assert any(t.startswith("calc.py: hard link") for t in ev["truncated"]), ev["truncated"]
+    assert ev["complete"] is False and rec["review"]["verdict"] == "human"
+    wt = Path(rec["worktree"])
+    host = (wt / "host-link-result.txt").read_text()
+    if host == "linked":
+        assert untracked["host-leak.txt"]["content"] is None
+    assert marker not in json.dumps(ev) and host_marker not in json.dumps(ev)
+    # nor anywhere else gitsup wrote: no Git object, no event, no record
+    objects = subprocess.run(
+        ["git", "cat-file", "--batch-all-objects", "--batch"],
+        cwd=repo,
+        capture_output=True,
+        check=True,
+    ).stdout
+    assert marker.encode() not in objects and host_marker.encode() not in objects
+    sup = Path(git(repo, "rev-parse", "--git-common-dir").strip())
+    sup = (repo / sup if not sup.is_absolute() else sup) / "sup"
+    for f in sup.rglob("*"):
+        if f.is_file() and not f.is_symlink():
+            data = f.read_bytes()
+            assert marker.encode() not in data and host_marker.encode() not in data, f

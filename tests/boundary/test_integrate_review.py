@@ -1,0 +1,109 @@
+"""An independent review at integration time (`git sup integrate --review`, git config
+`sup.integrate.review`): the task's reviewer judges the merge read-only before it is signed;
+its verdict is the `Sup-Review` trailer, and anything but `pass` leaves the target as it was."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from tests.boundary.conftest import Setup
+from tests.conftest import git, run_sup
+from tests.helpers.sup import PYTEST_CHECK
+
+# Passes in the task; at integration it says what the file `verdict` says. Either way it
+# keeps the evidence and tries to write into the tree it reviews.
+REVIEWER = """
+import json, os, pathlib, sys
+ev = json.load(sys.stdin)
+at = "integration" if "integration" in ev else "task"
+try:
+    pathlib.Path("reviewer-was-here").write_text("x")
+    wrote = "wrote"
+except OSError as exc:
+    wrote = exc.strerror
+out = pathlib.Path(sys.argv[1])
+pathlib.Path(out / f"{at}.json").write_text(json.dumps({"evidence": ev, "wrote": wrote}))
+verdict = (out / "verdict").read_text().strip() if at == "integration" else "pass"
+print(json.dumps({"verdict": verdict, "findings": []}))
+"""
+
+FIX = """
+import pathlib, subprocess
+p = pathlib.Path("calc.py")
+p.write_text(p.read_text().replace("a - b", "a + b"))
+subprocess.run(["git", "commit", "-qam", "Fix add"], check=True)
+"""
+
+
+def _task(setup: Setup, review: str) -> dict[str, Any]:
+    out = setup.tmp / "review-out"
+    out.mkdir(exist_ok=True)
+    worker = setup.tmp / "worker.py"
+    worker.write_text(FIX)
+    reviewer = setup.tmp / "reviewer.py"
+    reviewer.write_text(REVIEWER)
+    spec = setup.tmp / "task.toml"
+    spec.write_text(
+        f'goal = "Fix add"\n[worker]\nkind = "process"\nargv = ["{sys.executable}", "{worker}"]\n'
+        f'[[checks]]\nname = "pytest"\nargv = {json.dumps(PYTEST_CHECK)}\n'
+        + (
+            f'[review]\nkind = "command"\nargv = ["{sys.executable}", "{reviewer}", "{out}"]\n'
+            if review == "command"
+            else '[review]\nkind = "none"\n'
+        )
+    )
+    res = run_sup(setup.repo, "start", "--spec", str(spec), "--json", "-q")
+    rec: dict[str, Any] = json.loads(res.stdout)
+    assert rec["status"] == "ready", (rec["reasons"], res.stderr)
+    return rec
+
+
+def test_integration_review_passes_into_the_trailer(setup: Setup) -> None:
+    rec = _task(setup, "command")
+    out = setup.tmp / "review-out"
+    (out / "verdict").write_text("pass")
+    before = git(setup.repo, "rev-parse", "main").strip()
+    res = run_sup(setup.repo, "integrate", rec["id"], "--into", "main", "--review", "--json")
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["integrated"] and got["review"]["verdict"] == "pass"
+    assert got["review"]["kind"] == "command"
+    body = git(setup.repo, "log", "-1", "--format=%B", "main")
+    assert "Sup-Review: pass (integration review, command)" in body, body
+    seen = json.loads((out / "integration.json").read_text())
+    ev = seen["evidence"]
+    # it judged the merge onto the target, with the checks that ran on it
+    assert ev["integration"]["target"] == before and ev["integration"]["into"] == "main"
+    assert ev["integration"]["candidate"] == rec["candidate"]
+    assert ev["baseline"] == before and "+    return a + b" in ev["diff"]
+    assert [c["name"] for c in ev["checks"]] == ["pytest"] and ev["checks"][0]["passed"]
+    # read-only: its write into the tree it reviewed failed
+    assert seen["wrote"] != "wrote", seen["wrote"]
+    assert "reviewer-was-here" not in git(setup.repo, "ls-tree", "-r", "--name-only", "main")
+
+
+def test_integration_review_that_does_not_pass_refuses(setup: Setup) -> None:
+    rec = _task(setup, "command")
+    out = setup.tmp / "review-out"
+    (out / "verdict").write_text("revise")
+    git(setup.repo, "config", "sup.integrate.review", "true")  # without --review
+    before = git(setup.repo, "rev-parse", "main").strip()
+    res = run_sup(setup.repo, "integrate", rec["id"], "--into", "main", "--json")
+    assert res.returncode == 3, res.stderr
+    got = json.loads(res.stdout)
+    assert not got["integrated"] and got["review"]["verdict"] == "revise"
+    assert got["reason"] == "integration review: revise; main untouched"
+    assert git(setup.repo, "rev-parse", "main").strip() == before
+    shown = json.loads(run_sup(setup.repo, "show", rec["id"], "--json").stdout)
+    assert shown["status"] == "ready"
+    # a bad config value and a task without a reviewer are refused before anything runs
+    git(setup.repo, "config", "sup.integrate.review", "maybe")
+    res = run_sup(setup.repo, "integrate", rec["id"], "--into", "main")
+    assert res.returncode == 2 and "sup.integrate.review" in res.stderr, res.stderr
+    git(setup.repo, "config", "--unset", "sup.integrate.review")
+    plain = _task(setup, "none")
+    res = run_sup(setup.repo, "integrate", plain["id"], "--into", "main", "--review")
+    assert res.returncode == 2 and "no reviewer" in res.stderr, res.stderr
+    assert git(setup.repo, "rev-parse", "main").strip() == before
