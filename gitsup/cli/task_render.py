@@ -289,3 +289,16 @@ def print_summary(ctx: SupRepo, record: TaskRecord) -> None:
         out(f"  reason: {r}")
     if record.candidate:
         out(f"inspect: git log --notes=sup {record.baseline[:12]}..refs/sup/{record.id}/candidate")
+
+
+def print_cluster_result(result: dict[str, Any]) -> None:
+    """A cluster task's final record as its workflow returned it (docs/cluster.md)."""
+    task = result.get("task")
+    where = f" on {result['host']}" if result.get("host") else ""
+    out(f"task {task}: {result.get('state')} ({result.get('status')}){where}")
+    if result.get("candidate"):
+        out(f"candidate {result['candidate']} (refs/sup/{task}/candidate)")
+    if result.get("wip"):
+        out(f"uncommitted work saved in refs/sup/{task}/wip")
+    for reason in result.get("reasons") or []:
+        out(f"  {reason}")

@@ -27,9 +27,17 @@ from gitsup.tasks.lifecycle import SupRepo, prepare_task, remove_unstarted, stat
 
 
 def start_detached(
-    ctx: SupRepo, spec: TaskSpec, *, wait_started: float = 15.0, source: str | None = None
+    ctx: SupRepo,
+    spec: TaskSpec,
+    *,
+    wait_started: float = 15.0,
+    source: str | None = None,
+    task_id: TaskId | None = None,
+    host: str | None = None,
 ) -> TaskRecord:
-    record, lease = prepare_task(ctx, spec, detached=True, source=source)
+    record, lease = prepare_task(
+        ctx, spec, detached=True, source=source, task_id=task_id, host=host
+    )
     task_dir = ctx.layout.task_dir(TaskId(record.id))
     me = ProcessId.current()
     spawn_detached(
