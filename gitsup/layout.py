@@ -42,6 +42,11 @@ class Layout:
         after it (gitsup/supervision/journal.py `finish`)."""
         return self.task_dir(task) / "task.final.json"
 
+    def fetched(self, task: TaskId) -> Path:
+        """Marks a task dir rebuilt from the review remote's refs (a task that runs or ran
+        in another clone): its record is a copy, no supervisor of this clone owns it."""
+        return self.task_dir(task) / "fetched.json"
+
     def ensure(self) -> None:
         for d in (self.root, self.tasks, self.leases):
             d.mkdir(parents=True, exist_ok=True)
@@ -75,6 +80,12 @@ def task_refs(task: TaskId) -> dict[str, str]:
         "log": f"{base}/log",
         "wip": f"{base}/wip",
     }
+
+
+def task_record_ref(task: TaskId) -> str:
+    """The task's record and spec as published to the review remote (a commit chain whose
+    tree is `task.json` and `spec.json`): what another clone needs to show or continue it."""
+    return f"refs/sup/{task}/record"
 
 
 def task_branch(task: TaskId) -> str:

@@ -99,6 +99,7 @@ COMMAND_MODULES = (  # the task commands' three modules first
     "queue_cmd",
     "env_cmd",
     "human_cmd",
+    "record_cmd",
     "cluster_cmd",
 )
 
@@ -124,6 +125,7 @@ COMMAND_MODULE = {
     "queue": "queue_cmd",
     "env": "env_cmd",
     **dict.fromkeys(("answer", "send", "continue", "pause", "resume"), "human_cmd"),
+    **dict.fromkeys(("publish", "fetch-task", "adopt-remote"), "record_cmd"),
     **dict.fromkeys(("cluster", "host"), "cluster_cmd"),
 }
 

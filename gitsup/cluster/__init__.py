@@ -1,7 +1,11 @@
-"""Many machines: tasks as Temporal workflows, run by hosts (docs/cluster.md).
+"""Tasks across many clones (hosts): what runs where is an engine's business; what a task
+produced is kept on the review remote (`record.py`: publish, fetch, adopt), so any clone
+can show a task and another host can continue it. Importing this package imports no
+engine.
 
-Only this package imports `temporalio` (the `cluster` extra), and only when a cluster
-command runs: `settings.require_sdk()` says how to get it when it is missing."""
+The engine is Temporal (docs/cluster.md): `workflow.py`, `hostwork.py` and `submit.py`, the
+only modules that import `temporalio` (the `cluster` extra), and only when a cluster command
+runs: `settings.require_sdk()` says how to get it when it is missing."""
 
 from __future__ import annotations
 

@@ -350,11 +350,7 @@ class RepoBase:
         # libgit2 reads the notes tip, commits and moves the ref without compare-and-swap:
         # concurrent writers (tasks finishing together) silently lose notes or fail on the
         # ref lock. Serialize this repository's writers and check that the note landed.
-        lock = self.common_dir / "sup" / "notes.lock"
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with self._notes_lock():
             for attempt in range(1, 6):
                 try:
                     self._repo.create_note(text, sig, sig, target, NOTES_REF, True)
@@ -366,8 +362,88 @@ class RepoBase:
                         return
                 time.sleep(0.05 * attempt)
             raise GitsupError(f"the note on {target[:12]} did not stick: {NOTES_REF} kept moving")
+
+    @contextlib.contextmanager
+    def _notes_lock(self) -> Iterator[None]:
+        lock = self.common_dir / "sup" / "notes.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
         finally:
             os.close(fd)
+
+    def merge_notes(self, theirs: Oid) -> Oid | None:
+        """Bring the notes commit `theirs` (another repository's `refs/notes/sup`, fetched)
+        into this repository's notes, keeping both: a fast-forward when this one's are
+        behind, else a merge commit whose tree holds every note of either side (on an object
+        both annotate differently, this repository's note stays). Serialized with
+        `write_note`'s writers; compare-and-swap. Returns the notes tip."""
+        with self._notes_lock():
+            ours = self.ref_target(NOTES_REF)
+            if ours == theirs or (ours is not None and self.is_ancestor(theirs, ours)):
+                return ours
+            if ours is None or self.is_ancestor(ours, theirs):
+                self.update_ref(NOTES_REF, theirs, old=ours, message="gitsup: notes fast-forward")
+                return theirs
+            repo = self._repo
+            notes = dict(self._notes_of(theirs))
+            notes.update(self._notes_of(ours))  # ours win on an object both annotate
+            builder = repo.TreeBuilder()
+            for target, blob in sorted(notes.items()):
+                builder.insert(target, pygit2.Oid(hex=blob), pygit2.enums.FileMode.BLOB)
+            sig = _sig(repo)
+            message = "gitsup: merge notes\n\nNotes of both sides kept.\n"
+            commit = repo.create_commit(
+                None,
+                sig,
+                sig,
+                message,
+                builder.write(),
+                [pygit2.Oid(hex=ours), pygit2.Oid(hex=theirs)],
+            )
+            merged = Oid(str(commit))
+            self.update_ref(NOTES_REF, merged, old=ours, message="gitsup: merge notes")
+            return merged
+
+    def _notes_of(self, commit: Oid) -> Iterator[tuple[str, str]]:
+        """(annotated object id, note blob id) of every note in a notes commit's tree, its
+        fan-out directories (`ab/cdef…`) joined back into the object id."""
+        todo: list[tuple[str, pygit2.Tree]] = [
+            ("", self._repo[pygit2.Oid(hex=commit)].peel(pygit2.Commit).tree)
+        ]
+        while todo:
+            prefix, tree = todo.pop()
+            for entry in tree:
+                name = prefix + (entry.name or "")
+                if entry.type_str == "tree":
+                    sub = self._repo[entry.id]
+                    if isinstance(sub, pygit2.Tree):
+                        todo.append((name, sub))
+                elif entry.type_str == "blob" and len(name) == 40:
+                    yield name, str(entry.id)
+
+    def commit_files(
+        self, ref: str, files: dict[str, bytes], *, message: str, expected_old: Oid | None
+    ) -> Oid | None:
+        """A new commit on `ref` (compare-and-swap from `expected_old`) whose tree holds
+        exactly `files` (flat names), unless the tip already holds them: then None."""
+        repo = self._repo
+        builder = repo.TreeBuilder()
+        for name, data in sorted(files.items()):
+            builder.insert(name, repo.create_blob(data), pygit2.enums.FileMode.BLOB)
+        tree = builder.write()
+        parents = []
+        if expected_old is not None:
+            parent = repo[pygit2.Oid(hex=expected_old)].peel(pygit2.Commit)
+            if parent.tree.id == tree:
+                return None
+            parents = [parent.id]
+        sig = _sig(repo)
+        commit = Oid(str(repo.create_commit(None, sig, sig, message, tree, parents)))
+        self.update_ref(ref, commit, old=expected_old, message=message.split("\n")[0])
+        return commit
 
     def read_note(self, target: Oid) -> str | None:
         try:

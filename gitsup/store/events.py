@@ -417,6 +417,35 @@ class EventLog:
             self._maybe_rotate(size, sealed_offset + end)
             return commit
 
+    def restore_sealed(self, repo: GitRepo, reason: str) -> int:
+        """Rebuild this log, which must be absent or empty, from the sealed segments of
+        `refs/sup/<id>/log` (fetched: the task ran in another clone), then record on that
+        chain, in a commit that adds no segment, that everything in this file is sealed, so
+        the next seal here continues the chain with the events appended after. Events the
+        other clone never sealed are not there. Returns the last seq (0: nothing sealed)."""
+        ref = task_refs(self.task)["log"]
+        tip = repo.ref_target(ref)
+        if tip is None:
+            return 0
+        with self.locked() as fd:
+            if os.fstat(fd).st_size:
+                raise GitsupError(f"{self.path} is not empty; not restoring it from {ref}")
+            data = b"".join(
+                blob for name, blob in repo.read_tree_blobs(tip) if name.endswith(".jsonl")
+            )
+            os.write(fd, data)
+            size, inode = os.fstat(fd).st_size, os.fstat(fd).st_ino
+            last = self._last_seq_and_repair(fd)
+            message = (
+                f"{reason}\n\nevents 1..{last} of task {self.task} restored from this log\n\n"
+                f"Sup-Task: {self.task}\n"
+                f"Sup-Sealed: seq={last} offset={size} file={inode}\n"
+            )
+            commit = repo.commit_tree(repo.tree_of(tip), [tip], message)
+            repo.update_ref(ref, commit, old=tip, message=reason)
+            self._known_seq, self._known_size = None, -1
+        return last
+
     def _maybe_rotate(self, size: int, sealed_to: int) -> None:
         if size > self.rotate_bytes and sealed_to == size:
             self._rotate()

@@ -651,6 +651,33 @@ class Recovered(Payload):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HostChanged(Payload):
+    """The task goes on in another clone (another host) from what the review remote holds:
+    `from` the host it ran on (null: not recorded), `to` this one, `continued_from`
+    (wip, candidate or baseline) and its `commit`, the task branch's new `head`, and the
+    `last_seq` of the log the other host sealed (events after it were never published)."""
+
+    TYPE: ClassVar[str] = "host_changed"
+    from_: str | None = key("from")
+    to: str = key("to")
+    continued_from: str
+    commit: Oid
+    head: Oid
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishFailed(Payload):
+    """Pushing the task's refs and notes to the review remote failed (`stage`: turn or end);
+    the task goes on, and the next publication pushes everything again."""
+
+    TYPE: ClassVar[str] = "publish_failed"
+    remote: str
+    stage: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelCall(Payload):
     """A model call of the supervisor's own (reviewer, decider) and what it cost."""
 

@@ -241,14 +241,16 @@ class Finaliser:
                 self.record.not_captured = omitted
                 self.emit(et.WipSaved(ref=None, commit=None, not_captured=omitted))
                 return
+            ref = task_refs(self.task)["wip"]
+            old = self.repo.ref_target(ref)
+            # A wip published before (gitsup/supervision/publisher.py) stays an ancestor:
+            # the review remote only lets the ref move forward.
             commit = self.repo.commit_tree(
                 tree,
-                [parent],
+                [parent] if old is None else [parent, old],
                 f"gitsup: work in progress of task {self.task}\n\n"
                 "Uncommitted changes (tracked and untracked) saved when the task ended.\n",
             )
-            ref = task_refs(self.task)["wip"]
-            old = self.repo.ref_target(ref)
             self.repo.update_ref(ref, commit, old=old, message=f"gitsup: wip of {self.task}")
         except (GitsupError, OSError) as exc:
             self.emit(et.ProtocolNoise(error=f"wip snapshot failed: {exc}"))

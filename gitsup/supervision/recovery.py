@@ -113,6 +113,11 @@ def recover_task(
     allow_new_binary: bool = False,
 ) -> TaskRecord:
     record = ctx.store.load(task)
+    if ctx.layout.fetched(TaskId(record.id)).exists():
+        raise GitsupError(
+            f"task {task} is a copy fetched from the review remote: it runs in another clone",
+            hint="when its host is gone, `git sup adopt-remote <id>` continues it here",
+        )
     if record.state in TERMINAL:
         raise GitsupError(
             f"task {task} already ended ({record.state.value}, {record.status.value}); nothing to recover"
@@ -332,8 +337,8 @@ def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
     records = {r.id: r for r in ctx.store.iter_records()}
     # Tasks whose supervisor died.
     for rec in records.values():
-        if rec.state in TERMINAL:
-            continue
+        if rec.state in TERMINAL or ctx.layout.fetched(rec.id).exists():
+            continue  # ended, or a copy of a task that runs in another clone
         owner = _owner(rec)
         if owner is not None and owner.alive():
             continue

@@ -43,6 +43,7 @@ from gitsup.supervision.gate import Gate
 from gitsup.supervision.journal import EventSink, Journal
 from gitsup.supervision.launcher import Launcher, WorkerFactory
 from gitsup.supervision.machine import TaskMachine
+from gitsup.supervision.publisher import Publisher
 from gitsup.supervision.taskio import (
     Abandon,
     AddReason,
@@ -144,7 +145,10 @@ class Supervisor:
         on_event: EventSink | None = None,
         worker_factory: WorkerFactory = default_worker_factory,
         review_attempt: Attempt | None = None,
+        publish: bool | None = None,
     ) -> None:
+        """`publish`: push the task to the review remote at every turn's end and at its end
+        (gitsup/supervision/publisher.py); None: as `git config sup.cluster.publish` says."""
         self.repo = repo
         self.layout = layout
         self.spec = spec
@@ -194,6 +198,15 @@ class Supervisor:
             sandboxed=self.launcher.policy_sandboxed,
         )
         self.finaliser = Finaliser(repo, layout, spec, self.journal, self.launcher, emit=emit)
+        self.publisher = Publisher(
+            repo,
+            layout,
+            lambda: self.record,
+            self.finaliser.limits,
+            emit=emit,
+            seal=self.journal.seal,
+            enabled=publish,
+        )
         self.verifier = Verifier(
             spec,
             self.journal,
@@ -449,7 +462,9 @@ class Supervisor:
             return res
         elif isinstance(e, ImportWork):
             self._hold()
-            return WorkImported(self.finaliser.import_work())
+            imported = WorkImported(self.finaliser.import_work())
+            self.publisher.turn()
+            return imported
         elif isinstance(e, Decide):
             decided = self.gate.decide_turn(
                 e.turn, turns=self.record.turns, alive=self.launcher.worker_alive
@@ -477,6 +492,7 @@ class Supervisor:
         elif isinstance(e, Close):
             self._sync_counters()
             self.finaliser.close(e.final)
+            self.publisher.end()
         return None
 
     def _setup(self) -> list[str]:

@@ -1,0 +1,122 @@
+"""Talking to another repository: pushing and fetching refs (the `git` program, through the
+one process spawner), and what the object store of this one does with what it fetched
+(the notes of two repositories merged, a fetched snapshot checked out).
+
+A push runs the repository's own `pre-push` hook and the remote's `pre-receive` gate: gitsup
+never skips either (no `--no-verify`). Every ref update a push or fetch makes is a
+fast-forward unless the caller names a scratch ref with `+`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gitsup.errors import GitsupError
+from gitsup.ids import Oid
+
+_TIMEOUT = 300.0
+
+
+class TransportError(GitsupError):
+    """A push or fetch failed (the remote, or a gate on either side, refused it)."""
+
+
+@dataclass(frozen=True)
+class RefResult:
+    """One ref of a push: its destination name, whether it went through, Git's summary."""
+
+    ref: str
+    ok: bool
+    summary: str
+
+
+def _git(repo_dir: Path, args: Sequence[str], *, timeout: float) -> tuple[int, str]:
+    """Run `git args` in `repo_dir`: (exit code, -1 when it timed out; its output)."""
+    from gitsup.host import proc
+
+    res = proc.run(["git", *args], cwd=repo_dir, env=proc.child_env(), timeout=timeout)
+    out = res.output.strip()
+    if res.timed_out:
+        return -1, (out + "\n" if out else "") + f"timed out after {timeout:g}s"
+    return -1 if res.returncode is None else res.returncode, out
+
+
+def push(
+    workdir: Path, remote: str, refspecs: Sequence[str], *, atomic: bool = True
+) -> list[RefResult]:
+    """`git push` the refspecs to `remote` (never forced, hooks and gates run). Atomic by
+    default: all refs move or none. Raises TransportError, naming each refused ref and
+    the reason the gate gave, when anything was refused."""
+    if not refspecs:
+        return []
+    args = ["push", "--porcelain"] + (["--atomic"] if atomic else []) + [remote, *refspecs]
+    rc, out = _git(workdir, args, timeout=_TIMEOUT)
+    results = list(_porcelain(out))
+    if rc != 0 or any(not r.ok for r in results):
+        refused = [r for r in results if not r.ok]
+        what = ", ".join(f"{r.ref} ({r.summary})" for r in refused) or "the push"
+        raise TransportError(f"push to {remote} refused: {what}: {_tail(out)}")
+    return results
+
+
+def _porcelain(out: str) -> Iterator[RefResult]:
+    """The per-ref lines of `git push --porcelain`: `<flag>\\t<from>:<to>\\t<summary>`."""
+    for line in out.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3 or len(parts[0]) != 1 or ":" not in parts[1]:
+            continue
+        flag, spec, summary = parts[0], parts[1], parts[2]
+        yield RefResult(spec.split(":", 1)[1], flag in (" ", "+", "-", "*", "="), summary)
+
+
+def _tail(out: str, n: int = 12) -> str:
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    return " | ".join(lines[-n:])
+
+
+def fetch(workdir: Path, remote: str, refspecs: Sequence[str]) -> None:
+    """`git fetch` the refspecs from `remote` (no tags, FETCH_HEAD not written). A refspec
+    without `+` moves its local ref only forward: a local ref that is not an ancestor of
+    the remote's is refused, and so is the fetch (TransportError)."""
+    args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote, *refspecs]
+    rc, out = _git(workdir, args, timeout=_TIMEOUT)
+    if rc != 0:
+        raise TransportError(f"fetch from {remote} failed: {_tail(out)}")
+
+
+def fetch_one(workdir: Path, common_dir: Path, remote: str, ref: str) -> Oid | None:
+    """The commit `ref` names on `remote`, its objects fetched here (None: no such ref there).
+    Fetched into a scratch ref of its own (removed again), so that callers running at the
+    same time neither see nor move each other's."""
+    from gitsup.git import GitRepo
+
+    scratch = f"refs/gitsup-fetch/{os.getpid()}-{secrets.token_hex(4)}"
+    rc, out = _git(workdir, ["ls-remote", "--exit-code", remote, ref], timeout=_TIMEOUT)
+    if rc == 2:  # --exit-code: the remote has no such ref
+        return None
+    if rc != 0:
+        raise TransportError(f"cannot list {ref} on {remote}: {_tail(out)}")
+    fetch(workdir, remote, [f"+{ref}:{scratch}"])
+    repo = GitRepo.open(common_dir)
+    try:
+        return repo.ref_target(scratch)
+    finally:
+        repo.delete_ref(scratch)
+
+
+def read_tree_onto(git_dir: Path, worktree: Path, head: Oid, snapshot: Oid) -> None:
+    """Make the files of `worktree` (checked out at `head`, index at `head`) those of the
+    commit `snapshot`, leaving the index at `head`: the snapshot's changes are the
+    worktree's uncommitted changes, as they were where it was taken."""
+    for args in (["read-tree", "-m", "-u", head, snapshot], ["read-tree", head]):
+        rc, out = _git(
+            worktree,
+            ["--git-dir", os.fspath(git_dir), "--work-tree", os.fspath(worktree), *args],
+            timeout=_TIMEOUT,
+        )
+        if rc != 0:
+            raise GitsupError(f"cannot check out {snapshot[:12]} in {worktree}: {_tail(out)}")

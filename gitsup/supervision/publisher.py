@@ -1,0 +1,199 @@
+"""Publishing a task to the review remote (`sup.reviewRemote`): everything another clone
+needs to show it, or to continue it when this one is gone.
+
+What goes there, each ref pushed as it is here (the remote's gate lets `refs/sup/*` only
+move forward and never be deleted, so a publication never rewrites one):
+
+    refs/sup/<id>/baseline    the baseline
+    refs/sup/<id>/wip         the task's state: first parent the task branch's head, tree the
+                              worktree (tracked and untracked files); each publication's wip
+                              has the previous one as its second parent, so it only grows
+    refs/sup/<id>/candidate   once the task ended with a commit after the baseline
+    refs/sup/<id>/log         the sealed event log (sealed right before it is pushed)
+    refs/sup/<id>/record      `task.json` and `spec.json`, one commit per change
+    refs/notes/sup            merged with the remote's first (fetch, merge, push; again when
+                              another clone pushed in between), never pushed over it
+
+With `git config sup.cluster.publish true` the supervisor publishes at the end of every turn
+(after the worker's commits are imported, while the worker is held) and at the end of the
+task. A publication that fails is an event (`publish_failed`); the task goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gitsup.errors import GitsupError
+from gitsup.git import NOTES_REF, WIP_MAX_FILE_BYTES, GitRepo, RefConflict
+from gitsup.git import remote as transport
+from gitsup.git.taskgit import ImportLimits, import_tree, open_worktree
+from gitsup.ids import Oid, TaskId
+from gitsup.layout import Layout, task_record_ref, task_refs
+from gitsup.store.eventtypes import EmitFn
+from gitsup.store.record import TaskRecord
+
+PUBLISH_KEY = "sup.cluster.publish"
+NOTES_ATTEMPTS = 8
+
+
+def publish_enabled(repo: GitRepo) -> bool:
+    value = (repo.config_get(PUBLISH_KEY) or "").strip().lower()
+    return value in ("true", "yes", "on", "1")
+
+
+def review_remote(repo: GitRepo, remote: str | None = None) -> str:
+    """The review remote: `remote` when given, else `git config sup.reviewRemote`."""
+    name = remote or repo.config_get("sup.reviewRemote")
+    if not name:
+        raise GitsupError(
+            "no review remote to publish to",
+            hint="`git config sup.reviewRemote <remote>` (a remote gated by `git sup gate install`)",
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Published:
+    remote: str
+    refs: dict[str, Oid] = field(default_factory=dict)  # what the remote now has, by ref
+    notes: Oid | None = None
+
+
+def record_refs(repo: GitRepo, layout: Layout, task: TaskId) -> Oid | None:
+    """A new commit on `refs/sup/<id>/record` when `task.json` or `spec.json` changed."""
+    d = layout.task_dir(task)
+    files = {}
+    for name in ("task.json", "spec.json"):
+        path = d / name
+        if path.is_file():
+            files[name] = path.read_bytes()
+    ref = task_record_ref(task)
+    old = repo.ref_target(ref)
+    return repo.commit_files(
+        ref, files, message=f"gitsup: record of task {task}\n", expected_old=old
+    )
+
+
+def snapshot_wip(
+    repo: GitRepo, layout: Layout, record: TaskRecord, limits: ImportLimits
+) -> Oid | None:
+    """A new `refs/sup/<id>/wip` holding the task's state now (first parent the task
+    branch's head, tree the worktree's files, second parent the wip before), unless the
+    wip already holds exactly that. The worker must be held (its files not changing)."""
+    from pathlib import Path
+
+    task = TaskId(record.id)
+    head = repo.branch_target(record.branch) or Oid(record.baseline)
+    wt = Path(record.worktree)
+    if not wt.is_dir():
+        return None
+    omitted: list[dict[str, object]] = []
+    tree = open_worktree(layout, task, wt).snapshot_tree(
+        include_untracked=True,
+        max_file_bytes=WIP_MAX_FILE_BYTES,
+        baseline=Oid(record.baseline),
+        omitted=omitted,
+    )
+    import_tree(repo, layout, task, tree, limits)
+    ref = task_refs(task)["wip"]
+    old = repo.ref_target(ref)
+    if old is not None:
+        info = repo.commit_info(old)
+        if info.parents[:1] == (head,) and repo.tree_of(old) == tree:
+            return None
+    parents = [head] if old is None else [head, old]
+    commit = repo.commit_tree(
+        tree,
+        parents,
+        f"gitsup: state of task {task}\n\n"
+        "The task branch's head (first parent) and the worktree's files, published at the "
+        "end of a turn.\n",
+    )
+    repo.update_ref(ref, commit, old=old, message=f"gitsup: state of {task}")
+    return commit
+
+
+def publish_refs(
+    repo: GitRepo, layout: Layout, task: TaskId, *, remote: str | None = None
+) -> Published:
+    """Push the task's refs (atomically) and merge-push the notes to the review remote.
+    Raises GitsupError (transport.TransportError when the remote or a gate refused)."""
+    name = review_remote(repo, remote)
+    if (layout.task_dir(task) / "task.json").is_file():
+        record_refs(repo, layout, task)
+    names = [*task_refs(task).values(), task_record_ref(task)]
+    have = {r: t for r in names if (t := repo.ref_target(r)) is not None}
+    transport.push(repo.main_workdir, name, [f"{r}:{r}" for r in have])
+    notes = publish_notes(repo, name)
+    return Published(name, have, notes)
+
+
+def publish_notes(repo: GitRepo, remote: str) -> Oid | None:
+    """Make the remote's `refs/notes/sup` hold this repository's notes and its own: fetch
+    it, merge it into ours (GitRepo.merge_notes), push the result (a fast-forward there).
+    When another clone pushed in between, the gate refuses ours as a rewrite: again."""
+    for attempt in range(1, NOTES_ATTEMPTS + 1):
+        theirs = transport.fetch_one(repo.main_workdir, repo.common_dir, remote, NOTES_REF)
+        ours = repo.merge_notes(theirs) if theirs is not None else repo.ref_target(NOTES_REF)
+        if ours is None or ours == theirs:
+            return ours
+        try:
+            transport.push(repo.main_workdir, remote, [f"{NOTES_REF}:{NOTES_REF}"])
+            return ours
+        except transport.TransportError:
+            if attempt == NOTES_ATTEMPTS:
+                raise
+    return None  # not reached
+
+
+class Publisher:
+    """The supervisor's publications (`sup.cluster.publish`): at a turn's end and the task's."""
+
+    def __init__(
+        self,
+        repo: GitRepo,
+        layout: Layout,
+        record: Callable[[], TaskRecord],
+        limits: Callable[[], ImportLimits],
+        *,
+        emit: EmitFn,
+        seal: Callable[[str], None],
+        enabled: bool | None = None,
+    ) -> None:
+        self.repo = repo
+        self.layout = layout
+        self._record = record
+        self._limits = limits
+        self._emit = emit
+        self._seal = seal
+        self.enabled = publish_enabled(repo) if enabled is None else enabled
+
+    def turn(self) -> None:
+        """A turn ended (the worker's commits imported, the worker held): its state in the
+        wip, the log sealed, everything pushed."""
+        if not self.enabled:
+            return
+        self._publish("turn", snapshot=True)
+
+    def end(self) -> None:
+        """The task ended (its record final, its log sealed): everything pushed."""
+        if not self.enabled:
+            return
+        self._publish("end", snapshot=False)
+
+    def _publish(self, stage: str, *, snapshot: bool) -> None:
+        from gitsup.store import eventtypes as et
+
+        record = self._record()
+        task = TaskId(record.id)
+        remote = self.repo.config_get("sup.reviewRemote") or "(sup.reviewRemote is not set)"
+        try:
+            if snapshot:
+                snapshot_wip(self.repo, self.layout, record, self._limits())
+                self._seal(f"turn {record.turns} ended: published")
+            publish_refs(self.repo, self.layout, task)
+        except (GitsupError, RefConflict, OSError) as exc:
+            self._emit(et.PublishFailed(remote=remote, stage=stage, error=str(exc)[:4000]))
+            if stage == "end":
+                self._seal("publish failed")
