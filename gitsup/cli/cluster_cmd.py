@@ -100,6 +100,18 @@ def _settings_of(ctx: object, task: str) -> object:
     return settings
 
 
+def fetch_after(ctx: object, task: str) -> None:
+    """An ended cluster task's record comes into this clone (`log`, `report`, `show` read it
+    here from then on); a failure to fetch it is said, not fatal."""
+    from gitsup.cluster.submit import fetch_result
+    from gitsup.tasks.lifecycle import SupRepo
+
+    assert isinstance(ctx, SupRepo)
+    why = fetch_result(ctx, task)
+    if why is not None:
+        progress(f"task {task}: its record is not in this clone yet ({why})")
+
+
 def show_cluster(ctx: object, task: str, *, json_out: bool) -> None:
     from gitsup.cli.output import emit_json
     from gitsup.cli.task_render import print_cluster_result
@@ -127,6 +139,7 @@ def wait_cluster(ctx: object, task: str, *, timeout: float | None, json_out: boo
     settings = _settings_of(ctx, task)
     assert isinstance(settings, ClusterSettings)
     res = follow(settings, task, timeout=timeout)
+    fetch_after(ctx, task)
     if json_out:
         emit_json(res)
     else:
@@ -142,6 +155,7 @@ def stop_cluster(ctx: object, task: str, *, wait: float, json_out: bool) -> None
     settings = _settings_of(ctx, task)
     assert isinstance(settings, ClusterSettings)
     res = stop(settings, task, wait=wait)
+    fetch_after(ctx, task)
     if json_out:
         emit_json(res)
         return

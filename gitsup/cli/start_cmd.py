@@ -340,7 +340,10 @@ def _start_cluster(
     if not quiet:
         progress(f"task {task} submitted to {settings.describe()}")
     result = follow(settings, task, on_progress=None if quiet else progress)
+    from gitsup.cli.cluster_cmd import fetch_after
     from gitsup.cli.task_render import print_cluster_result
+
+    fetch_after(ctx, task)
 
     if json_out:
         emit_json(result)

@@ -32,7 +32,8 @@ from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_refs
 from gitsup.state import TERMINAL
 from gitsup.store.record import TaskRecord
-from gitsup.tasks.lifecycle import SupRepo, status_exit
+from gitsup.store.suprepo import SupRepo
+from gitsup.tasks.lifecycle import status_exit
 
 
 def review_remote(ctx: SupRepo) -> str:
@@ -119,28 +120,83 @@ class HostWork:
         return result_of(record)
 
     def _begin(self, job: dict[str, Any], task: TaskId, attempt: int) -> None:
-        """Start the task here, or follow it when this host runs it already."""
+        """Start the task here; or follow it when this host runs it already; or continue it
+        (`adopt`) when a host that ran it is gone: this one, or another that published it."""
+        from gitsup.git import remote as transport
+        from gitsup.layout import task_record_ref
+        from gitsup.tasks.lifecycle import SupRepo
+
         ctx = self._ctx()
-        if ctx.store.exists(task):
-            return  # this host started it (an earlier attempt): follow it to its end
-        from gitsup.git import transport
+        remote = review_remote(ctx)
+        if ctx.store.exists(task) and not ctx.layout.fetched(task).exists():
+            record = ctx.store.load(task)
+            if record.state in TERMINAL or not _dead(record):
+                return  # it ended, or its supervisor runs here: follow it
+            self._adopt(ctx, task)  # it ran here and its supervisor died: continue it
+            return
+        repo = ctx.repo
+        try:
+            published = transport.fetch_one(
+                repo.main_workdir, repo.common_dir, remote, task_record_ref(task)
+            )
+        except transport.TransportError as exc:  # the remote is away: try again
+            raise ApplicationError(f"cannot read {task} on {remote}: {exc.message}") from None
+        if published is not None:
+            self._adopt(ctx, task)  # another host ran it and is gone: continue its work
+            return
+        # nothing published: a new task (or one whose host died before its first turn
+        # ended), started from its baseline
+        ref = task_refs(task)["baseline"]
+        baseline = Oid(str(job["baseline"]))
+        try:
+            fetched = transport.fetch_one(repo.main_workdir, repo.common_dir, remote, ref)
+        except transport.TransportError as exc:
+            raise ApplicationError(f"cannot fetch {ref} from {remote}: {exc.message}") from None
+        if fetched != baseline:
+            raise ApplicationError(
+                f"{ref} on {remote} is {fetched}, not the submitted {baseline}",
+                non_retryable=fetched is not None,
+            )
         from gitsup.spec import TaskSpec
         from gitsup.tasks.detach import start_detached
 
-        baseline = Oid(str(job["baseline"]))
-        remote = review_remote(ctx)
-        ref = task_refs(task)["baseline"]
-        try:
-            transport.fetch(ctx.repo.main_workdir, remote, [ref])
-        except GitsupError as exc:  # not pushed yet, or the remote is away: try again
-            raise ApplicationError(f"baseline of {task} not on {remote}: {exc.message}") from None
-        fetched = ctx.repo.resolve_commit("FETCH_HEAD")
-        if fetched != baseline:
-            raise ApplicationError(
-                f"{ref} on {remote} is {fetched}, not the submitted {baseline}", non_retryable=True
-            )
         spec = TaskSpec.model_validate({**job["spec"], "base": baseline})
-        start_detached(ctx, spec, source=job.get("source"), task_id=task, host=self.name)
+        start_detached(
+            SupRepo.discover(self.clone),
+            spec,
+            source=job.get("source"),
+            task_id=task,
+            host=self.name,
+        )
+
+    def _adopt(self, ctx: SupRepo, task: TaskId) -> None:
+        """`git sup adopt-remote` in the background (its own session, as a detached task's
+        supervisor): it continues the task here from what was published, and supervises it.
+        Returns once it supervises the task (or the task ended)."""
+        import time
+
+        from gitsup.host.proc import gitsup_python, spawn_detached
+        from gitsup.host.procid import ProcessId
+
+        log = ctx.layout.root / "cluster" / f"{task}.adopt.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        argv = gitsup_python("gitsup", "adopt-remote", task, "--host", self.name, "--quiet")
+        pid = spawn_detached(argv, cwd=ctx.repo.main_workdir, log=log)
+        try:
+            me: ProcessId | None = ProcessId.of(pid)
+        except Exception:  # it is gone already (psutil.NoSuchProcess)
+            me = None
+        while True:
+            if ctx.store.exists(task) and not ctx.layout.fetched(task).exists():
+                record = ctx.store.load(task)
+                if record.state in TERMINAL or record.supervisor is not None:
+                    return
+            if me is None or not me.alive():
+                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+                raise ApplicationError(
+                    f"could not continue {task} on {self.name}: {' / '.join(tail)}"
+                )
+            time.sleep(0.1)
 
     def _stop(self, task: TaskId) -> TaskRecord:
         from gitsup.tasks.lifecycle import stop_task
@@ -158,6 +214,11 @@ def _supervised(record: TaskRecord) -> bool:
     return owner is None or owner.alive()
 
 
+def _dead(record: TaskRecord) -> bool:
+    """A task record whose supervisor is provably gone (or that never had one)."""
+    return not _supervised(record) or record.supervisor is None
+
+
 def serve(
     ctx: SupRepo,
     settings: ClusterSettings,
@@ -167,8 +228,18 @@ def serve(
     on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Serve the repository's task queue until SIGTERM or Ctrl-C; running tasks are then
-    stopped (their work saved) and handed back to the cluster."""
+    stopped (their work saved). A host publishes every task it runs to the review remote (at
+    every turn's end and at the end: `sup.cluster.publish`, set here when unset)."""
+    from gitsup.supervision.publisher import PUBLISH_KEY, publish_enabled
+
     review_remote(ctx)
+    if not publish_enabled(ctx.repo):
+        if ctx.repo.config_get(PUBLISH_KEY) is not None:
+            raise GitsupError(
+                f"a host publishes every task it runs, and {PUBLISH_KEY} is off in this clone",
+                hint=f"git config {PUBLISH_KEY} true",
+            )
+        ctx.repo.config_set(PUBLISH_KEY, "true")
     asyncio.run(_serve(ctx, settings, name=name, slots=slots, on_ready=on_ready))
 
 

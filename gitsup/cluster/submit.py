@@ -57,7 +57,7 @@ def submit(
 ) -> TaskId:
     """Push the task's baseline and start its workflow; returns the task id."""
     from gitsup.cluster.hostwork import review_remote
-    from gitsup.git import transport
+    from gitsup.git import remote as transport
     from gitsup.tasks.lifecycle import source_branch_of
 
     task = parse_task_id(task_id) if task_id is not None else new_task_id()
@@ -210,6 +210,18 @@ async def _where(client: Any, desc: Any) -> str:
     if state is None:
         return f"starting on {host}{attempt}"
     return f"{state} on {host} (turns {details.get('turns', 0)}{attempt})"
+
+
+def fetch_result(ctx: SupRepo, task: str) -> str | None:
+    """Bring an ended cluster task's refs, notes and record from the review remote into this
+    clone (`show`, `log`, `report` then read it here); None, or why it could not."""
+    from gitsup.cluster.record import fetch_task
+
+    try:
+        fetch_task(ctx, task)
+    except GitsupError as exc:
+        return exc.message
+    return None
 
 
 def stop(settings: ClusterSettings, task: str, *, wait: float = 60.0) -> dict[str, Any]:

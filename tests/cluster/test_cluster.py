@@ -4,14 +4,17 @@ real CLI; the review remote is a gated bare repository."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from tests.boundary.conftest import push, rejected
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import Cluster, Host
 from tests.conftest import GIT_SUP, PYTHON, git, run_sup
 from tests.helpers.sup import PYTEST_CHECK, write_worker
 
@@ -102,12 +105,20 @@ def test_two_tasks_run_on_two_hosts_and_end_ready(cluster: Cluster, tmp: Path) -
         assert git(cluster.origin, "rev-parse", f"refs/sup/{task}/baseline") == git(
             cluster.submitter, "rev-parse", "main"
         )
+        # Git is the record: the host published the task's refs and notes to the review
+        # remote, and `wait` brought them into the submitter's clone
+        candidate = results[task]["candidate"]
+        for ref in ("baseline", "candidate", "log", "record"):
+            assert git(cluster.origin, "rev-parse", f"refs/sup/{task}/{ref}")
+        assert git(cluster.origin, "rev-parse", f"refs/sup/{task}/candidate") == candidate
+        assert json.loads(git(cluster.origin, "notes", "--ref=sup", "show", candidate))
+        assert git(cluster.submitter, "rev-parse", f"refs/sup/{task}/candidate") == candidate
+        res = run_sup(cluster.submitter, "show", task, "--json")
+        assert res.returncode == 0, res.stderr
+        shown = json.loads(res.stdout)
+        assert (shown["host"], shown["status"], shown["candidate"]) == (name, "ready", candidate)
     # each task ran its worker exactly once
     assert sorted((cluster.shared / "runs.log").read_text().split()) == sorted(ids)
-    # `show` from the submitter's clone says how each ended
-    res = run_sup(cluster.submitter, "show", ids[0])
-    assert res.returncode == 0, res.stderr
-    assert f"task {ids[0]}: completed (ready) on {hosts[ids[0]]}" in res.stdout
 
 
 def test_the_same_task_id_submitted_twice_runs_once(cluster: Cluster, tmp: Path) -> None:
@@ -188,3 +199,103 @@ def test_a_bad_cluster_address_is_bad_input(repo: Path) -> None:
         assert res.returncode == 2, (args, res.stdout, res.stderr)
         assert "Traceback" not in res.stderr
     assert GIT_SUP and sys.executable
+
+
+# The first run of the check (on the first host) blocks until that host is killed; a later
+# run checks add.
+CHECK_ONCE_BLOCKING = """
+import os, pathlib, sys, time
+d = pathlib.Path({shared!r})
+if not (d / "check-ran").exists():
+    (d / "check-ran").write_text("x")
+    (d / ("checking-" + os.environ.get("GITSUP_TASK", "?"))).write_text("x")
+    time.sleep(600)
+sys.path.insert(0, ".")
+from calc import add
+assert add(1, 2) == 3
+"""
+
+# Fixes add, writes a file of its own and commits both; a second run (after a takeover)
+# finds its work in place and keeps it.
+FIX_ONCE = """
+import os, pathlib, subprocess
+with open(pathlib.Path({shared!r}) / "runs.log", "a") as f:
+    f.write(os.environ["GITSUP_TASK"] + "\\n")
+p = pathlib.Path("calc.py")
+if "a + b" in p.read_text():
+    print("already fixed", flush=True)
+else:
+    p.write_text(p.read_text().replace("a - b", "a + b"))
+    pathlib.Path("work.txt").write_text("written before the kill\\n")
+    subprocess.run(["git", "add", "calc.py", "work.txt"], check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "fix add"], check=True)
+    print("fixed", flush=True)
+"""
+
+
+def kill_machine(c: Cluster, host: Host) -> None:
+    """What a dead machine leaves: nothing of its gitsup runs (kill -9 of the host process,
+    its tasks' supervisors, workers and checks: every process in its clone or worktrees)."""
+    import psutil
+
+    assert host.proc is not None
+    marks = (str(host.clone), str(c.tmp / f"worktrees-{host.name}"))
+    for _ in range(50):
+        victims = []
+        for p in psutil.process_iter(["pid", "cwd", "cmdline"]):
+            where = (p.info["cwd"] or "") + " " + " ".join(p.info["cmdline"] or [])
+            if p.pid != os.getpid() and any(m in where for m in marks):
+                victims.append(p)
+        if not victims:
+            break
+        for p in victims:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        time.sleep(0.1)
+    host.proc.wait()
+
+
+def test_a_killed_host_s_task_ends_ready_on_the_other_host(cluster: Cluster) -> None:
+    a = cluster.host("alpha")
+    shared = str(cluster.shared)
+    check = shlex.join([PYTHON, "-c", CHECK_ONCE_BLOCKING.format(shared=shared)])
+    worker = write_worker(cluster.tmp, FIX_ONCE.format(shared=shared))
+    res = run_sup(
+        cluster.submitter,
+        "start",
+        "fix add",
+        "--cluster",
+        cluster.address,
+        "--worker",
+        worker,
+        "--check",
+        check,
+        "--review",
+        "none",
+        "--detach",
+    )
+    assert res.returncode == 0, res.stderr
+    task = res.stdout.strip()
+    wait_for(cluster.shared / f"checking-{task}")
+    # the turn ended on alpha: its work was published before the checks began
+    published = git(cluster.origin, "rev-parse", f"refs/sup/{task}/wip")
+    assert git(cluster.origin, "show", f"{published}:work.txt") == "written before the kill"
+    kill_machine(cluster, a)
+    b = cluster.host("beta")
+    res = run_sup(cluster.submitter, "wait", task, "--json", timeout=300)
+    assert res.returncode == 0, (res.stdout, res.stderr, b.log.read_text())
+    final = json.loads(res.stdout)
+    assert (final["status"], final["host"]) == ("ready", "beta"), final
+    candidate = final["candidate"]
+    # one candidate, on the remote, holding the work done on the dead host
+    assert git(cluster.origin, "rev-parse", f"refs/sup/{task}/candidate") == candidate
+    assert git(cluster.origin, "show", f"{candidate}:work.txt") == "written before the kill"
+    assert (
+        git(cluster.origin, "rev-list", "--count", f"refs/sup/{task}/baseline..{candidate}") == "1"
+    )
+    record = b.record(task)
+    assert record["host"] == "beta" and record["state"] == "completed"
+    res = run_sup(b.clone, "log", task, "--json", env=b.env)
+    events = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+    changed = [e["data"] for e in events if e["type"] == "host_changed"]
+    assert [(h["from"], h["to"]) for h in changed] == [("alpha", "beta")], changed
