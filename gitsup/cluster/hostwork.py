@@ -68,6 +68,10 @@ class HostWork:
     def __init__(self, clone: Path, name: str) -> None:
         self.clone = clone
         self.name = name
+        # the activities that follow each task here now (a retry may follow what an earlier
+        # attempt started), and the delayed stops of tasks no attempt follows any more
+        self._live: dict[str, int] = {}
+        self._pending: set[asyncio.Task[None]] = set()
 
     def _ctx(self) -> SupRepo:
         return SupRepo.discover(self.clone)
@@ -75,6 +79,13 @@ class HostWork:
     @activity.defn(name=ACTIVITY)
     async def run_task(self, job: dict[str, Any]) -> dict[str, Any]:
         task = parse_task_id(str(job["task"]))
+        self._live[task] = self._live.get(task, 0) + 1
+        try:
+            return await self._run(job, task)
+        finally:
+            self._live[task] -= 1
+
+    async def _run(self, job: dict[str, Any], task: TaskId) -> dict[str, Any]:
         info = activity.info()
         interval = max(0.2, min(1.0, float(job["heartbeat"]) / 5))
         begin = asyncio.ensure_future(asyncio.to_thread(self._begin, job, task, info.attempt))
@@ -111,13 +122,25 @@ class HostWork:
     async def _stopped(self, task: TaskId) -> dict[str, Any]:
         """The activity was cancelled: stop the task here (its work is saved). A stop that
         was asked for (`git sup stop`) or this host's own shutdown ends the task `stopped`;
-        a host that lost its heartbeats (the cluster gave its task to another host) stops
-        its copy and reports nothing."""
+        an attempt whose heartbeats timed out (the cluster lost this host for a while, or
+        restarted) reports nothing: the task's next attempt may come here again and follow
+        the task on; when none has within a grace, the cluster gave it to another host, and
+        this host stops its copy."""
         details = activity.cancellation_details()
-        record = await asyncio.to_thread(self._stop, task)
         if details is not None and details.timed_out:
+            timeout = activity.info().heartbeat_timeout
+            grace = 3 * (timeout.total_seconds() if timeout is not None else 30.0)
+            later = asyncio.create_task(self._stop_if_unfollowed(task, grace))
+            self._pending.add(later)
+            later.add_done_callback(self._pending.discard)
             raise asyncio.CancelledError()
+        record = await asyncio.to_thread(self._stop, task)
         return result_of(record)
+
+    async def _stop_if_unfollowed(self, task: TaskId, grace: float) -> None:
+        await asyncio.sleep(grace)
+        if not self._live.get(task):
+            await asyncio.to_thread(self._stop, task)
 
     def _begin(self, job: dict[str, Any], task: TaskId, attempt: int) -> None:
         """Start the task here; or follow it when this host runs it already; or continue it

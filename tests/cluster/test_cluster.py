@@ -219,14 +219,16 @@ assert add(1, 2) == 3
 # finds its work in place and keeps it.
 FIX_ONCE = """
 import os, pathlib, subprocess
-with open(pathlib.Path({shared!r}) / "runs.log", "a") as f:
+log = pathlib.Path({shared!r}) / "runs.log"
+run = len(log.read_text().split()) + 1 if log.exists() else 1
+with open(log, "a") as f:
     f.write(os.environ["GITSUP_TASK"] + "\\n")
 p = pathlib.Path("calc.py")
 if "a + b" in p.read_text():
     print("already fixed", flush=True)
 else:
     p.write_text(p.read_text().replace("a - b", "a + b"))
-    pathlib.Path("work.txt").write_text("written before the kill\\n")
+    pathlib.Path("work.txt").write_text(f"written by run {{run}}\\n")
     subprocess.run(["git", "add", "calc.py", "work.txt"], check=True)
     subprocess.run(["git", "commit", "-q", "-m", "fix add"], check=True)
     print("fixed", flush=True)
@@ -279,7 +281,7 @@ def test_a_killed_host_s_task_ends_ready_on_the_other_host(cluster: Cluster) -> 
     wait_for(cluster.shared / f"checking-{task}")
     # the turn ended on alpha: its work was published before the checks began
     published = git(cluster.origin, "rev-parse", f"refs/sup/{task}/wip")
-    assert git(cluster.origin, "show", f"{published}:work.txt") == "written before the kill"
+    assert git(cluster.origin, "show", f"{published}:work.txt") == "written by run 1"
     kill_machine(cluster, a)
     b = cluster.host("beta")
     res = run_sup(cluster.submitter, "wait", task, "--json", timeout=300)
@@ -289,7 +291,9 @@ def test_a_killed_host_s_task_ends_ready_on_the_other_host(cluster: Cluster) -> 
     candidate = final["candidate"]
     # one candidate, on the remote, holding the work done on the dead host
     assert git(cluster.origin, "rev-parse", f"refs/sup/{task}/candidate") == candidate
-    assert git(cluster.origin, "show", f"{candidate}:work.txt") == "written before the kill"
+    assert git(cluster.origin, "show", f"{candidate}:work.txt") == "written by run 1"
+    # the worker ran twice: on alpha, then on beta (told it takes over)
+    assert len((cluster.shared / "runs.log").read_text().split()) == 2
     assert (
         git(cluster.origin, "rev-list", "--count", f"refs/sup/{task}/baseline..{candidate}") == "1"
     )
