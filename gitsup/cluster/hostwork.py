@@ -87,7 +87,9 @@ class HostWork:
 
     async def _run(self, job: dict[str, Any], task: TaskId) -> dict[str, Any]:
         info = activity.info()
-        interval = max(0.2, min(1.0, float(job["heartbeat"]) / 5))
+        # the record is read four times a second (the task's end is seen at once); the SDK
+        # sends at most one heartbeat a second of these (the host's throttle)
+        interval = max(0.1, min(0.25, float(job["heartbeat"]) / 5))
         begin = asyncio.ensure_future(asyncio.to_thread(self._begin, job, task, info.attempt))
         try:
             # a start takes a while (fetch, worktree, sandbox): heartbeat meanwhile
@@ -122,12 +124,13 @@ class HostWork:
     async def _stopped(self, task: TaskId) -> dict[str, Any]:
         """The activity was cancelled: stop the task here (its work is saved). A stop that
         was asked for (`git sup stop`) or this host's own shutdown ends the task `stopped`;
-        an attempt whose heartbeats timed out (the cluster lost this host for a while, or
-        restarted) reports nothing: the task's next attempt may come here again and follow
+        an attempt the cluster timed out (this host was silent past the heartbeat timeout:
+        a partition, a hang) reports nothing: the task's next attempt may come here again and follow
         the task on; when none has within a grace, the cluster gave it to another host, and
         this host stops its copy."""
         details = activity.cancellation_details()
-        if details is not None and details.timed_out:
+        if details is None or not (details.cancel_requested or details.worker_shutdown):
+            # timed out, or no longer known to the server (it timed the attempt out)
             timeout = activity.info().heartbeat_timeout
             grace = 3 * (timeout.total_seconds() if timeout is not None else 30.0)
             later = asyncio.create_task(self._stop_if_unfollowed(task, grace))

@@ -159,21 +159,25 @@ async def _follow(
     loop = asyncio.get_running_loop()
     end = None if timeout is None else loop.time() + timeout
     said = ""
+    # the result is a long poll that answers as the workflow ends; meanwhile, where it runs
+    done = asyncio.ensure_future(_result(handle, task))
     while True:
+        await asyncio.wait([done], timeout=0.5)
+        if done.done():
+            return done.result()
         desc = await handle.describe()
         if desc.status != WorkflowExecutionStatus.RUNNING:
-            break
+            return await done
         if on_progress is not None:
             line = await _where(client, desc)
             if line and line != said:
                 on_progress(f"task {task}: {line}")
                 said = line
         if end is not None and loop.time() > end:
+            done.cancel()
             raise GitsupError(
                 f"task {task} is still running after {timeout:g}s", exit_code=Exit.INTERNAL
             )
-        await asyncio.sleep(0.5)
-    return await _result(handle, task)
 
 
 async def _result(handle: Any, task: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,6 +59,9 @@ def test_a_server_restart_mid_task_loses_nothing(cluster: Cluster, tmp: Path) ->
     task = res.stdout.strip()
     wait_for(cluster.shared / f"working-{task}")
     cluster.server.kill()  # SIGKILL: a crash, not a shutdown
+    # down for longer than the heartbeat timeout (5s): back up, the server times the task's
+    # attempt out and retries it; the host follows the task it runs on, nothing restarts
+    time.sleep(8)
     cluster.server.start()  # the same port and database
     (cluster.shared / "go").write_text("x")
     res = run_sup(cluster.submitter, "wait", task, "--json", timeout=300)
@@ -66,3 +70,29 @@ def test_a_server_restart_mid_task_loses_nothing(cluster: Cluster, tmp: Path) ->
     assert (final["status"], final["host"]) == ("ready", "alpha"), final
     assert (cluster.shared / "runs.log").read_text().split() == [task]
     assert host.record(task)["candidate"] == final["candidate"]
+
+
+def test_a_host_silent_past_its_heartbeat_timeout_keeps_its_task(
+    cluster: Cluster, tmp: Path
+) -> None:
+    """A host that stops answering for longer than the heartbeat timeout (a partition, a
+    hang) and comes back: Temporal retries the task's activity, the only host takes the retry
+    and follows the task it still runs; the timed-out attempt does not stop it."""
+    host = cluster.host("alpha")
+    worker = write_worker(tmp, FIX_WHEN_TOLD.format(shared=str(cluster.shared)))
+    res = submit(cluster, worker, "--detach")
+    assert res.returncode == 0, res.stderr
+    task = res.stdout.strip()
+    wait_for(cluster.shared / f"working-{task}")
+    assert host.proc is not None
+    host.proc.send_signal(signal.SIGSTOP)  # the host process only; its task runs on
+    try:
+        time.sleep(12)  # past the 5s heartbeat timeout and the retry's backoff
+    finally:
+        host.proc.send_signal(signal.SIGCONT)
+    (cluster.shared / "go").write_text("x")
+    res = run_sup(cluster.submitter, "wait", task, "--json", timeout=300)
+    assert res.returncode == 0, (res.stdout, res.stderr, host.log.read_text())
+    final = json.loads(res.stdout)
+    assert (final["status"], final["host"]) == ("ready", "alpha"), final
+    assert (cluster.shared / "runs.log").read_text().split() == [task]
