@@ -6,7 +6,7 @@ submitter chose, with the host's name in the record (`host`) and in `worker_star
 baseline comes from the review remote (`sup.reviewRemote`), where the submitter pushed it.
 While it runs, the activity heartbeats every second or so with the task's state; a host
 whose heartbeats stop (it died, or lost the cluster) has its task moved by Temporal to
-another host (docs/cluster.md, "Failover"). A stop (`git sup stop ID` anywhere) is the
+another host (docs/cluster.md, "Failure modes"). A stop (`git sup stop ID` in the clone that submitted it) is the
 workflow's cancellation: the activity stops the local task, which saves its work, and
 returns its record."""
 
