@@ -113,6 +113,7 @@ class HostWork:
                     {"host": self.name, "state": record.state.value, "turns": record.turns}
                 )
                 if record.state in TERMINAL:
+                    _reap(record)
                     return result_of(record)
                 if not await asyncio.to_thread(_supervised, record):
                     # the local supervisor died: another attempt (here or elsewhere) continues
@@ -238,6 +239,18 @@ def _supervised(record: TaskRecord) -> bool:
 
     owner = ProcessId.from_dict(record.supervisor)
     return owner is None or owner.alive()
+
+
+def _reap(record: TaskRecord) -> None:
+    """The task's supervisor, when this host process started it, is our child: collect its
+    exit (a long-running host would otherwise keep one zombie per task it ran)."""
+    import os
+
+    owner = record.supervisor or {}
+    pid = owner.get("pid")
+    if isinstance(pid, int):
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 def _dead(record: TaskRecord) -> bool:

@@ -75,9 +75,15 @@ def submit(
     }
     # a duplicate is refused before anything is pushed (and for good when the workflow
     # starts: Temporal never runs two workflows of one id; the gate never rewrites a baseline)
-    asyncio.run(_refuse_known(settings, task))
-    transport.push(ctx.repo.main_workdir, remote, [f"{baseline}:{task_refs(task)['baseline']}"])
-    asyncio.run(_start(settings, job))
+    refspec = f"{baseline}:{task_refs(task)['baseline']}"
+
+    async def go() -> None:
+        client = await connect(settings)
+        await _refuse_known(client, settings, task)
+        await asyncio.to_thread(transport.push, ctx.repo.main_workdir, remote, [refspec])
+        await _start(client, settings, job)
+
+    asyncio.run(go())
     path = _marker(ctx, task)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
@@ -97,10 +103,9 @@ def _duplicate(task: str) -> GitsupError:
     )
 
 
-async def _refuse_known(settings: ClusterSettings, task: str) -> None:
+async def _refuse_known(client: Any, settings: ClusterSettings, task: str) -> None:
     from temporalio.service import RPCError, RPCStatusCode
 
-    client = await connect(settings)
     try:
         await client.get_workflow_handle(task).describe()
     except RPCError as exc:
@@ -112,13 +117,12 @@ async def _refuse_known(settings: ClusterSettings, task: str) -> None:
     raise _duplicate(task)
 
 
-async def _start(settings: ClusterSettings, job: dict[str, Any]) -> None:
+async def _start(client: Any, settings: ClusterSettings, job: dict[str, Any]) -> None:
     from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
     from temporalio.exceptions import WorkflowAlreadyStartedError
 
     from gitsup.cluster.workflow import WORKFLOW
 
-    client = await connect(settings)
     try:
         await client.start_workflow(
             WORKFLOW,

@@ -198,6 +198,20 @@ def test_a_bad_cluster_address_is_bad_input(repo: Path) -> None:
         res = run_sup(repo, *args)
         assert res.returncode == 2, (args, res.stdout, res.stderr)
         assert "Traceback" not in res.stderr
+    # a host needs the review remote (every task's record goes there) and publishes to it
+    res = run_sup(repo, "host", "run", "--cluster", "127.0.0.1:1")
+    assert res.returncode == 2 and "sup.reviewRemote" in res.stderr, res.stderr
+    git(repo, "config", "sup.reviewRemote", "origin")
+    git(repo, "config", "sup.cluster.publish", "false")
+    res = run_sup(repo, "host", "run", "--cluster", "127.0.0.1:1")
+    assert res.returncode == 2 and "sup.cluster.publish" in res.stderr, res.stderr
+    # mTLS takes a certificate and its key, both files
+    git(repo, "config", "sup.cluster.tlsCert", str(repo / "calc.py"))
+    res = run_sup(repo, "host", "run", "--cluster", "127.0.0.1:1")
+    assert res.returncode == 2 and "go together" in res.stderr, res.stderr
+    git(repo, "config", "sup.cluster.tlsKey", str(repo / "no-such-key.pem"))
+    res = run_sup(repo, "host", "run", "--cluster", "127.0.0.1:1")
+    assert res.returncode == 2 and "no such file" in res.stderr, res.stderr
     assert GIT_SUP and sys.executable
 
 
