@@ -35,6 +35,9 @@ from gitsup.store.record import TaskRecord
 from gitsup.store.suprepo import SupRepo
 from gitsup.tasks.lifecycle import status_exit
 
+# how long an ended task's supervisor may take to publish it before the result goes out
+LAST_PUBLICATION = 300.0
+
 
 def review_remote(ctx: SupRepo) -> str:
     remote = ctx.repo.config_get("sup.reviewRemote")
@@ -72,6 +75,7 @@ class HostWork:
         # attempt started), and the delayed stops of tasks no attempt follows any more
         self._live: dict[str, int] = {}
         self._pending: set[asyncio.Task[None]] = set()
+        self._children: set[tuple[int, float]] = set()  # supervisors started here, running
 
     def _ctx(self) -> SupRepo:
         return SupRepo.discover(self.clone)
@@ -106,15 +110,21 @@ class HostWork:
             if not await asyncio.to_thread(self._ctx().store.exists, task):
                 raise
             return await self._stopped(task)
+        ended = 0.0
         try:
             while True:
                 record = await asyncio.to_thread(self._ctx().store.load, task)
                 activity.heartbeat(
                     {"host": self.name, "state": record.state.value, "turns": record.turns}
                 )
+                _reap(self._children, record)
                 if record.state in TERMINAL:
-                    _reap(record)
-                    return result_of(record)
+                    # the result once the supervisor is done: its last publication (the
+                    # candidate, the notes) is on the review remote before anyone reads it
+                    loop = asyncio.get_running_loop()
+                    ended = ended or loop.time()
+                    if not _owner_alive(record) or loop.time() - ended > LAST_PUBLICATION:
+                        return result_of(record)
                 if not await asyncio.to_thread(_supervised, record):
                     # the local supervisor died: another attempt (here or elsewhere) continues
                     raise ApplicationError(f"the supervisor of task {task} on {self.name} died")
@@ -139,6 +149,11 @@ class HostWork:
             later.add_done_callback(self._pending.discard)
             raise asyncio.CancelledError()
         record = await asyncio.to_thread(self._stop, task)
+        # its supervisor saves and publishes the work before it exits: wait for that
+        end = asyncio.get_running_loop().time() + LAST_PUBLICATION
+        while _owner_alive(record) and asyncio.get_running_loop().time() < end:
+            activity.heartbeat({"host": self.name, "state": record.state.value})
+            await asyncio.sleep(0.1)
         return result_of(record)
 
     async def _stop_if_unfollowed(self, task: TaskId, grace: float) -> None:
@@ -241,16 +256,36 @@ def _supervised(record: TaskRecord) -> bool:
     return owner is None or owner.alive()
 
 
-def _reap(record: TaskRecord) -> None:
-    """The task's supervisor, when this host process started it, is our child: collect its
-    exit (a long-running host would otherwise keep one zombie per task it ran)."""
+def _reap(children: set[tuple[int, float]], record: TaskRecord) -> None:
+    """Collect the exit of the supervisors this host process started (its children): a
+    long-running host would otherwise keep one zombie per task it ran. `children`: those
+    seen so far and not yet collected; `record`'s supervisor joins them."""
     import os
 
+    import psutil
+
     owner = record.supervisor or {}
-    pid = owner.get("pid")
-    if isinstance(pid, int):
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
+    pid, started = owner.get("pid"), owner.get("start_time")
+    if isinstance(pid, int) and isinstance(started, int | float):
+        children.add((pid, float(started)))
+    for pid, started in list(children):
+        try:
+            proc = psutil.Process(pid)
+            # that process (not another that took its pid), and ours
+            if abs(proc.create_time() - started) > 0.01 or proc.ppid() != os.getpid():
+                children.discard((pid, started))
+            elif proc.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(pid, os.WNOHANG)
+                children.discard((pid, started))
+        except (psutil.Error, ChildProcessError, OSError):
+            children.discard((pid, started))
+
+
+def _owner_alive(record: TaskRecord) -> bool:
+    from gitsup.host.procid import ProcessId
+
+    owner = ProcessId.from_dict(record.supervisor)
+    return owner is not None and owner.alive()
 
 
 def _dead(record: TaskRecord) -> bool:

@@ -159,6 +159,9 @@ def test_stop_ends_a_remote_task_stopped_with_its_work_saved(cluster: Cluster, t
     assert record["state"] == "stopped" and record["wip"] == stopped["wip"]
     # the file the worker wrote is in the saved work
     assert git(host.clone, "show", f"{stopped['wip']}:half.txt") == "half done"
+    # and it is on the review remote, and in the submitter's clone
+    assert git(cluster.origin, "rev-parse", f"refs/sup/{task}/wip") == stopped["wip"]
+    assert git(cluster.submitter, "show", f"{stopped['wip']}:half.txt") == "half done"
     res = run_sup(cluster.submitter, "wait", task)
     assert res.returncode == 5, (res.stdout, res.stderr)
 
