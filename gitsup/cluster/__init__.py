@@ -13,9 +13,24 @@ from gitsup.layout import Layout
 
 
 def submitted_here(layout: Layout, task: str) -> bool:
-    """Was `task` submitted to the cluster from this clone (and has no local record)? Cheap:
-    read commands ask it before they load anything of the cluster."""
+    """Was `task` submitted to the cluster from this clone, and does the cluster say more of
+    it than this clone knows: no record here, or a copy fetched while it ran? Cheap: read
+    commands ask it before they load anything of the cluster."""
+    import json
+
     from gitsup.ids import TaskId
 
-    marker = layout.root / "cluster" / f"{task}.json"
-    return marker.is_file() and not layout.record(TaskId(task)).exists()
+    tid = TaskId(task)
+    if not (layout.root / "cluster" / f"{task}.json").is_file():
+        return False
+    if not layout.record(tid).exists():
+        return True
+    if not layout.fetched(tid).exists():
+        return False  # it lives here (never so for a task this clone submitted)
+    try:
+        state = json.loads(layout.record(tid).read_text(encoding="utf-8")).get("state")
+    except (OSError, ValueError, AttributeError):
+        return True
+    from gitsup.state import TERMINAL
+
+    return state not in {s.value for s in TERMINAL}

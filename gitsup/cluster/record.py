@@ -24,12 +24,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitsup import jsonio
 from gitsup.errors import GitsupError
@@ -42,6 +43,9 @@ from gitsup.store.events import Event
 from gitsup.store.record import TaskRecord
 from gitsup.store.suprepo import SupRepo, worktree_root
 from gitsup.supervision.publisher import Published, publish_refs, review_remote
+
+if TYPE_CHECKING:
+    from gitsup.spec import TaskSpec
 
 __all__ = [
     "Fetched",
@@ -197,6 +201,8 @@ def _continue_here(
     remote: str,
     on_event: Callable[[Event], None] | None,
     allow_new_binary: bool,
+    *,
+    run: bool,
 ) -> TaskRecord:
     """The task lives in this clone (it ran here, and its supervisor died): an ended task is
     returned; one whose sealed log is what the review remote has (or ahead of it) is taken
@@ -226,9 +232,17 @@ def _continue_here(
             hint=f"move this clone's copy away (`git sup discard {tid} --force`, then remove "
             f"its task dir {ctx.layout.task_dir(tid)}) and adopt it again",
         )
+    if not run:
+        return record
     return recover_task(
         ctx, tid, takeover=True, on_event=on_event, allow_new_binary=allow_new_binary
     )
+
+
+def _reset_ref(repo: GitRepo, ref: str, to: Oid) -> None:
+    current = repo.ref_target(ref)
+    if current is not None and current != to:
+        repo.update_ref(ref, to, old=current, message="gitsup: adopting the task failed")
 
 
 def adopt(
@@ -240,6 +254,7 @@ def adopt(
     run: bool = True,
     on_event: Callable[[Event], None] | None = None,
     allow_new_binary: bool = False,
+    spec: TaskSpec | None = None,
 ) -> TaskRecord:
     """Continue in this clone a task another host ran and published (its host is gone):
 
@@ -252,6 +267,11 @@ def adopt(
        continues from);
     4. with `run`, taken over as `git sup recover --takeover` does: a new worker, told
        that it takes over, supervised here until the task ends (returns the final record).
+
+    `spec`: the task's spec as its submitter gave it (an engine holds it), used instead of
+    the one published on the review remote, which any host that publishes could have
+    written. The published record is checked: its id, branch (`sup/<id>`) and baseline
+    (`refs/sup/<id>/baseline`), and the state it continues from descends from the baseline.
 
     A task that lives in this clone (it ran here) is taken over here instead, as
     `git sup recover --takeover` does, unless another host continued it since."""
@@ -267,7 +287,7 @@ def adopt(
     name = review_remote(repo, remote)
     d = layout.task_dir(tid)
     if d.exists() and not layout.fetched(tid).exists():
-        return _continue_here(ctx, tid, name, on_event, allow_new_binary)
+        return _continue_here(ctx, tid, name, on_event, allow_new_binary, run=run)
     refs = _fetch_refs(ctx, tid, name)
     files = _published(repo, tid)
     if "task.json" not in files or "spec.json" not in files:
@@ -277,61 +297,88 @@ def adopt(
     if record.state in TERMINAL:
         fetched = fetch_task(ctx, tid, remote=name)
         return fetched.record or record
+    if spec is not None:
+        files["spec.json"] = spec.model_dump_json(indent=1).encode()
     wref, cref = task_refs(tid)["wip"], task_refs(tid)["candidate"]
     baseline = Oid(record.baseline)
+    # What is published is only data to check: the task's own branch and baseline, and a
+    # state that descends from it (never a branch of this clone's, such as a protected one).
+    branch = task_branch(tid)
+    if record.id != tid or record.branch != branch:
+        raise GitsupError(f"the record of task {tid} on {name} names another task or branch")
+    if refs.get(task_refs(tid)["baseline"]) != baseline:
+        raise GitsupError(f"the record of task {tid} on {name} names another baseline")
     if wref in refs:
         snap, frm = refs[wref], "wip"
-        head = repo.commit_info(snap).parents[0]
+        parents = repo.commit_info(snap).parents
+        if not parents:
+            raise GitsupError(f"the wip of task {tid} on {name} names no head")
+        head = parents[0]
     elif cref in refs:
         snap = head = refs[cref]
         frm = "candidate"
     else:
         snap = head = baseline
         frm = "baseline"
+    if not repo.is_ancestor(baseline, head):
+        raise GitsupError(f"the {frm} of task {tid} on {name} does not descend from its baseline")
     init_repo(ctx)
-    branch = record.branch or task_branch(tid)
     wt = worktree_root(ctx) / tid
     if os.path.lexists(wt):
         raise GitsupError(f"cannot adopt task {tid}: {wt} already exists")
     current = repo.branch_target(branch)
-    if current is None:
-        repo.create_branch(branch, head)
-    elif current != head:
+    if current is not None and current != head:
         raise GitsupError(f"cannot adopt task {tid}: branch {branch} exists at {current[:12]}")
-    # A fetched copy becomes the task itself.
-    for stale in (layout.fetched(tid), layout.events(tid), layout.record(tid)):
-        with contextlib.suppress(FileNotFoundError):
-            stale.unlink()
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "spec.json").write_bytes(files["spec.json"])
-    spec = _spec(d / "spec.json")
-    repo.add_worktree(tid, wt, branch)
-    taskgit.create(repo, layout, tid, wt, branch, head)
-    if snap != head and repo.tree_of(snap) != repo.tree_of(head):
-        transport.read_tree_onto(taskgit.private_dir(layout, tid), wt, head, snap)
     to = host or host_name(repo)
-    previous = _previous_host(raw if isinstance(raw, dict) else {}, _sealed_log(repo, tid))
-    record.worktree = str(wt)
-    record.head = head
-    record.supervisor = None
-    record.worker = None
-    record.spawn_pending = False
-    record.paused_by_user = None
-    record.left_behind = []
-    if "host" in TaskRecord.model_fields:
-        setattr(record, "host", to)  # noqa: B010 (a field this gitsup may not have)
-    record.reasons.append(
-        f"continued on host {to} from the {frm} published"
-        + (f" by host {previous}" if previous else "")
-    )
-    ctx.store.save(record)
-    with task_log(layout, tid, spec) as log:
-        last = log.restore_sealed(repo, f"continued on host {to}")
-        log.append(
-            et.HostChanged(
-                from_=previous, to=to, continued_from=frm, commit=snap, head=head, last_seq=last
-            )
+    undo: list[Callable[[], object]] = []
+    try:
+        if current is None:
+            repo.create_branch(branch, head)
+            undo.append(lambda: repo.delete_branch(branch))
+        # A fetched copy becomes the task itself.
+        for stale in (layout.fetched(tid), layout.events(tid), layout.record(tid)):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+        d.mkdir(parents=True, exist_ok=True)
+        undo.append(lambda: shutil.rmtree(d, ignore_errors=True))
+        (d / "spec.json").write_bytes(files["spec.json"])
+        spec = _spec(d / "spec.json")
+        repo.add_worktree(tid, wt, branch)
+        undo.append(lambda: repo.remove_worktree(tid, wt))
+        taskgit.create(repo, layout, tid, wt, branch, head)
+        if snap != head and repo.tree_of(snap) != repo.tree_of(head):
+            transport.read_tree_onto(taskgit.private_dir(layout, tid), wt, head, snap)
+        previous = _previous_host(raw if isinstance(raw, dict) else {}, _sealed_log(repo, tid))
+        record.worktree = str(wt)
+        record.head = head
+        record.supervisor = None
+        record.worker = None
+        record.spawn_pending = False
+        record.paused_by_user = None
+        record.left_behind = []
+        if "host" in TaskRecord.model_fields:
+            setattr(record, "host", to)  # noqa: B010 (a field this gitsup may not have)
+        record.reasons.append(
+            f"continued on host {to} from the {frm} published"
+            + (f" by host {previous}" if previous else "")
         )
+        ctx.store.save(record)
+        log_ref, log_tip = task_refs(tid)["log"], refs.get(task_refs(tid)["log"])
+        if log_tip is not None:
+            # the commit restore_sealed adds, taken back: the fetched chain stays as it was
+            undo.insert(0, lambda: _reset_ref(repo, log_ref, log_tip))
+        with task_log(layout, tid, spec) as log:
+            last = log.restore_sealed(repo, f"continued on host {to}")
+            log.append(
+                et.HostChanged(
+                    from_=previous, to=to, continued_from=frm, commit=snap, head=head, last_seq=last
+                )
+            )
+    except BaseException:
+        for step in reversed(undo):
+            with contextlib.suppress(Exception):
+                step()
+        raise
     if not run:
         return record
     return recover_task(

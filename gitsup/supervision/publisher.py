@@ -115,9 +115,15 @@ def snapshot_wip(
 
 
 def publish_refs(
-    repo: GitRepo, layout: Layout, task: TaskId, *, remote: str | None = None
+    repo: GitRepo,
+    layout: Layout,
+    task: TaskId,
+    *,
+    remote: str | None = None,
+    notes_pushed: Oid | None = None,
 ) -> Published:
-    """Push the task's refs (atomically) and merge-push the notes to the review remote.
+    """Push the task's refs (atomically) and merge-push the notes to the review remote
+    (skipped while the notes are still `notes_pushed`, what this caller pushed last).
     Raises GitsupError (transport.TransportError when the remote or a gate refused)."""
     name = review_remote(repo, remote)
     if (layout.task_dir(task) / "task.json").is_file():
@@ -125,8 +131,10 @@ def publish_refs(
     names = [*task_refs(task).values(), task_record_ref(task)]
     have = {r: t for r in names if (t := repo.ref_target(r)) is not None}
     transport.push(repo.main_workdir, name, [f"{r}:{r}" for r in have])
-    notes = publish_notes(repo, name)
-    return Published(name, have, notes)
+    current = repo.ref_target(NOTES_REF)
+    if notes_pushed is not None and current == notes_pushed:
+        return Published(name, have, current)
+    return Published(name, have, publish_notes(repo, name))
 
 
 def publish_notes(repo: GitRepo, remote: str) -> Oid | None:
@@ -168,6 +176,7 @@ class Publisher:
         self._emit = emit
         self._seal = seal
         self.enabled = publish_enabled(repo) if enabled is None else enabled
+        self._notes_pushed: Oid | None = None  # the notes tip the last publication pushed
 
     def turn(self) -> None:
         """A turn ended (the worker's commits imported, the worker held): its state in the
@@ -188,12 +197,20 @@ class Publisher:
         record = self._record()
         task = TaskId(record.id)
         remote = self.repo.config_get("sup.reviewRemote") or "(sup.reviewRemote is not set)"
-        try:
-            if snapshot:
+        errors = []
+        if snapshot:
+            try:
                 snapshot_wip(self.repo, self.layout, record, self._limits())
-                self._seal(f"turn {record.turns} ended: published")
-            publish_refs(self.repo, self.layout, task)
+            except (GitsupError, RefConflict, OSError) as exc:
+                # the refs are pushed all the same: the wip as it was published last
+                errors.append(f"wip snapshot: {exc}")
+            self._seal(f"turn {record.turns} ended: published")
+        try:
+            done = publish_refs(self.repo, self.layout, task, notes_pushed=self._notes_pushed)
+            self._notes_pushed = done.notes
         except (GitsupError, RefConflict, OSError) as exc:
-            self._emit(et.PublishFailed(remote=remote, stage=stage, error=str(exc)[:4000]))
+            errors.append(str(exc))
+        if errors:
+            self._emit(et.PublishFailed(remote=remote, stage=stage, error="; ".join(errors)[:4000]))
             if stage == "end":
                 self._seal("publish failed")

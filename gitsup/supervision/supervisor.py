@@ -493,6 +493,7 @@ class Supervisor:
             self._sync_counters()
             self.finaliser.close(e.final)
             self.publisher.end()
+            self.journal.close()  # again: a failed publication reopened the log to say so
         return None
 
     def _setup(self) -> list[str]:

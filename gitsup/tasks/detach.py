@@ -77,6 +77,12 @@ def wait_task(ctx: SupRepo, task: str, *, timeout: float | None = None) -> TaskR
         rec = store.load(task)
         if rec.state in TERMINAL:
             return rec
+        if ctx.layout.fetched(rec.id).exists():
+            raise GitsupError(
+                f"task {task} runs in another clone ({rec.state.value} when last fetched); "
+                "there is no supervisor here to wait for",
+                hint=f"`git sup fetch-task {task}` refreshes this copy",
+            )
         owner = ProcessId.from_dict(rec.supervisor)
         if owner is not None and not owner.alive():
             rec = store.load(task)

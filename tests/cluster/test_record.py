@@ -102,6 +102,14 @@ def remote_ref(origin: Path, ref: str) -> str | None:
     return out or None
 
 
+def is_ancestor(repo: Path, ancestor: str, descendant: str) -> bool:
+    res = subprocess.run(
+        ["git", "merge-base", "--is-ancestor", ancestor, descendant], cwd=repo, capture_output=True
+    )
+    assert res.returncode in (0, 1), res.stderr
+    return res.returncode == 0
+
+
 def remote_events(origin: Path, task: str) -> list[dict[str, Any]]:
     """The events sealed into the remote's refs/sup/<id>/log, in order."""
     log = f"refs/sup/{task}/log"
@@ -164,20 +172,45 @@ def test_a_task_publishes_its_refs_and_notes_and_never_a_branch(cluster: Cluster
 
 
 def test_notes_of_two_clones_for_two_tasks_both_survive(cluster: Cluster) -> None:
-    a, b = cluster.host("a"), cluster.host("b")
-    ra = run_ready(a, quick_spec(cluster.tmp, "fix-a"))
+    # Each task ends with its note in its own clone's notes only (two histories of
+    # refs/notes/sup); both clones then publish at the same time: each must merge the
+    # other's notes, none may replace them (the gate refuses a rewrite; the loser fetches,
+    # merges and pushes again).
+    a, b = cluster.host("a", publish=False), cluster.host("b", publish=False)
     rb = run_ready(b, quick_spec(cluster.tmp, "fix-b"))
+    ra = run_ready(a, quick_spec(cluster.tmp, "fix-a"))
     assert ra["candidate"] != rb["candidate"]
+    procs = [
+        subprocess.Popen(
+            [GIT_SUP, "publish", rec["id"]],
+            cwd=h.clone,
+            env={**os.environ, **h.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for h, rec in ((a, ra), (b, rb))
+    ]
+    for p in procs:
+        _out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
     for rec in (ra, rb):
         note = json.loads(git(cluster.origin, "notes", "--ref=sup", "show", rec["candidate"]))
         assert note["task"] == rec["id"]
-    # B merged A's notes in: its own notes ref holds both, and the remote's is a descendant
-    # of what A pushed (the gate lets it only move forward).
-    assert (
-        json.loads(git(b.clone, "notes", "--ref=sup", "show", ra["candidate"]))["task"] == ra["id"]
-    )
-    log = run_sup(b.clone, "log", rb["id"], "--json", env=b.env)
-    assert "publish_failed" not in log.stdout
+    # The remote's notes moved forward only: what each clone pushed is in their history,
+    # whose tip merges the two.
+    parents = git(cluster.origin, "rev-list", "--parents", "-n", "1", "refs/notes/sup").split()
+    assert len(parents) == 3, parents
+    for h in (a, b):
+        assert is_ancestor(
+            cluster.origin, git(h.clone, "rev-parse", "refs/notes/sup"), "refs/notes/sup"
+        )
+    # Each clone, publishing again, gets the other's note as well.
+    for h, rec, other in ((a, ra, rb), (b, rb, ra)):
+        res = h.sup("publish", rec["id"])
+        assert res.returncode == 0, res.stderr
+        note = json.loads(git(h.clone, "notes", "--ref=sup", "show", other["candidate"]))
+        assert note["task"] == other["id"]
 
 
 def test_a_host_cannot_push_a_protected_branch(cluster: Cluster) -> None:
@@ -259,6 +292,8 @@ def test_a_host_dies_mid_task_and_another_continues_it(cluster: Cluster) -> None
     assert json.loads(res.stdout)["local"] is False
     shown = json.loads(submitter.sup("show", tid, "--json").stdout)
     assert shown["state"] not in ("completed", "blocked", "failed", "stopped")
+    res = submitter.sup("wait", tid)
+    assert res.returncode == 2 and "runs in another clone" in res.stderr, res.stderr
 
     # Another host adopts it: a new worker continues from the published wip.
     res = b.sup("adopt-remote", tid, "--host", "host-b", "--json", "-q", timeout=180)
@@ -272,10 +307,8 @@ def test_a_host_dies_mid_task_and_another_continues_it(cluster: Cluster) -> None
     assert remote_ref(origin, f"refs/sup/{tid}/candidate") == cand
     assert git(a.clone, "for-each-ref", f"refs/sup/{tid}/candidate") == ""
     # The log continues A's sealed chain: one history, no event twice, host_changed in it.
-    assert (
-        git(origin, "merge-base", "--is-ancestor", log_of_a, f"refs/sup/{tid}/log", check=False)
-        == ""
-    )
+    assert is_ancestor(origin, log_of_a, f"refs/sup/{tid}/log")
+    assert log_of_a != remote_ref(origin, f"refs/sup/{tid}/log")
     events = remote_events(origin, tid)
     seqs = [e["seq"] for e in events]
     assert seqs == sorted(set(seqs)) and seqs[0] == 1, seqs
@@ -292,6 +325,11 @@ def test_a_host_dies_mid_task_and_another_continues_it(cluster: Cluster) -> None
     assert submitter.sup("fetch-task", tid).returncode == 0
     shown = json.loads(submitter.sup("show", tid, "--json").stdout)
     assert shown["status"] == "ready" and shown["candidate"] == cand
+    assert submitter.sup("wait", tid).returncode == 0
+    listed = json.loads(submitter.sup("ls", "--json").stdout)
+    assert [(r["id"], r["status"]) for r in listed] == [(tid, "ready")], listed
+    page = submitter.sup("report", tid)
+    assert page.returncode == 0 and "feature.txt" in page.stdout, page.stderr
     log = submitter.sup("log", tid, "--json")
     assert log.returncode == 0, log.stderr
     assert [json.loads(line)["type"] for line in log.stdout.splitlines()] == types
@@ -304,7 +342,7 @@ def test_a_host_dies_mid_task_and_another_continues_it(cluster: Cluster) -> None
     assert res.returncode == 2 and "went on in another clone" in res.stderr, res.stderr
     before = refs_of(origin)
     res = a.sup("publish", tid)
-    assert res.returncode != 0 and "never rewritten" in res.stderr, res.stderr
+    assert res.returncode == 2 and "never rewritten" in res.stderr, res.stderr
     assert refs_of(origin) == before
 
 
@@ -320,3 +358,38 @@ def test_a_failed_publication_is_an_event_never_a_lost_task(cluster: Cluster) ->
     assert [f["stage"] for f in failed] == ["turn", "end"], failed
     assert all(f["remote"] == "nowhere" for f in failed)
     assert git(a.clone, "rev-parse", f"refs/sup/{rec['id']}/candidate") == rec["candidate"]
+
+
+def test_a_published_record_naming_another_branch_is_refused(cluster: Cluster) -> None:
+    # A host that publishes can write any record: one that names this clone's main as the
+    # task's branch must not make a worker's commits land on main here.
+    a, b = cluster.host("a"), cluster.host("b")
+    rec = run_ready(a, quick_spec(cluster.tmp, "fix"))
+    tid = rec["id"]
+    forged = dict(rec, state="running", status="pending", branch="main")
+    blob = subprocess.run(
+        ["git", "hash-object", "-w", "--stdin"],
+        cwd=a.clone,
+        input=json.dumps(forged),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    spec_blob = git(a.clone, "rev-parse", f"refs/sup/{tid}/record:spec.json")
+    tree = subprocess.run(
+        ["git", "mktree"],
+        cwd=a.clone,
+        input=f"100644 blob {spec_blob}\tspec.json\n100644 blob {blob}\ttask.json\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    record_ref = f"refs/sup/{tid}/record"
+    commit = git(a.clone, "commit-tree", "-p", record_ref, "-m", "forged", tree)
+    git(a.clone, "push", "-q", "origin", f"{commit}:{record_ref}")
+    main = git(b.clone, "rev-parse", "main")
+    res = b.sup("adopt-remote", tid)
+    assert res.returncode == 2 and "names another task or branch" in res.stderr, res.stderr
+    assert git(b.clone, "rev-parse", "main") == main
+    assert not (cluster.tmp / "b-worktrees" / tid).exists()
+    assert git(b.clone, "for-each-ref", f"refs/heads/sup/{tid}") == ""
