@@ -78,6 +78,9 @@ CASES = [
     # pygit2 outside the gateway; typer outside the CLI.
     ("one-git-gateway", "store/records.py", "def _x() -> None:\n    import pygit2\n"),
     ("cli-only-typer", "tasks/lifecycle.py", "def _x() -> None:\n    import typer\n"),
+    # Temporal's SDK outside the cluster package (it is an optional extra).
+    ("cluster-only-temporal", "cli/start_cmd.py", "def _x() -> None:\n    import temporalio\n"),
+    ("layers", "tasks/lifecycle.py", "def _x() -> None:\n    from gitsup.cluster import submit\n"),
     # A lower layer importing a higher one (lazily, inside a function, still counts).
     ("layers", "git/repo.py", "def _x() -> None:\n    from gitsup.tasks import lifecycle\n"),
     (

@@ -101,6 +101,7 @@ COMMAND_MODULES = (  # the task commands' three modules first
     "human_cmd",
     "review_cmd",
     "record_cmd",
+    "cluster_cmd",
 )
 
 
@@ -128,6 +129,7 @@ COMMAND_MODULE = {
     **dict.fromkeys(("answer", "send", "continue", "pause", "resume"), "human_cmd"),
     **dict.fromkeys(("comment", "revise"), "review_cmd"),
     **dict.fromkeys(("publish", "fetch-task", "adopt-remote"), "record_cmd"),
+    **dict.fromkeys(("cluster", "host"), "cluster_cmd"),
 }
 
 
@@ -152,6 +154,22 @@ def _register(argv: list[str] | None = None) -> None:
 
 def run() -> None:
     """Console-script entry: one handler maps errors to exit codes."""
+    try:
+        _run()
+    except SystemExit as exc:
+        if "temporalio.bridge" in sys.modules:
+            # A cluster command: the threads of Temporal's client core (Rust) can abort the
+            # interpreter's own shutdown, so leave without it once the output is out.
+            import os
+
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        raise
+
+
+def _run() -> None:
     _register(sys.argv[1:])
     try:
         rc = app(standalone_mode=False)

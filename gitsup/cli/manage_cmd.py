@@ -22,9 +22,15 @@ def stop_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Stop a running task (its supervisor stops the worker and parks the work)."""
+    from gitsup.cluster import submitted_here
     from gitsup.tasks.lifecycle import SupRepo, show_dict, stop_task
 
     ctx = SupRepo.discover()
+    if submitted_here(ctx.layout, task):
+        from gitsup.cli.cluster_cmd import stop_cluster
+
+        stop_cluster(ctx, task, wait=wait, json_out=json_out)
+        return
     record = stop_task(ctx, task, wait=wait)
     if json_out:
         emit_json(show_dict(ctx, record))
@@ -95,10 +101,17 @@ def wait_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Block until the task ends; exit with the same code as `start`."""
-    from gitsup.tasks.detach import wait_task
+    from gitsup.cluster import submitted_here
     from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
 
     ctx = SupRepo.discover()
+    if submitted_here(ctx.layout, task):
+        from gitsup.cli.cluster_cmd import wait_cluster
+
+        wait_cluster(ctx, task, timeout=timeout, json_out=json_out)
+        return
+    from gitsup.tasks.detach import wait_task
+
     record = wait_task(ctx, task, timeout=timeout)
     if json_out:
         emit_json(show_dict(ctx, record))

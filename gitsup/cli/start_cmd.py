@@ -190,6 +190,18 @@ def start_cmd(
     queue: Annotated[
         bool, typer.Option("--queue", help="With --attempts: queue the chosen candidate.")
     ] = False,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster", help="Submit to the Temporal cluster at HOST:PORT (a host runs it)."
+        ),
+    ] = None,
+    task_id: Annotated[
+        str | None,
+        typer.Option(
+            "--id", help="With --cluster: the task's id (a second submission is refused)."
+        ),
+    ] = None,
 ) -> None:
     """Start a task and supervise it to a terminal state.
 
@@ -218,6 +230,13 @@ def start_cmd(
     ctx = SupRepo.discover()
     ctx.refuse_in_task("start")
     n = attempts if attempts is not None else spec.attempts.n
+    if task_id is not None and cluster is None:
+        raise GitsupError("--id goes with --cluster")
+    if cluster is not None:
+        if n > 1 or queue:
+            raise GitsupError("--attempts and --queue do not go with --cluster (yet)")
+        _start_cluster(ctx, spec, cluster, task_id, detach=detach, json_out=json_out, quiet=quiet)
+        return
     if queue and (n < 2 or detach):
         raise GitsupError(
             "--queue goes with --attempts N (N >= 2) in the foreground",
@@ -291,3 +310,43 @@ def _start_group(
                 out(line)
     if not detach and not res.get("chosen"):
         raise typer.Exit(Exit.PARKED)
+
+
+def _start_cluster(
+    ctx: SupRepo,
+    spec: TaskSpec,
+    address: str,
+    task_id: str | None,
+    *,
+    detach: bool,
+    json_out: bool,
+    quiet: bool,
+) -> None:
+    from gitsup.cluster.settings import require_sdk
+
+    require_sdk()
+    from gitsup.cluster.settings import load
+    from gitsup.cluster.submit import follow, submit
+
+    settings = load(ctx.repo, address)
+    task = submit(ctx, settings, spec, task_id=task_id)
+    if detach:
+        if json_out:
+            emit_json({"task": task, "cluster": settings.address})
+        else:
+            out(task)
+            progress(f"task {task} submitted to {settings.describe()}; `git sup wait {task}`")
+        return
+    if not quiet:
+        progress(f"task {task} submitted to {settings.describe()}")
+    result = follow(settings, task, on_progress=None if quiet else progress)
+    from gitsup.cli.cluster_cmd import fetch_after
+    from gitsup.cli.task_render import print_cluster_result
+
+    fetch_after(ctx, task)
+
+    if json_out:
+        emit_json(result)
+    else:
+        print_cluster_result(result)
+    raise typer.Exit(int(result.get("exit", Exit.INTERNAL)))

@@ -312,3 +312,14 @@ def safe_text(text: str, limit: int = 400) -> str:
 
     s = printable(text)
     return s if len(s) <= limit else s[:limit] + "…"
+def print_cluster_result(result: dict[str, Any]) -> None:
+    """A cluster task's final record as its workflow returned it (docs/cluster.md)."""
+    task = result.get("task")
+    where = f" on {result['host']}" if result.get("host") else ""
+    out(f"task {task}: {result.get('state')} ({result.get('status')}){where}")
+    if result.get("candidate"):
+        out(f"candidate {result['candidate']} (refs/sup/{task}/candidate)")
+    if result.get("wip"):
+        out(f"uncommitted work saved in refs/sup/{task}/wip")
+    for reason in result.get("reasons") or []:
+        out(f"  {reason}")

@@ -59,6 +59,13 @@ def show_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
         else:
             print_group(g)
         return
+    from gitsup.cluster import submitted_here
+
+    if submitted_here(ctx.layout, task):
+        from gitsup.cli.cluster_cmd import show_cluster
+
+        show_cluster(ctx, task, json_out=json_out)
+        return
     record = ctx.store.load(task)
     d = show_dict(ctx, record)
     if json_out:

@@ -219,6 +219,38 @@ def spawn_detached(
     return child.pid
 
 
+def run_foreground(
+    argv: Sequence[str], *, cwd: str | os.PathLike[str] | None = None, env: Mapping[str, str]
+) -> int:
+    """Run a long-lived program (a server) in the foreground in its own process group, with
+    our stdout and stderr; return its exit code. Ctrl-C or SIGTERM to us stops its whole
+    group (SIGTERM, then SIGKILL after a grace) before we return."""
+    try:
+        child = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        raise GitsupError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from exc
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return child.wait()
+    except KeyboardInterrupt:
+        kill_group(child.pid, grace=10.0)
+        child.wait()
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def signal_group(pgid: int, sig: int) -> None:
     """Send `sig` to the process group; a group that is gone (or not ours) is no error."""
     with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -90,6 +90,8 @@ class WorkerStarted(Payload):
     sandbox: JsonMap | None
     # the agent executable (path, inode, sha256, version): gitsup/workers/agentbin.py
     binary: JsonMap | Unset = opt()
+    # the cluster host running the task (`git sup host run --name`): docs/cluster.md
+    host: str | Unset = opt()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

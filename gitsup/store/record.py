@@ -80,6 +80,8 @@ class TaskRecord(BaseModel):
     # what `[environment] include` gave the worktree (gitsup.environment.include.Included.report())
     environment: dict[str, Any] | None = None
     detached: bool = False
+    # the cluster host that runs the task (`git sup host run --name`), None for a local task
+    host: str | None = None
     created_at: float = Field(default_factory=time.time)
     updated_at: float = Field(default_factory=time.time)
     finished_at: float | None = None

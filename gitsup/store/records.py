@@ -33,8 +33,16 @@ class TaskStore:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
 
-    def create(self) -> TaskId:
+    def create(self, task: TaskId | None = None) -> TaskId:
+        """A new task's directory: under a fresh id, or under `task` (a cluster task, whose
+        id its submitter chose) when no task of that id exists here."""
         self.layout.ensure()
+        if task is not None:
+            try:
+                self.layout.task_dir(task).mkdir()
+            except FileExistsError:
+                raise GitsupError(f"task {task} already exists in this repository") from None
+            return task
         for _ in range(64):
             tid = new_task_id()
             try:

@@ -731,6 +731,7 @@ class Launcher:
                 network=self.net.describe,
                 sandbox=self.record.sandbox,
                 binary=self.record.agent_binary or et.UNSET,
+                host=self.record.host or et.UNSET,
             )
         )
         self.save()

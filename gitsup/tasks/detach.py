@@ -34,10 +34,14 @@ def start_detached(
     wait_started: float = 15.0,
     source: str | None = None,
     prepared: Callable[[TaskRecord], None] | None = None,
+    task_id: TaskId | None = None,
+    host: str | None = None,
 ) -> TaskRecord:
     """`prepared`: called with the new record before its supervisor starts (what it writes
     into the task's log is there before anything the supervisor does)."""
-    record, lease = prepare_task(ctx, spec, detached=True, source=source)
+    record, lease = prepare_task(
+        ctx, spec, detached=True, source=source, task_id=task_id, host=host
+    )
     if prepared is not None:
         prepared(record)
     task_dir = ctx.layout.task_dir(TaskId(record.id))

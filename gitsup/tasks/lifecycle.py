@@ -100,11 +100,18 @@ def _init_repo_locked(
 
 
 def prepare_task(
-    ctx: SupRepo, spec: TaskSpec, *, detached: bool = False, source: str | None = None
+    ctx: SupRepo,
+    spec: TaskSpec,
+    *,
+    detached: bool = False,
+    source: str | None = None,
+    task_id: TaskId | None = None,
+    host: str | None = None,
 ) -> tuple[TaskRecord, Any]:
     """Validate, allocate the task, take the lease, create branch, worktree and baseline ref.
     `source`: the branch the baseline was taken from, when `spec.base` is its commit (the
-    attempts of a best-of-N group share one resolved baseline).
+    attempts of a best-of-N group share one resolved baseline). `task_id` and `host`: a
+    cluster task's id (its submitter chose it) and the host that runs it.
 
     Returns the record (state idle) and the lease. Undoes its own steps on failure.
     """
@@ -133,7 +140,7 @@ def prepare_task(
     try:
         init_repo(ctx)
         store = ctx.store
-        task = store.create()
+        task = store.create(task_id)
     except BaseException:
         for step in reversed(undo):
             with contextlib.suppress(Exception):
@@ -184,6 +191,7 @@ def prepare_task(
             worktree=str(wt_path),
             worker_kind=spec.worker.kind,
             detached=detached,
+            host=host,
             agent_binary=agent.as_dict() if agent is not None else None,
         )
         store.save(record)

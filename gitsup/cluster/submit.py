@@ -1,0 +1,256 @@
+"""The submitter's side: `git sup start --cluster` and the commands that follow a cluster task
+from the clone that submitted it (`wait`, `show`, `stop`).
+
+A submission is one workflow whose id is the task id: Temporal refuses a second workflow of
+that id (running or ended), so a task runs once across every machine. The baseline goes to
+the review remote first, as `refs/sup/<id>/baseline` (which the gate never lets anyone
+rewrite), then the workflow starts; a host starts the task only when that ref holds the
+commit the workflow names.
+
+The clone keeps `$GIT_COMMON_DIR/sup/cluster/<id>.json` (the cluster's address, namespace and
+queue), which is how `wait`, `show` and `stop` know the task runs on the cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from gitsup.cluster.client import connect
+from gitsup.cluster.settings import ClusterSettings, check_address
+from gitsup.errors import Exit, GitsupError
+from gitsup.ids import TaskId, new_task_id, parse_task_id
+from gitsup.layout import task_refs
+from gitsup.spec import TaskSpec
+from gitsup.store.suprepo import SupRepo
+
+Progress = Callable[[str], None]
+
+
+def _marker(ctx: SupRepo, task: str) -> Path:
+    return ctx.layout.root / "cluster" / f"{task}.json"
+
+
+def cluster_task(ctx: SupRepo, task: str) -> ClusterSettings | None:
+    """The cluster a task of this clone was submitted to, None for a local task."""
+    path = _marker(ctx, task)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    from gitsup.cluster.settings import load
+
+    base = load(ctx.repo, check_address(str(data["address"]), str(path)))
+    return replace(base, namespace=str(data["namespace"]), queue=str(data["queue"]))
+
+
+def submit(
+    ctx: SupRepo,
+    settings: ClusterSettings,
+    spec: TaskSpec,
+    *,
+    task_id: str | None = None,
+    attempts: int = 0,
+) -> TaskId:
+    """Push the task's baseline and start its workflow; returns the task id."""
+    from gitsup.cluster.hostwork import review_remote
+    from gitsup.git import remote as transport
+    from gitsup.tasks.lifecycle import source_branch_of
+
+    task = parse_task_id(task_id) if task_id is not None else new_task_id()
+    if ctx.store.exists(task):
+        raise GitsupError(f"task {task} already exists in this repository")
+    remote = review_remote(ctx)
+    baseline = ctx.repo.resolve_commit(spec.base)
+    job = {
+        "task": task,
+        "spec": spec.model_dump(mode="json"),
+        "baseline": baseline,
+        "source": source_branch_of(ctx, spec.base),
+        "heartbeat": settings.heartbeat,
+        "attempts": attempts,
+    }
+    # a duplicate is refused before anything is pushed (and for good when the workflow
+    # starts: Temporal never runs two workflows of one id; the gate never rewrites a baseline)
+    refspec = f"{baseline}:{task_refs(task)['baseline']}"
+
+    async def go() -> None:
+        client = await connect(settings)
+        await _refuse_known(client, settings, task)
+        await asyncio.to_thread(transport.push, ctx.repo.main_workdir, remote, [refspec])
+        await _start(client, settings, job)
+
+    asyncio.run(go())
+    path = _marker(ctx, task)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {"address": settings.address, "namespace": settings.namespace, "queue": settings.queue}
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    return task
+
+
+def _duplicate(task: str) -> GitsupError:
+    return GitsupError(
+        f"task {task} was submitted already (a task runs once)",
+        hint=f"`git sup wait {task}` follows it",
+    )
+
+
+async def _refuse_known(client: Any, settings: ClusterSettings, task: str) -> None:
+    from temporalio.service import RPCError, RPCStatusCode
+
+    try:
+        await client.get_workflow_handle(task).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return
+        raise GitsupError(
+            f"the cluster at {settings.address} refused: {exc.message}", exit_code=Exit.INTERNAL
+        ) from None
+    raise _duplicate(task)
+
+
+async def _start(client: Any, settings: ClusterSettings, job: dict[str, Any]) -> None:
+    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+
+    from gitsup.cluster.workflow import WORKFLOW
+
+    try:
+        await client.start_workflow(
+            WORKFLOW,
+            job,
+            id=str(job["task"]),
+            task_queue=settings.queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        )
+    except WorkflowAlreadyStartedError:
+        raise _duplicate(str(job["task"])) from None
+
+
+async def _cancel(settings: ClusterSettings, task: str) -> None:
+    client = await connect(settings)
+    await client.get_workflow_handle(task).cancel()
+
+
+def follow(
+    settings: ClusterSettings,
+    task: str,
+    *,
+    on_progress: Progress | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """Wait for a cluster task's end (saying where it runs as that changes); its final
+    record as the workflow returned it."""
+    return asyncio.run(_follow(settings, task, on_progress, timeout))
+
+
+async def _follow(
+    settings: ClusterSettings, task: str, on_progress: Progress | None, timeout: float | None
+) -> dict[str, Any]:
+    from temporalio.client import WorkflowExecutionStatus
+
+    client = await connect(settings)
+    handle = client.get_workflow_handle(task)
+    loop = asyncio.get_running_loop()
+    end = None if timeout is None else loop.time() + timeout
+    said = ""
+    # the result is a long poll that answers as the workflow ends; meanwhile, where it runs
+    done = asyncio.ensure_future(_result(handle, task))
+    while True:
+        await asyncio.wait([done], timeout=0.5)
+        if done.done():
+            return done.result()
+        desc = await handle.describe()
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return await done
+        if on_progress is not None:
+            line = await _where(client, desc)
+            if line and line != said:
+                on_progress(f"task {task}: {line}")
+                said = line
+        if end is not None and loop.time() > end:
+            done.cancel()
+            raise GitsupError(
+                f"task {task} is still running after {timeout:g}s", exit_code=Exit.INTERNAL
+            )
+
+
+async def _result(handle: Any, task: str) -> dict[str, Any]:
+    from temporalio.client import WorkflowFailureError
+
+    try:
+        result: dict[str, Any] = await handle.result()
+    except WorkflowFailureError as exc:
+        return {
+            "task": task,
+            "state": "failed",
+            "status": "failed",
+            "reasons": [f"the cluster ended it: {exc.cause or exc}"],
+            "exit": int(Exit.FAILED),
+        }
+    return result
+
+
+async def _where(client: Any, desc: Any) -> str:
+    """`STATE on HOST (turns N)` from the activity's last heartbeat."""
+    pending = list(desc.raw_description.pending_activities)
+    if not pending:
+        return "waiting for a host"
+    act = pending[0]
+    host = act.last_worker_identity or "?"
+    details: dict[str, Any] = {}
+    if act.heartbeat_details.payloads:
+        decoded = await client.data_converter.decode(act.heartbeat_details.payloads)
+        if decoded and isinstance(decoded[0], dict):
+            details = decoded[0]
+    host = str(details.get("host") or host)
+    state = details.get("state")
+    attempt = f", attempt {act.attempt}" if act.attempt > 1 else ""
+    if state is None:
+        return f"starting on {host}{attempt}"
+    return f"{state} on {host} (turns {details.get('turns', 0)}{attempt})"
+
+
+def fetch_result(ctx: SupRepo, task: str) -> str | None:
+    """Bring an ended cluster task's refs, notes and record from the review remote into this
+    clone (`show`, `log`, `report` then read it here); None, or why it could not."""
+    from gitsup.cluster.record import fetch_task
+
+    try:
+        fetch_task(ctx, task)
+    except GitsupError as exc:
+        return exc.message
+    return None
+
+
+def stop(settings: ClusterSettings, task: str, *, wait: float = 60.0) -> dict[str, Any]:
+    """Cancel the task's workflow: its host stops the task and saves its work; the final
+    record once it has."""
+    asyncio.run(_cancel(settings, task))
+    return follow(settings, task, timeout=wait)
+
+
+def describe(settings: ClusterSettings, task: str) -> dict[str, Any]:
+    """What the cluster says of a task now: its final record once it ended, else where it
+    runs."""
+    return asyncio.run(_describe(settings, task))
+
+
+async def _describe(settings: ClusterSettings, task: str) -> dict[str, Any]:
+    from temporalio.client import WorkflowExecutionStatus
+
+    client = await connect(settings)
+    handle = client.get_workflow_handle(task)
+    desc = await handle.describe()
+    if desc.status == WorkflowExecutionStatus.RUNNING:
+        return {"task": task, "state": "running", "where": await _where(client, desc)}
+    return await _result(handle, task)

@@ -1,0 +1,71 @@
+"""The task workflow: one per task id, its result the task's final record.
+
+This module is loaded into Temporal's workflow sandbox: it imports only the standard library
+and `temporalio`, and does nothing but schedule the one activity (the supervisor on a host,
+`gitsup/cluster/hostwork.py`) and hand back what it returns."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.workflow import ActivityCancellationType
+
+WORKFLOW = "gitsup-task"
+ACTIVITY = "gitsup-run-task"
+# a running task has no end the workflow could know; its deadline is its own (the spec's)
+RUN_LIMIT = timedelta(days=30)
+
+
+@workflow.defn(name=WORKFLOW)
+class TaskWorkflow:
+    """Input: {"task", "spec", "baseline", "source", "heartbeat", "attempts", "submitter"}."""
+
+    def __init__(self) -> None:
+        self._state = "submitted"
+
+    @workflow.run
+    async def run(self, job: dict[str, Any]) -> dict[str, Any]:
+        self._state = "running"
+        try:
+            result: dict[str, Any] = await workflow.execute_activity(
+                ACTIVITY,
+                job,
+                start_to_close_timeout=RUN_LIMIT,
+                heartbeat_timeout=timedelta(seconds=float(job["heartbeat"])),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    backoff_coefficient=2.0,
+                    maximum_interval=timedelta(seconds=10),
+                    maximum_attempts=int(job.get("attempts", 0)),
+                    non_retryable_error_types=["GitsupError"],
+                ),
+                # a stop waits for the host to stop the task and push its work
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
+        except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError):
+                self._state = "stopped"
+                raise
+            self._state = "failed"
+            return {
+                "task": job["task"],
+                "state": "failed",
+                "status": "failed",
+                "reasons": [f"no host could run it: {_message(exc)}"],
+                "exit": 4,
+            }
+        self._state = str(result.get("state", "ended"))
+        return result
+
+    @workflow.query
+    def state(self) -> str:
+        return self._state
+
+
+def _message(exc: BaseException) -> str:
+    cause = exc.cause if isinstance(exc, ActivityError) else None
+    return str(cause or exc)
