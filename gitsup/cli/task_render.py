@@ -312,6 +312,8 @@ def safe_text(text: str, limit: int = 400) -> str:
 
     s = printable(text)
     return s if len(s) <= limit else s[:limit] + "…"
+
+
 def print_cluster_result(result: dict[str, Any]) -> None:
     """A cluster task's final record as its workflow returned it (docs/cluster.md)."""
     task = result.get("task")
