@@ -592,8 +592,10 @@ class Launcher:
             options=options,
         )
 
-    def spawn(self, prompt: str) -> Spawned:
-        """Preflight, cgroup, network, then the worker. What came of it is the answer."""
+    def spawn(self, prompt: str, message: str | None = None) -> Spawned:
+        """Preflight, cgroup, network, then the worker. What came of it is the answer.
+        `message`: what the new worker is started for (a reopened task's round), in its
+        environment as GITSUP_MESSAGE."""
         problems = self.preflight()
         if problems:
             return Spawned(failure=tuple(f"preflight: {p}" for p in problems))
@@ -607,6 +609,8 @@ class Launcher:
                     return Spawned(failure=(f"preflight: cannot create the worker cgroup: {exc}",))
         self.cgroup = cg
         env = self.worker_env()
+        if message is not None:
+            env["GITSUP_MESSAGE"] = message
         self._report_limits(cg)
         try:
             agent = self.spec.worker.kind != "process"

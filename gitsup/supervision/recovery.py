@@ -111,7 +111,10 @@ def recover_task(
     park: bool = False,
     on_event: Callable[[Event], None] | None = None,
     allow_new_binary: bool = False,
+    extend: float | None = None,
 ) -> TaskRecord:
+    """`extend`: with `takeover`, the continued task's deadline falls that many seconds
+    from now."""
     record = ctx.store.load(task)
     if record.state in TERMINAL:
         raise GitsupError(
@@ -167,6 +170,9 @@ def recover_task(
     previous["netns_removed"] = _remove_dead_netns(task)
     record.paused_by_user = None  # the paused worker is gone with its supervisor
     sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
+    if extend is not None and not park:
+        previous["extend"] = extend
+        sup.machine.set_deadline(time.monotonic(), extend)
     return sup.resume(park=park, previous=previous)
 
 
@@ -192,6 +198,9 @@ def _same_agent_binary(ctx: SupRepo, record: TaskRecord, spec: TaskSpec, allow_n
     record.reasons.append(f"continued with a new agent executable: {why}")
     record.agent_binary = current.as_dict()
     ctx.store.save(record)
+
+
+same_agent_binary = _same_agent_binary  # for a reopened task's new worker (gitsup/tasks/reopen.py)
 
 
 def recover_hint(ctx: SupRepo, task: str) -> str:

@@ -32,7 +32,7 @@ from gitsup.host.procid import ProcessId
 from gitsup.ids import TaskId
 from gitsup.layout import Layout
 from gitsup.spec import TaskSpec
-from gitsup.state import TERMINAL, State
+from gitsup.state import TERMINAL, State, Status
 from gitsup.store import eventtypes as et
 from gitsup.store.events import Event
 from gitsup.store.eventtypes import Payload
@@ -62,6 +62,7 @@ from gitsup.supervision.taskio import (
     ImportWork,
     RecordDecision,
     Recover,
+    Reopen,
     ResolveAsk,
     ResumeAuto,
     SendTurn,
@@ -346,6 +347,36 @@ class Supervisor:
 
         return self._guarded(body)
 
+    def reopen(self, r: Reopen, *, by: str) -> TaskRecord:
+        """A parked task goes on as the same task (same id, log, worktree, wip and
+        candidate): a new worker with more time or a repair round, or (`extend` 0) a
+        verification of what it left. The caller (gitsup/tasks/reopen.py) checked that it
+        may and holds the worktree's lease."""
+
+        def body() -> None:
+            before = self.record.status.value
+            self.emit(
+                et.TaskReopened(
+                    how="close_out" if r.how == "extend" and r.extend <= 0 else r.how,
+                    by=by,
+                    status_before=before,
+                    extend=r.extend if r.how == "extend" else et.UNSET,
+                    rounds=r.rounds if r.rounds is not None else et.UNSET,
+                    message=r.message or et.UNSET,
+                )
+            )
+            r_ = self.record
+            r_.status, r_.finished_at, r_.exit_code = Status.PENDING, None, None
+            r_.worker, r_.spawn_pending, r_.paused_by_user = None, False, None
+            what = {"extend": f"{r.extend:g}s more", "repair": "a repair round"}[r.how]
+            if r.how == "extend" and r.extend <= 0:
+                what = "closed out now"
+            r_.reasons.append(f"reopened by {by}: {what}")
+            self.launcher.spawns = max(self.launcher.spawns, 1)  # no setup phase again
+            self._drive(r)
+
+        return self._guarded(body)
+
     def _guarded(self, body: Callable[[], None]) -> TaskRecord:
         """The guard all three share: signals become stop requests; an internal error ends
         the task (recorded) instead of leaving it running unsupervised."""
@@ -443,7 +474,7 @@ class Supervisor:
                     return Spawned(aborted=self._abort_reason or "stop requested")
                 if failed:
                     return Spawned(failure=tuple(failed))
-            res = self.launcher.spawn(e.prompt)
+            res = self.launcher.spawn(e.prompt, e.message)
             if res.aborted is not None:
                 return replace(res, aborted=self._abort_reason or "stop requested")
             return res
