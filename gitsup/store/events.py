@@ -28,7 +28,7 @@ from typing import Any
 
 from gitsup import jsonio
 from gitsup.errors import GitsupError
-from gitsup.faults import fault
+from gitsup.faults import append_fault, fault
 from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import task_refs
@@ -258,6 +258,7 @@ class EventLog:
 
     def _append(self, type: str, payload: dict[str, Any], screened: bool) -> Event:
         """Append `payload`, a dict of the caller's own; `screened`: redacted where it was read."""
+        append_fault(type)
         body = _dumps(payload)
         if not screened and needs_redaction(body):
             payload = redact(payload)

@@ -100,6 +100,9 @@ __all__ = [
 ]
 
 
+_RETRIES = 3  # how often an effect that failed with an OSError is tried again
+
+
 class _ControlPoke:
     """SIGUSR2: control requests wait in the task's `control/` dir (gitsup/store/control.py)."""
 
@@ -411,10 +414,12 @@ class Supervisor:
         while not self.machine.terminal:
             nxt = self.machine.next_timer()
             timeout = None if nxt is None else max(0.0, nxt[0] - time.monotonic())
+            if not self.journal.flush():  # events an append could not write: tried again
+                timeout = 1.0 if timeout is None else min(timeout, 1.0)
             try:
                 item = self.inbox.get(timeout=timeout)
             except queue.Empty:
-                if nxt is not None:
+                if nxt is not None and time.monotonic() >= nxt[0]:
                     self._drive(TimerFired(nxt[1]))
                 continue
             if isinstance(item, _ControlPoke):
@@ -452,9 +457,32 @@ class Supervisor:
             effects = self.machine.on(todo.pop(0), time.monotonic())
             self._sync_counters()
             for effect in effects:
-                nxt = self._do(effect)
+                nxt = self._do_retrying(effect)
                 if nxt is not None:
                     todo.append(nxt)
+
+    def _do_retrying(self, e: Effect) -> object | None:
+        """`_do`; an effect that is safe to repeat (an import, a reason, a decision) and
+        failed with an OSError (a full disk, EIO) is tried again, a few times, before the
+        failure ends the task; each failure is recorded (`recoverable_failure`)."""
+        for attempt in range(_RETRIES + 1):
+            try:
+                return self._do(e)
+            except OSError as exc:
+                if (
+                    not isinstance(e, ImportWork | AddReason | RecordDecision)
+                    or attempt == _RETRIES
+                ):
+                    raise
+                self.emit(
+                    et.RecoverableFailure(
+                        what=f"{type(e).__name__.lower()} effect",
+                        error=str(exc),
+                        action=f"retry {attempt + 1} of {_RETRIES}",
+                    )
+                )
+                time.sleep(0.2 * (attempt + 1))
+        return None
 
     def _do(self, e: Effect) -> object | None:
         if isinstance(e, Emit):
