@@ -52,6 +52,7 @@ class Journal:
         self.record = record
         task = TaskId(record.id)
         self.log = task_log(layout, task, spec)
+        self.log.worker = record.spawns  # every record says which worker it belongs to
         self.on_event = on_event
         self.notifier = notify.notifier_for(
             repo, layout, spec, task, current=lambda: self.record.model_dump(mode="json")
@@ -84,7 +85,7 @@ class Journal:
             self.pending.append(payload)
             return None
         try:
-            ev = self.log.append(payload)
+            ev = self._log_append(payload)
         except OSError as exc:
             self.pending.append(payload)
             if self._failed is None:
@@ -114,12 +115,21 @@ class Journal:
             while self.pending:
                 p = self.pending[0]
                 try:
-                    ev = self.log.append(p)
+                    ev = self._log_append(p)
                 except OSError:
                     return False
                 self.pending.pop(0)
                 self._wrote(p, ev)
         return True
+
+    def _log_append(self, payload: Payload) -> Event:
+        """Append; first, when the record could pass the log's size cap, seal the log and
+        rotate it (a rotated file is always sealed whole). A seal that fails leaves the
+        file as it is: it grows past its cap rather than lose what it holds."""
+        if self.log.room() < 0:
+            with contextlib.suppress(GitsupError, RefConflict):
+                self.log.seal(self.repo, "the event log reached its size cap", rotate=True)
+        return self.log.append(payload)
 
     def flush_or_wait(self, seconds: float = 30.0) -> bool:
         """`flush`, tried again for up to `seconds` (the task's end waits for its log)."""

@@ -80,7 +80,7 @@ class Launcher:
         self.worktree = Path(journal.record.worktree)
         self.net = TaskNet(repo, spec, self.task, emit, self.layout.task_dir(self.task))
         self.worker: WorkerAdapter | None = None
-        self.spawns = 0
+        self.spawns = journal.record.spawns  # counted over the task's life
         self.cg_base: Path | None = None
         self.cgroup: Cgroup | None = None
         self.exit_stack = contextlib.ExitStack()
@@ -600,6 +600,8 @@ class Launcher:
         if problems:
             return Spawned(failure=tuple(f"preflight: {p}" for p in problems))
         self.spawns += 1
+        self.record.spawns = self.spawns
+        self.journal.log.worker = self.spawns
         cg = None
         if self.cg_base is not None:
             try:

@@ -103,6 +103,15 @@ def test_recover_extend_gives_a_deadline_parked_task_more_time(repo: Path, tmp: 
     changes = [(e["data"]["from"], e["data"]["to"]) for e in after if e["type"] == "state_changed"]
     assert ("blocked", "starting") in changes
     assert _types(after).count("worker_started") == 2
+    # each record says which worker it belongs to, counted over the task's life
+    assert [e["worker"] for e in after if e["type"] == "worker_started"] == [1, 2]
+    assert after[0]["type"] == "task_started" and after[0]["worker"] == 0
+    second = next(
+        i for i, e in enumerate(after) if e["type"] == "worker_started" and e["worker"] == 2
+    )
+    assert {e["worker"] for e in after[second:]} == {2}
+    assert {e["worker"] for e in after[: len(before)]} <= {0, 1}
+    assert rec["spawns"] == 2
     assert _types(after).count("task_finished") == 2
     # the new worker ran its argv again in the same worktree, told why in GITSUP_MESSAGE
     out = " ".join(e["data"].get("text", "") for e in after if e["type"] == "worker_output")
