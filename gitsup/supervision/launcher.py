@@ -720,9 +720,16 @@ class Launcher:
         self.record.worker_kind = self.spec.worker.kind
         self.save()
         with contextlib.suppress(GitsupError, OSError):
-            self.lease = LeaseStore(self.layout.leases).update_extra(
-                self.lease, {"supervisor": self.record.supervisor, "worker": ident.as_dict()}
-            )
+            extra: dict[str, Any] = {
+                "supervisor": self.record.supervisor,
+                "worker": ident.as_dict(),
+            }
+            if ident.cgroup:
+                # the worker's cgroup by device and inode: a path reused for another cgroup
+                # is not taken for this one
+                st = os.stat(ident.cgroup)
+                extra["cgroup"] = {"path": ident.cgroup, "dev": st.st_dev, "inode": st.st_ino}
+            self.lease = LeaseStore(self.layout.leases).update_extra(self.lease, extra)
         self.record.spawn_pending = False
         self.emit(
             et.WorkerStarted(
@@ -803,6 +810,10 @@ class Launcher:
         if not empty:
             self.record.reasons.append(f"cgroup {cg.path} could not be emptied")
             self.left_cgroups.append(f"cgroup {cg.path} still has processes")
+        elif not removed:
+            # The lease is released only after the cgroup is gone: one left in place may
+            # still be joined or hold what the worker left in it.
+            self.left_cgroups.append(f"cgroup {cg.path} is empty but could not be removed")
         self.cgroup = None
 
     def left_behind(self) -> list[str]:
