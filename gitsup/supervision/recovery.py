@@ -155,10 +155,15 @@ def recover_task(
         _same_agent_binary(ctx, record, spec, allow_new_binary)
     proof = prove_worker_gone(record, kill=True)
     if not proof.gone:
-        raise GitsupError(
-            f"cannot take over task {task}: the old worker is not provably gone ({proof.how})",
-            hint="`git sup doctor` lists what is running",
+        # No new worker beside one that may live on: the task parks, its work saved, and
+        # the lease stays held (`left_behind`) until `git sup doctor --fix` proves it gone.
+        park = True
+        record.left_behind = [f"at recovery: {proof.how}"]
+        record.reasons.append(
+            f"recovered: the old worker is not provably gone ({proof.how}); parked, "
+            "the worktree lease stays held (see `git sup doctor --fix`)"
         )
+        ctx.store.save(record)
     lease = ctx.leases.acquire(record.worktree, record.id, steal_dead=True)
     previous: dict[str, Any] = {
         "supervisor": record.supervisor,
