@@ -753,6 +753,25 @@ class Launcher:
     def worker_alive(self) -> bool:
         return self.worker is not None and self.worker.alive
 
+    def identity_gone(self) -> str | None:
+        """Why the worker is gone although its adapter reported no exit: the adapter says it
+        is not alive, its recorded identity (pid and start time) is gone or reused, and
+        nothing is left in its cgroup. None while any of them says it lives."""
+        from gitsup.host.procid import ProcessId
+
+        if self.worker is None or self.worker.alive:
+            return None
+        w = self.record.worker or {}
+        if not isinstance(w.get("pid"), int):
+            return None
+        ident = ProcessId.from_dict(w)
+        if ident is None or not ident.start_time or ident.alive():
+            return None  # alive, or no start time recorded to tell a reused pid by
+        cg = self.cgroup
+        if cg is not None and cg.exists() and cg.procs():
+            return None
+        return f"worker pid {ident.pid} (started {ident.start_time:.2f}) is gone"
+
     def stop_worker(self, why: str, *, announce: bool) -> None:
         w = self.worker
         if w is None:
@@ -805,6 +824,10 @@ class Launcher:
         self._stopped_hits = self.limit_hits()  # the verdict after the stop still sees them
         empty = cg.kill(timeout=self.spec.worker.stop_grace + 5)
         removed = cg.remove() if empty else False
+        end = time.monotonic() + 3.0
+        while empty and not removed and time.monotonic() < end:
+            time.sleep(0.05)  # a process of it still being released (EBUSY for a moment)
+            removed = cg.remove()
         self.swept = True  # the cgroup, proven empty, is the stronger guarantee
         self.emit(et.WorkerStopped(cgroup=str(cg.path), verified_empty=empty, removed=removed))
         if not empty:

@@ -82,7 +82,13 @@ from gitsup.supervision.tasknet import Net
 from gitsup.supervision.verifier import Verifier
 from gitsup.verification.decider import make_decider
 from gitsup.verification.review import Attempt
-from gitsup.workers.base import WorkerAdapter, WorkerError, WorkerInputStalled, WorkerSetup
+from gitsup.workers.base import (
+    WorkerAdapter,
+    WorkerError,
+    WorkerExited,
+    WorkerInputStalled,
+    WorkerSetup,
+)
 
 __all__ = [
     "NOT_CAPTURED_LIST_LIMIT",
@@ -101,6 +107,8 @@ __all__ = [
 
 
 _RETRIES = 3  # how often an effect that failed with an OSError is tried again
+LIVENESS_POLL = 1.0  # seconds between checks of the worker's recorded identity
+LIVENESS_GRACE = 10.0  # how long a gone worker's adapter has to report its exit first
 
 
 class _ControlPoke:
@@ -172,6 +180,7 @@ class Supervisor:
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._abort = threading.Event()
         self._abort_reason: str | None = None
+        self._gone_since: float | None = None  # when the worker's identity was first gone
 
         def emit(payload: Payload) -> Event | None:
             return self.emit(payload)  # late-bound: every event goes through Supervisor.emit
@@ -416,6 +425,8 @@ class Supervisor:
             timeout = None if nxt is None else max(0.0, nxt[0] - time.monotonic())
             if not self.journal.flush():  # events an append could not write: tried again
                 timeout = 1.0 if timeout is None else min(timeout, 1.0)
+            if self._watch_liveness():
+                timeout = LIVENESS_POLL if timeout is None else min(timeout, LIVENESS_POLL)
             try:
                 item = self.inbox.get(timeout=timeout)
             except queue.Empty:
@@ -426,6 +437,27 @@ class Supervisor:
                 self._control()
             else:
                 self._drive(item)
+
+    def _watch_liveness(self) -> bool:
+        """The worker's recorded identity (pid and start time, its cgroup), polled from the
+        supervisor's side in every live state: a worker gone without its adapter reporting
+        an exit for LIVENESS_GRACE seconds is taken as exited (`vanished`), so a task in
+        `waiting` or `verifying` knows it too. True while there is a worker to watch."""
+        m = self.machine
+        if m.terminal or m.finishing or not m.has_worker or m.worker_gone:
+            self._gone_since = None
+            return False
+        why = self.launcher.identity_gone()
+        now = time.monotonic()
+        if why is None:
+            self._gone_since = None
+        elif self._gone_since is None:
+            self._gone_since = now
+        elif now - self._gone_since >= LIVENESS_GRACE:
+            self._gone_since = None
+            self.journal.add_reason(f"the worker vanished without an exit event: {why}")
+            self._drive(WorkerExited(returncode=None, classification="vanished"))
+        return True
 
     def _control(self) -> None:
         """Take the control requests waiting in the task dir: each becomes an input of the
