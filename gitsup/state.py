@@ -10,7 +10,10 @@ Additions, so that the log never shows a state the task did not pass through: ev
 live state may end directly in failed or blocked (a worker that cannot be spawned, a model
 failure, an internal error, a refused import, a recovery that parks), and paused goes
 straight to verifying when the task is verified while a person drives the worker.
-Invalid transitions raise; a terminal state is entered once.
+Invalid transitions raise; a terminal state is entered once per round. A parked task
+(blocked) can be reopened as the same task (`git sup recover --extend`, `git sup repair`):
+`blocked -> starting` (a new worker) or `blocked -> verifying` (close out now), edges of
+their own (`REOPENS`, `check_reopen`), never taken by the ordinary flow.
 """
 
 from __future__ import annotations
@@ -70,6 +73,12 @@ TRANSITIONS: dict[State, frozenset[State]] = {
 }
 assert all({State.STOPPED, State.FAILED, State.BLOCKED} <= TRANSITIONS[s] for s in _STOPPABLE)
 
+# A parked task reopened as the same task: a new worker (more time, a repair round) or a
+# verification of what it left (`recover --extend 0`). Only through `check_reopen`.
+REOPENS: dict[State, frozenset[State]] = {
+    State.BLOCKED: frozenset({State.STARTING, State.VERIFYING}),
+}
+
 STATUS_OF: dict[State, Status] = {
     State.COMPLETED: Status.READY,
     State.BLOCKED: Status.PARKED,
@@ -94,3 +103,9 @@ def check_transition(current: State, target: State) -> None:
     """Raises InvalidTransition unless the state machine has the edge `current -> target`."""
     if target not in TRANSITIONS[current]:
         raise InvalidTransition(f"{current} -> {target} is not a valid transition")
+
+
+def check_reopen(current: State, target: State) -> None:
+    """Raises InvalidTransition unless a task in `current` may be reopened into `target`."""
+    if target not in REOPENS.get(current, frozenset()):
+        raise InvalidTransition(f"{current} -> {target} is not a way to reopen a task")

@@ -23,7 +23,7 @@ JUNK = {
     ".pytest_cache/v/cache/lastfailed": b"{}\n",
     ".mypy_cache/3.11/gitsup/ids.data.json": b"{}\n",
     ".ruff_cache/CACHEDIR.TAG": b"x\n",
-    "gitsup/__pycache__/ids.cpython-311.pyc": b"\0\0",
+    "gitsup/__pycache__/" + "ids.cpython-311.pyc": b"\0\0",  # (a clean clone has none)
     "gitsup/data/__pycache__/" + "stale.cpython-311.pyc": b"\0\0",  # (no such file here)
     "gitsup/data/.pytest_cache/x": b"x\n",
     "tests/boundary/keys/id_ed25519": PRIVATE_KEY,

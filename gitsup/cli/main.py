@@ -114,7 +114,8 @@ COMMAND_MODULE = {
     "start": "start_cmd",
     **dict.fromkeys(("show", "ls", "log"), "tasks_cmd"),
     **dict.fromkeys(
-        ("stop", "discard", "prune", "wait", "recover", "doctor", "resume-auto"), "manage_cmd"
+        ("stop", "discard", "prune", "wait", "recover", "repair", "doctor", "resume-auto"),
+        "manage_cmd",
     ),
     **dict.fromkeys(("watch", "cost", "report", "serve"), "attention_cmd"),
     "integrate": "boundary_cmd",

@@ -1,4 +1,5 @@
-"""Task commands that act on tasks: stop, discard, prune, wait, recover, doctor, resume-auto."""
+"""Task commands that act on tasks: stop, discard, prune, wait, recover, repair, doctor,
+resume-auto."""
 
 from __future__ import annotations
 
@@ -139,20 +140,88 @@ def recover_cmd(
             help="Continue although the agent executable changed since the task started.",
         ),
     ] = False,
+    extend: Annotated[
+        str | None,
+        typer.Option(
+            "--extend",
+            help="More time for a task its deadline or a watchdog parked (0: close out now).",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Continue (or park) a task whose supervisor died; complete the record of one that had
-    ended."""
+    ended; give a task its deadline parked more time (--extend)."""
     from gitsup.supervision.recovery import recover_task
     from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
 
+    seconds = None if extend is None else _duration(extend, "--extend")
     ctx = SupRepo.discover()
-    record = recover_task(
+    on_event = None if quiet else ProgressRenderer()
+    if seconds is not None and not takeover:
+        if park:
+            raise GitsupError("--extend and --park go separately: --park ends, --extend goes on")
+        from gitsup.tasks.human import who
+        from gitsup.tasks.reopen import extend_task
+
+        record = extend_task(
+            ctx,
+            task,
+            seconds,
+            by=who(ctx),
+            on_event=on_event,
+            allow_new_binary=allow_new_binary,
+        )
+    else:
+        record = recover_task(
+            ctx,
+            task,
+            takeover=takeover,
+            park=park,
+            on_event=on_event,
+            allow_new_binary=allow_new_binary,
+            extend=seconds,
+        )
+    if json_out:
+        emit_json(show_dict(ctx, record))
+    else:
+        print_summary(ctx, record)
+    raise typer.Exit(status_exit(record))
+
+
+@app.command("repair")
+def repair_cmd(
+    task: TaskArg,
+    message: Annotated[
+        str,
+        typer.Option("--message", "-m", help="What the new round is told, besides the findings."),
+    ] = "",
+    rounds: Annotated[
+        int | None,
+        typer.Option("--rounds", help="Repair rounds allowed from now on (default: the spec's)."),
+    ] = None,
+    allow_new_binary: Annotated[
+        bool,
+        typer.Option(
+            "--allow-new-binary",
+            help="Go on although the agent executable changed since the task started.",
+        ),
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Start a new repair round on a parked candidate, as the same task."""
+    from gitsup.tasks.human import who
+    from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
+    from gitsup.tasks.reopen import repair_round
+
+    ctx = SupRepo.discover()
+    record = repair_round(
         ctx,
         task,
-        takeover=takeover,
-        park=park,
+        message,
+        by=who(ctx),
+        rounds=rounds,
         on_event=None if quiet else ProgressRenderer(),
         allow_new_binary=allow_new_binary,
     )
@@ -161,6 +230,15 @@ def recover_cmd(
     else:
         print_summary(ctx, record)
     raise typer.Exit(status_exit(record))
+
+
+def _duration(value: str, flag: str) -> float:
+    from gitsup.durations import parse_duration, require_unit
+
+    try:
+        return parse_duration(require_unit(value, flag))
+    except ValueError as exc:
+        raise GitsupError(f"{flag}: {exc}" if flag not in str(exc) else str(exc)) from None
 
 
 @app.command("doctor")

@@ -585,6 +585,20 @@ def _staging(layout: Layout, task: TaskId) -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def worker_head(layout: Layout, task: TaskId) -> str | None:
+    """The commit the worker's HEAD is at in the task's private Git dir (None: no private
+    dir, no HEAD, or no commit), read without running anything the worker configured."""
+    if not uses_private_dir(layout, task):
+        return None
+    git = private_dir(layout, task)
+    if not (git / "HEAD").is_file():
+        return None
+    try:
+        return GitRepo.open_task(git, None).head_ref()[1]
+    except GitsupError:
+        return None
+
+
 def import_work(
     repo: GitRepo,
     layout: Layout,

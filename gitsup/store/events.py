@@ -28,7 +28,7 @@ from typing import Any
 
 from gitsup import jsonio
 from gitsup.errors import GitsupError
-from gitsup.faults import fault
+from gitsup.faults import append_fault, fault
 from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import task_refs
@@ -57,16 +57,28 @@ class Event:
     task: TaskId
     type: str
     data: dict[str, Any]
+    # the worker the record belongs to: the task's spawn number when written (0 before
+    # its first worker); None in a record written without one (older logs, other writers)
+    worker: int | None = None
 
     @property
     def payload(self) -> Payload:
         return payload_of(self.type, self.data)
 
     def as_dict(self) -> dict[str, Any]:
+        if self.worker is None:
+            return {
+                "seq": self.seq,
+                "ts": self.ts,
+                "task": self.task,
+                "type": self.type,
+                "data": self.data,
+            }
         return {
             "seq": self.seq,
             "ts": self.ts,
             "task": self.task,
+            "worker": self.worker,
             "type": self.type,
             "data": self.data,
         }
@@ -119,7 +131,9 @@ class EventLog:
         self._known_size = -1
         self.last_bytes = 0  # the size of the record this log appended last
         self._locked_size = 0
-        self._heads: dict[str, str] = {}
+        self._heads: dict[tuple[str, int | None], str] = {}
+        # The spawn number every record this log writes carries (None: no `worker` key).
+        self.worker: int | None = None
 
     # --- file handling ----------------------------------------------------------------
 
@@ -258,6 +272,7 @@ class EventLog:
 
     def _append(self, type: str, payload: dict[str, Any], screened: bool) -> Event:
         """Append `payload`, a dict of the caller's own; `screened`: redacted where it was read."""
+        append_fault(type)
         body = _dumps(payload)
         if not screened and needs_redaction(body):
             payload = redact(payload)
@@ -265,10 +280,12 @@ class EventLog:
         if len(body) > self.max_record_bytes:
             payload = _cap(payload, self.max_record_bytes)
             body = _dumps(payload)
-        head = self._heads.get(type)
+        worker = self.worker
+        head = self._heads.get((type, worker))
         if head is None:
-            head = self._heads[type] = (
-                f',"task":{json.dumps(self.task)},"type":{json.dumps(type)},"data":'
+            w = "" if worker is None else f',"worker":{int(worker)}'
+            head = self._heads[(type, worker)] = (
+                f',"task":{json.dumps(self.task)}{w},"type":{json.dumps(type)},"data":'
             )
         fd = self._fd
         seq = self._known_seq
@@ -320,6 +337,7 @@ class EventLog:
         fields["task"] = self.task
         fields["type"] = type
         fields["data"] = payload
+        fields["worker"] = self.worker
         return ev
 
     def last_seq(self) -> int:
@@ -369,8 +387,23 @@ class EventLog:
 
     # --- sealing into Git -------------------------------------------------------------
 
-    def seal(self, repo: GitRepo, reason: str) -> Oid | None:
-        """Seal the events since the last seal into `refs/sup/<id>/log`.
+    def size(self) -> int:
+        """The current file's size (as of our last append when nobody wrote since)."""
+        if self._known_size >= 0:
+            return self._known_size
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            return 0
+
+    def room(self) -> int:
+        """What the current file can still take before it passes `rotate_bytes`, keeping
+        one record of the largest size (`max_record_bytes` and its head) in reserve."""
+        return self.rotate_bytes - self.size() - self.max_record_bytes - 512
+
+    def seal(self, repo: GitRepo, reason: str, *, rotate: bool = False) -> Oid | None:
+        """Seal the events since the last seal into `refs/sup/<id>/log`; `rotate`: then
+        rotate the file (once all of it is sealed) however small it is.
 
         Returns the new log commit, or None when there was nothing new.
         """
@@ -400,7 +433,7 @@ class EventLog:
             end = data.rfind(b"\n") + 1
             data = data[:end]
             if not data:
-                self._maybe_rotate(size, sealed_offset)
+                self._maybe_rotate(size, sealed_offset, rotate)
                 return None
             first = _seq_of(data.split(b"\n", 1)[0]) or sealed_seq + 1
             last = _seq_of(data.rstrip(b"\n").rsplit(b"\n", 1)[-1]) or first
@@ -414,7 +447,7 @@ class EventLog:
             commit = repo.append_segment(
                 ref, name=name, data=data, message=message, expected_old=tip
             )
-            self._maybe_rotate(size, sealed_offset + end)
+            self._maybe_rotate(size, sealed_offset + end, rotate)
             return commit
 
     def restore_sealed(self, repo: GitRepo, reason: str) -> int:
@@ -446,8 +479,8 @@ class EventLog:
             self._known_seq, self._known_size = None, -1
         return last
 
-    def _maybe_rotate(self, size: int, sealed_to: int) -> None:
-        if size > self.rotate_bytes and sealed_to == size:
+    def _maybe_rotate(self, size: int, sealed_to: int, rotate: bool = False) -> None:
+        if (rotate or size > self.rotate_bytes) and sealed_to == size and size > 0:
             self._rotate()
             self._known_seq, self._known_size = None, -1
 
@@ -482,10 +515,12 @@ def _parse(line: bytes) -> Event | None:
     if not isinstance(obj, dict) or not isinstance(obj.get("seq"), int):
         return None
     data = obj.get("data")
+    worker = obj.get("worker")
     return Event(
         seq=Seq(obj["seq"]),
         ts=float(obj.get("ts", 0.0)),
         task=TaskId(str(obj.get("task", ""))),
         type=str(obj.get("type", "")),
         data=data if isinstance(data, dict) else {},
+        worker=worker if isinstance(worker, int) and not isinstance(worker, bool) else None,
     )

@@ -713,6 +713,47 @@ class PublishFailed(Payload):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TaskReopened(Payload):
+    """A parked task goes on as the same task (same id, log, worktree, wip and candidate):
+    `how` is `extend` (`git sup recover --extend`: more time), `close_out` (`--extend 0`:
+    what it left is verified now) or `repair` (`git sup repair`: a new repair round)."""
+
+    TYPE: ClassVar[str] = "task_reopened"
+    how: str
+    by: str
+    status_before: str
+    extend: float | Unset = opt()
+    rounds: int | Unset = opt()
+    message: str | Unset = opt()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecisionOverridden(Payload):
+    """A decision was set aside by what outranks it: `decision` (the one given, by
+    `source`) replaced by `by` with `action`, and why."""
+
+    TYPE: ClassVar[str] = "decision_overridden"
+    decision: str
+    source: str
+    action: str
+    by: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecoverableFailure(Payload):
+    """Something failed that the supervisor goes on from: `what` (an event append, the
+    handling of a worker event), the error, and what it does about it (`retry`:
+    kept and tried again before the next operation)."""
+
+    TYPE: ClassVar[str] = "recoverable_failure"
+    what: str
+    error: str
+    action: str
+    pending: int | Unset = opt()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelCall(Payload):
     """A model call of the supervisor's own (reviewer, decider) and what it cost."""
 

@@ -113,6 +113,12 @@ class LeaseStore:
                 out.append(lease)
         return out
 
+    def quarantined(self) -> list[Path]:
+        """Lease files set aside as unreadable (`*.json.corrupt-<ms>`), oldest first."""
+        if not self.dir.exists():
+            return []
+        return sorted(self.dir.glob("*.json.corrupt-*"), key=lambda p: p.name.rsplit("-", 1)[-1])
+
     def acquire(
         self,
         path: str | os.PathLike[str],

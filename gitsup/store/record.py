@@ -102,6 +102,9 @@ class TaskRecord(BaseModel):
     # The agent executable the worker runs: path, inode, sha256, version
     # (gitsup/workers/agentbin.py); None for a process worker.
     agent_binary: dict[str, Any] | None = None
+    # Workers spawned so far (every supervisor of the task counts on): the number of the
+    # last is the `worker` of each event record written since (0 before the first).
+    spawns: int = 0
 
     def touch(self) -> None:
         self.updated_at = time.time()

@@ -142,6 +142,8 @@ class Finaliser:
         whose work could not be imported, parks."""
         self.launcher.end_judges()
         left = self._left = self.launcher.left_behind()
+        if not left and self.record.left_behind:
+            left = self._left = list(self.record.left_behind)  # found before (recovery)
         if left:
             # The lease is released only when cleanup proved the worker gone.
             self.record.left_behind = left

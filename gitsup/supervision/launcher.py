@@ -80,7 +80,7 @@ class Launcher:
         self.worktree = Path(journal.record.worktree)
         self.net = TaskNet(repo, spec, self.task, emit, self.layout.task_dir(self.task))
         self.worker: WorkerAdapter | None = None
-        self.spawns = 0
+        self.spawns = journal.record.spawns  # counted over the task's life
         self.cg_base: Path | None = None
         self.cgroup: Cgroup | None = None
         self.exit_stack = contextlib.ExitStack()
@@ -592,12 +592,16 @@ class Launcher:
             options=options,
         )
 
-    def spawn(self, prompt: str) -> Spawned:
-        """Preflight, cgroup, network, then the worker. What came of it is the answer."""
+    def spawn(self, prompt: str, message: str | None = None) -> Spawned:
+        """Preflight, cgroup, network, then the worker. What came of it is the answer.
+        `message`: what the new worker is started for (a reopened task's round), in its
+        environment as GITSUP_MESSAGE."""
         problems = self.preflight()
         if problems:
             return Spawned(failure=tuple(f"preflight: {p}" for p in problems))
         self.spawns += 1
+        self.record.spawns = self.spawns
+        self.journal.log.worker = self.spawns
         cg = None
         if self.cg_base is not None:
             try:
@@ -607,6 +611,8 @@ class Launcher:
                     return Spawned(failure=(f"preflight: cannot create the worker cgroup: {exc}",))
         self.cgroup = cg
         env = self.worker_env()
+        if message is not None:
+            env["GITSUP_MESSAGE"] = message
         self._report_limits(cg)
         try:
             agent = self.spec.worker.kind != "process"
@@ -714,9 +720,16 @@ class Launcher:
         self.record.worker_kind = self.spec.worker.kind
         self.save()
         with contextlib.suppress(GitsupError, OSError):
-            self.lease = LeaseStore(self.layout.leases).update_extra(
-                self.lease, {"supervisor": self.record.supervisor, "worker": ident.as_dict()}
-            )
+            extra: dict[str, Any] = {
+                "supervisor": self.record.supervisor,
+                "worker": ident.as_dict(),
+            }
+            if ident.cgroup:
+                # the worker's cgroup by device and inode: a path reused for another cgroup
+                # is not taken for this one
+                st = os.stat(ident.cgroup)
+                extra["cgroup"] = {"path": ident.cgroup, "dev": st.st_dev, "inode": st.st_ino}
+            self.lease = LeaseStore(self.layout.leases).update_extra(self.lease, extra)
         self.record.spawn_pending = False
         self.emit(
             et.WorkerStarted(
@@ -740,6 +753,25 @@ class Launcher:
 
     def worker_alive(self) -> bool:
         return self.worker is not None and self.worker.alive
+
+    def identity_gone(self) -> str | None:
+        """Why the worker is gone although its adapter reported no exit: the adapter says it
+        is not alive, its recorded identity (pid and start time) is gone or reused, and
+        nothing is left in its cgroup. None while any of them says it lives."""
+        from gitsup.host.procid import ProcessId
+
+        if self.worker is None or self.worker.alive:
+            return None
+        w = self.record.worker or {}
+        if not isinstance(w.get("pid"), int):
+            return None
+        ident = ProcessId.from_dict(w)
+        if ident is None or not ident.start_time or ident.alive():
+            return None  # alive, or no start time recorded to tell a reused pid by
+        cg = self.cgroup
+        if cg is not None and cg.exists() and cg.procs():
+            return None
+        return f"worker pid {ident.pid} (started {ident.start_time:.2f}) is gone"
 
     def stop_worker(self, why: str, *, announce: bool) -> None:
         w = self.worker
@@ -793,11 +825,19 @@ class Launcher:
         self._stopped_hits = self.limit_hits()  # the verdict after the stop still sees them
         empty = cg.kill(timeout=self.spec.worker.stop_grace + 5)
         removed = cg.remove() if empty else False
+        end = time.monotonic() + 3.0
+        while empty and not removed and time.monotonic() < end:
+            time.sleep(0.05)  # a process of it still being released (EBUSY for a moment)
+            removed = cg.remove()
         self.swept = True  # the cgroup, proven empty, is the stronger guarantee
         self.emit(et.WorkerStopped(cgroup=str(cg.path), verified_empty=empty, removed=removed))
         if not empty:
             self.record.reasons.append(f"cgroup {cg.path} could not be emptied")
             self.left_cgroups.append(f"cgroup {cg.path} still has processes")
+        elif not removed:
+            # The lease is released only after the cgroup is gone: one left in place may
+            # still be joined or hold what the worker left in it.
+            self.left_cgroups.append(f"cgroup {cg.path} is empty but could not be removed")
         self.cgroup = None
 
     def left_behind(self) -> list[str]:

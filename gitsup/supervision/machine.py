@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Literal
 
 from gitsup.spec import TaskSpec
-from gitsup.state import TERMINAL, State, check_transition
+from gitsup.state import TERMINAL, State, check_reopen, check_transition
 from gitsup.store import eventtypes as et
 from gitsup.supervision import prompts
 from gitsup.supervision.taskio import (
@@ -43,6 +43,7 @@ from gitsup.supervision.taskio import (
     PendingAsk,
     RecordDecision,
     Recover,
+    Reopen,
     ResolveAsk,
     ResumeAuto,
     SendTurn,
@@ -129,6 +130,10 @@ class TaskMachine:
         self._held_total = 0.0
         # `git sup pause`: who paused the task and since when (monotonic), or None.
         self.user_paused: tuple[str, float] | None = None
+        # `git sup repair --rounds N`: the repair rounds allowed in all (None: the spec's).
+        self.repair_limit: int | None = None
+        # a deadline given after the start (`recover --extend`), even when the spec has none
+        self._deadline_given = False
 
     @property
     def terminal(self) -> bool:
@@ -139,9 +144,17 @@ class TaskMachine:
     def deadline_at(self) -> float | None:
         """When the deadline falls, or None: a deadline of 0 is off."""
         d = self.spec.budget.deadline
-        if d <= 0:
+        if d <= 0 and not self._deadline_given:
             return None
         return self.started + d + self.extra_deadline + self._held_total
+
+    def set_deadline(self, now: float, seconds: float) -> None:
+        """The deadline falls `seconds` after `now` (`recover --takeover --extend`)."""
+        self.extra_deadline = (
+            now + seconds - self.started - self.spec.budget.deadline - self._held_total
+        )
+        self.fired -= {"deadline_approaching", "deadline_reached", "watchdog_timeout"}
+        self._deadline_given = True
 
     @property
     def held(self) -> bool:
@@ -194,6 +207,8 @@ class TaskMachine:
             return self._finished(item)
         if isinstance(item, Abandon) and not self.terminal:
             return self._finish(State.BLOCKED if self.state == State.VERIFYING else State.FAILED)
+        if isinstance(item, Reopen):
+            return self._reopen(item, now)
         if self.terminal or self.finishing:
             return []
         if isinstance(item, StopRequest):
@@ -341,6 +356,48 @@ class TaskMachine:
         if self.state in (State.WAITING, State.PAUSED):
             out.append(self._go(State.RUNNING, "recovery: new worker"))
         return [*out, Spawn(prompt)]
+
+    def _reopen(self, r: Reopen, now: float) -> list[Effect]:
+        """A parked task goes on as the same task: its clocks start again from `now` (the
+        spec's deadline, or `extend` seconds), its timers are unfired, and a new worker is
+        spawned in the same worktree (its wip and candidate are there) with the message; or,
+        with `extend` 0, what it left is verified now (close out: no new turn, no repair)."""
+        check_reopen(self.state, State.STARTING)
+        self.finishing = False
+        self.fired.clear()
+        self.worker_gone = self.has_worker = self.turn_active = self.repairable = False
+        self.verified_head = None
+        self.limits_hit, self._limit_kinds = [], set()
+        self._holds, self._held_since, self._held_total = set(), None, 0.0
+        self.started = self.last_progress = now
+        if r.how == "extend":
+            self.extra_deadline = r.extend - self.spec.budget.deadline
+            self._deadline_given = r.extend > 0
+            if r.extend <= 0:
+                self.fired.update({"deadline_reached", "watchdog_timeout"})
+                return [
+                    self._reopen_go(State.VERIFYING, "reopened: close out now"),
+                    Verify(None),
+                ]
+            message = r.message or prompts.extend_message(r.extend)
+            return [
+                self._reopen_go(State.STARTING, f"reopened: {r.extend:g}s more"),
+                Spawn(prompts.reopened_prompt(self.spec, message), message),
+            ]
+        if r.rounds is not None:
+            self.repair_limit = self.repair_rounds + r.rounds
+        self.repair_rounds += 1
+        req = et.RepairRequested(repair_round=self.repair_rounds, problems=[], message=r.message)
+        return [
+            Emit(req),
+            self._reopen_go(State.STARTING, f"reopened: repair round {self.repair_rounds}"),
+            Spawn(prompts.reopened_prompt(self.spec, r.message), r.message),
+        ]
+
+    def _reopen_go(self, target: State, reason: str) -> Transition:
+        check_reopen(self.state, target)
+        self.state = target
+        return Transition(target, reason)
 
     def _spawned(self, s: Spawned, now: float) -> list[Effect]:
         if s.aborted is not None:
@@ -673,8 +730,15 @@ class TaskMachine:
         if decision.action == "verify":
             return [*out, *self._verify()]
         if decision.action == "continue" and decision.message:
-            if self.past_deadline(now):
-                return [*out, *self._verify()]  # no new turn after the deadline
+            if self.past_deadline(now):  # no new turn after the deadline
+                over = et.DecisionOverridden(
+                    decision="continue",
+                    source=decision.source,
+                    action="verify",
+                    by="deadline",
+                    reason="no new turn starts after the deadline",
+                )
+                return [*out, Emit(over), *self._verify()]
             key = f"continue-{self.turns}"
             return [*out, SendTurn(decision.message, key=key, purpose="continue")]
         return [*out, *self._verify(decision.reason or "decider parked the task")]
@@ -855,6 +919,8 @@ class TaskMachine:
     def _no_repair(self, v: Verified, now: float) -> str | None:
         """Why no repair round starts, or None when one does."""
         rounds = self.spec.autonomy.max_repair_rounds
+        if self.repair_limit is not None:
+            rounds = self.repair_limit
         if self.past_deadline(now):
             return "deadline reached; no repair round starts after it"
         if self.repair_rounds >= rounds:

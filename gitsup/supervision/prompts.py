@@ -28,6 +28,26 @@ def recovery_prompt(spec: TaskSpec) -> str:
     return task_prompt(spec) + "\n\n" + RECOVERY_NOTE
 
 
+REOPENED_NOTE = (
+    "Note from the supervisor: this task was parked and now goes on. The earlier work is in "
+    "this worktree: look at `git status` and `git log` first, keep what is right, then finish "
+    "the task and commit locally."
+)
+
+
+def reopened_prompt(spec: TaskSpec, message: str) -> str:
+    """The first turn of a new worker on a parked task that goes on (`git sup repair`,
+    `git sup recover --extend`)."""
+    return task_prompt(spec) + "\n\n" + REOPENED_NOTE + ("\n\n" + message if message else "")
+
+
+def extend_message(seconds: float) -> str:
+    return (
+        f"The deadline ended the earlier work on this task; it has {int(seconds)} more "
+        "seconds. Finish it and commit locally."
+    )
+
+
 def deadline_warning(seconds_left: float) -> str:
     return (
         f"{int(seconds_left)} seconds are left before the deadline. Integrate what you have and "

@@ -111,7 +111,10 @@ def recover_task(
     park: bool = False,
     on_event: Callable[[Event], None] | None = None,
     allow_new_binary: bool = False,
+    extend: float | None = None,
 ) -> TaskRecord:
+    """`extend`: with `takeover`, the continued task's deadline falls that many seconds
+    from now."""
     record = ctx.store.load(task)
     if ctx.layout.fetched(TaskId(record.id)).exists():
         raise GitsupError(
@@ -157,10 +160,15 @@ def recover_task(
         _same_agent_binary(ctx, record, spec, allow_new_binary)
     proof = prove_worker_gone(record, kill=True)
     if not proof.gone:
-        raise GitsupError(
-            f"cannot take over task {task}: the old worker is not provably gone ({proof.how})",
-            hint="`git sup doctor` lists what is running",
+        # No new worker beside one that may live on: the task parks, its work saved, and
+        # the lease stays held (`left_behind`) until `git sup doctor --fix` proves it gone.
+        park = True
+        record.left_behind = [f"at recovery: {proof.how}"]
+        record.reasons.append(
+            f"recovered: the old worker is not provably gone ({proof.how}); parked, "
+            "the worktree lease stays held (see `git sup doctor --fix`)"
         )
+        ctx.store.save(record)
     lease = ctx.leases.acquire(record.worktree, record.id, steal_dead=True)
     previous: dict[str, Any] = {
         "supervisor": record.supervisor,
@@ -170,9 +178,35 @@ def recover_task(
         "killed": proof.killed,
     }
     previous["netns_removed"] = _remove_dead_netns(task)
+    previous.update(_compare_head(ctx, record))
     record.paused_by_user = None  # the paused worker is gone with its supervisor
     sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
+    if extend is not None and not park:
+        previous["extend"] = extend
+        sup.machine.set_deadline(time.monotonic(), extend)
     return sup.resume(park=park, previous=previous)
+
+
+def _compare_head(ctx: SupRepo, record: TaskRecord) -> dict[str, Any]:
+    """The worktree's HEAD at recovery against what the record knows (the task branch, the
+    last import), whatever the turn count: a commit the dead supervisor never imported is
+    said (`recovered.previous`, a reason), and the import that follows takes it."""
+    from gitsup.git.taskgit import worker_head
+
+    now = worker_head(ctx.layout, TaskId(record.id))
+    known = ctx.repo.branch_target(record.branch) if record.branch else None
+    moved = now is not None and now != known
+    if moved:
+        record.reasons.append(
+            f"at recovery the worktree's HEAD ({str(now)[:12]}) was not what the record knew "
+            f"({str(known or record.baseline)[:12]}): work the dead supervisor never imported"
+        )
+    return {
+        "worktree_head": now,
+        "recorded_head": known,
+        "head_moved": moved,
+        "turns": record.turns,
+    }
 
 
 def _same_agent_binary(ctx: SupRepo, record: TaskRecord, spec: TaskSpec, allow_new: bool) -> None:
@@ -197,6 +231,9 @@ def _same_agent_binary(ctx: SupRepo, record: TaskRecord, spec: TaskSpec, allow_n
     record.reasons.append(f"continued with a new agent executable: {why}")
     record.agent_binary = current.as_dict()
     ctx.store.save(record)
+
+
+same_agent_binary = _same_agent_binary  # for a reopened task's new worker (gitsup/tasks/reopen.py)
 
 
 def recover_hint(ctx: SupRepo, task: str) -> str:
@@ -396,6 +433,16 @@ def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
             ctx.leases.break_lease(lease.path)
             f.fixed = "released"
         findings.append(f)
+    # Lease files set aside as unreadable: a lease nobody can read protected nothing
+    # meanwhile; a person looks at what it was (doctor never deletes them).
+    for q in ctx.leases.quarantined():
+        findings.append(
+            DoctorFinding(
+                "quarantined-lease",
+                f"{q} ({q.stat().st_size} bytes): an unreadable lease file, set aside; "
+                "remove it once you know which worktree it held",
+            )
+        )
     # cgroups that belong to no running task.
     if find_cgroup_base() is not None:
         for cg in list_gitsup_cgroups():

@@ -32,7 +32,7 @@ from gitsup.host.procid import ProcessId
 from gitsup.ids import TaskId
 from gitsup.layout import Layout
 from gitsup.spec import TaskSpec
-from gitsup.state import TERMINAL, State
+from gitsup.state import TERMINAL, State, Status
 from gitsup.store import eventtypes as et
 from gitsup.store.events import Event
 from gitsup.store.eventtypes import Payload
@@ -63,6 +63,7 @@ from gitsup.supervision.taskio import (
     ImportWork,
     RecordDecision,
     Recover,
+    Reopen,
     ResolveAsk,
     ResumeAuto,
     SendTurn,
@@ -82,7 +83,13 @@ from gitsup.supervision.tasknet import Net
 from gitsup.supervision.verifier import Verifier
 from gitsup.verification.decider import DECIDER_MEMORY, DecisionTime, make_decider
 from gitsup.verification.review import Attempt
-from gitsup.workers.base import WorkerAdapter, WorkerError, WorkerInputStalled, WorkerSetup
+from gitsup.workers.base import (
+    WorkerAdapter,
+    WorkerError,
+    WorkerExited,
+    WorkerInputStalled,
+    WorkerSetup,
+)
 
 __all__ = [
     "NOT_CAPTURED_LIST_LIMIT",
@@ -98,6 +105,11 @@ __all__ = [
     "stop_reason",
     "supervisor_identity",
 ]
+
+
+_RETRIES = 3  # how often an effect that failed with an OSError is tried again
+LIVENESS_POLL = 1.0  # seconds between checks of the worker's recorded identity
+LIVENESS_GRACE = 10.0  # how long a gone worker's adapter has to report its exit first
 
 
 class _ControlPoke:
@@ -172,6 +184,7 @@ class Supervisor:
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._abort = threading.Event()
         self._abort_reason: str | None = None
+        self._gone_since: float | None = None  # when the worker's identity was first gone
 
         def emit(payload: Payload) -> Event | None:
             return self.emit(payload)  # late-bound: every event goes through Supervisor.emit
@@ -359,6 +372,36 @@ class Supervisor:
 
         return self._guarded(body)
 
+    def reopen(self, r: Reopen, *, by: str) -> TaskRecord:
+        """A parked task goes on as the same task (same id, log, worktree, wip and
+        candidate): a new worker with more time or a repair round, or (`extend` 0) a
+        verification of what it left. The caller (gitsup/tasks/reopen.py) checked that it
+        may and holds the worktree's lease."""
+
+        def body() -> None:
+            before = self.record.status.value
+            self.emit(
+                et.TaskReopened(
+                    how="close_out" if r.how == "extend" and r.extend <= 0 else r.how,
+                    by=by,
+                    status_before=before,
+                    extend=r.extend if r.how == "extend" else et.UNSET,
+                    rounds=r.rounds if r.rounds is not None else et.UNSET,
+                    message=r.message or et.UNSET,
+                )
+            )
+            r_ = self.record
+            r_.status, r_.finished_at, r_.exit_code = Status.PENDING, None, None
+            r_.worker, r_.spawn_pending, r_.paused_by_user = None, False, None
+            what = {"extend": f"{r.extend:g}s more", "repair": "a repair round"}[r.how]
+            if r.how == "extend" and r.extend <= 0:
+                what = "closed out now"
+            r_.reasons.append(f"reopened by {by}: {what}")
+            self.launcher.spawns = max(self.launcher.spawns, 1)  # no setup phase again
+            self._drive(r)
+
+        return self._guarded(body)
+
     def _guarded(self, body: Callable[[], None]) -> TaskRecord:
         """The guard all three share: signals become stop requests; an internal error ends
         the task (recorded) instead of leaving it running unsupervised."""
@@ -403,16 +446,41 @@ class Supervisor:
         while not self.machine.terminal:
             nxt = self.machine.next_timer()
             timeout = None if nxt is None else max(0.0, nxt[0] - time.monotonic())
+            if not self.journal.flush():  # events an append could not write: tried again
+                timeout = 1.0 if timeout is None else min(timeout, 1.0)
+            if self._watch_liveness():
+                timeout = LIVENESS_POLL if timeout is None else min(timeout, LIVENESS_POLL)
             try:
                 item = self.inbox.get(timeout=timeout)
             except queue.Empty:
-                if nxt is not None:
+                if nxt is not None and time.monotonic() >= nxt[0]:
                     self._drive(TimerFired(nxt[1]))
                 continue
             if isinstance(item, _ControlPoke):
                 self._control()
             else:
                 self._drive(item)
+
+    def _watch_liveness(self) -> bool:
+        """The worker's recorded identity (pid and start time, its cgroup), polled from the
+        supervisor's side in every live state: a worker gone without its adapter reporting
+        an exit for LIVENESS_GRACE seconds is taken as exited (`vanished`), so a task in
+        `waiting` or `verifying` knows it too. True while there is a worker to watch."""
+        m = self.machine
+        if m.terminal or m.finishing or not m.has_worker or m.worker_gone:
+            self._gone_since = None
+            return False
+        why = self.launcher.identity_gone()
+        now = time.monotonic()
+        if why is None:
+            self._gone_since = None
+        elif self._gone_since is None:
+            self._gone_since = now
+        elif now - self._gone_since >= LIVENESS_GRACE:
+            self._gone_since = None
+            self.journal.add_reason(f"the worker vanished without an exit event: {why}")
+            self._drive(WorkerExited(returncode=None, classification="vanished"))
+        return True
 
     def _control(self) -> None:
         """Take the control requests waiting in the task dir: each becomes an input of the
@@ -444,9 +512,32 @@ class Supervisor:
             effects = self.machine.on(todo.pop(0), time.monotonic())
             self._sync_counters()
             for effect in effects:
-                nxt = self._do(effect)
+                nxt = self._do_retrying(effect)
                 if nxt is not None:
                     todo.append(nxt)
+
+    def _do_retrying(self, e: Effect) -> object | None:
+        """`_do`; an effect that is safe to repeat (an import, a reason, a decision) and
+        failed with an OSError (a full disk, EIO) is tried again, a few times, before the
+        failure ends the task; each failure is recorded (`recoverable_failure`)."""
+        for attempt in range(_RETRIES + 1):
+            try:
+                return self._do(e)
+            except OSError as exc:
+                if (
+                    not isinstance(e, ImportWork | AddReason | RecordDecision)
+                    or attempt == _RETRIES
+                ):
+                    raise
+                self.emit(
+                    et.RecoverableFailure(
+                        what=f"{type(e).__name__.lower()} effect",
+                        error=str(exc),
+                        action=f"retry {attempt + 1} of {_RETRIES}",
+                    )
+                )
+                time.sleep(0.2 * (attempt + 1))
+        return None
 
     def _do(self, e: Effect) -> object | None:
         if isinstance(e, Emit):
@@ -466,7 +557,7 @@ class Supervisor:
                     return Spawned(aborted=self._abort_reason or "stop requested")
                 if failed:
                     return Spawned(failure=tuple(failed))
-            res = self.launcher.spawn(e.prompt)
+            res = self.launcher.spawn(e.prompt, e.message)
             if res.aborted is not None:
                 return replace(res, aborted=self._abort_reason or "stop requested")
             return res

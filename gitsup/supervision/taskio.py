@@ -55,6 +55,18 @@ class Recover:
 
 
 @dataclass(frozen=True)
+class Reopen:
+    """A parked task goes on as the same task (gitsup/tasks/reopen.py): `extend` seconds
+    more (0: close out now, verifying what is there), or a repair round with `message`
+    (`rounds`: repair rounds allowed from now on, None: the spec's budget)."""
+
+    how: Literal["extend", "repair"]
+    extend: float = 0.0
+    message: str = ""
+    rounds: int | None = None
+
+
+@dataclass(frozen=True)
 class Spawned:
     """What came of a Spawn: `failure` (the task failed to start, reasons given) or
     `aborted` (a stop arrived meanwhile), else the worker runs."""
@@ -236,6 +248,9 @@ class RecordDecision:
 @dataclass(frozen=True)
 class Spawn:
     prompt: str
+    # the text a new worker is started for (a repair round's message): a process worker
+    # reads it in GITSUP_MESSAGE, an agent in its prompt
+    message: str | None = None
 
 
 @dataclass(frozen=True)

@@ -199,6 +199,7 @@ def prepare_task(
         from gitsup.store.eventtypes import TaskStarted
 
         with EventLog(ctx.layout.events(task), task) as log:
+            log.worker = 0  # before any worker
             log.append(
                 TaskStarted(
                     goal=spec.goal,

@@ -251,3 +251,25 @@ def test_an_exited_process_its_parent_has_not_collected_is_not_alive() -> None:
     finally:
         child.wait()
     assert not pid_alive(child.pid)
+
+
+def test_doctor_lists_quarantined_lease_files(repo: Path) -> None:
+    """An unreadable lease file is set aside, and `git sup doctor` says so (it never
+    removes it: which worktree it held is for a person to find out)."""
+    import json
+
+    from tests.conftest import run_sup
+    from tests.helpers.sup import common_dir
+
+    assert run_sup(repo, "init").returncode == 0
+    leases = common_dir(repo) / "sup" / "leases"
+    leases.mkdir(parents=True, exist_ok=True)
+    (leases / "abc.json").write_text("{not json")
+    res = run_sup(repo, "doctor", "--fix", "--json")
+    assert res.returncode == 0, res.stderr
+    found = [f for f in json.loads(res.stdout) if f["kind"] == "quarantined-lease"]
+    kept = list(leases.glob("abc.json.corrupt-*"))
+    assert len(kept) == 1 and not (leases / "abc.json").exists()
+    assert len(found) == 1 and str(kept[0]) in found[0]["detail"] and found[0]["fixed"] is None
+    res = run_sup(repo, "doctor")
+    assert "quarantined-lease" in res.stdout and kept[0].exists()

@@ -260,7 +260,9 @@ def test_ready_candidate_end_to_end(repo: Path, tmp: Path, monkeypatch: pytest.M
     # the event log, through the CLI
     evs = _events(repo, tid)
     assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
-    assert all(set(e) == {"seq", "ts", "task", "type", "data"} and e["task"] == tid for e in evs)
+    keys = {"seq", "ts", "task", "worker", "type", "data"}
+    assert all(set(e) == keys and e["task"] == tid for e in evs)
+    assert [e["worker"] for e in evs][:1] == [0] and evs[-1]["worker"] == 1
     assert {e["type"] for e in evs} <= EVENT_TYPES
     assert evs[0]["type"] == "task_started" and evs[-1]["type"] == "task_finished"
     assert sum(e["type"] == "task_finished" for e in evs) == 1

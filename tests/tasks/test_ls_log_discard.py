@@ -117,7 +117,7 @@ def test_log_one_event_per_line(repo: Path) -> None:
     assert len(evs) == t["events"]
     assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
     for e in evs:
-        assert set(e) == {"seq", "ts", "task", "type", "data"}
+        assert set(e) == {"seq", "ts", "task", "worker", "type", "data"}  # every record: its worker
         assert e["task"] == t["id"] and isinstance(e["ts"], float) and isinstance(e["data"], dict)
     assert [e["ts"] for e in evs] == sorted(e["ts"] for e in evs)
     rc, text, _ = run_cli_inproc(repo, "log", t["id"])
