@@ -147,6 +147,9 @@ def _check_wheel(whl: Path, tracked: list[bytes]) -> None:
         "gitsup/py.typed",
     ):
         assert must in names, must
+    # every tracked data file (the demo's, the page's templates and script)
+    missing = [f for f in files if f.startswith("gitsup/data/") and f not in names]
+    assert not missing, missing
     assert blobs[data + "share/man/man1/git-sup.1"] == (REPO / "man/git-sup.1").read_bytes()
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "git-sup = gitsup.cli.main:run" in blobs[entry].decode()
