@@ -77,3 +77,11 @@ def test_watch_shows_the_queue_slots_and_predicted_order(repo: Path) -> None:
         for x in map(json.loads, run_sup(repo, "watch", "--once", "--json").stdout.splitlines())
         if x["kind"] == "queue"
     ]
+    # the terminal frame shows the same lines below the tasks
+    import time
+
+    from gitsup.cli.attention_cmd import render_frame
+
+    frame = render_frame([], time.time(), colour=False, queues={"main": held})
+    assert "queue into main:" in frame and f"runner pid {runner.pid}, 2 slot(s)" in frame
+    assert f"predicted order: {' '.join(held['predicted'])}" in frame, frame
