@@ -39,7 +39,7 @@ subprocess.run(["git", "commit", "-qam", "Fix add"], check=True)
 """
 
 
-def _task(setup: Setup, review: str) -> dict[str, Any]:
+def _task(setup: Setup, review: str, extra: str = "") -> dict[str, Any]:
     out = setup.tmp / "review-out"
     out.mkdir(exist_ok=True)
     worker = setup.tmp / "worker.py"
@@ -55,6 +55,7 @@ def _task(setup: Setup, review: str) -> dict[str, Any]:
             if review == "command"
             else '[review]\nkind = "none"\n'
         )
+        + extra
     )
     res = run_sup(setup.repo, "start", "--spec", str(spec), "--json", "-q")
     rec: dict[str, Any] = json.loads(res.stdout)
@@ -146,13 +147,14 @@ def _running(token: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("sandbox", ["auto", "off"])
-def test_integration_review_leaves_nothing_running(setup: Setup, sandbox: str) -> None:
-    """Its cgroup is killed when it ends: also without the sandbox's PID namespace."""
+@pytest.mark.parametrize(("sandbox", "cgroup"), [("auto", "auto"), ("off", "auto"), ("off", "off")])
+def test_integration_review_leaves_nothing_running(setup: Setup, sandbox: str, cgroup: str) -> None:
+    """Its cgroup is killed when it ends, also without the sandbox's PID namespace; without
+    a cgroup (`[isolation] cgroup = "off"`) the processes carrying its marker are."""
     import os
     import time
 
-    rec = _task(setup, "command")
+    rec = _task(setup, "command", f'[isolation]\ncgroup = "{cgroup}"\n')
     git(setup.repo, "config", "sup.sandbox", sandbox)
     out = setup.tmp / "review-out"
     token = f"gitsup-leaver-{os.urandom(4).hex()}"
@@ -165,7 +167,7 @@ def test_integration_review_leaves_nothing_running(setup: Setup, sandbox: str) -
         got = json.loads(res.stdout)
         assert got["integrated"] and got["review"]["verdict"] == "pass"
         review = got["confinement"]["review"]
-        assert review["cgroup"] is True and not review.get("left_behind"), review
+        assert review["cgroup"] is (cgroup == "auto") and not review.get("left_behind"), review
         marker = out / "marker"
         assert marker.exists()  # the sleeper ran
         # from outside: no such process, and the marker stops growing
