@@ -12,6 +12,8 @@ a hermetic Git environment.
 2. Event to page (goal <= 1 s): a task's record and log change; the time until an open
    event stream of `git sup serve` (`GET /events`, what the page's EventSource reads)
    delivers the new rows, and until the index open in a real headless Chromium shows it.
+3. Open pages: the server's CPU time per second with 1 and 8 event streams open and nothing
+   changing (one server-wide poller: the cost should not grow with the pages).
 """
 
 from __future__ import annotations
@@ -146,6 +148,33 @@ def bench_event(repo: Path, base: str, token: str, ids: list[str], reps: int) ->
     )
 
 
+def bench_streams(proc: subprocess.Popen[str], base: str, token: str, seconds: float) -> None:
+    """The server's CPU use (user + system) while N event streams stay open, idle."""
+    import psutil
+
+    host, port = base.split("//", 1)[1].split(":")
+    server = psutil.Process(proc.pid)
+    for n in (1, 8):
+        conns = []
+        for _ in range(n):
+            c = http.client.HTTPConnection(host, int(port), timeout=30)
+            c.request("GET", "/events", headers={"Authorization": f"Bearer {token}"})
+            r = c.getresponse()
+            assert r.status == 200, r.status
+            while not r.fp.readline().decode().startswith("data: "):
+                pass
+            conns.append(c)
+        time.sleep(1.0)  # every stream has its first rows
+        t0, c0 = time.perf_counter(), server.cpu_times()
+        time.sleep(seconds)
+        c1, t1 = server.cpu_times(), time.perf_counter()
+        used = (c1.user - c0.user) + (c1.system - c0.system)
+        print(f"server CPU, {n} open stream(s), idle: {used / (t1 - t0) * 100:5.1f} % of a core")
+        for c in conns:
+            c.close()
+        time.sleep(1.0)
+
+
 def bench_page(repo: Path, url: str, ids: list[str], reps: int) -> None:
     """The same change, until the open index in a real headless Chromium shows it."""
     import shutil
@@ -214,6 +243,7 @@ def main() -> None:
         try:
             bench_http(base, token, reps)
             bench_event(repo, base, token, ids, reps)
+            bench_streams(proc, base, token, 3.0 if args.quick else 6.0)
             bench_page(repo, f"{base}/?token={token}", ids, reps)
         finally:
             proc.terminate()

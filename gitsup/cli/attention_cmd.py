@@ -20,6 +20,7 @@ from gitsup.errors import GitsupError
 
 if TYPE_CHECKING:
     from gitsup.attention.fold import TaskStatus
+    from gitsup.tasks.lifecycle import SupRepo
 
 
 _SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
@@ -37,9 +38,12 @@ def render_frame(
     width: int = 200,
     height: int | None = None,
     colour: bool = True,
+    queues: dict[str, dict[str, Any]] | None = None,
 ) -> str:
     """The watch screen: a header and one line per task, each cut to `width` columns,
-    coloured with ANSI SGR codes when `colour` (the terminal's width and height)."""
+    coloured with ANSI SGR codes when `colour` (the terminal's width and height); then each
+    queue whose runner is live (`queues`: target branch -> its `runner.json`): its slots
+    and the predicted order."""
     from gitsup.attention.fold import HEADER, line_parts
 
     need = sum(1 for r in rows if r.attention)
@@ -62,7 +66,27 @@ def render_frame(
         lines.append("".join(parts).rstrip())
     if len(shown) < len(rows):
         lines.append(_paint(f"… {len(rows) - len(shown)} more task(s)", "dim", colour))
+    for line in _queue_lines(queues or {}):
+        lines.append(_paint(line[:width], "cyan", colour))
     return "\n".join(lines)
+
+
+def _queue_lines(queues: dict[str, dict[str, Any]]) -> list[str]:
+    from gitsup.cli.task_render import queue_runner_lines
+
+    lines: list[str] = []
+    for into, runner in sorted(queues.items()):
+        lines.append(f"queue into {into}:")
+        lines += queue_runner_lines(runner)
+    return lines
+
+
+def live_queues(ctx: SupRepo) -> dict[str, dict[str, Any]]:
+    """Each queue whose runner is live: target branch -> what it tests (`runner.json`)."""
+    from gitsup.tasks.queue_state import queue_branches, runner_status
+
+    found = {b: runner_status(ctx, b) for b in queue_branches(ctx)}
+    return {b: r for b, r in found.items() if r is not None}
 
 
 def _paint(text: str, style: str, colour: bool) -> str:
@@ -115,10 +139,11 @@ def watch_cmd(
     ] = 1.0,
 ) -> None:
     """Every task of the repository, live: state, elapsed/deadline, turns, cost, last
-    activity, what it waits for; tasks that need a human first.
+    activity, what it waits for; tasks that need a human first. Then each integration queue
+    whose runner is live: what is under test in each slot and the predicted order.
 
     Updates in place on a terminal, prints a line per change otherwise, `--json` streams
-    `{"kind": "status", ...}` and `{"kind": "event", ...}` lines.
+    `{"kind": "status", ...}`, `{"kind": "event", ...}` and `{"kind": "queue", ...}` lines.
     """
     from gitsup.attention.fold import Board, plain_line
     from gitsup.tasks.lifecycle import SupRepo
@@ -146,7 +171,13 @@ def watch_cmd(
                 while True:
                     size = shutil.get_terminal_size()
                     rows = snapshot(False)
-                    frame = render_frame(rows, time.time(), width=size.columns, height=size.lines)
+                    frame = render_frame(
+                        rows,
+                        time.time(),
+                        width=size.columns,
+                        height=size.lines,
+                        queues=live_queues(ctx),
+                    )
                     sys.stdout.write("\033[H" + frame.replace("\n", "\033[K\n") + "\033[K\033[J")
                     sys.stdout.flush()
                     if until_done and not running(rows):
@@ -158,6 +189,7 @@ def watch_cmd(
             sys.stdout.flush()
         return
     last: dict[str, Any] = {}
+    last_queues: dict[str, Any] = {}
     first = True
     seen_running: set[str] = set()  # tasks this watch saw running, and those whose
     finished: set[str] = set()  # `task_finished` it streamed
@@ -181,6 +213,26 @@ def watch_cmd(
             else:
                 stamp = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%H:%M:%S")
                 out(f"{stamp} {plain_line(r, now)}")
+        queues = live_queues(ctx)
+        for into in sorted({*queues, *last_queues}):
+            runner = queues.get(into)  # None: its runner ended
+            key = _queue_key(runner)
+            if last_queues.get(into) == key and not once:
+                continue
+            if runner is None:
+                last_queues.pop(into, None)
+            else:
+                last_queues[into] = key
+            if json_out:
+                emit_jsonl({"kind": "queue", "ts": now, "into": into, "runner": runner})
+                continue
+            stamp = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%H:%M:%S")
+            if runner is None:
+                out(f"{stamp} queue into {into}: runner ended")
+            else:
+                out(f"{stamp} queue into {into}:")
+                for line in _queue_lines({into: runner})[1:]:
+                    out(f"{stamp} {line}")
         sys.stdout.flush()
         first = False
         if once:
@@ -198,6 +250,17 @@ def watch_cmd(
         else:
             settle_until = None
         time.sleep(interval)
+
+
+def _queue_key(runner: dict[str, Any] | None) -> Any:
+    """What of a runner's status a change is printed for (not its timestamps)."""
+    if runner is None:
+        return None
+    slots = [
+        (u.get("slot"), u.get("tree"), tuple(u.get("tasks", [])))
+        for u in runner.get("under_test", [])
+    ]
+    return (runner.get("pid"), tuple(slots), tuple(runner.get("predicted", [])))
 
 
 def _parse_since(value: str | None) -> float | None:

@@ -10,7 +10,7 @@ import typer
 from gitsup.cli.main import app
 from gitsup.cli.options import TaskArg, TaskListArg
 from gitsup.cli.output import emit_json, out, progress
-from gitsup.cli.task_render import queue_evidence_lines
+from gitsup.cli.task_render import queue_evidence_lines, queue_runner_lines
 
 queue_app = typer.Typer(
     invoke_without_command=True,
@@ -33,14 +33,8 @@ def _show(states: list[Any], runners: dict[str, Any]) -> None:
         out(f"queue into {st.into}: {len(queued)} queued; {st.check_runs} check run(s) so far")
         runner = runners.get(st.into)
         if runner:
-            out(f"  runner pid {runner['pid']}, {runner['slots']} slot(s)")
-            for u in runner["under_test"]:
-                out(
-                    f"    slot {u['slot']}: {len(u['tasks'])} candidate(s) on "
-                    f"{u['tree'][:12]} ({', '.join(u['checks'])}): {' '.join(u['tasks'])}"
-                )
-            if runner["predicted"]:
-                out(f"    predicted order: {' '.join(runner['predicted'])}")
+            for line in queue_runner_lines(runner):
+                out(line)
         for e in st.entries:
             tail = f"  {e.reason}" if e.reason else ""
             commit = f" -> {e.integration_commit[:12]}" if e.integration_commit else ""

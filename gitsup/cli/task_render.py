@@ -233,6 +233,20 @@ def queue_evidence_lines(evidence: dict[str, Any] | None, indent: str = "  ") ->
     return lines
 
 
+def queue_runner_lines(runner: dict[str, Any], indent: str = "  ") -> list[str]:
+    """A live queue runner (its `runner.json`): its slots, what is under test in each, and
+    the predicted order (`git sup queue`, `git sup watch`)."""
+    lines = [f"{indent}runner pid {runner['pid']}, {runner['slots']} slot(s)"]
+    for u in runner.get("under_test", []):
+        lines.append(
+            f"{indent}  slot {u['slot']}: {len(u['tasks'])} candidate(s) on "
+            f"{u['tree'][:12]} ({', '.join(u['checks'])}): {' '.join(u['tasks'])}"
+        )
+    if runner.get("predicted"):
+        lines.append(f"{indent}  predicted order: {' '.join(runner['predicted'])}")
+    return lines
+
+
 def not_captured_text(item: dict[str, Any]) -> str:
     return f"{item.get('path')} ({item.get('bytes', '?')} bytes: {item.get('why')})"
 

@@ -83,7 +83,8 @@ class IntegrateResult:
     reason: str | None = None
     # paths under .gitsup/ the candidate changes (integrated only with --allow-policy-change)
     policy_change: list[str] = field(default_factory=list)
-    # what confined the checks: sandbox, network, cgroup (None: no checks ran)
+    # what confined the checks: sandbox, network, cgroup (None: no checks ran); with a
+    # review, `review`: what confined the reviewer
     confinement: dict[str, Any] | None = None
     # the integration review (`--review`; gitsup/integration/review.py), None without one
     review: ReviewResult | None = None
@@ -318,7 +319,7 @@ def _integrate_locked(
 
     verdict = note.review.verdict if note.review and note.review.verdict else "none"
     if review:
-        res.review = integration_review.review_integration(
+        res.review, review_confinement = integration_review.review_integration(
             repo,
             str(tid),
             _task_spec(ctx, tid),
@@ -331,6 +332,7 @@ def _integrate_locked(
             protect=protected_paths(repo),
             say=say,
         )
+        res.confinement = {**(res.confinement or {}), "review": review_confinement}
         if res.review.verdict != "pass":
             why = res.review.verdict or f"failed: {res.review.error}"
             res.reason = f"integration review: {why}; {branch} untouched"

@@ -3,7 +3,9 @@
 itself, the merge of the candidate into the target as it will be signed, with the checks that
 just ran on it. It runs read-only: in a throw-away detached worktree of the merge, in the task
 sandbox with that worktree read-only (`sup.sandbox`), a command reviewer in a loopback network
-namespace, an agent reviewer in a namespace whose only way out is its model API. Its verdict
+namespace, an agent reviewer in a namespace whose only way out is its model API, either in a
+cgroup of its own that is killed, checked empty and removed when the review ends (the confined
+runner's, gitsup/verification/confined.py): nothing it started outlives it. Its verdict
 goes into the integration commit's `Sup-Review` trailer instead of the task's; anything but
 `pass` leaves the target untouched.
 """
@@ -24,6 +26,7 @@ from gitsup.host import proc
 from gitsup.ids import Oid
 from gitsup.spec import TaskSpec
 from gitsup.store.record import CheckResult, ReviewResult
+from gitsup.verification.confined import Applied, cgroup_base, contained_run
 from gitsup.verification.review import ReviewRequest, evidence_bundle, run_review
 
 LABEL = "integrate-review"
@@ -65,9 +68,11 @@ def review_integration(
     policy: Sequence[str],
     protect: Sequence[str],
     say: Callable[[str], None],
-) -> ReviewResult:
-    """The review of `merge` (on `target`, into `into`); refuses (exit 2) when the task has
-    no reviewer or the sandbox is required and missing."""
+) -> tuple[ReviewResult, dict[str, Any]]:
+    """The review of `merge` (on `target`, into `into`) and what confined it (sandbox,
+    network, cgroup, what it left behind); refuses (exit 2) when the task has no reviewer, or
+    the sandbox or a cgroup is required and missing. A review that left processes it could
+    not stop gives no verdict."""
     if spec is None or spec.review.kind == "none":
         raise GitsupError(
             f"task {task} has no reviewer for an integration review "
@@ -90,7 +95,8 @@ def review_integration(
                 "note": "The change as it integrates: the diff is the target against the "
                 "merge of the candidate into it.",
             }
-            with _confined(repo, spec, worktree, root, protect) as (env, wrap, wrap_for):
+            applied = Applied()
+            with _confined(repo, spec, worktree, root, protect, applied) as (env, wrap, wrap_for):
                 kind = spec.review.kind
                 ctx = ReviewRequest(
                     task,
@@ -103,8 +109,15 @@ def review_integration(
                     wrap_for=wrap_for,
                 )
                 result, _verdict = run_review(ctx)
+            if applied.left_behind:  # what it started could not be stopped: no verdict
+                result = result.model_copy(
+                    update={
+                        "verdict": None,
+                        "error": f"left processes behind: {', '.join(applied.left_behind)}",
+                    }
+                )
             say(f"review: {result.verdict or 'failed: ' + (result.error or '')}")
-            return result
+            return result, applied.as_dict()
         finally:
             repo.remove_detached_worktree(worktree)
     finally:
@@ -116,12 +129,20 @@ Wrap = Callable[[list[str]], list[str]]
 
 @contextlib.contextmanager
 def _confined(
-    repo: GitRepo, spec: TaskSpec, worktree: Path, root: Path, protect: Sequence[str]
+    repo: GitRepo,
+    spec: TaskSpec,
+    worktree: Path,
+    root: Path,
+    protect: Sequence[str],
+    applied: Applied,
 ) -> Iterator[tuple[dict[str, str], Wrap, Callable[[str | None], Wrap | None]]]:
     """The reviewer's environment, the read-only sandbox prefix of a command reviewer (in a
-    loopback namespace of its own), and that of an agent reviewer in a given namespace."""
+    loopback namespace of its own), and that of an agent reviewer in a given namespace; each
+    in the review's cgroup, which is killed and removed when the block ends. What applied
+    goes into `applied`."""
     from gitsup.host.contain import bootstrap_argv, isolated_netns
     from gitsup.host.sandbox import build_plan, load_rules, required_problems, resolve_mode
+    from gitsup.verification.confined import sandbox_summary
 
     env = proc.child_env({"GITSUP_INTEGRATION": LABEL}, drop=("GITSUP_TASK", "CLAUDECODE"))
     argv = list(spec.review.argv or ())
@@ -143,23 +164,37 @@ def _confined(
             hint="the integration review runs only in the task sandbox; "
             "`git config sup.sandbox auto` runs it with what this host enforces",
         )
-
-    def wrap_in(ns: str | None) -> Wrap:
-        def wrap(argv: list[str]) -> list[str]:
-            sandbox = plan.argv(read_only=True, files=argv)
-            return bootstrap_argv(argv, cgroup=None, netns=ns, sandbox=sandbox)
-
-        return wrap
+    applied.sandbox = sandbox_summary(plan)
+    cg_base = cgroup_base(spec.isolation.cgroup, applied)  # raises when required and missing
 
     with contextlib.ExitStack() as stack:
         ns: str | None = None
-        if spec.review.kind == "command" and spec.isolation.network != "host":
-            try:
-                ns = stack.enter_context(isolated_netns(LABEL))
-            except GitsupError:
-                if spec.isolation.network == "none":
-                    raise
-        yield dict(plan.env), wrap_in(ns), wrap_in
+        if spec.review.kind == "command":
+            if spec.isolation.network == "host":
+                applied.weaken_network("host", 'network = "host"')
+            else:
+                try:
+                    ns = stack.enter_context(isolated_netns(LABEL))
+                    applied.weaken_network("loopback")
+                except GitsupError as exc:
+                    if spec.isolation.network == "none":
+                        raise
+                    applied.weaken_network("host", f"auto: {exc.message}")
+        else:
+            applied.weaken_network("gated")
+        # entered last, left first: what the reviewer started dies before its namespace
+        run = stack.enter_context(
+            contained_run("integrate", cg_base, spec.isolation.cgroup, applied, what="the review")
+        )
+
+        def wrap_in(ns: str | None) -> Wrap:
+            def wrap(argv: list[str]) -> list[str]:
+                sandbox = plan.argv(read_only=True, files=argv)
+                return bootstrap_argv(argv, cgroup=run.cgroup, netns=ns, sandbox=sandbox)
+
+            return wrap
+
+        yield {**plan.env, **run.env}, wrap_in(ns), wrap_in
 
 
 def _agent_network(kind: str) -> Callable[[Mapping[str, str]], Any] | None:

@@ -27,10 +27,10 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitsup.environment.recipe import Recipe
 from gitsup.environment.setup import CacheKind
@@ -42,6 +42,9 @@ from gitsup.ids import Oid
 from gitsup.spec import Check, TaskSpec
 from gitsup.store.record import CheckResult
 from gitsup.verification.checks import run_check
+
+if TYPE_CHECKING:
+    from gitsup.host.contain import Cgroup
 
 # What the sandbox lets an agent have and a check never gets: the model API's credentials.
 _AGENT_ONLY_ENV = ("ANTHROPIC_*", "CLAUDE_*", "OPENAI_*", "CODEX_*")
@@ -239,16 +242,7 @@ class ConfinedChecks:
         if not checks and setup is None:
             return []
         conf = confinement or self.confinement
-        from gitsup.host.contain import resolve_mode
-
-        cg_base = resolve_mode(conf.cgroup)  # raises when required and missing
-        if cg_base is None:
-            self.applied.cgroup = False
-            self.applied.cgroup_reason = (
-                'off ([isolation] cgroup = "off")'
-                if conf.cgroup == "off"
-                else "no writable cgroup v2 hierarchy on this host"
-            )
+        cg_base = cgroup_base(conf.cgroup, self.applied)  # raises when required and missing
         self._fresh()
         from gitsup.preload import preloading
 
@@ -402,7 +396,7 @@ class ConfinedChecks:
             for k, v in plan.env.items()
             if not any(fnmatch.fnmatchcase(k, p) for p in _AGENT_ONLY_ENV)
         }
-        self.applied.sandbox = _sandbox_summary(plan)
+        self.applied.sandbox = sandbox_summary(plan)
         return plan, env
 
     def _run_one(
@@ -413,46 +407,27 @@ class ConfinedChecks:
         cg_base: Path | None,
         conf: Confinement,
     ) -> CheckResult:
-        from gitsup.host.contain import bootstrap_argv, create_cgroup, sweep_marked
+        from gitsup.host.contain import bootstrap_argv
 
-        run_id = f"{self.label}-{os.getpid()}-{os.urandom(4).hex()}"
-        env = {**env, RUN_MARKER: run_id}
         with contextlib.ExitStack() as stack:
-            cg = None
-            if cg_base is not None:
-                try:
-                    cg = create_cgroup(run_id, cg_base)
-                except (GitsupError, OSError) as exc:
-                    if conf.cgroup == "required":
-                        raise GitsupError(f"cannot create a cgroup for the check: {exc}") from None
-                    self.applied.cgroup = False
-                    self.applied.cgroup_reason = f"cannot create one: {exc}"
             netns, net_env = self._network(stack, conf)
-            env = {**env, **net_env}
+            # entered last, left first: what the check started dies before its namespace
+            run = stack.enter_context(
+                contained_run(self.label, cg_base, conf.cgroup, self.applied, what="the check")
+            )
+            env = {**env, **run.env, **net_env}
+            cg = run.cgroup
 
             def wrap(argv: list[str]) -> list[str]:
                 return bootstrap_argv(argv, cgroup=cg, netns=netns, sandbox=plan.argv(files=argv))
 
-            try:
-                result = run_check(check, cwd=self.worktree, env=env, wrap=wrap)
-            finally:
-                left: list[str] = []
-                if cg is not None:
-                    if not cg.kill(timeout=5.0):
-                        left.append(f"cgroup {cg.path} could not be emptied")
-                    cg.remove()
-                else:
-                    sweep_marked(run_id, var=RUN_MARKER)
-                    from gitsup.host.contain import marked_processes
-
-                    left += [f"pid {p.pid}" for p in marked_processes(run_id, var=RUN_MARKER)]
-                self.applied.left_behind += left
-        if left:  # what it started could not be stopped: not a pass
+            result = run_check(check, cwd=self.worktree, env=env, wrap=wrap)
+        if run.left:  # what it started could not be stopped: not a pass
             result = result.model_copy(
                 update={
                     "passed": False,
                     "output_tail": result.output_tail + "\n[left processes behind: "
-                    f"{', '.join(left)}]",
+                    f"{', '.join(run.left)}]",
                 }
             )
         return result
@@ -488,6 +463,69 @@ class ConfinedChecks:
                 raise
             self.applied.weaken_network("host", f"auto: {exc.message}")
             return None, {}
+
+
+@dataclass
+class ContainedRun:
+    """One confined run's processes: the cgroup they run in (None: none here, the marker
+    sweep instead), the marker `env` to give them, and what was left behind when it ended."""
+
+    run_id: str
+    cgroup: Cgroup | None
+    env: dict[str, str]
+    left: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def contained_run(
+    label: str, cg_base: Path | None, mode: str, applied: Applied, *, what: str
+) -> Iterator[ContainedRun]:
+    """A cgroup of its own for one run (a check, the integration review), named
+    `<label>-<pid>-<hex>`; at the end everything in it (double-forked `setsid()` daemons
+    included) is killed, the cgroup checked empty and removed. Without a cgroup (`cg_base`
+    None, or one that cannot be created and `mode` is not `required`) the processes that
+    carry the run's marker are killed instead. What could not be stopped is in `left` (and
+    `applied.left_behind`) once the block has ended."""
+    from gitsup.host.contain import create_cgroup, marked_processes, sweep_marked
+
+    run_id = f"{label}-{os.getpid()}-{os.urandom(4).hex()}"
+    cg = None
+    if cg_base is not None:
+        try:
+            cg = create_cgroup(run_id, cg_base)
+        except (GitsupError, OSError) as exc:
+            if mode == "required":
+                raise GitsupError(f"cannot create a cgroup for {what}: {exc}") from None
+            applied.cgroup = False
+            applied.cgroup_reason = f"cannot create one: {exc}"
+    run = ContainedRun(run_id, cg, {RUN_MARKER: run_id})
+    try:
+        yield run
+    finally:
+        if cg is not None:
+            if not cg.kill(timeout=5.0):
+                run.left.append(f"cgroup {cg.path} could not be emptied")
+            cg.remove()
+        else:
+            sweep_marked(run_id, var=RUN_MARKER)
+            run.left += [f"pid {p.pid}" for p in marked_processes(run_id, var=RUN_MARKER)]
+        applied.left_behind += run.left
+
+
+def cgroup_base(mode: str, applied: Applied) -> Path | None:
+    """Where a run's cgroups go for `[isolation] cgroup` `mode` (None: none, the reason in
+    `applied`); raises (exit 2) when one is required and this host has none."""
+    from gitsup.host.contain import resolve_mode
+
+    base = resolve_mode(mode)
+    if base is None:
+        applied.cgroup = False
+        applied.cgroup_reason = (
+            'off ([isolation] cgroup = "off")'
+            if mode == "off"
+            else "no writable cgroup v2 hierarchy on this host"
+        )
+    return base
 
 
 def checks_recipe(repo: GitRepo, conf: Confinement) -> Recipe:
@@ -537,7 +575,8 @@ def _allowlisted(env: dict[str, str], patterns: Sequence[str], box: Path) -> dic
     return out
 
 
-def _sandbox_summary(plan: SandboxPlan) -> dict[str, Any]:
+def sandbox_summary(plan: SandboxPlan) -> dict[str, Any]:
+    """What of the sandbox `plan` applies, as recorded in a run's `confinement`."""
     report = plan.report()
     return {
         "mode": report["mode"],

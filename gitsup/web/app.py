@@ -44,9 +44,6 @@ CSP = (
     "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
 STATIC = {"page.js": "text/javascript", "page.css": "text/css"}
-# How often the event stream looks for changes (an event reaches an open page within this
-# and a refresh of the board).
-POLL = 0.2
 KEEPALIVE = 15.0
 
 
@@ -191,22 +188,18 @@ class Web:
     def __init__(
         self, ctx: SupRepo, guard: Guard, stopping: Callable[[], bool] = lambda: False
     ) -> None:
-        import threading
-
-        from gitsup.attention.fold import Board
+        from gitsup.web.feed import Feed
 
         self.ctx, self.guard = ctx, guard
         self.stopping = stopping  # the server is shutting down: event streams end
         self.env = _templates()
-        # One fold of every task for the index and the API, kept across requests: each
-        # refresh reads only what was appended since (a Board is not thread-safe: a lock).
-        self._board = Board(ctx.layout)
-        self._board_lock = threading.Lock()
+        # One fold of every task for the index, the API and every event stream, kept across
+        # requests (gitsup/web/feed.py)
+        self.feed = Feed(ctx.layout)
 
     def rows(self) -> list[TaskStatus]:
         """Every task's status, needs-human first."""
-        with self._board_lock:
-            return self._board.refresh()
+        return self.feed.rows()
 
     # --- helpers -----------------------------------------------------------------------
 
@@ -295,35 +288,33 @@ class Web:
 
     async def events(self, request: Request) -> Response:
         """Server-sent events: `rows`, every task's status (as `GET /api/tasks`), each time
-        one of them changes."""
+        one of them changes. Every stream reads the server's one view (gitsup/web/feed.py):
+        however many pages are open, the tasks are read once per poll."""
         import anyio
 
-        from gitsup.attention.fold import Board
+        from gitsup.web.feed import POLL
 
-        board = Board(self.ctx.layout)
+        feed = self.feed
 
         async def stream() -> AsyncIterator[str]:
-            last: Any = None
+            sent = 0  # the feed's version this stream last sent
             quiet = 0.0
             yield "retry: 1000\n\n"
             while not self.stopping() and not await request.is_disconnected():
-                rows = await anyio.to_thread.run_sync(board.refresh)
-                # What the page shows, by task: not the order (tasks of a group are sorted by
-                # their age, which rounding reorders now and then), not the clocks.
-                key = sorted(
-                    (r.id, r.state, r.status, r.turns, r.cost_usd, r.waiting_for, r.attention)
-                    for r in rows
-                )
-                if key != last:
-                    last = key
+                if sent == 0 or feed.due() == 0.0:
+                    await anyio.to_thread.run_sync(feed.poll)
+                if feed.version != sent:
+                    sent, payload = feed.payload()
                     quiet = 0.0
-                    payload = json.dumps([views.row_dict(r) for r in rows], default=str)
-                    yield f"event: rows\ndata: {payload}\n\n"
+                    yield f"id: {sent}\nevent: rows\ndata: {payload}\n\n"
                 elif quiet >= KEEPALIVE:
                     quiet = 0.0
                     yield ": keepalive\n\n"
-                await anyio.sleep(POLL)
-                quiet += POLL
+                # wake when the view is due again: the first stream refreshes it, the others
+                # wait for that refresh and send what it found
+                pause = max(0.01, feed.due() or POLL)
+                await anyio.sleep(pause)
+                quiet += pause
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 

@@ -8,6 +8,8 @@ import json
 import sys
 from typing import Any
 
+import pytest
+
 from tests.boundary.conftest import Setup
 from tests.conftest import git, run_sup
 from tests.helpers.sup import PYTEST_CHECK
@@ -37,7 +39,7 @@ subprocess.run(["git", "commit", "-qam", "Fix add"], check=True)
 """
 
 
-def _task(setup: Setup, review: str) -> dict[str, Any]:
+def _task(setup: Setup, review: str, extra: str = "") -> dict[str, Any]:
     out = setup.tmp / "review-out"
     out.mkdir(exist_ok=True)
     worker = setup.tmp / "worker.py"
@@ -53,6 +55,7 @@ def _task(setup: Setup, review: str) -> dict[str, Any]:
             if review == "command"
             else '[review]\nkind = "none"\n'
         )
+        + extra
     )
     res = run_sup(setup.repo, "start", "--spec", str(spec), "--json", "-q")
     rec: dict[str, Any] = json.loads(res.stdout)
@@ -107,3 +110,71 @@ def test_integration_review_that_does_not_pass_refuses(setup: Setup) -> None:
     res = run_sup(setup.repo, "integrate", plain["id"], "--into", "main", "--review")
     assert res.returncode == 2 and "no reviewer" in res.stderr, res.stderr
     assert git(setup.repo, "rev-parse", "main").strip() == before
+
+
+# At integration: leaves a setsid()'d, double-forked sleeper behind that appends to a marker
+# every 0.2 s (its stdio closed, so the review itself ends), then passes.
+LEAVER = """
+import json, os, pathlib, sys, time
+out = pathlib.Path(sys.argv[1])
+token = (out / "token").read_text()
+ev = json.load(sys.stdin)
+if "integration" in ev:
+    marker = out / "marker"
+    loop = "import sys, time\\nwhile True:\\n    open(sys.argv[1], 'a').write('x')\\n    time.sleep(0.2)"
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.execv(sys.executable, [sys.executable, "-c", loop, str(marker), token])
+        os._exit(0)
+    os.wait()
+    while not marker.exists():
+        time.sleep(0.05)
+print(json.dumps({"verdict": "pass", "findings": []}))
+"""
+
+
+def _running(token: str) -> list[int]:
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        if token in (p.info["cmdline"] or []):
+            found.append(p.pid)
+    return found
+
+
+@pytest.mark.parametrize(("sandbox", "cgroup"), [("auto", "auto"), ("off", "auto"), ("off", "off")])
+def test_integration_review_leaves_nothing_running(setup: Setup, sandbox: str, cgroup: str) -> None:
+    """Its cgroup is killed when it ends, also without the sandbox's PID namespace; without
+    a cgroup (`[isolation] cgroup = "off"`) the processes carrying its marker are."""
+    import os
+    import time
+
+    rec = _task(setup, "command", f'[isolation]\ncgroup = "{cgroup}"\n')
+    git(setup.repo, "config", "sup.sandbox", sandbox)
+    out = setup.tmp / "review-out"
+    token = f"gitsup-leaver-{os.urandom(4).hex()}"
+    leaver = setup.tmp / "reviewer.py"  # the task's reviewer, rewritten before integration
+    leaver.write_text(LEAVER)
+    (out / "token").write_text(token)  # names the sleeper's process
+    res = run_sup(setup.repo, "integrate", rec["id"], "--into", "main", "--review", "--json")
+    try:
+        assert res.returncode == 0, res.stderr
+        got = json.loads(res.stdout)
+        assert got["integrated"] and got["review"]["verdict"] == "pass"
+        review = got["confinement"]["review"]
+        assert review["cgroup"] is (cgroup == "auto") and not review.get("left_behind"), review
+        marker = out / "marker"
+        assert marker.exists()  # the sleeper ran
+        # from outside: no such process, and the marker stops growing
+        assert _running(token) == []
+        size = marker.stat().st_size
+        time.sleep(1.0)
+        assert marker.stat().st_size == size
+    finally:
+        for pid in _running(token):
+            os.kill(pid, 9)
