@@ -247,22 +247,17 @@ def doctor_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Reconcile task records and leases with processes, cgroups, worktrees and refs."""
-    from gitsup.supervision.recovery import doctor
+    from gitsup.supervision.recovery import diagnose
     from gitsup.tasks.lifecycle import SupRepo
 
-    ctx = SupRepo.discover()
-    findings = doctor(ctx, fix=fix)
+    report = diagnose(SupRepo.discover(), fix=fix, probe=not json_out)
+    findings = report.findings
     if json_out:
         emit_json([f.as_dict() for f in findings])
         return
-    from gitsup.supervision.recovery import network_isolation, sandbox_summary
-
-    out(network_isolation())
-    out(f"sandbox: {sandbox_summary(ctx)}")
-    from gitsup.host.proc import child_env
-    from gitsup.workers.agents import probe_agents
-
-    for agent in probe_agents(child_env()):
+    out(report.network or "")
+    out(f"sandbox: {report.sandbox}")
+    for agent in report.agents:
         out(f"agent {agent.describe()}")
     if not findings:
         out(
@@ -279,21 +274,8 @@ def doctor_cmd(
 @app.command("resume-auto")
 def resume_auto_cmd(task: TaskArg) -> None:
     """Let automatic turns continue after a person typed into the worker."""
-    import os
-    import signal
-
-    from gitsup.host.procid import ProcessId
-    from gitsup.state import State
+    from gitsup.tasks.human import resume_auto
     from gitsup.tasks.lifecycle import SupRepo
 
-    ctx = SupRepo.discover()
-    record = ctx.store.load(task)
-    owner = ProcessId.from_dict(record.supervisor)
-    if owner is None or not owner.alive():
-        raise GitsupError(
-            f"task {task} has no running supervisor", hint=f"`git sup recover {task} --takeover`"
-        )
-    if record.state != State.PAUSED:
-        raise GitsupError(f"task {task} is {record.state.value}, not paused")
-    os.kill(owner.pid, signal.SIGUSR1)
+    resume_auto(SupRepo.discover(), task)
     out(f"task {task}: automatic turns resume")

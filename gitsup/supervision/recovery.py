@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -35,6 +35,9 @@ from gitsup.store.record import TaskRecord
 from gitsup.store.suprepo import SupRepo
 from gitsup.supervision.supervisor import Supervisor
 from gitsup.verification.confined import RUNNER_LABELS, runner_of
+
+if TYPE_CHECKING:
+    from gitsup.workers.agents import AgentInfo
 
 
 @dataclass
@@ -367,6 +370,31 @@ class DoctorFinding:
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "task": self.task, "detail": self.detail, "fixed": self.fixed}
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """What `git sup doctor` found: the findings, and (when probed) the host's network
+    isolation, the task sandbox and every known agent (`AgentInfo`)."""
+
+    findings: list[DoctorFinding]
+    network: str | None = None
+    sandbox: str | None = None
+    agents: list[AgentInfo] = field(default_factory=list)
+
+
+def diagnose(ctx: SupRepo, *, fix: bool, probe: bool = True) -> DoctorReport:
+    """Reconcile the tasks (`doctor`), then, with `probe`, probe the host's isolation, the
+    sandbox and the agents."""
+    findings = doctor(ctx, fix=fix)
+    if not probe:
+        return DoctorReport(findings)
+    from gitsup.host.proc import child_env
+    from gitsup.workers.agents import probe_agents
+
+    return DoctorReport(
+        findings, network_isolation(), sandbox_summary(ctx), probe_agents(child_env())
+    )
 
 
 def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:

@@ -184,6 +184,7 @@ class Supervisor:
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._abort = threading.Event()
         self._abort_reason: str | None = None
+        self._abort_signal: str | None = None  # the signal name when a signal asked first
         self._gone_since: float | None = None  # when the worker's identity was first gone
 
         def emit(payload: Payload) -> Event | None:
@@ -270,6 +271,8 @@ class Supervisor:
     def _transition(self, target: State, reason: str) -> None:
         previous = State(self.record.state)
         self.record.state = target
+        if target == State.STOPPED:
+            self.record.stop_signal = self._abort_signal
         self.emit(et.StateChanged(from_=previous.value, to=target.value, reason=reason))
         if target not in TERMINAL:
             # A terminal state is saved by `Close`, after `task_finished`: a record that says
@@ -279,8 +282,9 @@ class Supervisor:
 
     # --- stop requests and signals ------------------------------------------------------
 
-    def request_stop(self, reason: str) -> None:
-        self._abort_reason = self._abort_reason or reason
+    def request_stop(self, reason: str, signame: str | None = None) -> None:
+        if self._abort_reason is None:
+            self._abort_reason, self._abort_signal = reason, signame
         self._abort.set()
         self.inbox.put(StopRequest(reason))
 
@@ -291,7 +295,9 @@ class Supervisor:
         if signum == signal.SIGUSR2:
             self.inbox.put(_ControlPoke())
             return
-        self.request_stop(stop_reason(self.layout.task_dir(self.task), signum))
+        self.request_stop(
+            stop_reason(self.layout.task_dir(self.task), signum), signal.Signals(signum).name
+        )
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:

@@ -574,6 +574,14 @@ def status_exit(record: TaskRecord) -> int:
     return EXIT_OF.get(record.status, Exit.INTERNAL)
 
 
+def foreground_exit(record: TaskRecord) -> int:
+    """The exit code of a foreground `start`: a task stopped by Ctrl-C (SIGINT) exits 130
+    (its work kept, the caller interrupted), any other ends as `status_exit` says."""
+    if record.state == State.STOPPED and record.stop_signal == "SIGINT":
+        return Exit.INTERRUPTED
+    return status_exit(record)
+
+
 # --- prune ---------------------------------------------------------------------------------
 
 
