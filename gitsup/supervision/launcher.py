@@ -31,6 +31,7 @@ from gitsup.host.procid import ProcessId
 from gitsup.host.sandbox import SandboxPlan
 from gitsup.ids import TaskId
 from gitsup.layout import Layout, task_refs
+from gitsup.names import TASK_MARKER
 from gitsup.spec import DEFAULT_PIDS, TaskSpec, check_limit, default_memory, parse_size
 from gitsup.store import eventtypes as et
 from gitsup.store.eventtypes import EmitFn
@@ -118,7 +119,7 @@ class Launcher:
 
         env = child_env(
             {
-                "GITSUP_TASK": self.task,
+                TASK_MARKER: self.task,
                 "GITSUP_WORKTREE": str(self.worktree),
                 "GITSUP_BASELINE": self.record.baseline,
             },
@@ -817,7 +818,7 @@ class Launcher:
                     et.WorkerStopped(
                         containment="process group + descendant sweep",
                         guarantee="weaker: a descendant that left the process group and "
-                        "cleared GITSUP_TASK from its environment can escape",
+                        f"cleared {TASK_MARKER} from its environment can escape",
                         swept=swept,
                     )
                 )

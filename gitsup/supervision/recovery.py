@@ -28,6 +28,7 @@ from gitsup.host.contain import (
 from gitsup.host.proc import signal_group
 from gitsup.host.procid import ProcessId, pid_alive
 from gitsup.ids import TaskId
+from gitsup.names import TASK_MARKER
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL, State
 from gitsup.store.events import Event
@@ -89,7 +90,7 @@ def prove_worker_gone(record: TaskRecord, *, kill: bool) -> WorkerProof:
     if marked:
         if not kill:
             return WorkerProof(
-                False, f"{len(marked)} process(es) still carry GITSUP_TASK={record.id}"
+                False, f"{len(marked)} process(es) still carry {TASK_MARKER}={record.id}"
             )
         for p in marked:
             with contextlib.suppress(psutil.Error):
@@ -301,7 +302,7 @@ def complete_ended(
 
 
 def _spec_of(ctx: SupRepo, task: TaskId) -> TaskSpec:
-    return TaskSpec.model_validate_json((ctx.layout.task_dir(task) / "spec.json").read_text())
+    return ctx.store.load_spec(task)
 
 
 def _release_lease(ctx: SupRepo, record: TaskRecord) -> None:

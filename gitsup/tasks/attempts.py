@@ -86,10 +86,9 @@ def evidence(ctx: SupRepo, task: str, baseline: str) -> Ranked:
         files, ins, dels = ctx.repo.diff_size(Oid(baseline), cand)
         lines = ins + dels
     review = note.review if note else None
-    spec_path = ctx.layout.task_dir(TaskId(task)) / "spec.json"
     worker = ""
     try:
-        spec = TaskSpec.model_validate_json(spec_path.read_bytes())
+        spec = ctx.store.load_spec(TaskId(task))
         worker = spec.worker.kind + (f" {spec.worker.model}" if spec.worker.model else "")
     except (OSError, ValueError):
         pass

@@ -115,7 +115,7 @@ def _main(argv: list[str]) -> int:
     layout = Layout(Path(common_dir))
     store = TaskStore(layout)
     record = store.load(task)
-    spec = TaskSpec.model_validate_json((layout.task_dir(TaskId(task)) / "spec.json").read_text())
+    spec = store.load_spec(TaskId(task))
     leases = LeaseStore(layout.leases)
     held = leases.get(record.worktree)
     parent = ProcessId(int(parent_pid), float(parent_start))

@@ -156,7 +156,7 @@ def prepare_task(
             raise GitsupError(f"worktree path {wt_path} already exists")
         lease = ctx.leases.acquire(wt_path, task)
         undo.append(lambda: ctx.leases.release(lease))
-        (task_dir / "spec.json").write_text(spec.model_dump_json(indent=1))
+        ctx.store.save_spec(task, spec)
         repo.create_branch(branch, baseline)
         undo.append(lambda: repo.delete_branch(branch))
         spare = None

@@ -91,8 +91,7 @@ def _task_checks(ctx: SupRepo, task: str, note: CandidateNote) -> list[Check]:
 
 def _spec(ctx: SupRepo, task: str) -> TaskSpec | None:
     try:
-        path = ctx.layout.task_dir(TaskId(task)) / "spec.json"
-        return TaskSpec.model_validate_json(path.read_bytes())
+        return ctx.store.load_spec(TaskId(task))
     except (OSError, ValueError):
         return None
 

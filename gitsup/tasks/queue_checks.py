@@ -178,8 +178,7 @@ class CompositionTester:
 
     def _specs(self, task: str) -> TaskSpec | None:
         try:
-            path = self.ctx.layout.task_dir(TaskId(task)) / "spec.json"
-            return TaskSpec.model_validate_json(path.read_bytes())
+            return self.ctx.store.load_spec(TaskId(task))
         except (OSError, ValueError):
             return None
 
