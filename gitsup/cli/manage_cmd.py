@@ -24,7 +24,8 @@ def stop_cmd(
 ) -> None:
     """Stop a running task (its supervisor stops the worker and parks the work)."""
     from gitsup.cluster import submitted_here
-    from gitsup.tasks.lifecycle import SupRepo, show_dict, stop_task
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import show_dict, stop_task
 
     ctx = SupRepo.discover()
     if submitted_here(ctx.layout, task):
@@ -50,7 +51,8 @@ def discard_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove a task's worktree; its refs stay. Refuses to lose uncaptured work without --force."""
-    from gitsup.tasks.lifecycle import SupRepo, discard_task
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import discard_task
 
     ctx = SupRepo.discover()
     res = discard_task(ctx, task, force=force)
@@ -77,7 +79,8 @@ def prune_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove ended tasks' worktrees and branches; their refs under refs/sup/ stay."""
-    from gitsup.tasks.lifecycle import SupRepo, prune_tasks
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import prune_tasks
 
     ctx = SupRepo.discover()
     res = prune_tasks(ctx, force=force, dry_run=dry_run)
@@ -103,7 +106,8 @@ def wait_cmd(
 ) -> None:
     """Block until the task ends; exit with the same code as `start`."""
     from gitsup.cluster import submitted_here
-    from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import show_dict, status_exit
 
     ctx = SupRepo.discover()
     if submitted_here(ctx.layout, task):
@@ -152,8 +156,9 @@ def recover_cmd(
 ) -> None:
     """Continue (or park) a task whose supervisor died; complete the record of one that had
     ended; give a task its deadline parked more time (--extend)."""
+    from gitsup.store.suprepo import SupRepo
     from gitsup.supervision.recovery import recover_task
-    from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
+    from gitsup.tasks.lifecycle import show_dict, status_exit
 
     seconds = None if extend is None else _duration(extend, "--extend")
     ctx = SupRepo.discover()
@@ -211,8 +216,9 @@ def repair_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Start a new repair round on a parked candidate, as the same task."""
+    from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.human import who
-    from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
+    from gitsup.tasks.lifecycle import show_dict, status_exit
     from gitsup.tasks.reopen import repair_round
 
     ctx = SupRepo.discover()
@@ -247,8 +253,8 @@ def doctor_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Reconcile task records and leases with processes, cgroups, worktrees and refs."""
+    from gitsup.store.suprepo import SupRepo
     from gitsup.supervision.recovery import diagnose
-    from gitsup.tasks.lifecycle import SupRepo
 
     report = diagnose(SupRepo.discover(), fix=fix, probe=not json_out)
     findings = report.findings
@@ -274,8 +280,8 @@ def doctor_cmd(
 @app.command("resume-auto")
 def resume_auto_cmd(task: TaskArg) -> None:
     """Let automatic turns continue after a person typed into the worker."""
+    from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.human import resume_auto
-    from gitsup.tasks.lifecycle import SupRepo
 
     resume_auto(SupRepo.discover(), task)
     out(f"task {task}: automatic turns resume")

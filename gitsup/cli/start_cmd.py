@@ -21,7 +21,7 @@ from gitsup.errors import Exit, GitsupError
 if TYPE_CHECKING:
     from gitsup.spec import TaskSpec
     from gitsup.store.record import TaskRecord
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
 
 
 def _spec_from_cli(
@@ -208,7 +208,8 @@ def start_cmd(
     Exit codes: 0 ready, 3 parked, 4 failed, 5 stopped, 2 bad input, 1 internal error,
     130 interrupted (Ctrl-C stops the task and keeps its work).
     """
-    from gitsup.tasks.lifecycle import SupRepo, foreground_exit, run_task, show_dict
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import foreground_exit, run_task, show_dict
 
     spec = _spec_from_cli(
         goal,

@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Fetched",
-    "Published",
     "adopt",
     "fetch_task",
     "host_name",

@@ -25,7 +25,7 @@ from gitsup.spec import TaskSpec
 from gitsup.state import EXIT_OF, STATUS_OF, State, Status
 from gitsup.store import eventtypes as et
 from gitsup.store.events import EventLog
-from gitsup.store.eventtypes import EmitFn
+from gitsup.store.payload import EmitFn
 from gitsup.store.record import CandidateNote
 from gitsup.supervision.journal import Journal
 from gitsup.supervision.launcher import Launcher

@@ -34,8 +34,8 @@ from gitsup.layout import Layout, task_refs
 from gitsup.names import TASK_MARKER
 from gitsup.spec import DEFAULT_PIDS, TaskSpec, check_limit, default_memory, parse_size
 from gitsup.store import eventtypes as et
-from gitsup.store.eventtypes import EmitFn
 from gitsup.store.lease import Lease, LeaseStore
+from gitsup.store.payload import UNSET, EmitFn
 from gitsup.supervision.journal import Journal
 from gitsup.supervision.taskio import LimitHit, Spawned
 from gitsup.supervision.tasknet import TaskNet
@@ -744,8 +744,8 @@ class Launcher:
                 extra=dict(ident.extra),
                 network=self.net.describe,
                 sandbox=self.record.sandbox,
-                binary=self.record.agent_binary or et.UNSET,
-                host=self.record.host or et.UNSET,
+                binary=self.record.agent_binary or UNSET,
+                host=self.record.host or UNSET,
             )
         )
         self.save()

@@ -31,7 +31,7 @@ from gitsup.git.taskgit import ImportLimits, import_tree, open_worktree
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import Layout, task_record_ref, task_refs
 from gitsup.names import RECORD_FILE, SPEC_FILE
-from gitsup.store.eventtypes import EmitFn
+from gitsup.store.payload import EmitFn
 from gitsup.store.record import TaskRecord
 
 PUBLISH_KEY = "sup.cluster.publish"

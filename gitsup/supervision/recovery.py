@@ -30,7 +30,7 @@ from gitsup.host.procid import ProcessId, pid_alive
 from gitsup.ids import TaskId
 from gitsup.names import TASK_MARKER
 from gitsup.spec import TaskSpec
-from gitsup.state import TERMINAL, State
+from gitsup.state import TERMINAL
 from gitsup.store.events import Event
 from gitsup.store.record import TaskRecord
 from gitsup.store.suprepo import SupRepo
@@ -663,7 +663,6 @@ def sandbox_summary(ctx: SupRepo) -> str:
 
 __all__ = [
     "DoctorFinding",
-    "State",
     "WorkerProof",
     "complete_ended",
     "doctor",

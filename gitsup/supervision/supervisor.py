@@ -35,10 +35,10 @@ from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL, State, Status
 from gitsup.store import eventtypes as et
 from gitsup.store.events import Event
-from gitsup.store.eventtypes import Payload
 from gitsup.store.lease import Lease
+from gitsup.store.payload import UNSET, Payload
 from gitsup.store.record import TaskRecord
-from gitsup.supervision.finaliser import NOT_CAPTURED_LIST_LIMIT, Finaliser, bound_not_captured
+from gitsup.supervision.finaliser import Finaliser
 from gitsup.supervision.gate import Gate
 from gitsup.supervision.journal import EventSink, Journal
 from gitsup.supervision.launcher import Launcher, WorkerFactory
@@ -79,7 +79,6 @@ from gitsup.supervision.taskio import (
     Verify,
     WorkImported,
 )
-from gitsup.supervision.tasknet import Net
 from gitsup.supervision.verifier import Verifier
 from gitsup.verification.decider import DECIDER_MEMORY, DecisionTime, make_decider
 from gitsup.verification.review import Attempt
@@ -92,15 +91,8 @@ from gitsup.workers.base import (
 )
 
 __all__ = [
-    "NOT_CAPTURED_LIST_LIMIT",
     "STOP_REQUEST_FILE",
-    "EventSink",
-    "Net",
-    "ResumeAuto",
-    "StopRequest",
     "Supervisor",
-    "WorkerFactory",
-    "bound_not_captured",
     "default_worker_factory",
     "stop_reason",
     "supervisor_identity",
@@ -391,9 +383,9 @@ class Supervisor:
                     how="close_out" if r.how == "extend" and r.extend <= 0 else r.how,
                     by=by,
                     status_before=before,
-                    extend=r.extend if r.how == "extend" else et.UNSET,
-                    rounds=r.rounds if r.rounds is not None else et.UNSET,
-                    message=r.message or et.UNSET,
+                    extend=r.extend if r.how == "extend" else UNSET,
+                    rounds=r.rounds if r.rounds is not None else UNSET,
+                    message=r.message or UNSET,
                 )
             )
             r_ = self.record
@@ -504,7 +496,7 @@ class Supervisor:
                         ref=req.ref,
                         command=req.kind,
                         reason=why or "refused",
-                        by=str(by) if isinstance(by, str) else et.UNSET,
+                        by=str(by) if isinstance(by, str) else UNSET,
                     )
                 )
                 continue

@@ -27,7 +27,7 @@ from gitsup.layout import task_refs
 from gitsup.spec import Attempts, TaskSpec
 from gitsup.state import TERMINAL, Status
 from gitsup.store.record import CandidateNote
-from gitsup.tasks.lifecycle import SupRepo
+from gitsup.store.suprepo import SupRepo
 
 GROUP_FILE = "group.json"
 _GROUP_RE = re.compile(r"^g[0-9]{8}-[0-9a-f]{6}$")
@@ -244,7 +244,7 @@ def start_group(
             )
     result = compare(ctx, group)
     if queue_into is not None and result["chosen"]:
-        from gitsup.tasks.queue import add
+        from gitsup.tasks.queue_state import add
 
         # into the given branch, else the branch the attempts started from, else HEAD's
         into = queue_into or (spec.base if ctx.repo.branch_target(spec.base) else None)

@@ -23,8 +23,9 @@ from gitsup.state import TERMINAL
 from gitsup.store.lease import LeaseStore
 from gitsup.store.record import TaskRecord
 from gitsup.store.records import TaskStore
+from gitsup.store.suprepo import SupRepo
 from gitsup.supervision.supervisor import Supervisor
-from gitsup.tasks.lifecycle import SupRepo, prepare_task, remove_unstarted, status_exit
+from gitsup.tasks.lifecycle import prepare_task, remove_unstarted, status_exit
 
 
 def start_detached(

@@ -20,15 +20,15 @@ from gitsup.layout import task_branch, task_refs
 from gitsup.preload import preloading
 from gitsup.state import TERMINAL, State, Status
 from gitsup.store.records import TaskLock
-from gitsup.store.suprepo import SupRepo as SupRepo  # re-exported: the commands take it
-from gitsup.store.suprepo import worktree_root as worktree_root
-from gitsup.tasks.listing import LsRow as LsRow  # re-exported: `ls` rows
+from gitsup.store.suprepo import SupRepo, worktree_root
+from gitsup.tasks.listing import LsRow
 
 if TYPE_CHECKING:
     from gitsup.spec import TaskSpec
     from gitsup.store.events import Event
     from gitsup.store.record import TaskRecord
-    from gitsup.supervision.supervisor import EventSink, WorkerFactory
+    from gitsup.supervision.journal import EventSink
+    from gitsup.supervision.launcher import WorkerFactory
 
 
 SUP_NOTES_DISPLAY = "refs/notes/[s]up"  # exactly refs/notes/sup, quiet while it is missing
