@@ -374,7 +374,7 @@ def test_the_doc_check_fails_when_a_class_changes(monkeypatch: pytest.MonkeyPatc
 def test_mypy_refuses_a_wrong_field_and_free_form_data(tmp: Path) -> None:
     src = tmp / "wrong.py"
     src.write_text(
-        "from gitsup.store.eventtypes import StateChanged, Untyped\n"
+        "from gitsup.store.eventtypes import StateChanged; from gitsup.store.payload import Untyped\n"
         "from gitsup.supervision.journal import Journal\n"
         "def f(j: Journal) -> None:\n"
         "    j.emit(StateChanged(from_='a', to=1, reason=''))\n"
