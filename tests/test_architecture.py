@@ -356,20 +356,23 @@ def _bindings(tree: ast.Module) -> tuple[set[str], set[str], list[str], list[tup
 
 
 def reexports(root: Path) -> list[str]:
-    """Every second address of a name: a module of gitsup (not a package's `__init__`, the
-    package's face) that lists an imported name in `__all__` or imports it `as` itself, and
-    every `from gitsup.M import N` (in gitsup, tests or bench) where M only imports N."""
+    """Every second address of a name: a module of gitsup that imports a name `as` itself,
+    or (unless it is a package's `__init__`, the package's face) lists an imported name in
+    `__all__`; and every `from gitsup.M import N` (in gitsup, tests or bench) where M only
+    imports N (a package offers what its `__init__` lists in `__all__`)."""
     modules: dict[str, tuple[Path, set[str], set[str]]] = {}
     found: list[str] = []
     for path in sorted((root / "gitsup").rglob("*.py")):
         rel = path.relative_to(root)
         name = ".".join(rel.with_suffix("").parts)
         defined, imported, exported, as_same = _bindings(ast.parse(path.read_text("utf-8")))
+        found += [f"{rel}:{line}: imports {n} as {n}" for n, line in as_same]
         if path.name == "__init__.py":
+            # a package's face: what it offers of its modules is its `__all__`
+            modules[name.removesuffix(".__init__")] = (rel, defined | set(exported), imported)
             continue
         modules[name] = (rel, defined, imported)
         found += [f"{rel}: __all__ lists {n}, imported" for n in exported if n not in defined]
-        found += [f"{rel}:{line}: imports {n} as {n}" for n, line in as_same]
     sources = [
         p
         for d in ("gitsup", "tests", "bench")
@@ -404,6 +407,12 @@ def test_every_name_is_imported_from_its_home_module() -> None:
             "tests/test_x.py:1: Thing from gitsup.a, which only imports it",
         ),
         ("from gitsup.b import Thing as Thing\n", "", "gitsup/a.py:1: imports Thing as Thing"),
+        # a package's face offers only what its __all__ lists
+        (
+            "",
+            "from gitsup import Thing\n",
+            "tests/test_x.py:1: Thing from gitsup, which only imports it",
+        ),
         (
             'from gitsup.b import Thing\n\n__all__ = ["Thing"]\n',
             "",
@@ -414,12 +423,15 @@ def test_every_name_is_imported_from_its_home_module() -> None:
 def test_a_second_address_is_found(tmp_path: Path, home: str, user: str, expected: str) -> None:
     (tmp_path / "gitsup").mkdir()
     (tmp_path / "tests").mkdir()
-    (tmp_path / "gitsup" / "__init__.py").write_text("")
+    (tmp_path / "gitsup" / "__init__.py").write_text("from gitsup.b import Thing\n")
     (tmp_path / "gitsup" / "b.py").write_text("class Thing: ...\n")
     (tmp_path / "gitsup" / "a.py").write_text(home)
     (tmp_path / "tests" / "test_x.py").write_text(user)
     assert expected in reexports(tmp_path)
-    # the same names imported from their home are fine
+    # the same names imported from their home, or from a face that lists them, are fine
+    (tmp_path / "gitsup" / "__init__.py").write_text(
+        'from gitsup.b import Thing\n\n__all__ = ["Thing"]\n'
+    )
     (tmp_path / "gitsup" / "a.py").write_text("from gitsup.b import Thing\n")
     (tmp_path / "tests" / "test_x.py").write_text("from gitsup.b import Thing\n")
     assert reexports(tmp_path) == []
