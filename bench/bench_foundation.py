@@ -193,7 +193,7 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
     phases.wrap(LeaseStore, "acquire", "lease acquire")
     phases.wrap(GitRepo, "create_branch", "create branch")
     phases.wrap(GitRepo, "add_worktree", "add_worktree (git, parallel checkout)")
-    from gitsup.git import taskgit as gitstate
+    from gitsup.store import taskgit as gitstate
 
     phases.wrap(gitstate, "create", "private Git dir (gitstate.create)")
     phases.wrap(GitRepo, "update_ref", "update_ref")
@@ -394,9 +394,9 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
 
 
 def bench_import(root: Path, files: int, reps: int) -> dict[str, Any]:
-    from gitsup.git import taskgit as gitstate
     from gitsup.ids import Oid, TaskId
     from gitsup.spec import spec_from_mapping
+    from gitsup.store import taskgit as gitstate
     from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.lifecycle import prepare_task
 
@@ -448,7 +448,7 @@ def bench_import(root: Path, files: int, reps: int) -> dict[str, Any]:
 _IMPORT_PEAK = """
 import json, sys
 from pathlib import Path
-from gitsup.git import taskgit as gitstate
+from gitsup.store import taskgit as gitstate
 from gitsup.ids import Oid, TaskId
 from gitsup.tasks.lifecycle import SupRepo
 

@@ -59,13 +59,13 @@ def hermetic(tmp: Path) -> None:
 
 def ready_task(repo: Path, name: str, files: dict[str, str], check: list[str]) -> str:
     """A finished task with a ready candidate (what `git sup start` leaves behind)."""
-    from gitsup.git.taskgit import import_work
     from gitsup.ids import Oid, TaskId
     from gitsup.layout import task_refs
     from gitsup.spec import spec_from_mapping
     from gitsup.state import State, Status
     from gitsup.store.record import CandidateNote
     from gitsup.store.suprepo import SupRepo
+    from gitsup.store.taskgit import import_work
     from gitsup.tasks.lifecycle import prepare_task
 
     ctx = SupRepo.discover(repo)

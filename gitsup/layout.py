@@ -97,6 +97,6 @@ def task_branch(task: TaskId) -> str:
     return f"sup/{task}"
 
 
-# The shell of a task's private Git dir (gitsup/git/taskgit.py `seal`): the entries gitsup
+# The shell of a task's private Git dir (gitsup/store/taskgit.py `seal`): the entries gitsup
 # writes and the sandbox binds read-only over themselves, so that no task writes them.
 TASK_GIT_SHELL = ("config", "commondir", "hooks", "info")

@@ -323,7 +323,7 @@ class RepoBase:
             if isinstance(obj, pygit2.Blob):
                 yield entry.name or "", obj.data
 
-    # --- raw objects and ref listings (a task's private Git dir, gitsup.git.taskgit) -------
+    # --- raw objects and ref listings (a task's private Git dir, gitsup.store.taskgit) -------
 
     def has_object(self, oid: str) -> bool:
         return pygit2.Oid(hex=oid) in self._repo.odb

@@ -163,7 +163,7 @@ class Launcher:
                 if value and f"GIT_AUTHOR_{var}" not in env:
                     env.setdefault(f"GIT_AUTHOR_{var}", value)
                     env.setdefault(f"GIT_COMMITTER_{var}", value)
-            from gitsup.git import taskgit
+            from gitsup.store import taskgit
 
             if taskgit.uses_private_dir(self.layout, self.task):
                 # before anything of the task runs: the shell of its Git dir as gitsup

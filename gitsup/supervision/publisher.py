@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from gitsup.errors import GitsupError
 from gitsup.git import NOTES_REF, WIP_MAX_FILE_BYTES, GitRepo, RefConflict
 from gitsup.git import remote as transport
-from gitsup.git.taskgit import ImportLimits, import_tree, open_worktree
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import Layout, task_record_ref, task_refs
 from gitsup.names import RECORD_FILE, SPEC_FILE
 from gitsup.store.payload import EmitFn
 from gitsup.store.record import TaskRecord
+from gitsup.store.taskgit import ImportLimits, import_tree, open_worktree
 
 PUBLISH_KEY = "sup.cluster.publish"
 NOTES_ATTEMPTS = 8

@@ -195,7 +195,7 @@ def _compare_head(ctx: SupRepo, record: TaskRecord) -> dict[str, Any]:
     """The worktree's HEAD at recovery against what the record knows (the task branch, the
     last import), whatever the turn count: a commit the dead supervisor never imported is
     said (`recovered.previous`, a reason), and the import that follows takes it."""
-    from gitsup.git.taskgit import worker_head
+    from gitsup.store.taskgit import worker_head
 
     now = worker_head(ctx.layout, TaskId(record.id))
     known = ctx.repo.branch_target(record.branch) if record.branch else None
@@ -562,7 +562,7 @@ def _unsealed_git_dirs(
     gitsup wrote: made by a gitsup that let the worker write it, or changed in a sandbox
     without a mount namespace. The person's `git` in such a worktree may run what the
     worker configured. `--fix` rewrites the shell of a task no live supervisor owns."""
-    from gitsup.git import taskgit
+    from gitsup.store import taskgit
 
     out: list[DoctorFinding] = []
     for rec in records.values():

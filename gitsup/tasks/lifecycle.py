@@ -172,7 +172,7 @@ def prepare_task(
             with preloading(after_checkout(spec)):
                 repo.add_worktree(task, wt_path, branch)
             undo.append(lambda: repo.remove_worktree(task, wt_path))
-        from gitsup.git import taskgit as gitstate
+        from gitsup.store import taskgit as gitstate
 
         gitstate.create(repo, ctx.layout, task, wt_path, branch, baseline)
         if use_pool:
@@ -230,7 +230,7 @@ WORKER_MODULES = {
     "tmux": "gitsup.workers.claude.tmux",
 }
 TASK_MODULES = (
-    "gitsup.git.taskgit",
+    "gitsup.store.taskgit",
     "gitsup.store.record",
     "gitsup.store.events",
     "gitsup.supervision.supervisor",
@@ -504,7 +504,7 @@ def discard_task(ctx: SupRepo, task: str, *, force: bool = False) -> DiscardResu
     if wt is not None and (wt.exists() or repo.worktree_path(tid) is not None):
         repo.remove_worktree(tid, wt)
         removed.append(f"worktree {wt}")
-    from gitsup.git import taskgit as gitstate
+    from gitsup.store import taskgit as gitstate
 
     if gitstate.remove(ctx.layout, tid):
         removed.append(f"private Git dir {gitstate.private_dir(ctx.layout, tid)}")
@@ -533,7 +533,7 @@ def _uncaptured_work(ctx: SupRepo, record: TaskRecord) -> str | None:
     wt = Path(record.worktree) if record.worktree else None
     if wt is None or not wt.exists():
         return None
-    from gitsup.git import taskgit as gitstate
+    from gitsup.store import taskgit as gitstate
 
     try:
         wrepo = gitstate.open_worktree(ctx.layout, TaskId(record.id), wt)
@@ -622,7 +622,7 @@ def prune_tasks(ctx: SupRepo, *, force: bool = False, dry_run: bool = False) -> 
                 kept.append({"task": record.id, "what": f"worktree {wt}", "why": why})
                 continue
             if not dry_run:
-                from gitsup.git import taskgit as gitstate
+                from gitsup.store import taskgit as gitstate
 
                 repo.remove_worktree(tid, wt)
                 gitstate.remove(ctx.layout, tid)

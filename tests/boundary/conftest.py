@@ -132,7 +132,7 @@ def make_task(
     head = Oid(git(wt, "rev-parse", "HEAD"))
     tid = TaskId(record.id)
     # what the supervisor does after a turn: import the worker's commit into sup/<id>
-    from gitsup.git.taskgit import import_work
+    from gitsup.store.taskgit import import_work
 
     import_work(ctx.repo, ctx.layout, tid, Oid(record.baseline), record.branch)
     ctx.repo.update_ref(task_refs(tid)["candidate"], head, old=None, message="test candidate")
