@@ -145,7 +145,7 @@ def bench_watch(root: Path, n: int) -> None:
 
 
 def bench_report(root: Path, quick: bool) -> None:
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.report import render_task
 
     repo = root / "report-repo"

@@ -143,7 +143,8 @@ def main() -> int:
         lines = [f"create refs/heads/b{i:03d} {news[i]}" for i in range(n)]
         lines += [f"create refs/sup/20260101-{i:06x}/log {news[i]}" for i in range(n)]
         git(repo, "update-ref", "--stdin", input="\n".join(lines) + "\n")
-        from gitsup.tasks.lifecycle import SupRepo, init_repo
+        from gitsup.store.suprepo import SupRepo
+        from gitsup.tasks.lifecycle import init_repo
 
         init_repo(SupRepo.discover(repo))
         remote = tmp / "remote.git"

@@ -161,10 +161,10 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
     from gitsup.spec import spec_from_mapping
     from gitsup.store.lease import LeaseStore
     from gitsup.store.records import TaskStore
+    from gitsup.store.suprepo import SupRepo
     from gitsup.supervision import journal as journal_mod
     from gitsup.supervision import launcher as launcher_mod
     from gitsup.tasks import lifecycle as tasks_mod
-    from gitsup.tasks.lifecycle import SupRepo
 
     print(f"\n== 1. task start -> worker's first instruction ({files:,} files, {reps} runs each)")
     t0 = time.perf_counter()
@@ -193,7 +193,7 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
     phases.wrap(LeaseStore, "acquire", "lease acquire")
     phases.wrap(GitRepo, "create_branch", "create branch")
     phases.wrap(GitRepo, "add_worktree", "add_worktree (git, parallel checkout)")
-    from gitsup.git import taskgit as gitstate
+    from gitsup.store import taskgit as gitstate
 
     phases.wrap(gitstate, "create", "private Git dir (gitstate.create)")
     phases.wrap(GitRepo, "update_ref", "update_ref")
@@ -394,10 +394,11 @@ def bench_start(root: Path, files: int, reps: int) -> dict[str, Any]:
 
 
 def bench_import(root: Path, files: int, reps: int) -> dict[str, Any]:
-    from gitsup.git import taskgit as gitstate
     from gitsup.ids import Oid, TaskId
     from gitsup.spec import spec_from_mapping
-    from gitsup.tasks.lifecycle import SupRepo, prepare_task
+    from gitsup.store import taskgit as gitstate
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import prepare_task
 
     print(f"\n== 4. import of a turn's commit into sup/<id> ({files:,} files, {reps} turns each)")
     base = root / "import"
@@ -447,7 +448,7 @@ def bench_import(root: Path, files: int, reps: int) -> dict[str, Any]:
 _IMPORT_PEAK = """
 import json, sys
 from pathlib import Path
-from gitsup.git import taskgit as gitstate
+from gitsup.store import taskgit as gitstate
 from gitsup.ids import Oid, TaskId
 from gitsup.tasks.lifecycle import SupRepo
 
@@ -468,7 +469,8 @@ def bench_import_big(root: Path, size: int) -> dict[str, Any]:
     """The supervisor's peak memory (VmHWM of a process that does only the import) while
     it imports a commit holding one blob of `size` bytes (not compressible)."""
     from gitsup.spec import spec_from_mapping
-    from gitsup.tasks.lifecycle import SupRepo, prepare_task
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import prepare_task
 
     print(f"\n== 4b. import of a big blob ({size >> 20} MiB) into sup/<id>: peak memory")
     base = root / "import-big"
@@ -576,7 +578,8 @@ def bench_events(root: Path, sizes: list[int], n: int, rounds: int = 3) -> dict[
 def bench_ls(root: Path, count: int) -> dict[str, float]:
     from gitsup.state import State, Status
     from gitsup.store.record import TaskRecord
-    from gitsup.tasks.lifecycle import SupRepo, list_tasks
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import list_tasks
 
     print(f"\n== 3. git sup ls with {count:,} tasks, and the CLI's start-up per command")
     repo = root / "lsrepo"

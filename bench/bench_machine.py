@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 from gitsup.ids import TaskId  # noqa: E402
 from gitsup.spec import spec_from_mapping  # noqa: E402
 from gitsup.store.events import EventLog  # noqa: E402
-from gitsup.store.eventtypes import Untyped  # noqa: E402
+from gitsup.store.payload import Untyped  # noqa: E402
 from gitsup.workers.base import PermissionCancelled, WorkerNote, WorkerOutput  # noqa: E402
 
 
@@ -55,8 +55,9 @@ def main() -> None:
         subprocess.run(["git", *args], cwd=repo, check=True, env=env)
     os.environ.update(env)
     from gitsup.state import State
+    from gitsup.store.suprepo import SupRepo
     from gitsup.supervision.supervisor import Supervisor
-    from gitsup.tasks.lifecycle import SupRepo, prepare_task
+    from gitsup.tasks.lifecycle import prepare_task
 
     spec = spec_from_mapping(
         {"goal": "g", "worker": {"kind": "process", "argv": ["true"]}, "review": {"kind": "none"}}

@@ -59,13 +59,14 @@ def hermetic(tmp: Path) -> None:
 
 def ready_task(repo: Path, name: str, files: dict[str, str], check: list[str]) -> str:
     """A finished task with a ready candidate (what `git sup start` leaves behind)."""
-    from gitsup.git.taskgit import import_work
     from gitsup.ids import Oid, TaskId
     from gitsup.layout import task_refs
     from gitsup.spec import spec_from_mapping
     from gitsup.state import State, Status
     from gitsup.store.record import CandidateNote
-    from gitsup.tasks.lifecycle import SupRepo, prepare_task
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.store.taskgit import import_work
+    from gitsup.tasks.lifecycle import prepare_task
 
     ctx = SupRepo.discover(repo)
     spec = spec_from_mapping(
@@ -110,7 +111,8 @@ def ready_task(repo: Path, name: str, files: dict[str, str], check: list[str]) -
 
 
 def make_repo(tmp: Path, n: int, culprit: int, t: float) -> tuple[Path, list[str]]:
-    from gitsup.tasks.lifecycle import SupRepo, init_repo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import init_repo
 
     repo = tmp / "repo"
     repo.mkdir()
@@ -134,14 +136,14 @@ def make_repo(tmp: Path, n: int, culprit: int, t: float) -> tuple[Path, list[str
 
 
 def run_queue(repo: Path, ids: list[str], batch: int, slots: int = 1) -> dict[str, float]:
-    from gitsup.tasks import queue
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks import queue, queue_state
 
     cwd = os.getcwd()
     os.chdir(repo)
     try:
         ctx = SupRepo.discover(repo)
-        queue.add(ctx, ids, "main")
+        queue_state.add(ctx, ids, "main")
         t0 = time.perf_counter()
         [res] = queue.run(ctx, "main", batch=batch, slots=slots)
         wall = time.perf_counter() - t0

@@ -244,14 +244,14 @@ MUTANTS = [
     ),
     Mutant(
         "import-limit-parents",
-        "gitsup/git/taskgit.py",
+        "gitsup/store/taskgit.py",
         "if len(parents) > lim.max_parents:",
         "if False:",
         (LIMITS + "test_a_commit_with_100_parents_is_refused",),
     ),
     Mutant(
         "import-limit-bytes",
-        "gitsup/git/taskgit.py",
+        "gitsup/store/taskgit.py",
         "if self.bytes + size > lim.max_bytes:",
         "if False:",
         (LIMITS + "test_new_bytes_and_tree_depth_over_their_limits_park",),

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gitsup.ids import TaskId, is_task_id
+from gitsup.names import RECORD_FILE, SPEC_FILE
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,11 @@ class Layout:
         return self.task_dir(task) / "events.jsonl"
 
     def record(self, task: TaskId) -> Path:
-        return self.task_dir(task) / "task.json"
+        return self.task_dir(task) / RECORD_FILE
+
+    def spec(self, task: TaskId) -> Path:
+        """The task's spec (`TaskSpec`), written once when the task is created."""
+        return self.task_dir(task) / SPEC_FILE
 
     def final_record(self, task: TaskId) -> Path:
         """The terminal record, written before `task_finished` and renamed to the record
@@ -62,7 +67,7 @@ def owning_task(git_dir: Path) -> tuple[Path, TaskId] | None:
     if not is_task_id(task):
         return None
     common = Path(*parts[:-4])
-    if not (common / "sup" / "tasks" / task / "task.json").is_file():
+    if not (common / "sup" / "tasks" / task / RECORD_FILE).is_file():
         return None
     return common, TaskId(task)
 
@@ -92,6 +97,6 @@ def task_branch(task: TaskId) -> str:
     return f"sup/{task}"
 
 
-# The shell of a task's private Git dir (gitsup/git/taskgit.py `seal`): the entries gitsup
+# The shell of a task's private Git dir (gitsup/store/taskgit.py `seal`): the entries gitsup
 # writes and the sandbox binds read-only over themselves, so that no task writes them.
 TASK_GIT_SHELL = ("config", "commondir", "hooks", "info")

@@ -380,7 +380,7 @@ class Limits(_Strict):
     """What a task may take. `pids`, `memory`: the task's cgroup bounds (worker and checks);
     None: git config `sup.limits.pids` / `sup.limits.memory`, else the default (DEFAULT_PIDS,
     default_memory()); 0: no limit. The `max_*` keys: what importing the worker's work may
-    bring into the user's repository (gitsup/git/taskgit.py `ImportLimits`); unset keys fall
+    bring into the user's repository (gitsup/store/taskgit.py `ImportLimits`); unset keys fall
     back to `sup.limits.*`, then to the defaults there."""
 
     pids: int | None = Field(default=None, ge=0)

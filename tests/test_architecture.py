@@ -8,6 +8,7 @@ import ast
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -314,3 +315,123 @@ def test_a_private_import_between_policy_modules_is_found(tmp_path: Path) -> Non
     (tmp_path / rel).parent.mkdir(parents=True)
     (tmp_path / rel).write_text("def f() -> None:\n    from gitsup.policy.facts import _printf\n")
     assert private_imports(tmp_path) == [f"{rel}:2: _printf"]
+
+
+# --- one address per name: no module re-exports what another defines --------------------------
+
+
+def _top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The module's own statements, into `if` (TYPE_CHECKING) and `try` blocks."""
+    for node in body:
+        yield node
+        if isinstance(node, ast.If | ast.Try):
+            for block in (node.body, node.orelse, *(h.body for h in getattr(node, "handlers", []))):
+                yield from _top_level(block)
+
+
+def _bindings(tree: ast.Module) -> tuple[set[str], set[str], list[str], list[tuple[str, int]]]:
+    """A module's defined names, its imported names, its `__all__`, and its `X as X`
+    imports (the explicit re-export idiom)."""
+    defined: set[str] = set()
+    imported: set[str] = set()
+    exported: list[str] = []
+    as_same: list[tuple[str, int]] = []
+    for node in _top_level(tree.body):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                defined |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+                if isinstance(target, ast.Name) and target.id == "__all__":
+                    value = node.value
+                    if isinstance(value, ast.List | ast.Tuple):
+                        exported = [e.value for e in value.elts if isinstance(e, ast.Constant)]
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for a in node.names:
+                imported.add((a.asname or a.name).split(".")[0])
+                if isinstance(node, ast.ImportFrom) and a.asname == a.name:
+                    as_same.append((a.name, node.lineno))
+    return defined, imported, exported, as_same
+
+
+def reexports(root: Path) -> list[str]:
+    """Every second address of a name: a module of gitsup that imports a name `as` itself,
+    or (unless it is a package's `__init__`, the package's face) lists an imported name in
+    `__all__`; and every `from gitsup.M import N` (in gitsup, tests or bench) where M only
+    imports N (a package offers what its `__init__` lists in `__all__`)."""
+    modules: dict[str, tuple[Path, set[str], set[str]]] = {}
+    found: list[str] = []
+    for path in sorted((root / "gitsup").rglob("*.py")):
+        rel = path.relative_to(root)
+        name = ".".join(rel.with_suffix("").parts)
+        defined, imported, exported, as_same = _bindings(ast.parse(path.read_text("utf-8")))
+        found += [f"{rel}:{line}: imports {n} as {n}" for n, line in as_same]
+        if path.name == "__init__.py":
+            # a package's face: what it offers of its modules is its `__all__`
+            modules[name.removesuffix(".__init__")] = (rel, defined | set(exported), imported)
+            continue
+        modules[name] = (rel, defined, imported)
+        found += [f"{rel}: __all__ lists {n}, imported" for n in exported if n not in defined]
+    sources = [
+        p
+        for d in ("gitsup", "tests", "bench")
+        if (root / d).is_dir()
+        for p in (root / d).rglob("*.py")
+    ]
+    for path in sorted(sources):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.module not in modules:
+                continue
+            _, defined, imported = modules[node.module]
+            for a in node.names:
+                if a.name in imported and a.name not in defined:
+                    found.append(
+                        f"{path.relative_to(root)}:{node.lineno}: {a.name} from {node.module}, "
+                        "which only imports it"
+                    )
+    return found
+
+
+def test_every_name_is_imported_from_its_home_module() -> None:
+    assert reexports(REPO_ROOT) == []
+
+
+@pytest.mark.parametrize(
+    ("home", "user", "expected"),
+    [
+        # a module that only imports a name is not where others import it from
+        (
+            "from gitsup.b import Thing\n\ndef f() -> Thing: ...\n",
+            "from gitsup.a import Thing\n",
+            "tests/test_x.py:1: Thing from gitsup.a, which only imports it",
+        ),
+        ("from gitsup.b import Thing as Thing\n", "", "gitsup/a.py:1: imports Thing as Thing"),
+        # a package's face offers only what its __all__ lists
+        (
+            "",
+            "from gitsup import Thing\n",
+            "tests/test_x.py:1: Thing from gitsup, which only imports it",
+        ),
+        (
+            'from gitsup.b import Thing\n\n__all__ = ["Thing"]\n',
+            "",
+            "gitsup/a.py: __all__ lists Thing, imported",
+        ),
+    ],
+)
+def test_a_second_address_is_found(tmp_path: Path, home: str, user: str, expected: str) -> None:
+    (tmp_path / "gitsup").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "gitsup" / "__init__.py").write_text("from gitsup.b import Thing\n")
+    (tmp_path / "gitsup" / "b.py").write_text("class Thing: ...\n")
+    (tmp_path / "gitsup" / "a.py").write_text(home)
+    (tmp_path / "tests" / "test_x.py").write_text(user)
+    assert expected in reexports(tmp_path)
+    # the same names imported from their home, or from a face that lists them, are fine
+    (tmp_path / "gitsup" / "__init__.py").write_text(
+        'from gitsup.b import Thing\n\n__all__ = ["Thing"]\n'
+    )
+    (tmp_path / "gitsup" / "a.py").write_text("from gitsup.b import Thing\n")
+    (tmp_path / "tests" / "test_x.py").write_text("from gitsup.b import Thing\n")
+    assert reexports(tmp_path) == []

@@ -21,6 +21,7 @@ from typing import Any
 
 from gitsup import jsonio
 from gitsup.layout import Layout
+from gitsup.names import RECORD_FILE, SPEC_FILE
 
 NEARLY = 0.8  # a budget is nearly spent at 80 %
 TERMINAL_STATES = frozenset({"completed", "blocked", "failed", "stopped"})
@@ -328,7 +329,7 @@ class Board:
             if not tail.spec_read and not ended:  # an ended task's budget needs no one
                 tail.spec_read = True
                 try:
-                    with open(os.path.join(tdir, "spec.json"), "rb") as f:
+                    with open(os.path.join(tdir, SPEC_FILE), "rb") as f:
                         spec = json.loads(f.read())
                 except (OSError, ValueError):
                     spec = {}
@@ -341,7 +342,7 @@ class Board:
 
     @staticmethod
     def _read_record(tdir: str, tail: _Tail) -> bool:
-        path = os.path.join(tdir, "task.json")
+        path = os.path.join(tdir, RECORD_FILE)
         try:
             st = os.stat(path)
         except OSError:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gitsup.attention.fold import BudgetLimits, Tracker
+from gitsup.names import RECORD_FILE
 
 NOTIFY_EVENTS = ("ready", "parked", "failed", "stopped", "needs-human")
 SIGNATURE_HEADER = "X-Gitsup-Signature"
@@ -206,7 +207,7 @@ class Notifier:
             raw = (
                 self.current()
                 if self.current is not None
-                else json.loads((self.task_dir / "task.json").read_bytes())
+                else json.loads((self.task_dir / RECORD_FILE).read_bytes())
             )
             rec = raw if isinstance(raw, Mapping) else {}
         tr = self.tracker

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from gitsup.boundary.evaluate import Pusher
+from gitsup.names import TASK_MARKER
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -220,9 +221,9 @@ def _is_shell(p: Proc) -> bool:
 
 
 def _env_task(env: Mapping[str, str]) -> Pusher | None:
-    task = env.get("GITSUP_TASK", "").strip()
+    task = env.get(TASK_MARKER, "").strip()
     if task:
-        return Pusher(task, "GITSUP_TASK is set")
+        return Pusher(task, f"{TASK_MARKER} is set")
     return None
 
 

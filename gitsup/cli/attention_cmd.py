@@ -146,7 +146,7 @@ def watch_cmd(
     `{"kind": "status", ...}`, `{"kind": "event", ...}` and `{"kind": "queue", ...}` lines.
     """
     from gitsup.attention.fold import Board, plain_line
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
 
     ctx = SupRepo.discover()
     board = Board(ctx.layout)
@@ -296,7 +296,7 @@ def cost_cmd(
 ) -> None:
     """What tasks cost, from Git: per task, per day, per outcome, per integrated change."""
     from gitsup.store.ledger import cost_summary
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
 
     summary = cost_summary(SupRepo.discover(), _parse_since(since))
     if json_out:
@@ -336,7 +336,7 @@ def report_cmd(
     ] = None,
 ) -> None:
     """One self-contained HTML page for a task: timeline, checks, review, diff, cost."""
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.report import render_task
 
     page = render_task(SupRepo.discover(), task)
@@ -386,7 +386,7 @@ def serve_cmd(
     """
     if not 0 <= port <= 65535:
         raise GitsupError(f"--port {port}: a port is 0 to 65535 (0: any free one)")
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
     from gitsup.web.serve import require_web_stack, serve
 
     require_web_stack()

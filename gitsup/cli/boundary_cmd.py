@@ -141,7 +141,7 @@ def integrate_cmd(
     """
     from gitsup.errors import GitsupError
     from gitsup.integration.integrate import Strategy, integrate
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
 
     try:
         strat = Strategy(strategy)
@@ -178,7 +178,7 @@ def integrate_cmd(
 def _publish_remote(ctx: object, branch: str) -> str:
     """The remote a published branch goes to: its upstream's, else sup.reviewRemote, else
     origin."""
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
 
     assert isinstance(ctx, SupRepo)
     repo = ctx.repo

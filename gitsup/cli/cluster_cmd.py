@@ -68,7 +68,7 @@ def host_run_cmd(
     require_sdk()
     from gitsup.cluster.hostwork import serve
     from gitsup.cluster.settings import load
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
 
     ctx = SupRepo.discover()
     ctx.refuse_in_task("host run")
@@ -91,7 +91,7 @@ def _settings_of(ctx: object, task: str) -> object:
 
     require_sdk()
     from gitsup.cluster.submit import cluster_task
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
 
     assert isinstance(ctx, SupRepo)
     settings = cluster_task(ctx, task)
@@ -104,7 +104,7 @@ def fetch_after(ctx: object, task: str) -> None:
     """An ended cluster task's record comes into this clone (`log`, `report`, `show` read it
     here from then on); a failure to fetch it is said, not fatal."""
     from gitsup.cluster.submit import fetch_result
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
 
     assert isinstance(ctx, SupRepo)
     why = fetch_result(ctx, task)

@@ -23,7 +23,8 @@ def demo_cmd(
 ) -> None:
     """Run one scripted task through the whole loop in a throwaway repo (no network, no API key)."""
     from gitsup.demo.run import run_demo
-    from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import show_dict, status_exit
 
     if directory is not None:
         directory = directory.resolve()

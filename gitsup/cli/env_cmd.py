@@ -31,8 +31,8 @@ def show_cmd(
     path present or missing, its size, how a task gets it (overlay, reflink, copy), and the
     refused entries and why."""
     from gitsup.spec import load_spec
+    from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.environment import show
-    from gitsup.tasks.lifecycle import SupRepo
 
     ctx = SupRepo.discover()
     data = show(ctx, load_spec(spec) if spec is not None else None)
@@ -91,8 +91,8 @@ def warm_cmd(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
     them. Prints what it ran and the caches' sizes; exit 2 when the recipe names nothing
     to warm, 4 when a setup command failed (the caches are then unchanged)."""
     from gitsup.cli.output import progress
+    from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.envwarm import warm
-    from gitsup.tasks.lifecycle import SupRepo
 
     ctx = SupRepo.discover()
     data = warm(ctx, say=progress)

@@ -24,7 +24,8 @@ def stop_cmd(
 ) -> None:
     """Stop a running task (its supervisor stops the worker and parks the work)."""
     from gitsup.cluster import submitted_here
-    from gitsup.tasks.lifecycle import SupRepo, show_dict, stop_task
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import show_dict, stop_task
 
     ctx = SupRepo.discover()
     if submitted_here(ctx.layout, task):
@@ -50,7 +51,8 @@ def discard_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove a task's worktree; its refs stay. Refuses to lose uncaptured work without --force."""
-    from gitsup.tasks.lifecycle import SupRepo, discard_task
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import discard_task
 
     ctx = SupRepo.discover()
     res = discard_task(ctx, task, force=force)
@@ -77,7 +79,8 @@ def prune_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove ended tasks' worktrees and branches; their refs under refs/sup/ stay."""
-    from gitsup.tasks.lifecycle import SupRepo, prune_tasks
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import prune_tasks
 
     ctx = SupRepo.discover()
     res = prune_tasks(ctx, force=force, dry_run=dry_run)
@@ -103,7 +106,8 @@ def wait_cmd(
 ) -> None:
     """Block until the task ends; exit with the same code as `start`."""
     from gitsup.cluster import submitted_here
-    from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import show_dict, status_exit
 
     ctx = SupRepo.discover()
     if submitted_here(ctx.layout, task):
@@ -152,8 +156,9 @@ def recover_cmd(
 ) -> None:
     """Continue (or park) a task whose supervisor died; complete the record of one that had
     ended; give a task its deadline parked more time (--extend)."""
+    from gitsup.store.suprepo import SupRepo
     from gitsup.supervision.recovery import recover_task
-    from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
+    from gitsup.tasks.lifecycle import show_dict, status_exit
 
     seconds = None if extend is None else _duration(extend, "--extend")
     ctx = SupRepo.discover()
@@ -211,8 +216,9 @@ def repair_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Start a new repair round on a parked candidate, as the same task."""
+    from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.human import who
-    from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
+    from gitsup.tasks.lifecycle import show_dict, status_exit
     from gitsup.tasks.reopen import repair_round
 
     ctx = SupRepo.discover()
@@ -247,22 +253,17 @@ def doctor_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Reconcile task records and leases with processes, cgroups, worktrees and refs."""
-    from gitsup.supervision.recovery import doctor
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.supervision.recovery import diagnose
 
-    ctx = SupRepo.discover()
-    findings = doctor(ctx, fix=fix)
+    report = diagnose(SupRepo.discover(), fix=fix, probe=not json_out)
+    findings = report.findings
     if json_out:
         emit_json([f.as_dict() for f in findings])
         return
-    from gitsup.supervision.recovery import network_isolation, sandbox_summary
-
-    out(network_isolation())
-    out(f"sandbox: {sandbox_summary(ctx)}")
-    from gitsup.host.proc import child_env
-    from gitsup.workers.agents import probe_agents
-
-    for agent in probe_agents(child_env()):
+    out(report.network or "")
+    out(f"sandbox: {report.sandbox}")
+    for agent in report.agents:
         out(f"agent {agent.describe()}")
     if not findings:
         out(
@@ -279,21 +280,8 @@ def doctor_cmd(
 @app.command("resume-auto")
 def resume_auto_cmd(task: TaskArg) -> None:
     """Let automatic turns continue after a person typed into the worker."""
-    import os
-    import signal
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.human import resume_auto
 
-    from gitsup.host.procid import ProcessId
-    from gitsup.state import State
-    from gitsup.tasks.lifecycle import SupRepo
-
-    ctx = SupRepo.discover()
-    record = ctx.store.load(task)
-    owner = ProcessId.from_dict(record.supervisor)
-    if owner is None or not owner.alive():
-        raise GitsupError(
-            f"task {task} has no running supervisor", hint=f"`git sup recover {task} --takeover`"
-        )
-    if record.state != State.PAUSED:
-        raise GitsupError(f"task {task} is {record.state.value}, not paused")
-    os.kill(owner.pid, signal.SIGUSR1)
+    resume_auto(SupRepo.discover(), task)
     out(f"task {task}: automatic turns resume")

@@ -4,7 +4,6 @@ effective policy."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -32,40 +31,10 @@ CwdOpt = Annotated[
 ]
 
 
-def find_worktree(start: Path) -> Path:
-    """The top of the worktree containing `start` (walk up to a `.git` file or directory),
-    else `start` itself."""
-    start = start.absolute()
-    for d in (start, *start.parents):
-        if (d / ".git").exists():
-            return d
-    return start
-
-
-def git_protected(worktree: Path) -> list[str]:
-    """Values of `git config --get-all sup.protected` (absent: empty)."""
-    from gitsup.host import proc
-
-    try:
-        res = proc.run(["git", "config", "--get-all", "sup.protected"], cwd=worktree, timeout=10)
-    except GitsupError:
-        return []
-    if not res.ok:
-        return []
-    return [line.strip() for line in res.output.splitlines() if line.strip()]
-
-
 def _context(cwd: Path | None) -> tuple[str, Policy]:
-    from gitsup.policy import load_policy
+    from gitsup.tasks.policy_context import worktree_policy
 
-    if cwd is not None:
-        if not cwd.is_dir():
-            raise GitsupError(f"--cwd {cwd}: not a directory")
-        worktree = cwd.absolute()
-    else:
-        worktree = find_worktree(Path.cwd())
-    policy = load_policy(worktree, extra_protected=git_protected(worktree))
-    return os.path.normpath(str(worktree)), policy
+    return worktree_policy(cwd)
 
 
 def _render(d: Decision) -> None:

@@ -24,7 +24,7 @@ def fill_cmd(
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Make spare worktrees at HEAD until the pool is full."""
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.pool import fill
 
     ctx = SupRepo.discover()
@@ -39,7 +39,7 @@ def fill_cmd(
 @pool_app.command("ls")
 def ls_cmd(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
     """List the spare worktrees."""
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.pool import pool_size, spares
 
     ctx = SupRepo.discover()
@@ -60,7 +60,7 @@ def ls_cmd(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
 @pool_app.command("clear")
 def clear_cmd() -> None:
     """Remove every spare worktree."""
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.pool import clear
 
     out(f"removed {clear(SupRepo.discover())} spare worktree(s)")

@@ -49,9 +49,8 @@ def queue_cmd(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """List the queues: entries in order with their outcome (integrated, parked, queued)."""
     if ctx.invoked_subcommand is not None:
         return
-    from gitsup.tasks.lifecycle import SupRepo
-    from gitsup.tasks.queue import list_queues
-    from gitsup.tasks.queue_state import runner_status
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.queue_state import list_queues, runner_status
 
     sup = SupRepo.discover()
     states = list_queues(sup)
@@ -78,8 +77,8 @@ def add_cmd(
 ) -> None:
     """Queue ready candidates for integration into a branch. A candidate that changes
     .gitsup/ is refused unless --allow-policy-change is given."""
-    from gitsup.tasks.lifecycle import SupRepo
-    from gitsup.tasks.queue import add
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.queue_state import add
 
     st = add(SupRepo.discover(), tasks, into, allow_policy_change=allow_policy_change)
     if json_out:
@@ -94,8 +93,8 @@ def remove_cmd(
     into: IntoOpt = None,
 ) -> None:
     """Take a queued candidate out of the queue."""
-    from gitsup.tasks.lifecycle import SupRepo
-    from gitsup.tasks.queue import remove
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.queue_state import remove
 
     st = remove(SupRepo.discover(), task, into)
     out(f"removed {task} from the queue into {st.into}")
@@ -135,7 +134,7 @@ def run_cmd(
     """Integrate the queued candidates (resumes a queue whose runner died).
 
     Exit 0: everything queued was integrated; 3: some candidates were parked."""
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.queue import detach_run, run
 
     ctx = SupRepo.discover()

@@ -80,7 +80,8 @@ def adopt_remote_cmd(
     last published wip (else its candidate, else its baseline), with a new worker told it
     takes over; supervised in the foreground until it ends."""
     from gitsup.cluster.record import adopt
-    from gitsup.tasks.lifecycle import SupRepo, show_dict, status_exit
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import show_dict, status_exit
 
     ctx = SupRepo.discover()
     record = adopt(

@@ -21,7 +21,7 @@ from gitsup.errors import Exit, GitsupError
 if TYPE_CHECKING:
     from gitsup.spec import TaskSpec
     from gitsup.store.record import TaskRecord
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
 
 
 def _spec_from_cli(
@@ -208,7 +208,8 @@ def start_cmd(
     Exit codes: 0 ready, 3 parked, 4 failed, 5 stopped, 2 bad input, 1 internal error,
     130 interrupted (Ctrl-C stops the task and keeps its work).
     """
-    from gitsup.tasks.lifecycle import SupRepo, run_task, show_dict, status_exit
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import foreground_exit, run_task, show_dict
 
     spec = _spec_from_cli(
         goal,
@@ -272,10 +273,7 @@ def start_cmd(
         emit_json(show_dict(ctx, record))
     else:
         print_summary(ctx, record)
-    if "stopped: signal SIGINT" in record.reasons:
-        # Ctrl-C: the task was stopped and its work kept; the caller was interrupted
-        raise typer.Exit(Exit.INTERRUPTED)
-    raise typer.Exit(status_exit(record))
+    raise typer.Exit(foreground_exit(record))
 
 
 def _start_group(

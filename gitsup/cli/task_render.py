@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from gitsup.store.events import Event
     from gitsup.store.eventtypes import WorkerStopped
     from gitsup.store.record import TaskRecord
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
 
 
 _QUIET_TYPES = {"worker_output", "protocol_noise"}
@@ -74,7 +74,7 @@ class ProgressRenderer:
                     progress(f"  | {line}")
             return
         from gitsup.store import eventtypes as et
-        from gitsup.store.eventtypes import given
+        from gitsup.store.payload import given
 
         match ev.payload:
             case et.StateChanged() as p:
@@ -198,7 +198,7 @@ def brief(data: Any, width: int = 160) -> str:
 
 
 def _stopped_text(p: WorkerStopped) -> str:
-    from gitsup.store.eventtypes import given
+    from gitsup.store.payload import given
 
     if given(p.guarantee):
         return f"{given(p.containment)} ({given(p.guarantee)})"

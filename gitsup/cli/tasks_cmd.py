@@ -27,7 +27,8 @@ def init_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Set up gitsup in this repository (idempotent)."""
-    from gitsup.tasks.lifecycle import SupRepo, init_repo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import init_repo
 
     ctx = SupRepo.discover()
     ctx.refuse_in_task("init")
@@ -47,7 +48,8 @@ def init_cmd(
 def show_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
     """Show one task: state, status, baseline, candidate, checks, review, turns, cost;
     or a best-of-N group (id g…): its attempts side by side, ranked."""
-    from gitsup.tasks.lifecycle import SupRepo, show_dict
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import show_dict
 
     ctx = SupRepo.discover()
     from gitsup.tasks.attempts import compare, is_group_id
@@ -211,7 +213,8 @@ def ls_cmd(
 @app.command("log")
 def log_cmd(task: TaskArg, json_out: JsonOpt = False) -> None:
     """Print the task's events, one per line."""
-    from gitsup.tasks.lifecycle import SupRepo, read_events
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import read_events
 
     ctx = SupRepo.discover()
     for ev in read_events(ctx, task):

@@ -26,7 +26,7 @@ def attach_argv(socket: str, *, read_only: bool) -> list[str]:
 
 def task_socket(task: str) -> str:
     from gitsup.state import TERMINAL
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
 
     ctx = SupRepo.discover()
     record = ctx.store.load(task)

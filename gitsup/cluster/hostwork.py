@@ -166,7 +166,7 @@ class HostWork:
         (`adopt`) when a host that ran it is gone: this one, or another that published it."""
         from gitsup.git import remote as transport
         from gitsup.layout import task_record_ref
-        from gitsup.tasks.lifecycle import SupRepo
+        from gitsup.store.suprepo import SupRepo
 
         ctx = self._ctx()
         remote = review_remote(ctx)

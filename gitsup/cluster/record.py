@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Fetched",
-    "Published",
     "adopt",
     "fetch_task",
     "host_name",
@@ -275,8 +274,8 @@ def adopt(
 
     A task that lives in this clone (it ran here) is taken over here instead, as
     `git sup recover --takeover` does, unless another host continued it since."""
-    from gitsup.git import taskgit
     from gitsup.store import eventtypes as et
+    from gitsup.store import taskgit
     from gitsup.supervision.journal import task_log
     from gitsup.supervision.recovery import recover_task
     from gitsup.tasks.lifecycle import init_repo

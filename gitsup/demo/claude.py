@@ -8,13 +8,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gitsup.demo.scripted_model import ScriptedModel, load_scenario
+from gitsup.demo.scripted_model import ScriptedModel
+from gitsup.demo.scripted_model_steps import load_scenario
 from gitsup.errors import GitsupError
 from gitsup.host import proc
 from gitsup.spec import spec_from_mapping
 from gitsup.store.events import Event
 from gitsup.store.record import TaskRecord
-from gitsup.tasks.lifecycle import SupRepo, run_task
+from gitsup.store.suprepo import SupRepo
+from gitsup.tasks.lifecycle import run_task
 
 
 def run_claude_demo(

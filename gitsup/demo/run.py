@@ -22,7 +22,8 @@ from gitsup.host import proc
 from gitsup.spec import spec_from_mapping
 from gitsup.store.events import Event
 from gitsup.store.record import TaskRecord
-from gitsup.tasks.lifecycle import SupRepo, run_task
+from gitsup.store.suprepo import SupRepo
+from gitsup.tasks.lifecycle import run_task
 
 CALC = "def add(a, b):\n    return a - b\n"
 TEST = (

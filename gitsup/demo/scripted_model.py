@@ -54,19 +54,14 @@ from typing import Any
 from gitsup.demo.scripted_model_server import Answer, ScriptHandler, ScriptServer, serve
 from gitsup.demo.scripted_model_steps import (
     ModelScript,
-    RecordedRequest,
     ScriptError,
     estimate_tokens,
     load_scenario,
 )
 
 __all__ = [
-    "ModelScript",
-    "RecordedRequest",
-    "ScriptError",
     "ScriptedModel",
     "Step",
-    "load_scenario",
 ]
 
 JsonObject = dict[str, Any]

@@ -14,18 +14,33 @@ records, notes), `worktrees.py` (task and detached worktrees, checked-out branch
 
 from __future__ import annotations
 
-from gitsup.git.objectstore import ObjectStore as ObjectStore
-from gitsup.git.types import NOTES_REF as NOTES_REF
-from gitsup.git.types import SUP_REF_PREFIX as SUP_REF_PREFIX
-from gitsup.git.types import CommitInfo as CommitInfo
-from gitsup.git.types import Evidence as Evidence
-from gitsup.git.types import RefConflict as RefConflict
-from gitsup.git.types import UntrackedFile as UntrackedFile
-from gitsup.git.types import is_zero as is_zero
-from gitsup.git.worktree_state import WIP_MAX_FILE_BYTES as WIP_MAX_FILE_BYTES
-from gitsup.git.worktree_state import WorkingTree
-from gitsup.git.worktree_state import read_bounded_file as read_bounded_file
-from gitsup.git.worktrees import checkout_workers as checkout_workers
+from gitsup.git.objectstore import ObjectStore
+from gitsup.git.types import (
+    NOTES_REF,
+    SUP_REF_PREFIX,
+    CommitInfo,
+    Evidence,
+    RefConflict,
+    UntrackedFile,
+    is_zero,
+)
+from gitsup.git.worktree_state import WIP_MAX_FILE_BYTES, WorkingTree, read_bounded_file
+from gitsup.git.worktrees import checkout_workers
+
+__all__ = [
+    "NOTES_REF",
+    "SUP_REF_PREFIX",
+    "WIP_MAX_FILE_BYTES",
+    "CommitInfo",
+    "Evidence",
+    "GitRepo",
+    "ObjectStore",
+    "RefConflict",
+    "UntrackedFile",
+    "checkout_workers",
+    "is_zero",
+    "read_bounded_file",
+]
 
 
 class GitRepo(WorkingTree):

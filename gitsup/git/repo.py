@@ -21,6 +21,20 @@ from gitsup.ids import Oid
 from gitsup.layout import REPO_POLICY_DIR
 
 
+def config_values_at(path: Path, key: str) -> list[str]:
+    """`git config --get-all KEY` as Git sees it from the directory `path` (its repository's
+    config, then the user's and the system's); empty when unset or when Git fails."""
+    from gitsup.host import proc
+
+    try:
+        res = proc.run(["git", "config", "--get-all", key], cwd=path, timeout=10)
+    except GitsupError:
+        return []
+    if not res.ok:
+        return []
+    return [line.strip() for line in res.output.splitlines() if line.strip()]
+
+
 class RepoBase:
     """A non-bare repository (or one of its linked worktrees), opened with pygit2: the base
     that `GitRepo` (`gitsup/git/__init__.py`) extends with worktrees and their state."""
@@ -309,7 +323,7 @@ class RepoBase:
             if isinstance(obj, pygit2.Blob):
                 yield entry.name or "", obj.data
 
-    # --- raw objects and ref listings (a task's private Git dir, gitsup.git.taskgit) -------
+    # --- raw objects and ref listings (a task's private Git dir, gitsup.store.taskgit) -------
 
     def has_object(self, oid: str) -> bool:
         return pygit2.Oid(hex=oid) in self._repo.odb

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gitsup.errors import GitsupError
+from gitsup.names import TASK_MARKER
 
 if TYPE_CHECKING:
     import psutil
@@ -598,7 +599,7 @@ def executable_problems(path: str) -> list[str]:
     return problems
 
 
-def sweep_marked(task: str, *, grace: float = 2.0, var: str = "GITSUP_TASK") -> list[int]:
+def sweep_marked(task: str, *, grace: float = 2.0, var: str = TASK_MARKER) -> list[int]:
     """Kill processes that carry the task's marker (`var`, GITSUP_TASK) in their environment:
     the fallback that catches `setsid` descendants when there is no cgroup."""
     import psutil
@@ -611,7 +612,7 @@ def sweep_marked(task: str, *, grace: float = 2.0, var: str = "GITSUP_TASK") -> 
     return [p.pid for p in found]
 
 
-def marked_processes(task: str, *, var: str = "GITSUP_TASK") -> list[psutil.Process]:
+def marked_processes(task: str, *, var: str = TASK_MARKER) -> list[psutil.Process]:
     """Processes (other than this one) whose environment carries `var`=<task>."""
     import psutil
 

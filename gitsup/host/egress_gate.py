@@ -42,6 +42,7 @@ from gitsup.host.egress import (
     parse_endpoint,
     proxy_env,
 )
+from gitsup.names import TASK_MARKER
 
 MODULE = "gitsup.host.egress_gate"
 MARKER = "GITSUP_EGRESS_GATE"  # in the gate's environment: the task it serves
@@ -178,7 +179,7 @@ class GateProcess:
             argv += ["--proxy-port", str(proxy_port)]
         elif refuse_by_proxy:  # a proxy on any free port, refusing what the plan lacks
             argv += ["--proxy-port", "0"]
-        env = proc.child_env({MARKER: task}, drop=("GITSUP_TASK",))
+        env = proc.child_env({MARKER: task}, drop=(TASK_MARKER,))
         log.parent.mkdir(parents=True, exist_ok=True)
         log.touch(mode=0o600)
         try:

@@ -48,6 +48,7 @@ from gitsup.integration.keys import (
     signing_setup,
 )
 from gitsup.layout import task_refs
+from gitsup.names import TASK_MARKER
 from gitsup.spec import Check, TaskSpec
 from gitsup.state import Status
 from gitsup.store.events import EventLog
@@ -106,9 +107,9 @@ class IntegrateResult:
 
 def inside_task(ctx: SupRepo, *, env: Mapping[str, str], cwd: str) -> str | None:
     """Why the caller counts as inside a task (None: a person or CI outside any task)."""
-    marker = env.get("GITSUP_TASK", "").strip()
+    marker = env.get(TASK_MARKER, "").strip()
     if marker:
-        return f"GITSUP_TASK={marker} is set: this process belongs to task {marker}'s worker"
+        return f"{TASK_MARKER}={marker} is set: this process belongs to task {marker}'s worker"
     task = task_of_git_dir(str(ctx.repo.git_dir), str(ctx.repo.common_dir))
     if task:
         return f"the current directory is task {task}'s worktree"
@@ -146,9 +147,8 @@ def inside_task(ctx: SupRepo, *, env: Mapping[str, str], cwd: str) -> str | None
 
 def required_checks(ctx: SupRepo, task: TaskId, note: CandidateNote) -> list[Check]:
     """The checks an integration runs: the task spec's required ones, else the note's."""
-    spec_path = ctx.layout.task_dir(task) / "spec.json"
     try:
-        spec = TaskSpec.model_validate_json(spec_path.read_bytes())
+        spec = ctx.store.load_spec(task)
         return [c for c in spec.checks if c.required]
     except (OSError, ValueError):
         # No spec on disk (e.g. a fetched candidate): the checks the note records.
@@ -494,7 +494,7 @@ def _run_integration_checks(
 
 def _task_spec(ctx: SupRepo, tid: TaskId) -> TaskSpec | None:
     try:
-        return TaskSpec.model_validate_json((ctx.layout.task_dir(tid) / "spec.json").read_bytes())
+        return ctx.store.load_spec(tid)
     except (OSError, ValueError):
         return None
 

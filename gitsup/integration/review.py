@@ -24,6 +24,7 @@ from gitsup.errors import GitsupError
 from gitsup.git import GitRepo
 from gitsup.host import proc
 from gitsup.ids import Oid
+from gitsup.names import TASK_MARKER
 from gitsup.spec import TaskSpec
 from gitsup.store.record import CheckResult, ReviewResult
 from gitsup.verification.confined import Applied, cgroup_base, contained_run
@@ -144,7 +145,7 @@ def _confined(
     from gitsup.host.sandbox import build_plan, load_rules, required_problems, resolve_mode
     from gitsup.verification.confined import sandbox_summary
 
-    env = proc.child_env({"GITSUP_INTEGRATION": LABEL}, drop=("GITSUP_TASK", "CLAUDECODE"))
+    env = proc.child_env({"GITSUP_INTEGRATION": LABEL}, drop=(TASK_MARKER, "CLAUDECODE"))
     argv = list(spec.review.argv or ())
     plan = build_plan(
         mode=resolve_mode(None, repo.config_get("sup.sandbox")),

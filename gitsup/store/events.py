@@ -33,7 +33,7 @@ from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import task_refs
 from gitsup.redact import Redacted, needs_redaction, redact
-from gitsup.store.eventtypes import REGISTRY, Payload, PayloadError, Seq, Untyped, payload_of
+from gitsup.store.payload import REGISTRY, Payload, PayloadError, Seq, Untyped, payload_of
 
 # Every type with a payload class (gitsup/store/eventtypes.py); other types are kept as they are.
 EVENT_TYPES = frozenset(REGISTRY)

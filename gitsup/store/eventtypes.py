@@ -3,7 +3,7 @@
 
 How a payload is written and read back (fields as JSON keys in declaration order, `UNSET`
 fields left out, spread fields, `Untyped` for what does not fit) is gitsup/store/payload.py,
-whose names are re-exported here. `python -m gitsup.store.eventtypes --schema` prints the
+which is where its names are imported from. `python -m gitsup.store.eventtypes --schema` prints the
 table of docs/events.md.
 """
 
@@ -15,22 +15,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from gitsup.ids import Oid, TaskId
-from gitsup.store.payload import REGISTRY as REGISTRY
-from gitsup.store.payload import UNSET as UNSET
-from gitsup.store.payload import Check as Check
-from gitsup.store.payload import EmitFn as EmitFn
-from gitsup.store.payload import Payload as Payload
-from gitsup.store.payload import PayloadError as PayloadError
-from gitsup.store.payload import Seq as Seq
-from gitsup.store.payload import Unset as Unset
-from gitsup.store.payload import Untyped as Untyped
-from gitsup.store.payload import given as given
-from gitsup.store.payload import key as key
-from gitsup.store.payload import opt as opt
-from gitsup.store.payload import payload_of as payload_of
-from gitsup.store.payload import schema_table as schema_table
-from gitsup.store.payload import spread as spread
-from gitsup.store.payload import typed as typed
+from gitsup.store.payload import (
+    Payload,
+    Unset,
+    key,
+    opt,
+    schema_table,
+    spread,
+)
 
 # --- the event types -----------------------------------------------------------------------
 # Class names are the type strings in CamelCase; fields are in the order they are written.

@@ -21,13 +21,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from gitsup.store.eventtypes import (
-    EgressRefused,
-    EgressSummary,
-    EventsDropped,
-    Payload,
-    WorkerOutput,
-)
+from gitsup.store.eventtypes import EgressRefused, EgressSummary, EventsDropped, WorkerOutput
+from gitsup.store.payload import Payload
 
 MiB = 1024 * 1024
 DEFAULT_MAX_OUTPUT_BYTES = 64 * MiB

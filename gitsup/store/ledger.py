@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gitsup import jsonio
-from gitsup.store.eventtypes import UNSET, ModelCall
+from gitsup.store.eventtypes import ModelCall
+from gitsup.store.payload import UNSET
 
 if TYPE_CHECKING:
     from gitsup.store.suprepo import SupRepo

@@ -97,6 +97,9 @@ class TaskRecord(BaseModel):
     # duration, output_tail, caches, cache_bytes (docs/environments.md)
     setup: dict[str, Any] | None = None
     exit_code: int | None = None
+    # The signal that stopped the task (`SIGINT`, `SIGTERM`, `SIGHUP`); None when it was not
+    # stopped by a signal. A foreground `start` stopped by SIGINT exits 130.
+    stop_signal: str | None = None
     # `git sup pause`: {"since": Unix time, "by": who} while a person holds the task paused
     paused_by_user: dict[str, Any] | None = None
     # The agent executable the worker runs: path, inode, sha256, version

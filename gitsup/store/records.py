@@ -20,6 +20,7 @@ from gitsup.ids import TaskId, is_task_id, new_task_id, parse_task_id
 from gitsup.layout import Layout
 
 if TYPE_CHECKING:
+    from gitsup.spec import TaskSpec
     from gitsup.store.record import TaskRecord
 
 # As `git rev-parse` takes abbreviated SHAs: a prefix this long at least, unique.
@@ -79,6 +80,16 @@ class TaskStore:
             return TaskRecord.model_validate(raw)
         except ValidationError as exc:
             raise GitsupError(f"task record {path} is invalid: {exc.errors()[0]['msg']}") from None
+
+    def load_spec(self, task: TaskId) -> TaskSpec:
+        """The task's spec (`Layout.spec`). OSError when it is absent, ValueError when it
+        does not validate."""
+        from gitsup.spec import TaskSpec
+
+        return TaskSpec.model_validate_json(self.layout.spec(task).read_bytes())
+
+    def save_spec(self, task: TaskId, spec: TaskSpec) -> None:
+        self.layout.spec(task).write_text(spec.model_dump_json(indent=1))
 
     def save(self, record: TaskRecord) -> None:
         _write(self.layout.record(TaskId(record.id)), record)

@@ -8,7 +8,15 @@ from typing import Any
 
 from gitsup.errors import GitsupError
 from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo, RefConflict, nested
-from gitsup.git.taskgit import (
+from gitsup.ids import Oid
+from gitsup.layout import Layout, task_refs
+from gitsup.spec import TaskSpec
+from gitsup.state import EXIT_OF, STATUS_OF, State, Status
+from gitsup.store import eventtypes as et
+from gitsup.store.events import EventLog
+from gitsup.store.payload import EmitFn
+from gitsup.store.record import CandidateNote
+from gitsup.store.taskgit import (
     ImportLimits,
     ImportOverLimit,
     ImportRefused,
@@ -19,14 +27,6 @@ from gitsup.git.taskgit import (
     seal,
     uses_private_dir,
 )
-from gitsup.ids import Oid
-from gitsup.layout import Layout, task_refs
-from gitsup.spec import TaskSpec
-from gitsup.state import EXIT_OF, STATUS_OF, State, Status
-from gitsup.store import eventtypes as et
-from gitsup.store.events import EventLog
-from gitsup.store.eventtypes import EmitFn
-from gitsup.store.record import CandidateNote
 from gitsup.supervision.journal import Journal
 from gitsup.supervision.launcher import Launcher
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from gitsup.git import GitRepo
 from gitsup.spec import TaskSpec
 from gitsup.store import eventtypes as et
-from gitsup.store.eventtypes import EmitFn
+from gitsup.store.payload import EmitFn
 from gitsup.supervision.taskio import Decided, Gated, PendingAsk
 from gitsup.verification.decider import (
     NO_DEADLINE,

@@ -16,8 +16,9 @@ from gitsup.layout import Layout
 from gitsup.spec import TaskSpec
 from gitsup.state import State
 from gitsup.store.events import Event, EventLog
-from gitsup.store.eventtypes import Payload, ProtocolNoise, RecoverableFailure
+from gitsup.store.eventtypes import ProtocolNoise, RecoverableFailure
 from gitsup.store.flood import Flood
+from gitsup.store.payload import Payload
 from gitsup.store.record import TaskRecord
 from gitsup.store.records import TaskStore
 

@@ -31,10 +31,11 @@ from gitsup.host.procid import ProcessId
 from gitsup.host.sandbox import SandboxPlan
 from gitsup.ids import TaskId
 from gitsup.layout import Layout, task_refs
+from gitsup.names import TASK_MARKER
 from gitsup.spec import DEFAULT_PIDS, TaskSpec, check_limit, default_memory, parse_size
 from gitsup.store import eventtypes as et
-from gitsup.store.eventtypes import EmitFn
 from gitsup.store.lease import Lease, LeaseStore
+from gitsup.store.payload import UNSET, EmitFn
 from gitsup.supervision.journal import Journal
 from gitsup.supervision.taskio import LimitHit, Spawned
 from gitsup.supervision.tasknet import TaskNet
@@ -118,7 +119,7 @@ class Launcher:
 
         env = child_env(
             {
-                "GITSUP_TASK": self.task,
+                TASK_MARKER: self.task,
                 "GITSUP_WORKTREE": str(self.worktree),
                 "GITSUP_BASELINE": self.record.baseline,
             },
@@ -162,7 +163,7 @@ class Launcher:
                 if value and f"GIT_AUTHOR_{var}" not in env:
                     env.setdefault(f"GIT_AUTHOR_{var}", value)
                     env.setdefault(f"GIT_COMMITTER_{var}", value)
-            from gitsup.git import taskgit
+            from gitsup.store import taskgit
 
             if taskgit.uses_private_dir(self.layout, self.task):
                 # before anything of the task runs: the shell of its Git dir as gitsup
@@ -743,8 +744,8 @@ class Launcher:
                 extra=dict(ident.extra),
                 network=self.net.describe,
                 sandbox=self.record.sandbox,
-                binary=self.record.agent_binary or et.UNSET,
-                host=self.record.host or et.UNSET,
+                binary=self.record.agent_binary or UNSET,
+                host=self.record.host or UNSET,
             )
         )
         self.save()
@@ -817,7 +818,7 @@ class Launcher:
                     et.WorkerStopped(
                         containment="process group + descendant sweep",
                         guarantee="weaker: a descendant that left the process group and "
-                        "cleared GITSUP_TASK from its environment can escape",
+                        f"cleared {TASK_MARKER} from its environment can escape",
                         swept=swept,
                     )
                 )

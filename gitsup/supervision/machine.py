@@ -19,6 +19,7 @@ from typing import Literal
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL, State, check_reopen, check_transition
 from gitsup.store import eventtypes as et
+from gitsup.store.payload import UNSET, typed
 from gitsup.supervision import prompts
 from gitsup.supervision.taskio import (
     Abandon,
@@ -538,7 +539,7 @@ class TaskMachine:
             by=c.by,
             via=c.via,
             ref=c.ref,
-            still_exceeded=still if still else et.UNSET,
+            still_exceeded=still if still else UNSET,
         )
         if still:
             return [Emit(event)]
@@ -613,7 +614,7 @@ class TaskMachine:
                     session_id=tc.session_id,
                     usage=dict(tc.usage),
                     repair_round=self.repair_rounds,
-                    models=list(tc.models) if tc.models else et.UNSET,
+                    models=list(tc.models) if tc.models else UNSET,
                 )
             )
         ]
@@ -641,7 +642,7 @@ class TaskMachine:
             )
             return [
                 *out,
-                Emit(et.typed("model_error", failure.as_dict())),
+                Emit(typed("model_error", failure.as_dict())),
                 AddReason(reason),
                 AddReason(f"what to do: {failure.hint}"),
                 *budget,
@@ -779,7 +780,7 @@ class TaskMachine:
                         via=m.via,
                         ref=m.ref,
                         status=status,
-                        why=et.UNSET if s.ok else "the worker could not take a turn",
+                        why=UNSET if s.ok else "the worker could not take a turn",
                     )
                 )
             )

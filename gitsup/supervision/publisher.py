@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from gitsup.errors import GitsupError
 from gitsup.git import NOTES_REF, WIP_MAX_FILE_BYTES, GitRepo, RefConflict
 from gitsup.git import remote as transport
-from gitsup.git.taskgit import ImportLimits, import_tree, open_worktree
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import Layout, task_record_ref, task_refs
-from gitsup.store.eventtypes import EmitFn
+from gitsup.names import RECORD_FILE, SPEC_FILE
+from gitsup.store.payload import EmitFn
 from gitsup.store.record import TaskRecord
+from gitsup.store.taskgit import ImportLimits, import_tree, open_worktree
 
 PUBLISH_KEY = "sup.cluster.publish"
 NOTES_ATTEMPTS = 8
@@ -64,7 +65,7 @@ def record_refs(repo: GitRepo, layout: Layout, task: TaskId) -> Oid | None:
     """A new commit on `refs/sup/<id>/record` when `task.json` or `spec.json` changed."""
     d = layout.task_dir(task)
     files = {}
-    for name in ("task.json", "spec.json"):
+    for name in (RECORD_FILE, SPEC_FILE):
         path = d / name
         if path.is_file():
             files[name] = path.read_bytes()
@@ -126,7 +127,7 @@ def publish_refs(
     (skipped while the notes are still `notes_pushed`, what this caller pushed last).
     Raises GitsupError (transport.TransportError when the remote or a gate refused)."""
     name = review_remote(repo, remote)
-    if (layout.task_dir(task) / "task.json").is_file():
+    if layout.record(task).is_file():
         record_refs(repo, layout, task)
     names = [*task_refs(task).values(), task_record_ref(task)]
     have = {r: t for r in names if (t := repo.ref_target(r)) is not None}

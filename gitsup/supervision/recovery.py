@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -28,13 +28,17 @@ from gitsup.host.contain import (
 from gitsup.host.proc import signal_group
 from gitsup.host.procid import ProcessId, pid_alive
 from gitsup.ids import TaskId
+from gitsup.names import TASK_MARKER
 from gitsup.spec import TaskSpec
-from gitsup.state import TERMINAL, State
+from gitsup.state import TERMINAL
 from gitsup.store.events import Event
 from gitsup.store.record import TaskRecord
 from gitsup.store.suprepo import SupRepo
 from gitsup.supervision.supervisor import Supervisor
 from gitsup.verification.confined import RUNNER_LABELS, runner_of
+
+if TYPE_CHECKING:
+    from gitsup.workers.agents import AgentInfo
 
 
 @dataclass
@@ -86,7 +90,7 @@ def prove_worker_gone(record: TaskRecord, *, kill: bool) -> WorkerProof:
     if marked:
         if not kill:
             return WorkerProof(
-                False, f"{len(marked)} process(es) still carry GITSUP_TASK={record.id}"
+                False, f"{len(marked)} process(es) still carry {TASK_MARKER}={record.id}"
             )
         for p in marked:
             with contextlib.suppress(psutil.Error):
@@ -191,7 +195,7 @@ def _compare_head(ctx: SupRepo, record: TaskRecord) -> dict[str, Any]:
     """The worktree's HEAD at recovery against what the record knows (the task branch, the
     last import), whatever the turn count: a commit the dead supervisor never imported is
     said (`recovered.previous`, a reason), and the import that follows takes it."""
-    from gitsup.git.taskgit import worker_head
+    from gitsup.store.taskgit import worker_head
 
     now = worker_head(ctx.layout, TaskId(record.id))
     known = ctx.repo.branch_target(record.branch) if record.branch else None
@@ -298,7 +302,7 @@ def complete_ended(
 
 
 def _spec_of(ctx: SupRepo, task: TaskId) -> TaskSpec:
-    return TaskSpec.model_validate_json((ctx.layout.task_dir(task) / "spec.json").read_text())
+    return ctx.store.load_spec(task)
 
 
 def _release_lease(ctx: SupRepo, record: TaskRecord) -> None:
@@ -367,6 +371,31 @@ class DoctorFinding:
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "task": self.task, "detail": self.detail, "fixed": self.fixed}
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """What `git sup doctor` found: the findings, and (when probed) the host's network
+    isolation, the task sandbox and every known agent (`AgentInfo`)."""
+
+    findings: list[DoctorFinding]
+    network: str | None = None
+    sandbox: str | None = None
+    agents: list[AgentInfo] = field(default_factory=list)
+
+
+def diagnose(ctx: SupRepo, *, fix: bool, probe: bool = True) -> DoctorReport:
+    """Reconcile the tasks (`doctor`), then, with `probe`, probe the host's isolation, the
+    sandbox and the agents."""
+    findings = doctor(ctx, fix=fix)
+    if not probe:
+        return DoctorReport(findings)
+    from gitsup.host.proc import child_env
+    from gitsup.workers.agents import probe_agents
+
+    return DoctorReport(
+        findings, network_isolation(), sandbox_summary(ctx), probe_agents(child_env())
+    )
 
 
 def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
@@ -533,7 +562,7 @@ def _unsealed_git_dirs(
     gitsup wrote: made by a gitsup that let the worker write it, or changed in a sandbox
     without a mount namespace. The person's `git` in such a worktree may run what the
     worker configured. `--fix` rewrites the shell of a task no live supervisor owns."""
-    from gitsup.git import taskgit
+    from gitsup.store import taskgit
 
     out: list[DoctorFinding] = []
     for rec in records.values():
@@ -634,7 +663,6 @@ def sandbox_summary(ctx: SupRepo) -> str:
 
 __all__ = [
     "DoctorFinding",
-    "State",
     "WorkerProof",
     "complete_ended",
     "doctor",

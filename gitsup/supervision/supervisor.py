@@ -35,10 +35,10 @@ from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL, State, Status
 from gitsup.store import eventtypes as et
 from gitsup.store.events import Event
-from gitsup.store.eventtypes import Payload
 from gitsup.store.lease import Lease
+from gitsup.store.payload import UNSET, Payload
 from gitsup.store.record import TaskRecord
-from gitsup.supervision.finaliser import NOT_CAPTURED_LIST_LIMIT, Finaliser, bound_not_captured
+from gitsup.supervision.finaliser import Finaliser
 from gitsup.supervision.gate import Gate
 from gitsup.supervision.journal import EventSink, Journal
 from gitsup.supervision.launcher import Launcher, WorkerFactory
@@ -79,7 +79,6 @@ from gitsup.supervision.taskio import (
     Verify,
     WorkImported,
 )
-from gitsup.supervision.tasknet import Net
 from gitsup.supervision.verifier import Verifier
 from gitsup.verification.decider import DECIDER_MEMORY, DecisionTime, make_decider
 from gitsup.verification.review import Attempt
@@ -92,15 +91,8 @@ from gitsup.workers.base import (
 )
 
 __all__ = [
-    "NOT_CAPTURED_LIST_LIMIT",
     "STOP_REQUEST_FILE",
-    "EventSink",
-    "Net",
-    "ResumeAuto",
-    "StopRequest",
     "Supervisor",
-    "WorkerFactory",
-    "bound_not_captured",
     "default_worker_factory",
     "stop_reason",
     "supervisor_identity",
@@ -184,6 +176,7 @@ class Supervisor:
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._abort = threading.Event()
         self._abort_reason: str | None = None
+        self._abort_signal: str | None = None  # the signal name when a signal asked first
         self._gone_since: float | None = None  # when the worker's identity was first gone
 
         def emit(payload: Payload) -> Event | None:
@@ -270,6 +263,8 @@ class Supervisor:
     def _transition(self, target: State, reason: str) -> None:
         previous = State(self.record.state)
         self.record.state = target
+        if target == State.STOPPED:
+            self.record.stop_signal = self._abort_signal
         self.emit(et.StateChanged(from_=previous.value, to=target.value, reason=reason))
         if target not in TERMINAL:
             # A terminal state is saved by `Close`, after `task_finished`: a record that says
@@ -279,8 +274,9 @@ class Supervisor:
 
     # --- stop requests and signals ------------------------------------------------------
 
-    def request_stop(self, reason: str) -> None:
-        self._abort_reason = self._abort_reason or reason
+    def request_stop(self, reason: str, signame: str | None = None) -> None:
+        if self._abort_reason is None:
+            self._abort_reason, self._abort_signal = reason, signame
         self._abort.set()
         self.inbox.put(StopRequest(reason))
 
@@ -291,7 +287,9 @@ class Supervisor:
         if signum == signal.SIGUSR2:
             self.inbox.put(_ControlPoke())
             return
-        self.request_stop(stop_reason(self.layout.task_dir(self.task), signum))
+        self.request_stop(
+            stop_reason(self.layout.task_dir(self.task), signum), signal.Signals(signum).name
+        )
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
@@ -385,9 +383,9 @@ class Supervisor:
                     how="close_out" if r.how == "extend" and r.extend <= 0 else r.how,
                     by=by,
                     status_before=before,
-                    extend=r.extend if r.how == "extend" else et.UNSET,
-                    rounds=r.rounds if r.rounds is not None else et.UNSET,
-                    message=r.message or et.UNSET,
+                    extend=r.extend if r.how == "extend" else UNSET,
+                    rounds=r.rounds if r.rounds is not None else UNSET,
+                    message=r.message or UNSET,
                 )
             )
             r_ = self.record
@@ -498,7 +496,7 @@ class Supervisor:
                         ref=req.ref,
                         command=req.kind,
                         reason=why or "refused",
-                        by=str(by) if isinstance(by, str) else et.UNSET,
+                        by=str(by) if isinstance(by, str) else UNSET,
                     )
                 )
                 continue

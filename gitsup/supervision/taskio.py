@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gitsup.state import State
-from gitsup.store.eventtypes import Payload
+from gitsup.store.payload import Payload
 from gitsup.store.record import CheckResult
 from gitsup.verification.decider import TurnDecision
 from gitsup.verification.review import ReviewFinding

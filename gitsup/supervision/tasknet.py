@@ -15,7 +15,7 @@ from gitsup.errors import GitsupError
 from gitsup.git import GitRepo
 from gitsup.spec import TaskSpec
 from gitsup.store import eventtypes as et
-from gitsup.store.eventtypes import EmitFn
+from gitsup.store.payload import EmitFn
 
 
 @dataclass(frozen=True)

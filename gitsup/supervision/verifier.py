@@ -17,7 +17,7 @@ from gitsup.host.contain import create_cgroup
 from gitsup.ids import Oid
 from gitsup.spec import Check, TaskSpec
 from gitsup.store import eventtypes as et
-from gitsup.store.eventtypes import EmitFn
+from gitsup.store.payload import EmitFn, typed
 from gitsup.store.record import CheckResult, ReviewResult
 from gitsup.supervision.finaliser import Finaliser
 from gitsup.supervision.journal import Journal
@@ -187,7 +187,7 @@ class Verifier:
             self.emit(et.AcceptanceStarted(name=check.name, argv=list(check.argv)))
             r = self._run_one_check(check, env)
             results.append(r)
-            self.emit(et.typed("acceptance_result", r.model_dump(mode="json")))
+            self.emit(typed("acceptance_result", r.model_dump(mode="json")))
         self.record.checks = results
         self.save()
         return results
@@ -306,7 +306,7 @@ class Verifier:
 
         result, verdict = run_review(ctx, on_attempt=on_attempt, attempt_fn=self.review_attempt)
         self.record.review = result
-        self.emit(et.typed("review_result", result.model_dump(mode="json")))
+        self.emit(typed("review_result", result.model_dump(mode="json")))
         self.save()
         if verdict is None:
             return [], [f"review failed after {result.attempts} attempt(s): {result.error}"], []

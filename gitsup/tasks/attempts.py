@@ -27,7 +27,7 @@ from gitsup.layout import task_refs
 from gitsup.spec import Attempts, TaskSpec
 from gitsup.state import TERMINAL, Status
 from gitsup.store.record import CandidateNote
-from gitsup.tasks.lifecycle import SupRepo
+from gitsup.store.suprepo import SupRepo
 
 GROUP_FILE = "group.json"
 _GROUP_RE = re.compile(r"^g[0-9]{8}-[0-9a-f]{6}$")
@@ -86,10 +86,9 @@ def evidence(ctx: SupRepo, task: str, baseline: str) -> Ranked:
         files, ins, dels = ctx.repo.diff_size(Oid(baseline), cand)
         lines = ins + dels
     review = note.review if note else None
-    spec_path = ctx.layout.task_dir(TaskId(task)) / "spec.json"
     worker = ""
     try:
-        spec = TaskSpec.model_validate_json(spec_path.read_bytes())
+        spec = ctx.store.load_spec(TaskId(task))
         worker = spec.worker.kind + (f" {spec.worker.model}" if spec.worker.model else "")
     except (OSError, ValueError):
         pass
@@ -245,7 +244,7 @@ def start_group(
             )
     result = compare(ctx, group)
     if queue_into is not None and result["chosen"]:
-        from gitsup.tasks.queue import add
+        from gitsup.tasks.queue_state import add
 
         # into the given branch, else the branch the attempts started from, else HEAD's
         into = queue_into or (spec.base if ctx.repo.branch_target(spec.base) else None)

@@ -23,8 +23,9 @@ from gitsup.state import TERMINAL
 from gitsup.store.lease import LeaseStore
 from gitsup.store.record import TaskRecord
 from gitsup.store.records import TaskStore
+from gitsup.store.suprepo import SupRepo
 from gitsup.supervision.supervisor import Supervisor
-from gitsup.tasks.lifecycle import SupRepo, prepare_task, remove_unstarted, status_exit
+from gitsup.tasks.lifecycle import prepare_task, remove_unstarted, status_exit
 
 
 def start_detached(
@@ -115,7 +116,7 @@ def _main(argv: list[str]) -> int:
     layout = Layout(Path(common_dir))
     store = TaskStore(layout)
     record = store.load(task)
-    spec = TaskSpec.model_validate_json((layout.task_dir(TaskId(task)) / "spec.json").read_text())
+    spec = store.load_spec(TaskId(task))
     leases = LeaseStore(layout.leases)
     held = leases.get(record.worktree)
     parent = ProcessId(int(parent_pid), float(parent_start))

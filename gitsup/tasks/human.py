@@ -174,6 +174,25 @@ def resume(ctx: SupRepo, task: str) -> Taken:
     return _submit(ctx, record, "resume", {})
 
 
+def resume_auto(ctx: SupRepo, task: str) -> None:
+    """Let automatic turns continue after a person typed into the worker (the supervisor
+    takes SIGUSR1 for it)."""
+    from gitsup.state import State
+
+    record = ctx.store.load(task)
+    owner = ProcessId.from_dict(record.supervisor)
+    if owner is None or not owner.alive():
+        raise GitsupError(
+            f"task {task} has no running supervisor", hint=f"`git sup recover {task} --takeover`"
+        )
+    if record.state != State.PAUSED:
+        raise GitsupError(f"task {task} is {record.state.value}, not paused")
+    try:
+        os.kill(owner.pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        raise GitsupError(f"task {task}'s supervisor is gone") from None
+
+
 def _live(ctx: SupRepo, task: str) -> _Live:
     tid = ctx.store.resolve(task)
     try:

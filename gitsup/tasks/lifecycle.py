@@ -20,15 +20,15 @@ from gitsup.layout import task_branch, task_refs
 from gitsup.preload import preloading
 from gitsup.state import TERMINAL, State, Status
 from gitsup.store.records import TaskLock
-from gitsup.store.suprepo import SupRepo as SupRepo  # re-exported: the commands take it
-from gitsup.store.suprepo import worktree_root as worktree_root
-from gitsup.tasks.listing import LsRow as LsRow  # re-exported: `ls` rows
+from gitsup.store.suprepo import SupRepo, worktree_root
+from gitsup.tasks.listing import LsRow
 
 if TYPE_CHECKING:
     from gitsup.spec import TaskSpec
     from gitsup.store.events import Event
     from gitsup.store.record import TaskRecord
-    from gitsup.supervision.supervisor import EventSink, WorkerFactory
+    from gitsup.supervision.journal import EventSink
+    from gitsup.supervision.launcher import WorkerFactory
 
 
 SUP_NOTES_DISPLAY = "refs/notes/[s]up"  # exactly refs/notes/sup, quiet while it is missing
@@ -156,7 +156,7 @@ def prepare_task(
             raise GitsupError(f"worktree path {wt_path} already exists")
         lease = ctx.leases.acquire(wt_path, task)
         undo.append(lambda: ctx.leases.release(lease))
-        (task_dir / "spec.json").write_text(spec.model_dump_json(indent=1))
+        ctx.store.save_spec(task, spec)
         repo.create_branch(branch, baseline)
         undo.append(lambda: repo.delete_branch(branch))
         spare = None
@@ -172,7 +172,7 @@ def prepare_task(
             with preloading(after_checkout(spec)):
                 repo.add_worktree(task, wt_path, branch)
             undo.append(lambda: repo.remove_worktree(task, wt_path))
-        from gitsup.git import taskgit as gitstate
+        from gitsup.store import taskgit as gitstate
 
         gitstate.create(repo, ctx.layout, task, wt_path, branch, baseline)
         if use_pool:
@@ -230,7 +230,7 @@ WORKER_MODULES = {
     "tmux": "gitsup.workers.claude.tmux",
 }
 TASK_MODULES = (
-    "gitsup.git.taskgit",
+    "gitsup.store.taskgit",
     "gitsup.store.record",
     "gitsup.store.events",
     "gitsup.supervision.supervisor",
@@ -504,7 +504,7 @@ def discard_task(ctx: SupRepo, task: str, *, force: bool = False) -> DiscardResu
     if wt is not None and (wt.exists() or repo.worktree_path(tid) is not None):
         repo.remove_worktree(tid, wt)
         removed.append(f"worktree {wt}")
-    from gitsup.git import taskgit as gitstate
+    from gitsup.store import taskgit as gitstate
 
     if gitstate.remove(ctx.layout, tid):
         removed.append(f"private Git dir {gitstate.private_dir(ctx.layout, tid)}")
@@ -533,7 +533,7 @@ def _uncaptured_work(ctx: SupRepo, record: TaskRecord) -> str | None:
     wt = Path(record.worktree) if record.worktree else None
     if wt is None or not wt.exists():
         return None
-    from gitsup.git import taskgit as gitstate
+    from gitsup.store import taskgit as gitstate
 
     try:
         wrepo = gitstate.open_worktree(ctx.layout, TaskId(record.id), wt)
@@ -572,6 +572,14 @@ def status_exit(record: TaskRecord) -> int:
     if record.state not in TERMINAL:
         return Exit.OK
     return EXIT_OF.get(record.status, Exit.INTERNAL)
+
+
+def foreground_exit(record: TaskRecord) -> int:
+    """The exit code of a foreground `start`: a task stopped by Ctrl-C (SIGINT) exits 130
+    (its work kept, the caller interrupted), any other ends as `status_exit` says."""
+    if record.state == State.STOPPED and record.stop_signal == "SIGINT":
+        return Exit.INTERRUPTED
+    return status_exit(record)
 
 
 # --- prune ---------------------------------------------------------------------------------
@@ -614,7 +622,7 @@ def prune_tasks(ctx: SupRepo, *, force: bool = False, dry_run: bool = False) -> 
                 kept.append({"task": record.id, "what": f"worktree {wt}", "why": why})
                 continue
             if not dry_run:
-                from gitsup.git import taskgit as gitstate
+                from gitsup.store import taskgit as gitstate
 
                 repo.remove_worktree(tid, wt)
                 gitstate.remove(ctx.layout, tid)

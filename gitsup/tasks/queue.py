@@ -57,25 +57,19 @@ from gitsup.store import eventtypes as et
 from gitsup.store.events import EventLog
 from gitsup.store.lease import Lease
 from gitsup.store.record import CandidateNote
-from gitsup.tasks.lifecycle import SupRepo
-from gitsup.tasks.queue_checks import DEFAULT_RETRIES, CompositionTester, _Step
-from gitsup.tasks.queue_checks import RunResult as RunResult
+from gitsup.store.suprepo import SupRepo
+from gitsup.tasks.queue_checks import DEFAULT_RETRIES, CompositionTester, RunResult, _Step
 from gitsup.tasks.queue_slots import DEFAULT_SLOTS
-from gitsup.tasks.queue_state import DEFAULT_BATCH as DEFAULT_BATCH
-from gitsup.tasks.queue_state import MAX_RESULTS as MAX_RESULTS
-from gitsup.tasks.queue_state import STATE_FILE as STATE_FILE
-from gitsup.tasks.queue_state import Entry as Entry
-from gitsup.tasks.queue_state import Queue as Queue
-from gitsup.tasks.queue_state import QueueError as QueueError
-from gitsup.tasks.queue_state import QueueState as QueueState
-from gitsup.tasks.queue_state import _branch, write_runner_status
-from gitsup.tasks.queue_state import add as add
-from gitsup.tasks.queue_state import default_target as default_target
-from gitsup.tasks.queue_state import list_queues as list_queues
-from gitsup.tasks.queue_state import log_ref as log_ref
-from gitsup.tasks.queue_state import queue_branches as queue_branches
-from gitsup.tasks.queue_state import remove as remove
-from gitsup.tasks.queue_state import state_ref as state_ref
+from gitsup.tasks.queue_state import (
+    DEFAULT_BATCH,
+    Entry,
+    Queue,
+    QueueError,
+    _branch,
+    default_target,
+    queue_branches,
+    write_runner_status,
+)
 from gitsup.verification.confined import ConfinedChecks
 
 _SHOW_PATHS = 10  # the dirty paths a refusal names
@@ -91,8 +85,7 @@ def _task_checks(ctx: SupRepo, task: str, note: CandidateNote) -> list[Check]:
 
 def _spec(ctx: SupRepo, task: str) -> TaskSpec | None:
     try:
-        path = ctx.layout.task_dir(TaskId(task)) / "spec.json"
-        return TaskSpec.model_validate_json(path.read_bytes())
+        return ctx.store.load_spec(TaskId(task))
     except (OSError, ValueError):
         return None
 

@@ -19,7 +19,7 @@ from gitsup.integration.keys import protected_paths
 from gitsup.spec import Check, TaskSpec
 from gitsup.store.eventtypes import QueueEnvironmentFailed, QueueTested
 from gitsup.store.record import CandidateNote, CheckResult
-from gitsup.tasks.lifecycle import SupRepo
+from gitsup.store.suprepo import SupRepo
 from gitsup.tasks.queue_state import MAX_RESULTS, Entry, Queue, QueueError
 from gitsup.verification.confined import (
     ConfinedChecks,
@@ -178,8 +178,7 @@ class CompositionTester:
 
     def _specs(self, task: str) -> TaskSpec | None:
         try:
-            path = self.ctx.layout.task_dir(TaskId(task)) / "spec.json"
-            return TaskSpec.model_validate_json(path.read_bytes())
+            return self.ctx.store.load_spec(TaskId(task))
         except (OSError, ValueError):
             return None
 

@@ -18,9 +18,10 @@ from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_refs
 from gitsup.state import Status
 from gitsup.store.events import EventLog
-from gitsup.store.eventtypes import Payload, QueueAdded, QueueRemoved
+from gitsup.store.eventtypes import QueueAdded, QueueRemoved
+from gitsup.store.payload import Payload
 from gitsup.store.record import CandidateNote
-from gitsup.tasks.lifecycle import SupRepo
+from gitsup.store.suprepo import SupRepo
 
 STATE_FILE = "queue.json"
 

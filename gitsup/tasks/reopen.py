@@ -142,9 +142,7 @@ def _repair_text(record: TaskRecord, message: str) -> str:
 
 
 def _spec_of(ctx: SupRepo, task: str) -> TaskSpec:
-    return TaskSpec.model_validate_json(
-        (ctx.layout.task_dir(TaskId(task)) / "spec.json").read_text()
-    )
+    return ctx.store.load_spec(TaskId(task))
 
 
 def _run(

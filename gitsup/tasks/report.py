@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gitsup.store import eventtypes as et
-from gitsup.store.eventtypes import given
+from gitsup.store.payload import given, payload_of
 
 if TYPE_CHECKING:
     from gitsup.store.suprepo import SupRepo
@@ -136,7 +136,7 @@ def _repro(cmd: list[str]) -> str:
 
 def _summary(t: str, d: Mapping[str, Any]) -> str:
     """One escaped HTML cell for an event."""
-    match et.payload_of(t, d):
+    match payload_of(t, d):
         case et.StateChanged() as p:
             s = f"{e(p.from_)} &rarr; <b>{e(p.to)}</b>"
             return s + (f" ({e(p.reason)})" if p.reason else "")

@@ -98,7 +98,6 @@ def start_revision_task(
     fast-forward to the candidate and the comments. The new task's log holds the comments
     (`revision_requested`) before its supervisor starts, so its candidate's note lists them
     with their status."""
-    from gitsup.spec import TaskSpec
     from gitsup.store import eventtypes as et
     from gitsup.supervision.prompts import revision_prompt
     from gitsup.tasks.detach import start_detached
@@ -106,7 +105,7 @@ def start_revision_task(
     tid = TaskId(record.id)
     cand = str(record.candidate)
     try:
-        spec = TaskSpec.model_validate_json((ctx.layout.task_dir(tid) / "spec.json").read_bytes())
+        spec = ctx.store.load_spec(tid)
     except (OSError, ValueError) as exc:
         raise GitsupError(f"task {record.id}'s spec cannot be read: {exc}") from None
     goal = "\n".join(

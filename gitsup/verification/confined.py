@@ -39,6 +39,7 @@ from gitsup.git import GitRepo
 from gitsup.host import proc
 from gitsup.host.sandbox import SandboxPlan, private_env
 from gitsup.ids import Oid
+from gitsup.names import TASK_MARKER
 from gitsup.spec import Check, TaskSpec
 from gitsup.store.record import CheckResult
 from gitsup.verification.checks import run_check
@@ -365,7 +366,7 @@ class ConfinedChecks:
         plan = self._plans.get(key)
         if plan is None:
             env = proc.child_env(
-                {"GITSUP_INTEGRATION": self.marker}, drop=("GITSUP_TASK", "CLAUDECODE")
+                {"GITSUP_INTEGRATION": self.marker}, drop=(TASK_MARKER, "CLAUDECODE")
             )
             rules = load_rules(self.repo.main_workdir)
             # The empty Git dir beside the worktree makes the plan keep the whole common

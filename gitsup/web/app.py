@@ -2,7 +2,7 @@
 
 A thin layer like the CLI: each route reads through the same functions as `show`, `ls` and
 `report`, and each action calls the same use case as its command (gitsup/tasks/human.py,
-lifecycle.stop_task, integration.integrate, tasks.queue.add); nothing here decides anything.
+lifecycle.stop_task, integration.integrate, tasks.queue_state.add); nothing here decides anything.
 Every request passes `Gate` first (gitsup/web/auth.py).
 """
 
@@ -466,7 +466,7 @@ def do_integrate(web: Web, request: Request, tid: str, body: Mapping[str, Any]) 
 
 
 def do_queue(web: Web, request: Request, tid: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    from gitsup.tasks.queue import add
+    from gitsup.tasks.queue_state import add
 
     into = _str(body, "into") or None
     st = add(web.ctx, [tid], into, allow_policy_change=body.get("allow_policy_change") is True)

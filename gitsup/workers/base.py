@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gitsup.host import proc
-from gitsup.store.eventtypes import Payload
+from gitsup.store.payload import Payload
 
 Inbox = queue.SimpleQueue[object]
 

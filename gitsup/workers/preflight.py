@@ -77,7 +77,7 @@ def preflight_start(ctx: SupRepo, spec: TaskSpec, baseline: Oid) -> AgentBinary 
             why = _unresolved(spec.worker.argv[0], env, ctx, baseline)
             if why:
                 problems.append(f"worker: {why}")
-    from gitsup.git.taskgit import ImportLimits
+    from gitsup.store.taskgit import ImportLimits
 
     try:  # a bad `sup.limits.*` value is said now, not when the work is imported
         ImportLimits.resolve(ctx.repo, spec.limits.model_dump())

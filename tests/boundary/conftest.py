@@ -74,7 +74,8 @@ def make_bare(tmp: Path, name: str, source: Path, *, review: bool) -> Path:
 
 @pytest.fixture
 def setup(repo: Path, tmp: Path) -> Setup:
-    from gitsup.tasks.lifecycle import SupRepo, init_repo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import init_repo
 
     init_repo(SupRepo.discover(repo), explicit=True)
     origin = make_bare(tmp, "origin", repo, review=True)
@@ -107,7 +108,8 @@ def make_task(
     from gitsup.spec import spec_from_mapping
     from gitsup.state import State, Status
     from gitsup.store.record import CandidateNote
-    from gitsup.tasks.lifecycle import SupRepo, prepare_task
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import prepare_task
 
     ctx = SupRepo.discover(setup.repo)
     spec = spec_from_mapping(
@@ -130,7 +132,7 @@ def make_task(
     head = Oid(git(wt, "rev-parse", "HEAD"))
     tid = TaskId(record.id)
     # what the supervisor does after a turn: import the worker's commit into sup/<id>
-    from gitsup.git.taskgit import import_work
+    from gitsup.store.taskgit import import_work
 
     import_work(ctx.repo, ctx.layout, tid, Oid(record.baseline), record.branch)
     ctx.repo.update_ref(task_refs(tid)["candidate"], head, old=None, message="test candidate")

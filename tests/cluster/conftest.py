@@ -163,7 +163,8 @@ class Cluster:
 
 @pytest.fixture
 def cluster(devserver: DevServer, repo: Path, tmp: Path) -> Iterator[Cluster]:
-    from gitsup.tasks.lifecycle import SupRepo, init_repo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import init_repo
 
     init_repo(SupRepo.discover(repo), explicit=True)
     origin = make_bare(tmp, "origin", repo, review=True)

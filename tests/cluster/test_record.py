@@ -91,7 +91,8 @@ class Cluster:
 
 @pytest.fixture
 def cluster(repo: Path, tmp: Path, tmp_path_factory: pytest.TempPathFactory) -> Cluster:
-    from gitsup.tasks.lifecycle import SupRepo, init_repo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import init_repo
 
     init_repo(SupRepo.discover(repo), explicit=True)
     return Cluster(make_bare(tmp, "origin", repo, review=True), tmp, tmp_path_factory)

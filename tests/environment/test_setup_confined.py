@@ -18,7 +18,8 @@ from tests.tasks.test_queue import CALC, _events, _note
 def esetup(repo: Path, tmp: Path) -> Setup:
     """A green main whose environment recipe's setup fails until `tmp/registry-up` exists
     (a registry that is down, then back)."""
-    from gitsup.tasks.lifecycle import SupRepo, init_repo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import init_repo
 
     flag = tmp / "registry-up"
     setup = ["sh", "-c", f"test -e {flag} || {{ echo registry unreachable >&2; exit 9; }}"]
@@ -70,7 +71,8 @@ def test_a_candidates_setup_script_in_the_queue_cannot_touch_the_shared_cache(
     """The recipe runs `sh setup.sh`; a candidate rewrites setup.sh to attack the shared
     cache. The queue runs the candidate's script (its composition's setup), confined: the
     shared layer is unchanged, byte for byte."""
-    from gitsup.tasks.lifecycle import SupRepo, init_repo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import init_repo
 
     monkeypatch.delenv("GITSUP_SANDBOX_EXTRA_WRITE", raising=False)  # the default rules only
     (repo / "calc.py").write_text(CALC)

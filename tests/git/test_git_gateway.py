@@ -11,7 +11,8 @@ import pytest
 
 from gitsup.git import GitRepo, RefConflict
 from gitsup.ids import Oid
-from gitsup.tasks.lifecycle import SupRepo, init_repo
+from gitsup.store.suprepo import SupRepo
+from gitsup.tasks.lifecycle import init_repo
 from tests.conftest import git
 
 

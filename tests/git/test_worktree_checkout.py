@@ -13,7 +13,8 @@ import pytest
 
 from gitsup.errors import GitsupError
 from gitsup.spec import spec_from_mapping
-from gitsup.tasks.lifecycle import SupRepo, prepare_task, worktree_root
+from gitsup.store.suprepo import SupRepo, worktree_root
+from gitsup.tasks.lifecycle import prepare_task
 from tests.conftest import git
 
 SPEC = {"goal": "g", "worker": {"kind": "process", "argv": ["true"]}, "review": {"kind": "none"}}

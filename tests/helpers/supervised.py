@@ -18,7 +18,8 @@ import pytest
 from gitsup.spec import spec_from_mapping
 from gitsup.store.events import Event
 from gitsup.store.record import TaskRecord
-from gitsup.tasks.lifecycle import SupRepo, run_task
+from gitsup.store.suprepo import SupRepo
+from gitsup.tasks.lifecycle import run_task
 from tests.conftest import git
 
 PYTEST_CHECK: dict[str, Any] = {

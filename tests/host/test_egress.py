@@ -34,7 +34,8 @@ from gitsup.host.egress_gate import gated_namespace
 from gitsup.host.procid import ProcessId
 from gitsup.spec import spec_from_mapping
 from gitsup.store.events import Event
-from gitsup.tasks.lifecycle import SupRepo, run_task
+from gitsup.store.suprepo import SupRepo
+from gitsup.tasks.lifecycle import run_task
 from tests.conftest import git, run_sup
 from tests.helpers.net import Listener
 from tests.helpers.require import requires

@@ -21,7 +21,16 @@ import pytest
 from gitsup.ids import TaskId
 from gitsup.store import eventtypes as et
 from gitsup.store.events import EVENT_TYPES, EventLog
-from gitsup.store.eventtypes import REGISTRY, UNSET, PayloadError, Unset, Untyped, payload_of
+from gitsup.store.payload import (
+    REGISTRY,
+    UNSET,
+    Payload,
+    PayloadError,
+    Unset,
+    Untyped,
+    payload_of,
+    schema_table,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD_LOGS = sorted((Path(__file__).parent / "data" / "oldlogs").glob("*.jsonl"))
@@ -49,7 +58,7 @@ def _sample(tp: Any, n: int) -> Any:
     return {str: f"text {n} ✓", int: n, float: n + 0.25, bool: True}[tp]
 
 
-def _full(cls: type[et.Payload]) -> et.Payload:
+def _full(cls: type[Payload]) -> Payload:
     hints = typing.get_type_hints(cls, vars(et))
     kw: dict[str, Any] = {}
     for i, f in enumerate(dataclasses.fields(cls)):
@@ -60,7 +69,7 @@ def _full(cls: type[et.Payload]) -> et.Payload:
     return cls(**kw)
 
 
-def _minimal(cls: type[et.Payload]) -> et.Payload:
+def _minimal(cls: type[Payload]) -> Payload:
     """Only the fields that have no default (every optional one left out)."""
     full = _full(cls)
     kw = {
@@ -88,9 +97,7 @@ def test_the_registry_is_one_class_per_type_named_after_it() -> None:
 
 
 @pytest.mark.parametrize(("t", "cls"), ALL, ids=[t for t, _ in ALL])
-def test_every_type_round_trips_through_a_real_log(
-    t: str, cls: type[et.Payload], tmp: Path
-) -> None:
+def test_every_type_round_trips_through_a_real_log(t: str, cls: type[Payload], tmp: Path) -> None:
     log = EventLog(tmp / "events.jsonl", TASK)
     sent = [_full(cls), _minimal(cls)]
     written = [log.append(p) for p in sent]
@@ -296,7 +303,7 @@ PANEL: list[Any] = [
 
 
 @pytest.mark.parametrize(("type_", "cls"), ALL)
-def test_each_field_accepts_exactly_its_type(type_: str, cls: type[et.Payload]) -> None:
+def test_each_field_accepts_exactly_its_type(type_: str, cls: type[Payload]) -> None:
     """Every field of every class, with values of every JSON shape (and UNSET): the payload is
     built exactly when the value is of the field's declared type, else a PayloadError."""
     full = _full(cls)
@@ -339,7 +346,7 @@ def test_the_schema_in_the_docs_is_the_one_the_classes_generate() -> None:
         check=True,
         cwd=ROOT,
     ).stdout
-    assert m.group(1) == printed == et.schema_table(), (
+    assert m.group(1) == printed == schema_table(), (
         "docs/events.md and gitsup/store/eventtypes.py differ: paste `python -m gitsup.store.eventtypes "
         "--schema` between the markers"
     )
@@ -348,26 +355,26 @@ def test_the_schema_in_the_docs_is_the_one_the_classes_generate() -> None:
 
 
 def test_the_doc_check_fails_when_a_class_changes(monkeypatch: pytest.MonkeyPatch) -> None:
-    before = et.schema_table()
+    before = schema_table()
 
     @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-    class DocDrift(et.Payload):
+    class DocDrift(Payload):
         """Only here to see the table change."""
 
         TYPE: typing.ClassVar[str] = "doc_drift"
         field_a: str
 
     try:
-        assert "`doc_drift`" in et.schema_table() and et.schema_table() != before
+        assert "`doc_drift`" in schema_table() and schema_table() != before
     finally:
         del REGISTRY["doc_drift"]
-    assert et.schema_table() == before
+    assert schema_table() == before
 
 
 def test_mypy_refuses_a_wrong_field_and_free_form_data(tmp: Path) -> None:
     src = tmp / "wrong.py"
     src.write_text(
-        "from gitsup.store.eventtypes import StateChanged, Untyped\n"
+        "from gitsup.store.eventtypes import StateChanged; from gitsup.store.payload import Untyped\n"
         "from gitsup.supervision.journal import Journal\n"
         "def f(j: Journal) -> None:\n"
         "    j.emit(StateChanged(from_='a', to=1, reason=''))\n"

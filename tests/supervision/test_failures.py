@@ -644,7 +644,7 @@ def test_ls_marks_discarded_and_prune_removes_ended_worktrees_and_branches(
 
 
 def test_a_long_not_captured_list_is_bounded_and_says_how_much_it_cut() -> None:
-    from gitsup.supervision.supervisor import NOT_CAPTURED_LIST_LIMIT, bound_not_captured
+    from gitsup.supervision.finaliser import NOT_CAPTURED_LIST_LIMIT, bound_not_captured
 
     items = [
         {

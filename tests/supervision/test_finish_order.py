@@ -16,7 +16,8 @@ from gitsup.ids import TaskId
 from gitsup.spec import spec_from_mapping
 from gitsup.state import TERMINAL, State
 from gitsup.store.records import TaskStore
-from gitsup.tasks.lifecycle import SupRepo, run_task
+from gitsup.store.suprepo import SupRepo
+from gitsup.tasks.lifecycle import run_task
 
 FIX = "printf 'def add(a, b):\\n    return a + b\\n' > calc.py && git commit -qam fix"
 CHECK = [sys.executable, "-c", "from calc import add; assert add(1, 2) == 3"]

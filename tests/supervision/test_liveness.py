@@ -26,8 +26,9 @@ time.sleep(300)
 
 def test_a_worker_that_vanished_is_noticed_while_waiting(repo: Path, tmp: Path) -> None:
     from gitsup.spec import spec_from_mapping
+    from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.human import continue_task
-    from gitsup.tasks.lifecycle import SupRepo, run_task
+    from gitsup.tasks.lifecycle import run_task
     from gitsup.workers.base import TurnCompleted, WorkerIdentity
     from gitsup.workers.process import ProcessWorker
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gitsup.state import TRANSITIONS, State
-from gitsup.store.eventtypes import Untyped
+from gitsup.store.payload import Untyped
 from gitsup.supervision.machine import TaskMachine
 from gitsup.supervision.taskio import (
     Abandon,

@@ -353,7 +353,8 @@ def test_an_idle_worker_at_the_deadline_is_verified_and_reviewed(repo: Path, tmp
     """A person took over (paused) and the worker's turn ended: at the deadline its result
     is checked and reviewed, and can be ready (before: parked regardless)."""
     from gitsup.spec import spec_from_mapping
-    from gitsup.tasks.lifecycle import SupRepo, run_task
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import run_task
     from gitsup.workers.base import HumanInput, WorkerIdentity, WorkerSetup
     from gitsup.workers.process import ProcessWorker
 

@@ -12,8 +12,9 @@ from typing import Any
 
 from gitsup.spec import spec_from_mapping
 from gitsup.store.events import Event
+from gitsup.store.suprepo import SupRepo
 from gitsup.supervision.supervisor import Supervisor
-from gitsup.tasks.lifecycle import SupRepo, prepare_task
+from gitsup.tasks.lifecycle import prepare_task
 from gitsup.workers.base import PermissionRequest, TurnCompleted, WorkerExited, WorkerSetup
 from tests.fakes import OneShotWorker, ScriptedWorker
 

@@ -46,7 +46,8 @@ def _argv(tmp: Path, body: str, name: str) -> str:
 
 
 def test_best_of_three_chooses_the_pass_and_keeps_all(repo: Path, tmp: Path) -> None:
-    from gitsup.tasks.lifecycle import SupRepo, init_repo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import init_repo
 
     init_repo(SupRepo.discover(repo), explicit=True)
     start = git(repo, "rev-parse", "main")
@@ -106,7 +107,8 @@ def test_queue_flag_needs_attempts_in_the_foreground(repo: Path) -> None:
 def test_best_of_two_shows_progress_suggests_the_next_step_and_knows_its_branch(
     repo: Path, tmp: Path
 ) -> None:
-    from gitsup.tasks.lifecycle import SupRepo, init_repo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import init_repo
 
     init_repo(SupRepo.discover(repo), explicit=True)
     workers = "\n".join(

@@ -12,7 +12,8 @@ from tests.helpers.sup import read_record, wait_for, write_worker
 
 
 def test_ls_flags_overlapping_tasks(repo: Path, tmp: Path) -> None:
-    from gitsup.tasks.lifecycle import SupRepo, init_repo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import init_repo
 
     init_repo(SupRepo.discover(repo), explicit=True)
     s = Setup(repo, tmp, tmp, tmp)

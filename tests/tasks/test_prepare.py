@@ -14,7 +14,8 @@ from gitsup.errors import GitsupError
 from gitsup.host.procid import ProcessId
 from gitsup.spec import spec_from_mapping
 from gitsup.store.lease import LeaseConflict
-from gitsup.tasks.lifecycle import SupRepo, prepare_task, worktree_root
+from gitsup.store.suprepo import SupRepo, worktree_root
+from gitsup.tasks.lifecycle import prepare_task
 from tests.conftest import git
 
 SPEC = {"goal": "g", "worker": {"kind": "process", "argv": ["true"]}, "review": {"kind": "none"}}

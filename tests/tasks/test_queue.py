@@ -23,7 +23,8 @@ CALC = "VERSION = 1\n\n\ndef add(a, b):\n    return a + b\n"
 @pytest.fixture
 def qsetup(repo: Path, tmp: Path) -> Setup:
     """A green main (add adds), gitsup initialised, a shared file two candidates fight over."""
-    from gitsup.tasks.lifecycle import SupRepo, init_repo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import init_repo
 
     (repo / "calc.py").write_text(CALC)
     (repo / "shared.txt").write_text("one\ntwo\nthree\n")

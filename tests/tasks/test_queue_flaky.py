@@ -25,7 +25,8 @@ from tests.tasks.test_queue import CALC, _events, _note
 @pytest.fixture
 def qs(repo: Path) -> Setup:
     """A green main, gitsup initialised."""
-    from gitsup.tasks.lifecycle import SupRepo, init_repo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import init_repo
 
     (repo / "calc.py").write_text(CALC)
     git(repo, "add", ".")

@@ -30,7 +30,8 @@ PAIR_CHECK = [
 
 
 def _init(repo: Path) -> None:
-    from gitsup.tasks.lifecycle import SupRepo, init_repo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import init_repo
 
     (repo / "shared.txt").write_text("one\ntwo\nthree\n")
     git(repo, "add", ".")

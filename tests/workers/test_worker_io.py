@@ -18,7 +18,8 @@ from typing import Any
 
 from gitsup.host.procid import ProcessId
 from gitsup.spec import spec_from_mapping
-from gitsup.tasks.lifecycle import SupRepo, run_task
+from gitsup.store.suprepo import SupRepo
+from gitsup.tasks.lifecycle import run_task
 from gitsup.workers.base import TurnCompleted, WorkerIdentity, WorkerSetup
 from gitsup.workers.process import ProcessWorker
 from tests.conftest import PYTHON, run_sup

@@ -32,6 +32,7 @@ from typing import IO, Any
 
 from gitsup import __version__
 from gitsup.host import proc
+from gitsup.names import TASK_MARKER
 from gitsup.redact import redact_text
 from gitsup.workers.acp import protocol as ap
 from gitsup.workers.agentproc import PipedAgent, find_agent, write_within
@@ -139,7 +140,7 @@ class AcpWorker(PipedAgent):
     def start(self, goal: str) -> WorkerIdentity:
         argv = self._argv()
         env = agent_env(self.ctx.env)
-        env["GITSUP_TASK"] = self.ctx.task_id
+        env[TASK_MARKER] = self.ctx.task_id
         identity = self._spawn(argv, env)
         with self._state_lock:
             self._sent_keys.add("goal")

@@ -43,6 +43,7 @@ from typing import Any
 
 from gitsup.errors import GitsupError
 from gitsup.host import proc
+from gitsup.names import TASK_MARKER
 from gitsup.store.eventtypes import WorkspaceTrustAccepted
 from gitsup.workers.base import (
     Capabilities,
@@ -246,7 +247,7 @@ class TmuxWorker(WorkerAdapter):
             private_dir(self._socket.parent)
         env = {k: v for k, v in self.ctx.env.items() if k != "CLAUDECODE"}
         env[SECRET_ENV] = secret
-        env["GITSUP_TASK"] = self.ctx.task_id
+        env[TASK_MARKER] = self.ctx.task_id
         env.setdefault("TERM", "xterm-256color")
         log = self._log_file()
         # The raw terminal recording is not redacted (docs/tmux.md): only its owner reads it.

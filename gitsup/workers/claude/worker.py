@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gitsup.host import proc
+from gitsup.names import TASK_MARKER
 from gitsup.redact import redact_text
 from gitsup.workers import stream_json as sj
 from gitsup.workers.agentproc import PipedAgent, find_agent, write_within
@@ -264,7 +265,7 @@ class ClaudeWorker(PipedAgent):
     def start(self, goal: str) -> WorkerIdentity:
         argv = self._argv()
         env = {k: v for k, v in self.ctx.env.items() if k != "CLAUDECODE"}
-        env["GITSUP_TASK"] = self.ctx.task_id
+        env[TASK_MARKER] = self.ctx.task_id
         env.setdefault("CLAUDE_CODE_ENTRYPOINT", "sdk-cli")
         identity = self._spawn(argv, env)
         self.send_turn(goal, key="goal")

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gitsup.names import TASK_MARKER
 from gitsup.redact import redact_text
 from gitsup.workers.agentproc import find_agent
 from gitsup.workers.base import (
@@ -187,7 +188,7 @@ class CodexWorker(ClaudeWorker):
     def start(self, goal: str) -> WorkerIdentity:
         argv = self._argv()
         env = dict(self.ctx.env)
-        env["GITSUP_TASK"] = self.ctx.task_id
+        env[TASK_MARKER] = self.ctx.task_id
         env["CODEX_HOME"] = str(private_codex_home(self.ctx))
         identity = self._spawn(argv, env)
         with self._session_lock:

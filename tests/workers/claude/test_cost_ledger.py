@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gitsup.store.ledger import cost_summary
-from gitsup.tasks.lifecycle import SupRepo
+from gitsup.store.suprepo import SupRepo
 from gitsup.workers import stream_json
 from tests.conftest import git, run_sup
 from tests.helpers.browser import DomIndex, load

@@ -29,7 +29,8 @@ def test_conflict_becomes_a_repair_task_that_re_enters(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from gitsup.spec import TaskSpec, Worker
-    from gitsup.tasks.lifecycle import SupRepo, init_repo
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.lifecycle import init_repo
 
     (repo / "shared.txt").write_text("one\ntwo\nthree\n")
     git(repo, "add", ".")

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from gitsup.demo.scripted_model import ScriptedModel, load_scenario
+from gitsup.demo.scripted_model import ScriptedModel
+from gitsup.demo.scripted_model_steps import load_scenario
 from gitsup.workers.base import (
     PermissionAnswer,
     PermissionCancelled,

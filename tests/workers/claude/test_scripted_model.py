@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from gitsup.demo.scripted_model import ModelScript, ScriptedModel, ScriptError, load_scenario
+from gitsup.demo.scripted_model import ScriptedModel
+from gitsup.demo.scripted_model_steps import ModelScript, ScriptError, load_scenario
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIOS = sorted((REPO / "fixtures" / "scenarios").glob("*.json"))

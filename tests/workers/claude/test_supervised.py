@@ -21,7 +21,7 @@ import pytest
 from gitsup.demo.scripted_model import ScriptedModel
 from gitsup.spec import spec_from_mapping
 from gitsup.store.events import Event
-from gitsup.tasks.lifecycle import SupRepo
+from gitsup.store.suprepo import SupRepo
 from tests.conftest import git, run_sup
 from tests.helpers.require import require
 from tests.helpers.sup import wait_dead, wait_for
@@ -351,7 +351,7 @@ def test_deadline_mid_turn_closes_out_then_watchdog(supervise: Callable[..., Run
 
 def test_noop_after_worker_is_paused_does_not_fire(repo: Path) -> None:
     """No-output timeout does not run while paused (a person drives the worker)."""
-    from gitsup.supervision.supervisor import ResumeAuto
+    from gitsup.supervision.taskio import ResumeAuto
     from gitsup.tasks.lifecycle import prepare_task
     from gitsup.workers.base import HumanInput
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gitsup.demo.scripted_model import ScriptError
+from gitsup.demo.scripted_model_steps import ScriptError
 from gitsup.demo.scripted_openai import (
     ScriptedResponses,
     load_responses_scenario,

@@ -16,7 +16,8 @@ from gitsup.demo.scripted_model import ScriptedModel
 from gitsup.redact import REDACTED
 from gitsup.spec import spec_from_mapping
 from gitsup.state import Status
-from gitsup.tasks.lifecycle import SupRepo, run_task
+from gitsup.store.suprepo import SupRepo
+from gitsup.tasks.lifecycle import run_task
 from tests.conftest import git
 from tests.workers.tmux.conftest import seed_config
 from tests.workers.tmux.test_tmux_worker import events_of, tmux_spec

@@ -16,7 +16,8 @@ from gitsup.host.contain import list_gitsup_netns
 from gitsup.host.procid import ProcessId
 from gitsup.spec import spec_from_mapping
 from gitsup.state import Status
-from gitsup.tasks.lifecycle import SupRepo, run_task
+from gitsup.store.suprepo import SupRepo
+from gitsup.tasks.lifecycle import run_task
 from tests.helpers.require import requires
 from tests.workers.tmux.conftest import seed_config
 from tests.workers.tmux.test_tmux_worker import COMMIT_STEPS, events_of, tmux_spec

@@ -17,7 +17,8 @@ from gitsup.host.procid import ProcessId
 from gitsup.spec import spec_from_mapping
 from gitsup.state import State, Status
 from gitsup.store.records import TaskStore
-from gitsup.tasks.lifecycle import SupRepo, read_events, run_task
+from gitsup.store.suprepo import SupRepo
+from gitsup.tasks.lifecycle import read_events, run_task
 from tests.conftest import GIT_SUP, git, run_sup
 from tests.workers.tmux.conftest import claude_env, seed_config
 
