@@ -435,3 +435,68 @@ def test_a_second_address_is_found(tmp_path: Path, home: str, user: str, expecte
     (tmp_path / "gitsup" / "a.py").write_text("from gitsup.b import Thing\n")
     (tmp_path / "tests" / "test_x.py").write_text("from gitsup.b import Thing\n")
     assert reexports(tmp_path) == []
+# --- one registry of worker kinds -------------------------------------------------------------
+
+
+def kind_lists(source: str, name: str, kinds: frozenset[str]) -> list[str]:
+    """Literal collections (tuple, list, set, dict keys, `Literal[...]`) naming three or more
+    worker kinds: a second list of kinds, which drifts from gitsup/workers/kinds.py."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        items: list[ast.expr | None] = []
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            items = list(node.elts)
+        elif isinstance(node, ast.Dict):
+            items = list(node.keys)
+        named = {i.value for i in items if isinstance(i, ast.Constant) and i.value in kinds}
+        if len(named) >= 3:
+            found.append(f"{name}:{node.lineno}: {sorted(named)}")
+    return found
+
+
+def test_the_worker_kinds_are_listed_once() -> None:
+    from gitsup.workers.kinds import KINDS
+
+    kinds = frozenset(KINDS)
+    found: list[str] = []
+    for path in sorted((REPO_ROOT / "gitsup").rglob("*.py")):
+        rel = str(path.relative_to(REPO_ROOT))
+        if rel not in ("gitsup/workers/kinds.py", "gitsup/spec.py"):
+            found += kind_lists(path.read_text(encoding="utf-8"), rel, kinds)
+    assert not found, "worker kinds listed outside gitsup/workers/kinds.py:\n" + "\n".join(found)
+
+
+def test_the_spec_accepts_exactly_the_registered_kinds() -> None:
+    """The spec's `[worker] kind` (the TOML/JSON contract, below the workers layer) names
+    the same kinds as the registry, and each entry agrees with its adapter class."""
+    import typing
+
+    from gitsup.spec import Worker
+    from gitsup.workers.kinds import KINDS
+
+    annotation = Worker.model_fields["kind"].annotation
+    assert set(typing.get_args(annotation)) == set(KINDS)
+    for kind in KINDS.values():
+        cls = kind.adapter_class()
+        assert cls.kind == kind.name
+        assert (cls.capabilities.repairable, cls.capabilities.persistent) == (
+            kind.repairable,
+            kind.persistent,
+        )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'KINDS = ("claude", "codex", "acp")\n',
+        'def f(k):\n    return k in ["process", "tmux", "claude"]\n',
+        'M = {"claude": 1, "tmux": 2, "acp": 3}\n',
+        'from typing import Literal\nK = Literal["process", "claude", "tmux"]\n',
+    ],
+)
+def test_a_second_list_of_kinds_is_found(source: str) -> None:
+    assert kind_lists(source, "x.py", frozenset({"process", "claude", "codex", "acp", "tmux"}))
+
+
+def test_two_kinds_together_are_not_a_list() -> None:
+    assert kind_lists('X = ("acp", "codex")\n', "x.py", frozenset({"acp", "codex", "claude"})) == []

@@ -3,16 +3,15 @@ and the modules a task start preloads are the ones it then imports."""
 
 from __future__ import annotations
 
-import ast
 import importlib.util
-import inspect
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 from gitsup.spec import spec_from_mapping
-from gitsup.tasks.lifecycle import TASK_MODULES, WORKER_MODULES, after_checkout
+from gitsup.tasks.lifecycle import TASK_MODULES, after_checkout
+from gitsup.workers.kinds import KINDS
 
 
 def _run(tmp_path: Path, body: str) -> str:
@@ -115,26 +114,11 @@ def test_the_body_raising_still_waits_for_the_imports(tmp_path: Path) -> None:
     assert out.strip() == "gitsup-preload"
 
 
-def test_the_table_names_the_module_the_worker_factory_imports_for_each_kind() -> None:
-    """Read from the factory's source: each `if kind == "…":` branch and the module it imports."""
-    from gitsup.supervision.supervisor import default_worker_factory
-
-    tree = ast.parse(textwrap.dedent(inspect.getsource(default_worker_factory)))
-    found: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)):
-            continue
-        kind = node.test.comparators[0]
-        if not isinstance(kind, ast.Constant):
-            continue
-        for sub in ast.walk(ast.Module(body=node.body, type_ignores=[])):
-            if isinstance(sub, ast.ImportFrom) and sub.module:
-                found[kind.value] = sub.module
-    assert found == WORKER_MODULES
-    for kind, name in WORKER_MODULES.items():
-        assert importlib.util.find_spec(name) is not None, name
-        spec = spec_from_mapping({"goal": "g", "worker": {"kind": kind, "argv": "true"}})
-        assert name in after_checkout(spec)
+def test_each_kind_preloads_the_module_its_adapter_lives_in() -> None:
+    for kind in KINDS.values():
+        assert importlib.util.find_spec(kind.module) is not None, kind.module
+        spec = spec_from_mapping({"goal": "g", "worker": {"kind": kind.name, "argv": "true"}})
+        assert kind.module in after_checkout(spec)
 
 
 def test_the_task_modules_exist_and_pyroute2_comes_with_a_namespace() -> None:

@@ -47,6 +47,7 @@ from gitsup.workers.base import (
     WorkerOptions,
     WorkerSetup,
 )
+from gitsup.workers.kinds import worker_kind
 
 WorkerFactory = Callable[[TaskSpec, WorkerSetup], WorkerAdapter]
 Wrap = Callable[[list[str]], list[str]]
@@ -426,7 +427,11 @@ class Launcher:
     def _can_freeze(self) -> bool:
         """A persistent worker (the tmux TUI) outlives its supervisor: it is never frozen."""
         w = self.worker
-        return not (w.capabilities.persistent if w is not None else self.spec.worker.kind == "tmux")
+        return not (
+            w.capabilities.persistent
+            if w is not None
+            else worker_kind(self.spec.worker.kind).persistent
+        )
 
     def hold(self) -> list[LimitHit]:
         """The worker's turn ended: until its next turn nothing of it runs. A live worker's
@@ -616,7 +621,7 @@ class Launcher:
             env["GITSUP_MESSAGE"] = message
         self._report_limits(cg)
         try:
-            agent = self.spec.worker.kind != "process"
+            agent = worker_kind(self.spec.worker.kind).agent is not None
             net = self.net.network_for(
                 "worker", self.exit_stack, env, agent=agent, model_kind=self.spec.worker.kind
             )

@@ -36,6 +36,7 @@ from gitsup.store.record import TaskRecord
 from gitsup.store.suprepo import SupRepo
 from gitsup.supervision.supervisor import Supervisor
 from gitsup.verification.confined import RUNNER_LABELS, runner_of
+from gitsup.workers.kinds import worker_kind
 
 if TYPE_CHECKING:
     from gitsup.workers.agents import AgentInfo
@@ -143,7 +144,7 @@ def recover_task(
             hint=f"`git sup recover {task} --takeover` continues it with a new worker; add --park to park it",
         )
     spec = _spec_of(ctx, TaskId(task))
-    if not park and spec.worker.kind == "tmux" and (record.worker or {}).get("pid"):
+    if not park and worker_kind(spec.worker.kind).persistent and (record.worker or {}).get("pid"):
         # A persistent worker survives its supervisor: re-adopt it when its identity
         # still matches; a replaced process is refused and the task is parked.
         from gitsup.workers.base import WorkerError

@@ -26,7 +26,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from gitsup.errors import GitsupError
 from gitsup.git import GitRepo
 from gitsup.host.procid import ProcessId
 from gitsup.ids import TaskId
@@ -113,28 +112,10 @@ class _AdoptRefused(WorkerError):
 
 
 def default_worker_factory(spec: TaskSpec, ctx: WorkerSetup) -> WorkerAdapter:
-    kind = spec.worker.kind
-    if kind == "process":
-        from gitsup.workers.process import ProcessWorker
+    """The adapter the kind registry names for the spec's `[worker] kind`."""
+    from gitsup.workers.kinds import worker_kind
 
-        return ProcessWorker(ctx)
-    if kind == "claude":
-        from gitsup.workers.claude.worker import ClaudeWorker
-
-        return ClaudeWorker(ctx)
-    if kind == "codex":
-        from gitsup.workers.codex.worker import CodexWorker
-
-        return CodexWorker(ctx)
-    if kind == "acp":
-        from gitsup.workers.acp.worker import AcpWorker
-
-        return AcpWorker(ctx)
-    if kind == "tmux":
-        from gitsup.workers.claude.tmux import TmuxWorker
-
-        return TmuxWorker(ctx)
-    raise GitsupError(f"unknown worker kind {kind!r}")
+    return worker_kind(spec.worker.kind).adapter_class()(ctx)
 
 
 class Supervisor:

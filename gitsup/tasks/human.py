@@ -23,6 +23,7 @@ from gitsup.ids import TaskId
 from gitsup.state import TERMINAL
 from gitsup.store.events import EventLog
 from gitsup.store.suprepo import SupRepo
+from gitsup.workers.kinds import repairable_kinds
 
 if TYPE_CHECKING:
     from gitsup.store.record import TaskRecord
@@ -36,8 +37,6 @@ TAKEN = {
     "pause": ("task_paused",),
     "resume": ("task_resumed",),
 }
-# Worker kinds whose supervisor can send a turn of a person's words (repairable workers).
-MESSAGE_KINDS = ("claude", "codex", "acp", "tmux")
 
 
 @dataclass(frozen=True)
@@ -120,10 +119,10 @@ def send(ctx: SupRepo, task: str, text: str, *, via: str = "cli") -> Taken:
     if not text.strip():
         raise GitsupError("the message is empty")
     record = _live(ctx, task)
-    if record.worker_kind not in MESSAGE_KINDS:
+    if record.worker_kind not in repairable_kinds():
         raise GitsupError(
             f"task {record.id} runs a {record.worker_kind} worker, which cannot take messages",
-            hint="only agent workers (" + ", ".join(MESSAGE_KINDS) + ") take another turn",
+            hint="only agent workers (" + ", ".join(repairable_kinds()) + ") take another turn",
         )
     return _submit(ctx, record, "send", {"text": text}, via=via)
 

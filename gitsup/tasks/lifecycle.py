@@ -22,6 +22,7 @@ from gitsup.state import TERMINAL, State, Status
 from gitsup.store.records import TaskLock
 from gitsup.store.suprepo import SupRepo, worktree_root
 from gitsup.tasks.listing import LsRow
+from gitsup.workers.kinds import KINDS
 
 if TYPE_CHECKING:
     from gitsup.spec import TaskSpec
@@ -219,16 +220,9 @@ def prepare_task(
         raise
 
 
-# What a task imports once its worktree is checked out, by worker kind and in all (the
-# supervisor's own modules come with gitsup.supervision.supervisor): imported while `git`
-# checks the worktree out. tests/test_preload.py holds this to the worker factory.
-WORKER_MODULES = {
-    "process": "gitsup.workers.process",
-    "claude": "gitsup.workers.claude.worker",
-    "codex": "gitsup.workers.codex.worker",
-    "acp": "gitsup.workers.acp.worker",
-    "tmux": "gitsup.workers.claude.tmux",
-}
+# What a task imports once its worktree is checked out, besides its worker kind's adapter
+# module (gitsup/workers/kinds.py; the supervisor's own modules come with
+# gitsup.supervision.supervisor): imported while `git` checks the worktree out.
 TASK_MODULES = (
     "gitsup.store.taskgit",
     "gitsup.store.record",
@@ -241,7 +235,8 @@ TASK_MODULES = (
 def after_checkout(spec: TaskSpec) -> list[str]:
     """The modules a task of `spec` imports after its checkout (pyroute2 for a network
     namespace: its package imports all of its modules, about 0.1 s)."""
-    mods = [*TASK_MODULES, WORKER_MODULES.get(spec.worker.kind, "gitsup.workers.process")]
+    kind = KINDS.get(spec.worker.kind, KINDS["process"])
+    mods = [*TASK_MODULES, kind.module]
     if spec.isolation.network != "host":
         mods.append("pyroute2")
     return mods

@@ -116,12 +116,12 @@ def _run(
         env=env,
         argv=tuple(argv),
         inbox=inbox,
-        options={
-            "tools": ",".join(tools),
-            "ask_tools": (),
-            "wrap": wrap,
-            **({"codex_home": codex_home} if codex_home else {}),
-        },
+        options=WorkerOptions(
+            tools=",".join(tools),
+            ask_tools=(),
+            wrap=wrap,
+            codex_home=Path(codex_home) if codex_home else None,
+        ),
     )
     worker: WorkerAdapter
     if kind == "codex":
@@ -132,8 +132,9 @@ def _run(
         from gitsup.workers.acp.worker import AcpWorker
         from gitsup.workers.claude.worker import ASK_TOOLS
 
-        options = WorkerOptions.of(wctx.options)
-        wctx = dataclasses.replace(wctx, options=dataclasses.replace(options, ask_tools=ASK_TOOLS))
+        wctx = dataclasses.replace(
+            wctx, options=dataclasses.replace(wctx.options, ask_tools=ASK_TOOLS)
+        )
         worker = AcpWorker(wctx)
     else:
         worker = ClaudeWorker(wctx)

@@ -481,7 +481,9 @@ def make_decider(
         return CommandDecider(
             list(d.argv), cwd=cwd, env=env, timeout=d.timeout, wrap=wrap, abort=abort
         )
-    if kind in ("claude", "codex", "acp"):
+    from gitsup.workers.kinds import agent_names
+
+    if kind in agent_names():
         from gitsup.spec import decider_argv
 
         return ClaudeDecider(

@@ -311,9 +311,7 @@ def acp_attempt(ctx: ReviewRequest) -> ReviewVerdict:
     return _agent_attempt(ctx, "acp", review_argv(ctx.spec))
 
 
-def _agent_attempt(
-    ctx: ReviewRequest, kind: Literal["claude", "codex", "acp"], argv: Sequence[str]
-) -> ReviewVerdict:
+def _agent_attempt(ctx: ReviewRequest, kind: str, argv: Sequence[str]) -> ReviewVerdict:
     """One read-only agent call with the review prompt and the evidence; its verdict."""
     from gitsup.verification.agent_call import ClaudeCallError, claude_call
 

@@ -28,8 +28,6 @@ from typing import Any
 
 from gitsup.errors import GitsupError
 
-# [worker] kind -> the agent it runs (the name of its pin: sup.<agent>.sha256)
-AGENT_OF_KIND = {"claude": "claude", "tmux": "claude", "codex": "codex", "acp": "acp"}
 _SETTING = "[worker] argv"
 
 
@@ -69,14 +67,21 @@ class AgentBinary:
 
 def find_worker_agent(kind: str, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """The agent lookup of a worker kind (raises WorkerError when there is none)."""
-    if kind in ("claude", "tmux"):
+    from gitsup.workers.kinds import worker_kind
+
+    agent = worker_kind(kind).agent
+    if agent == "claude":
         from gitsup.workers.claude.worker import find_claude
 
         return find_claude(argv, env, _SETTING)
-    if kind == "codex":
+    if agent == "codex":
         from gitsup.workers.codex.worker import find_codex
 
         return find_codex(argv, env, _SETTING)
+    if agent is None:
+        from gitsup.workers.base import WorkerError
+
+        raise WorkerError(f"the {kind} worker runs no agent")
     from gitsup.workers.acp.worker import find_acp
 
     return find_acp(argv, env, _SETTING)
@@ -275,10 +280,12 @@ def worker_binary(
 ) -> AgentBinary | None:
     """The checked identity of the agent a worker of `kind` runs (None: not an agent
     worker, or no agent found: the preflight says that). Raises UnsafeBinary."""
-    agent = AGENT_OF_KIND.get(kind)
+    from gitsup.workers.base import WorkerError
+    from gitsup.workers.kinds import worker_kind
+
+    agent = worker_kind(kind).agent
     if agent is None:
         return None
-    from gitsup.workers.base import WorkerError
 
     try:
         exe = find_worker_agent(kind, argv, env)[0]

@@ -148,7 +148,7 @@ class PipedAgent(WorkerAdapter):
     def _spawn(self, argv: list[str], env: Mapping[str, str]) -> WorkerIdentity:
         """Start `argv` (through the `wrap` option, if any) in the worktree with `env`,
         and the threads that read its output and wait for its exit."""
-        wrap = self.ctx.options.get("wrap")
+        wrap = self.ctx.options.wrap
         if wrap is not None:
             argv = wrap(argv)
         self._proc = spawn_piped(argv, cwd=self.ctx.worktree, env=env)

@@ -13,14 +13,18 @@ Capabilities are explicit and never inferred from each other:
 from __future__ import annotations
 
 import queue
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from gitsup.host import proc
 from gitsup.store.payload import Payload
+
+if TYPE_CHECKING:
+    from gitsup.spec import TaskSpec
 
 Inbox = queue.SimpleQueue[object]
 
@@ -142,59 +146,39 @@ class WorkerIdentity:
         }
 
 
+class EgressForward(Protocol):
+    """The worker's egress gate, as an adapter uses it: let the sandboxed agent reach a
+    supervisor port (the tmux worker's HTTP hooks) through its network namespace."""
+
+    def add_forward(self, port: int) -> None: ...
+
+
+Wrap = Callable[[list[str]], list[str]]
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
-    """What an adapter may be given besides its context. Unset is None.
+    """What an adapter may be given besides its context; every field is typed and unset
+    is None (or empty). Adapters read the fields; there is no mapping behind them.
 
     `spec` the task's TaskSpec; `wrap` the bootstrap prefix (sandbox, cgroup, namespace) for
-    its argv; `egress` the worker's egress gate; `abort` a threading.Event set on stop;
-    `tools`/`ask_tools`/`loads_settings_files` a Claude Code call's tool set (claude_call);
-    `hook_timeout`, `extra_args`, `startup_timeout` tmux settings; `extra` anything else.
-
-    Read with `options.spec`, or as the mapping it used to be (`options.get("spec")`,
-    `options["wrap"]`: an unset key reads as absent), so adapters written against the
-    dict keep working.
+    its argv; `egress` the worker's egress gate; `abort` set on stop;
+    `tools`/`ask_tools`/`loads_settings_files` a one-off agent call's tool set (agent_call);
+    `codex_home` the CODEX_HOME of such a call; `hook_timeout`, `extra_args`,
+    `startup_timeout` tmux settings (without a spec).
     """
 
-    spec: Any = None
-    wrap: Any = None
-    egress: Any = None
-    abort: Any = None
+    spec: TaskSpec | None = None
+    wrap: Wrap | None = None
+    egress: EgressForward | None = None
+    abort: threading.Event | None = None
     tools: str | None = None
-    ask_tools: tuple[str, ...] | list[str] | None = None
-    loads_settings_files: bool | None = None
+    ask_tools: tuple[str, ...] | None = None
+    loads_settings_files: bool = False
+    codex_home: Path | None = None
     hook_timeout: float | None = None
-    extra_args: tuple[str, ...] | list[str] | None = None
+    extra_args: tuple[str, ...] = ()
     startup_timeout: float | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, value: WorkerOptions | Mapping[str, Any] | None) -> WorkerOptions:
-        if isinstance(value, WorkerOptions):
-            return value
-        known = {f.name for f in fields(cls)} - {"extra"}
-        items = dict(value or {})
-        rest = {k: items.pop(k) for k in list(items) if k not in known}
-        return cls(**items, extra=rest)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        value = self.extra.get(key) if key not in _OPTION_FIELDS else getattr(self, key)
-        return default if value is None else value
-
-    def __getitem__(self, key: str) -> Any:
-        value = self.get(key)
-        if value is None:
-            raise KeyError(key)
-        return value
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.get(key) is not None
-
-
-_OPTION_FIELDS = frozenset(
-    {"spec", "wrap", "egress", "abort", "tools", "ask_tools", "loads_settings_files"}
-    | {"hook_timeout", "extra_args", "startup_timeout"}
-)
 
 
 @dataclass(frozen=True)
@@ -207,13 +191,8 @@ class WorkerSetup:
     env: Mapping[str, str]  # the child environment, already cleaned by the supervisor
     argv: tuple[str, ...]  # worker.argv from the spec (may be empty: adapter default)
     inbox: Inbox
-    # adapter-specific settings; a mapping of the same keys is accepted and converted
-    options: WorkerOptions | Mapping[str, Any] = field(default_factory=WorkerOptions)
+    options: WorkerOptions = field(default_factory=WorkerOptions)  # adapter-specific settings
     max_output_bytes: int = 16 * 1024  # bound for one WorkerOutput text
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.options, WorkerOptions):
-            object.__setattr__(self, "options", WorkerOptions.of(self.options))
 
 
 class WorkerError(Exception):

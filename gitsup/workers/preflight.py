@@ -105,9 +105,10 @@ def worker_agent_binary(
 ) -> AgentBinary | None:
     """The checked identity of the worker's agent executable (gitsup/workers/agentbin.py);
     raises a GitsupError (exit 2) naming why it is refused."""
-    from gitsup.workers.agentbin import AGENT_OF_KIND, worker_binary
+    from gitsup.workers.agentbin import worker_binary
+    from gitsup.workers.kinds import worker_kind
 
-    agent = AGENT_OF_KIND.get(spec.worker.kind)
+    agent = worker_kind(spec.worker.kind).agent
     if agent is None:
         return None
     pin = repo.config_get(f"sup.{agent}.sha256")

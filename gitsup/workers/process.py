@@ -46,7 +46,7 @@ class ProcessWorker(WorkerAdapter):
             raise WorkerError("the process worker needs worker.argv (the command to run)")
         env = dict(self.ctx.env)
         env["GITSUP_GOAL"] = goal
-        wrap = self.ctx.options.get("wrap")
+        wrap = self.ctx.options.wrap
         if wrap is not None:
             argv = wrap(argv)
         self._proc = spawn_piped(argv, cwd=self.ctx.worktree, env=env)

@@ -131,7 +131,7 @@ class AcpWorker(PipedAgent):
     # --- spawning -----------------------------------------------------------------
 
     def _argv(self) -> list[str]:
-        spec = self.ctx.options.get("spec")
+        spec = self.ctx.options.spec
         extra = list(spec.worker.extra_args) if spec is not None else []
         base = find_acp(self.ctx.argv, self.ctx.env)
         check_arguments([*base[1:], *extra])
@@ -154,7 +154,7 @@ class AcpWorker(PipedAgent):
         self._io.attach(p.stdin, self._write_timeout())
 
     def _write_timeout(self) -> float:
-        spec = self.ctx.options.get("spec")
+        spec = self.ctx.options.spec
         grace = float(spec.worker.stop_grace) if spec is not None else 5.0
         return max(5.0, 2 * grace)
 
@@ -364,14 +364,13 @@ class AcpWorker(PipedAgent):
             if res.get("protocolVersion") != ap.PROTOCOL_VERSION:
                 self._fail_start(f"the agent speaks ACP {res.get('protocolVersion')!r}, not 1")
                 return
-            tools = self.ctx.options.get("tools")
-            if isinstance(tools, str):
-                tools = [t for t in tools.split(",") if t]
+            given = self.ctx.options.tools
+            tools = None if given is None else [t for t in given.split(",") if t]
             self._call_or_fail(
                 "session/new",
                 ap.new_session_params(
                     str(self.ctx.worktree),
-                    self.ctx.options.get("ask_tools", ASK_TOOLS),
+                    ASK_TOOLS if self.ctx.options.ask_tools is None else self.ctx.options.ask_tools,
                     tools,
                 ),
             )

@@ -115,8 +115,12 @@ class TmuxWorker(WorkerAdapter):
 
     # --- settings -------------------------------------------------------------------------
 
+    def _startup_timeout(self) -> float:
+        value = self.ctx.options.startup_timeout
+        return STARTUP_TIMEOUT if value is None else value
+
     def _hook_bound(self) -> float:
-        value = self.ctx.options.get("hook_timeout") or self.ctx.env.get("GITSUP_HOOK_TIMEOUT")
+        value = self.ctx.options.hook_timeout or self.ctx.env.get("GITSUP_HOOK_TIMEOUT")
         try:
             return float(value) if value else DEFAULT_BOUND
         except (TypeError, ValueError):
@@ -140,9 +144,9 @@ class TmuxWorker(WorkerAdapter):
         return socket_path_for(common, wt)
 
     def _spec_extra(self) -> tuple[list[str], str | None]:
-        spec = self.ctx.options.get("spec")
+        spec = self.ctx.options.spec
         if spec is None:
-            return list(self.ctx.options.get("extra_args", ())), None
+            return list(self.ctx.options.extra_args), None
         return list(spec.worker.extra_args), spec.worker.model
 
     def preflight(self) -> tuple[list[str], list[Any]]:
@@ -236,10 +240,10 @@ class TmuxWorker(WorkerAdapter):
         if model:
             argv += ["--model", model]
         argv += rest
-        gate = self.ctx.options.get("egress")
+        gate = self.ctx.options.egress
         if gate is not None:  # the TUI in its namespace reaches its http hooks through the gate
             gate.add_forward(self.hooks.port)
-        wrap = self.ctx.options.get("wrap")
+        wrap = self.ctx.options.wrap
         if wrap is not None:
             argv = list(wrap(argv))
         self._socket = tmux_socket_path(task_dir, self.ctx.task_id)
@@ -282,10 +286,10 @@ class TmuxWorker(WorkerAdapter):
 
     def _wait_ready(self) -> None:
         """Accept the trust dialog for our own worktree; wait for a stable input prompt."""
-        end = time.monotonic() + float(self.ctx.options.get("startup_timeout", STARTUP_TIMEOUT))
+        end = time.monotonic() + self._startup_timeout()
         previous = None
         trust_done = False
-        abort = self.ctx.options.get("abort")
+        abort = self.ctx.options.abort
         while time.monotonic() < end:
             if abort is not None and abort.is_set():
                 raise WorkerError("stop requested while the Claude Code TUI was starting")
@@ -316,7 +320,7 @@ class TmuxWorker(WorkerAdapter):
             time.sleep(0.25)
         raise WorkerError(
             "the Claude Code TUI did not show its input prompt within "
-            f"{self.ctx.options.get('startup_timeout', STARTUP_TIMEOUT)}s "
+            f"{self._startup_timeout()}s "
             "(gitsup answers no dialog but workspace trust). Screen:\n" + self.capture()[-1500:]
         )
 
@@ -514,7 +518,7 @@ class TmuxWorker(WorkerAdapter):
             ).start()
         except OSError as exc:
             raise WorkerError(f"cannot serve the pane's hook endpoint again: {exc}") from exc
-        gate = self.ctx.options.get("egress")
+        gate = self.ctx.options.egress
         if gate is not None:
             gate.add_forward(self.hooks.port)
         self._owned = False  # adopted: detached at the end, never killed

@@ -203,7 +203,7 @@ def preflight(ctx: WorkerSetup, extra_args: Sequence[str]) -> None:
     only arguments are checked; a transport that loads the user's and the worktree's
     settings files (option `loads_settings_files`) has those checked too."""
     check_arguments(list(ctx.argv[1:]) + list(extra_args))
-    if ctx.options.get("loads_settings_files", False):
+    if ctx.options.loads_settings_files:
         for f, data in read_settings_files(loaded_settings_files(ctx.worktree, ctx.env)):
             check_settings(data, str(f))
 
@@ -233,7 +233,7 @@ class ClaudeWorker(PipedAgent):
     # --- spawning -----------------------------------------------------------------
 
     def _argv(self) -> list[str]:
-        spec = self.ctx.options.get("spec")
+        spec = self.ctx.options.spec
         extra: list[str] = []
         model = None
         max_turns = None
@@ -245,12 +245,12 @@ class ClaudeWorker(PipedAgent):
             max_cost = spec.budget.max_cost_usd
         preflight(self.ctx, extra)
         base = find_claude(self.ctx.argv, self.ctx.env)
-        ask = list(self.ctx.options.get("ask_tools", ASK_TOOLS))
+        ask = list(ASK_TOOLS if self.ctx.options.ask_tools is None else self.ctx.options.ask_tools)
         settings = {"permissions": {"ask": ask}} if ask else {}
         # No settings file is loaded but gitsup's own: a worktree's .claude/settings*.json
         # could otherwise pre-allow tools or run hooks before any permission check.
         argv = [*base, *BASE_FLAGS, "--setting-sources", "", "--settings", json.dumps(settings)]
-        tools = self.ctx.options.get("tools")
+        tools = self.ctx.options.tools
         if tools is not None:
             argv += ["--tools", str(tools)]
         if model:
@@ -274,7 +274,7 @@ class ClaudeWorker(PipedAgent):
     # --- stdin (one writer) -----------------------------------------------------------
 
     def _write_timeout(self) -> float:
-        spec = self.ctx.options.get("spec")
+        spec = self.ctx.options.spec
         grace = float(spec.worker.stop_grace) if spec is not None else 5.0
         return max(MIN_WRITE_TIMEOUT, 2 * grace)
 

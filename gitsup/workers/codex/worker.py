@@ -138,7 +138,7 @@ _CONFIG_SURFACES = ("config.toml", "managed_config.toml", "requirements.toml", "
 def private_codex_home(ctx: WorkerSetup) -> Path:
     """CODEX_HOME for this task, inside the sandbox's private HOME (writable there), or
     the directory the caller gives (option `codex_home`: a one-off reviewer call)."""
-    given = ctx.options.get("codex_home")
+    given = ctx.options.codex_home
     home = Path(given) if given else ctx.task_dir / "sandbox" / "home" / ".codex"
     home.mkdir(parents=True, exist_ok=True)
     for name in _CONFIG_SURFACES:
@@ -168,7 +168,7 @@ class CodexWorker(ClaudeWorker):
 
     def __init__(self, ctx: WorkerSetup) -> None:
         super().__init__(ctx)
-        spec = ctx.options.get("spec")
+        spec = ctx.options.spec
         self._session = aps.AppServerSession(
             cwd=str(ctx.worktree),
             model=spec.worker.model if spec is not None else None,
@@ -179,7 +179,7 @@ class CodexWorker(ClaudeWorker):
         self.refused: str | None = None
 
     def _argv(self) -> list[str]:
-        spec = self.ctx.options.get("spec")
+        spec = self.ctx.options.spec
         extra = list(spec.worker.extra_args) if spec is not None else []
         base = find_codex(self.ctx.argv, self.ctx.env)
         check_arguments([*base[1:], *extra])

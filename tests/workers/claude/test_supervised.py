@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,9 +20,8 @@ from gitsup.demo.scripted_model import ScriptedModel
 from gitsup.spec import spec_from_mapping
 from gitsup.store.events import Event
 from gitsup.store.suprepo import SupRepo
-from tests.conftest import git, run_sup
-from tests.helpers.require import require
-from tests.helpers.sup import wait_dead, wait_for
+from tests.conftest import git
+from tests.helpers.sup import wait_for
 from tests.helpers.supervised import (
     COMMIT,
     FIX_CALC,
@@ -177,44 +174,6 @@ def test_max_cost_parks(supervise: Callable[..., Run]) -> None:
     assert r.record.status.value == "parked"
     assert any("cost" in x for x in r.record.reasons), r.record.reasons
     assert r.of("budget_exceeded")
-
-
-def test_stop_during_a_turn_leaves_no_process(
-    claude_bin: str, scripted_model: Callable[..., ScriptedModel], repo: Path, tmp_path: Path
-) -> None:
-    require("cgroup", "the worker's cgroup, removed at the stop")
-    model = scripted_model({"default": [{"hang": 60}]})
-    env = claude_env(model.url, tmp_path / "cfg", {"GITSUP_CLAUDE_BIN": claude_bin})
-    spec = tmp_path / "task.toml"
-    spec.write_text('goal = "wait"\n[worker]\nkind = "claude"\n[review]\nkind = "none"\n')
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gitsup", "start", "--spec", str(spec), "--json", "-q"],
-        cwd=repo,
-        env={**os.environ, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    task = None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        ls = json.loads(run_sup(repo, "ls", "--json").stdout or "[]")
-        if ls and ls[0]["state"] == "running" and model.requests:
-            task = ls[0]["id"]
-            break
-        time.sleep(0.2)
-    assert task, "the task never reached running"
-    stop = run_sup(repo, "stop", task, "--json")
-    assert stop.returncode == 0, stop.stderr
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 5, err
-    rec = json.loads(out)
-    assert rec["state"] == "stopped"
-    pid = rec["worker"]["pid"]
-    assert wait_dead(pid, timeout=30), f"worker {pid} survived the stop"
-    cg = rec["worker"]["cgroup"]
-    assert cg, "the worker ran in no cgroup"
-    assert not Path(cg).exists(), f"the worker's cgroup {cg} was left behind"
 
 
 # --- the verification loop ----------------------------------------------------------------
