@@ -435,6 +435,8 @@ def test_a_second_address_is_found(tmp_path: Path, home: str, user: str, expecte
     (tmp_path / "gitsup" / "a.py").write_text("from gitsup.b import Thing\n")
     (tmp_path / "tests" / "test_x.py").write_text("from gitsup.b import Thing\n")
     assert reexports(tmp_path) == []
+
+
 # --- one registry of worker kinds -------------------------------------------------------------
 
 

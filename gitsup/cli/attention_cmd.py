@@ -20,7 +20,7 @@ from gitsup.errors import GitsupError
 
 if TYPE_CHECKING:
     from gitsup.attention.fold import TaskStatus
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
 
 
 _SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}

@@ -56,7 +56,7 @@ def _turn(repo: Path, tid: str, cost: float) -> None:
     from gitsup.ids import TaskId
     from gitsup.store.events import EventLog
     from gitsup.store.eventtypes import TurnCompleted
-    from gitsup.tasks.lifecycle import SupRepo
+    from gitsup.store.suprepo import SupRepo
 
     ctx = SupRepo.discover(repo)
     with EventLog(ctx.layout.events(TaskId(tid)), TaskId(tid)) as log:
