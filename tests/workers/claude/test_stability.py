@@ -297,3 +297,60 @@ def test_duplicate_permission_records_are_answered_and_recorded_once(
     assert json.dumps(second).count("Supervisor answer:") == 1
     done = task.of("turn_completed")
     assert done and "Committed the fix." in done[-1]["result"], done
+
+
+def test_takeover_of_a_claude_worker_after_its_supervisor_died_mid_turn(
+    start: Callable[..., tuple[Task, ScriptedModel]],
+    claude_bin: str,
+    repo: Path,
+    tmp_path: Path,
+) -> None:
+    require("cgroup", "the old worker is proved gone by its cgroup")
+    scripts = {
+        "default": [
+            step(FIX_CALC),
+            # the supervisor dies while the worker waits for this answer; the new worker
+            # resumes the conversation here (a step is counted from the assistant messages
+            # in the request), so the answer comes within the CLI's API timeout
+            {"hang": 12, "content": [COMMIT]},
+            step(text("Fixed and committed.")),
+        ]
+    }
+    task, model = start(scripts)
+    old = _claude_pid(task, model, 2)
+    before = task.record()["worker"]
+    os.kill(task.proc.pid, signal.SIGKILL)
+    task.proc.wait(30)
+    assert psutil.pid_exists(old), "the worker died with its supervisor"
+    env = claude_env(model.url, tmp_path / "cfg", {"GITSUP_CLAUDE_BIN": claude_bin})
+    res = run_sup(repo, "recover", task.id, "--takeover", "--json", "-q", env=env, timeout=180)
+    assert res.returncode == 0, (res.stderr, res.stdout[-2000:])
+    rec = json.loads(res.stdout)
+    assert rec["status"] == "ready", (rec["status"], rec.get("reasons"))
+    # the old worker and its cgroup are gone; the new worker ran in a cgroup of its own
+    assert not any(_is_claude(p) and p.pid == old for p in psutil.process_iter())
+    assert not Path(before["cgroup"]).exists()
+    assert rec["worker"]["cgroup"] != before["cgroup"]
+    assert not Path(rec["worker"]["cgroup"]).exists()
+    # one candidate, holding the fix
+    candidate = subprocess.run(
+        ["git", "rev-parse", f"refs/sup/{task.id}/candidate"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    assert candidate == rec["candidate"]
+    assert len(task.of("candidate_ready")) == 1
+    show = subprocess.run(
+        ["git", "show", f"{candidate}:calc.py"], cwd=repo, capture_output=True, text=True
+    )
+    assert "a + b" in show.stdout
+    # one log, continuous: seq from 1 without gaps, one start, the takeover in it, one end
+    events = task.events()
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    types = [e["type"] for e in events]
+    assert types.count("task_started") == 1 and types.count("recovered") == 1
+    assert types.count("task_finished") == 1 and types[-1] == "task_finished"
+    assert types.index("recovered") > types.index("permission_decided")
+    started = [e["data"]["pid"] for e in events if e["type"] == "worker_started"]
+    assert len(started) == 2 and started[0] == before["pid"] != started[1]
