@@ -354,3 +354,51 @@ def test_takeover_of_a_claude_worker_after_its_supervisor_died_mid_turn(
     assert types.index("recovered") > types.index("permission_decided")
     started = [e["data"]["pid"] for e in events if e["type"] == "worker_started"]
     assert len(started) == 2 and started[0] == before["pid"] != started[1]
+
+
+CHECKS = """
+[autonomy]
+max_repair_rounds = 0
+[[checks]]
+name = "tests"
+argv = ["{python}", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+[[checks]]
+name = "imports"
+argv = ["{python}", "-c", "import calc"]
+[[checks]]
+name = "style"
+argv = ["{python}", "-c", "import sys; sys.exit('style: {style}')"]
+required = {style_required}
+"""
+
+
+@pytest.mark.parametrize("style_required", [False, True], ids=["optional", "required"])
+def test_required_and_optional_checks(
+    start: Callable[..., tuple[Task, ScriptedModel]], style_required: bool
+) -> None:
+    """Two required checks that pass and a third that fails: optional, the task is ready;
+    required, it parks. Every result is recorded with whether it was required."""
+    import sys
+
+    spec = CHECKS.format(
+        python=sys.executable,
+        style="line too long",
+        style_required=str(style_required).lower(),
+    )
+    task, _model = start({"default": [step(FIX_CALC), step(COMMIT), step(text("Fixed."))]}, spec)
+    code, rec = task.finish()
+    results = {r["name"]: r for r in task.of("acceptance_result")}
+    assert set(results) >= {"tests", "imports", "style"}, results
+    assert results["tests"]["passed"] and results["tests"]["required"]
+    assert results["imports"]["passed"] and results["imports"]["required"]
+    assert not results["style"]["passed"] and results["style"]["exit_code"] == 1
+    assert results["style"]["required"] is style_required
+    assert "line too long" in results["style"]["output_tail"]
+    if style_required:
+        assert (rec["status"], code) == ("parked", 3), rec.get("reasons")
+        assert task.of("candidate_ready") == [] and len(task.of("candidate_parked")) == 1
+        assert any("style" in x for x in rec["reasons"]), rec["reasons"]
+    else:
+        assert (rec["status"], code) == ("ready", 0), rec.get("reasons")
+        assert rec["candidate"] and len(task.of("candidate_ready")) == 1
+        assert not any("style" in x for x in rec["reasons"]), rec["reasons"]
