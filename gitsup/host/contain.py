@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import functools
 import os
 import signal
@@ -206,12 +207,19 @@ class Cgroup:
         """rmdir bottom-up; only empty cgroups can be removed."""
         ok = True
         for d in sorted(self._tree(), key=lambda p: len(p.parts), reverse=True):
-            try:
-                d.rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError:
-                ok = False
+            # a cgroup whose processes were just killed stays busy until the kernel has
+            # released them (cgroup.procs is already empty then): retry for a moment
+            for attempt in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY or attempt == 49:
+                        ok = False
+                        break
+                    time.sleep(0.02)
         # emptied with the v2 cgroup (the same processes); found by name when this Cgroup was
         # read back from a record that did not list them
         for d in self.v1 or v1_companions(self.name):

@@ -225,6 +225,9 @@ class ClaudeWorker(PipedAgent):
         super().__init__(ctx)
         self._write_lock = threading.Lock()
         self._pending: dict[str, Mapping[str, Any]] = {}
+        # Every permission request id this worker has asked: a record delivered twice is
+        # decided, recorded and answered once.
+        self._asked: set[str] = set()
         self._last_total_cost = 0.0
         self._req_counter = 0
         self._turn_api_error: str | None = None
@@ -337,7 +340,18 @@ class ClaudeWorker(PipedAgent):
             return
         if isinstance(ev, PermissionRequest):
             with self._state_lock:
-                self._pending[ev.request_id] = ev.tool_input
+                repeated = ev.request_id in self._asked
+                if not repeated:
+                    self._asked.add(ev.request_id)
+                    self._pending[ev.request_id] = ev.tool_input
+            if repeated:
+                inbox.put(
+                    ProtocolNoise(
+                        line=redact_text(line)[: sj.MAX_NOISE_LINE],
+                        error="duplicate permission request ignored (already asked)",
+                    )
+                )
+                return
             inbox.put(ev)
         elif isinstance(ev, PermissionCancelled):
             with self._state_lock:
