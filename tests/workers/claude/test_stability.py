@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -265,9 +266,13 @@ def test_duplicate_permission_records_are_answered_and_recorded_once(
     shim = tmp_path / "shim" / "claude"
     shim.parent.mkdir()
     # the sandbox lets the worker execute from the agent's own directory: the real binary
-    # goes next to the shim (a hard link, same file system as the test's temporary files)
+    # goes next to the shim (a hard link; a copy where the test's temporary files are on
+    # another file system than the agent's install)
     agent = str(shim.parent / "claude.exe")
-    os.link(Path(claude_bin).resolve(), agent)
+    try:
+        os.link(Path(claude_bin).resolve(), agent)
+    except OSError:
+        shutil.copy2(Path(claude_bin).resolve(), agent)
     shim.write_text(DUPLICATING_SHIM.replace("[AGENT,", f"[{agent!r},"))
     shim.chmod(0o755)
     scripts = {
