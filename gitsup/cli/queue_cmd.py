@@ -154,7 +154,7 @@ def run_cmd(
 
     ctx = SupRepo.discover()
     if cluster is not None:
-        _run_on_cluster(ctx, cluster, into, json_out=json_out)
+        _run_on_cluster(ctx, cluster, into, json_out=json_out, quiet=quiet)
         return
     if detach:
         pid, log = detach_run(ctx, into, batch, retries, slots)
@@ -191,14 +191,18 @@ def run_cmd(
     sys.exit(max((r.exit_code for r in results), default=0))
 
 
-def _run_on_cluster(ctx: Any, address: str, into: str | None, *, json_out: bool) -> None:
+def _run_on_cluster(
+    ctx: Any, address: str, into: str | None, *, json_out: bool, quiet: bool
+) -> None:
     from gitsup.cluster.settings import require_sdk
 
     require_sdk()
     from gitsup.cluster.integrator import run_on_cluster
     from gitsup.cluster.settings import load
 
-    results = run_on_cluster(ctx, load(ctx.repo, address), into)
+    results = run_on_cluster(
+        ctx, load(ctx.repo, address), into, on_progress=None if quiet else progress
+    )
     sent_back = False
     for res in results:
         for task, o in sorted(res["outcomes"].items()):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from temporalio import activity
@@ -136,10 +137,16 @@ def _catch_up(ctx: SupRepo, remote: str, ref: str) -> None:
 
 
 def run_on_cluster(
-    ctx: SupRepo, settings: ClusterSettings, into: str | None, *, wait: float = 3600.0
+    ctx: SupRepo,
+    settings: ClusterSettings,
+    into: str | None,
+    *,
+    wait: float = 3600.0,
+    on_progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run the queue of each branch (`into`, else every queue of this clone) as its
     workflow; returns each run's result once this clone's queue records its outcomes."""
+    say = on_progress or (lambda _m: None)
     from gitsup.tasks.queue_state import Queue, QueueError, _branch, queue_branches
 
     remote = review_remote(ctx.repo)
@@ -156,7 +163,7 @@ def run_on_cluster(
             "into": branch,
             "tasks": [{"task": e.task, "policy_change": bool(e.policy_change)} for e in queued],
         }
-        res = asyncio.run(_run(settings, queue_workflow_id(settings, branch), job, wait))
+        res = asyncio.run(_run(settings, queue_workflow_id(settings, branch), job, wait, say))
         _record(ctx, remote, q, res)
         results.append(res)
     if not results:
@@ -165,7 +172,11 @@ def run_on_cluster(
 
 
 async def _run(
-    settings: ClusterSettings, wid: str, job: dict[str, Any], wait: float
+    settings: ClusterSettings,
+    wid: str,
+    job: dict[str, Any],
+    wait: float,
+    say: Callable[[str], None],
 ) -> dict[str, Any]:
     from temporalio.client import WorkflowFailureError
     from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -187,6 +198,7 @@ async def _run(
             f"(workflow {wid})",
             hint="wait for it; its outcomes reach this clone with the next `queue run --cluster`",
         ) from None
+    say(f"the queue into {job['into']} runs as workflow {wid}; waiting for an integrator")
     try:
         result: dict[str, Any] = await asyncio.wait_for(handle.result(), timeout=wait)
     except WorkflowFailureError as exc:

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
 from tests.cluster.conftest import Cluster, Host
 from tests.cluster.test_cluster import submit, wait_for
-from tests.conftest import git, run_sup
+from tests.conftest import GIT_SUP, git, run_sup
 from tests.helpers.sup import write_worker
 
 # Fixes add (the same change in both: they compose) and adds a file of its own.
@@ -59,13 +61,28 @@ def test_the_queue_workflow_integrates_two_cluster_candidates(cluster: Cluster, 
     res = run_sup(cluster.submitter, "queue", "add", *ids)
     assert res.returncode == 0, res.stderr
     before = git(cluster.origin, "rev-parse", "main")
-    # without an integrator the workflow waits; the task host never takes it
+    # no integrator yet: the branch's workflow waits (the task host never takes it) ...
+    err = tmp / "queue-run.err"
+    with open(err, "w") as fh:
+        first = subprocess.Popen(
+            [GIT_SUP, "queue", "run", "--cluster", cluster.address, "--json"],
+            cwd=cluster.submitter,
+            stdout=subprocess.PIPE,
+            stderr=fh,
+            text=True,
+        )
+    end = time.monotonic() + 120
+    while "waiting for an integrator" not in err.read_text():
+        assert first.poll() is None and time.monotonic() < end, err.read_text()
+        time.sleep(0.1)
+    # ... and a second runner of that branch is refused meanwhile
+    second = run_sup(cluster.submitter, "queue", "run", "--cluster", cluster.address)
+    assert second.returncode == 2, (second.stdout, second.stderr)
+    assert "another queue runner is integrating into main" in second.stderr
     integ = integrator(cluster, home)
-    res = run_sup(
-        cluster.submitter, "queue", "run", "--cluster", cluster.address, "--json", timeout=600
-    )
-    assert res.returncode == 0, (res.stdout, res.stderr, integ.log.read_text())
-    out = json.loads(res.stdout)
+    stdout, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, (stdout, err.read_text(), integ.log.read_text())
+    out = json.loads(stdout)
     assert out["integrator"] == "integrator"
     assert {t: o["status"] for t, o in out["outcomes"].items()} == dict.fromkeys(ids, "integrated")
     # the gate accepted the protected branch: two signed merges on top of the old main
