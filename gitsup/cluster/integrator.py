@@ -59,7 +59,6 @@ class Integrator:
     def _integrate(self, job: dict[str, Any]) -> dict[str, Any]:
         from gitsup.cluster.record import fetch_task
         from gitsup.supervision.publisher import publish_notes
-        from gitsup.tasks.queue import run as run_queue
         from gitsup.tasks.queue_state import Queue, QueueError, add
 
         ctx = SupRepo.discover(self.clone)
@@ -79,7 +78,7 @@ class Integrator:
                 add(ctx, [task], branch, allow_policy_change=bool(entry.get("policy_change")))
             except QueueError as exc:
                 skipped[task] = exc.message
-        result = run_queue(ctx, branch)[0].as_dict() if q.read()[0].queued() else {}
+        result = _run_queue(ctx, branch) if q.read()[0].queued() else {}
         tip = ctx.repo.ref_target(q.target_ref)
         assert tip is not None
         # the protected branch, then the notes that say integrated (signed merges only: the
@@ -104,6 +103,25 @@ class Integrator:
             "skipped": skipped,
             "run": result,
         }
+
+
+def _run_queue(ctx: SupRepo, branch: str) -> dict[str, Any]:
+    """`git sup queue run --into BRANCH` in this clone, as its own process (the same runner
+    as on one machine; whatever its checks do cannot take the integrator's worker down)."""
+    import json
+
+    from gitsup.host import proc
+
+    argv = proc.gitsup_python("gitsup", "queue", "run", "--into", branch, "--json", "--quiet")
+    res = proc.run(argv, cwd=ctx.repo.main_workdir, merge_stderr=False, max_output=1 << 22)
+    try:
+        runs = json.loads(res.output)
+        out: dict[str, Any] = runs[0]
+    except (ValueError, IndexError, KeyError, TypeError):
+        raise GitsupError(
+            f"the queue run into {branch} failed (exit {res.returncode}): {res.output[-400:]}"
+        ) from None
+    return out
 
 
 def _catch_up(ctx: SupRepo, remote: str, ref: str) -> None:

@@ -80,7 +80,9 @@ def test_the_queue_workflow_integrates_two_cluster_candidates(cluster: Cluster, 
     assert second.returncode == 2, (second.stdout, second.stderr)
     assert "another queue runner is integrating into main" in second.stderr
     integ = integrator(cluster, home)
-    stdout, _ = first.communicate(timeout=600)
+    stdout, _ = first.communicate(timeout=240)
+    # the integrator serves on after its integration
+    assert integ.proc is not None and integ.proc.poll() is None, integ.log.read_text()
     assert first.returncode == 0, (stdout, err.read_text(), integ.log.read_text())
     out = json.loads(stdout)
     assert out["integrator"] == "integrator"
