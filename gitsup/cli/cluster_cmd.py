@@ -60,6 +60,14 @@ def host_run_cmd(
     slots: Annotated[
         int, typer.Option("--slots", min=1, max=256, help="Tasks run here at once.")
     ] = 2,
+    integrator: Annotated[
+        bool,
+        typer.Option(
+            "--integrator",
+            help="Also run the queue's signed integrations (the machine that holds the "
+            "signing key; task hosts never get them).",
+        ),
+    ] = False,
 ) -> None:
     """Serve this repository's cluster tasks from this clone until stopped (SIGTERM, Ctrl-C:
     running tasks are stopped, their work kept, and the cluster moves them)."""
@@ -79,8 +87,10 @@ def host_run_cmd(
 
     def ready() -> None:
         progress(f"host {host} serves {settings.describe()} with {slots} slot(s)")
+        if integrator:
+            progress(f"host {host} integrates for queue {settings.queue}")
 
-    serve(ctx, settings, name=host, slots=slots, on_ready=ready)
+    serve(ctx, settings, name=host, slots=slots, integrator=integrator, on_ready=ready)
 
 
 # --- a cluster task, from the clone that submitted it (`show`, `wait`, `stop`) -------------

@@ -130,6 +130,14 @@ def run_cmd(
     detach: Annotated[bool, typer.Option("--detach", help="Run in the background.")] = False,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="Run it as the branch's workflow on the cluster's integrator HOST:PORT "
+            "(docs/cluster.md).",
+        ),
+    ] = None,
 ) -> None:
     """Integrate the queued candidates (resumes a queue whose runner died).
 
@@ -138,6 +146,9 @@ def run_cmd(
     from gitsup.tasks.queue import detach_run, run
 
     ctx = SupRepo.discover()
+    if cluster is not None:
+        _run_on_cluster(ctx, cluster, into, json_out=json_out, quiet=quiet)
+        return
     if detach:
         pid, log = detach_run(ctx, into, batch, retries, slots)
         if json_out:
@@ -171,3 +182,32 @@ def run_cmd(
                 for line in queue_evidence_lines(s.get("evidence"), indent="    "):
                     out(line)
     sys.exit(max((r.exit_code for r in results), default=0))
+
+
+def _run_on_cluster(
+    ctx: Any, address: str, into: str | None, *, json_out: bool, quiet: bool
+) -> None:
+    from gitsup.cluster.settings import require_sdk
+
+    require_sdk()
+    from gitsup.cluster.integrator import run_on_cluster
+    from gitsup.cluster.settings import load
+
+    results = run_on_cluster(
+        ctx, load(ctx.repo, address), into, on_progress=None if quiet else progress
+    )
+    sent_back = False
+    for res in results:
+        for task, o in sorted(res["outcomes"].items()):
+            sent_back = sent_back or o["status"] != "integrated"
+            if not json_out:
+                what = o["integration_commit"][:12] if o["status"] == "integrated" else o["reason"]
+                out(f"{task}: {o['status']} into {res['into']} ({what})")
+        if not json_out:
+            out(f"{res['into']} is at {res['target'][:12]} (integrator {res['integrator']})")
+    if json_out:
+        emit_json(results if len(results) > 1 else results[0])
+    if sent_back:
+        from gitsup.errors import Exit
+
+        raise typer.Exit(Exit.PARKED)

@@ -299,11 +299,14 @@ def serve(
     *,
     name: str,
     slots: int,
+    integrator: bool = False,
     on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Serve the repository's task queue until SIGTERM or Ctrl-C; running tasks are then
-    stopped (their work saved). A host publishes every task it runs to the review remote (at
-    every turn's end and at the end: `sup.cluster.publish`, set here when unset)."""
+        stopped (their work saved). A host publishes every task it runs to the review remote (at
+        every turn's end and at the end: `sup.cluster.publish`, set here when unset). An
+    `integrator` (the clone whose user holds the signing key) also serves the queue's
+    integrations (`gitsup/cluster/integrator.py`)."""
     from gitsup.supervision.publisher import PUBLISH_KEY, publish_enabled
 
     review_remote(ctx)
@@ -314,7 +317,13 @@ def serve(
                 hint=f"git config {PUBLISH_KEY} true",
             )
         ctx.repo.config_set(PUBLISH_KEY, "true")
-    asyncio.run(_serve(ctx, settings, name=name, slots=slots, on_ready=on_ready))
+    if integrator:
+        from gitsup.integration.integrate import integration_signing
+
+        integration_signing(ctx.repo)  # no key here: refused before serving
+    asyncio.run(
+        _serve(ctx, settings, name=name, slots=slots, integrator=integrator, on_ready=on_ready)
+    )
 
 
 async def _serve(
@@ -323,6 +332,7 @@ async def _serve(
     *,
     name: str,
     slots: int,
+    integrator: bool,
     on_ready: Callable[[], None] | None,
 ) -> None:
     client = await connect(settings, identity=name)
@@ -342,7 +352,21 @@ async def _serve(
         max_heartbeat_throttle_interval=timedelta(seconds=1),
         default_heartbeat_throttle_interval=timedelta(seconds=1),
     )
-    async with worker:
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(worker)
+        if integrator:
+            from gitsup.cluster.integrator import Integrator
+            from gitsup.cluster.workflow import QueueWorkflow, integrator_queue
+
+            integrations = Worker(
+                client,
+                task_queue=integrator_queue(settings.queue),
+                workflows=[QueueWorkflow],
+                activities=[Integrator(ctx, name).integrate],
+                max_concurrent_activities=1,
+                identity=f"{name} (integrator)",
+            )
+            await stack.enter_async_context(integrations)
         if on_ready is not None:
             on_ready()
         await stop.wait()

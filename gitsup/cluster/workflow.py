@@ -69,3 +69,36 @@ class TaskWorkflow:
 def _message(exc: BaseException) -> str:
     cause = exc.cause if isinstance(exc, ActivityError) else None
     return str(cause or exc)
+
+
+QUEUE_WORKFLOW = "gitsup-queue"
+INTEGRATE_ACTIVITY = "gitsup-integrate"
+
+
+def integrator_queue(queue: str) -> str:
+    """The task queue only integrators poll (`git sup host run --integrator`): task hosts
+    never get the integration activity."""
+    return f"{queue}.integrator"
+
+
+@workflow.defn(name=QUEUE_WORKFLOW)
+class QueueWorkflow:
+    """One per target branch (its id names the repository's queue and the branch). Input:
+    {"into", "tasks": [{"task", "policy_change"}]}. It runs on the integrators' task queue,
+    and so does its activity (the integration)."""
+
+    @workflow.run
+    async def run(self, job: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await workflow.execute_activity(
+            INTEGRATE_ACTIVITY,
+            job,
+            start_to_close_timeout=RUN_LIMIT,
+            heartbeat_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                maximum_interval=timedelta(seconds=10),
+                maximum_attempts=3,
+                non_retryable_error_types=["GitsupError"],
+            ),
+        )
+        return result

@@ -148,7 +148,7 @@ class Cluster:
 
     def host(self, name: str, *args: str) -> Host:
         home = self.tmp / f"home-{name}"
-        home.mkdir()
+        home.mkdir(exist_ok=True)  # a test may have put files there (a key)
         (home / ".gitconfig").write_text(
             "[init]\n\tdefaultBranch = main\n[user]\n\tname = Host\n\temail = h@example.invalid\n"
         )
