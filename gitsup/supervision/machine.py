@@ -448,6 +448,7 @@ class TaskMachine:
                     rule=ask.rule,
                     timeout=d.human_timeout,
                     fallback=d.fallback,
+                    phase=req.phase,
                 )
             )
         ]

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from gitsup.host import proc
 from gitsup.store.eventtypes import Payload
@@ -48,12 +48,18 @@ class WorkerOutput:
 
 @dataclass(frozen=True)
 class PermissionRequest:
-    """The worker asks to use a tool. Answer exactly once with `WorkerAdapter.answer`."""
+    """The worker asks to use a tool. Answer exactly once with `WorkerAdapter.answer`.
+
+    `phase` says which turn asks: `turn` (one gitsup sent: the goal, a repair round, a
+    message), `prompt` (one a person started by typing a prompt, or another Claude session
+    in the worktree: a human takeover), `takeover` (the turn that was running when a new
+    supervisor re-adopted the worker; who started it is not known)."""
 
     request_id: str
     tool_name: str
     tool_input: Mapping[str, Any]
     raw: Mapping[str, Any] = field(default_factory=dict)
+    phase: Literal["turn", "prompt", "takeover"] = "turn"
 
 
 @dataclass(frozen=True)

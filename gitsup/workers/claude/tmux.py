@@ -568,6 +568,7 @@ class TmuxWorker(WorkerAdapter):
         # listened cannot be replayed; the watchdog covers that case).
         with self.bridge._lock:
             self.bridge.turn_active = True
+            self.bridge.turn_origin = "takeover"
         self._sent_keys.add("goal")
         ident = WorkerIdentity(
             pid=pid,
