@@ -5,7 +5,10 @@ queue_after_move. Unset in normal use; costs one comparison.
 
 `GITSUP_FAULT=append:<type>[:<n>]` makes the first n (default 1) appends of an event of
 that type in this process fail as a full disk would (OSError ENOSPC), before anything is
-written: the test of what the supervisor does when its log cannot be written."""
+written: the test of what the supervisor does when its log cannot be written.
+
+`GITSUP_FAULT=fail:<point>` makes `fail(point)` raise OSError (EIO) there: a step that
+fails half-way, for the tests of what a start leaves behind. Points: tmux_server_started."""
 
 from __future__ import annotations
 
@@ -24,6 +27,12 @@ if _POINT is not None and _POINT.startswith("append:"):
 def fault(point: str) -> None:
     if _POINT is not None and point == _POINT:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def fail(point: str) -> None:
+    """Raise OSError (EIO) when `GITSUP_FAULT=fail:<point>`."""
+    if _POINT is not None and f"fail:{point}" == _POINT:
+        raise OSError(errno.EIO, f"injected failure at {point} (GITSUP_FAULT)")
 
 
 def append_fault(type: str) -> None:

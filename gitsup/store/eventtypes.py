@@ -140,6 +140,7 @@ class PermissionDecided(Payload):
     answer: Literal["allow", "deny"] | Unset = opt()
     message: str | Unset | None = opt()
     cancelled: bool | Unset = opt()
+    phase: str | Unset = opt()  # the asking turn's: turn, prompt (a person's), takeover
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -505,7 +506,8 @@ class ResumeAuto(Payload):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HumanAsk(Payload):
-    """A call the policy sent to `ask` waits for a person (`[decider] kind = "human"`):
+    """A call the policy sent to `ask` waits for a person (`[decider] kind = "human"`, or
+    `phase` prompt: a turn a person started in a human takeover):
     `git sup answer TASK REQUEST_ID allow|deny` answers it; after `timeout` seconds the
     `fallback` does."""
 
@@ -516,6 +518,7 @@ class HumanAsk(Payload):
     rule: str
     timeout: float
     fallback: str
+    phase: str | Unset = opt()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

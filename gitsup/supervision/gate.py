@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gitsup.git import GitRepo
@@ -58,6 +59,7 @@ class Gate:
         self.clock: Callable[[], DecisionTime] = lambda: NO_DEADLINE
         self._policy: Any = None
         self._ecosystem: Any = None
+        self._person_allowed: set[str] = set()  # calls a person allowed at PreToolUse
 
     def policy(self) -> Any:
         if self._policy is None:
@@ -91,6 +93,19 @@ class Gate:
         """Decide one permission request, answer the worker, record it."""
         from gitsup.policy import decide_tool, unattended_denial
 
+        key = _call_key(req)
+        if (
+            req.phase == "prompt"
+            and req.raw.get("gitsup_hook") == "PermissionRequest"
+            and key in self._person_allowed
+        ):
+            # Claude Code asks again (its PermissionRequest) for the call a person just
+            # allowed at PreToolUse: that answer stands, once.
+            self._person_allowed.discard(key)
+            answer = PermissionAnswer(True, updated_input=req.tool_input)
+            stalled = self._send(req, answer, worker)
+            self._decided(req, _PERSON_ALLOWED, answer)
+            return Gated(stalled=stalled)
         decision = decide_tool(
             req.tool_name,
             req.tool_input,
@@ -107,8 +122,10 @@ class Gate:
         else:
             is_question = req.tool_name == "AskUserQuestion"
             self.emit(et.PermissionPending(request_id=req.request_id, tool=req.tool_name))
-            if self.spec.decider.kind == "human" and not is_question:
-                # A person answers (`git sup answer`); the task machine waits for them.
+            if (self.spec.decider.kind == "human" or req.phase == "prompt") and not is_question:
+                # A person answers (`git sup answer`); the task machine waits for them. A
+                # request from a turn a person started (a human takeover) is theirs to
+                # answer, whatever the decider: nothing decides it automatically.
                 return Gated(
                     ask=PendingAsk(
                         request=req,
@@ -156,6 +173,8 @@ class Gate:
         park: str | None = None
         if allow:
             answer = PermissionAnswer(True, updated_input=req.tool_input)
+            if req.phase == "prompt" and req.raw.get("gitsup_hook") == "PreToolUse":
+                self._person_allowed.add(_call_key(req))
         elif fallback and self.spec.decider.fallback != "deny":
             when = self.clock()
             text = self.with_retries("ask", lambda: self.decider.answer_ask(ask.denial, when))
@@ -195,6 +214,7 @@ class Gate:
                 sandboxed=decision.sandboxed,
                 answer="allow" if answer.allow else "deny",
                 message=answer.message,
+                phase=req.phase,
             )
         )
 
@@ -238,3 +258,21 @@ def summarize_input(tool_input: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[k] = v
     return out
+
+
+def _call_key(req: PermissionRequest) -> str:
+    import json
+
+    return req.tool_name + "\0" + json.dumps(dict(req.tool_input), sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class _PersonAllowed:
+    verdict: str = "allow"
+    rule: str = "human"
+    reason: str = "a person allowed this call at PreToolUse"
+    part: str | None = None
+    sandboxed: bool = False
+
+
+_PERSON_ALLOWED = _PersonAllowed()

@@ -850,10 +850,22 @@ class Launcher:
         """What of the worker cleanup could not prove gone: its process (same pid and
         start time) after a bounded wait, a cgroup that could not be emptied."""
         left = list(self.left_cgroups)
-        if getattr(self.worker, "detached", False):
-            return left  # a re-adopted worker let go on purpose keeps running
         w = self.record.worker or {}
         ident = ProcessId.from_dict(w) if isinstance(w.get("pid"), int) else None
+        if getattr(self.worker, "detached", False):
+            # A re-adopted worker let go on purpose keeps running, and keeps writing in the
+            # worktree: its lease stays held while it lives (`git sup doctor --fix` ends it).
+            if ident is not None and ident.alive():
+                where = (
+                    (w.get("extra") or {}).get("socket")
+                    if isinstance(w.get("extra"), dict)
+                    else None
+                )
+                left.append(
+                    f"detached worker pid {ident.pid} keeps running"
+                    + (f" (tmux socket {where})" if where else "")
+                )
+            return left
         if ident is not None:
             end = time.monotonic() + self.spec.worker.stop_grace
             while ident.alive() and time.monotonic() < end:

@@ -449,6 +449,7 @@ class TaskMachine:
                     rule=ask.rule,
                     timeout=d.human_timeout,
                     fallback=d.fallback,
+                    phase=req.phase,
                 )
             )
         ]

@@ -472,7 +472,9 @@ class DiscardResult:
 def discard_task(ctx: SupRepo, task: str, *, force: bool = False) -> DiscardResult:
     """Remove the task's worktree and lease. Its refs (branch, baseline, candidate,
     wip, log) stay: they are the record. Refuses while a live supervisor owns it,
-    and when uncommitted work is not captured in a ref (unless `force`)."""
+    and when uncommitted work is not captured in a ref (unless `force`). A task that had
+    not ended (its supervisor died) is discarded only after the worker-gone proof of
+    recovery (its worker killed if need be); without it, nothing is removed."""
     record = ctx.store.load(task)
     tid = TaskId(record.id)
     repo = ctx.repo
@@ -487,6 +489,20 @@ def discard_task(ctx: SupRepo, task: str, *, force: bool = False) -> DiscardResu
             f"task {task} is owned by a running supervisor (pid {lease.owner.pid})",
             hint=f"`git sup stop {task}` first",
         )
+    if record.state not in TERMINAL and record.worker:
+        # Its supervisor died mid-task: the worker may live on. The same proof as at
+        # recovery (cgroup emptied, pid gone, no marked process), or nothing is removed.
+        from gitsup.supervision.recovery import prove_worker_gone
+
+        proof = prove_worker_gone(record, kill=True)
+        if not proof.gone:
+            record.left_behind = [f"at discard: {proof.how}"]
+            ctx.store.save(record)
+            raise GitsupError(
+                f"task {task}: its worker is not provably gone ({proof.how}); "
+                "the worktree and its lease are kept",
+                hint="`git sup doctor --fix` stops it and releases the lease; then discard",
+            )
     if not force:
         uncaptured = _uncaptured_work(ctx, record)
         if uncaptured:

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from gitsup.host import proc
 from gitsup.store.payload import Payload
@@ -52,12 +52,18 @@ class WorkerOutput:
 
 @dataclass(frozen=True)
 class PermissionRequest:
-    """The worker asks to use a tool. Answer exactly once with `WorkerAdapter.answer`."""
+    """The worker asks to use a tool. Answer exactly once with `WorkerAdapter.answer`.
+
+    `phase` says which turn asks: `turn` (one gitsup sent: the goal, a repair round, a
+    message), `prompt` (one a person started by typing a prompt, or another Claude session
+    in the worktree: a human takeover), `takeover` (the turn that was running when a new
+    supervisor re-adopted the worker; who started it is not known)."""
 
     request_id: str
     tool_name: str
     tool_input: Mapping[str, Any]
     raw: Mapping[str, Any] = field(default_factory=dict)
+    phase: Literal["turn", "prompt", "takeover"] = "turn"
 
 
 @dataclass(frozen=True)

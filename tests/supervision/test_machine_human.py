@@ -58,6 +58,7 @@ def test_an_ask_pauses_the_task_until_a_person_answers() -> None:
             "rule": "ask.n",
             "timeout": 600.0,
             "fallback": "deny",
+            "phase": "turn",
         },
     ) in w.events
     assert w.machine.next_timer() == (w.clock.now + 600.0, "human_timeout")

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from gitsup.redact import redact, redact_text
 from gitsup.workers.base import (
@@ -306,6 +306,9 @@ class HookBridge:
         self.session_id: str | None = None
         self.transcript_path: str | None = None
         self.turn_active = False
+        # who started the running turn: gitsup (`turn`), a person (`prompt`), unknown after
+        # a re-adoption (`takeover`); a PermissionRequest carries it as its phase
+        self.turn_origin: Literal["turn", "prompt", "takeover"] = "turn"
         self.turn_done = threading.Event()
         self.prompt_seen = threading.Event()
 
@@ -351,7 +354,7 @@ class HookBridge:
                 with contextlib.suppress(Exception):
                     self.on_session(payload)
         if event in ("PreToolUse", "PermissionRequest"):
-            return self._permission(str(event), payload)
+            return self._permission(str(event), payload, self.turn_origin if ours else "prompt")
         if event == "Stop":
             if ours:
                 self._stop(payload)
@@ -384,6 +387,7 @@ class HookBridge:
             if mine:
                 self._expected.remove(norm)
             self.turn_active = True
+            self.turn_origin = "turn" if mine else "prompt"
             self.turn_done.clear()
         self.prompt_seen.set()
         if mine:
@@ -407,7 +411,12 @@ class HookBridge:
             )
         )
 
-    def _permission(self, event: str, payload: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def _permission(
+        self,
+        event: str,
+        payload: Mapping[str, Any],
+        phase: Literal["turn", "prompt", "takeover"] = "turn",
+    ) -> Mapping[str, Any] | None:
         tool = str(payload.get("tool_name") or "")
         tool_input = payload.get("tool_input")
         if not isinstance(tool_input, Mapping):
@@ -418,7 +427,9 @@ class HookBridge:
             self._waiting[rid] = waiter
         started = time.monotonic()
         self.inbox.put(
-            PermissionRequest(rid, tool, dict(tool_input), raw={**payload, "gitsup_hook": event})
+            PermissionRequest(
+                rid, tool, dict(tool_input), raw={**payload, "gitsup_hook": event}, phase=phase
+            )
         )
         answered = waiter.event.wait(self.bound)
         with self._lock:

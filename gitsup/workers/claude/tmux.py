@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gitsup import faults
 from gitsup.errors import GitsupError
 from gitsup.host import proc
 from gitsup.names import TASK_MARKER
@@ -83,6 +84,7 @@ from gitsup.workers.claude.worker import find_claude, loaded_settings_files, rea
 SESSION = "gitsup"
 WIDTH, HEIGHT = 200, 50
 STARTUP_TIMEOUT = 60.0
+TMUX_TIMEOUT = 10.0  # seconds any one tmux command may take
 
 
 # --- the adapter ------------------------------------------------------------------------
@@ -100,7 +102,6 @@ class TmuxWorker(WorkerAdapter):
         )
         self.hooks: HookServer | None = None
         self._socket: Path | None = None
-        self._server: Any = None  # libtmux.Server
         self._pane_id: str | None = None
         self._pane_pid: int | None = None
         self._owned = False
@@ -163,34 +164,58 @@ class TmuxWorker(WorkerAdapter):
 
     # --- tmux -----------------------------------------------------------------------------
 
-    def _tmux_server(self) -> Any:
-        import libtmux
-
-        if self._server is None:
-            self._server = libtmux.Server(socket_path=str(self._socket), config_file="/dev/null")
-        return self._server
-
-    def _cmd(self, *args: str) -> list[str]:
-        res = self._tmux_server().cmd(*args)
-        if res.returncode != 0:
-            raise WorkerError(f"tmux {args[0]} failed: {' '.join(res.stderr)[:500]}")
-        return list(res.stdout)
-
-    def _tmux_raw(
-        self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None
-    ) -> None:
+    def _tmux(
+        self,
+        *args: str,
+        input: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> list[str]:
+        """Run one tmux command on the task's server, bounded by `timeout` (the client is
+        killed then): a wedged tmux never wedges the supervisor. Its output lines, or
+        WorkerError."""
+        timeout = TMUX_TIMEOUT if timeout is None else timeout
         try:
             res = proc.run(
                 ["tmux", "-S", str(self._socket), "-f", "/dev/null", *args],
                 input=input,
                 env=env,
-                timeout=20,
+                timeout=timeout,
             )
         except GitsupError as exc:
             raise WorkerError(f"tmux {args[0]} failed: {exc}") from exc
         if not res.ok:
-            why = "timed out" if res.timed_out else res.output.strip()[:500]
+            why = f"timed out after {timeout:g}s" if res.timed_out else res.output.strip()[:500]
             raise WorkerError(f"tmux {args[0]} failed: {why}")
+        return res.output.splitlines()
+
+    def _cmd(self, *args: str) -> list[str]:
+        return self._tmux(*args)
+
+    def _server_alive(self) -> bool:
+        if self._socket is None:
+            return False
+        try:
+            self._tmux("list-sessions")
+        except WorkerError:
+            return False
+        return True
+
+    def _server_pids(self) -> list[int]:
+        """The pid of the tmux server on our socket: asked from tmux, else found by the
+        socket path on a process's command line (a server that does not answer)."""
+        import psutil
+
+        with contextlib.suppress(WorkerError, ValueError, IndexError):
+            return [int(self._tmux("display-message", "-p", "#{pid}")[0])]
+        sock = str(self._socket)
+        found = []
+        for p in psutil.process_iter(["pid", "name", "cmdline"]):
+            with contextlib.suppress(psutil.Error, TypeError):
+                cmd = p.info["cmdline"] or []
+                if p.info["name"] == "tmux" and sock in cmd and p.pid != os.getpid():
+                    found.append(p.pid)
+        return found
 
     def _pane_info(self) -> dict[str, str]:
         fmt = "#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_current_path}"
@@ -228,6 +253,34 @@ class TmuxWorker(WorkerAdapter):
             ).start()
         except OSError as exc:
             raise WorkerError(f"cannot serve hooks: {exc}") from exc
+        # Whatever fails from here (a tmux command, the TUI, the trust dialog, an
+        # interrupt) stops the tmux server and removes its socket before the error goes up:
+        # a failed start leaves no private tmux server behind.
+        try:
+            ident = self._launch(secret, base, rest, user_settings, model)
+        except BaseException as exc:
+            try:
+                self.stop(grace=1.0)
+            except WorkerError as leak:
+                raise WorkerError(f"{exc}; and after it: {leak}") from exc
+            if isinstance(exc, (OSError, ValueError)):
+                raise WorkerError(f"starting the Claude Code TUI failed: {exc}") from exc
+            raise
+        self._identity = ident
+        self._start_monitor()
+        self.send_turn(goal, key="goal")
+        return ident
+
+    def _launch(
+        self,
+        secret: str,
+        base: Sequence[str],
+        rest: Sequence[str],
+        user_settings: list[Any],
+        model: str | None,
+    ) -> WorkerIdentity:
+        assert self.hooks is not None
+        task_dir = self.ctx.task_dir
         settings = merge_settings(
             user_settings, hook_settings(self.hooks.url, timeout=self._bound + 5)
         )
@@ -256,32 +309,22 @@ class TmuxWorker(WorkerAdapter):
         log = self._log_file()
         # The raw terminal recording is not redacted (docs/tmux.md): only its owner reads it.
         os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-        try:
-            self._tmux_raw(
-                "start-server", ";",
-                "set-option", "-g", "remain-on-exit", "on", ";",
-                "set-option", "-g", "history-limit", "20000", ";",
-                "new-session", "-d", "-s", SESSION, "-x", str(WIDTH), "-y", str(HEIGHT),
-                "-c", str(self.ctx.worktree), "--", *argv, ";",
-                "pipe-pane", "-O", "-t", f"{SESSION}:0.0", f"cat >> {shlex.quote(str(log))}",
-                env=env,
-            )  # fmt: skip
-        except WorkerError:
-            self._close_hooks()
-            raise
-        self._owned = True
-        try:
-            info = self._pane_info()
-            self._pane_id = info["pane_id"]
-            self._pane_pid = int(info["pane_pid"])
-            self._wait_ready()
-            ident = self._make_identity(argv)
-        except BaseException:
-            self.stop(grace=1.0)
-            raise
-        self._identity = ident
-        self._start_monitor()
-        self.send_turn(goal, key="goal")
+        self._owned = True  # from here on a tmux server may exist
+        self._tmux(
+            "start-server", ";",
+            "set-option", "-g", "remain-on-exit", "on", ";",
+            "set-option", "-g", "history-limit", "20000", ";",
+            "new-session", "-d", "-s", SESSION, "-x", str(WIDTH), "-y", str(HEIGHT),
+            "-c", str(self.ctx.worktree), "--", *argv, ";",
+            "pipe-pane", "-O", "-t", f"{SESSION}:0.0", f"cat >> {shlex.quote(str(log))}",
+            env=env,
+        )  # fmt: skip
+        faults.fail("tmux_server_started")
+        info = self._pane_info()
+        self._pane_id = info["pane_id"]
+        self._pane_pid = int(info["pane_pid"])
+        self._wait_ready()
+        ident = self._make_identity(argv)
         return ident
 
     def _wait_ready(self) -> None:
@@ -413,7 +456,7 @@ class TmuxWorker(WorkerAdapter):
         assert self._pane_id is not None
         self._paste_n += 1
         name = f"gitsup-{os.getpid()}-{self._paste_n}"
-        self._tmux_raw("load-buffer", "-b", name, "-", input=text.encode("utf-8"))
+        self._tmux("load-buffer", "-b", name, "-", input=text.encode("utf-8"))
         self._cmd("paste-buffer", "-p", "-d", "-b", name, "-t", self._pane_id)
         # Let the TUI take the bracketed paste in before the Enter that submits it.
         time.sleep(0.15)
@@ -470,7 +513,7 @@ class TmuxWorker(WorkerAdapter):
         self._socket = Path(str(extra["socket"]))
         if not self._socket.exists():
             raise WorkerError(f"the tmux socket {self._socket} is gone")
-        if not self._tmux_server().is_alive():
+        if not self._server_alive():
             raise WorkerError(f"no tmux server answers on {self._socket}")
         self._pane_id = str(extra["pane_id"])
         try:
@@ -530,6 +573,7 @@ class TmuxWorker(WorkerAdapter):
         # listened cannot be replayed; the watchdog covers that case).
         with self.bridge._lock:
             self.bridge.turn_active = True
+            self.bridge.turn_origin = "takeover"
         self._sent_keys.add("goal")
         ident = WorkerIdentity(
             pid=pid,
@@ -575,9 +619,12 @@ class TmuxWorker(WorkerAdapter):
                 root = psutil.Process(self._pane_pid)
                 procs = [root, *root.children(recursive=True)]
         server_pid = self._identity.extra.get("tmux_server_pid") if self._identity else None
-        if isinstance(server_pid, int):
+        server_pids = [server_pid] if isinstance(server_pid, int) else self._server_pids()
+        for pid in server_pids:  # with its panes' processes (the pane pid may be unknown yet)
             with contextlib.suppress(psutil.Error):
-                procs.append(psutil.Process(server_pid))
+                server = psutil.Process(pid)
+                procs += [p for p in server.children(recursive=True) if p not in procs]
+                procs.append(server)
         with contextlib.suppress(WorkerError):
             self._cmd("kill-server")
         _gone, alive = psutil.wait_procs(procs, timeout=grace)
@@ -590,7 +637,7 @@ class TmuxWorker(WorkerAdapter):
             how += f" (SIGKILL to {len(procs) - len(_gone)} process(es))"
         if self._pane_pid is not None:
             proc.signal_group(self._pane_pid, signal.SIGKILL)
-        still = self._server is not None and self._tmux_server().is_alive()
+        still = self._server_alive()
         if alive or still:
             raise WorkerError(
                 f"the tmux server on {self._socket} did not stop ({len(alive)} process(es) left)"

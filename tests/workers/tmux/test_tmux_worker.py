@@ -314,6 +314,11 @@ def test_pane_survives_supervisor_kill_and_is_readopted(
         extra["pane_pid"]
     )
     assert not gate.alive()  # stopped by the supervisor that adopted it, at the end
+    # The pane lives on in the worktree: its lease stays held, and the record says why.
+    ctx = SupRepo.discover(repo)
+    rec = TaskStore(ctx.layout).load(task)
+    assert any(f"detached worker pid {extra['pane_pid']}" in x for x in rec.left_behind), rec
+    assert [le for le in ctx.leases.all() if le.task == task], "the lease was released"
 
 
 WAIT_FOR_FLAG = (

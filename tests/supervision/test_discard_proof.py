@@ -1,0 +1,75 @@
+"""Discarding a task whose supervisor died mid-task first proves its worker gone (killing
+it), as recovery does: no worker outlives the worktree it was writing. Real CLI, a
+process worker, its supervisor SIGKILLed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gitsup.host.procid import ProcessId
+from tests.conftest import run_sup
+from tests.helpers.sup import check_cmd, write_worker
+
+HANG = "import time\ntime.sleep(600)\n"
+
+
+def _wait(pred: Any, timeout: float = 60.0) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError("condition not reached")
+
+
+def _record(repo: Path, task: str) -> dict[str, Any]:
+    return dict(json.loads(run_sup(repo, "show", task, "--json").stdout or "{}"))
+
+
+def test_discard_of_a_task_with_a_dead_supervisor_proves_its_worker_gone(
+    repo: Path, tmp: Path
+) -> None:
+    worker = write_worker(tmp, HANG)
+    check = check_cmd("from calc import add; assert add(1, 2) == 3")
+    args = ["start", "fix add", "--worker", worker, "--check", check, "--review", "none"]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "gitsup", *args, "--json", "-q"],
+        cwd=repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    worker_id: ProcessId | None = None
+    try:
+        ls = lambda: json.loads(run_sup(repo, "ls", "--json").stdout or "[]")  # noqa: E731
+        task = _wait(lambda: (ls() or [{}])[0].get("id"))
+        w = _wait(
+            lambda: (
+                (_record(repo, task).get("worker") or {}).get("pid")
+                and _record(repo, task)["worker"]
+            )
+        )
+        worker_id = ProcessId.from_dict(w)
+        assert worker_id is not None and worker_id.alive()
+        os.kill(p.pid, signal.SIGKILL)  # the supervisor dies; its worker lives on
+        p.wait(timeout=30)
+        assert worker_id.alive()
+        res = run_sup(repo, "discard", task, "--force")
+        assert res.returncode == 0, res.stderr
+        # From outside: the worker is gone, and so is the worktree.
+        assert not worker_id.alive()
+        rec = _record(repo, task)
+        assert rec["state"] == "stopped" and not Path(rec["worktree"]).exists()
+    finally:
+        p.kill()
+        p.wait(timeout=30)
+        if worker_id is not None and worker_id.alive():
+            os.kill(worker_id.pid, signal.SIGKILL)
