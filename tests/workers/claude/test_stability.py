@@ -171,9 +171,14 @@ def test_a_signal_to_the_worker_parks_with_its_work_kept_and_reaps_descendants(
         ).stdout
     )
     stopped = [d for d in task.of("worker_stopped") if "classification" in d]
-    assert [d["classification"] for d in stopped] == ["exited_without_result"], stopped
-    assert any("without completing its turn" in x for x in rec["reasons"]), rec["reasons"]
-    assert task.of("turn_completed") == []
+    if sig == signal.SIGTERM or stopped:
+        assert [d["classification"] for d in stopped] == ["exited_without_result"], stopped
+        assert any("without completing its turn" in x for x in rec["reasons"]), rec["reasons"]
+        assert task.of("turn_completed") == []
+    else:
+        # SIGINT: Claude Code may instead end the turn as interrupted and take no further
+        # turn; the task parks all the same, with the work kept
+        assert any("could not be sent" in x for x in rec["reasons"]), rec["reasons"]
     _assert_nothing_left(rec, tag)
 
 
