@@ -33,9 +33,12 @@ from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import task_refs
 from gitsup.redact import Redacted, needs_redaction, redact
+from gitsup.store import eventtypes  # noqa: F401 (registers every payload class)
 from gitsup.store.payload import REGISTRY, Payload, PayloadError, Seq, Untyped, payload_of
 
-# Every type with a payload class (gitsup/store/eventtypes.py); other types are kept as they are.
+# Every type with a payload class; other types are kept as they are. The classes register
+# themselves in REGISTRY when gitsup/store/eventtypes.py is imported, which the import above
+# makes sure of wherever the log is read or written.
 EVENT_TYPES = frozenset(REGISTRY)
 
 _TAIL_BLOCK = 64 * 1024

@@ -502,3 +502,15 @@ def test_the_generated_init_does_what_the_dataclass_init_does(cls: type) -> None
 
     same()
     assert outcome(cls.__init__, [], good)[0] == "ok"
+
+
+def test_the_log_knows_every_type_whatever_was_imported_first() -> None:
+    """A process that imports only the event log (as `git sup log` may) still has every
+    payload class registered: the registry is filled when the classes' module is imported."""
+    code = (
+        "from gitsup.store.events import EVENT_TYPES; "
+        "import gitsup.store.payload as p; "
+        "assert 'task_started' in EVENT_TYPES and len(EVENT_TYPES) == len(p.REGISTRY) > 50"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr

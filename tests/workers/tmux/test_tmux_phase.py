@@ -9,7 +9,7 @@ from pathlib import Path
 from gitsup.demo.scripted_model import ScriptedModel
 from gitsup.state import State
 from gitsup.store.records import TaskStore
-from gitsup.tasks.lifecycle import SupRepo
+from gitsup.store.suprepo import SupRepo
 from tests.conftest import run_sup
 from tests.workers.tmux.conftest import seed_config
 from tests.workers.tmux.test_tmux_worker import (

@@ -20,7 +20,7 @@ import pytest
 
 from gitsup import faults
 from gitsup.demo.scripted_model import ScriptedModel
-from gitsup.tasks.lifecycle import SupRepo
+from gitsup.store.suprepo import SupRepo
 from gitsup.workers.base import WorkerError, WorkerSetup
 from gitsup.workers.claude import tmux as tmux_adapter
 from gitsup.workers.claude.tmux import TmuxWorker
