@@ -333,6 +333,11 @@ def test_killed_after_moving_the_target_with_slots_busy_resumes_once(qs: Setup) 
     assert code == 0, out
     assert out["resumed"] == [t["id"] for t in tasks[:moved]]
     _assert_all_once(repo, start, tasks)
+    # the killed runner's held slot left its cgroup and network namespace: doctor removes
+    # them (else any later `doctor` on this machine reports them)
+    assert run_sup(repo, "doctor", "--fix").returncode in (0, 3)
+    left = json.loads(run_sup(repo, "doctor", "--json").stdout)
+    assert not [f for f in left if "queue-" in f["detail"]], left
 
 
 def test_bad_slots_are_refused(qs: Setup) -> None:
