@@ -62,7 +62,15 @@ class DevServer:
             time.sleep(0.1)
 
     def kill(self) -> None:
-        """As a crash: SIGKILL to the server's whole group."""
+        """As a crash: SIGKILL to the server's whole group, and to the `temporal` process
+        `git sup cluster dev` runs (in a group of its own, which a SIGKILL of the command
+        does not reach)."""
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(self.proc.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
