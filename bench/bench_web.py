@@ -35,21 +35,9 @@ BIN = Path(sys.executable).parent
 GIT_SUP = str(BIN / "git-sup")
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
-from bench_attention import _event, make_tasks  # noqa: E402
+from bench_attention import _event, fmt, make_tasks  # noqa: E402
+from bench_attention import best as median_of  # noqa: E402 (the median of n runs)
 from bench_foundation import git, hermetic_env  # noqa: E402
-
-
-def fmt(x: float) -> str:
-    return f"{x * 1000:8.1f} ms"
-
-
-def median_of(fn: object, n: int) -> float:
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()  # type: ignore[operator]
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def bench_index(repo: Path, reps: int) -> None:
