@@ -24,12 +24,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import random
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,26 +93,66 @@ def setup(root: Path) -> tuple[Path, list[str], dict[str, str], list[str]]:
     return wt, plans[0].argv(), plans[0].env, plans[1].argv()
 
 
-CPU: list[float] = []  # CPU time (user + system) of each timed run's processes
-
-
-def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+def run(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall time and CPU time (user + system, from wait4's rusage: the child and every
+    descendant it waited for) of one run."""
     t = time.perf_counter()
-    subprocess.run(argv, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
+    p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
     took = time.perf_counter() - t
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    CPU.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
-    return took
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode:
+        raise SystemExit(f"{argv[-1][:60]!r} exited {p.returncode}")
+    return took, ru.ru_utime + ru.ru_stime
+
+
+def interval(values: list[float], *, resamples: int = 2000) -> tuple[float, float, float]:
+    """The median of `values` and a bootstrap 95% interval of it (percentiles of the medians
+    of `resamples` resamples with replacement; seeded, so a run's numbers are reproducible)."""
+    rng = random.Random(26)
+    n = len(values)
+    meds = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(resamples))
+    return statistics.median(values), meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
+
+
+def verdict(lo: float, hi: float, goal: float, neutral: float) -> str:
+    """What an interval says of a goal: met, missed, or not decided by this many samples.
+    `neutral`: no cost (1.0 for a ratio, 0 for a difference)."""
+    noise = lo <= neutral <= hi
+    if hi <= goal:
+        return f"ok goal {goal:g}" + (", within noise" if noise else "")
+    if noise:
+        return f"within noise, goal {goal:g} inside the interval"
+    if lo > goal:
+        return f"OVER goal {goal:g}"
+    return f"undecided, goal {goal:g} inside the interval"
+
+
+def ratio_line(
+    what: str, inside: list[tuple[float, float]], outside: list[tuple[float, float]], goal: float
+) -> str:
+    """Paired samples (wall, cpu) -> the median per-pair ratio with its interval, for wall
+    time and for CPU time."""
+    wall = interval([b[0] / a[0] for a, b in zip(outside, inside, strict=True)])
+    cpu = interval([b[1] / a[1] for a, b in zip(outside, inside, strict=True)])
+    p = statistics.median(a[0] for a in outside)
+    b = statistics.median(b[0] for b in inside)
+    return (
+        f"{what} (median of {len(inside)} pairs): {p * 1000:.0f} ms outside, "
+        f"{b * 1000:.0f} ms inside, ratio {wall[0]:.3f} [95% {wall[1]:.3f}-{wall[2]:.3f}] "
+        f"({verdict(wall[1], wall[2], goal, 1.0)}); CPU time ratio {cpu[0]:.3f} "
+        f"[95% {cpu[1]:.3f}-{cpu[2]:.3f}] ({verdict(cpu[1], cpu[2], goal, 1.0)})"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spawns", type=int, default=60)
-    ap.add_argument("--checks", type=int, default=8)
-    ap.add_argument("--integrations", type=int, default=6)
+    ap.add_argument("--checks", type=int, default=12)
+    ap.add_argument("--integrations", type=int, default=10)
     args = ap.parse_args()
     base = find_cgroup_base()
+    print(f"load average at start {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="gitsup-bench-sandbox-") as d:
         wt, sandbox, env, lesser = setup(Path(d))
         cgroups = []
@@ -124,51 +166,52 @@ def main() -> None:
 
         try:
             plain_s, boxed_s, lesser_s = [], [], []
-            CPU.clear()
             for _ in range(args.spawns):
-                plain_s.append(timed(wrap(["true"], []), wt, env))
-                boxed_s.append(timed(wrap(["true"], sandbox), wt, env))
-                lesser_s.append(timed(wrap(["true"], lesser), wt, env))
-            cpu = [CPU[i::3] for i in range(3)]  # plain, boxed, lesser: CPU time, load-proof
-            p, b = statistics.median(plain_s), statistics.median(boxed_s)
-            diff = statistics.median(y - x for x, y in zip(plain_s, boxed_s, strict=True))
-            added = statistics.median(y - x for x, y in zip(lesser_s, boxed_s, strict=True))
+                plain_s.append(run(wrap(["true"], []), wt, env))
+                boxed_s.append(run(wrap(["true"], sandbox), wt, env))
+                lesser_s.append(run(wrap(["true"], lesser), wt, env))
+            p = statistics.median(x[0] for x in plain_s)
+            b = statistics.median(x[0] for x in boxed_s)
+            diff = interval([y[0] - x[0] for x, y in zip(plain_s, boxed_s, strict=True)])
+            added = statistics.median(y[0] - x[0] for x, y in zip(lesser_s, boxed_s, strict=True))
             print(
                 f"spawn (median of {args.spawns}): bootstrap {p * 1000:.1f} ms, "
                 f"with sandbox {b * 1000:.1f} ms; median paired difference "
-                f"{diff * 1000:+.1f} ms ({'ok' if diff <= 0.010 else 'OVER'} goal +10 ms); "
+                f"{diff[0] * 1000:+.1f} ms [95% {diff[1] * 1000:+.1f}..{diff[2] * 1000:+.1f}] "
+                f"({verdict(diff[1] * 1000, diff[2] * 1000, 10, 0)} ms); "
                 f"of which the PID namespace and the system call filter {added * 1000:+.1f} ms"
             )
-            plain_cpu, boxed_cpu, lesser_cpu = cpu
-            box_cpu = statistics.median(y - x for x, y in zip(plain_cpu, boxed_cpu, strict=True))
-            add_cpu = statistics.median(y - x for x, y in zip(lesser_cpu, boxed_cpu, strict=True))
+            cpu = interval([y[1] - x[1] for x, y in zip(plain_s, boxed_s, strict=True)])
+            add_cpu = statistics.median(y[1] - x[1] for x, y in zip(lesser_s, boxed_s, strict=True))
             print(
-                f"spawn CPU time (median): bootstrap {statistics.median(plain_cpu) * 1000:.1f} ms, "
-                f"sandbox {box_cpu * 1000:+.1f} ms, of which the PID namespace and the filter "
-                f"{add_cpu * 1000:+.1f} ms; load average {os.getloadavg()[0]:.1f}"
+                f"spawn CPU time (median): bootstrap "
+                f"{statistics.median(x[1] for x in plain_s) * 1000:.1f} ms, sandbox "
+                f"{cpu[0] * 1000:+.1f} ms [95% {cpu[1] * 1000:+.1f}..{cpu[2] * 1000:+.1f}], "
+                f"of which the PID namespace and the filter {add_cpu * 1000:+.1f} ms; "
+                f"load average {os.getloadavg()[0]:.1f}"
             )
             check = [sys.executable, "-c", CHECK]
             # The check creates and deletes 400 files, and the filesystem's inode allocator
-            # makes the run right after such a run measurably slower (about 7-9% here on ext4:
-            # see the order effect printed below). Each pair therefore alternates which runs
-            # first, so that effect falls on both sides equally.
+            # can make the run right after such a run slower (see the order effect printed
+            # below). Each pair therefore alternates which runs first, so that effect falls
+            # on both sides equally; the A/A pair (the same check outside twice in a row)
+            # shows how large it is here and now.
             plain_c, boxed_c, first, second = [], [], [], []
             for i in range(args.checks + args.checks % 2):
                 if i % 2 == 0:
-                    plain_c.append(timed(wrap(check, []), wt, env))
-                    boxed_c.append(timed(wrap(check, sandbox), wt, env))
+                    plain_c.append(run(wrap(check, []), wt, env))
+                    boxed_c.append(run(wrap(check, sandbox), wt, env))
                 else:
-                    boxed_c.append(timed(wrap(check, sandbox), wt, env))
-                    plain_c.append(timed(wrap(check, []), wt, env))
-                first.append(timed(wrap(check, []), wt, env))
-                second.append(timed(wrap(check, []), wt, env))
-            p, b = statistics.median(plain_c), statistics.median(boxed_c)
+                    boxed_c.append(run(wrap(check, sandbox), wt, env))
+                    plain_c.append(run(wrap(check, []), wt, env))
+                first.append(run(wrap(check, []), wt, env))
+                second.append(run(wrap(check, []), wt, env))
+            print(ratio_line("check wall time, order alternated", boxed_c, plain_c, 1.05))
+            aa = interval([b[0] / a[0] for a, b in zip(first, second, strict=True)])
             print(
-                f"check wall time (median of {len(plain_c)}, order alternated): "
-                f"{p * 1000:.0f} ms outside, {b * 1000:.0f} ms inside, ratio {b / p:.3f} "
-                f"({'ok' if b / p <= 1.05 else 'OVER'} goal 1.05); order effect, the same "
-                f"check outside twice in a row: second / first "
-                f"{statistics.median(second) / statistics.median(first):.3f}"
+                f"order effect, the same check outside twice in a row: second / first "
+                f"{aa[0]:.3f} [95% {aa[1]:.3f}-{aa[2]:.3f}]; load average "
+                f"{os.getloadavg()[0]:.1f}"
             )
             integration(wt, args.integrations)
         finally:
@@ -210,14 +253,39 @@ def integration(wt: Path, n: int) -> None:
             assert r.passed, r.output_tail
         return time.perf_counter() - t
 
+    def cpu() -> float:
+        s, c = (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
+        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+    def sample(f: Callable[[], float]) -> tuple[float, float]:
+        c = cpu()
+        took = f()
+        return took, cpu() - c
+
+    # paired and interleaved, the order alternated (as for the checks above); CPU time here
+    # is gitsup's own process (its threads included) plus every child it waited for
     plain_i, boxed_i = [], []
-    for _ in range(n):
-        plain_i.append(plain())
-        boxed_i.append(confined())
-    p, b = statistics.median(plain_i), statistics.median(boxed_i)
+    for i in range(n + n % 2):
+        if i % 2 == 0:
+            plain_i.append(sample(plain))
+            boxed_i.append(sample(confined))
+        else:
+            boxed_i.append(sample(confined))
+            plain_i.append(sample(plain))
+    wall = interval([b[0] / a[0] for a, b in zip(plain_i, boxed_i, strict=True)])
+    added = interval([b[0] - a[0] for a, b in zip(plain_i, boxed_i, strict=True)])
+    ratio = interval([b[1] / a[1] for a, b in zip(plain_i, boxed_i, strict=True)])
+    p = statistics.median(a[0] for a in plain_i)
+    b = statistics.median(b[0] for b in boxed_i)
     print(
-        f"integration check, worktree included (median of {n}): {p * 1000:.0f} ms plain "
-        f"run_check, {b * 1000:.0f} ms confined, ratio {b / p:.3f} ({(b - p) * 1000:+.0f} ms)"
+        f"integration check, worktree included (median of {len(plain_i)} pairs): "
+        f"{p * 1000:.0f} ms plain run_check, {b * 1000:.0f} ms confined, ratio {wall[0]:.3f} "
+        f"[95% {wall[1]:.3f}-{wall[2]:.3f}] ({added[0] * 1000:+.0f} ms "
+        f"[95% {added[1] * 1000:+.0f}..{added[2] * 1000:+.0f}]); CPU time ratio {ratio[0]:.3f} "
+        f"[95% {ratio[1]:.3f}-{ratio[2]:.3f}]; load average {os.getloadavg()[0]:.1f}"
     )
 
 
