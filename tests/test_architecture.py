@@ -181,7 +181,11 @@ def test_candidate_checks_run_only_through_a_confinement_wrapper() -> None:
     # ...and the confined runner's wrapper is the bootstrap with the sandbox, a cgroup and
     # a network namespace, not a pass-through.
     text = (REPO_ROOT / "gitsup/verification/confined.py").read_text()
-    assert "bootstrap_argv(argv, cgroup=cg, netns=netns, sandbox=plan.argv(files=argv))" in text
+    call = " ".join(text.split("return bootstrap_argv(", 1)[1].split(")\n", 1)[0].split())
+    assert call == (
+        "argv, cgroup=cg, netns=None if own_netns else netns, new_netns=own_netns, "
+        "sandbox=plan.argv(files=argv),"
+    ), call
 
 
 def test_the_guard_fails_when_integrate_runs_checks_itself(pristine: Path, tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
 """The worker bootstrap: join a cgroup and/or a network namespace, sandbox, then exec.
 
-    python -m gitsup.host.bootstrap [--cgroup DIR]... [--netns PATH] [--sandbox JSON] -- ARGV...
+    python -m gitsup.host.bootstrap [--cgroup DIR]... [--netns PATH | --new-netns]
+                                    [--sandbox JSON] -- ARGV...
 
 Runs before the real command executes, so no descendant of it can start outside the
-cgroup, the namespace or the sandbox. Order: join the cgroup, enter the network namespace,
-then (with --sandbox) private mount and PID namespaces, no_new_privs, Landlock, every
+cgroup, the namespace or the sandbox. Order: join the cgroup, enter the network namespace
+(`--netns`: a named one; `--new-netns`: a fresh one of its own with only loopback, up, which
+ends with the last process in it), then (with --sandbox) private mount and PID namespaces, no_new_privs, Landlock, every
 capability dropped and the system call filter, then exec. Standard library only; exits 126
 when it cannot contain.
 
@@ -799,8 +801,34 @@ def _loads(text: str) -> Any:
     return value
 
 
+# ioctl(2) on a socket: an interface's flags
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 1
+
+
+def _new_netns() -> None:
+    """A network namespace of this process's own, with its loopback interface up (the
+    kernel gives it 127.0.0.1 and ::1) and no other interface: what a check reaches is
+    itself. Nothing names the namespace: it ends with the last process in it."""
+    if _libc.unshare(CLONE_NEWNET):
+        _fail(f"cannot create a network namespace: {_err()}")
+    sock = _libc.socket(2, 2, 0)  # AF_INET, SOCK_DGRAM
+    if sock < 0:
+        _fail(f"cannot bring loopback up: {_err()}")
+    ifreq = ctypes.create_string_buffer(b"lo", 40)  # struct ifreq: name[16], then the flags
+    if _libc.ioctl(sock, SIOCGIFFLAGS, ifreq):
+        _fail(f"cannot bring loopback up: {_err()}")
+    flags = int.from_bytes(ifreq.raw[16:18], sys.byteorder) | IFF_UP
+    ctypes.memmove(ctypes.addressof(ifreq) + 16, flags.to_bytes(2, sys.byteorder), 2)
+    if _libc.ioctl(sock, SIOCSIFFLAGS, ifreq):
+        _fail(f"cannot bring loopback up: {_err()}")
+    os.close(sock)
+
+
 def main(argv: list[str]) -> None:
     netns = sandbox = None
+    new_netns = False
     cgroups: list[str] = []  # the v2 cgroup, then v1 ones holding limits (a hybrid host)
     i = 0
     while i < len(argv) and argv[i] != "--":
@@ -810,6 +838,9 @@ def main(argv: list[str]) -> None:
         elif argv[i] == "--netns" and i + 1 < len(argv):
             netns = argv[i + 1]
             i += 2
+        elif argv[i] == "--new-netns":
+            new_netns = True
+            i += 1
         elif argv[i] == "--sandbox" and i + 1 < len(argv):
             sandbox = argv[i + 1]
             i += 2
@@ -835,6 +866,8 @@ def main(argv: list[str]) -> None:
         if _libc.setns(fd, CLONE_NEWNET) != 0:
             _fail(f"cannot enter network namespace {netns}: {_err()}")
         os.close(fd)
+    elif new_netns:
+        _new_netns()
     if sandbox is not None:
         try:
             cfg = _loads(sandbox)

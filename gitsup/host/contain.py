@@ -473,9 +473,12 @@ def bootstrap_argv(
     cgroup: Cgroup | None,
     netns: str | None,
     sandbox: Sequence[str] = (),
+    new_netns: bool = False,
 ) -> list[str]:
-    """`sandbox`: the bootstrap's `--sandbox JSON` arguments (gitsup.host.sandbox.SandboxPlan.argv)."""
-    if cgroup is None and netns is None and not sandbox:
+    """`sandbox`: the bootstrap's `--sandbox JSON` arguments (gitsup.host.sandbox.SandboxPlan.argv);
+    `new_netns` (with `netns` None): the bootstrap makes a loopback-only network namespace of
+    the command's own."""
+    if cgroup is None and netns is None and not sandbox and not new_netns:
         return argv
     from gitsup.host.proc import gitsup_python
 
@@ -486,6 +489,8 @@ def bootstrap_argv(
             pre += ["--cgroup", str(d)]
     if netns is not None:
         pre += ["--netns", netns]
+    elif new_netns:
+        pre.append("--new-netns")
     return [*pre, *sandbox, "--", *argv]
 
 
@@ -536,10 +541,17 @@ def netns_available() -> str | None:
     """None when this host can create network namespaces, else why not (cheap: a thread
     unshares its own network namespace and ends)."""
     import importlib.util
-    import threading
 
     if importlib.util.find_spec("pyroute2") is None:
         return "pyroute2 is not installed"
+    return unshare_netns_refused()
+
+
+def unshare_netns_refused() -> str | None:
+    """None when this process may unshare a network namespace (what the bootstrap's
+    `--new-netns` does; pyroute2 not needed), else why not."""
+    import threading
+
     err: list[str] = []
 
     def probe() -> None:

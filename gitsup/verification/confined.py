@@ -59,6 +59,8 @@ _SHARED = threading.Lock()
 # Who runs checks here; each check's cgroup and network namespace are named after the
 # runner, its pid and a random part, so that `doctor` finds what a killed runner left.
 RUNNER_LABELS = ("integrate", "queue", "warm")
+# The network namespace `_network` names for a loopback-only check: the bootstrap's own.
+_OWN_NETNS = "(own)"
 
 
 def runner_of(name: str) -> tuple[str, int] | None:
@@ -202,6 +204,8 @@ class ConfinedChecks:
         self._plans: dict[str, SandboxPlan] = {}
         self.setup_report: dict[str, Any] = {}  # the last run's setup phase
         self.setup_cache: Path | None = None  # where that setup's caches are (env warm)
+        self._egress: list[str] | None = None  # git config sup.egress, read once
+        self._no_netns: str | None = None  # why no network namespace here ("" : there is)
 
     def __enter__(self) -> ConfinedChecks:
         return self
@@ -247,8 +251,12 @@ class ConfinedChecks:
         self._fresh()
         from gitsup.preload import preloading
 
-        # pyroute2, for the network namespaces, is imported while Git checks the tree out
-        with preloading(["pyroute2", "gitsup.host.egress"] if conf.network != "host" else []):
+        # pyroute2, for the egress gate's network namespaces, is imported while Git checks
+        # the tree out (a loopback-only namespace is the bootstrap's own: no pyroute2)
+        gated = conf.network != "host" and bool(
+            conf.egress or conf.gated or setup is not None or self._sup_egress()
+        )
+        with preloading(["pyroute2", "gitsup.host.egress"] if gated else []):
             with _SHARED:
                 self.repo.add_detached_worktree(self.worktree, commit)
             try:
@@ -412,6 +420,7 @@ class ConfinedChecks:
 
         with contextlib.ExitStack() as stack:
             netns, net_env = self._network(stack, conf)
+            own_netns = netns == _OWN_NETNS
             # entered last, left first: what the check started dies before its namespace
             run = stack.enter_context(
                 contained_run(self.label, cg_base, conf.cgroup, self.applied, what="the check")
@@ -420,7 +429,13 @@ class ConfinedChecks:
             cg = run.cgroup
 
             def wrap(argv: list[str]) -> list[str]:
-                return bootstrap_argv(argv, cgroup=cg, netns=netns, sandbox=plan.argv(files=argv))
+                return bootstrap_argv(
+                    argv,
+                    cgroup=cg,
+                    netns=None if own_netns else netns,
+                    new_netns=own_netns,
+                    sandbox=plan.argv(files=argv),
+                )
 
             result = run_check(check, cwd=self.worktree, env=env, wrap=wrap)
         if run.left:  # what it started could not be stopped: not a pass
@@ -433,32 +448,45 @@ class ConfinedChecks:
             )
         return result
 
+    def _sup_egress(self) -> list[str]:
+        if self._egress is None:
+            self._egress = self.repo.config_get_all("sup.egress")
+        return self._egress
+
     def _network(
         self, stack: contextlib.ExitStack, conf: Confinement
     ) -> tuple[str | None, dict[str, str]]:
-        """The check's network namespace (None: the host's) and what its env needs."""
+        """The check's network namespace (None: the host's; `_OWN_NETNS`: a loopback-only
+        one the bootstrap makes for the check alone) and what its env needs."""
         if conf.network == "host":
             self.applied.weaken_network("host", 'network = "host"')
             return None, {}
-        from gitsup.host.contain import isolated_netns
         from gitsup.host.egress import parse_endpoint
-        from gitsup.host.egress_gate import gated_namespace
 
-        extra = [*conf.egress, *self.repo.config_get_all("sup.egress")]
+        extra = [*conf.egress, *self._sup_egress()]
         for e in extra:  # a configuration error refuses; it never falls back to the host
             parse_endpoint(e)
         try:
             if extra or conf.gated:
+                from gitsup.host.egress_gate import gated_namespace
+
                 with _SHARED:
                     an = stack.enter_context(
                         gated_namespace(self.label, {}, extra, model=False, refuse_by_proxy=True)
                     )
                 self.applied.weaken_network("gated")
                 return an.netns, dict(an.env)
-            with _SHARED:
-                ns = stack.enter_context(isolated_netns(self.label))
+            # loopback only: the bootstrap unshares a namespace of the check's own (no named
+            # namespace to make and remove, none left when a runner is killed); whether this
+            # host lets it is asked once
+            if self._no_netns is None:
+                from gitsup.host.contain import unshare_netns_refused
+
+                self._no_netns = unshare_netns_refused() or ""
+            if self._no_netns:
+                raise GitsupError(self._no_netns)
             self.applied.weaken_network("loopback")
-            return ns, {}
+            return _OWN_NETNS, {}
         except GitsupError as exc:
             if conf.network == "none":
                 raise

@@ -7,7 +7,9 @@ runs stay quick; what they decide is the same as with the serial queue."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -251,12 +253,22 @@ def test_sigkill_with_busy_slots_then_resume_integrates_each_once(qs: Setup) -> 
     def netns() -> list[Any]:
         return [n for n in list_gitsup_netns() if n.label == "queue" and n.pid == runner.pid]
 
+    def nets() -> set[str]:
+        """The network namespaces of the processes in the runner's check cgroups (each
+        check's own, unnamed: the bootstrap unshares it)."""
+        out = set()
+        for c in cgroups():
+            with contextlib.suppress(OSError):
+                pids = (c.path / "cgroup.procs").read_text().split()
+                out.update({os.readlink(f"/proc/{p}/ns/net") for p in pids[:1]})
+        return out
+
     def held() -> bool:
         try:
             busy = json.loads(status.read_text())["under_test"]
         except (OSError, ValueError):
             return False
-        return len(busy) == 3 and len(cgroups()) == 3 and len(netns()) == 3
+        return len(busy) == 3 and len(cgroups()) == 3 and len(nets()) == 3
 
     try:
         # the second window is under test (main moved for the first), its three checks held
@@ -268,6 +280,7 @@ def test_sigkill_with_busy_slots_then_resume_integrates_each_once(qs: Setup) -> 
             if w.startswith("worktree ") and f"gitsup-queue-{runner.pid}-s" in w
         ]
         assert len(set(trees)) == 3, trees
+        assert os.readlink("/proc/self/ns/net") not in nets() and netns() == []
         shown = json.loads(run_sup(repo, "queue", "--json").stdout)[0]["runner"]
         plain = run_sup(repo, "queue").stdout
         runner.send_signal(signal.SIGKILL)
