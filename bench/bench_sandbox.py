@@ -213,11 +213,52 @@ def main() -> None:
                 f"{aa[0]:.3f} [95% {aa[1]:.3f}-{aa[2]:.3f}]; load average "
                 f"{os.getloadavg()[0]:.1f}"
             )
+            network(wt, env, args.spawns)
             integration(wt, args.integrations)
         finally:
             for cg in cgroups:
                 cg.kill(timeout=2)
                 cg.remove()
+
+
+def network(wt: Path, env: dict[str, str], n: int) -> None:
+    """A loopback-only network namespace for one command: a named one made and removed
+    through pyroute2 around the run (how confined checks got theirs before) versus the
+    bootstrap's own `--new-netns`. Wall time, and CPU time of gitsup's process and children."""
+    from gitsup.host.contain import isolated_netns
+
+    def cpu() -> float:
+        s, c = (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
+        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+    def named() -> tuple[float, float]:
+        t, c = time.perf_counter(), cpu()
+        with isolated_netns("bench") as ns:
+            run(bootstrap_argv(["true"], cgroup=None, netns=ns), wt, env)
+        return time.perf_counter() - t, cpu() - c
+
+    def own() -> tuple[float, float]:
+        t, c = time.perf_counter(), cpu()
+        run(bootstrap_argv(["true"], cgroup=None, netns=None, new_netns=True), wt, env)
+        return time.perf_counter() - t, cpu() - c
+
+    named(), own()  # pyroute2 imported, outside the samples
+    before, after = [], []
+    for _ in range(n):
+        before.append(named())
+        after.append(own())
+    wall = interval([a[0] - b[0] for b, a in zip(before, after, strict=True)])
+    c = interval([a[1] - b[1] for b, a in zip(before, after, strict=True)])
+    print(
+        f"network namespace, `true` in it (median of {n}): named through pyroute2 (before) "
+        f"{statistics.median(b[0] for b in before) * 1000:.1f} ms, the bootstrap's own "
+        f"(after) {statistics.median(a[0] for a in after) * 1000:.1f} ms; paired difference "
+        f"{wall[0] * 1000:+.1f} ms [95% {wall[1] * 1000:+.1f}..{wall[2] * 1000:+.1f}], CPU time "
+        f"{c[0] * 1000:+.1f} ms [95% {c[1] * 1000:+.1f}..{c[2] * 1000:+.1f}]"
+    )
 
 
 def integration(wt: Path, n: int) -> None:
