@@ -1,22 +1,34 @@
 """What the task sandbox costs: at spawn, and on a check's wall time.
 
-    .venv/bin/python bench/bench_sandbox.py [--spawns N] [--checks N]
+    .venv/bin/python bench/bench_sandbox.py [--spawns N] [--checks N] [--integrations N]
+                                            [--shared-git]
 
-Both are measured against a baseline in the same run, interleaved so that load from other
-processes hits both alike:
+Every figure compares paired samples taken in the same run, interleaved (and, for the
+checks, in alternating order) so that load from other processes hits both sides alike. A
+ratio is the median of the per-pair ratios, a difference the median of the per-pair
+differences, each with a bootstrap 95% interval; the verdict against a goal is "ok" when the
+whole interval is within it, "within noise" when the interval straddles no cost at all, and
+"OVER" when the whole interval is beyond the goal. CPU time (user + system, from wait4's
+rusage) is shown beside wall time: load from other processes barely moves it.
 
+0. The Landlock rules of the plan (a task with a Git dir of its own; `--shared-git`: one
+   without, whose 256 loose-object directories are writable one by one).
 1. Spawn: `true` through today's bootstrap (join a fresh cgroup when the host has one)
    versus the same bootstrap with the task's `--sandbox` (mount and PID namespaces,
    Landlock, capabilities dropped, the system call filter). Goal: the median difference is
    at most +10 ms. Also shown: the sandbox without the PID namespace and the filter, to
    see what those two add.
 2. A check: a Python workload that imports modules, writes, reads and stats files in the
-   worktree and runs `git status`, with and without the sandbox. Goal: ratio <= 1.05.
-3. An integration's check: that workload as `git sup integrate` runs it, a throw-away
+   worktree and runs `git status`, with and without the sandbox. Goal: ratio <= 1.05. And
+   the A/A order effect: the same check outside twice in a row, second / first.
+3. A loopback-only network namespace for one command: a named one made and removed through
+   pyroute2 (how confined checks got theirs before) versus the bootstrap's own
+   (`--new-netns`, how they get it now).
+4. An integration's check: that workload as `git sup integrate` runs it, a throw-away
    worktree made and removed around it, through the confined runner
    (gitsup/verification/confined.py: sandbox plan, a cgroup and a loopback network namespace
    per check) versus a plain `run_check` with gitsup's environment (how integrate ran it
-   before). Reported as the ratio of the medians.
+   before).
 """
 
 from __future__ import annotations
@@ -61,7 +73,9 @@ def git(cwd: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def setup(root: Path) -> tuple[Path, list[str], dict[str, str], list[str]]:
+def setup(
+    root: Path, *, shared_git: bool = False
+) -> tuple[Path, list[str], dict[str, str], list[str]]:
     repo = root / "repo"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
@@ -72,7 +86,11 @@ def setup(root: Path) -> tuple[Path, list[str], dict[str, str], list[str]]:
     wt = root / "wt"
     git(repo, "worktree", "add", "-q", "-b", "sup/bench", str(wt))
     task_dir = repo / ".git" / "sup" / "tasks" / "bench"
+    # a Git dir of the task's own, as every task has (the shared Git state's 256 writable
+    # loose-object directories would add as many Landlock rules: --shared-git)
     task_dir.mkdir(parents=True)
+    if not shared_git:
+        (task_dir / "git").mkdir()
     host = probe()
     plans = [
         build_plan(
@@ -90,6 +108,14 @@ def setup(root: Path) -> tuple[Path, list[str], dict[str, str], list[str]]:
     ]
     if not plans[0].enforced:
         print(f"note: the sandbox is not fully enforced here: {host.missing}")
+    cfg = plans[0].config
+    n = {k: len(cfg[k]) for k in ("read", "listed", "write")}
+    fanout = 256 * len(cfg["fanout"])
+    print(
+        f"Landlock rules: {sum(n.values()) + fanout + len(cfg['scratch'])} "
+        f"({n['read']} read, {n['listed']} listed, {n['write']} write, {fanout} loose-object "
+        f"directories; git state {plans[0].git_state})"
+    )
     return wt, plans[0].argv(), plans[0].env, plans[1].argv()
 
 
@@ -150,11 +176,12 @@ def main() -> None:
     ap.add_argument("--spawns", type=int, default=60)
     ap.add_argument("--checks", type=int, default=12)
     ap.add_argument("--integrations", type=int, default=10)
+    ap.add_argument("--shared-git", action="store_true", help="a task without a Git dir of its own")
     args = ap.parse_args()
     base = find_cgroup_base()
     print(f"load average at start {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="gitsup-bench-sandbox-") as d:
-        wt, sandbox, env, lesser = setup(Path(d))
+        wt, sandbox, env, lesser = setup(Path(d), shared_git=args.shared_git)
         cgroups = []
 
         def wrap(argv: list[str], sb: list[str]) -> list[str]:

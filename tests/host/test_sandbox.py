@@ -18,6 +18,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -642,3 +643,76 @@ def test_the_record_says_what_the_process_saw(
     assert sb["env_allowlist"] is True, sb
     observed = json.loads((box / "observed.json").read_text())
     assert observed["no_new_privs"] is True and observed["seccomp"] is False, observed
+
+
+def test_etc_entries_made_after_the_sandbox_started_stay_unreadable(
+    repo: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/etc is readable entry by entry (a Landlock rule on each, never one on /etc) so that
+    what the host writes there while a task runs stays out of reach: a denied file created
+    after the sandbox started (`/etc/credstore*`), one that replaced a denied file by a rename
+    (as `passwd` replaces /etc/shadow), and an ordinary new file. A single rule on /etc with
+    the secrets masked in the mount namespace would let the task read all three (a rename
+    over a mount point detaches the mask)."""
+    require("landlock", "the per-entry rules under /etc")
+    from gitsup.host.contain import bootstrap_argv
+    from gitsup.host.sandbox import build_plan, default_rules
+
+    monkeypatch.delenv("GITSUP_SANDBOX_EXTRA_WRITE", raising=False)
+    tag = os.urandom(4).hex()
+    secret = f"SECRET-{tag}"
+    made = Path(f"/etc/credstore.gitsup-{tag}")  # a deny glob (/etc/credstore*)
+    replaced = Path(f"/etc/credstore.gitsup-{tag}-old")
+    plain = Path(f"/etc/gitsup-later-{tag}")
+    task_dir = tmp / "task"
+    (task_dir / "git").mkdir(parents=True)
+    try:
+        replaced.write_text("old\n")  # there when the sandbox starts, denied
+        plan = build_plan(
+            mode="auto",
+            rules=default_rules(),
+            worktree=repo,
+            common_dir=repo / ".git",
+            task_dir=task_dir,
+            branch="sup/t",
+            env=dict(os.environ),
+            programs=[[PYTHON, "-c", "x"]],
+        )
+        hostile = (
+            "import json, pathlib, time\n"
+            "pathlib.Path('ready').write_text('x')\n"
+            "while not pathlib.Path('go').exists(): time.sleep(0.05)\n"
+            "out = {}\n"
+            f"for p in ('/etc/passwd', {str(made)!r}, {str(replaced)!r}, {str(plain)!r}):\n"
+            "    try:\n"
+            "        out[p] = 'ESCAPED ' + open(p).read()\n"
+            "    except OSError as exc:\n"
+            "        out[p] = 'blocked: ' + exc.strerror\n"
+            "pathlib.Path('seen.json').write_text(json.dumps(out))\n"
+        )
+        argv = bootstrap_argv([PYTHON, "-c", hostile], cgroup=None, netns=None, sandbox=plan.argv())
+        proc = subprocess.Popen(argv, cwd=repo, env=plan.env)
+        try:
+            for _ in range(600):
+                if (repo / "ready").exists() or proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+            assert (repo / "ready").exists(), "the sandboxed process did not start"
+            # the host writes /etc while the task runs
+            made.write_text(secret + "\n")
+            plain.write_text(secret + "\n")
+            swap = replaced.with_name(replaced.name + ".new")
+            swap.write_text(secret + "\n")
+            swap.rename(replaced)
+            (repo / "go").touch()
+            assert proc.wait(timeout=60) == 0
+        finally:
+            proc.kill()
+            proc.wait()
+    finally:
+        for p in (made, replaced, plain):
+            p.unlink(missing_ok=True)
+    seen = json.loads((repo / "seen.json").read_text())
+    assert seen.pop("/etc/passwd").startswith("ESCAPED root:"), "/etc is readable at all"
+    assert all(v.startswith("blocked") for v in seen.values()), seen
+    assert secret not in json.dumps(seen)
