@@ -34,6 +34,7 @@ rusage) is shown beside wall time: load from other processes barely moves it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import random
@@ -43,8 +44,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -242,10 +244,91 @@ def main() -> None:
             )
             network(wt, env, args.spawns)
             integration(wt, args.integrations)
+            integration(wt, args.integrations, "pass", "fixed cost, `python -c pass`")
+            confined_phases(wt, args.integrations)
         finally:
             for cg in cgroups:
                 cg.kill(timeout=2)
                 cg.remove()
+
+
+@contextlib.contextmanager
+def phases() -> Iterator[dict[str, list[float]]]:
+    """Times of the confined runner's steps while the block runs (wrapped in place)."""
+    from gitsup.git import GitRepo
+    from gitsup.verification import confined
+
+    took: dict[str, list[float]] = {}
+
+    def timed(f: Callable[..., Any], name: str) -> Callable[..., Any]:
+        def g(*a: Any, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                took.setdefault(name, []).append(time.perf_counter() - t)
+
+        return g
+
+    def timed_cm(f: Callable[..., Any], name: str) -> Callable[..., Any]:
+        @contextlib.contextmanager
+        def g(*a: Any, **k: Any) -> Iterator[Any]:
+            t = time.perf_counter()
+            with f(*a, **k) as v:
+                took.setdefault(f"{name} in", []).append(time.perf_counter() - t)
+                yield v
+                t = time.perf_counter()
+            took.setdefault(f"{name} out", []).append(time.perf_counter() - t)
+
+        return g
+
+    box = confined.ConfinedChecks
+    saved = [
+        (GitRepo, "add_detached_worktree", timed),
+        (box, "_plan", timed),
+        (box, "_network", timed),
+        (confined, "contained_run", timed_cm),
+        (confined, "run_check", timed),
+        (GitRepo, "remove_detached_worktree", timed),
+    ]
+    originals = [(o, k, getattr(o, k)) for o, k, _ in saved]
+    names = {"add_detached_worktree": "worktree add", "_plan": "plan", "_network": "network",
+             "contained_run": "cgroup", "run_check": "bootstrap and check",
+             "remove_detached_worktree": "worktree remove"}  # fmt: skip
+    for o, k, wrap in saved:
+        setattr(o, k, wrap(getattr(o, k), names[k]))
+    try:
+        yield took
+    finally:
+        for o, k, f in originals:
+            setattr(o, k, f)
+
+
+def confined_phases(wt: Path, n: int) -> None:
+    """Where a confined run of `python -c pass` spends its time, step by step (each run one
+    ConfinedChecks, as `git sup integrate` makes)."""
+    from gitsup.git import GitRepo
+    from gitsup.ids import Oid
+    from gitsup.spec import Check
+    from gitsup.verification.confined import ConfinedChecks
+
+    repo = GitRepo.open(wt.parent / "repo")
+    commit = Oid(git(wt.parent / "repo", "rev-parse", "main"))
+    check = Check(name="bench", argv=[sys.executable, "-c", "pass"])
+    total = []
+    with phases() as took:
+        for _ in range(n):
+            t = time.perf_counter()
+            with ConfinedChecks(repo, prefix="gitsup-bench-", marker="b", label="queue") as box:
+                [r] = box.run(commit, [check])
+                assert r.passed, r.output_tail
+            total.append(time.perf_counter() - t)
+    print(
+        f"where a confined run of `python -c pass` goes (median of {n}, ms): total "
+        f"{statistics.median(total) * 1000:.1f}; "
+        + ", ".join(f"{k} {statistics.median(v) * 1000:.1f}" for k, v in took.items())
+        + f"; load average {os.getloadavg()[0]:.1f}"
+    )
 
 
 def network(wt: Path, env: dict[str, str], n: int) -> None:
@@ -288,7 +371,7 @@ def network(wt: Path, env: dict[str, str], n: int) -> None:
     )
 
 
-def integration(wt: Path, n: int) -> None:
+def integration(wt: Path, n: int, workload: str = CHECK, what: str = "integration check") -> None:
     from gitsup.git import GitRepo
     from gitsup.host import proc
     from gitsup.ids import Oid
@@ -298,7 +381,7 @@ def integration(wt: Path, n: int) -> None:
 
     repo = GitRepo.open(wt.parent / "repo")
     commit = Oid(git(wt.parent / "repo", "rev-parse", "main"))
-    check = Check(name="bench", argv=[sys.executable, "-c", CHECK])
+    check = Check(name="bench", argv=[sys.executable, "-c", workload])
 
     def plain() -> float:
         t = time.perf_counter()
@@ -346,14 +429,15 @@ def integration(wt: Path, n: int) -> None:
     wall = interval([b[0] / a[0] for a, b in zip(plain_i, boxed_i, strict=True)])
     added = interval([b[0] - a[0] for a, b in zip(plain_i, boxed_i, strict=True)])
     ratio = interval([b[1] / a[1] for a, b in zip(plain_i, boxed_i, strict=True)])
+    more = statistics.median(b[1] - a[1] for a, b in zip(plain_i, boxed_i, strict=True))
     p = statistics.median(a[0] for a in plain_i)
     b = statistics.median(b[0] for b in boxed_i)
     print(
-        f"integration check, worktree included (median of {len(plain_i)} pairs): "
+        f"{what}, worktree included (median of {len(plain_i)} pairs): "
         f"{p * 1000:.0f} ms plain run_check, {b * 1000:.0f} ms confined, ratio {wall[0]:.3f} "
         f"[95% {wall[1]:.3f}-{wall[2]:.3f}] ({added[0] * 1000:+.0f} ms "
         f"[95% {added[1] * 1000:+.0f}..{added[2] * 1000:+.0f}]); CPU time ratio {ratio[0]:.3f} "
-        f"[95% {ratio[1]:.3f}-{ratio[2]:.3f}]; load average {os.getloadavg()[0]:.1f}"
+        f"[95% {ratio[1]:.3f}-{ratio[2]:.3f}] ({more * 1000:+.0f} ms); load average {os.getloadavg()[0]:.1f}"
     )
 
 
