@@ -457,7 +457,31 @@ def kind_lists(source: str, name: str, kinds: frozenset[str]) -> list[str]:
         named = {i.value for i in items if isinstance(i, ast.Constant) and i.value in kinds}
         if len(named) >= 3:
             found.append(f"{name}:{node.lineno}: {sorted(named)}")
+        elif isinstance(node, ast.Compare) and _asks_worker_kind(node, kinds):
+            found.append(f"{name}:{node.lineno}: a worker's kind tested against a list of kinds")
     return found
+
+
+def _asks_worker_kind(node: ast.Compare, kinds: frozenset[str]) -> bool:
+    """`<...>.worker.kind in ("process", "codex")`: a property of the kinds, decided outside
+    the registry (which says it with a field of each entry). A test naming only agents
+    (`in ("acp", "codex")`) is about the agent, which a reviewer or decider names too."""
+    from gitsup.workers.kinds import agent_names
+
+    left = node.left
+    if not (
+        isinstance(left, ast.Attribute)
+        and left.attr == "kind"
+        and isinstance(left.value, ast.Attribute)
+        and left.value.attr == "worker"
+    ):
+        return False
+    for op, right in zip(node.ops, node.comparators, strict=True):
+        if isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Tuple | ast.List | ast.Set):
+            names = {e.value for e in right.elts if isinstance(e, ast.Constant)}
+            if len(names & kinds) >= 2 and names - set(agent_names()):
+                return True
+    return False
 
 
 def test_the_worker_kinds_are_listed_once() -> None:
@@ -498,6 +522,7 @@ def test_the_spec_accepts_exactly_the_registered_kinds() -> None:
         'def f(k):\n    return k in ["process", "tmux", "claude"]\n',
         'M = {"claude": 1, "tmux": 2, "acp": 3}\n',
         'from typing import Literal\nK = Literal["process", "claude", "tmux"]\n',
+        'claude = spec.worker.kind not in ("process", "codex")\n',
     ],
 )
 def test_a_second_list_of_kinds_is_found(source: str) -> None:

@@ -181,9 +181,7 @@ class Launcher:
                 env=env,
                 programs=self._programs(env),
                 keep_env=self.spec.worker.env.keys(),
-                claude=self.spec.worker.kind not in ("process", "codex")
-                or "claude" in (self.spec.review.kind, self.spec.decider.machine_kind())
-                or "acp" in (self.spec.review.kind, self.spec.decider.machine_kind()),
+                claude=self._runs_claude_code(),
                 protect=protected_paths(self.repo),
             )
             self._include(self._sandbox, protected_paths(self.repo))
@@ -194,6 +192,15 @@ class Launcher:
         self.sandbox_enforced = self._sandbox.enforced
         self.record.sandbox = self._sandbox.report()
         return self._sandbox
+
+    def _runs_claude_code(self) -> bool:
+        """Whether the worker, the reviewer or the decider runs Claude Code (the kind
+        registry says which kinds do): the sandbox then gets a copy of the user's config."""
+        from gitsup.workers.kinds import claude_config_agents, worker_kind
+
+        judges = (self.spec.review.kind, self.spec.decider.machine_kind())
+        agents = claude_config_agents()
+        return worker_kind(self.spec.worker.kind).claude_config or any(k in agents for k in judges)
 
     def _include(self, plan: SandboxPlan, protect: list[str]) -> None:
         """`[environment] include`: the main checkout's ignored paths in the worktree,
