@@ -531,3 +531,73 @@ def test_a_second_list_of_kinds_is_found(source: str) -> None:
 
 def test_two_kinds_together_are_not_a_list() -> None:
     assert kind_lists('X = ("acp", "codex")\n', "x.py", frozenset({"acp", "codex", "claude"})) == []
+
+
+# --- composition across files ------------------------------------------------------------
+
+# Classes made to be extended elsewhere: the event payloads, the error types, the worker
+# adapters' base and the piped agent process under them, the scripted model servers' base.
+EXTENSION_POINTS = frozenset(
+    {
+        "Payload",
+        "GitsupError",
+        "WorkerError",
+        "WorkerAdapter",
+        "PipedAgent",
+        "ScriptServer",
+        "ScriptHandler",
+    }
+)
+# Inheritance across files not yet replaced by composition: none may be added.
+NOT_YET_COMPOSED = frozenset(
+    {
+        ("gitsup/policy/allow/sandboxed.py", "AllowState"),
+        ("gitsup/policy/parse/bashtree.py", "WordBuilder"),
+        ("gitsup/workers/codex/worker.py", "ClaudeWorker"),
+    }
+)
+
+
+def cross_file_bases(root: Path) -> list[tuple[str, str, str]]:
+    """(file, class, base) for each class under `root` whose base is a gitsup class
+    defined in another file."""
+    home: dict[str, set[str]] = {}
+    trees = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root.parent))
+        trees[rel] = ast.parse(path.read_text(encoding="utf-8"))
+        for node in trees[rel].body:
+            if isinstance(node, ast.ClassDef):
+                home.setdefault(node.name, set()).add(rel)
+    found = []
+    for rel, tree in trees.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for base in node.bases:
+                name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
+                if name in home and rel not in home[name]:
+                    found.append((rel, node.name, name))
+    return found
+
+
+def test_classes_compose_their_collaborators_instead_of_inheriting_across_files() -> None:
+    """A class built from parts in other modules holds them (`GitRepo` its worktrees and
+    working tree, the queue's `Runner` its composition tester); it extends only the
+    extension points."""
+    found = [
+        f"{rel}: {cls}({base})"
+        for rel, cls, base in cross_file_bases(REPO_ROOT / "gitsup")
+        if base not in EXTENSION_POINTS and (rel, base) not in NOT_YET_COMPOSED
+    ]
+    assert not found, "inheritance across files:\n" + "\n".join(found)
+
+
+def test_inheritance_across_files_is_found(tmp_path: Path) -> None:
+    pkg = tmp_path / "gitsup"
+    pkg.mkdir()
+    (pkg / "parts.py").write_text("class Worktrees:\n    pass\n")
+    (pkg / "repo.py").write_text(
+        "from gitsup.parts import Worktrees\n\nclass GitRepo(Worktrees):\n    pass\n"
+    )
+    assert cross_file_bases(pkg) == [("gitsup/repo.py", "GitRepo", "Worktrees")]
