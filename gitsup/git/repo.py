@@ -6,7 +6,6 @@ its methods of the same names call them."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -19,6 +18,7 @@ from pygit2.enums import SortMode
 from gitsup.errors import GitsupError
 from gitsup.git.objectstore import _OBJECT_TYPES
 from gitsup.git.types import NOTES_REF, SUP_REF_PREFIX, CommitInfo, Evidence, RefConflict, _sig
+from gitsup.host.fsutil import locked
 from gitsup.ids import Oid
 from gitsup.layout import REPO_POLICY_DIR
 
@@ -383,16 +383,9 @@ class GitRepo:
                 time.sleep(0.05 * attempt)
             raise GitsupError(f"the note on {target[:12]} did not stick: {NOTES_REF} kept moving")
 
-    @contextlib.contextmanager
-    def _notes_lock(self) -> Iterator[None]:
-        lock = self.common_dir / "sup" / "notes.lock"
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+    def _notes_lock(self) -> contextlib.AbstractContextManager[None]:
+        """Writers of `refs/notes/sup` on this machine, one at a time."""
+        return locked(self.common_dir / "sup" / "notes.lock")
 
     def merge_notes(self, theirs: Oid) -> Oid | None:
         """Bring the notes commit `theirs` (another repository's `refs/notes/sup`, fetched)
