@@ -461,7 +461,31 @@ def kind_lists(source: str, name: str, kinds: frozenset[str]) -> list[str]:
         named = {i.value for i in items if isinstance(i, ast.Constant) and i.value in kinds}
         if len(named) >= 3:
             found.append(f"{name}:{node.lineno}: {sorted(named)}")
+        elif isinstance(node, ast.Compare) and _asks_worker_kind(node, kinds):
+            found.append(f"{name}:{node.lineno}: a worker's kind tested against a list of kinds")
     return found
+
+
+def _asks_worker_kind(node: ast.Compare, kinds: frozenset[str]) -> bool:
+    """`<...>.worker.kind in ("process", "codex")`: a property of the kinds, decided outside
+    the registry (which says it with a field of each entry). A test naming only agents
+    (`in ("acp", "codex")`) is about the agent, which a reviewer or decider names too."""
+    from gitsup.workers.kinds import agent_names
+
+    left = node.left
+    if not (
+        isinstance(left, ast.Attribute)
+        and left.attr == "kind"
+        and isinstance(left.value, ast.Attribute)
+        and left.value.attr == "worker"
+    ):
+        return False
+    for op, right in zip(node.ops, node.comparators, strict=True):
+        if isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Tuple | ast.List | ast.Set):
+            names = {e.value for e in right.elts if isinstance(e, ast.Constant)}
+            if len(names & kinds) >= 2 and names - set(agent_names()):
+                return True
+    return False
 
 
 def test_the_worker_kinds_are_listed_once() -> None:
@@ -502,6 +526,7 @@ def test_the_spec_accepts_exactly_the_registered_kinds() -> None:
         'def f(k):\n    return k in ["process", "tmux", "claude"]\n',
         'M = {"claude": 1, "tmux": 2, "acp": 3}\n',
         'from typing import Literal\nK = Literal["process", "claude", "tmux"]\n',
+        'claude = spec.worker.kind not in ("process", "codex")\n',
     ],
 )
 def test_a_second_list_of_kinds_is_found(source: str) -> None:
@@ -510,3 +535,73 @@ def test_a_second_list_of_kinds_is_found(source: str) -> None:
 
 def test_two_kinds_together_are_not_a_list() -> None:
     assert kind_lists('X = ("acp", "codex")\n', "x.py", frozenset({"acp", "codex", "claude"})) == []
+
+
+# --- composition across files ------------------------------------------------------------
+
+# Classes made to be extended elsewhere: the event payloads, the error types, the worker
+# adapters' base and the piped agent process under them, the scripted model servers' base.
+EXTENSION_POINTS = frozenset(
+    {
+        "Payload",
+        "GitsupError",
+        "WorkerError",
+        "WorkerAdapter",
+        "PipedAgent",
+        "ScriptServer",
+        "ScriptHandler",
+    }
+)
+# Inheritance across files not yet replaced by composition: none may be added.
+NOT_YET_COMPOSED = frozenset(
+    {
+        ("gitsup/policy/allow/sandboxed.py", "AllowState"),
+        ("gitsup/policy/parse/bashtree.py", "WordBuilder"),
+        ("gitsup/workers/codex/worker.py", "ClaudeWorker"),
+    }
+)
+
+
+def cross_file_bases(root: Path) -> list[tuple[str, str, str]]:
+    """(file, class, base) for each class under `root` whose base is a gitsup class
+    defined in another file."""
+    home: dict[str, set[str]] = {}
+    trees = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root.parent))
+        trees[rel] = ast.parse(path.read_text(encoding="utf-8"))
+        for node in trees[rel].body:
+            if isinstance(node, ast.ClassDef):
+                home.setdefault(node.name, set()).add(rel)
+    found = []
+    for rel, tree in trees.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for base in node.bases:
+                name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
+                if name in home and rel not in home[name]:
+                    found.append((rel, node.name, name))
+    return found
+
+
+def test_classes_compose_their_collaborators_instead_of_inheriting_across_files() -> None:
+    """A class built from parts in other modules holds them (`GitRepo` its worktrees and
+    working tree, the queue's `Runner` its composition tester); it extends only the
+    extension points."""
+    found = [
+        f"{rel}: {cls}({base})"
+        for rel, cls, base in cross_file_bases(REPO_ROOT / "gitsup")
+        if base not in EXTENSION_POINTS and (rel, base) not in NOT_YET_COMPOSED
+    ]
+    assert not found, "inheritance across files:\n" + "\n".join(found)
+
+
+def test_inheritance_across_files_is_found(tmp_path: Path) -> None:
+    pkg = tmp_path / "gitsup"
+    pkg.mkdir()
+    (pkg / "parts.py").write_text("class Worktrees:\n    pass\n")
+    (pkg / "repo.py").write_text(
+        "from gitsup.parts import Worktrees\n\nclass GitRepo(Worktrees):\n    pass\n"
+    )
+    assert cross_file_bases(pkg) == [("gitsup/repo.py", "GitRepo", "Worktrees")]

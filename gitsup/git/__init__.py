@@ -6,15 +6,16 @@ sealed event-log commit chain, task worktrees, and the read-only views that
 make up a candidate's evidence. The user's own checkout and index are never
 touched.
 
-`GitRepo` is built in layers, one module each: `repo.py` (opening, locations, config, refs,
-records, notes), `worktrees.py` (task and detached worktrees, checked-out branches) and
-`worktree_state.py` (status, snapshots, evidence); `types.py` holds what they hand out and
-`objectstore.py` reads one objects directory on its own.
+`GitRepo` (`repo.py`: opening, locations, config, refs, records, objects, notes) holds
+its parts, one module each: `worktrees.py` (task and detached worktrees, checked-out
+branches) and `worktree_state.py` (status, snapshots, evidence); `types.py` holds what they
+hand out and `objectstore.py` reads one objects directory on its own.
 """
 
 from __future__ import annotations
 
 from gitsup.git.objectstore import ObjectStore
+from gitsup.git.repo import GitRepo
 from gitsup.git.types import (
     NOTES_REF,
     SUP_REF_PREFIX,
@@ -24,7 +25,7 @@ from gitsup.git.types import (
     UntrackedFile,
     is_zero,
 )
-from gitsup.git.worktree_state import WIP_MAX_FILE_BYTES, WorkingTree, read_bounded_file
+from gitsup.git.worktree_state import WIP_MAX_FILE_BYTES, read_bounded_file
 from gitsup.git.worktrees import checkout_workers
 
 __all__ = [
@@ -41,7 +42,3 @@ __all__ = [
     "is_zero",
     "read_bounded_file",
 ]
-
-
-class GitRepo(WorkingTree):
-    """A non-bare repository (or one of its linked worktrees), opened with pygit2."""

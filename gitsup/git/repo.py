@@ -1,10 +1,11 @@
-"""The repository itself (`RepoBase`): opening, locations, config, commits and refs
-(compare-and-swap), gitsup's record chains, raw objects and notes."""
+"""The repository itself (`GitRepo`): opening, locations, config, commits and refs
+(compare-and-swap), gitsup's record chains, raw objects, merges and notes. Its worktrees
+(gitsup/git/worktrees.py) and their state (gitsup/git/worktree_state.py) are parts it holds;
+its methods of the same names call them."""
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -16,7 +17,8 @@ from pygit2.enums import SortMode
 
 from gitsup.errors import GitsupError
 from gitsup.git.objectstore import _OBJECT_TYPES
-from gitsup.git.types import NOTES_REF, SUP_REF_PREFIX, CommitInfo, RefConflict, _sig
+from gitsup.git.types import NOTES_REF, SUP_REF_PREFIX, CommitInfo, Evidence, RefConflict, _sig
+from gitsup.host.fsutil import locked
 from gitsup.ids import Oid
 from gitsup.layout import REPO_POLICY_DIR
 
@@ -35,12 +37,16 @@ def config_values_at(path: Path, key: str) -> list[str]:
     return [line.strip() for line in res.output.splitlines() if line.strip()]
 
 
-class RepoBase:
-    """A non-bare repository (or one of its linked worktrees), opened with pygit2: the base
-    that `GitRepo` (`gitsup/git/__init__.py`) extends with worktrees and their state."""
+class GitRepo:
+    """A non-bare repository (or one of its linked worktrees), opened with pygit2."""
 
     def __init__(self, repo: pygit2.Repository) -> None:
+        from gitsup.git.worktree_state import WorkingTree
+        from gitsup.git.worktrees import Worktrees
+
         self._repo = repo
+        self.worktrees = Worktrees(self)
+        self.working_tree = WorkingTree(self)
 
     # --- opening ------------------------------------------------------------------
 
@@ -377,16 +383,9 @@ class RepoBase:
                 time.sleep(0.05 * attempt)
             raise GitsupError(f"the note on {target[:12]} did not stick: {NOTES_REF} kept moving")
 
-    @contextlib.contextmanager
-    def _notes_lock(self) -> Iterator[None]:
-        lock = self.common_dir / "sup" / "notes.lock"
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+    def _notes_lock(self) -> contextlib.AbstractContextManager[None]:
+        """Writers of `refs/notes/sup` on this machine, one at a time."""
+        return locked(self.common_dir / "sup" / "notes.lock")
 
     def merge_notes(self, theirs: Oid) -> Oid | None:
         """Bring the notes commit `theirs` (another repository's `refs/notes/sup`, fetched)
@@ -522,3 +521,91 @@ class RepoBase:
                 else:
                     out.append((h.old_start, h.old_start + h.old_lines - 1))
         return out
+
+    def merge_tree(self, ours: Oid, theirs: Oid) -> tuple[Oid | None, list[str]]:
+        """Merge two commits in memory: (tree, []) when clean, (None, conflicted paths) otherwise."""
+        index = self._repo.merge_commits(pygit2.Oid(hex=ours), pygit2.Oid(hex=theirs))
+        if index.conflicts is not None:
+            paths = sorted({e.path for entry in index.conflicts for e in entry if e is not None})
+            return None, paths
+        return Oid(str(index.write_tree(self._repo))), []
+
+    def signature(self, commit: Oid) -> tuple[str, str]:
+        """(`%G?` status letter, signer) of `commit` as `git log --show-signature` verifies
+        it against the repository's allowed signers ("N", "" when unsigned or unreadable)."""
+        from gitsup.host import proc
+
+        res = proc.run(
+            ["git", "log", "-1", "--no-walk", "--format=%G?%x00%GS", commit],
+            cwd=self.common_dir,
+            env=proc.child_env(),
+            timeout=60,
+        )
+        status, _, signer = res.output.strip().partition("\x00")
+        if not res.ok or len(status) != 1:
+            return "N", ""
+        return status, signer
+
+    def commit_tree(self, tree: Oid, parents: Sequence[Oid], message: str) -> Oid:
+        sig = _sig(self._repo)
+        oid = self._repo.create_commit(
+            None, sig, sig, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=p) for p in parents]
+        )
+        return Oid(str(oid))
+
+    def tree_of(self, commit: Oid) -> Oid:
+        return Oid(str(self._repo[pygit2.Oid(hex=commit)].peel(pygit2.Commit).tree.id))
+
+    # --- worktrees (gitsup/git/worktrees.py) ----------------------------------------
+
+    def add_worktree(self, name: str, path: Path, branch: str) -> None:
+        self.worktrees.add_worktree(name, path, branch)
+
+    def worktree_names(self) -> list[str]:
+        return self.worktrees.worktree_names()
+
+    def worktree_path(self, name: str) -> Path | None:
+        return self.worktrees.worktree_path(name)
+
+    def worktree_name_of(self, path: Path) -> str | None:
+        return self.worktrees.worktree_name_of(path)
+
+    def set_head_branch(self, branch: str) -> None:
+        self.worktrees.set_head_branch(branch)
+
+    def remove_worktree(self, name: str, path: Path | None) -> None:
+        self.worktrees.remove_worktree(name, path)
+
+    def checked_out_branches(self) -> dict[str, Path]:
+        return self.worktrees.checked_out_branches()
+
+    def add_detached_worktree(self, path: Path, commit: Oid) -> None:
+        self.worktrees.add_detached_worktree(path, commit)
+
+    def remove_detached_worktree(self, path: Path) -> None:
+        self.worktrees.remove_detached_worktree(path)
+
+    def advance_checkout(self, old: Oid, new: Oid) -> None:
+        self.worktrees.advance_checkout(old, new)
+
+    # --- the state of this worktree (gitsup/git/worktree_state.py) --------------------
+
+    def status_entries(self) -> dict[str, int]:
+        return self.working_tree.status_entries()
+
+    def dirty_paths(self) -> set[str]:
+        return self.working_tree.dirty_paths()
+
+    def path_state(self, rel: str, *, is_dir: bool | None = None) -> str:
+        return self.working_tree.path_state(rel, is_dir=is_dir)
+
+    def is_clean(self) -> bool:
+        return self.working_tree.is_clean()
+
+    def untracked_paths(self) -> list[str]:
+        return self.working_tree.untracked_paths()
+
+    def evidence(self, baseline: Oid) -> Evidence:
+        """The worktree's evidence against `baseline`, within the default bounds
+        (`working_tree.evidence` takes others)."""
+        return self.working_tree.evidence(baseline)

@@ -8,19 +8,27 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pygit2
 from pygit2.enums import FileStatus
 
 from gitsup.errors import GitsupError
-from gitsup.git.types import CommitInfo, Evidence, UntrackedFile, _sig
-from gitsup.git.worktrees import Worktrees
+from gitsup.git.types import CommitInfo, Evidence, UntrackedFile
 from gitsup.ids import Oid
 
+if TYPE_CHECKING:
+    from gitsup.git.repo import GitRepo
 
-class WorkingTree(Worktrees):
+
+class WorkingTree:
     """The state of a task worktree: status, snapshots of its files, and the evidence a
-    reviewer reads."""
+    reviewer reads. Part of a `GitRepo` (`repo.working_tree`), whose methods of the same
+    names call these."""
+
+    def __init__(self, git: GitRepo) -> None:
+        self._git = git
+        self._repo = git._repo
 
     # --- working tree state (of a task worktree) ------------------------------------
 
@@ -44,20 +52,22 @@ class WorkingTree(Worktrees):
             if entry.path == rel or entry.path.startswith(prefix):
                 return "tracked"
         if is_dir is None:
-            full = self.workdir / rel
+            full = self._git.workdir / rel
             is_dir = full.is_dir() and not full.is_symlink()
         probe = prefix if is_dir else rel
         try:
             ignored = bool(self._repo.path_is_ignored(probe))
         except pygit2.GitError as exc:
-            raise GitsupError(f"cannot read the ignore rules of {self.workdir}: {exc}") from exc
+            raise GitsupError(
+                f"cannot read the ignore rules of {self._git.workdir}: {exc}"
+            ) from exc
         return "ignored" if ignored else "untracked"
 
     def is_clean(self) -> bool:
         try:
             status = self._repo.status(untracked_files="all")
         except pygit2.GitError as exc:
-            raise GitsupError(f"cannot read the status of {self.workdir}: {exc}") from exc
+            raise GitsupError(f"cannot read the status of {self._git.workdir}: {exc}") from exc
         for flags in status.values():
             if flags & FileStatus.IGNORED:
                 continue
@@ -88,7 +98,7 @@ class WorkingTree(Worktrees):
         try:
             return self._snapshot_tree(include_untracked, max_file_bytes, baseline, omitted)
         except pygit2.GitError as exc:  # e.g. a corrupt object in the HEAD tree
-            raise GitsupError(f"cannot snapshot {self.workdir}: {exc}") from exc
+            raise GitsupError(f"cannot snapshot {self._git.workdir}: {exc}") from exc
 
     def _snapshot_tree(
         self,
@@ -98,7 +108,7 @@ class WorkingTree(Worktrees):
         omitted: list[dict[str, object]] | None,
     ) -> Oid:
         repo = self._repo
-        workdir = Path(self.workdir)
+        workdir = Path(self._git.workdir)
         idx = pygit2.Index()
         if not repo.head_is_unborn:
             idx.read_tree(repo.head.peel(pygit2.Commit).tree)
@@ -228,7 +238,7 @@ class WorkingTree(Worktrees):
 
         res = proc.run(
             ["git", "check-ignore", "-v", "-z", "--no-index", "--stdin"],
-            cwd=self.workdir,
+            cwd=self._git.workdir,
             env=proc.child_env(),
             input=b"".join(os.fsencode(p) + b"\0" for p in paths),
             max_output=16 * 1024 * 1024,
@@ -256,16 +266,6 @@ class WorkingTree(Worktrees):
                 cache[src] = {ln.strip() for ln in text.splitlines()}
             out.append((p, pattern.strip() in cache[src]))
         return out
-
-    def commit_tree(self, tree: Oid, parents: Sequence[Oid], message: str) -> Oid:
-        sig = _sig(self._repo)
-        oid = self._repo.create_commit(
-            None, sig, sig, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=p) for p in parents]
-        )
-        return Oid(str(oid))
-
-    def tree_of(self, commit: Oid) -> Oid:
-        return Oid(str(self._repo[pygit2.Oid(hex=commit)].peel(pygit2.Commit).tree.id))
 
     def untracked_paths(self) -> list[str]:
         return sorted(
@@ -303,12 +303,12 @@ class WorkingTree(Worktrees):
             truncated.append(f"diff: {len(raw)} bytes, kept {max_diff_bytes}")
         commits: list[CommitInfo] = []
         if head is not None:
-            commits = self.commits_between(baseline, head, limit=max_commits + 1)
+            commits = self._git.commits_between(baseline, head, limit=max_commits + 1)
             if len(commits) > max_commits:
                 commits = commits[:max_commits]
                 truncated.append(f"commits: more than {max_commits}")
         untracked: list[UntrackedFile] = []
-        workdir = Path(self.workdir)
+        workdir = Path(self._git.workdir)
         paths = self.untracked_paths()
         if len(paths) > max_untracked_files:
             truncated.append(f"untracked: {len(paths)} files, kept {max_untracked_files}")

@@ -7,17 +7,25 @@ import contextlib
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pygit2
 
 from gitsup.errors import GitsupError
-from gitsup.git.repo import RepoBase
 from gitsup.ids import Oid
 
+if TYPE_CHECKING:
+    from gitsup.git.repo import GitRepo
 
-class Worktrees(RepoBase):
-    """Task worktrees, and the person/CI side of the boundary: checked-out branches,
-    merges and throw-away detached worktrees."""
+
+class Worktrees:
+    """Task worktrees, and the person/CI side of the boundary: checked-out branches and
+    throw-away detached worktrees. Part of a `GitRepo` (`repo.worktrees`), whose methods of
+    the same names call these."""
+
+    def __init__(self, git: GitRepo) -> None:
+        self._git = git
+        self._repo = git._repo
 
     # --- worktrees ----------------------------------------------------------------
 
@@ -39,12 +47,12 @@ class Worktrees(RepoBase):
         if os.path.lexists(path):
             raise GitsupError(f"cannot create worktree {path}: it already exists")
         argv = ["git", "-c", "core.hooksPath=/dev/null", "-c", "submodule.recurse=false"]
-        if self.config_get("checkout.workers") is None:
+        if self._git.config_get("checkout.workers") is None:
             argv += ["-c", f"checkout.workers={checkout_workers()}"]
         argv += ["worktree", "add", "--quiet", os.fspath(path), branch]
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            res = proc.run(argv, cwd=self.common_dir, env=proc.child_env(), timeout=1800)
+            res = proc.run(argv, cwd=self._git.common_dir, env=proc.child_env(), timeout=1800)
         except (OSError, GitsupError) as exc:
             self._undo_add(name, path)
             raise GitsupError(f"cannot create worktree {path}: {exc}") from exc
@@ -116,8 +124,8 @@ class Worktrees(RepoBase):
     def checked_out_branches(self) -> dict[str, Path]:
         """Branch short name -> top directory of every checkout (main + linked) that has it."""
         out: dict[str, Path] = {}
-        common = self.common_dir
-        main = type(self).open(common)
+        common = self._git.common_dir
+        main = type(self._git).open(common)
         if not main.is_bare:
             branch = main.head_branch()
             if branch is not None:
@@ -136,30 +144,6 @@ class Worktrees(RepoBase):
                 out.setdefault(head.removeprefix("ref: refs/heads/"), p.resolve())
         return out
 
-    def merge_tree(self, ours: Oid, theirs: Oid) -> tuple[Oid | None, list[str]]:
-        """Merge two commits in memory: (tree, []) when clean, (None, conflicted paths) otherwise."""
-        index = self._repo.merge_commits(pygit2.Oid(hex=ours), pygit2.Oid(hex=theirs))
-        if index.conflicts is not None:
-            paths = sorted({e.path for entry in index.conflicts for e in entry if e is not None})
-            return None, paths
-        return Oid(str(index.write_tree(self._repo))), []
-
-    def signature(self, commit: Oid) -> tuple[str, str]:
-        """(`%G?` status letter, signer) of `commit` as `git log --show-signature` verifies
-        it against the repository's allowed signers ("N", "" when unsigned or unreadable)."""
-        from gitsup.host import proc
-
-        res = proc.run(
-            ["git", "log", "-1", "--no-walk", "--format=%G?%x00%GS", commit],
-            cwd=self.common_dir,
-            env=proc.child_env(),
-            timeout=60,
-        )
-        status, _, signer = res.output.strip().partition("\x00")
-        if not res.ok or len(status) != 1:
-            return "N", ""
-        return status, signer
-
     def add_detached_worktree(self, path: Path, commit: Oid) -> None:
         """A throw-away linked worktree at `commit` (no branch), e.g. for integration checks.
         None of the user's hooks runs (a `post-checkout` hook would run with the user's
@@ -171,7 +155,7 @@ class Worktrees(RepoBase):
                 *("git", "-c", "core.hooksPath=/dev/null", "-c", "submodule.recurse=false"),
                 *("worktree", "add", "--detach", "--quiet", str(path), commit),
             ],
-            cwd=self.common_dir,
+            cwd=self._git.common_dir,
             env=proc.child_env(),
             timeout=300,
         )
@@ -183,13 +167,13 @@ class Worktrees(RepoBase):
 
         proc.run(
             ["git", "worktree", "remove", "--force", str(path)],
-            cwd=self.common_dir,
+            cwd=self._git.common_dir,
             env=proc.child_env(),
             timeout=120,
         )
         if path.exists():
             shutil.rmtree(path, ignore_errors=True)
-        proc.run(["git", "worktree", "prune"], cwd=self.common_dir, env=proc.child_env())
+        proc.run(["git", "worktree", "prune"], cwd=self._git.common_dir, env=proc.child_env())
 
     def advance_checkout(self, old: Oid, new: Oid) -> None:
         """Move this (clean) checkout's index and files from `old` to `new` the way
@@ -197,12 +181,14 @@ class Worktrees(RepoBase):
         from gitsup.host import proc
 
         env = proc.child_env()
-        proc.run(["git", "update-index", "-q", "--refresh"], cwd=self.workdir, env=env)
+        proc.run(["git", "update-index", "-q", "--refresh"], cwd=self._git.workdir, env=env)
         res = proc.run(
-            ["git", "read-tree", "-m", "-u", old, new], cwd=self.workdir, env=env, timeout=300
+            ["git", "read-tree", "-m", "-u", old, new], cwd=self._git.workdir, env=env, timeout=300
         )
         if not res.ok:
-            raise GitsupError(f"cannot update the checkout {self.workdir}: {res.output.strip()}")
+            raise GitsupError(
+                f"cannot update the checkout {self._git.workdir}: {res.output.strip()}"
+            )
 
 
 def checkout_workers() -> int:

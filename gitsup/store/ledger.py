@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,23 +23,18 @@ from gitsup.store.payload import UNSET
 if TYPE_CHECKING:
     from gitsup.store.suprepo import SupRepo
 
-_local = threading.local()
-
+# Where a reviewer's or decider's model calls are reported: handed to the call by whoever
+# runs it (the task's supervisor writes each as a `model_call` event); None: not counted.
 CallSink = Callable[[ModelCall], object]
 
 
-def bind_call_sink(sink: CallSink | None) -> None:
-    """Model calls made on this thread (reviewer, decider) are reported to `sink`."""
-    _local.sink = sink
-
-
 def report_call(
+    sink: CallSink | None,
     role: str,
     cost_usd: float | None,
     usage: Mapping[str, Any] | None,
     models: Sequence[str] = (),
 ) -> None:
-    sink: CallSink | None = getattr(_local, "sink", None)
     if sink is None:
         return
     try:
@@ -64,7 +58,7 @@ def role_of(label: str) -> str:
     return label
 
 
-def report_from_output(role: str, output: str) -> None:
+def report_from_output(sink: CallSink | None, role: str, output: str) -> None:
     """A command reviewer/decider may print `"cost_usd"` (and `"usage"`) in its JSON."""
     try:
         obj = json.loads(output)
@@ -72,7 +66,7 @@ def report_from_output(role: str, output: str) -> None:
         return
     if isinstance(obj, dict) and isinstance(obj.get("cost_usd"), int | float):
         usage = obj.get("usage")
-        report_call(role, float(obj["cost_usd"]), usage if isinstance(usage, dict) else None)
+        report_call(sink, role, float(obj["cost_usd"]), usage if isinstance(usage, dict) else None)
 
 
 # --- one task ---------------------------------------------------------------------------

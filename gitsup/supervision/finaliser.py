@@ -9,12 +9,10 @@ from typing import Any
 from gitsup.errors import GitsupError
 from gitsup.git import WIP_MAX_FILE_BYTES, GitRepo, RefConflict, nested
 from gitsup.ids import Oid
-from gitsup.layout import Layout, task_refs
-from gitsup.spec import TaskSpec
+from gitsup.layout import task_refs
 from gitsup.state import EXIT_OF, STATUS_OF, State, Status
 from gitsup.store import eventtypes as et
 from gitsup.store.events import EventLog
-from gitsup.store.payload import EmitFn
 from gitsup.store.record import CandidateNote
 from gitsup.store.taskgit import (
     ImportLimits,
@@ -27,79 +25,60 @@ from gitsup.store.taskgit import (
     seal,
     uses_private_dir,
 )
-from gitsup.supervision.journal import Journal
+from gitsup.supervision.context import TaskContext
 from gitsup.supervision.launcher import Launcher
 
 
 class Finaliser:
-    def __init__(
-        self,
-        repo: GitRepo,
-        layout: Layout,
-        spec: TaskSpec,
-        journal: Journal,
-        launcher: Launcher,
-        *,
-        emit: EmitFn,
-    ) -> None:
-        self.repo = repo
-        self.layout = layout
-        self.spec = spec
-        self.journal = journal
+    def __init__(self, ctx: TaskContext, launcher: Launcher) -> None:
+        self.ctx = ctx
         self.launcher = launcher
-        self.emit = emit
-        self.task = launcher.task
-        self.worktree = launcher.worktree
-        self._worker_ref: str | None = f"refs/heads/{journal.record.branch}"
+        self._worker_ref: str | None = f"refs/heads/{ctx.record.branch}"
         self._import_refused: str | None = None
         self._left: list[str] = []
 
-    @property
-    def record(self) -> Any:
-        return self.journal.record
-
     def branch_head(self) -> Oid | None:
-        return self.repo.branch_target(self.record.branch)
+        return self.ctx.repo.branch_target(self.ctx.record.branch)
 
     def worktree_repo(self) -> GitRepo | None:
         try:
-            return open_worktree(self.layout, self.task, self.worktree)
+            return open_worktree(self.ctx.layout, self.ctx.task, self.ctx.worktree)
         except GitsupError:
             return None
 
     def limits(self) -> ImportLimits:
-        return ImportLimits.resolve(self.repo, self.spec.limits.model_dump())
+        return ImportLimits.resolve(self.ctx.repo, self.ctx.spec.limits.model_dump())
 
     def import_work(self) -> str | None:
         """Import the worker's commits into the task branch (verified). Returns why the
         import was refused (also recorded as a reason), None when it went through."""
         try:
             res = import_work(
-                self.repo,
-                self.layout,
-                self.task,
-                Oid(self.record.baseline),
-                self.record.branch,
+                self.ctx.repo,
+                self.ctx.layout,
+                self.ctx.task,
+                Oid(self.ctx.record.baseline),
+                self.ctx.record.branch,
                 self.limits(),
             )
         except (ImportRefused, GitsupError) as exc:
             reason = f"import refused: {exc.message}"
             if reason != self._import_refused:
                 self._import_refused = reason
-                self.emit(et.ImportRefused(reason=exc.message))
-            if reason not in self.record.reasons:
-                self.record.reasons.append(reason)
+                self.ctx.emit(et.ImportRefused(reason=exc.message))
+            if reason not in self.ctx.record.reasons:
+                self.ctx.record.reasons.append(reason)
             return reason
         self._import_refused = None
         if res is None:
             return None
         if res.ref != self._worker_ref:
-            self.emit(et.WorkerBranchChanged(from_=self._worker_ref, to=res.ref, tip=res.tip))
+            self.ctx.emit(et.WorkerBranchChanged(from_=self._worker_ref, to=res.ref, tip=res.tip))
             self._worker_ref = res.ref
         if res.moved:
-            self.emit(
+            self.ctx.emit(
                 et.WorkImported(
-                    branch=self.record.branch,
+                    branch=self.ctx.record.branch,
                     from_=res.previous,
                     to=res.tip,
                     objects=res.objects,
@@ -112,29 +91,29 @@ class Finaliser:
         """The worker is gone: the shell of its Git dir back as gitsup wrote it (what a
         sandbox without a mount namespace let it change), so the person's `git` in the
         worktree runs nothing the worker wrote."""
-        if not uses_private_dir(self.layout, self.task) or not self.worktree.is_dir():
+        if not uses_private_dir(self.ctx.layout, self.ctx.task) or not self.ctx.worktree.is_dir():
             return
         try:
-            seal(self.repo, self.layout, self.task, self.worktree)
+            seal(self.ctx.repo, self.ctx.layout, self.ctx.task, self.ctx.worktree)
         except OSError as exc:
-            self.record.reasons.append(f"cannot rewrite the task's Git dir config: {exc}")
+            self.ctx.record.reasons.append(f"cannot rewrite the task's Git dir config: {exc}")
 
     def _move_nested_out(self) -> None:
         """The task's processes are gone: the nested repositories it left in its worktree
         (their `.git`, whose config and hooks it wrote) moved into the task dir, so the
         person's `git` in the worktree enters none (gitsup/git/nested.py)."""
-        if not self.worktree.is_dir():
+        if not self.ctx.worktree.is_dir():
             return
         moved: list[dict[str, str]] = []
         try:
-            moved = nested.quarantine(self.worktree, self.layout.task_dir(self.task))
+            moved = nested.quarantine(self.ctx.worktree, self.ctx.layout.task_dir(self.ctx.task))
         except OSError as exc:
-            self.record.reasons.append(
+            self.ctx.record.reasons.append(
                 f"cannot move a nested repository out of the worktree: {exc}; "
                 "do not run git in the worktree before removing every .git below its top"
             )
         if moved:
-            self.emit(et.NestedGitMoved(moved=list(moved)))
+            self.ctx.emit(et.NestedGitMoved(moved=list(moved)))
 
     def finalise(self, final: State, verified_head: str | None) -> State:
         """Everything before the terminal transition (the worker is already stopped).
@@ -142,47 +121,47 @@ class Finaliser:
         whose work could not be imported, parks."""
         self.launcher.end_judges()
         left = self._left = self.launcher.left_behind()
-        if not left and self.record.left_behind:
-            left = self._left = list(self.record.left_behind)  # found before (recovery)
+        if not left and self.ctx.record.left_behind:
+            left = self._left = list(self.ctx.record.left_behind)  # found before (recovery)
         if left:
             # The lease is released only when cleanup proved the worker gone.
-            self.record.left_behind = left
-            self.record.reasons.append(
+            self.ctx.record.left_behind = left
+            self.ctx.record.reasons.append(
                 "cleanup could not prove the worker gone: "
                 + "; ".join(left)
                 + "; the worktree lease stays held (see `git sup doctor`, "
                 "`git sup doctor --fix`)"
             )
-            self.emit(et.WorkerLeftBehind(what=left, lease=str(self.launcher.lease.path)))
+            self.ctx.emit(et.WorkerLeftBehind(what=left, lease=str(self.launcher.lease.path)))
         self._reseal()
         if self.import_work() is not None and final == State.COMPLETED:
             final = State.BLOCKED
         status = STATUS_OF[final]
         head = self.branch_head()
-        self.record.head = head
+        self.ctx.record.head = head
         if final == State.COMPLETED and head != verified_head:
             # The branch moved after verification: not what was verified.
             final, status = State.BLOCKED, Status.PARKED
-            self.record.reasons.append("branch moved after verification")
+            self.ctx.record.reasons.append("branch moved after verification")
         if status != Status.READY:
             self._save_wip(head)
         self._move_nested_out()
         if (
             head is not None
-            and head != self.record.baseline
-            and self.repo.is_ancestor(Oid(self.record.baseline), head)
+            and head != self.ctx.record.baseline
+            and self.ctx.repo.is_ancestor(Oid(self.ctx.record.baseline), head)
         ):
             self._write_candidate(head, status)
-        self.record.status = status
-        self.record.finished_at = time.time()
-        self.record.exit_code = EXIT_OF[status]
-        cand, reasons = self.record.candidate, list(self.record.reasons)
+        self.ctx.record.status = status
+        self.ctx.record.finished_at = time.time()
+        self.ctx.record.exit_code = EXIT_OF[status]
+        cand, reasons = self.ctx.record.candidate, list(self.ctx.record.reasons)
         if status == Status.READY:
-            self.emit(et.CandidateReady(candidate=cand, reasons=reasons))
+            self.ctx.emit(et.CandidateReady(candidate=cand, reasons=reasons))
         elif status in (Status.PARKED, Status.STOPPED):
-            self.emit(et.CandidateParked(candidate=cand, reasons=reasons))
+            self.ctx.emit(et.CandidateParked(candidate=cand, reasons=reasons))
         else:
-            self.emit(et.CandidateFailed(candidate=cand, reasons=reasons))
+            self.ctx.emit(et.CandidateFailed(candidate=cand, reasons=reasons))
         return final
 
     def close(self, final: State) -> None:
@@ -190,17 +169,17 @@ class Finaliser:
         state (Journal.finish: a record that says the task ended finds its log complete),
         the last seal, the lease."""
         status = STATUS_OF[final]
-        self.journal.finish(
+        self.ctx.journal.finish(
             final,
             et.TaskFinished(
-                state=final.value, status=status.value, exit_code=self.record.exit_code
+                state=final.value, status=status.value, exit_code=self.ctx.record.exit_code
             ),
         )
-        self.journal.seal(f"task finished: {status.value}")
-        self.journal.close()
+        self.ctx.journal.seal(f"task finished: {status.value}")
+        self.ctx.journal.close()
         if not self._left:
             self.launcher.release_lease()
-        self.journal.drain()
+        self.ctx.journal.drain()
 
     def _save_wip(self, head: Oid | None) -> None:
         wt = self.worktree_repo()
@@ -210,22 +189,22 @@ class Finaliser:
         try:
             # The worker's state: its files, and its commits when they were not imported
             # (e.g. on a branch that does not descend from the baseline).
-            tree = wt.snapshot_tree(
+            tree = wt.working_tree.snapshot_tree(
                 include_untracked=True,
                 max_file_bytes=WIP_MAX_FILE_BYTES,
-                baseline=Oid(self.record.baseline),
+                baseline=Oid(self.ctx.record.baseline),
                 omitted=omitted,
             )
-            parent = head or Oid(self.record.baseline)
+            parent = head or Oid(self.ctx.record.baseline)
             # What is not saved is said (event, record, `git sup show`), never dropped silently.
             omitted = bound_not_captured(omitted)
-            self.record.not_captured = omitted
-            if tree == self.repo.tree_of(parent):
+            self.ctx.record.not_captured = omitted
+            if tree == self.ctx.repo.tree_of(parent):
                 if omitted:
-                    self.emit(et.WipSaved(ref=None, commit=None, not_captured=omitted))
+                    self.ctx.emit(et.WipSaved(ref=None, commit=None, not_captured=omitted))
                 return
             try:
-                import_tree(self.repo, self.layout, self.task, tree, self.limits())
+                import_tree(self.ctx.repo, self.ctx.layout, self.ctx.task, tree, self.limits())
             except ImportOverLimit as exc:
                 # Over a limit: no snapshot; the work stays in the task's private Git dir,
                 # which only discard removes (and the entry makes discard ask for --force).
@@ -233,67 +212,69 @@ class Finaliser:
                     [
                         *omitted,
                         {
-                            "path": str(private_dir(self.layout, self.task)),
+                            "path": str(private_dir(self.ctx.layout, self.ctx.task)),
                             "bytes": 0,
                             "why": f"not imported: {exc.message}",
                             "blocks_discard": True,
                         },
                     ]
                 )
-                self.record.not_captured = omitted
-                self.emit(et.WipSaved(ref=None, commit=None, not_captured=omitted))
+                self.ctx.record.not_captured = omitted
+                self.ctx.emit(et.WipSaved(ref=None, commit=None, not_captured=omitted))
                 return
-            ref = task_refs(self.task)["wip"]
-            old = self.repo.ref_target(ref)
+            ref = task_refs(self.ctx.task)["wip"]
+            old = self.ctx.repo.ref_target(ref)
             # A wip published before (gitsup/supervision/publisher.py) stays an ancestor:
             # the review remote only lets the ref move forward.
-            commit = self.repo.commit_tree(
+            commit = self.ctx.repo.commit_tree(
                 tree,
                 [parent] if old is None else [parent, old],
-                f"gitsup: work in progress of task {self.task}\n\n"
+                f"gitsup: work in progress of task {self.ctx.task}\n\n"
                 "Uncommitted changes (tracked and untracked) saved when the task ended.\n",
             )
-            self.repo.update_ref(ref, commit, old=old, message=f"gitsup: wip of {self.task}")
+            self.ctx.repo.update_ref(
+                ref, commit, old=old, message=f"gitsup: wip of {self.ctx.task}"
+            )
         except (GitsupError, OSError) as exc:
-            self.emit(et.ProtocolNoise(error=f"wip snapshot failed: {exc}"))
+            self.ctx.emit(et.ProtocolNoise(error=f"wip snapshot failed: {exc}"))
             return
-        self.record.wip = commit
-        self.emit(et.WipSaved(ref=ref, commit=commit, not_captured=omitted))
+        self.ctx.record.wip = commit
+        self.ctx.emit(et.WipSaved(ref=ref, commit=commit, not_captured=omitted))
 
     def _write_candidate(self, head: Oid, status: Status) -> None:
-        ref = task_refs(self.task)["candidate"]
-        old = self.repo.ref_target(ref)
+        ref = task_refs(self.ctx.task)["candidate"]
+        old = self.ctx.repo.ref_target(ref)
         try:
             if old != head:
-                self.repo.update_ref(
+                self.ctx.repo.update_ref(
                     ref, head, old=old, message=f"gitsup: candidate {status.value}"
                 )
         except RefConflict as exc:
-            self.record.reasons.append(f"candidate ref not written: {exc}")
+            self.ctx.record.reasons.append(f"candidate ref not written: {exc}")
             return
-        self.record.candidate = head
+        self.ctx.record.candidate = head
         note = CandidateNote(
-            task=self.task,
+            task=self.ctx.task,
             status=status,
-            baseline=self.record.baseline,
+            baseline=self.ctx.record.baseline,
             candidate=head,
-            branch=self.record.branch,
-            goal=self.spec.goal,
-            checks=self.record.checks,
-            review=self.record.review,
-            turns=self.record.turns,
-            cost_usd=self.record.cost_usd,
-            repair_rounds=self.record.repair_rounds,
-            reasons=self.record.reasons,
-            decisions=self.record.decisions,
-            created_at=self.record.created_at,
+            branch=self.ctx.record.branch,
+            goal=self.ctx.spec.goal,
+            checks=self.ctx.record.checks,
+            review=self.ctx.record.review,
+            turns=self.ctx.record.turns,
+            cost_usd=self.ctx.record.cost_usd,
+            repair_rounds=self.ctx.record.repair_rounds,
+            reasons=self.ctx.record.reasons,
+            decisions=self.ctx.record.decisions,
+            created_at=self.ctx.record.created_at,
             finished_at=time.time(),
-            cost=_cost_breakdown(self.task, self.journal.log),
-            policy_change=self.repo.policy_change(Oid(self.record.baseline), head),
-            agent_binary=self.record.agent_binary,
-            **_comments(self.repo, self.task, self.journal.log, head),
+            cost=_cost_breakdown(self.ctx.task, self.ctx.journal.log),
+            policy_change=self.ctx.repo.policy_change(Oid(self.ctx.record.baseline), head),
+            agent_binary=self.ctx.record.agent_binary,
+            **_comments(self.ctx.repo, self.ctx.task, self.ctx.journal.log, head),
         )
-        self.repo.write_note(head, note.to_text())
+        self.ctx.repo.write_note(head, note.to_text())
 
 
 def _comments(repo: GitRepo, task: str, log: EventLog, head: Oid) -> dict[str, Any]:

@@ -4,21 +4,16 @@ what came of it; neither changes the task's state."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from gitsup.git import GitRepo
-from gitsup.spec import TaskSpec
 from gitsup.store import eventtypes as et
-from gitsup.store.payload import EmitFn
+from gitsup.supervision.context import TaskContext
 from gitsup.supervision.taskio import Decided, Gated, PendingAsk
 from gitsup.verification.decider import (
-    NO_DEADLINE,
     SUPERVISOR_ANSWER,
     DeciderError,
-    DecisionTime,
     RulesDecider,
     TurnDecision,
     TurnOutcome,
@@ -36,27 +31,13 @@ T = TypeVar("T")
 
 
 class Gate:
-    def __init__(
-        self,
-        repo: GitRepo,
-        spec: TaskSpec,
-        task: str,
-        worktree: str,
-        *,
-        emit: EmitFn,
-        abort: threading.Event,
-        sandboxed: Callable[[], bool],
-    ) -> None:
-        self.repo = repo
-        self.spec = spec
-        self.task = task
-        self.worktree = worktree
-        self.emit = emit
-        self.abort = abort
+    def __init__(self, ctx: TaskContext, *, sandboxed: Callable[[], bool]) -> None:
+        self.repo, self.spec, self.task = ctx.repo, ctx.spec, ctx.task
+        self.worktree = str(ctx.worktree)
+        self.emit, self.abort = ctx.emit, ctx.abort
         self.sandboxed = sandboxed
         self.decider: RulesDecider = RulesDecider()
-        # the time every decision is made in (the supervisor sets it from the task machine)
-        self.clock: Callable[[], DecisionTime] = lambda: NO_DEADLINE
+        self.clock = ctx.clock  # the time every decision is made in (the task machine's)
         self._policy: Any = None
         self._ecosystem: Any = None
         self._person_allowed: set[str] = set()  # calls a person allowed at PreToolUse

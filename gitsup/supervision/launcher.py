@@ -29,14 +29,14 @@ from gitsup.host.contain import (
 )
 from gitsup.host.procid import ProcessId
 from gitsup.host.sandbox import SandboxPlan
-from gitsup.ids import TaskId
-from gitsup.layout import Layout, task_refs
+from gitsup.layout import task_refs
 from gitsup.names import TASK_MARKER
 from gitsup.spec import DEFAULT_PIDS, TaskSpec, check_limit, default_memory, parse_size
 from gitsup.store import eventtypes as et
 from gitsup.store.lease import Lease, LeaseStore
-from gitsup.store.payload import UNSET, EmitFn
-from gitsup.supervision.journal import Journal
+from gitsup.store.payload import UNSET
+from gitsup.store.record import TaskRecord
+from gitsup.supervision.context import TaskContext
 from gitsup.supervision.taskio import LimitHit, Spawned
 from gitsup.supervision.tasknet import TaskNet
 from gitsup.workers.base import (
@@ -55,34 +55,23 @@ Wrap = Callable[[list[str]], list[str]]
 
 class Launcher:
     def __init__(
-        self,
-        repo: GitRepo,
-        layout: Layout,
-        spec: TaskSpec,
-        journal: Journal,
-        lease: Lease,
-        *,
-        emit: EmitFn,
-        save: Callable[[], None],
-        inbox: Inbox,
-        abort: threading.Event,
-        worker_factory: WorkerFactory,
+        self, ctx: TaskContext, lease: Lease, *, inbox: Inbox, worker_factory: WorkerFactory
     ) -> None:
-        self.repo = repo
-        self.layout = layout
-        self.spec = spec
-        self.journal = journal
+        self.ctx = ctx
+        self.repo, self.layout, self.spec, self.journal = (
+            ctx.repo,
+            ctx.layout,
+            ctx.spec,
+            ctx.journal,
+        )
+        self.emit, self.save, self.abort = ctx.emit, ctx.save, ctx.abort
+        self.task, self.worktree = ctx.task, ctx.worktree
         self.lease = lease
-        self.emit = emit
-        self.save = save
         self.inbox = inbox
-        self.abort = abort
         self.worker_factory = worker_factory
-        self.task = TaskId(journal.record.id)
-        self.worktree = Path(journal.record.worktree)
-        self.net = TaskNet(repo, spec, self.task, emit, self.layout.task_dir(self.task))
+        self.net = TaskNet(ctx)
         self.worker: WorkerAdapter | None = None
-        self.spawns = journal.record.spawns  # counted over the task's life
+        self.spawns = ctx.record.spawns  # counted over the task's life
         self.cg_base: Path | None = None
         self.cgroup: Cgroup | None = None
         self.exit_stack = contextlib.ExitStack()
@@ -110,7 +99,7 @@ class Launcher:
         self._stopped_group: int | None = None
 
     @property
-    def record(self) -> Any:
+    def record(self) -> TaskRecord:
         return self.journal.record
 
     # --- environment and sandbox ------------------------------------------------------
@@ -181,9 +170,7 @@ class Launcher:
                 env=env,
                 programs=self._programs(env),
                 keep_env=self.spec.worker.env.keys(),
-                claude=self.spec.worker.kind not in ("process", "codex")
-                or "claude" in (self.spec.review.kind, self.spec.decider.machine_kind())
-                or "acp" in (self.spec.review.kind, self.spec.decider.machine_kind()),
+                claude=self._runs_claude_code(),
                 protect=protected_paths(self.repo),
             )
             self._include(self._sandbox, protected_paths(self.repo))
@@ -194,6 +181,15 @@ class Launcher:
         self.sandbox_enforced = self._sandbox.enforced
         self.record.sandbox = self._sandbox.report()
         return self._sandbox
+
+    def _runs_claude_code(self) -> bool:
+        """Whether the worker, the reviewer or the decider runs Claude Code (the kind
+        registry says which kinds do): the sandbox then gets a copy of the user's config."""
+        from gitsup.workers.kinds import claude_config_agents, worker_kind
+
+        judges = (self.spec.review.kind, self.spec.decider.machine_kind())
+        agents = claude_config_agents()
+        return worker_kind(self.spec.worker.kind).claude_config or any(k in agents for k in judges)
 
     def _include(self, plan: SandboxPlan, protect: list[str]) -> None:
         """`[environment] include`: the main checkout's ignored paths in the worktree,
@@ -741,12 +737,7 @@ class Launcher:
             et.WorkerStarted(
                 kind=self.spec.worker.kind,
                 argv=list(self.spec.worker.argv),
-                pid=ident.pid,
-                start_time=ident.start_time,
-                pgid=ident.pgid,
-                cgroup=ident.cgroup,
-                cgroup_inode=ident.cgroup_inode,
-                extra=dict(ident.extra),
+                **ident.as_dict(),
                 network=self.net.describe,
                 sandbox=self.record.sandbox,
                 binary=self.record.agent_binary or UNSET,

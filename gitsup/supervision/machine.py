@@ -19,7 +19,7 @@ from typing import Literal
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL, State, check_reopen, check_transition
 from gitsup.store import eventtypes as et
-from gitsup.store.payload import UNSET, typed
+from gitsup.store.payload import UNSET, Unset, typed
 from gitsup.supervision import prompts
 from gitsup.supervision.taskio import (
     Abandon,
@@ -294,15 +294,8 @@ class TaskMachine:
     def _finish(self, final: State) -> list[Effect]:
         self.finishing = True
         dropped: list[Effect] = [
-            Emit(
-                et.WorkerMessageSent(
-                    text=m.text,
-                    by=m.by,
-                    via=m.via,
-                    ref=m.ref,
-                    status="dropped",
-                    why=f"the task ended {final.value} before the worker's turn did",
-                )
+            _message_event(
+                m, "dropped", f"the task ended {final.value} before the worker's turn did"
             )
             for m in self.messages
         ]
@@ -517,9 +510,7 @@ class TaskMachine:
                 why = f"a {self.spec.worker.kind} worker cannot take messages"
             return [Emit(et.ControlRefused(ref=m.ref, command="send", reason=why, by=m.by))]
         self.messages.append(m)
-        return [
-            Emit(et.WorkerMessageSent(text=m.text, by=m.by, via=m.via, ref=m.ref, status="queued"))
-        ]
+        return [_message_event(m, "queued")]
 
     def _continue_budget(self, c: ContinueBudget, now: float) -> list[Effect]:
         if self._budget_turn is None:
@@ -774,16 +765,7 @@ class TaskMachine:
         if m is not None:
             status: Literal["delivered", "dropped"] = "delivered" if s.ok else "dropped"
             out.append(
-                Emit(
-                    et.WorkerMessageSent(
-                        text=m.text,
-                        by=m.by,
-                        via=m.via,
-                        ref=m.ref,
-                        status=status,
-                        why=UNSET if s.ok else "the worker could not take a turn",
-                    )
-                )
+                _message_event(m, status, UNSET if s.ok else "the worker could not take a turn")
             )
         if s.ok:
             return [*out, self._go(State.RUNNING, "a person's message")]
@@ -935,3 +917,14 @@ class TaskMachine:
 
     def _conclude(self, hard: list[str], fixable: list[str]) -> list[Effect]:
         return [*(AddReason(p, once=True) for p in [*hard, *fixable]), *self._finish(State.BLOCKED)]
+
+
+def _message_event(
+    m: HumanMessage,
+    status: Literal["queued", "delivered", "dropped"],
+    why: str | Unset = UNSET,
+) -> Emit:
+    """`worker_message_sent`: what became of a person's message to the worker."""
+    return Emit(
+        et.WorkerMessageSent(text=m.text, by=m.by, via=m.via, ref=m.ref, status=status, why=why)
+    )

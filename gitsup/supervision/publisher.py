@@ -30,9 +30,9 @@ from gitsup.git import remote as transport
 from gitsup.ids import Oid, TaskId
 from gitsup.layout import Layout, task_record_ref, task_refs
 from gitsup.names import RECORD_FILE, SPEC_FILE
-from gitsup.store.payload import EmitFn
 from gitsup.store.record import TaskRecord
 from gitsup.store.taskgit import ImportLimits, import_tree, open_worktree
+from gitsup.supervision.context import TaskContext
 
 PUBLISH_KEY = "sup.cluster.publish"
 NOTES_ATTEMPTS = 8
@@ -90,7 +90,7 @@ def snapshot_wip(
     if not wt.is_dir():
         return None
     omitted: list[dict[str, object]] = []
-    tree = open_worktree(layout, task, wt).snapshot_tree(
+    tree = open_worktree(layout, task, wt).working_tree.snapshot_tree(
         include_untracked=True,
         max_file_bytes=WIP_MAX_FILE_BYTES,
         baseline=Oid(record.baseline),
@@ -160,23 +160,12 @@ class Publisher:
     """The supervisor's publications (`sup.cluster.publish`): at a turn's end and the task's."""
 
     def __init__(
-        self,
-        repo: GitRepo,
-        layout: Layout,
-        record: Callable[[], TaskRecord],
-        limits: Callable[[], ImportLimits],
-        *,
-        emit: EmitFn,
-        seal: Callable[[str], None],
-        enabled: bool | None = None,
+        self, ctx: TaskContext, limits: Callable[[], ImportLimits], *, enabled: bool | None = None
     ) -> None:
-        self.repo = repo
-        self.layout = layout
-        self._record = record
+        self.ctx = ctx
+        self.repo, self.layout = ctx.repo, ctx.layout
         self._limits = limits
-        self._emit = emit
-        self._seal = seal
-        self.enabled = publish_enabled(repo) if enabled is None else enabled
+        self.enabled = publish_enabled(ctx.repo) if enabled is None else enabled
         self._notes_pushed: Oid | None = None  # the notes tip the last publication pushed
 
     def turn(self) -> None:
@@ -195,7 +184,7 @@ class Publisher:
     def _publish(self, stage: str, *, snapshot: bool) -> None:
         from gitsup.store import eventtypes as et
 
-        record = self._record()
+        record = self.ctx.record
         task = TaskId(record.id)
         remote = self.repo.config_get("sup.reviewRemote") or "(sup.reviewRemote is not set)"
         errors = []
@@ -205,13 +194,15 @@ class Publisher:
             except (GitsupError, RefConflict, OSError) as exc:
                 # the refs are pushed all the same: the wip as it was published last
                 errors.append(f"wip snapshot: {exc}")
-            self._seal(f"turn {record.turns} ended: published")
+            self.ctx.journal.seal(f"turn {record.turns} ended: published")
         try:
             done = publish_refs(self.repo, self.layout, task, notes_pushed=self._notes_pushed)
             self._notes_pushed = done.notes
         except (GitsupError, RefConflict, OSError) as exc:
             errors.append(str(exc))
         if errors:
-            self._emit(et.PublishFailed(remote=remote, stage=stage, error="; ".join(errors)[:4000]))
+            self.ctx.emit(
+                et.PublishFailed(remote=remote, stage=stage, error="; ".join(errors)[:4000])
+            )
             if stage == "end":
-                self._seal("publish failed")
+                self.ctx.journal.seal("publish failed")

@@ -34,9 +34,11 @@ from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL, State, Status
 from gitsup.store import eventtypes as et
 from gitsup.store.events import Event
+from gitsup.store.eventtypes import ModelCall
 from gitsup.store.lease import Lease
 from gitsup.store.payload import UNSET, Payload
 from gitsup.store.record import TaskRecord
+from gitsup.supervision.context import TaskContext
 from gitsup.supervision.finaliser import Finaliser
 from gitsup.supervision.gate import Gate
 from gitsup.supervision.journal import EventSink, Journal
@@ -151,9 +153,6 @@ class Supervisor:
             repair_rounds=record.repair_rounds,
             now=time.monotonic(),
         )
-        from gitsup.store import ledger
-
-        ledger.bind_call_sink(lambda call: None if self.machine.terminal else self.emit(call))
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._abort = threading.Event()
         self._abort_reason: str | None = None
@@ -163,47 +162,28 @@ class Supervisor:
         def emit(payload: Payload) -> Event | None:
             return self.emit(payload)  # late-bound: every event goes through Supervisor.emit
 
-        self.launcher = Launcher(
+        def on_call(call: ModelCall) -> None:
+            if not self.machine.terminal:  # a call that returns after the end is not logged
+                self.emit(call)
+
+        self.ctx = TaskContext(
             repo,
             layout,
             spec,
             self.journal,
-            lease,
-            emit=emit,
-            save=self.save,
-            inbox=self.inbox,
-            abort=self._abort,
-            worker_factory=worker_factory,
-        )
-        self.gate = Gate(
-            repo,
-            spec,
-            self.task,
-            str(self.worktree),
-            emit=emit,
-            abort=self._abort,
-            sandboxed=self.launcher.policy_sandboxed,
-        )
-        self.finaliser = Finaliser(repo, layout, spec, self.journal, self.launcher, emit=emit)
-        self.publisher = Publisher(
-            repo,
-            layout,
-            lambda: self.record,
-            self.finaliser.limits,
-            emit=emit,
-            seal=self.journal.seal,
-            enabled=publish,
-        )
-        self.verifier = Verifier(
-            spec,
-            self.journal,
-            self.launcher,
-            self.finaliser,
             emit=emit,
             save=self.save,
             abort=self._abort,
             abort_reason=lambda: self._abort_reason or "stop requested",
-            review_attempt=review_attempt,
+            clock=self._decision_time,
+            on_call=on_call,
+        )
+        self.launcher = Launcher(self.ctx, lease, inbox=self.inbox, worker_factory=worker_factory)
+        self.gate = Gate(self.ctx, sandboxed=self.launcher.policy_sandboxed)
+        self.finaliser = Finaliser(self.ctx, self.launcher)
+        self.publisher = Publisher(self.ctx, self.finaliser.limits, enabled=publish)
+        self.verifier = Verifier(
+            self.ctx, self.launcher, self.finaliser, review_attempt=review_attempt
         )
 
     @property
@@ -311,12 +291,7 @@ class Supervisor:
                     previous=dict(previous),
                     state=self.record.state,
                     action="re-adopted",
-                    pid=ident.pid,
-                    start_time=ident.start_time,
-                    pgid=ident.pgid,
-                    cgroup=ident.cgroup,
-                    cgroup_inode=ident.cgroup_inode,
-                    extra=dict(ident.extra),
+                    **ident.as_dict(),
                 )
             )
             self.save()
@@ -397,8 +372,8 @@ class Supervisor:
                     wrap_for=self.launcher.read_only_wrappers()[1],
                     abort=self._abort,
                     memory=self.layout.task_dir(self.task) / DECIDER_MEMORY,
+                    on_call=self.ctx.on_call,
                 )
-                self.gate.clock = self._decision_time
                 self.record.supervisor = supervisor_identity()
                 body()
                 self._loop()

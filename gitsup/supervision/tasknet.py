@@ -8,14 +8,11 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from gitsup.errors import GitsupError
-from gitsup.git import GitRepo
-from gitsup.spec import TaskSpec
 from gitsup.store import eventtypes as et
-from gitsup.store.payload import EmitFn
+from gitsup.supervision.context import TaskContext
 
 
 @dataclass(frozen=True)
@@ -29,19 +26,9 @@ class Net:
 
 
 class TaskNet:
-    def __init__(
-        self,
-        repo: GitRepo,
-        spec: TaskSpec,
-        task: str,
-        emit: EmitFn,
-        task_dir: Path,
-    ) -> None:
-        self.repo = repo
-        self.spec = spec
-        self.task = task
-        self.emit = emit
-        self.task_dir = task_dir  # where the gates log (egress-<who>-<hex>.log)
+    def __init__(self, ctx: TaskContext) -> None:
+        self.repo, self.spec, self.task, self.emit = ctx.repo, ctx.spec, ctx.task, ctx.emit
+        self.task_dir = ctx.task_dir  # where the gates log (egress-<who>-<hex>.log)
         self.describe: dict[str, Any] = {"mode": "host"}  # the worker's network
 
     def _allowed(self) -> list[str]:

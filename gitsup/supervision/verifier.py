@@ -7,20 +7,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from gitsup.errors import GitsupError
 from gitsup.faults import fault
 from gitsup.host.contain import create_cgroup
 from gitsup.ids import Oid
-from gitsup.spec import Check, TaskSpec
+from gitsup.spec import Check
 from gitsup.store import eventtypes as et
-from gitsup.store.payload import EmitFn, typed
+from gitsup.store.payload import typed
 from gitsup.store.record import CheckResult, ReviewResult
+from gitsup.supervision.context import TaskContext
 from gitsup.supervision.finaliser import Finaliser
-from gitsup.supervision.journal import Journal
 from gitsup.supervision.launcher import Launcher
 from gitsup.supervision.taskio import Verified
 from gitsup.verification.checks import run_check
@@ -38,34 +37,18 @@ from gitsup.verification.review import (
 class Verifier:
     def __init__(
         self,
-        spec: TaskSpec,
-        journal: Journal,
+        ctx: TaskContext,
         launcher: Launcher,
         finaliser: Finaliser,
         *,
-        emit: EmitFn,
-        save: Callable[[], None],
-        abort: threading.Event,
-        abort_reason: Callable[[], str],
         review_attempt: Attempt | None = None,
     ) -> None:
-        self.spec = spec
-        self.journal = journal
+        self.ctx = ctx
         self.launcher = launcher
         self.finaliser = finaliser
-        self.emit = emit
-        self.save = save
-        self.abort = abort
-        self.abort_reason = abort_reason
         self.review_attempt = review_attempt
-        self.task = launcher.task
-        self.worktree = launcher.worktree
         self._seen_findings: set[str] = set()
         self._clean_before_checks = True
-
-    @property
-    def record(self) -> Any:
-        return self.journal.record
 
     def verify(self, park_reason: str | None) -> Verified:
         """Checks, then review; `park_reason` parks whatever they find."""
@@ -74,8 +57,8 @@ class Verifier:
             return Verified("park", (refused,))
         results = self._run_checks()
         fault("after_checks")
-        if self.abort.is_set():
-            return Verified("stop", (self.abort_reason(),))
+        if self.ctx.abort.is_set():
+            return Verified("stop", (self.ctx.abort_reason(),))
         head, fixable = self._candidate_problems(results)
         hard: list[str] = [park_reason] if park_reason else []
         findings: list[ReviewFinding] = []
@@ -84,8 +67,8 @@ class Verifier:
             fixable += verdict_problems
             hard += hard_review
         # A stop asked for during checks or review ends the task stopped, never completed.
-        if self.abort.is_set():
-            return Verified("stop", (self.abort_reason(),))
+        if self.ctx.abort.is_set():
+            return Verified("stop", (self.ctx.abort_reason(),))
         if not fixable and not hard:
             return Verified("ready", head=head)
         if hard:
@@ -109,11 +92,13 @@ class Verifier:
 
         from gitsup.environment import setup as envsetup
 
-        done = self.record.setup
+        done = self.ctx.record.setup
         if isinstance(done, dict) and done.get("passed"):
             return []  # a task taken over after its setup passed
         try:
-            recipe = envsetup.task_recipe(self.launcher.repo.main_workdir, self.spec.environment)
+            recipe = envsetup.task_recipe(
+                self.launcher.repo.main_workdir, self.ctx.spec.environment
+            )
             if not recipe.setup:
                 return []
             endpoints = envsetup.setup_endpoints(recipe.setup_egress)
@@ -121,7 +106,9 @@ class Verifier:
         except GitsupError as exc:
             return [f"setup: {exc.message}"]
         env = self.launcher.judge_env()
-        home = Path(env.get("HOME") or self.launcher.layout.task_dir(self.task) / "sandbox/home")
+        home = Path(
+            env.get("HOME") or self.launcher.layout.task_dir(self.ctx.task) / "sandbox/home"
+        )
         shared = envsetup.shared_cache_root(self.launcher.layout.common_dir)
         try:
             cache_env, copied = envsetup.copy_caches(shared, envsetup.task_cache_root(home), kinds)
@@ -129,7 +116,7 @@ class Verifier:
             return [f"setup: {exc.message}"]
         env.update(cache_env)
         checks = envsetup.setup_checks(recipe.setup, recipe.setup_timeout)
-        self.emit(
+        self.ctx.emit(
             et.SetupStarted(
                 commands=[list(c.argv) for c in checks],
                 egress=endpoints,
@@ -139,7 +126,7 @@ class Verifier:
         )
         results: list[CheckResult] = []
         for check in checks:
-            if self.abort.is_set():
+            if self.ctx.abort.is_set():
                 break
             r = self._run_one_check(check, env, who="setup", also=endpoints)
             results.append(r)
@@ -157,13 +144,17 @@ class Verifier:
             "duration": duration,
             "output_tail": envsetup.tail("\n".join(r.output_tail for r in results)),
         }
-        self.emit(et.SetupFinished(**outcome))
-        self.record.setup = {**outcome, "caches": [k.name for k in kinds], "cache_bytes": copied}
-        self.save()
+        self.ctx.emit(et.SetupFinished(**outcome))
+        self.ctx.record.setup = {
+            **outcome,
+            "caches": [k.name for k in kinds],
+            "cache_bytes": copied,
+        }
+        self.ctx.save()
         if passed:
             return []
         if failed is None:  # stopped before every command ran
-            return [f"setup: stopped ({self.abort_reason()})"]
+            return [f"setup: stopped ({self.ctx.abort_reason()})"]
         how = (
             f"timed out after {recipe.setup_timeout:g}s"
             if failed.timed_out
@@ -181,15 +172,15 @@ class Verifier:
         # write themselves (__pycache__, .pytest_cache, build output) is not its change.
         wt = self.finaliser.worktree_repo()
         self._clean_before_checks = wt is None or wt.is_clean()
-        for check in self.spec.effective_checks(self.record.baseline):
-            if self.abort.is_set():
+        for check in self.ctx.spec.effective_checks(self.ctx.record.baseline):
+            if self.ctx.abort.is_set():
                 break
-            self.emit(et.AcceptanceStarted(name=check.name, argv=list(check.argv)))
+            self.ctx.emit(et.AcceptanceStarted(name=check.name, argv=list(check.argv)))
             r = self._run_one_check(check, env)
             results.append(r)
-            self.emit(typed("acceptance_result", r.model_dump(mode="json")))
-        self.record.checks = results
-        self.save()
+            self.ctx.emit(typed("acceptance_result", r.model_dump(mode="json")))
+        self.ctx.record.checks = results
+        self.ctx.save()
         return results
 
     def _run_one_check(
@@ -203,7 +194,9 @@ class Verifier:
             if base is not None:
                 with contextlib.suppress(GitsupError, OSError):
                     cg = create_cgroup(
-                        f"{self.task}-{who[0]}{os.urandom(3).hex()}", base, self.launcher.limits()
+                        f"{self.ctx.task}-{who[0]}{os.urandom(3).hex()}",
+                        base,
+                        self.launcher.limits(),
                     )
             net = self.launcher.net.network_for(
                 who, stack, env, agent=False, also=also, gated=who == "setup"
@@ -213,10 +206,10 @@ class Verifier:
             try:
                 result = run_check(
                     check,
-                    cwd=self.worktree,
+                    cwd=self.ctx.worktree,
                     env=env,
-                    repair_round=self.record.repair_rounds,
-                    abort=self.abort,
+                    repair_round=self.ctx.record.repair_rounds,
+                    abort=self.ctx.abort,
                     wrap=self.launcher.wrapper(cg, net.netns),
                 )
                 hits = [why for _kind, why in cg.limit_hits()] if cg is not None else []
@@ -236,11 +229,11 @@ class Verifier:
         if failed:
             problems.append("required checks failed: " + ", ".join(failed))
         head = self.finaliser.branch_head()
-        self.record.head = head
-        if self.spec.autonomy.require_local_commit:
-            if head is None or head == self.record.baseline:
+        self.ctx.record.head = head
+        if self.ctx.spec.autonomy.require_local_commit:
+            if head is None or head == self.ctx.record.baseline:
                 problems.append("no local commit after the baseline")
-            elif not self.finaliser.repo.is_ancestor(Oid(self.record.baseline), head):
+            elif not self.ctx.repo.is_ancestor(Oid(self.ctx.record.baseline), head):
                 problems.append("branch head does not descend from the baseline")
         if not self._clean_before_checks:
             problems.append("worktree has uncommitted changes")
@@ -253,7 +246,7 @@ class Verifier:
         last records (what was redacted there stays redacted)."""
         last: str | None = None
         lines: list[str] = []
-        for ev in self.journal.log.recent(1 << 19):
+        for ev in self.ctx.journal.log.recent(1 << 19):
             if ev.type == "turn_completed":
                 last = str(ev.data.get("result") or "")
             elif ev.type == "worker_output":
@@ -265,23 +258,25 @@ class Verifier:
         self, results: list[CheckResult]
     ) -> tuple[list[str], list[str], list[ReviewFinding]]:
         """Returns (fixable problems, park reasons, findings)."""
-        kind = self.spec.review.kind
+        kind = self.ctx.spec.review.kind
         if kind == "none":
-            self.record.review = ReviewResult(kind="none", verdict=None)
+            self.ctx.record.review = ReviewResult(kind="none", verdict=None)
             return [], [], []
         wt = self.finaliser.worktree_repo()
         if wt is None:
             return [], ["worktree is gone; nothing to review"], []
-        evidence = wt.evidence(Oid(self.record.baseline))
+        evidence = wt.evidence(Oid(self.ctx.record.baseline))
         # from the worktree's own Git dir: it holds the task's commits
-        policy = wt.policy_change(Oid(self.record.baseline), evidence.head) if evidence.head else []
-        bundle = evidence_bundle(
-            self.task, self.spec, results, evidence, policy, worker=self._worker_said()
+        policy = (
+            wt.policy_change(Oid(self.ctx.record.baseline), evidence.head) if evidence.head else []
         )
-        self.emit(
+        bundle = evidence_bundle(
+            self.ctx.task, self.ctx.spec, results, evidence, policy, worker=self._worker_said()
+        )
+        self.ctx.emit(
             et.ReviewStarted(
                 kind=kind,
-                repair_round=self.record.repair_rounds,
+                repair_round=self.ctx.record.repair_rounds,
                 complete=evidence.complete,
                 head=evidence.head,
             )
@@ -289,25 +284,26 @@ class Verifier:
         _, wrap_for = self.launcher.read_only_wrappers()
         wrap = self.launcher.judge_wrap("reviewer")
         ctx = ReviewRequest(
-            self.task,
-            self.worktree,
+            self.ctx.task,
+            self.ctx.worktree,
             self.launcher.judge_env(),
-            self.spec,
+            self.ctx.spec,
             bundle,
-            network=self.launcher.net.agent_network("reviewer", self.spec.review.kind),
+            network=self.launcher.net.agent_network("reviewer", self.ctx.spec.review.kind),
             wrap=wrap,
             wrap_for=wrap_for,
-            abort=self.abort,
+            abort=self.ctx.abort,
+            on_call=self.ctx.on_call,
         )
 
         def on_attempt(n: int, err: str | None) -> None:
             if err:
-                self.emit(et.ReviewResult(attempt=n, error=err))
+                self.ctx.emit(et.ReviewResult(attempt=n, error=err))
 
         result, verdict = run_review(ctx, on_attempt=on_attempt, attempt_fn=self.review_attempt)
-        self.record.review = result
-        self.emit(typed("review_result", result.model_dump(mode="json")))
-        self.save()
+        self.ctx.record.review = result
+        self.ctx.emit(typed("review_result", result.model_dump(mode="json")))
+        self.ctx.save()
         if verdict is None:
             return [], [f"review failed after {result.attempts} attempt(s): {result.error}"], []
         serious = [f for f in verdict.findings if f.severity in ("P0", "P1")]

@@ -556,7 +556,7 @@ def _uncaptured_work(ctx: SupRepo, record: TaskRecord) -> str | None:
     except GitsupError:
         head = None
     omitted: list[dict[str, object]] = []
-    tree = wrepo.snapshot_tree(
+    tree = wrepo.working_tree.snapshot_tree(
         include_untracked=True,
         max_file_bytes=WIP_MAX_FILE_BYTES,
         baseline=Oid(record.baseline) if record.baseline else None,

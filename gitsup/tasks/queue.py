@@ -51,14 +51,20 @@ from gitsup.integration.integrate import (
     sign_integration_commit,
 )
 from gitsup.layout import task_refs
-from gitsup.spec import Check, TaskSpec
+from gitsup.spec import Check
 from gitsup.state import Status
 from gitsup.store import eventtypes as et
 from gitsup.store.events import EventLog
 from gitsup.store.lease import Lease
 from gitsup.store.record import CandidateNote
 from gitsup.store.suprepo import SupRepo
-from gitsup.tasks.queue_checks import DEFAULT_RETRIES, CompositionTester, RunResult, _Step
+from gitsup.tasks.queue_checks import (
+    DEFAULT_RETRIES,
+    CompositionTester,
+    RunResult,
+    _Step,
+    spec_or_none,
+)
 from gitsup.tasks.queue_slots import DEFAULT_SLOTS
 from gitsup.tasks.queue_state import (
     DEFAULT_BATCH,
@@ -70,7 +76,6 @@ from gitsup.tasks.queue_state import (
     queue_branches,
     write_runner_status,
 )
-from gitsup.verification.confined import ConfinedChecks
 
 _SHOW_PATHS = 10  # the dirty paths a refusal names
 
@@ -83,14 +88,7 @@ def _task_checks(ctx: SupRepo, task: str, note: CandidateNote) -> list[Check]:
     return required_checks(ctx, parse_task_id(task), note)
 
 
-def _spec(ctx: SupRepo, task: str) -> TaskSpec | None:
-    try:
-        return ctx.store.load_spec(TaskId(task))
-    except (OSError, ValueError):
-        return None
-
-
-class Runner(CompositionTester):
+class Runner:
     def __init__(
         self,
         ctx: SupRepo,
@@ -105,14 +103,18 @@ class Runner(CompositionTester):
         self.repo = ctx.repo
         self.q = Queue(ctx, into)
         self.batch = max(1, batch)
-        self.retries = max(0, retries)
         self.slots = max(1, slots)
-        self._flaky = {}
-        self._spec_cache = {}
         self.say = on_progress or (lambda _m: None)
         self.res = RunResult(into=self.q.branch, slots=self.slots)
-        self._box: ConfinedChecks | None = None
+        self.checks = CompositionTester(
+            ctx, self.q, self.res, retries=max(0, retries), slots=self.slots, say=self.say
+        )
         self._repairs: list[tuple[Entry, str, str, dict[str, Any]]] = []
+
+    @property
+    def retries(self) -> int:
+        """Fresh runs of a failing check before it counts as failed (the tester's)."""
+        return self.checks.retries
 
     # lease
 
@@ -151,7 +153,7 @@ class Runner(CompositionTester):
             self.q.event(
                 et.QueueRunFinished(into=done.pop("into"), result=done), seal="queue run finished"
             )
-            self._cleanup()
+            self.checks.close()
             write_runner_status(self.q, None)
             self.ctx.leases.release(lease)
         return self.res
@@ -352,7 +354,7 @@ class Runner(CompositionTester):
         if not steps:
             return
         n = len(steps)
-        ok, _ = self._test(steps, n)
+        ok, _ = self.checks.test(steps, n)
         if ok:
             self._integrate(base, steps)
             return
@@ -360,13 +362,13 @@ class Runner(CompositionTester):
         lo, hi = 0, n
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            good, _ = self._test(steps, mid)
+            good, _ = self.checks.test(steps, mid)
             if good:
                 lo = mid
             else:
                 hi = mid
         culprit = steps[hi - 1]
-        _, failed = self._test(steps, hi)  # from the memo: no new run
+        _, failed = self.checks.test(steps, hi)  # from the memo: no new run
         if lo:
             self._integrate(base, steps[:lo])
         self._finish(
@@ -436,7 +438,7 @@ class Runner(CompositionTester):
                 self.say(f"the checkout {checkout} was not advanced: {exc.message}")
         fault("queue_after_move")
         # checks that failed and then passed on the tested tree: recorded, blamed on nobody
-        flaky = list(self._flaky.get(steps[-1].tree, []))
+        flaky = list(self.checks.flaky.get(steps[-1].tree, []))
         for s, commit in made:
             self._record_integrated(s.entry.task, s.entry.candidate, commit, flaky)
         done = {s.entry.task: c for s, c in made}
@@ -528,7 +530,7 @@ class Runner(CompositionTester):
     ) -> tuple[str, str]:
         """A repairable worker (claude, tmux) gets a repair task: the same spec on the new
         base, its goal carrying the evidence. Returns (task id, "") or ("", why not)."""
-        spec = _spec(self.ctx, e.task)
+        spec = spec_or_none(self.ctx, e.task)
         if spec is None:
             return "", "the task's spec is gone"
         if spec.worker.kind == "process":

@@ -13,7 +13,6 @@ from typing import Any
 
 from gitsup.environment.recipe import ENVIRONMENT_FILE
 from gitsup.errors import Exit, GitsupError
-from gitsup.git import GitRepo
 from gitsup.ids import Oid, TaskId
 from gitsup.integration.keys import protected_paths
 from gitsup.spec import Check, TaskSpec
@@ -160,29 +159,44 @@ def run_composition(
     return Tested(results, commands, again_n, flaky, time.monotonic() - t0, box.applied.as_dict())
 
 
+def spec_or_none(ctx: SupRepo, task: str) -> TaskSpec | None:
+    """The queued task's spec; None when it cannot be read."""
+    try:
+        return ctx.store.load_spec(TaskId(task))
+    except (OSError, ValueError):
+        return None
+
+
 class CompositionTester:
-    """The check-running half of the queue runner (`queue.Runner`)."""
+    """The check-running part of the queue runner (`queue.Runner.checks`): compositions,
+    their checks in confined boxes, the memo of results and the flaky checks seen."""
 
-    ctx: SupRepo
-    repo: GitRepo
-    q: Queue
-    res: RunResult
-    say: Callable[[str], None]
-    _box: ConfinedChecks | None
-    _recipe_setup: tuple[Setup | None] | None = None
-    retries: int = DEFAULT_RETRIES  # fresh runs of a failing check before it counts as failed
-    # per tree: the checks that failed, then passed in a fresh run (from this run or the memo)
-    _flaky: dict[str, list[str]]
-    _spec_cache: dict[str, TaskSpec | None]  # the queued tasks' specs, read once a run
-    slots: int = 1  # compositions under test at once (gitsup/tasks/queue_slots.py)
+    def __init__(
+        self,
+        ctx: SupRepo,
+        q: Queue,
+        res: RunResult,
+        *,
+        retries: int,
+        slots: int,
+        say: Callable[[str], None],
+    ) -> None:
+        self.ctx = ctx
+        self.repo = ctx.repo
+        self.q = q
+        self.res = res
+        self.retries = retries  # fresh runs of a failing check before it counts as failed
+        self.slots = slots  # compositions under test at once (gitsup/tasks/queue_slots.py)
+        self.say = say
+        self._box: ConfinedChecks | None = None
+        self._recipe_setup: tuple[Setup | None] | None = None
+        # per tree: the checks that failed, then passed in a fresh run (from this run or the memo)
+        self.flaky: dict[str, list[str]] = {}
+        self._spec_cache: dict[
+            str, TaskSpec | None
+        ] = {}  # the queued tasks' specs, read once a run
 
-    def _specs(self, task: str) -> TaskSpec | None:
-        try:
-            return self.ctx.store.load_spec(TaskId(task))
-        except (OSError, ValueError):
-            return None
-
-    def _composition(
+    def composition(
         self,
         steps: list[_Step],
         k: int,
@@ -239,23 +253,19 @@ class CompositionTester:
 
     def _spec_of(self, task: str) -> TaskSpec | None:
         if task not in self._spec_cache:
-            self._spec_cache[task] = self._specs(task)
+            self._spec_cache[task] = spec_or_none(self.ctx, task)
         return self._spec_cache[task]
 
     def _env_digest(self, conf: Confinement) -> str:
         try:
             return environment_digest(self.repo, conf, protected_paths(self.repo))
         except GitsupError as exc:
-            raise QueueError(
-                f"environment failure of the queue: {exc.message}",
-                hint=exc.hint,
-                exit_code=Exit.FAILED,
-            ) from None
+            raise _environment_failure(exc) from None
 
-    def _test(self, steps: list[_Step], k: int) -> tuple[bool, list[dict[str, Any]]]:
+    def test(self, steps: list[_Step], k: int) -> tuple[bool, list[dict[str, Any]]]:
         """Run the union of the first k candidates' required checks on the tree of the
         k-th composition, unless the memo knows them. Returns (passed, failures)."""
-        comp, failed = self._composition(steps, k)
+        comp, failed = self.composition(steps, k)
         if failed:
             return False, failed
         if not comp.todo:
@@ -264,14 +274,14 @@ class CompositionTester:
             f"testing {k} candidate(s) on {comp.tree[:12]}: {', '.join(c.name for c in comp.todo)}"
         )
         if self._box is None:
-            self._box = self._new_box("")
-        self._publish([(1, comp)], [st.entry.task for st in steps])
+            self._box = self.new_box("")
+        self.publish([(1, comp)], [st.entry.task for st in steps])
         t0 = time.monotonic()
-        tested = run_composition(self._box, comp, setup=self._setup(), say=self.say)
+        tested = run_composition(self._box, comp, setup=self.setup(), say=self.say)
         self.res.waited_seconds += time.monotonic() - t0
-        return self._record(comp, tested)
+        return self.record(comp, tested)
 
-    def _publish(self, under_test: list[tuple[int, Composition]], predicted: list[str]) -> None:
+    def publish(self, under_test: list[tuple[int, Composition]], predicted: list[str]) -> None:
         """What is under test in each slot now, and the predicted order (`git sup queue`)."""
         from gitsup.tasks.queue_state import write_runner_status
 
@@ -294,7 +304,7 @@ class CompositionTester:
             },
         )
 
-    def _record(self, comp: Composition, tested: Tested) -> tuple[bool, list[dict[str, Any]]]:
+    def record(self, comp: Composition, tested: Tested) -> tuple[bool, list[dict[str, Any]]]:
         """A composition's results into the memo, the counters and the queue's log (by the
         runner's own thread: the one writer of the queue's state)."""
         self.res.check_seconds += tested.seconds
@@ -342,10 +352,10 @@ class CompositionTester:
         return not failed, failed
 
     def _note_flaky(self, tree: str, names: list[str]) -> None:
-        seen = self._flaky.setdefault(tree, [])
+        seen = self.flaky.setdefault(tree, [])
         seen += [n for n in names if n not in seen]
 
-    def _new_box(self, slot: str) -> ConfinedChecks:
+    def new_box(self, slot: str) -> ConfinedChecks:
         """A throw-away place for confined checks (one per slot: its own worktree and
         private dirs; each check its own cgroup and network namespace)."""
         return ConfinedChecks(
@@ -375,7 +385,7 @@ class CompositionTester:
             exit_code=Exit.FAILED,
         ) from None
 
-    def _setup(self) -> Setup | None:
+    def setup(self) -> Setup | None:
         """The setup phase of every composition: the main checkout's environment recipe, as
         a task started now gets it (the same environment everywhere a candidate runs)."""
         if self._recipe_setup is None:
@@ -385,13 +395,17 @@ class CompositionTester:
                 recipe = load_recipe(self.repo.main_workdir)
                 self._recipe_setup = (Setup.of(recipe, self.repo.common_dir),)
             except GitsupError as exc:
-                raise QueueError(
-                    f"environment failure of the queue: {exc.message}",
-                    hint=exc.hint,
-                    exit_code=Exit.FAILED,
-                ) from None
+                raise _environment_failure(exc) from None
         return self._recipe_setup[0]
 
-    def _cleanup(self) -> None:
+    def close(self) -> None:
         if self._box is not None:
             self._box.close()
+
+
+def _environment_failure(exc: GitsupError) -> QueueError:
+    """The queue's environment (its recipe, the digest of what a check runs in) failed: no
+    candidate is to blame."""
+    return QueueError(
+        f"environment failure of the queue: {exc.message}", hint=exc.hint, exit_code=Exit.FAILED
+    )

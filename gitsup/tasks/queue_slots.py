@@ -122,10 +122,10 @@ class Speculation:
 
         self.r = runner
         self.n = slots
-        setup = runner._setup()
+        setup = runner.checks.setup()
         self.slots = Slots(
             slots,
-            lambda i: runner._new_box(f"s{i}-"),
+            lambda i: runner.checks.new_box(f"s{i}-"),
             lambda box, comp: run_composition(box, comp, setup=setup, say=runner.say),
         )
         # future -> (slot number, composition); memo keys being computed now
@@ -195,7 +195,7 @@ class Speculation:
             r._flush_repairs()
             return True
         if known[1] is False:
-            _comp, failed = r._composition(steps, 1, memo=memo, digests=digests)
+            _comp, failed = r.checks.composition(steps, 1, memo=memo, digests=digests)
             r._finish(
                 steps[0].entry,
                 "failed",
@@ -245,7 +245,7 @@ class Speculation:
         known: dict[int, bool | str | None] = {}
         comps: dict[int, Composition] = {}
         for k in range(1, len(steps) + 1):
-            comp, failed = self.r._composition(steps, k, memo=memo, digests=digests)
+            comp, failed = self.r.checks.composition(steps, k, memo=memo, digests=digests)
             comps[k] = comp
             if failed:
                 known[k] = False
@@ -286,10 +286,10 @@ class Speculation:
         for fut in done:
             _slot, comp = self.running.pop(fut)
             self.inflight.difference_update(comp.keys())
-            self.r._record(comp, fut.result())
+            self.r.checks.record(comp, fut.result())
 
     def _publish(self, steps: list[_Step]) -> None:
-        self.r._publish(
+        self.r.checks.publish(
             sorted(self.running.values(), key=lambda x: x[0]),
             [s.entry.task for s in steps],
         )

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitsup.workers.base import (
     PermissionAnswer,
@@ -24,6 +24,9 @@ from gitsup.workers.base import (
     WorkerOptions,
     WorkerSetup,
 )
+
+if TYPE_CHECKING:
+    from gitsup.store.ledger import CallSink
 
 READ_ONLY_TOOLS = ("Read", "Grep", "Glob")
 
@@ -45,6 +48,7 @@ def claude_call(
     wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None,
     abort: threading.Event | None = None,
     kind: str = "claude",
+    on_call: CallSink | None = None,
 ) -> str:
     """Run one turn and return the final assistant message. Raises ClaudeCallError.
 
@@ -55,7 +59,7 @@ def claude_call(
     `network(env)`, if given, is entered around the call and yields where the call runs:
     an object with `netns` (None: the host network) and `env` (added to the call's env).
     `wrap_for(netns)`, if given, is the bootstrap prefix (sandbox, namespace) for the call's
-    process in that namespace."""
+    process in that namespace. `on_call`, if given, is told the call's cost and usage."""
     with network(env) if network is not None else contextlib.nullcontext() as net:
         ns = net.netns if net is not None else None
         if net is not None and ns is not None:
@@ -72,7 +76,9 @@ def claude_call(
         with _codex_home(kind, env) as home:
             if kind == "codex":
                 tools = ()  # no read-only file tools: every command and patch is declined
-            return _run(prompt, label, cwd, env, timeout, argv, tools, wrap, abort, kind, home)
+            return _run(
+                prompt, label, cwd, env, timeout, argv, tools, wrap, abort, kind, home, on_call
+            )
 
 
 @contextlib.contextmanager
@@ -103,6 +109,7 @@ def _run(
     abort: threading.Event | None,
     kind: str,
     codex_home: str | None,
+    on_call: CallSink | None,
 ) -> str:
     from gitsup.policy import decide_tool, load_policy
     from gitsup.workers.base import WorkerAdapter
@@ -176,7 +183,7 @@ def _run(
             elif isinstance(item, TurnCompleted):
                 from gitsup.store.ledger import report_call, role_of
 
-                report_call(role_of(label), item.cost_usd, item.usage, item.models)
+                report_call(on_call, role_of(label), item.cost_usd, item.usage, item.models)
                 if item.is_error:
                     from gitsup.workers.stream_json import model_failure
 

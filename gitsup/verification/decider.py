@@ -21,7 +21,10 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from gitsup.store.ledger import CallSink
 
 Action = Literal["verify", "continue", "park"]
 
@@ -348,8 +351,10 @@ class ClaudeDecider(RulesDecider):
         abort: threading.Event | None = None,
         kind: str = "claude",
         memory: Path | None = None,
+        on_call: CallSink | None = None,
     ) -> None:
         self.cwd, self.env, self.timeout, self.argv = cwd, dict(env), timeout, argv
+        self.on_call = on_call
         self.network = network
         self.wrap_for = wrap_for
         self.abort = abort
@@ -379,6 +384,7 @@ class ClaudeDecider(RulesDecider):
                 wrap_for=self.wrap_for,
                 abort=self.abort,
                 kind=self.kind,
+                on_call=self.on_call,
             )
         except ClaudeCallError as exc:
             raise DeciderError(f"{self.kind} decider: {exc}") from exc
@@ -466,11 +472,13 @@ def make_decider(
     wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None,
     abort: threading.Event | None = None,
     memory: Path | None = None,
+    on_call: CallSink | None = None,
 ) -> RulesDecider:
     """`network`: the gated namespace factory for an agent decider (claude, codex, acp);
     `wrap`: the sandbox prefix for a command decider; `wrap_for(netns)`: the same for an
     agent decider; `memory`: where an agent decider keeps its conversation for the task;
-    `abort` (set on stop) ends a running call early."""
+    `abort` (set on stop) ends a running call early; `on_call` is told each agent call's
+    cost and usage (the cost ledger)."""
     d = spec.decider
     kind = d.machine_kind()  # a human decider's fallback answers what a person does not
     if kind == "command":
@@ -496,5 +504,6 @@ def make_decider(
             abort=abort,
             kind=kind,
             memory=memory,
+            on_call=on_call,
         )
     return RulesDecider()

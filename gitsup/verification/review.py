@@ -29,6 +29,7 @@ from gitsup.errors import GitsupError
 from gitsup.git import Evidence
 from gitsup.host import proc
 from gitsup.spec import TaskSpec, review_argv
+from gitsup.store.ledger import CallSink
 from gitsup.store.record import CheckResult, ReviewResult
 
 MAX_EVIDENCE_CHECK_TAIL = 2000
@@ -190,6 +191,7 @@ class ReviewRequest:
     # the sandbox prefix for a process in a given network namespace (the claude reviewer's)
     wrap_for: Callable[[str | None], Callable[[list[str]], list[str]] | None] | None = None
     abort: threading.Event | None = None  # set on stop: a running attempt ends early
+    on_call: CallSink | None = None  # told each attempt's cost and usage (the cost ledger)
 
 
 Attempt = Callable[[ReviewRequest], ReviewVerdict]
@@ -270,7 +272,7 @@ def command_attempt(ctx: ReviewRequest) -> ReviewVerdict:
         raise ReviewError(why if res.timed_out else f"{why}: {res.output[-500:]}")
     from gitsup.store.ledger import report_from_output
 
-    report_from_output("reviewer", res.output)
+    report_from_output(ctx.on_call, "reviewer", res.output)
     return parse_verdict(res.output)
 
 
@@ -327,6 +329,7 @@ def _agent_attempt(ctx: ReviewRequest, kind: str, argv: Sequence[str]) -> Review
             wrap_for=ctx.wrap_for,
             abort=ctx.abort,
             kind=kind,
+            on_call=ctx.on_call,
         )
     except ClaudeCallError as exc:
         raise ReviewError(f"{kind} reviewer: {exc}") from exc

@@ -4,7 +4,9 @@ Each entry says where the kind's adapter lives (imported only when a task of tha
 runs), which agent it runs (the name of the agent's lookup and of its binary's pin
 `sup.<agent>.sha256`; None: a plain process), and the adapter's capabilities, readable
 without importing the adapter (`repairable`: takes another turn, a repair or a person's
-message; `persistent`: outlives its supervisor and is re-adopted). Everything else that
+message; `persistent`: outlives its supervisor and is re-adopted; `claude_config`: runs
+Claude Code, directly or behind ACP, and gets a private copy of the user's Claude Code
+config in the sandbox, gitsup/host/claude_config.py). Everything else that
 depends on the kind asks this registry; a new kind adds its entry here (and its name to
 the spec's `[worker] kind`, which tests/test_architecture.py holds to this table).
 """
@@ -30,6 +32,7 @@ class WorkerKind:
     agent: str | None  # the agent it runs (claude, codex, acp); None: not an agent worker
     repairable: bool
     persistent: bool
+    claude_config: bool  # runs Claude Code: the sandbox gives it a copy of the user's config
 
     def adapter_class(self) -> type[WorkerAdapter]:
         """The adapter class (imports its module)."""
@@ -40,11 +43,15 @@ class WorkerKind:
 KINDS: Mapping[str, WorkerKind] = {
     k.name: k
     for k in (
-        WorkerKind("process", "gitsup.workers.process", "ProcessWorker", None, False, False),
-        WorkerKind("claude", "gitsup.workers.claude.worker", "ClaudeWorker", "claude", True, False),
-        WorkerKind("codex", "gitsup.workers.codex.worker", "CodexWorker", "codex", True, False),
-        WorkerKind("acp", "gitsup.workers.acp.worker", "AcpWorker", "acp", True, False),
-        WorkerKind("tmux", "gitsup.workers.claude.tmux", "TmuxWorker", "claude", True, True),
+        WorkerKind("process", "gitsup.workers.process", "ProcessWorker", None, False, False, False),
+        WorkerKind(
+            "claude", "gitsup.workers.claude.worker", "ClaudeWorker", "claude", True, False, True
+        ),
+        WorkerKind(
+            "codex", "gitsup.workers.codex.worker", "CodexWorker", "codex", True, False, False
+        ),
+        WorkerKind("acp", "gitsup.workers.acp.worker", "AcpWorker", "acp", True, False, True),
+        WorkerKind("tmux", "gitsup.workers.claude.tmux", "TmuxWorker", "claude", True, True, True),
     )
 }
 
@@ -68,3 +75,11 @@ def agent_names() -> tuple[str, ...]:
 def repairable_kinds() -> tuple[str, ...]:
     """The kinds whose worker takes another turn (a person's message, a repair)."""
     return tuple(k.name for k in KINDS.values() if k.repairable)
+
+
+def claude_config_agents() -> tuple[str, ...]:
+    """The agents that run Claude Code (claude, acp): a reviewer or decider of one of these
+    kinds needs the user's Claude Code config in the sandbox, as its worker kinds do."""
+    return tuple(
+        dict.fromkeys(k.agent for k in KINDS.values() if k.agent is not None and k.claude_config)
+    )

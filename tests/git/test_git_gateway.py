@@ -146,12 +146,12 @@ def test_snapshot_tree_leaves_the_index_alone(repo: Path) -> None:
     (repo / "calc.py").write_text("changed\n")
     (repo / "new.txt").write_text("new\n")
     index_before = (repo / ".git" / "index").read_bytes()
-    tree = r.snapshot_tree(include_untracked=True)
+    tree = r.working_tree.snapshot_tree(include_untracked=True)
     assert (repo / ".git" / "index").read_bytes() == index_before
     names = subprocess.run(
         ["git", "ls-tree", "--name-only", tree], cwd=repo, capture_output=True, text=True
     ).stdout.split()
     assert sorted(names) == ["calc.py", "new.txt", "test_calc.py"]
     assert git(repo, "cat-file", "blob", f"{tree}:calc.py") == "changed"
-    tracked_only = r.snapshot_tree(include_untracked=False)
+    tracked_only = r.working_tree.snapshot_tree(include_untracked=False)
     assert "new.txt" not in git(repo, "ls-tree", "--name-only", tracked_only)

@@ -17,11 +17,17 @@ from typing import Any
 import pytest
 
 from gitsup.git import GitRepo
+from gitsup.ids import TaskId
+from gitsup.layout import Layout
 from gitsup.policy import decide_tool, load_policy
 from gitsup.spec import spec_from_mapping
 from gitsup.store import eventtypes as et
 from gitsup.store.payload import Payload
+from gitsup.store.record import TaskRecord
+from gitsup.supervision.context import TaskContext
 from gitsup.supervision.gate import Gate
+from gitsup.supervision.journal import Journal
+from gitsup.verification.decider import NO_DEADLINE
 from gitsup.workers.base import PermissionRequest
 
 SWAPPER = """
@@ -83,15 +89,22 @@ def test_the_gate_denies_a_path_that_changes_under_it(repo: Path, swapped: Path)
     """The supervisor's gate (what answers a worker's permission request): a denial with a
     reason, never an exception (an exception there ends the task as an internal error)."""
     emitted: list[Payload] = []
-    gate = Gate(
-        GitRepo.open(repo),
-        spec_from_mapping({"goal": "x"}),
-        "t",
-        str(repo),
+    git, spec = GitRepo.open(repo), spec_from_mapping({"goal": "x"})
+    layout = Layout(git.common_dir)
+    journal = Journal(git, layout, TaskRecord(id=TaskId("t"), worktree=str(repo)), spec)
+    ctx = TaskContext(
+        git,
+        layout,
+        spec,
+        journal,
         emit=emitted.append,
+        save=lambda: None,
         abort=threading.Event(),
-        sandboxed=lambda: False,
+        abort_reason=lambda: "",
+        clock=lambda: NO_DEADLINE,
+        on_call=None,
     )
+    gate = Gate(ctx, sandboxed=lambda: False)
     for i in range(ROUNDS):
         tool, tool_input = REQUESTS[i % len(REQUESTS)]
         gate.answer(PermissionRequest(str(i), tool, tool_input), None)
