@@ -60,8 +60,9 @@ def _worker_cgroup(record: TaskRecord) -> Cgroup | None:
 
 
 def prove_worker_gone(record: TaskRecord, *, kill: bool) -> WorkerProof:
-    """The old worker is provably gone: its cgroup is empty (or was killed empty), or its
-    pid is gone / belongs to another process, and no process carries the task's marker."""
+    """The old worker is provably gone: its cgroup was emptied (killed if need be) and
+    removed, or its pid is gone / belongs to another process, and no process carries the
+    task's marker. A cgroup that cannot be removed fails the proof."""
     cg = _worker_cgroup(record)
     killed: list[int] = []
     if cg is not None and cg.path.exists():
@@ -74,7 +75,9 @@ def prove_worker_gone(record: TaskRecord, *, kill: bool) -> WorkerProof:
             killed += procs
             if not cg.kill(timeout=10.0):
                 return WorkerProof(False, f"cgroup {cg.path} could not be emptied", killed)
-        cg.remove()
+        if not cg.remove():
+            # an empty cgroup that stays is no proof: nothing keeps a process out of it
+            return WorkerProof(False, f"cgroup {cg.path} could not be removed", killed)
     w = record.worker or {}
     ident = ProcessId.from_dict(w) if isinstance(w.get("pid"), int) else None
     if ident is not None and ident.alive():
