@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from gitsup.errors import GitsupError
+from gitsup.faults import fault
 from gitsup.host.contain import (
     Cgroup,
     cgroup_from_dict,
@@ -28,10 +29,12 @@ from gitsup.host.contain import (
 from gitsup.host.proc import signal_group
 from gitsup.host.procid import ProcessId, pid_alive
 from gitsup.ids import TaskId
+from gitsup.layout import Layout
 from gitsup.names import TASK_MARKER
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL
 from gitsup.store.events import Event
+from gitsup.store.lease import CLEANUP_PENDING
 from gitsup.store.record import TaskRecord
 from gitsup.store.suprepo import SupRepo
 from gitsup.supervision.supervisor import Supervisor
@@ -123,6 +126,7 @@ def recover_task(
 ) -> TaskRecord:
     """`extend`: with `takeover`, the continued task's deadline falls that many seconds
     from now."""
+    reconcile_takeovers(ctx.layout, task)
     record = ctx.store.load(task)
     if ctx.layout.fetched(TaskId(record.id)).exists():
         raise GitsupError(
@@ -166,7 +170,19 @@ def recover_task(
             ctx.store.save(record)
     if not park:
         _same_agent_binary(ctx, record, spec, allow_new_binary)
+    # A takeover is a transaction: the lease says `cleanup-pending` before anything of the
+    # old owner's is touched, and is settled once the cleanup is done; a taker that dies
+    # in between leaves a lease the next reader reconciles (`reconcile_takeovers`).
+    lease = ctx.leases.acquire(
+        record.worktree,
+        record.id,
+        steal_dead=True,
+        state=CLEANUP_PENDING,
+        extra={"taken_from": record.supervisor},
+    )
+    fault("takeover_cleanup_pending")
     proof = prove_worker_gone(record, kill=True)
+    fault("takeover_worker_proven")
     if not proof.gone:
         # No new worker beside one that may live on: the task parks, its work saved, and
         # the lease stays held (`left_behind`) until `git sup doctor --fix` proves it gone.
@@ -177,7 +193,6 @@ def recover_task(
             "the worktree lease stays held (see `git sup doctor --fix`)"
         )
         ctx.store.save(record)
-    lease = ctx.leases.acquire(record.worktree, record.id, steal_dead=True)
     previous: dict[str, Any] = {
         "supervisor": record.supervisor,
         "worker": record.worker,
@@ -187,12 +202,55 @@ def recover_task(
     }
     previous["netns_removed"] = _remove_dead_netns(task)
     previous.update(_compare_head(ctx, record))
+    fault("takeover_cleaned")
+    lease = ctx.leases.settle(lease)
     record.paused_by_user = None  # the paused worker is gone with its supervisor
     sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
     if extend is not None and not park:
         previous["extend"] = extend
         sup.machine.set_deadline(time.monotonic(), extend)
     return sup.resume(park=park, previous=previous)
+
+
+def reconcile_takeovers(layout: Layout, task: str | None = None) -> list[tuple[str, str]]:
+    """Takeovers interrupted half-way (a `cleanup-pending` lease whose taker is dead),
+    reconciled: the cleanup is finished (the old worker killed and proven gone, the dead
+    supervisors' network namespaces removed), then the takeover is rolled back (the lease
+    released: the task is again one whose supervisor died, `recover --takeover` continues
+    it). A proof that fails keeps the lease, settled, and says so in `left_behind`, as a
+    takeover's own failed proof does. `task`: only that task's lease. Returns (task, what
+    was done) per reconciled lease."""
+    from gitsup.store.lease import LeaseStore
+    from gitsup.store.records import TaskStore
+
+    leases, store = LeaseStore(layout.leases), TaskStore(layout)
+    done: list[tuple[str, str]] = []
+    for lease in leases.all():
+        if lease.state != CLEANUP_PENDING or lease.owner_alive:
+            continue
+        if task is not None and lease.task != task:
+            continue
+        if not layout.task_dir(TaskId(lease.task)).is_dir():
+            continue  # no such task: a stale lease, `doctor --fix` releases it
+        with store.lock(TaskId(lease.task)):
+            current = leases.get(lease.path)
+            if current is None or current.state != CLEANUP_PENDING or current.owner_alive:
+                continue  # reconciled or taken meanwhile
+            record = store.load(lease.task)
+            taker = f"a takeover by pid {current.owner.pid} was interrupted"
+            proof = prove_worker_gone(record, kill=True)
+            _remove_dead_netns(record.id)
+            if proof.gone:
+                leases.release(current)
+                what = f"{taker}: cleanup finished ({proof.how}), takeover rolled back"
+            else:
+                leases.settle(current)
+                record.left_behind = [f"at an interrupted takeover: {proof.how}"]
+                what = f"{taker}: the old worker is not provably gone ({proof.how}); lease kept"
+            record.reasons.append(what)
+            store.save(record)
+            done.append((record.id, what))
+    return done
 
 
 def _compare_head(ctx: SupRepo, record: TaskRecord) -> dict[str, Any]:
@@ -404,6 +462,11 @@ def diagnose(ctx: SupRepo, *, fix: bool, probe: bool = True) -> DoctorReport:
 
 def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
     findings: list[DoctorFinding] = []
+    # Takeovers interrupted half-way: always reconciled (finishing a transaction, not a fix).
+    for tid, what in reconcile_takeovers(ctx.layout):
+        f = DoctorFinding("takeover-interrupted", what, tid)
+        f.fixed = "reconciled"
+        findings.append(f)
     records = {r.id: r for r in ctx.store.iter_records()}
     # Tasks whose supervisor died.
     for rec in records.values():
