@@ -253,6 +253,103 @@ def reconcile_takeovers(layout: Layout, task: str | None = None) -> list[tuple[s
     return done
 
 
+def adopt_pane(
+    ctx: SupRepo,
+    task: str,
+    pane: str,
+    *,
+    socket: str | None = None,
+    on_event: Callable[[Event], None] | None = None,
+) -> TaskRecord:
+    """`git sup adopt-tmux`: hand a tmux pane a person started in the worktree of a tmux
+    task whose supervisor is gone to a new supervisor, which supervises it from then on
+    as it does a re-adopted pane (hooks through the relay, the watchdog; detached at the
+    end, never killed). Refused (exit 2): an ended task, one a live supervisor owns,
+    another worker kind, and a pane that is unknown, dead, in another worktree, another
+    user's, not running the task's agent executable or not reaching the supervisor
+    (gitsup/workers/claude/tmux_pane.py). The old worker must be provably gone first, and
+    the lease moves as in a takeover (`cleanup-pending`, then settled)."""
+    from gitsup.host.proc import child_env
+    from gitsup.workers.claude.tmux_pane import check_agent, locate_pane
+
+    reconcile_takeovers(ctx.layout, task)
+    record = ctx.store.load(task)
+    if ctx.layout.fetched(TaskId(record.id)).exists():
+        raise GitsupError(f"task {task} is a copy fetched from the review remote")
+    if record.state in TERMINAL:
+        raise GitsupError(
+            f"task {task} already ended ({record.state.value}, {record.status.value}); "
+            "there is nothing to hand a pane to"
+        )
+    owner = _owner(record)
+    if owner is not None and owner.alive():
+        raise GitsupError(
+            f"task {task} is supervised by a live supervisor (pid {owner.pid})",
+            hint=f"`git sup stop {task}` first, or `git sup attach {task}` to its own pane",
+        )
+    located = locate_pane(pane, socket=socket, worktree=Path(record.worktree))
+    spec = _spec_of(ctx, TaskId(task))
+    if spec.worker.kind != "tmux":
+        raise GitsupError(
+            f"task {task} runs a {spec.worker.kind} worker; only a tmux task adopts a pane"
+        )
+    recorded = record.agent_binary or {}
+    found = check_agent(
+        located,
+        worktree=Path(record.worktree),
+        agent_sha256=str(recorded.get("sha256") or "") or None,
+        env=child_env(),
+    )
+    old = record.worker or {}
+    lease = ctx.leases.acquire(
+        record.worktree,
+        record.id,
+        steal_dead=True,
+        state=CLEANUP_PENDING,
+        extra={"taken_from": record.supervisor},
+    )
+    proof = prove_worker_gone(record, kill=True)
+    if not proof.gone:
+        ctx.leases.settle(lease)
+        record.left_behind = [f"at adopt-tmux: {proof.how}"]
+        ctx.store.save(record)
+        raise GitsupError(
+            f"task {task}: its old worker is not provably gone ({proof.how}); "
+            "the pane was not adopted and the lease stays held",
+            hint="`git sup doctor --fix` stops what is left",
+        )
+    previous: dict[str, Any] = {
+        "supervisor": record.supervisor,
+        "worker": old,
+        "worker_proof": proof.how,
+        "killed": proof.killed,
+        "netns_removed": _remove_dead_netns(task),
+        "pane": found.pane_id,
+        "socket": found.socket,
+    }
+    lease = ctx.leases.settle(lease)
+    record.worker = found.identity()
+    record.paused_by_user = None
+    record.reasons.append(
+        f"tmux pane {found.pane_id} (pid {found.pid}) a person started in the worktree was "
+        "adopted; it runs outside the task's sandbox"
+    )
+    ctx.store.save(record)
+    sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
+    from gitsup.workers.base import WorkerError
+
+    try:
+        return sup.adopt(previous, action="adopted")
+    except WorkerError as exc:
+        # Not adopted: the person's pane is not the task's worker (a later takeover must
+        # never kill it), and the old one is gone: the lease goes back.
+        record = ctx.store.load(task)
+        record.worker = old
+        ctx.store.save(record)
+        ctx.leases.release(lease)
+        raise GitsupError(f"tmux pane {found.pane_id} was not adopted: {exc}") from exc
+
+
 def _compare_head(ctx: SupRepo, record: TaskRecord) -> dict[str, Any]:
     """The worktree's HEAD at recovery against what the record knows (the task branch, the
     last import), whatever the turn count: a commit the dead supervisor never imported is
