@@ -1,7 +1,7 @@
 """Fault injection for crash tests: `GITSUP_FAULT=<point>` makes the process SIGKILL
 itself when it reaches that point. Points: before_spawn, after_spawn, during_seal,
 after_checks, before_task_finished, after_task_finished, queue_before_move,
-queue_after_move. Unset in normal use; costs one comparison.
+queue_after_move, takeover_cleanup_pending, takeover_worker_proven, takeover_cleaned. Unset in normal use; costs one comparison.
 
 `GITSUP_FAULT=append:<type>[:<n>]` makes the first n (default 1) appends of an event of
 that type in this process fail as a full disk would (OSError ENOSPC), before anything is

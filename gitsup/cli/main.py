@@ -123,6 +123,7 @@ COMMAND_MODULE = {
     "policy": "policy_cmd",
     "pool": "pool_cmd",
     "attach": "tmux_cmd",
+    "adopt-tmux": "tmux_cmd",
     "hooks": "tmux_cmd",
     "demo": "demo_cmd",
     "queue": "queue_cmd",

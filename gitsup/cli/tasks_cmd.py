@@ -174,9 +174,10 @@ def ls_cmd(
     """List tasks with state, status, age, branch and how far their baseline is behind;
     tasks that need a human first (marked !)."""
     from gitsup.attention.fold import attention_of
-    from gitsup.tasks.listing import Listing, list_tasks
+    from gitsup.tasks.listing import Listing, list_tasks, reconcile_interrupted
 
     listing = Listing.discover()  # libgit2 only if something needs it
+    reconcile_interrupted(listing.layout)
     records = list(listing.store.iter_raw())  # read once, for both
     needs = attention_of(listing.layout, {r["id"]: r for r in records})
     rows = list_tasks(listing, records)

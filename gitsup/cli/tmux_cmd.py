@@ -1,5 +1,5 @@
-"""tmux transport commands: `git sup attach ID [--read-only]`, `git sup hook claude`,
-`git sup hooks install|uninstall`."""
+"""tmux transport commands: `git sup attach ID [--read-only]`, `git sup adopt-tmux ID PANE`,
+`git sup hook claude`, `git sup hooks install|uninstall`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import Annotated
 import typer
 
 from gitsup.cli.main import app
-from gitsup.cli.options import TaskArg
+from gitsup.cli.options import JsonOpt, TaskArg
+from gitsup.cli.output import emit_json
 from gitsup.errors import GitsupError
 
 
@@ -59,6 +60,35 @@ def attach_cmd(
     if not sys.stdin.isatty():
         raise GitsupError("attach needs a terminal", hint=" ".join(argv))
     os.execvp(argv[0], argv)
+
+
+@app.command("adopt-tmux")
+def adopt_tmux_cmd(
+    task: TaskArg,
+    pane: Annotated[str, typer.Argument(help="The pane: its id (%3) or a tmux target.")],
+    socket: Annotated[
+        str | None,
+        typer.Option("--socket", "-S", help="The tmux server's socket (default: your server)."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Hand a tmux pane you started in a tmux task's worktree (Claude Code running there,
+    `git sup hooks install` done) to a new supervisor of the task, which supervises it from
+    then on. The task's supervisor must be gone. Runs in the foreground."""
+    from gitsup.cli.task_render import ProgressRenderer, print_summary
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.supervision.recovery import adopt_pane
+    from gitsup.tasks.lifecycle import show_dict, status_exit
+
+    ctx = SupRepo.discover()
+    on_event = None if quiet else ProgressRenderer()
+    record = adopt_pane(ctx, task, pane, socket=socket, on_event=on_event)
+    if json_out:
+        emit_json(show_dict(ctx, record))
+    else:
+        print_summary(ctx, record)
+    raise typer.Exit(status_exit(record))
 
 
 def _hook_app() -> typer.Typer:

@@ -5,6 +5,12 @@ atomic across processes: one `flock` on `leases/.lock` serializes the check
 and the write. A lease records the owner's pid and process start time so a
 dead owner is provable; a corrupt lease file is quarantined (renamed aside),
 never fatal to unrelated paths.
+
+A takeover is a transaction on the lease: the taker writes the lease in the state
+`cleanup-pending` (naming the owner it takes over from) before it cleans up what the old
+owner left, and settles it (`held`) once the cleanup is done, before its worker starts. A
+`cleanup-pending` lease whose owner is dead is a takeover interrupted half-way, which the
+next reader reconciles (gitsup/supervision/recovery.py `reconcile_takeovers`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ from gitsup.errors import GitsupError
 from gitsup.host.fsutil import atomic_write, locked
 from gitsup.host.procid import ProcessId
 
+HELD = "held"
+CLEANUP_PENDING = "cleanup-pending"
+
 
 @dataclass(frozen=True)
 class Lease:
@@ -30,6 +39,7 @@ class Lease:
     owner: ProcessId
     acquired_at: float
     extra: dict[str, Any] = field(default_factory=dict)
+    state: str = HELD  # or CLEANUP_PENDING: a takeover that has not finished its cleanup
 
     @property
     def owner_alive(self) -> bool:
@@ -43,6 +53,7 @@ class Lease:
             "owner": self.owner.as_dict(),
             "acquired_at": self.acquired_at,
             **({"extra": self.extra} if self.extra else {}),
+            **({"state": self.state} if self.state != HELD else {}),
         }
 
 
@@ -94,6 +105,7 @@ class LeaseStore:
                 owner=owner,
                 acquired_at=float(raw.get("acquired_at", 0.0)),
                 extra=dict(raw.get("extra") or {}),
+                state=str(raw.get("state") or HELD),
             )
         except FileNotFoundError:
             return None
@@ -127,11 +139,13 @@ class LeaseStore:
         owner: ProcessId | None = None,
         steal_dead: bool = False,
         extra: dict[str, Any] | None = None,
+        state: str = HELD,
     ) -> Lease:
         """Take the lease on `path`, or raise LeaseConflict naming the holder.
 
         With `steal_dead`, overlapping leases whose owner is provably dead are
-        replaced (used by recover --takeover and doctor --fix).
+        replaced (used by recover --takeover and doctor --fix). A takeover takes it in
+        `state` CLEANUP_PENDING and `settle`s it when its cleanup is done.
         """
         want = canonical(path)
         me = owner or ProcessId.current()
@@ -145,7 +159,7 @@ class LeaseStore:
                     self._file(held.path).unlink(missing_ok=True)
                     continue
                 raise LeaseConflict(want, held)
-            lease = Lease(want, task, me, time.time(), dict(extra or {}))
+            lease = Lease(want, task, me, time.time(), dict(extra or {}), state)
             atomic_write(self._file(want), json.dumps(lease.as_dict(), indent=1).encode())
             return lease
 
@@ -164,7 +178,12 @@ class LeaseStore:
     def update_extra(self, lease: Lease, extra: dict[str, Any]) -> Lease:
         with self._locked():
             new = Lease(
-                lease.path, lease.task, lease.owner, lease.acquired_at, {**lease.extra, **extra}
+                lease.path,
+                lease.task,
+                lease.owner,
+                lease.acquired_at,
+                {**lease.extra, **extra},
+                lease.state,
             )
             atomic_write(self._file(lease.path), json.dumps(new.as_dict(), indent=1).encode())
             return new
@@ -177,7 +196,19 @@ class LeaseStore:
                 raise GitsupError(
                     f"lease on {lease.path} is no longer held by pid {lease.owner.pid}"
                 )
-            new = Lease(lease.path, lease.task, to, time.time(), lease.extra)
+            new = Lease(lease.path, lease.task, to, time.time(), lease.extra, lease.state)
+            atomic_write(self._file(lease.path), json.dumps(new.as_dict(), indent=1).encode())
+            return new
+
+    def settle(self, lease: Lease) -> Lease:
+        """A takeover's cleanup is done: its lease is `held`, still by the same owner."""
+        with self._locked():
+            current = self._read(self._file(lease.path))
+            if current is None or current.owner != lease.owner:
+                raise GitsupError(
+                    f"lease on {lease.path} is no longer held by pid {lease.owner.pid}"
+                )
+            new = Lease(lease.path, lease.task, lease.owner, lease.acquired_at, current.extra)
             atomic_write(self._file(lease.path), json.dumps(new.as_dict(), indent=1).encode())
             return new
 

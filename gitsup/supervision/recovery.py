@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from gitsup.errors import GitsupError
+from gitsup.faults import fault
 from gitsup.host.contain import (
     Cgroup,
     cgroup_from_dict,
@@ -28,10 +29,12 @@ from gitsup.host.contain import (
 from gitsup.host.proc import signal_group
 from gitsup.host.procid import ProcessId, pid_alive
 from gitsup.ids import TaskId
+from gitsup.layout import Layout
 from gitsup.names import TASK_MARKER
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL
 from gitsup.store.events import Event
+from gitsup.store.lease import CLEANUP_PENDING
 from gitsup.store.record import TaskRecord
 from gitsup.store.suprepo import SupRepo
 from gitsup.supervision.supervisor import Supervisor
@@ -60,8 +63,9 @@ def _worker_cgroup(record: TaskRecord) -> Cgroup | None:
 
 
 def prove_worker_gone(record: TaskRecord, *, kill: bool) -> WorkerProof:
-    """The old worker is provably gone: its cgroup is empty (or was killed empty), or its
-    pid is gone / belongs to another process, and no process carries the task's marker."""
+    """The old worker is provably gone: its cgroup was emptied (killed if need be) and
+    removed, or its pid is gone / belongs to another process, and no process carries the
+    task's marker. A cgroup that cannot be removed fails the proof."""
     cg = _worker_cgroup(record)
     killed: list[int] = []
     if cg is not None and cg.path.exists():
@@ -74,7 +78,9 @@ def prove_worker_gone(record: TaskRecord, *, kill: bool) -> WorkerProof:
             killed += procs
             if not cg.kill(timeout=10.0):
                 return WorkerProof(False, f"cgroup {cg.path} could not be emptied", killed)
-        cg.remove()
+        if not cg.remove():
+            # an empty cgroup that stays is no proof: nothing keeps a process out of it
+            return WorkerProof(False, f"cgroup {cg.path} could not be removed", killed)
     w = record.worker or {}
     ident = ProcessId.from_dict(w) if isinstance(w.get("pid"), int) else None
     if ident is not None and ident.alive():
@@ -120,6 +126,7 @@ def recover_task(
 ) -> TaskRecord:
     """`extend`: with `takeover`, the continued task's deadline falls that many seconds
     from now."""
+    reconcile_takeovers(ctx.layout, task)
     record = ctx.store.load(task)
     if ctx.layout.fetched(TaskId(record.id)).exists():
         raise GitsupError(
@@ -163,7 +170,19 @@ def recover_task(
             ctx.store.save(record)
     if not park:
         _same_agent_binary(ctx, record, spec, allow_new_binary)
+    # A takeover is a transaction: the lease says `cleanup-pending` before anything of the
+    # old owner's is touched, and is settled once the cleanup is done; a taker that dies
+    # in between leaves a lease the next reader reconciles (`reconcile_takeovers`).
+    lease = ctx.leases.acquire(
+        record.worktree,
+        record.id,
+        steal_dead=True,
+        state=CLEANUP_PENDING,
+        extra={"taken_from": record.supervisor},
+    )
+    fault("takeover_cleanup_pending")
     proof = prove_worker_gone(record, kill=True)
+    fault("takeover_worker_proven")
     if not proof.gone:
         # No new worker beside one that may live on: the task parks, its work saved, and
         # the lease stays held (`left_behind`) until `git sup doctor --fix` proves it gone.
@@ -174,7 +193,6 @@ def recover_task(
             "the worktree lease stays held (see `git sup doctor --fix`)"
         )
         ctx.store.save(record)
-    lease = ctx.leases.acquire(record.worktree, record.id, steal_dead=True)
     previous: dict[str, Any] = {
         "supervisor": record.supervisor,
         "worker": record.worker,
@@ -184,12 +202,152 @@ def recover_task(
     }
     previous["netns_removed"] = _remove_dead_netns(task)
     previous.update(_compare_head(ctx, record))
+    fault("takeover_cleaned")
+    lease = ctx.leases.settle(lease)
     record.paused_by_user = None  # the paused worker is gone with its supervisor
     sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
     if extend is not None and not park:
         previous["extend"] = extend
         sup.machine.set_deadline(time.monotonic(), extend)
     return sup.resume(park=park, previous=previous)
+
+
+def reconcile_takeovers(layout: Layout, task: str | None = None) -> list[tuple[str, str]]:
+    """Takeovers interrupted half-way (a `cleanup-pending` lease whose taker is dead),
+    reconciled: the cleanup is finished (the old worker killed and proven gone, the dead
+    supervisors' network namespaces removed), then the takeover is rolled back (the lease
+    released: the task is again one whose supervisor died, `recover --takeover` continues
+    it). A proof that fails keeps the lease, settled, and says so in `left_behind`, as a
+    takeover's own failed proof does. `task`: only that task's lease. Returns (task, what
+    was done) per reconciled lease."""
+    from gitsup.store.lease import LeaseStore
+    from gitsup.store.records import TaskStore
+
+    leases, store = LeaseStore(layout.leases), TaskStore(layout)
+    done: list[tuple[str, str]] = []
+    for lease in leases.all():
+        if lease.state != CLEANUP_PENDING or lease.owner_alive:
+            continue
+        if task is not None and lease.task != task:
+            continue
+        if not layout.task_dir(TaskId(lease.task)).is_dir():
+            continue  # no such task: a stale lease, `doctor --fix` releases it
+        with store.lock(TaskId(lease.task)):
+            current = leases.get(lease.path)
+            if current is None or current.state != CLEANUP_PENDING or current.owner_alive:
+                continue  # reconciled or taken meanwhile
+            record = store.load(lease.task)
+            taker = f"a takeover by pid {current.owner.pid} was interrupted"
+            proof = prove_worker_gone(record, kill=True)
+            _remove_dead_netns(record.id)
+            if proof.gone:
+                leases.release(current)
+                what = f"{taker}: cleanup finished ({proof.how}), takeover rolled back"
+            else:
+                leases.settle(current)
+                record.left_behind = [f"at an interrupted takeover: {proof.how}"]
+                what = f"{taker}: the old worker is not provably gone ({proof.how}); lease kept"
+            record.reasons.append(what)
+            store.save(record)
+            done.append((record.id, what))
+    return done
+
+
+def adopt_pane(
+    ctx: SupRepo,
+    task: str,
+    pane: str,
+    *,
+    socket: str | None = None,
+    on_event: Callable[[Event], None] | None = None,
+) -> TaskRecord:
+    """`git sup adopt-tmux`: hand a tmux pane a person started in the worktree of a tmux
+    task whose supervisor is gone to a new supervisor, which supervises it from then on
+    as it does a re-adopted pane (hooks through the relay, the watchdog; detached at the
+    end, never killed). Refused (exit 2): an ended task, one a live supervisor owns,
+    another worker kind, and a pane that is unknown, dead, in another worktree, another
+    user's, not running the task's agent executable or not reaching the supervisor
+    (gitsup/workers/claude/tmux_pane.py). The old worker must be provably gone first, and
+    the lease moves as in a takeover (`cleanup-pending`, then settled)."""
+    from gitsup.host.proc import child_env
+    from gitsup.workers.claude.tmux_pane import check_agent, locate_pane
+
+    reconcile_takeovers(ctx.layout, task)
+    record = ctx.store.load(task)
+    if ctx.layout.fetched(TaskId(record.id)).exists():
+        raise GitsupError(f"task {task} is a copy fetched from the review remote")
+    if record.state in TERMINAL:
+        raise GitsupError(
+            f"task {task} already ended ({record.state.value}, {record.status.value}); "
+            "there is nothing to hand a pane to"
+        )
+    owner = _owner(record)
+    if owner is not None and owner.alive():
+        raise GitsupError(
+            f"task {task} is supervised by a live supervisor (pid {owner.pid})",
+            hint=f"`git sup stop {task}` first, or `git sup attach {task}` to its own pane",
+        )
+    located = locate_pane(pane, socket=socket, worktree=Path(record.worktree))
+    spec = _spec_of(ctx, TaskId(task))
+    if spec.worker.kind != "tmux":
+        raise GitsupError(
+            f"task {task} runs a {spec.worker.kind} worker; only a tmux task adopts a pane"
+        )
+    recorded = record.agent_binary or {}
+    found = check_agent(
+        located,
+        worktree=Path(record.worktree),
+        agent_sha256=str(recorded.get("sha256") or "") or None,
+        env=child_env(),
+    )
+    old = record.worker or {}
+    lease = ctx.leases.acquire(
+        record.worktree,
+        record.id,
+        steal_dead=True,
+        state=CLEANUP_PENDING,
+        extra={"taken_from": record.supervisor},
+    )
+    proof = prove_worker_gone(record, kill=True)
+    if not proof.gone:
+        ctx.leases.settle(lease)
+        record.left_behind = [f"at adopt-tmux: {proof.how}"]
+        ctx.store.save(record)
+        raise GitsupError(
+            f"task {task}: its old worker is not provably gone ({proof.how}); "
+            "the pane was not adopted and the lease stays held",
+            hint="`git sup doctor --fix` stops what is left",
+        )
+    previous: dict[str, Any] = {
+        "supervisor": record.supervisor,
+        "worker": old,
+        "worker_proof": proof.how,
+        "killed": proof.killed,
+        "netns_removed": _remove_dead_netns(task),
+        "pane": found.pane_id,
+        "socket": found.socket,
+    }
+    lease = ctx.leases.settle(lease)
+    record.worker = found.identity()
+    record.paused_by_user = None
+    record.reasons.append(
+        f"tmux pane {found.pane_id} (pid {found.pid}) a person started in the worktree was "
+        "adopted; it runs outside the task's sandbox"
+    )
+    ctx.store.save(record)
+    sup = Supervisor(ctx.repo, ctx.layout, record, spec, lease, on_event=on_event)
+    from gitsup.workers.base import WorkerError
+
+    try:
+        return sup.adopt(previous, action="adopted")
+    except WorkerError as exc:
+        # Not adopted: the person's pane is not the task's worker (a later takeover must
+        # never kill it), and the old one is gone: the lease goes back.
+        record = ctx.store.load(task)
+        record.worker = old
+        ctx.store.save(record)
+        ctx.leases.release(lease)
+        raise GitsupError(f"tmux pane {found.pane_id} was not adopted: {exc}") from exc
 
 
 def _compare_head(ctx: SupRepo, record: TaskRecord) -> dict[str, Any]:
@@ -401,6 +559,11 @@ def diagnose(ctx: SupRepo, *, fix: bool, probe: bool = True) -> DoctorReport:
 
 def doctor(ctx: SupRepo, *, fix: bool) -> list[DoctorFinding]:
     findings: list[DoctorFinding] = []
+    # Takeovers interrupted half-way: always reconciled (finishing a transaction, not a fix).
+    for tid, what in reconcile_takeovers(ctx.layout):
+        f = DoctorFinding("takeover-interrupted", what, tid)
+        f.fixed = "reconciled"
+        findings.append(f)
     records = {r.id: r for r in ctx.store.iter_records()}
     # Tasks whose supervisor died.
     for rec in records.values():

@@ -273,8 +273,9 @@ class Supervisor:
         """Supervise a new task from its first worker to its end."""
         return self._guarded(lambda: self._drive(Begin()))
 
-    def adopt(self, previous: Mapping[str, Any]) -> TaskRecord:
-        """Re-adopt a persistent worker that survived its supervisor, then supervise on."""
+    def adopt(self, previous: Mapping[str, Any], *, action: str = "re-adopted") -> TaskRecord:
+        """Re-adopt a persistent worker that survived its supervisor (or, `action`
+        `adopted`, a pane a person started: `git sup adopt-tmux`), then supervise on."""
 
         def body() -> None:
             try:
@@ -290,7 +291,7 @@ class Supervisor:
                 et.Recovered(
                     previous=dict(previous),
                     state=self.record.state,
-                    action="re-adopted",
+                    action=action,
                     **ident.as_dict(),
                 )
             )

@@ -199,6 +199,19 @@ class LsRow:
         return self.__dict__.copy()
 
 
+def reconcile_interrupted(layout: Layout) -> None:
+    """Takeovers a taker left half-way (a `cleanup-pending` lease of a dead owner), finished
+    or rolled back before the tasks are read (gitsup/supervision/recovery.py)."""
+    from gitsup.store.lease import CLEANUP_PENDING, LeaseStore
+
+    if any(
+        x.state == CLEANUP_PENDING and not x.owner_alive for x in LeaseStore(layout.leases).all()
+    ):
+        from gitsup.supervision.recovery import reconcile_takeovers
+
+        reconcile_takeovers(layout)
+
+
 def list_tasks(listing: Listing, records: list[dict[str, Any]] | None = None) -> list[LsRow]:
     """One row per task, from `records` (the raw task records) when the caller read them."""
     now = time.time()

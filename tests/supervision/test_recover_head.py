@@ -139,3 +139,57 @@ def test_a_failed_proof_at_recovery_parks_with_the_lease_kept(repo: Path, tmp: P
     left = [f for f in json.loads(res.stdout) if f["kind"] == "worker-left-behind"]
     assert left and "lease released" in left[0]["fixed"], left
     assert not list(leases.glob("*.json"))
+
+
+@requires("root", "cgroup")
+def test_a_cgroup_that_cannot_be_removed_fails_the_proof(repo: Path, tmp: Path) -> None:
+    """The old worker's cgroup is emptied but cannot be removed (a directory inside it is
+    a mount point, which the kernel refuses to rmdir): the proof fails, so `recover
+    --takeover` parks the task with no new worker and the lease kept."""
+    worker = tmp / "w.sh"
+    worker.write_text(COMMITS_THEN_SLEEPS)
+    worker.chmod(0o755)
+    spec = tmp / "t.toml"
+    spec.write_text(
+        f'goal = "g"\n[worker]\nkind = "process"\nargv = ["{worker}"]\n[review]\nkind = "none"\n'
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-m", "gitsup", "start", "--spec", str(spec), "--json", "-q"],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ls = lambda: json.loads(run_sup(repo, "ls", "--json").stdout or "[]")  # noqa: E731
+        task = _wait(lambda: (ls() or [{}])[0].get("id"))
+        rec = _wait(lambda: (r := _record(repo, task))["state"] == "running" and r)
+        wt = Path(rec["worktree"])
+        _wait(lambda: git(wt, "rev-parse", "HEAD") != rec["baseline"])
+        os.kill(p.pid, signal.SIGKILL)
+    finally:
+        p.kill()
+        p.wait(timeout=30)
+    cg = Path(rec["worker"]["cgroup"])
+    pin = tmp / "pin"
+    pin.mkdir()
+    child = cg / "pinned"
+    child.mkdir()
+    subprocess.run(["mount", "--bind", str(pin), str(child)], check=True)
+    leases = common_dir(repo) / "sup" / "leases"
+    try:
+        res = run_sup(repo, "recover", task, "--takeover", "--json", "-q")
+        assert res.returncode == 3, res.stderr
+        rec = json.loads(res.stdout)
+        assert rec["status"] == "parked"
+        assert any("could not be removed" in x for x in rec["left_behind"]), rec["left_behind"]
+        events = [json.loads(x) for x in run_sup(repo, "log", task, "--json").stdout.splitlines()]
+        assert [e["type"] for e in events].count("worker_started") == 1  # no new worker
+        assert [f.name for f in leases.glob("*.json")], "the lease was released"
+        assert cg.exists() and not (cg / "cgroup.procs").read_text().strip()
+    finally:
+        subprocess.run(["umount", str(child)], check=False)
+    res = run_sup(repo, "doctor", "--fix", "--json")
+    left = [f for f in json.loads(res.stdout) if f["kind"] == "worker-left-behind"]
+    assert left and "lease released" in left[0]["fixed"], left
+    assert not cg.exists() and not list(leases.glob("*.json"))

@@ -120,6 +120,9 @@ class AcpWorker(PipedAgent):
         self._calls: dict[int, str] = {}
         # the agent's requests waiting for the supervisor: request_id -> (rpc id, kind, data)
         self._pending: dict[str, tuple[int | str, str, Mapping[str, Any]]] = {}
+        # every request id the agent has asked gitsup to decide: one delivered twice is
+        # decided, recorded and answered once
+        self._asked: set[str] = set()
         self._queued_prompt: str | None = None
         self._session_cost: float | None = None
         self._last_cost = 0.0
@@ -247,7 +250,7 @@ class AcpWorker(PipedAgent):
                 self._on_update(msg.params.get("update"))
             return
         if isinstance(msg, ap.Request):
-            self._on_request(msg)
+            self._on_request(msg, line)
         elif isinstance(msg, ap.Response):
             self._on_response(msg, line)
         else:
@@ -291,14 +294,26 @@ class AcpWorker(PipedAgent):
                         "set_mode_again",
                     )
 
-    def _on_request(self, msg: ap.Request) -> None:
+    def _on_request(self, msg: ap.Request, line: str) -> None:
         rid = f"acp-{msg.id}"
         try:
-            self._dispatch_request(msg, rid)
+            self._dispatch_request(msg, rid, line)
         except WorkerError as exc:  # the agent stopped reading: recorded, it is stopped later
             self.ctx.inbox.put(WorkerOutput("stderr", redact_text(f"acp: {exc}")))
 
-    def _dispatch_request(self, msg: ap.Request, rid: str) -> None:
+    def _dispatch_request(self, msg: ap.Request, rid: str, line: str) -> None:
+        if msg.method in ("session/request_permission", "fs/read_text_file", "fs/write_text_file"):
+            with self._state_lock:
+                repeated = rid in self._asked
+                self._asked.add(rid)
+            if repeated:
+                self.ctx.inbox.put(
+                    ProtocolNoise(
+                        ap.noise_line(line),
+                        "duplicate permission request ignored (already asked)",
+                    )
+                )
+                return
         if msg.method == "session/request_permission":
             tool_call = msg.params.get("toolCall")
             name, tool_input = ap.tool_of(tool_call)

@@ -17,6 +17,8 @@ Approvals the server asks for become `PermissionRequest`s, answered once:
   from the `fileChange` item announced before the request), resolved against
   the thread's directory; the change is accepted only if every path is.
 
+A request delivered twice (the same id) is one request: the repeat is `ProtocolNoise`.
+
 Any other server request is refused. Parsing never raises: what cannot be read
 becomes `ProtocolNoise`.
 """
@@ -35,6 +37,7 @@ from gitsup.workers.base import (
     PermissionAnswer,
     PermissionCancelled,
     PermissionRequest,
+    ProtocolNoise,
     TurnCompleted,
     WorkerOutput,
 )
@@ -102,6 +105,9 @@ class AppServerSession:
         self._calls: dict[int, str] = {}  # our request id -> method
         self._queued: list[str] = []  # prompts waiting for the thread
         self._pending: dict[str, _Pending] = {}  # part id -> request
+        # every approval request this session was asked: one delivered twice is decided,
+        # recorded and answered once
+        self._asked: set[str] = set()
         self._file_changes: dict[str, list[Mapping[str, Any]]] = {}
         self._outputs: dict[str, list[str]] = {}  # command item -> output deltas (bounded)
         self._output_sizes: dict[str, int] = {}
@@ -309,6 +315,16 @@ class AppServerSession:
         params = msg.get("params")
         params = params if isinstance(params, Mapping) else {}
         key = f"codex:{rid}"
+        if method.endswith(("requestApproval", "Approval")):
+            if key in self._asked:
+                result.events.append(
+                    ProtocolNoise(
+                        redact_text(line)[:512],
+                        "duplicate permission request ignored (already asked)",
+                    )
+                )
+                return
+            self._asked.add(key)
         if method == "item/commandExecution/requestApproval":
             command = params.get("command")
             if not isinstance(command, str) or not command:

@@ -57,6 +57,8 @@ while True:
         for req in plan:
             nid += 1
             send({"jsonrpc": "2.0", "id": nid, "method": req["method"], "params": req["params"]})
+            if req.get("twice"):  # the same request delivered again
+                send({"jsonrpc": "2.0", "id": nid, "method": req["method"], "params": req["params"]})
             while True:
                 r = recv()
                 if r.get("id") == nid and "method" not in r:
@@ -273,3 +275,18 @@ def test_cancel_answers_the_open_permission_request_cancelled(tmp_path: Path) ->
     replies = [m for m in received if m.get("id") == 101 and "method" not in m]
     assert [r["result"]["outcome"] for r in replies] == [{"outcome": "cancelled"}]  # once
     assert any(m.get("method") == "session/cancel" for m in received)
+
+
+def test_a_request_delivered_twice_is_asked_recorded_and_answered_once(tmp_path: Path) -> None:
+    options = [
+        {"optionId": "once", "kind": "allow_once", "name": "Yes"},
+        {"optionId": "no", "kind": "reject_once", "name": "No"},
+    ]
+    # the next request makes the agent read (and log) anything answered to the first
+    plan = [{**_perm(options), "twice": True}, _perm(options)]
+    events, received, _ = run_agent(tmp_path, plan)
+    reqs = [e.request_id for e in events if isinstance(e, PermissionRequest)]
+    assert reqs == ["acp-101", "acp-102"], reqs
+    noise = [e for e in events if isinstance(e, ProtocolNoise) and "duplicate" in e.error]
+    assert len(noise) == 1, events
+    assert [m["id"] for m in received if "method" not in m and m.get("id") == 101] == [101]

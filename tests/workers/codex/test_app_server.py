@@ -407,3 +407,24 @@ def test_the_codex_model_endpoint_for_the_egress_gate() -> None:
     assert (default.host, default.port) == ("api.openai.com", 443)
     with pytest.raises(GitsupError, match="OPENAI_BASE_URL"):
         model_endpoint({"OPENAI_BASE_URL": "http://example.invalid/v1"}, "codex")
+
+
+def test_a_request_delivered_twice_is_asked_and_answered_once() -> None:
+    s = opened()
+    req = line(
+        {
+            "id": 7,
+            "method": "item/commandExecution/requestApproval",
+            "params": {"command": "ls", "cwd": CWD, "itemId": "c1"},
+        }
+    )
+    (ev,) = s.feed(req).events
+    assert isinstance(ev, PermissionRequest)
+    (again,) = s.feed(req).events
+    assert isinstance(again, ProtocolNoise) and "duplicate" in again.error
+    assert sent(s.answer(ev.request_id, PermissionAnswer(True))) == [
+        {"id": 7, "result": {"decision": "accept"}}
+    ]
+    # answered before it came again: still once
+    assert isinstance(s.feed(req).events[0], ProtocolNoise)
+    assert s.answer(ev.request_id, PermissionAnswer(True)) == []
