@@ -6,8 +6,8 @@
 Runs before the real command executes, so no descendant of it can start outside the
 cgroup, the namespace or the sandbox. Order: join the cgroup, enter the network namespace
 (`--netns`: a named one; `--new-netns`: a fresh one of its own with only loopback, up, which
-ends with the last process in it), then (with --sandbox) private mount and PID namespaces, no_new_privs, Landlock, every
-capability dropped and the system call filter, then exec. Standard library only; exits 126
+ends with the last process in it), then (with --sandbox) private mount and PID namespaces,
+no_new_privs, Landlock, every capability dropped and the system call filter, then exec. Standard library only; exits 126
 when it cannot contain.
 
 With a PID namespace the pid gitsup spawned stays outside and waits; its child is the

@@ -56,8 +56,9 @@ RUN_MARKER = "GITSUP_CHECK_RUN"
 # `prune` after a removal share `$GIT_COMMON_DIR/worktrees`, and a network namespace is
 # created by a forked child (forked from one thread at a time).
 _SHARED = threading.Lock()
-# Who runs checks here; each check's cgroup and network namespace are named after the
-# runner, its pid and a random part, so that `doctor` finds what a killed runner left.
+# Who runs checks here; each check's cgroup (and a gated check's network namespace) is
+# named after the runner, its pid and a random part, so that `doctor` finds what a killed
+# runner left.
 RUNNER_LABELS = ("integrate", "queue", "warm")
 # The network namespace `_network` names for a loopback-only check: the bootstrap's own.
 _OWN_NETNS = "(own)"
@@ -204,7 +205,7 @@ class ConfinedChecks:
         self._plans: dict[str, SandboxPlan] = {}
         self.setup_report: dict[str, Any] = {}  # the last run's setup phase
         self.setup_cache: Path | None = None  # where that setup's caches are (env warm)
-        self._egress: list[str] | None = None  # git config sup.egress, read once
+        self._egress: list[str] | None = None  # git config sup.egress, read once per run
         self._no_netns: str | None = None  # why no network namespace here ("" : there is)
 
     def __enter__(self) -> ConfinedChecks:
@@ -249,6 +250,7 @@ class ConfinedChecks:
         conf = confinement or self.confinement
         cg_base = cgroup_base(conf.cgroup, self.applied)  # raises when required and missing
         self._fresh()
+        self._egress = None
         from gitsup.preload import preloading
 
         # pyroute2, for the egress gate's network namespaces, is imported while Git checks
