@@ -26,9 +26,10 @@ from gitsup.errors import Exit, GitsupError
 from gitsup.store.suprepo import SupRepo
 from gitsup.tasks.human import Taken
 
-# how long the submitter waits for a host to take a request (the host polls about twice a
-# second, then its supervisor has the local channel's 10 s)
-ACK_TIMEOUT = 30.0
+# how long the submitter waits for a host to take a request: the host polls about twice a
+# second, then its supervisor has the local channel's 10 s; a task moving to another host
+# (docs/cluster.md, "Failover") takes the heartbeat timeout and the adoption on top
+ACK_TIMEOUT = 60.0
 POLL_INTERVAL = 0.5
 
 
@@ -91,12 +92,14 @@ async def _request(
         str(taken.get("ref", "")),
         str(taken.get("event", "")),
         dict(taken.get("data") or {}),
+        host=str(taken.get("host") or "") or None,
     )
 
 
-def apply(ctx: SupRepo, task: str, req: dict[str, Any]) -> dict[str, Any]:
-    """On the host: hand one request of the inbox to the task's supervisor (the local channel);
-    the outcome the workflow gets (`seq` and `taken`, or `error`, `exit`, `hint`)."""
+def apply(ctx: SupRepo, task: str, req: dict[str, Any], *, host: str) -> dict[str, Any]:
+    """On the host `host`: hand one request of the inbox to the task's supervisor (the local
+    channel); the outcome the workflow gets (`seq` and `taken`, or `error`, `exit`, `hint`),
+    which says the host that gave it."""
     from gitsup.tasks import human
 
     seq = int(req["seq"])
@@ -130,7 +133,8 @@ def apply(ctx: SupRepo, task: str, req: dict[str, Any]) -> dict[str, Any]:
         else:
             raise GitsupError(f"not a request: {kind!r}")
     except GitsupError as exc:
-        return {"seq": seq, "error": exc.message, "exit": exc.exit_code, "hint": exc.hint}
+        error = f"{exc.message} (host {host})"
+        return {"seq": seq, "error": error, "exit": exc.exit_code, "hint": exc.hint}
     except (ValueError, TypeError) as exc:
-        return {"seq": seq, "error": f"a malformed {kind} request: {exc}", "exit": 2}
-    return {"seq": seq, "taken": taken.as_dict()}
+        return {"seq": seq, "error": f"a malformed {kind} request: {exc} (host {host})", "exit": 2}
+    return {"seq": seq, "taken": {**taken.as_dict(), "host": host}}

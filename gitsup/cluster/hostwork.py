@@ -175,7 +175,7 @@ class HostWork:
         from gitsup.cluster.control import apply
         from gitsup.cluster.workflow import CONTROL_DONE
 
-        outcome = await asyncio.to_thread(apply, self._ctx(), task, req)
+        outcome = await asyncio.to_thread(apply, self._ctx(), task, req, host=self.name)
         for _ in range(30):  # the frontend may be restarting: say it until it is heard
             try:
                 await handle.signal(CONTROL_DONE, outcome)

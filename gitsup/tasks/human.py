@@ -47,9 +47,11 @@ class Taken:
     ref: str
     type: str
     data: Mapping[str, Any]
+    host: str | None = None  # the cluster host whose supervisor took it (docs/cluster.md)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"task": self.task, "ref": self.ref, "event": self.type, "data": dict(self.data)}
+        d = {"task": self.task, "ref": self.ref, "event": self.type, "data": dict(self.data)}
+        return d if self.host is None else {**d, "host": self.host}
 
 
 def who(ctx: SupRepo) -> str:

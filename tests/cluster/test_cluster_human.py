@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,8 +20,8 @@ import pytest
 
 from gitsup.demo.scripted_model import ScriptedModel
 from tests.cluster.conftest import Cluster, Host
-from tests.cluster.test_cluster import SLOW, submit, wait_for
-from tests.conftest import PYTHON, git, run_sup
+from tests.cluster.test_cluster import SLOW, kill_machine, submit, wait_for
+from tests.conftest import GIT_SUP, PYTHON, git, run_sup
 from tests.helpers.sup import common_dir, write_worker
 from tests.helpers.sup import wait_for as wait_until
 from tests.helpers.supervised import bash, step, text
@@ -73,6 +74,33 @@ def test_requests_reach_the_host_and_its_refusals_come_back(cluster: Cluster, tm
     res = run_sup(sup, "answer", task, "no-such-request", "allow")
     assert res.returncode == 2, res.stderr
     assert "already ended" in res.stderr, res.stderr
+
+
+def test_a_request_sent_while_the_host_is_dead_reaches_the_next_host(cluster: Cluster) -> None:
+    alpha = cluster.host("alpha", "--slots", "1")
+    worker = write_worker(cluster.tmp, SLOW.format(tmp=str(cluster.shared)))
+    res = submit(cluster, worker, "--detach")
+    assert res.returncode == 0, res.stderr
+    task = res.stdout.strip()
+    wait_for(cluster.shared / f"working-{task}")
+    beta = cluster.host("beta", "--slots", "1")  # idle: the task is alpha's
+    kill_machine(cluster, alpha)
+    # sent while the task has no live host: the workflow keeps it until one takes the task
+    pending = subprocess.Popen(
+        [GIT_SUP, "send", task, "please hurry"],
+        cwd=cluster.submitter,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = pending.communicate(timeout=300)
+    # beta took the task over (from its baseline: alpha died in its first turn) and answered
+    # the request: a process worker takes no messages
+    assert pending.returncode == 2, (out, err, beta.log.read_text())
+    assert "cannot take messages (host beta)" in err, err
+    assert beta.record(task)["host"] == "beta"
+    res = run_sup(cluster.submitter, "stop", task, timeout=180)
+    assert res.returncode == 0, res.stderr
 
 
 @pytest.fixture
@@ -270,8 +298,10 @@ def test_a_claude_worker_on_a_host_is_answered_from_the_submitters_clone(
     (cluster.shared / "rid.txt").write_text(ask["request_id"])
     tries = json.loads(
         wait_until(
-            lambda: (cluster.shared / "hostile.json").exists()
-            and (cluster.shared / "hostile.json").read_text(),
+            lambda: (
+                (cluster.shared / "hostile.json").exists()
+                and (cluster.shared / "hostile.json").read_text()
+            ),
             timeout=180,
             interval=0.5,
             what="the helper's report",
