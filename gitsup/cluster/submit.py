@@ -267,3 +267,47 @@ async def _describe(settings: ClusterSettings, task: str) -> dict[str, Any]:
             "pending": list(beat.get("pending") or []),
         }
     return await _result(handle, task)
+
+
+def running_here(ctx: SupRepo) -> list[dict[str, Any]]:
+    """The tasks this clone submitted that run on the cluster now, as `describe` says them
+    (`where`, `pending`) with `cluster` (the address); for `git sup ls`. Reads nothing of the
+    cluster when this clone submitted nothing it has not seen end; one connection per
+    cluster."""
+    from gitsup.cluster import submitted_here
+
+    folder = ctx.layout.root / "cluster"
+    if not folder.is_dir():
+        return []
+    by_cluster: dict[ClusterSettings, list[str]] = {}
+    for path in sorted(folder.glob("*.json")):
+        if submitted_here(ctx.layout, path.stem):
+            settings = cluster_task(ctx, path.stem)
+            if settings is not None:
+                by_cluster.setdefault(settings, []).append(path.stem)
+    return [row for s, ids in by_cluster.items() for row in asyncio.run(_running(s, ids))]
+
+
+async def _running(settings: ClusterSettings, tasks: list[str]) -> list[dict[str, Any]]:
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    client = await connect(settings)
+    rows = []
+    for task in tasks:
+        try:
+            desc = await client.get_workflow_handle(task).describe()
+        except RPCError:  # unknown to the cluster (another namespace, a lost database)
+            continue
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            beat = await _heartbeat(client, desc)
+            rows.append(
+                {
+                    "task": task,
+                    "state": "running",
+                    "where": await _where(client, desc),
+                    "pending": list(beat.get("pending") or []),
+                    "cluster": settings.address,
+                }
+            )
+    return rows

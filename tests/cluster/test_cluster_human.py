@@ -67,6 +67,10 @@ def test_requests_reach_the_host_and_its_refusals_come_back(cluster: Cluster, tm
 
     shown = json.loads(run_sup(sup, "show", task, "--json").stdout)
     assert shown["state"] == "running" and shown["pending"] == [], shown
+    [row] = json.loads(run_sup(sup, "ls", "--json").stdout)
+    assert (row["id"], row["state"], row["pending"]) == (task, "running", []), row
+    assert "on alpha" in row["where"], row
+    assert json.loads(run_sup(sup, "ls", "--json", "--attention").stdout) == []
 
     res = run_sup(sup, "stop", task, "--json", timeout=180)
     assert res.returncode == 0, res.stderr
@@ -288,6 +292,12 @@ def test_a_claude_worker_on_a_host_is_answered_from_the_submitters_clone(
     [ask] = wait_until(pending, timeout=240, interval=0.5, what="an ask on the host")
     assert ask["tool"] == "Bash" and "curl --version" in ask["summary"], ask
     assert f"git sup answer {task} {ask['request_id']}" in run_sup(sup, "show", task).stdout
+    # `ls` in the submitter's clone lists it among those that need a human
+    rows = json.loads(run_sup(sup, "ls", "--json", "--attention").stdout)
+    [row] = [r for r in rows if r["id"] == task]
+    assert row["attention"] == ["needs human: Bash curl --version > curl.txt"], row
+    assert [a["request_id"] for a in row["pending"]] == [ask["request_id"]], row
+    assert "[! needs a human: needs human: Bash curl" in run_sup(sup, "ls").stdout
     # The worker runs on the host in the task's sandbox: its cgroup, its own network
     # namespace, seccomp, no new privileges.
     record = alpha.record(task)
