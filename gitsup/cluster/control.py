@@ -50,7 +50,10 @@ def request(
 async def _request(
     settings: ClusterSettings, task: str, req: dict[str, Any], timeout: float
 ) -> Taken:
-    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.client import (
+        WorkflowUpdateFailedError,
+        WorkflowUpdateRPCTimeoutOrCancelledError,
+    )
     from temporalio.exceptions import ApplicationError
     from temporalio.service import RPCError, RPCStatusCode
 
@@ -63,7 +66,8 @@ async def _request(
         taken = await asyncio.wait_for(
             handle.execute_update(CONTROL_UPDATE, req, result_type=dict), timeout
         )
-    except TimeoutError:
+    except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+        # (the update's call, cancelled by the timeout, says so with its own error)
         raise GitsupError(
             f"task {task}: no host took the {kind} request within {timeout:g}s",
             hint="the request stays with the task and its host takes it when it can; "
