@@ -167,14 +167,20 @@ def connect(port):
 tries["frontend"] = connect(@PORT@)
 tries["listener"] = connect(@LISTENER@)
 UPDATE = '''
-import asyncio, sys
+import asyncio, os, sys
 from temporalio.client import Client
 async def go():
     client = await Client.connect("127.0.0.1:@PORT@")
     req = {"kind": "answer", "by": "worker",
            "data": {"request_id": sys.argv[2], "decision": "allow", "message": ""}}
     print(await client.get_workflow_handle(sys.argv[1]).execute_update("control", req))
-asyncio.run(asyncio.wait_for(go(), 20))
+try:
+    asyncio.run(asyncio.wait_for(go(), 20))
+except BaseException as exc:
+    print(repr(exc), flush=True)
+    os._exit(1)
+sys.stdout.flush()
+os._exit(0)  # (the SDK's threads may abort the interpreter's own shutdown)
 '''
 try:
     r = subprocess.run(["@PYTHON@", "-c", UPDATE, task, rid], capture_output=True, text=True,
