@@ -221,8 +221,8 @@ def ls_cmd(
 
 def _on_cluster(layout: Layout, *, attention: bool) -> list[dict[str, Any]]:
     """The tasks this clone submitted that run on the cluster now (docs/cluster.md): `id`,
-    `state` (`running`), `where`, `cluster`, `pending` (asks waiting for `git sup answer`),
-    `attention` (as a local task's)."""
+    `state` (`running`; `unknown` when the cluster cannot be reached), `where`, `cluster`,
+    `pending` (asks waiting for `git sup answer`), `attention` (as a local task's)."""
     if not (layout.root / "cluster").is_dir():
         return []
     from gitsup.cluster.settings import require_sdk

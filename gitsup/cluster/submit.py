@@ -285,7 +285,18 @@ def running_here(ctx: SupRepo) -> list[dict[str, Any]]:
             settings = cluster_task(ctx, path.stem)
             if settings is not None:
                 by_cluster.setdefault(settings, []).append(path.stem)
-    return [row for s, ids in by_cluster.items() for row in asyncio.run(_running(s, ids))]
+    rows = []
+    for settings, ids in by_cluster.items():
+        try:
+            rows += asyncio.run(_running(settings, ids))
+        except GitsupError as exc:  # that cluster away: its tasks said so, the rest listed
+            where = f"unknown: {exc.message}"
+            address = settings.address
+            rows += [
+                {"task": t, "state": "unknown", "where": where, "pending": [], "cluster": address}
+                for t in ids
+            ]
+    return rows
 
 
 async def _running(settings: ClusterSettings, tasks: list[str]) -> list[dict[str, Any]]:

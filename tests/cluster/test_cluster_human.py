@@ -71,6 +71,15 @@ def test_requests_reach_the_host_and_its_refusals_come_back(cluster: Cluster, tm
     assert (row["id"], row["state"], row["pending"]) == (task, "running", []), row
     assert "on alpha" in row["where"], row
     assert json.loads(run_sup(sup, "ls", "--json", "--attention").stdout) == []
+    # a cluster that cannot be reached: `ls` says so for its tasks and lists the rest
+    marker = common_dir(sup) / "sup" / "cluster" / f"{task}.json"
+    saved = marker.read_text()
+    marker.write_text(json.dumps({**json.loads(saved), "address": "127.0.0.1:1"}))
+    res = run_sup(sup, "ls", "--json")
+    assert res.returncode == 0, res.stderr
+    [row] = json.loads(res.stdout)
+    assert (row["id"], row["state"]) == (task, "unknown") and "127.0.0.1:1" in row["where"], row
+    marker.write_text(saved)
 
     res = run_sup(sup, "stop", task, "--json", timeout=180)
     assert res.returncode == 0, res.stderr
