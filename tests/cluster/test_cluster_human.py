@@ -261,6 +261,7 @@ def test_a_claude_worker_on_a_host_is_answered_from_the_submitters_clone(
                 step(CURL),
                 step(COMMIT_ALL),
                 step(text("Done.")),
+                step(text("Read it.")),
             ]
         }
     )
@@ -345,6 +346,11 @@ def test_a_claude_worker_on_a_host_is_answered_from_the_submitters_clone(
     assert res.returncode == 2, res.stderr
     assert "no open request" in res.stderr, res.stderr
 
+    # A message for the worker's next turn, from the submitter's clone.
+    res = run_sup(sup, "send", task, "please also mention the date", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["host"] == "alpha"
+
     # A denial with a message: the model reads it in its next request.
     why = "use the python3 -V output instead"
     res = run_sup(sup, "answer", task, ask["request_id"], "deny", "-m", why, "--json")
@@ -372,5 +378,10 @@ def test_a_claude_worker_on_a_host_is_answered_from_the_submitters_clone(
     assert "curl" in git(cluster.origin, "show", f"{candidate}:curl.txt").lower()
     answers = of(alpha, task, "human_answer")
     assert [(a["decision"], a["message"]) for a in answers] == [("deny", why), ("allow", "")]
+    sent = of(alpha, task, "worker_message_sent")
+    assert [m["status"] for m in sent] == ["queued", "delivered"], sent
+    assert (sent[0]["status"], sent[0].get("via")) == ("queued", "cluster"), sent
+    steps = [r for r in model.requests if r.kind == "step"]
+    assert "please also mention the date" in json.dumps(steps[-1].body)
     # who answered is the submitter (its user.email), not the host; through the cluster
     assert {(a["by"], a["via"]) for a in answers} == {("t@example.invalid", "cluster")}, answers
