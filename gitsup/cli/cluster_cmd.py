@@ -6,13 +6,18 @@ from __future__ import annotations
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gitsup.cli.main import app
 from gitsup.cli.output import out, progress
 from gitsup.errors import GitsupError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from gitsup.tasks.human import Taken
 
 cluster_app = typer.Typer(no_args_is_help=True, help="The Temporal cluster tasks run on.")
 app.add_typer(cluster_app, name="cluster")
@@ -122,6 +127,19 @@ def fetch_after(ctx: object, task: str) -> None:
         progress(f"task {task}: its record is not in this clone yet ({why})")
 
 
+def control_cluster(ctx: object, task: str, kind: str, data: Mapping[str, object]) -> Taken:
+    """`answer`, `send`, `continue` for a task this clone submitted to the cluster: to the host
+    that runs it (gitsup/cluster/control.py)."""
+    from gitsup.cluster.control import request
+    from gitsup.cluster.settings import ClusterSettings
+    from gitsup.store.suprepo import SupRepo
+    from gitsup.tasks.human import who
+
+    settings = _settings_of(ctx, task)
+    assert isinstance(settings, ClusterSettings) and isinstance(ctx, SupRepo)
+    return request(settings, task, kind, dict(data), by=who(ctx))
+
+
 def show_cluster(ctx: object, task: str, *, json_out: bool) -> None:
     from gitsup.cli.output import emit_json
     from gitsup.cli.task_render import print_cluster_result
@@ -136,6 +154,9 @@ def show_cluster(ctx: object, task: str, *, json_out: bool) -> None:
         emit_json(res)
     elif res.get("state") == "running":
         out(f"task {task}: {res.get('where')} (cluster {settings.address})")
+        for ask in res.get("pending") or []:
+            out(f"needs human: {ask.get('tool')} {ask.get('summary')}")
+            out(f"  git sup answer {task} {ask.get('request_id')} allow|deny [-m MESSAGE]")
     else:
         print_cluster_result(res)
 

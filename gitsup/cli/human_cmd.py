@@ -3,13 +3,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gitsup.cli.main import app
 from gitsup.cli.options import JsonOpt, TaskArg
 from gitsup.cli.output import emit_json, out
+
+if TYPE_CHECKING:
+    from gitsup.store.suprepo import SupRepo
+
+
+def _on_cluster(ctx: SupRepo, task: str) -> bool:
+    """A task this clone submitted to the cluster, running there: its requests go to its host."""
+    from gitsup.cluster import submitted_here
+
+    return submitted_here(ctx.layout, task)
 
 
 @app.command("answer")
@@ -24,9 +34,17 @@ def answer_cmd(
 ) -> None:
     """Allow or deny a call that waits for a person (`[decider] kind = "human"`)."""
     from gitsup.store.suprepo import SupRepo
-    from gitsup.tasks.human import answer
+    from gitsup.tasks.human import answer, check_answer
 
-    taken = answer(SupRepo.discover(), task, request_id, decision, message)
+    ctx = SupRepo.discover()
+    if _on_cluster(ctx, task):
+        from gitsup.cli.cluster_cmd import control_cluster
+
+        check_answer(decision, message)
+        data = {"request_id": request_id, "decision": decision, "message": message}
+        taken = control_cluster(ctx, task, "answer", data)
+    else:
+        taken = answer(ctx, task, request_id, decision, message)
     if json_out:
         emit_json(taken.as_dict())
     else:
@@ -41,9 +59,16 @@ def send_cmd(
 ) -> None:
     """Send a running agent worker a message: its next turn, once the current one ends."""
     from gitsup.store.suprepo import SupRepo
-    from gitsup.tasks.human import send
+    from gitsup.tasks.human import check_send, send
 
-    taken = send(SupRepo.discover(), task, message)
+    ctx = SupRepo.discover()
+    if _on_cluster(ctx, task):
+        from gitsup.cli.cluster_cmd import control_cluster
+
+        check_send(message)
+        taken = control_cluster(ctx, task, "send", {"text": message})
+    else:
+        taken = send(ctx, task, message)
     if json_out:
         emit_json(taken.as_dict())
     else:
@@ -66,7 +91,7 @@ def continue_cmd(
     from gitsup.durations import parse_duration, require_unit
     from gitsup.errors import GitsupError
     from gitsup.store.suprepo import SupRepo
-    from gitsup.tasks.human import continue_task
+    from gitsup.tasks.human import check_continue, continue_task
 
     try:
         seconds = parse_duration(require_unit(extend, "--extend"))
@@ -74,9 +99,15 @@ def continue_cmd(
         raise GitsupError(f"--extend: {exc}" if "--extend" not in str(exc) else str(exc)) from None
     if add_turns < 0:
         raise GitsupError(f"--add-turns must be 0 or more, not {add_turns}")
-    taken = continue_task(
-        SupRepo.discover(), task, add_cost_usd=add_cost, add_turns=add_turns, extend=seconds
-    )
+    ctx = SupRepo.discover()
+    if _on_cluster(ctx, task):
+        from gitsup.cli.cluster_cmd import control_cluster
+
+        check_continue(add_cost, add_turns, seconds)
+        data = {"add_cost_usd": add_cost, "add_turns": add_turns, "extend": seconds}
+        taken = control_cluster(ctx, task, "continue", data)
+    else:
+        taken = continue_task(ctx, task, add_cost_usd=add_cost, add_turns=add_turns, extend=seconds)
     if json_out:
         emit_json(taken.as_dict())
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,6 +19,9 @@ from gitsup.cli.task_render import (
     queue_evidence_lines,
 )
 from gitsup.durations import format_duration
+
+if TYPE_CHECKING:
+    from gitsup.layout import Layout
 
 
 @app.command("init")
@@ -187,17 +190,23 @@ def ls_cmd(
 
     ov = overlaps(listing, records)
     listing.save()
+    remote = _on_cluster(listing.layout, attention=attention)
     if json_out:  # creation order, as always; `attention` says who needs a human
         emit_json_rows(
             [
                 {**r.as_dict(), "attention": needs.get(r.id, []), "overlaps": ov.get(r.id, [])}
                 for r in rows
             ]
+            + remote
         )
         return
     rows.sort(key=lambda r: r.id not in needs)  # stable: creation order within each group
+    for c in remote:
+        need = f"  [! needs a human: {'; '.join(c['attention'])}]" if c["attention"] else ""
+        out(f"{c['id']:16} on the cluster: {c['where']} ({c['cluster']}){need}")
     if not rows:
-        out("no task needs a human" if attention else "no tasks")
+        if not remote:
+            out("no task needs a human" if attention else "no tasks")
         return
     out(f"{'ID':16} {'STATE':10} {'STATUS':10} {'AGE':>7} {'BEHIND':>12}  GOAL")
     for r in rows:
@@ -209,6 +218,41 @@ def ls_cmd(
         out(f"{r.id:16} {r.state:10} {status:10} {_age(r.age):>7} {behind:>12}  {r.goal}{need}")
     if any(r.discarded for r in rows):
         out("* discarded: worktree removed, refs kept")
+
+
+def _on_cluster(layout: Layout, *, attention: bool) -> list[dict[str, Any]]:
+    """The tasks this clone submitted that run on the cluster now (docs/cluster.md): `id`,
+    `state` (`running`; `unknown` when the cluster cannot be reached), `where`, `cluster`,
+    `pending` (asks waiting for `git sup answer`), `attention` (as a local task's)."""
+    if not (layout.root / "cluster").is_dir():
+        return []
+    from gitsup.cluster.settings import require_sdk
+    from gitsup.errors import GitsupError
+
+    try:
+        require_sdk()
+    except GitsupError:  # no cluster here: nothing it runs to list
+        return []
+    from gitsup.cluster.submit import running_here
+    from gitsup.store.suprepo import SupRepo
+
+    rows = []
+    for res in running_here(SupRepo.discover()):
+        asks = list(res.get("pending") or [])
+        need = [f"needs human: {a.get('tool')} {a.get('summary')}" for a in asks]
+        if attention and not need:
+            continue
+        rows.append(
+            {
+                "id": res["task"],
+                "state": res["state"],
+                "where": res.get("where"),
+                "cluster": res["cluster"],
+                "pending": asks,
+                "attention": need,
+            }
+        )
+    return rows
 
 
 @app.command("log")

@@ -3,8 +3,8 @@ produced is kept on the review remote (`record.py`: publish, fetch, adopt), so a
 can show a task and another host can continue it. Importing this package imports no
 engine.
 
-The engine is Temporal (docs/cluster.md): `workflow.py`, `hostwork.py` and `submit.py`, the
-only modules that import `temporalio` (the `cluster` extra), and only when a cluster command
+The engine is Temporal (docs/cluster.md): `workflow.py`, `hostwork.py`, `submit.py` and
+`control.py`, the only modules that import `temporalio` (the `cluster` extra), and only when a cluster command
 runs: `settings.require_sdk()` says how to get it when it is missing."""
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from gitsup.cluster.client import connect
+from gitsup.cluster.control import POLL_INTERVAL
 from gitsup.cluster.settings import ClusterSettings
 from gitsup.cluster.workflow import ACTIVITY, TaskWorkflow
 from gitsup.errors import GitsupError
@@ -76,6 +77,7 @@ class HostWork:
         self._live: dict[str, int] = {}
         self._pending: set[asyncio.Task[None]] = set()
         self._children: set[tuple[int, float]] = set()  # supervisors started here, running
+        self._taken: dict[str, set[int]] = {}  # the requests handed to each task's supervisor
 
     def _ctx(self) -> SupRepo:
         return SupRepo.discover(self.clone)
@@ -111,13 +113,26 @@ class HostWork:
                 raise
             return await self._stopped(task)
         ended = 0.0
+        asks = _Asks(self._ctx(), task)
+        polled = 0.0
         try:
             while True:
                 record = await asyncio.to_thread(self._ctx().store.load, task)
+                pending = await asyncio.to_thread(asks.pending, record)
                 activity.heartbeat(
-                    {"host": self.name, "state": record.state.value, "turns": record.turns}
+                    {
+                        "host": self.name,
+                        "state": record.state.value,
+                        "turns": record.turns,
+                        "pending": pending,
+                    }
                 )
                 _reap(self._children, record)
+                now = asyncio.get_running_loop().time()
+                if now - polled >= POLL_INTERVAL and record.state not in TERMINAL:
+                    polled = now
+                    if _owner_alive(record):
+                        await self._take_requests(task)
                 if record.state in TERMINAL:
                     # the result once the supervisor is done: its last publication (the
                     # candidate, the notes) is on the review remote before anyone reads it
@@ -131,6 +146,42 @@ class HostWork:
                 await asyncio.sleep(interval)
         except asyncio.CancelledError:
             return await self._stopped(task)
+
+    async def _take_requests(self, task: TaskId) -> None:
+        """A person's requests for the task waiting in its workflow (`gitsup/cluster/control.py`):
+        each handed once to the task's supervisor here, its outcome signalled back. A host that
+        took one and died before it said so leaves it to the host that continues the task."""
+        from temporalio.client import WorkflowHandle
+
+        from gitsup.cluster.workflow import CONTROL_INBOX
+
+        handle: WorkflowHandle[Any, Any] = activity.client().get_workflow_handle(
+            activity.info().workflow_id or task
+        )
+        try:
+            inbox = await handle.query(CONTROL_INBOX, result_type=list)
+        except Exception:  # the frontend away, the workflow busy: the next poll asks again
+            return
+        seen = self._taken.setdefault(task, set())
+        for req in inbox:
+            if not isinstance(req, dict) or int(req.get("seq", 0)) in seen:
+                continue
+            seen.add(int(req["seq"]))
+            job = asyncio.create_task(self._take(handle, task, req))
+            self._pending.add(job)
+            job.add_done_callback(self._pending.discard)
+
+    async def _take(self, handle: Any, task: TaskId, req: dict[str, Any]) -> None:
+        from gitsup.cluster.control import apply
+        from gitsup.cluster.workflow import CONTROL_DONE
+
+        outcome = await asyncio.to_thread(apply, self._ctx(), task, req, host=self.name)
+        for _ in range(30):  # the frontend may be restarting: say it until it is heard
+            try:
+                await handle.signal(CONTROL_DONE, outcome)
+                return
+            except Exception:
+                await asyncio.sleep(1.0)
 
     async def _stopped(self, task: TaskId) -> dict[str, Any]:
         """The activity was cancelled: stop the task here (its work is saved). A stop that
@@ -247,6 +298,33 @@ class HostWork:
         with contextlib.suppress(GitsupError):
             return stop_task(ctx, task, wait=120.0)
         return ctx.store.load(task)
+
+
+class _Asks:
+    """The task's open asks for the heartbeat (`show` on the submitter lists them as
+    `pending`), read again only when its event log grew."""
+
+    def __init__(self, ctx: SupRepo, task: TaskId) -> None:
+        self._ctx, self._task = ctx, task
+        self._size = -1
+        self._last: list[dict[str, Any]] = []
+
+    def pending(self, record: TaskRecord) -> list[dict[str, Any]]:
+        import os
+
+        from gitsup.state import State
+        from gitsup.tasks.human import pending
+
+        if record.state != State.PAUSED:  # an open ask pauses the task
+            return []
+        try:
+            size = os.path.getsize(self._ctx.layout.events(self._task))
+        except OSError:
+            return self._last
+        if size != self._size:
+            self._size = size
+            self._last = pending(self._ctx, record)
+        return self._last
 
 
 def _supervised(record: TaskRecord) -> bool:

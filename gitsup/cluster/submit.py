@@ -200,6 +200,16 @@ async def _result(handle: Any, task: str) -> dict[str, Any]:
     return result
 
 
+async def _heartbeat(client: Any, desc: Any) -> dict[str, Any]:
+    """The host's last heartbeat for the task: `host`, `state`, `turns`, `pending` (its open
+    asks); empty before the first."""
+    pending = list(desc.raw_description.pending_activities)
+    if not pending or not pending[0].heartbeat_details.payloads:
+        return {}
+    decoded = await client.data_converter.decode(pending[0].heartbeat_details.payloads)
+    return decoded[0] if decoded and isinstance(decoded[0], dict) else {}
+
+
 async def _where(client: Any, desc: Any) -> str:
     """`STATE on HOST (turns N)` from the activity's last heartbeat."""
     pending = list(desc.raw_description.pending_activities)
@@ -207,11 +217,7 @@ async def _where(client: Any, desc: Any) -> str:
         return "waiting for a host"
     act = pending[0]
     host = act.last_worker_identity or "?"
-    details: dict[str, Any] = {}
-    if act.heartbeat_details.payloads:
-        decoded = await client.data_converter.decode(act.heartbeat_details.payloads)
-        if decoded and isinstance(decoded[0], dict):
-            details = decoded[0]
+    details = await _heartbeat(client, desc)
     host = str(details.get("host") or host)
     state = details.get("state")
     attempt = f", attempt {act.attempt}" if act.attempt > 1 else ""
@@ -252,5 +258,67 @@ async def _describe(settings: ClusterSettings, task: str) -> dict[str, Any]:
     handle = client.get_workflow_handle(task)
     desc = await handle.describe()
     if desc.status == WorkflowExecutionStatus.RUNNING:
-        return {"task": task, "state": "running", "where": await _where(client, desc)}
+        beat = await _heartbeat(client, desc)
+        return {
+            "task": task,
+            "state": "running",
+            "where": await _where(client, desc),
+            # the asks that wait for `git sup answer` here (docs/human.md)
+            "pending": list(beat.get("pending") or []),
+        }
     return await _result(handle, task)
+
+
+def running_here(ctx: SupRepo) -> list[dict[str, Any]]:
+    """The tasks this clone submitted that run on the cluster now, as `describe` says them
+    (`where`, `pending`) with `cluster` (the address); for `git sup ls`. Reads nothing of the
+    cluster when this clone submitted nothing it has not seen end; one connection per
+    cluster."""
+    from gitsup.cluster import submitted_here
+
+    folder = ctx.layout.root / "cluster"
+    if not folder.is_dir():
+        return []
+    by_cluster: dict[ClusterSettings, list[str]] = {}
+    for path in sorted(folder.glob("*.json")):
+        if submitted_here(ctx.layout, path.stem):
+            settings = cluster_task(ctx, path.stem)
+            if settings is not None:
+                by_cluster.setdefault(settings, []).append(path.stem)
+    rows = []
+    for settings, ids in by_cluster.items():
+        try:
+            rows += asyncio.run(_running(settings, ids))
+        except GitsupError as exc:  # that cluster away: its tasks said so, the rest listed
+            where = f"unknown: {exc.message}"
+            address = settings.address
+            rows += [
+                {"task": t, "state": "unknown", "where": where, "pending": [], "cluster": address}
+                for t in ids
+            ]
+    return rows
+
+
+async def _running(settings: ClusterSettings, tasks: list[str]) -> list[dict[str, Any]]:
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    client = await connect(settings)
+    rows = []
+    for task in tasks:
+        try:
+            desc = await client.get_workflow_handle(task).describe()
+        except RPCError:  # unknown to the cluster (another namespace, a lost database)
+            continue
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            beat = await _heartbeat(client, desc)
+            rows.append(
+                {
+                    "task": task,
+                    "state": "running",
+                    "where": await _where(client, desc),
+                    "pending": list(beat.get("pending") or []),
+                    "cluster": settings.address,
+                }
+            )
+    return rows

@@ -2,7 +2,9 @@
 
 This module is loaded into Temporal's workflow sandbox: it imports only the standard library
 and `temporalio`, and does nothing but schedule the one activity (the supervisor on a host,
-`gitsup/cluster/hostwork.py`) and hand back what it returns."""
+`gitsup/cluster/hostwork.py`), hand back what it returns, and keep the inbox of a person's
+requests for the task (`git sup answer`, `send`, `continue`: `gitsup/cluster/control.py`)
+until the host that runs the task says what became of each."""
 
 from __future__ import annotations
 
@@ -11,13 +13,21 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
 WORKFLOW = "gitsup-task"
 ACTIVITY = "gitsup-run-task"
 # a running task has no end the workflow could know; its deadline is its own (the spec's)
 RUN_LIMIT = timedelta(days=30)
+
+# A person's requests for the task: the update the submitter's clone sends, the query the
+# host's activity polls, the signal by which the host says what became of one
+CONTROL_UPDATE = "control"
+CONTROL_INBOX = "control_inbox"
+CONTROL_DONE = "control_done"
+CONTROL_KINDS = ("answer", "send", "continue")
+ENDED = ("completed", "blocked", "failed", "stopped", "ended")
 
 
 @workflow.defn(name=WORKFLOW)
@@ -26,9 +36,25 @@ class TaskWorkflow:
 
     def __init__(self) -> None:
         self._state = "submitted"
+        self._seq = 0
+        self._inbox: list[dict[str, Any]] = []  # requests no host has answered yet
+        self._outcomes: dict[int, dict[str, Any]] = {}
 
     @workflow.run
     async def run(self, job: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self._run(job)
+        finally:
+            # a request no host took before the task ended is refused, never left hanging
+            for request in self._inbox:
+                self._outcomes[int(request["seq"])] = {
+                    "error": f"task {job['task']} ended before its host took the request",
+                    "exit": 2,
+                }
+            self._inbox = []
+            await workflow.wait_condition(workflow.all_handlers_finished)
+
+    async def _run(self, job: dict[str, Any]) -> dict[str, Any]:
         self._state = "running"
         try:
             result: dict[str, Any] = await workflow.execute_activity(
@@ -64,6 +90,47 @@ class TaskWorkflow:
     @workflow.query
     def state(self) -> str:
         return self._state
+
+    @workflow.update(name=CONTROL_UPDATE)
+    async def control(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A person's request (`kind`: answer, send, continue; its data; `by`): queued for the
+        host that runs the task, whichever it is now or later; answers what that host's
+        supervisor made of it (the event that took it), or fails with its refusal."""
+        self._seq += 1
+        seq = self._seq
+        self._inbox.append({**request, "seq": seq})
+        await workflow.wait_condition(lambda: seq in self._outcomes)
+        outcome = self._outcomes.pop(seq)
+        if "error" in outcome:
+            raise ApplicationError(
+                str(outcome["error"]),
+                {"exit": outcome.get("exit", 2), "hint": outcome.get("hint")},
+                type="GitsupError",
+                non_retryable=True,
+            )
+        taken: dict[str, Any] = outcome["taken"]
+        return taken
+
+    @control.validator
+    def _admit(self, request: dict[str, Any]) -> None:
+        if request.get("kind") not in CONTROL_KINDS:
+            raise ApplicationError(f"not a request: {request.get('kind')!r}", type="GitsupError")
+        if self._state in ENDED:
+            raise ApplicationError(f"the task already ended ({self._state})", type="GitsupError")
+
+    @workflow.query(name=CONTROL_INBOX)
+    def inbox(self) -> list[dict[str, Any]]:
+        return list(self._inbox)
+
+    @workflow.signal(name=CONTROL_DONE)
+    def done(self, outcome: dict[str, Any]) -> None:
+        """From the host: what became of request `seq` (`taken`, else `error` and `exit`).
+        The first word on a request stands."""
+        seq = int(outcome.get("seq", 0))
+        if not any(int(r["seq"]) == seq for r in self._inbox):
+            return
+        self._inbox = [r for r in self._inbox if int(r["seq"]) != seq]
+        self._outcomes[seq] = outcome
 
 
 def _message(exc: BaseException) -> str:

@@ -47,9 +47,11 @@ class Taken:
     ref: str
     type: str
     data: Mapping[str, Any]
+    host: str | None = None  # the cluster host whose supervisor took it (docs/cluster.md)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"task": self.task, "ref": self.ref, "event": self.type, "data": dict(self.data)}
+        d = {"task": self.task, "ref": self.ref, "event": self.type, "data": dict(self.data)}
+        return d if self.host is None else {**d, "host": self.host}
 
 
 def who(ctx: SupRepo) -> str:
@@ -90,14 +92,40 @@ def pending(ctx: SupRepo, record: TaskRecord) -> list[dict[str, Any]]:
     return [dict(a) for a in tracker(ctx, record.id).asks.values()]
 
 
-def answer(
-    ctx: SupRepo, task: str, request_id: str, decision: str, message: str = "", *, via: str = "cli"
-) -> Taken:
-    """Allow or deny an open ask. A denial's `message` is what the worker is told."""
+def check_answer(decision: str, message: str) -> None:
+    """An answer's own input, refused before anything is sent anywhere."""
     if decision not in ("allow", "deny"):
         raise GitsupError(f"the decision is allow or deny, not {decision!r}")
     if message and decision == "allow":
         raise GitsupError("-m goes with deny: an allowed call runs as it was asked")
+
+
+def check_send(text: str) -> None:
+    if not text.strip():
+        raise GitsupError("the message is empty")
+
+
+def check_continue(add_cost_usd: float, add_turns: int, extend: float) -> None:
+    import math
+
+    for name, v in (("--add-cost", add_cost_usd), ("--add-turns", add_turns), ("--extend", extend)):
+        if not math.isfinite(v) or v < 0:
+            raise GitsupError(f"{name} must be 0 or more, not {v:g}")
+
+
+def answer(
+    ctx: SupRepo,
+    task: str,
+    request_id: str,
+    decision: str,
+    message: str = "",
+    *,
+    via: str = "cli",
+    by: str | None = None,
+) -> Taken:
+    """Allow or deny an open ask. A denial's `message` is what the worker is told. `by`: who
+    answers (default `who(ctx)`; a cluster host passes the submitter's)."""
+    check_answer(decision, message)
     record = _live(ctx, task)
     open_asks = tracker(ctx, record.id).asks
     if request_id not in open_asks:
@@ -111,20 +139,19 @@ def answer(
             hint=hint,
         )
     data = {"request_id": request_id, "decision": decision, "message": message}
-    return _submit(ctx, record, "answer", data, via=via)
+    return _submit(ctx, record, "answer", data, via=via, by=by)
 
 
-def send(ctx: SupRepo, task: str, text: str, *, via: str = "cli") -> Taken:
+def send(ctx: SupRepo, task: str, text: str, *, via: str = "cli", by: str | None = None) -> Taken:
     """A message for the worker: its next turn (sent when the current one ends)."""
-    if not text.strip():
-        raise GitsupError("the message is empty")
+    check_send(text)
     record = _live(ctx, task)
     if record.worker_kind not in repairable_kinds():
         raise GitsupError(
             f"task {record.id} runs a {record.worker_kind} worker, which cannot take messages",
             hint="only agent workers (" + ", ".join(repairable_kinds()) + ") take another turn",
         )
-    return _submit(ctx, record, "send", {"text": text}, via=via)
+    return _submit(ctx, record, "send", {"text": text}, via=via, by=by)
 
 
 def continue_task(
@@ -135,13 +162,10 @@ def continue_task(
     add_turns: int = 0,
     extend: float = 0.0,
     via: str = "cli",
+    by: str | None = None,
 ) -> Taken:
     """Raise the budget of a task paused on it (`[budget] on_exhausted = "pause"`)."""
-    import math
-
-    for name, v in (("--add-cost", add_cost_usd), ("--add-turns", add_turns), ("--extend", extend)):
-        if not math.isfinite(v) or v < 0:
-            raise GitsupError(f"{name} must be 0 or more, not {v:g}")
+    check_continue(add_cost_usd, add_turns, extend)
     record = _live(ctx, task)
     if not tracker(ctx, record.id).budget_paused:
         raise GitsupError(
@@ -149,7 +173,7 @@ def continue_task(
             hint='`[budget] on_exhausted = "pause"` pauses a task whose budget is spent',
         )
     data = {"add_cost_usd": add_cost_usd, "add_turns": add_turns, "extend": extend}
-    return _submit(ctx, record, "continue", data, via=via)
+    return _submit(ctx, record, "continue", data, via=via, by=by)
 
 
 def pause(ctx: SupRepo, task: str) -> Taken:
@@ -223,9 +247,16 @@ def _live(ctx: SupRepo, task: str) -> _Live:
 
 
 def _submit(
-    ctx: SupRepo, record: _Live, kind: str, data: Mapping[str, Any], *, via: str = "cli"
+    ctx: SupRepo,
+    record: _Live,
+    kind: str,
+    data: Mapping[str, Any],
+    *,
+    via: str = "cli",
+    by: str | None = None,
 ) -> Taken:
-    """`via`: the front end the request came through (`cli`, `web`: the page, `api`)."""
+    """`via`: the front end the request came through (`cli`, `web`: the page, `api`,
+    `cluster`: the clone that submitted a cluster task)."""
     from gitsup.store import control
 
     tid = TaskId(record.id)
@@ -235,7 +266,7 @@ def _submit(
     except OSError:
         start = 0
     owner = record.owner
-    ref = control.submit(ctx.layout.task_dir(tid), kind, {**data, "by": who(ctx), "via": via})
+    ref = control.submit(ctx.layout.task_dir(tid), kind, {**data, "by": by or who(ctx), "via": via})
     try:
         os.kill(owner.pid, signal.SIGUSR2)
     except ProcessLookupError:
