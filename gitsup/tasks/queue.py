@@ -58,7 +58,13 @@ from gitsup.store.events import EventLog
 from gitsup.store.lease import Lease
 from gitsup.store.record import CandidateNote
 from gitsup.store.suprepo import SupRepo
-from gitsup.tasks.queue_checks import DEFAULT_RETRIES, CompositionTester, RunResult, _Step
+from gitsup.tasks.queue_checks import (
+    DEFAULT_RETRIES,
+    CheckSlots,
+    CompositionTester,
+    RunResult,
+    _Step,
+)
 from gitsup.tasks.queue_slots import DEFAULT_SLOTS
 from gitsup.tasks.queue_state import (
     DEFAULT_BATCH,
@@ -100,6 +106,7 @@ class Runner(CompositionTester):
         retries: int = DEFAULT_RETRIES,
         slots: int = DEFAULT_SLOTS,
         on_progress: Callable[[str], None] | None = None,
+        hosts: Callable[[str, int], CheckSlots] | None = None,
     ) -> None:
         self.ctx = ctx
         self.repo = ctx.repo
@@ -113,6 +120,8 @@ class Runner(CompositionTester):
         self.res = RunResult(into=self.q.branch, slots=self.slots)
         self._box: ConfinedChecks | None = None
         self._repairs: list[tuple[Entry, str, str, dict[str, Any]]] = []
+        # `hosts`: where the checks run instead of here (the cluster's task hosts)
+        self.hosts = hosts(self.q.branch, self.slots) if hosts is not None else None
 
     # lease
 
@@ -659,6 +668,7 @@ def run(
     retries: int | None = None,
     slots: int | None = None,
     on_progress: Callable[[str], None] | None = None,
+    hosts: Callable[[str, int], CheckSlots] | None = None,
 ) -> list[RunResult]:
     branches = [_branch(into)] if into else queue_branches(ctx)
     if not branches:
@@ -669,7 +679,9 @@ def run(
     if n < 1:
         raise QueueError(f"--slots must be a number >= 1, not {n}")
     return [
-        Runner(ctx, b, batch=size, retries=again, slots=n, on_progress=on_progress).run()
+        Runner(
+            ctx, b, batch=size, retries=again, slots=n, on_progress=on_progress, hosts=hosts
+        ).run()
         for b in branches
     ]
 

@@ -9,7 +9,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gitsup.environment.recipe import ENVIRONMENT_FILE
 from gitsup.errors import Exit, GitsupError
@@ -30,6 +30,9 @@ from gitsup.verification.confined import (
 )
 
 DEFAULT_RETRIES = 1  # `git config sup.queue.retries`, `queue run --retries`
+
+if TYPE_CHECKING:
+    import concurrent.futures as cf
 
 
 @dataclass
@@ -107,6 +110,16 @@ class Tested:
     setup_report: dict[str, Any] = field(default_factory=dict)
 
 
+class CheckSlots(Protocol):
+    """Where the compositions' checks run when not on this machine (the cluster's task
+    hosts, gitsup/cluster/checks.py): `submit` (from the runner's thread only) returns a
+    future of the composition's `Tested`, for exactly the tree the composition names."""
+
+    def submit(self, comp: Composition) -> cf.Future[Tested]: ...
+
+    def close(self) -> None: ...
+
+
 def run_composition(
     box: ConfinedChecks,
     comp: Composition,
@@ -169,6 +182,8 @@ class CompositionTester:
     res: RunResult
     say: Callable[[str], None]
     _box: ConfinedChecks | None
+    # the slots elsewhere (the cluster's task hosts), else None: here, confined
+    hosts: CheckSlots | None = None
     _recipe_setup: tuple[Setup | None] | None = None
     retries: int = DEFAULT_RETRIES  # fresh runs of a failing check before it counts as failed
     # per tree: the checks that failed, then passed in a fresh run (from this run or the memo)
@@ -263,11 +278,14 @@ class CompositionTester:
         self.say(
             f"testing {k} candidate(s) on {comp.tree[:12]}: {', '.join(c.name for c in comp.todo)}"
         )
-        if self._box is None:
-            self._box = self._new_box("")
         self._publish([(1, comp)], [st.entry.task for st in steps])
         t0 = time.monotonic()
-        tested = run_composition(self._box, comp, setup=self._setup(), say=self.say)
+        if self.hosts is not None:
+            tested = self.hosts.submit(comp).result()
+        else:
+            if self._box is None:
+                self._box = self._new_box("")
+            tested = run_composition(self._box, comp, setup=self._setup(), say=self.say)
         self.res.waited_seconds += time.monotonic() - t0
         return self._record(comp, tested)
 
@@ -393,5 +411,7 @@ class CompositionTester:
         return self._recipe_setup[0]
 
     def _cleanup(self) -> None:
+        if self.hosts is not None:
+            self.hosts.close()
         if self._box is not None:
             self._box.close()
