@@ -121,9 +121,10 @@ def _run_queue(ctx: SupRepo, branch: str, address: str, knobs: dict[str, Any]) -
     for knob, value in knobs.items():
         if value is not None:
             argv += [f"--{knob}", str(int(value))]
-    res = proc.run(argv, cwd=ctx.repo.main_workdir, merge_stderr=False, max_output=1 << 22)
+    # stderr too: a run that fails says why there (`--quiet`: nothing else goes there)
+    res = proc.run(argv, cwd=ctx.repo.main_workdir, max_output=1 << 22)
     try:
-        runs = json.loads(res.output)
+        runs = json.JSONDecoder().raw_decode(res.output[res.output.index("[") :])[0]
         out: dict[str, Any] = runs[0]
     except (ValueError, IndexError, KeyError, TypeError):
         raise GitsupError(
@@ -231,7 +232,9 @@ async def _run(
     try:
         result: dict[str, Any] = await asyncio.wait_for(handle.result(), timeout=wait)
     except WorkflowFailureError as exc:
-        cause = exc.cause
+        cause: object = exc.cause
+        while getattr(cause, "cause", None) is not None:  # the integrator's own words
+            cause = getattr(cause, "cause", None)
         raise GitsupError(
             f"the queue into {job['into']} failed on the cluster: {getattr(cause, 'message', cause)}",
             exit_code=Exit.INTERNAL,

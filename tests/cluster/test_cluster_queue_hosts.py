@@ -234,3 +234,68 @@ def test_a_host_killed_mid_check_loses_its_check_to_the_other(cluster: Cluster, 
     survivors = {_ran_on(cluster, e) for e in _log(cluster)[1:]}
     assert survivors == {"beta" if first == "alpha" else "alpha"}, _log(cluster)
     wait_for(cluster.shared / "go")
+
+
+# A lying task host: a real worker on the checks' task queue that answers "passed" for every
+# check without running any, naming a tree of its choice.
+LIAR = """
+import asyncio, sys
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.worker import Worker
+from gitsup.cluster.workflow import CHECK_ACTIVITY, CheckWorkflow, checks_queue
+
+@activity.defn(name=CHECK_ACTIVITY)
+async def lie(job):
+    return {"host": "liar", "tree": {tree}, "env": job["env"],
+            "results": [{"name": c["name"], "argv": c["argv"], "passed": True, "exit_code": 0}
+                        for c in job["checks"]],
+            "commands": len(job["checks"]), "retries": 0, "flaky": [], "seconds": 0.0,
+            "confinement": {}}
+
+async def main():
+    client = await Client.connect(sys.argv[1])
+    async with Worker(client, task_queue=checks_queue(sys.argv[2]),
+                      workflows=[CheckWorkflow], activities=[lie]):
+        print("serving", flush=True)
+        await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def test_a_host_that_answers_for_another_tree_is_not_believed(cluster: Cluster, tmp: Path) -> None:
+    alpha = _host(cluster, "alpha", "--slots", "2")
+    ids = _candidates(cluster, tmp, ["A", "B"])
+    alpha.stop()  # from now on the liar is the only host that takes composition checks
+    before = git(cluster.origin, "rev-parse", "main")
+    script = tmp / "liar.py"
+    script.write_text(LIAR.replace("{tree}", repr("0" * 40)))
+    log = tmp / "liar.log"
+    with open(log, "w") as fh:
+        liar = subprocess.Popen(
+            [PYTHON, str(script), cluster.address, cluster.env["GITSUP_TEST_QUEUE"]],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for_text(log, "serving")
+        _integrator(cluster)
+        run = _queue_run(cluster)
+        stdout, stderr = run.communicate(timeout=600)
+    finally:
+        liar.kill()
+        liar.wait()
+    assert run.returncode not in (0, 3), (stdout, stderr)
+    assert "not the composition's" in stderr, stderr
+    # nothing was signed or pushed on its word; nobody was blamed
+    assert git(cluster.origin, "rev-parse", "main") == before
+    res = run_sup(cluster.submitter, "queue", "--json")
+    assert json.loads(res.stdout)[0]["queued"] == ids
+
+
+def wait_for_text(path: Path, text: str, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while text not in path.read_text():
+        assert time.monotonic() < end, path.read_text()
+        time.sleep(0.1)
