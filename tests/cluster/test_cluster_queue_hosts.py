@@ -299,3 +299,11 @@ def wait_for_text(path: Path, text: str, timeout: float = 60) -> None:
     while text not in path.read_text():
         assert time.monotonic() < end, path.read_text()
         time.sleep(0.1)
+
+
+def test_on_hosts_with_a_bad_address_is_refused(repo: Path) -> None:
+    res = run_sup(repo, "queue", "run", "--on-hosts", "not an address")
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "not a Temporal frontend address" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) <= 2  # the error and its hint
