@@ -159,6 +159,10 @@ def run_cmd(
         _run_on_cluster(ctx, cluster, into, knobs, json_out=json_out, quiet=quiet)
         return
     hosts = None
+    if on_hosts is not None and detach:
+        from gitsup.errors import GitsupError
+
+        raise GitsupError("--on-hosts runs in the foreground (the integrator's run): no --detach")
     if on_hosts is not None:
         from gitsup.cluster.settings import require_sdk
 

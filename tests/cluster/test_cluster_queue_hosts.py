@@ -307,3 +307,6 @@ def test_on_hosts_with_a_bad_address_is_refused(repo: Path) -> None:
     assert "not a Temporal frontend address" in res.stderr
     assert "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) <= 2  # the error and its hint
+    res = run_sup(repo, "queue", "run", "--on-hosts", "127.0.0.1:7233", "--detach")
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "no --detach" in res.stderr
