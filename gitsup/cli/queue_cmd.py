@@ -138,6 +138,14 @@ def run_cmd(
             "(docs/cluster.md).",
         ),
     ] = None,
+    on_hosts: Annotated[
+        str | None,
+        typer.Option(
+            "--on-hosts",
+            help="Test the compositions on the cluster's task hosts at HOST:PORT, integrate "
+            "here (what an integrator's queue run does; docs/cluster.md).",
+        ),
+    ] = None,
 ) -> None:
     """Integrate the queued candidates (resumes a queue whose runner died).
 
@@ -147,8 +155,21 @@ def run_cmd(
 
     ctx = SupRepo.discover()
     if cluster is not None:
-        _run_on_cluster(ctx, cluster, into, json_out=json_out, quiet=quiet)
+        knobs = {"batch": batch, "retries": retries, "slots": slots}
+        _run_on_cluster(ctx, cluster, into, knobs, json_out=json_out, quiet=quiet)
         return
+    hosts = None
+    if on_hosts is not None and detach:
+        from gitsup.errors import GitsupError
+
+        raise GitsupError("--on-hosts runs in the foreground (the integrator's run): no --detach")
+    if on_hosts is not None:
+        from gitsup.cluster.settings import require_sdk
+
+        require_sdk()
+        from gitsup.cluster.checks import host_slots
+
+        hosts = host_slots(ctx, on_hosts)
     if detach:
         pid, log = detach_run(ctx, into, batch, retries, slots)
         if json_out:
@@ -163,6 +184,7 @@ def run_cmd(
         retries=retries,
         slots=slots,
         on_progress=None if quiet else progress,
+        hosts=hosts,
     )
     if json_out:
         emit_json([r.as_dict() for r in results])
@@ -185,7 +207,13 @@ def run_cmd(
 
 
 def _run_on_cluster(
-    ctx: Any, address: str, into: str | None, *, json_out: bool, quiet: bool
+    ctx: Any,
+    address: str,
+    into: str | None,
+    knobs: dict[str, int | None],
+    *,
+    json_out: bool,
+    quiet: bool,
 ) -> None:
     from gitsup.cluster.settings import require_sdk
 
@@ -194,7 +222,7 @@ def _run_on_cluster(
     from gitsup.cluster.settings import load
 
     results = run_on_cluster(
-        ctx, load(ctx.repo, address), into, on_progress=None if quiet else progress
+        ctx, load(ctx.repo, address), into, knobs, on_progress=None if quiet else progress
     )
     sent_back = False
     for res in results:

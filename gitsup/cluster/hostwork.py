@@ -440,11 +440,28 @@ async def _serve(
                 client,
                 task_queue=integrator_queue(settings.queue),
                 workflows=[QueueWorkflow],
-                activities=[Integrator(ctx, name).integrate],
+                activities=[Integrator(ctx, name, settings.address).integrate],
                 max_concurrent_activities=1,
                 identity=f"{name} (integrator)",
             )
             await stack.enter_async_context(integrations)
+        else:
+            # the queue's composition checks: task hosts only (the integrator runs no
+            # candidate code), up to `slots` at once (gitsup/cluster/checks.py)
+            from gitsup.cluster.checks import CompositionChecks
+            from gitsup.cluster.workflow import CheckWorkflow, checks_queue
+
+            checking = Worker(
+                client,
+                task_queue=checks_queue(settings.queue),
+                workflows=[CheckWorkflow],
+                activities=[CompositionChecks(ctx.repo.main_workdir, name).check],
+                max_concurrent_activities=slots,
+                identity=f"{name} (checks)",
+                max_heartbeat_throttle_interval=timedelta(seconds=1),
+                default_heartbeat_throttle_interval=timedelta(seconds=1),
+            )
+            await stack.enter_async_context(checking)
         if on_ready is not None:
             on_ready()
         await stop.wait()

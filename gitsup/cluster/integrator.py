@@ -41,9 +41,10 @@ def queue_workflow_id(settings: ClusterSettings, branch: str) -> str:
 class Integrator:
     """The integration activity of one integrator: `clone` is its clone."""
 
-    def __init__(self, ctx: SupRepo, name: str) -> None:
+    def __init__(self, ctx: SupRepo, name: str, address: str) -> None:
         self.clone = ctx.repo.main_workdir
         self.name = name
+        self.address = address  # the cluster whose task hosts test the compositions
 
     @activity.defn(name=INTEGRATE_ACTIVITY)
     async def integrate(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -78,7 +79,8 @@ class Integrator:
                 add(ctx, [task], branch, allow_policy_change=bool(entry.get("policy_change")))
             except QueueError as exc:
                 skipped[task] = exc.message
-        result = _run_queue(ctx, branch) if q.read()[0].queued() else {}
+        knobs = {k: job.get(k) for k in ("batch", "retries", "slots")}
+        result = _run_queue(ctx, branch, self.address, knobs) if q.read()[0].queued() else {}
         tip = ctx.repo.ref_target(q.target_ref)
         assert tip is not None
         # the protected branch, then the notes that say integrated (signed merges only: the
@@ -105,17 +107,24 @@ class Integrator:
         }
 
 
-def _run_queue(ctx: SupRepo, branch: str) -> dict[str, Any]:
-    """`git sup queue run --into BRANCH` in this clone, as its own process (the same runner
-    as on one machine; whatever its checks do cannot take the integrator's worker down)."""
+def _run_queue(ctx: SupRepo, branch: str, address: str, knobs: dict[str, Any]) -> dict[str, Any]:
+    """`git sup queue run --into BRANCH --on-hosts ADDRESS` in this clone, as its own process
+    (the same runner as on one machine, deciding, signing and moving the branch here; the
+    compositions' checks run on the task hosts, gitsup/cluster/checks.py)."""
     import json
 
     from gitsup.host import proc
 
-    argv = proc.gitsup_python("gitsup", "queue", "run", "--into", branch, "--json", "--quiet")
-    res = proc.run(argv, cwd=ctx.repo.main_workdir, merge_stderr=False, max_output=1 << 22)
+    argv = proc.gitsup_python(
+        "gitsup", "queue", "run", "--into", branch, "--json", "--quiet", "--on-hosts", address
+    )
+    for knob, value in knobs.items():
+        if value is not None:
+            argv += [f"--{knob}", str(int(value))]
+    # stderr too: a run that fails says why there (`--quiet`: nothing else goes there)
+    res = proc.run(argv, cwd=ctx.repo.main_workdir, max_output=1 << 22)
     try:
-        runs = json.loads(res.output)
+        runs = json.JSONDecoder().raw_decode(res.output[res.output.index("[") :])[0]
         out: dict[str, Any] = runs[0]
     except (ValueError, IndexError, KeyError, TypeError):
         raise GitsupError(
@@ -158,6 +167,7 @@ def run_on_cluster(
     ctx: SupRepo,
     settings: ClusterSettings,
     into: str | None,
+    knobs: dict[str, int | None] | None = None,
     *,
     wait: float = 3600.0,
     on_progress: Callable[[str], None] | None = None,
@@ -180,6 +190,8 @@ def run_on_cluster(
         job = {
             "into": branch,
             "tasks": [{"task": e.task, "policy_change": bool(e.policy_change)} for e in queued],
+            # `--batch`, `--retries`, `--slots` of the integrator's queue run (None: its config)
+            **(knobs or {}),
         }
         res = asyncio.run(_run(settings, queue_workflow_id(settings, branch), job, wait, say))
         _record(ctx, remote, q, res)
@@ -220,7 +232,9 @@ async def _run(
     try:
         result: dict[str, Any] = await asyncio.wait_for(handle.result(), timeout=wait)
     except WorkflowFailureError as exc:
-        cause = exc.cause
+        cause: object = exc.cause
+        while getattr(cause, "cause", None) is not None:  # the integrator's own words
+            cause = getattr(cause, "cause", None)
         raise GitsupError(
             f"the queue into {job['into']} failed on the cluster: {getattr(cause, 'message', cause)}",
             exit_code=Exit.INTERNAL,

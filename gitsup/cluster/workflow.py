@@ -169,3 +169,38 @@ class QueueWorkflow:
             ),
         )
         return result
+
+
+CHECK_WORKFLOW = "gitsup-queue-check"
+CHECK_ACTIVITY = "gitsup-check-composition"
+
+
+def checks_queue(queue: str) -> str:
+    """The task queue only task hosts poll for the queue's composition checks: an integrator
+    (`git sup host run --integrator`) never runs candidate code."""
+    return f"{queue}.checks"
+
+
+@workflow.defn(name=CHECK_WORKFLOW)
+class CheckWorkflow:
+    """The checks of one composition, as one activity on a task host (gitsup/cluster/checks.py).
+    Its id names the work (the composed tree, the environment, the checks), so a composition
+    asked for twice is tested once. Input: {"base", "candidates", "tree", "checks", "heartbeat",
+    "attempts", ...}. A host that goes silent (heartbeat timeout) loses the activity to
+    another host; a refusal (GitsupError) is not retried."""
+
+    @workflow.run
+    async def run(self, job: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await workflow.execute_activity(
+            CHECK_ACTIVITY,
+            job,
+            start_to_close_timeout=RUN_LIMIT,
+            heartbeat_timeout=timedelta(seconds=float(job["heartbeat"])),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                maximum_interval=timedelta(seconds=10),
+                maximum_attempts=int(job.get("attempts", 5)),
+                non_retryable_error_types=["GitsupError"],
+            ),
+        )
+        return result

@@ -60,6 +60,7 @@ from gitsup.store.record import CandidateNote
 from gitsup.store.suprepo import SupRepo
 from gitsup.tasks.queue_checks import (
     DEFAULT_RETRIES,
+    CheckSlots,
     CompositionTester,
     RunResult,
     _Step,
@@ -98,6 +99,7 @@ class Runner:
         retries: int = DEFAULT_RETRIES,
         slots: int = DEFAULT_SLOTS,
         on_progress: Callable[[str], None] | None = None,
+        hosts: Callable[[str, int], CheckSlots] | None = None,
     ) -> None:
         self.ctx = ctx
         self.repo = ctx.repo
@@ -106,8 +108,16 @@ class Runner:
         self.slots = max(1, slots)
         self.say = on_progress or (lambda _m: None)
         self.res = RunResult(into=self.q.branch, slots=self.slots)
+        # `hosts`: where the checks run instead of here (the cluster's task hosts)
+        self.hosts = hosts(self.q.branch, self.slots) if hosts is not None else None
         self.checks = CompositionTester(
-            ctx, self.q, self.res, retries=max(0, retries), slots=self.slots, say=self.say
+            ctx,
+            self.q,
+            self.res,
+            retries=max(0, retries),
+            slots=self.slots,
+            say=self.say,
+            hosts=self.hosts,
         )
         self._repairs: list[tuple[Entry, str, str, dict[str, Any]]] = []
 
@@ -661,6 +671,7 @@ def run(
     retries: int | None = None,
     slots: int | None = None,
     on_progress: Callable[[str], None] | None = None,
+    hosts: Callable[[str, int], CheckSlots] | None = None,
 ) -> list[RunResult]:
     branches = [_branch(into)] if into else queue_branches(ctx)
     if not branches:
@@ -671,7 +682,9 @@ def run(
     if n < 1:
         raise QueueError(f"--slots must be a number >= 1, not {n}")
     return [
-        Runner(ctx, b, batch=size, retries=again, slots=n, on_progress=on_progress).run()
+        Runner(
+            ctx, b, batch=size, retries=again, slots=n, on_progress=on_progress, hosts=hosts
+        ).run()
         for b in branches
     ]
 

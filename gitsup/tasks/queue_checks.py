@@ -9,7 +9,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gitsup.environment.recipe import ENVIRONMENT_FILE
 from gitsup.errors import Exit, GitsupError
@@ -29,6 +29,9 @@ from gitsup.verification.confined import (
 )
 
 DEFAULT_RETRIES = 1  # `git config sup.queue.retries`, `queue run --retries`
+
+if TYPE_CHECKING:
+    import concurrent.futures as cf
 
 
 @dataclass
@@ -106,6 +109,16 @@ class Tested:
     setup_report: dict[str, Any] = field(default_factory=dict)
 
 
+class CheckSlots(Protocol):
+    """Where the compositions' checks run when not on this machine (the cluster's task
+    hosts, gitsup/cluster/checks.py): `submit` (from the runner's thread only) returns a
+    future of the composition's `Tested`, for exactly the tree the composition names."""
+
+    def submit(self, comp: Composition) -> cf.Future[Tested]: ...
+
+    def close(self) -> None: ...
+
+
 def run_composition(
     box: ConfinedChecks,
     comp: Composition,
@@ -180,6 +193,7 @@ class CompositionTester:
         retries: int,
         slots: int,
         say: Callable[[str], None],
+        hosts: CheckSlots | None = None,
     ) -> None:
         self.ctx = ctx
         self.repo = ctx.repo
@@ -188,6 +202,8 @@ class CompositionTester:
         self.retries = retries  # fresh runs of a failing check before it counts as failed
         self.slots = slots  # compositions under test at once (gitsup/tasks/queue_slots.py)
         self.say = say
+        # the slots elsewhere (the cluster's task hosts), else None: here, confined
+        self.hosts = hosts
         self._box: ConfinedChecks | None = None
         self._recipe_setup: tuple[Setup | None] | None = None
         # per tree: the checks that failed, then passed in a fresh run (from this run or the memo)
@@ -273,11 +289,14 @@ class CompositionTester:
         self.say(
             f"testing {k} candidate(s) on {comp.tree[:12]}: {', '.join(c.name for c in comp.todo)}"
         )
-        if self._box is None:
-            self._box = self.new_box("")
         self.publish([(1, comp)], [st.entry.task for st in steps])
         t0 = time.monotonic()
-        tested = run_composition(self._box, comp, setup=self.setup(), say=self.say)
+        if self.hosts is not None:
+            tested = self.hosts.submit(comp).result()
+        else:
+            if self._box is None:
+                self._box = self.new_box("")
+            tested = run_composition(self._box, comp, setup=self.setup(), say=self.say)
         self.res.waited_seconds += time.monotonic() - t0
         return self.record(comp, tested)
 
@@ -399,6 +418,8 @@ class CompositionTester:
         return self._recipe_setup[0]
 
     def close(self) -> None:
+        if self.hosts is not None:
+            self.hosts.close()
         if self._box is not None:
             self._box.close()
 

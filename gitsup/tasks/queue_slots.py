@@ -40,7 +40,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gitsup.ids import Oid
-from gitsup.tasks.queue_checks import Composition, Tested, _Step
+from gitsup.tasks.queue_checks import CheckSlots, Composition, Tested, _Step
 from gitsup.tasks.queue_state import Entry, QueueError, write_runner_status
 from gitsup.verification.confined import ConfinedChecks, Confinement
 
@@ -122,8 +122,8 @@ class Speculation:
 
         self.r = runner
         self.n = slots
-        setup = runner.checks.setup()
-        self.slots = Slots(
+        setup = runner.checks.setup() if runner.hosts is None else None
+        self.slots: Slots | CheckSlots = runner.hosts or Slots(
             slots,
             lambda i: runner.checks.new_box(f"s{i}-"),
             lambda box, comp: run_composition(box, comp, setup=setup, say=runner.say),
