@@ -489,6 +489,33 @@ def serve(
     )
 
 
+def on_stop_signals(
+    loop: asyncio.AbstractEventLoop, handler: Callable[[], None]
+) -> Callable[[], None]:
+    """Call `handler` in `loop` at each SIGTERM or SIGINT this process receives; returns
+    what puts the previous handlers back. Not `loop.add_signal_handler`: that makes the
+    signal module write each signal's number to the loop's wakeup socket, and a child forked
+    without exec (pyroute2 forks this process for its network namespace calls, then stops
+    the child with SIGTERM) inherits both the handler and the socket: its SIGTERM would
+    reach this loop as this process's own, and stop the host. Here a signal caught in such a
+    child does nothing there, and nothing here."""
+    import os
+
+    me = os.getpid()
+
+    def caught(signum: int, frame: object) -> None:
+        if os.getpid() == me:  # not in a fork of this process
+            loop.call_soon_threadsafe(handler)
+
+    previous = {sig: signal.signal(sig, caught) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
+
+
 async def _serve(
     ctx: SupRepo,
     settings: ClusterSettings,
@@ -510,8 +537,7 @@ async def _serve(
             force.set()  # a second signal: no more waiting for the hand-over
         stop.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, signalled)
+    restore = on_stop_signals(loop, signalled)
     worker = Worker(
         client,
         task_queue=settings.queue,
@@ -525,6 +551,7 @@ async def _serve(
     )
     extra: list[Worker] = []
     async with contextlib.AsyncExitStack() as stack:
+        stack.callback(restore)
         await stack.enter_async_context(worker)
         if integrator:
             from gitsup.cluster.integrator import Integrator
@@ -542,7 +569,9 @@ async def _serve(
             extra.append(integrations)
         if on_ready is not None:
             on_ready()
-        await stop.wait()
+        while not stop.is_set():  # a signal's handler runs when the main thread wakes
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
         # the workers' shutdown cancels the running activities: each hands its task over
         workers = [worker, *extra]
         shutdown: asyncio.Future[Any] = asyncio.ensure_future(

@@ -202,3 +202,48 @@ def test_the_submitter_s_branch_follows_the_integrations_like_pull_ff_only(repo:
     git(repo, "checkout", "-q", "--detach")
     git(repo, "branch", "-f", "main", ours)
     assert follow() == "moved" and git(repo, "rev-parse", "main") == tip
+
+
+# A host's signal handling with what forks it: pyroute2 (the network namespace calls) forks
+# the process without exec and stops the child with SIGTERM.
+FORKED_CHILD_STOPPED = """
+import asyncio, os, signal, sys, time
+from pyroute2.process import ChildProcess
+from gitsup.cluster.hostwork import on_stop_signals
+
+def slow():
+    time.sleep(1.0)
+    return b""
+
+async def main():
+    stop = asyncio.Event()
+    on_stop_signals(asyncio.get_running_loop(), stop.set)
+    def in_thread():
+        child = ChildProcess(target=slow, args=[])
+        child.run()
+        time.sleep(0.2)
+        child.stop()  # SIGTERM to the child, alive
+    await asyncio.to_thread(in_thread)
+    await asyncio.sleep(1.0)
+    print("after the child:", "stopped" if stop.is_set() else "serving", flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)  # now this process itself
+    await asyncio.wait_for(stop.wait(), 60)
+    print("after its own SIGTERM: stopped", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_forked_child_s_sigterm_does_not_stop_the_host() -> None:
+    import subprocess
+
+    from tests.conftest import PYTHON
+
+    res = subprocess.run(
+        [PYTHON, "-c", FORKED_CHILD_STOPPED], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [
+        "after the child: serving",
+        "after its own SIGTERM: stopped",
+    ], (res.stdout, res.stderr)
