@@ -73,9 +73,19 @@ def host_run_cmd(
             "signing key; task hosts never get them).",
         ),
     ] = False,
+    drain_timeout: Annotated[
+        float,
+        typer.Option(
+            "--drain-timeout",
+            min=0.0,
+            help="Seconds a stopped host may take to hand its tasks over (default 60); "
+            "a second SIGTERM or Ctrl-C also ends the wait.",
+        ),
+    ] = 60.0,
 ) -> None:
     """Serve this repository's cluster tasks from this clone until stopped (SIGTERM, Ctrl-C:
-    running tasks are stopped, their work kept, and the cluster moves them)."""
+    running tasks are handed over: stopped here, their state published, and another host
+    continues them)."""
     from gitsup.cluster.settings import require_sdk
 
     require_sdk()
@@ -95,7 +105,23 @@ def host_run_cmd(
         if integrator:
             progress(f"host {host} integrates for queue {settings.queue}")
 
-    serve(ctx, settings, name=host, slots=slots, integrator=integrator, on_ready=ready)
+    def abandoned(why: str) -> None:
+        import os
+
+        progress(why)
+        sys.stderr.flush()
+        os._exit(1)  # the hand-overs still running are not waited for
+
+    serve(
+        ctx,
+        settings,
+        name=host,
+        slots=slots,
+        integrator=integrator,
+        drain=drain_timeout,
+        on_ready=ready,
+        on_abandon=abandoned,
+    )
 
 
 # --- a cluster task, from the clone that submitted it (`show`, `wait`, `stop`) -------------

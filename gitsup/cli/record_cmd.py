@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -10,6 +11,7 @@ from gitsup.cli.main import app
 from gitsup.cli.options import JsonOpt
 from gitsup.cli.output import emit_json, out
 from gitsup.cli.task_render import ProgressRenderer, print_summary
+from gitsup.errors import GitsupError
 
 IdArg = Annotated[str, typer.Argument(help="The task's id (it may live in another clone).")]
 RemoteOpt = Annotated[
@@ -74,18 +76,38 @@ def adopt_remote_cmd(
         ),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    spec_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--spec",
+            help="The task's spec as submitted (JSON): the published one must be the same.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Continue here a task another clone ran and published, whose host is gone: from its
     last published wip (else its candidate, else its baseline), with a new worker told it
     takes over; supervised in the foreground until it ends."""
     from gitsup.cluster.record import adopt
+    from gitsup.spec import TaskSpec
     from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.lifecycle import show_dict, status_exit
 
+    spec = None
+    if spec_file is not None:
+        try:
+            spec = TaskSpec.model_validate_json(spec_file.read_bytes())
+        except (OSError, ValueError) as exc:
+            why = (str(exc).splitlines() or ["?"])[0]
+            raise GitsupError(f"--spec {spec_file}: not a task spec: {why}") from None
     ctx = SupRepo.discover()
     record = adopt(
-        ctx, task, host=host, remote=remote, on_event=None if quiet else ProgressRenderer()
+        ctx,
+        task,
+        host=host,
+        remote=remote,
+        on_event=None if quiet else ProgressRenderer(),
+        spec=spec,
     )
     if json_out:
         emit_json(show_dict(ctx, record))

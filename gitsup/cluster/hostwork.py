@@ -28,7 +28,7 @@ from gitsup.cluster.client import connect
 from gitsup.cluster.control import POLL_INTERVAL
 from gitsup.cluster.settings import ClusterSettings
 from gitsup.cluster.workflow import ACTIVITY, TaskWorkflow
-from gitsup.errors import GitsupError
+from gitsup.errors import Exit, GitsupError
 from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_refs
 from gitsup.state import TERMINAL
@@ -38,6 +38,8 @@ from gitsup.tasks.lifecycle import status_exit
 
 # how long an ended task's supervisor may take to publish it before the result goes out
 LAST_PUBLICATION = 300.0
+# how long a host that is stopped may take to hand its tasks over (`--drain-timeout`)
+DRAIN = 60.0
 
 
 def review_remote(ctx: SupRepo) -> str:
@@ -191,6 +193,9 @@ class HostWork:
         the task on; when none has within a grace, the cluster gave it to another host, and
         this host stops its copy."""
         details = activity.cancellation_details()
+        if details is not None and details.worker_shutdown and not details.cancel_requested:
+            # this host is shutting down: another host continues the task
+            return await self._hand_over(task)
         if details is None or not (details.cancel_requested or details.worker_shutdown):
             # timed out, or no longer known to the server (it timed the attempt out)
             timeout = activity.info().heartbeat_timeout
@@ -206,6 +211,97 @@ class HostWork:
             activity.heartbeat({"host": self.name, "state": record.state.value})
             await asyncio.sleep(0.1)
         return result_of(record)
+
+    async def _hand_over(self, task: TaskId) -> dict[str, Any]:
+        """This host shuts down (SIGTERM, Ctrl-C): the task's supervisor and worker here are
+        stopped, its state saved in the wip and published, and the activity fails so that
+        Temporal runs it again on another host, which continues the task from that wip
+        (`host_changed` there). A task that ended meanwhile returns its result."""
+        job = asyncio.ensure_future(asyncio.to_thread(self._release, task))
+        while not job.done():
+            with contextlib.suppress(Exception):
+                activity.heartbeat({"host": self.name, "state": "handing over"})
+            await asyncio.wait([job], timeout=0.25)
+        record, error = job.result()
+        if record.state in TERMINAL:
+            return result_of(record)
+        saved = f"its state published as {record.wip}" if error is None else error
+        # retryable: the next attempt goes to a host that still serves the queue
+        raise ApplicationError(
+            f"host {self.name} shut down and handed task {task} over ({saved})",
+            type="HandedOver",
+        )
+
+    def _release(self, task: TaskId) -> tuple[TaskRecord, str | None]:
+        """Stop the task's supervisor and worker here, leaving the task live (as a
+        supervisor that died would, but with nothing left running), save the worktree in
+        the wip, record `handed_over` and publish the task. Returns the record and, when
+        the publication failed, why (the state saved here is then not on the remote)."""
+        from gitsup.cluster.record import publish
+        from gitsup.store import eventtypes as et
+        from gitsup.store.taskgit import ImportLimits
+        from gitsup.supervision.journal import task_log
+        from gitsup.supervision.publisher import snapshot_wip
+        from gitsup.supervision.recovery import release_dead
+
+        ctx = self._ctx()
+        record = ctx.store.load(task)
+        if record.state in TERMINAL:
+            return record, None
+        killed = _kill_supervisor(record)
+        record = ctx.store.load(task)
+        if record.state in TERMINAL:
+            return record, None  # it ended before it was stopped
+        proof = release_dead(ctx, record)
+        killed += [p for p in proof.killed if p not in killed]
+        repo, layout = ctx.repo, ctx.layout
+        spec = ctx.store.load_spec(task)
+        error: str | None = None
+        try:
+            snapshot_wip(repo, layout, record, ImportLimits.resolve(repo, spec.limits.model_dump()))
+        except Exception as exc:  # the wip published last stays the task's state
+            error = f"its worktree could not be saved: {exc}"
+        wip = repo.ref_target(task_refs(task)["wip"])
+        head = repo.branch_target(record.branch) or Oid(record.baseline)
+        reason = f"host {self.name} shut down"
+        if not proof.gone:
+            reason += f"; its worker is not provably gone ({proof.how})"
+        record.wip = wip or record.wip
+        record.reasons.append(f"handed over: {reason}")
+        ctx.store.save(record)
+        with task_log(layout, task, spec) as log:
+            log.append(
+                et.HandedOver(host=self.name, reason=reason, wip=wip, head=head, killed=killed)
+            )
+        last: GitsupError | None = None
+        for _ in range(3):  # a push that lost a race with the notes is tried again
+            try:
+                publish(ctx, task)
+                return record, error
+            except GitsupError as exc:
+                last = exc
+        return record, f"its publication failed: {last.message if last else '?'}"
+
+    def abandon(self) -> int:
+        """The hand-over took too long (or a second signal came): kill the supervisors and
+        workers of the tasks this host still runs, leaving each live for the cluster to
+        move once its heartbeats stop. Returns how many."""
+        from gitsup.supervision.recovery import release_dead
+
+        ctx = self._ctx()
+        left = 0
+        for name, n in list(self._live.items()):
+            task = TaskId(name)
+            if n <= 0 or not ctx.store.exists(task):
+                continue
+            record = ctx.store.load(task)
+            if record.state in TERMINAL:
+                continue
+            _kill_supervisor(record)
+            with contextlib.suppress(Exception):
+                release_dead(ctx, ctx.store.load(task))
+            left += 1
+        return left
 
     async def _stop_if_unfollowed(self, task: TaskId, grace: float) -> None:
         await asyncio.sleep(grace)
@@ -225,7 +321,7 @@ class HostWork:
             record = ctx.store.load(task)
             if record.state in TERMINAL or not _dead(record):
                 return  # it ended, or its supervisor runs here: follow it
-            self._adopt(ctx, task)  # it ran here and its supervisor died: continue it
+            self._adopt(ctx, task, job)  # it ran here and its supervisor died: continue it
             return
         repo = ctx.repo
         try:
@@ -235,7 +331,7 @@ class HostWork:
         except transport.TransportError as exc:  # the remote is away: try again
             raise ApplicationError(f"cannot read {task} on {remote}: {exc.message}") from None
         if published is not None:
-            self._adopt(ctx, task)  # another host ran it and is gone: continue its work
+            self._adopt(ctx, task, job)  # another host ran it and is gone: continue its work
             return
         # nothing published: a new task (or one whose host died before its first turn
         # ended), started from its baseline
@@ -262,18 +358,27 @@ class HostWork:
             host=self.name,
         )
 
-    def _adopt(self, ctx: SupRepo, task: TaskId) -> None:
+    def _adopt(self, ctx: SupRepo, task: TaskId, job: dict[str, Any]) -> None:
         """`git sup adopt-remote` in the background (its own session, as a detached task's
-        supervisor): it continues the task here from what was published, and supervises it.
-        Returns once it supervises the task (or the task ended)."""
+        supervisor): it continues the task here from what was published, and supervises it,
+        with the spec the workflow holds (the submitter's: a published spec that differs is
+        refused, and the task ends failed). Returns once it supervises the task (or the task
+        ended)."""
+        import os
         import time
 
         from gitsup.host.proc import gitsup_python, spawn_detached
         from gitsup.host.procid import ProcessId
+        from gitsup.spec import TaskSpec
 
         log = ctx.layout.root / "cluster" / f"{task}.adopt.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        argv = gitsup_python("gitsup", "adopt-remote", task, "--host", self.name, "--quiet")
+        spec = TaskSpec.model_validate({**job["spec"], "base": str(job["baseline"])})
+        spec_file = ctx.layout.root / "cluster" / f"{task}.spec.json"
+        spec_file.write_text(spec.model_dump_json(indent=1), encoding="utf-8")
+        argv = gitsup_python(
+            "gitsup", "adopt-remote", task, "--host", self.name, "--quiet", "--spec", str(spec_file)
+        )
         pid = spawn_detached(argv, cwd=ctx.repo.main_workdir, log=log)
         try:
             me: ProcessId | None = ProcessId.of(pid)
@@ -285,9 +390,18 @@ class HostWork:
                 if record.state in TERMINAL or record.supervisor is not None:
                     return
             if me is None or not me.alive():
+                try:
+                    _, status = os.waitpid(pid, 0)
+                    code = os.waitstatus_to_exitcode(status)
+                except ChildProcessError:
+                    code = None
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+                # bad input (a forged record, a spec that is not the submitted one) is bad
+                # on every host: no retry
                 raise ApplicationError(
-                    f"could not continue {task} on {self.name}: {' / '.join(tail)}"
+                    f"could not continue {task} on {self.name}: {' / '.join(tail)}",
+                    type="GitsupError" if code == Exit.BAD_INPUT else None,
+                    non_retryable=code == Exit.BAD_INPUT,
                 )
             time.sleep(0.1)
 
@@ -325,6 +439,37 @@ class _Asks:
             self._size = size
             self._last = pending(self._ctx, record)
         return self._last
+
+
+def _kill_supervisor(record: TaskRecord) -> list[int]:
+    """SIGKILL the task's supervisor and every process under it (its checks, its
+    decider), stopped first so that none of them acts on the others' end. Returns the
+    pids killed."""
+    import os
+
+    import psutil
+
+    from gitsup.host.procid import ProcessId
+
+    owner = ProcessId.from_dict(record.supervisor)
+    if owner is None or not owner.alive():
+        return []
+    try:
+        top = psutil.Process(owner.pid)
+        top.suspend()
+        procs = [top, *top.children(recursive=True)]
+    except psutil.Error:
+        return []
+    killed = []
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+            killed.append(p.pid)
+    psutil.wait_procs(procs, timeout=10)
+    # ours (the supervisor this host started): collect it
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(owner.pid, os.WNOHANG)
+    return killed
 
 
 def _supervised(record: TaskRecord) -> bool:
@@ -378,11 +523,17 @@ def serve(
     name: str,
     slots: int,
     integrator: bool = False,
+    drain: float = DRAIN,
     on_ready: Callable[[], None] | None = None,
+    on_abandon: Callable[[str], None] | None = None,
 ) -> None:
     """Serve the repository's task queue until SIGTERM or Ctrl-C; running tasks are then
-        stopped (their work saved). A host publishes every task it runs to the review remote (at
-        every turn's end and at the end: `sup.cluster.publish`, set here when unset). An
+    handed over to other hosts (`HostWork._hand_over`: stopped here, their state published,
+    the activity failed for Temporal to run again elsewhere). The hand-over is bounded by
+    `drain` seconds and by a second signal: what is still running then is killed here (as
+    on a host that died: the cluster moves it after the heartbeat timeout) and
+    `on_abandon` is told. A host publishes every task it runs to the review remote (at
+    every turn's end and at the end: `sup.cluster.publish`, set here when unset). An
     `integrator` (the clone whose user holds the signing key) also serves the queue's
     integrations (`gitsup/cluster/integrator.py`)."""
     from gitsup.supervision.publisher import PUBLISH_KEY, publish_enabled
@@ -399,9 +550,48 @@ def serve(
         from gitsup.integration.integrate import integration_signing
 
         integration_signing(ctx.repo)  # no key here: refused before serving
+        from gitsup.cluster.integrator import require_trust_roots
+
+        require_trust_roots(ctx.repo)  # nor without the repository's trust roots
     asyncio.run(
-        _serve(ctx, settings, name=name, slots=slots, integrator=integrator, on_ready=on_ready)
+        _serve(
+            ctx,
+            settings,
+            name=name,
+            slots=slots,
+            integrator=integrator,
+            drain=drain,
+            on_ready=on_ready,
+            on_abandon=on_abandon,
+        )
     )
+
+
+def on_stop_signals(
+    loop: asyncio.AbstractEventLoop, handler: Callable[[], None]
+) -> Callable[[], None]:
+    """Call `handler` in `loop` at each SIGTERM or SIGINT this process receives; returns
+    what puts the previous handlers back. Not `loop.add_signal_handler`: that makes the
+    signal module write each signal's number to the loop's wakeup socket, and a child forked
+    without exec (pyroute2 forks this process for its network namespace calls, then stops
+    the child with SIGTERM) inherits both the handler and the socket: its SIGTERM would
+    reach this loop as this process's own, and stop the host. Here a signal caught in such a
+    child does nothing there, and nothing here."""
+    import os
+
+    me = os.getpid()
+
+    def caught(signum: int, frame: object) -> None:
+        if os.getpid() == me:  # not in a fork of this process
+            loop.call_soon_threadsafe(handler)
+
+    previous = {sig: signal.signal(sig, caught) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
 
 
 async def _serve(
@@ -411,14 +601,21 @@ async def _serve(
     name: str,
     slots: int,
     integrator: bool,
+    drain: float,
     on_ready: Callable[[], None] | None,
+    on_abandon: Callable[[str], None] | None,
 ) -> None:
     client = await connect(settings, identity=name)
     work = HostWork(ctx.repo.main_workdir, name)
-    stop = asyncio.Event()
+    stop, force = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+
+    def signalled() -> None:
+        if stop.is_set():
+            force.set()  # a second signal: no more waiting for the hand-over
+        stop.set()
+
+    restore = on_stop_signals(loop, signalled)
     worker = Worker(
         client,
         task_queue=settings.queue,
@@ -430,7 +627,9 @@ async def _serve(
         max_heartbeat_throttle_interval=timedelta(seconds=1),
         default_heartbeat_throttle_interval=timedelta(seconds=1),
     )
+    extra: list[Worker] = []
     async with contextlib.AsyncExitStack() as stack:
+        stack.callback(restore)
         await stack.enter_async_context(worker)
         if integrator:
             from gitsup.cluster.integrator import Integrator
@@ -445,6 +644,7 @@ async def _serve(
                 identity=f"{name} (integrator)",
             )
             await stack.enter_async_context(integrations)
+            extra.append(integrations)
         else:
             # the queue's composition checks: task hosts only (the integrator runs no
             # candidate code), up to `slots` at once (gitsup/cluster/checks.py)
@@ -462,6 +662,26 @@ async def _serve(
                 default_heartbeat_throttle_interval=timedelta(seconds=1),
             )
             await stack.enter_async_context(checking)
+            extra.append(checking)
         if on_ready is not None:
             on_ready()
-        await stop.wait()
+        while not stop.is_set():  # a signal's handler runs when the main thread wakes
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+        # the workers' shutdown cancels the running activities: each hands its task over
+        workers = [worker, *extra]
+        shutdown: asyncio.Future[Any] = asyncio.ensure_future(
+            asyncio.gather(*(w.shutdown() for w in workers))
+        )
+        forced: asyncio.Future[Any] = asyncio.ensure_future(force.wait())
+        await asyncio.wait([shutdown, forced], timeout=drain, return_when=asyncio.FIRST_COMPLETED)
+        forced.cancel()
+        if not shutdown.done():
+            # bounded: what is left is ended here as a host that died would leave it, and
+            # the caller ends this process (the hand-overs still running cannot be awaited)
+            left = await asyncio.to_thread(work.abandon)
+            if on_abandon is not None:
+                on_abandon(
+                    f"host {name} stopped before handing over {left} task(s): they move to "
+                    "another host after the heartbeat timeout"
+                )

@@ -17,6 +17,7 @@ integrations. The submitter then fetches the branch and records each outcome in 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +37,24 @@ from gitsup.supervision.publisher import review_remote
 
 def queue_workflow_id(settings: ClusterSettings, branch: str) -> str:
     return f"gitsup-queue:{settings.queue}:{branch}"
+
+
+def require_trust_roots(repo: Any) -> list[str]:
+    """The repository's trust roots in the integrator's clone (`sup.trustRoot`): a target's
+    history is verified from them before anything is signed on it. They are the
+    integrator's own configuration, as its key is (never what a task, a host or a
+    submitter sends): without them the integrator refuses to serve or to integrate
+    (GitsupError, bad input) rather than trust whatever the branch holds."""
+    roots = [r.strip() for r in repo.config_get_all("sup.trustRoot") if r.strip()]
+    if not roots:
+        raise GitsupError(
+            "an integrator verifies the target's history from the repository's trust roots, "
+            "and this clone has none (sup.trustRoot)",
+            hint="copy them from the maintainer's clone or the review remote's gate: "
+            "`git config --add sup.trustRoot <commit>` for each of "
+            "`git config --get-all sup.trustRoot` there",
+        )
+    return roots
 
 
 class Integrator:
@@ -63,6 +82,7 @@ class Integrator:
         from gitsup.tasks.queue_state import Queue, QueueError, add
 
         ctx = SupRepo.discover(self.clone)
+        require_trust_roots(ctx.repo)  # before anything here could record the tips as roots
         remote = review_remote(ctx.repo)
         branch = str(job["into"])
         q = Queue(ctx, branch)
@@ -194,11 +214,58 @@ def run_on_cluster(
             **(knobs or {}),
         }
         res = asyncio.run(_run(settings, queue_workflow_id(settings, branch), job, wait, say))
-        _record(ctx, remote, q, res)
+        _record(ctx, remote, q, res, say)
         results.append(res)
     if not results:
         raise QueueError("nothing is queued", hint="`git sup queue add ID...` queues candidates")
     return results
+
+
+def _follow(
+    ctx: SupRepo,
+    remote: str,
+    branch: str,
+    ref: str,
+    ours: Oid,
+    tip: Oid,
+    say: Callable[[str], None],
+) -> str:
+    """This clone's branch follows the integrations as `git pull --ff-only` would: moved
+    to `tip` when it is behind it, its checkout (if any) updated when clean (`moved`);
+    otherwise left as it is, and said (`left`)."""
+    from gitsup.git import GitRepo, RefConflict
+
+    repo = ctx.repo
+    message = "gitsup: integrated on the cluster"
+    if not repo.is_ancestor(ours, tip):
+        say(
+            f"{branch} here has commits the review remote's does not: left as it is "
+            f"(the integrations are in refs/remotes/{remote}/{branch})"
+        )
+        return "left"
+    checkout = repo.checked_out_branches().get(branch)
+    if checkout is not None and not GitRepo.open(checkout).is_clean():
+        say(
+            f"{branch} is checked out in {checkout} with uncommitted changes (or untracked "
+            f"files): left at {ours[:12]} (`git merge --ff-only {remote}/{branch}` there "
+            "brings the integrations)"
+        )
+        return "left"
+    try:
+        repo.update_ref(ref, tip, old=ours, message=message)
+    except RefConflict:
+        say(f"{branch} moved here meanwhile: left as it is")
+        return "left"
+    if checkout is None:
+        return "moved"
+    try:
+        GitRepo.open(checkout).advance_checkout(ours, tip)
+    except GitsupError as exc:
+        with contextlib.suppress(RefConflict):
+            repo.update_ref(ref, ours, old=tip, message=f"{message}: undone")
+        say(f"{branch} left at {ours[:12]}: {exc.message}")
+        return "left"
+    return "moved"
 
 
 async def _run(
@@ -242,7 +309,13 @@ async def _run(
     return result
 
 
-def _record(ctx: SupRepo, remote: str, q: Any, res: dict[str, Any]) -> None:
+def _record(
+    ctx: SupRepo,
+    remote: str,
+    q: Any,
+    res: dict[str, Any],
+    say: Callable[[str], None] = lambda _m: None,
+) -> None:
     """This clone's queue says what the integrator did; the branch and notes come here."""
     ref = q.target_ref
     transport.fetch(ctx.repo.main_workdir, remote, [f"+{ref}:refs/remotes/{remote}/{q.branch}"])
@@ -253,10 +326,10 @@ def _record(ctx: SupRepo, remote: str, q: Any, res: dict[str, Any]) -> None:
         ctx.repo.merge_notes(notes)
     ours = ctx.repo.ref_target(ref)
     tip = Oid(str(res["target"]))
-    if ours is not None and ours != tip and ctx.repo.is_ancestor(ours, tip):
-        checkout = ctx.repo.checked_out_branches().get(q.branch)
-        if checkout is None:
-            ctx.repo.update_ref(ref, tip, old=ours, message="gitsup: integrated on the cluster")
+    # how this clone's branch followed: moved, left (said why) or unchanged (or absent)
+    res["local_branch"] = "unchanged"
+    if ours is not None and ours != tip:
+        res["local_branch"] = _follow(ctx, remote, q.branch, ref, ours, tip, say)
     outcomes: dict[str, dict[str, Any]] = res.get("outcomes", {})
     done = {t: o for t, o in outcomes.items() if o.get("status") not in (None, "queued")}
     if not done:

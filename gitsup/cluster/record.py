@@ -238,6 +238,23 @@ def _continue_here(
     )
 
 
+def _same_spec(tid: TaskId, remote: str, published: bytes, spec: TaskSpec) -> None:
+    """The spec published with the task's record is the one it was submitted with: a
+    record rewritten by a host must not change what the task's worker, checks and policy
+    are (GitsupError, bad input: no host may continue it)."""
+    from gitsup.spec import TaskSpec
+
+    try:
+        theirs = TaskSpec.model_validate_json(published).model_dump(mode="json")
+    except ValueError:
+        theirs = None
+    if theirs != spec.model_dump(mode="json"):
+        raise GitsupError(
+            f"the spec of task {tid} published on {remote} is not the one it was submitted "
+            "with: refusing to continue it"
+        )
+
+
 def _reset_ref(repo: GitRepo, ref: str, to: Oid) -> None:
     current = repo.ref_target(ref)
     if current is not None and current != to:
@@ -267,10 +284,11 @@ def adopt(
     4. with `run`, taken over as `git sup recover --takeover` does: a new worker, told
        that it takes over, supervised here until the task ends (returns the final record).
 
-    `spec`: the task's spec as its submitter gave it (an engine holds it), used instead of
-    the one published on the review remote, which any host that publishes could have
-    written. The published record is checked: its id, branch (`sup/<id>`) and baseline
-    (`refs/sup/<id>/baseline`), and the state it continues from descends from the baseline.
+    `spec`: the task's spec as its submitter gave it (an engine holds it): the one
+    published on the review remote, which any host that publishes could have written, must
+    be the same, else the task is not continued (GitsupError). The published record is
+    checked: its id, branch (`sup/<id>`) and baseline (`refs/sup/<id>/baseline`), and the
+    state it continues from descends from the baseline.
 
     A task that lives in this clone (it ran here) is taken over here instead, as
     `git sup recover --takeover` does, unless another host continued it since."""
@@ -297,6 +315,7 @@ def adopt(
         fetched = fetch_task(ctx, tid, remote=name)
         return fetched.record or record
     if spec is not None:
+        _same_spec(tid, name, files["spec.json"], spec)
         files["spec.json"] = spec.model_dump_json(indent=1).encode()
     wref, cref = task_refs(tid)["wip"], task_refs(tid)["candidate"]
     baseline = Oid(record.baseline)

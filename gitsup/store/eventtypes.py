@@ -697,6 +697,21 @@ class HostChanged(Payload):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HandedOver(Payload):
+    """The host running the task was shutting down (SIGTERM) and handed the task over: its
+    supervisor and worker were stopped (`killed`: the pids), its state saved in `wip` (the
+    task branch's `head` and the worktree's files) and published; another host continues
+    it (`host_changed` there). `host`: the host that handed it over."""
+
+    TYPE: ClassVar[str] = "handed_over"
+    host: str
+    reason: str
+    wip: Oid | None
+    head: Oid
+    killed: list[int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PublishFailed(Payload):
     """Pushing the task's refs and notes to the review remote failed (`stage`: turn or end);
     the task goes on, and the next publication pushes everything again."""

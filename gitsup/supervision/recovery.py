@@ -110,6 +110,17 @@ def prove_worker_gone(record: TaskRecord, *, kill: bool) -> WorkerProof:
     return WorkerProof(True, how, killed)
 
 
+def release_dead(ctx: SupRepo, record: TaskRecord) -> WorkerProof:
+    """What a task's dead supervisor held, let go: its worker proven gone (killed if need
+    be), its network namespaces and egress gates removed, and, once the worker is gone,
+    its worktree lease released. The task itself is left as it is (recoverable)."""
+    proof = prove_worker_gone(record, kill=True)
+    _remove_dead_netns(record.id)
+    if proof.gone:
+        _release_lease(ctx, record)
+    return proof
+
+
 def _owner(record: TaskRecord) -> ProcessId | None:
     return ProcessId.from_dict(record.supervisor)
 
@@ -833,4 +844,5 @@ __all__ = [
     "prove_worker_gone",
     "recover_hint",
     "recover_task",
+    "release_dead",
 ]

@@ -13,7 +13,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,7 +154,7 @@ class Cluster:
         git(path, "config", "sup.cluster.heartbeat", "5s")
         return path
 
-    def host(self, name: str, *args: str) -> Host:
+    def host(self, name: str, *args: str, setup: Callable[[Path], None] | None = None) -> Host:
         home = self.tmp / f"home-{name}"
         home.mkdir(exist_ok=True)  # a test may have put files there (a key)
         (home / ".gitconfig").write_text(
@@ -163,6 +163,8 @@ class Cluster:
         env = {**self.env, "HOME": str(home), "GIT_CONFIG_GLOBAL": str(home / ".gitconfig")}
         clone = self.clone(f"clone-{name}")
         git(clone, "config", "sup.worktreeRoot", str(self.tmp / f"worktrees-{name}"))
+        if setup is not None:
+            setup(clone)  # before the host starts
         h = Host(name, clone, env, self.tmp / f"host-{name}.log")
         h.start(self.address, *args)
         self.hosts.append(h)

@@ -38,12 +38,38 @@ def key_home(c: Cluster, home: Path) -> Path:
 
 
 def integrator(c: Cluster, home: Path) -> Host:
-    """The integrator: its own clone, the key in its own HOME, the repository's trust roots."""
+    """The integrator: its own clone, the key in its own HOME, the repository's trust roots
+    (its operator's configuration, as the key is: the maintainer's)."""
     key_home(c, home)
-    h = c.host("integrator", "--integrator", "--slots", "1")
-    for v in git(c.submitter, "config", "--get-all", "sup.trustRoot", check=False).splitlines():
-        git(h.clone, "config", "--add", "sup.trustRoot", v)
-    return h
+
+    def trust(clone: Path) -> None:
+        roots = git(c.submitter, "config", "--get-all", "sup.trustRoot", check=False)
+        assert roots.split(), "the maintainer's clone has trust roots"
+        for v in roots.splitlines():
+            git(clone, "config", "--add", "sup.trustRoot", v)
+
+    return c.host("integrator", "--integrator", "--slots", "1", setup=trust)
+
+
+def test_an_integrator_without_the_trust_roots_refuses_to_serve(cluster: Cluster) -> None:
+    # the key is there, the trust roots are not: nothing could verify the target's history
+    # before a signature goes on it, so the integrator does not start (and never records
+    # the branch's tips as trusted by itself)
+    home = key_home(cluster, Path.home())
+    clone = cluster.clone("clone-integrator")
+    env = {**cluster.env, "HOME": str(home)}
+    res = subprocess.run(
+        [GIT_SUP, "host", "run", "--integrator", "--cluster", cluster.address],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "this clone has none (sup.trustRoot)" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    assert git(clone, "config", "--get-all", "sup.trustRoot", check=False) == ""
 
 
 def test_the_queue_workflow_integrates_two_cluster_candidates(cluster: Cluster, tmp: Path) -> None:
@@ -96,6 +122,12 @@ def test_the_queue_workflow_integrates_two_cluster_candidates(cluster: Cluster, 
         assert git(cluster.origin, "cat-file", "-p", m).count("gpgsig") == 1
     for task in ids:
         assert git(cluster.origin, "show", f"{main}:note-{task}.txt") == task
+    # the submitter's checked-out main (clean) followed, as `git pull --ff-only` would
+    assert out["local_branch"] == "moved"
+    assert git(cluster.submitter, "rev-parse", "main") == main
+    assert git(cluster.submitter, "status", "--porcelain") == ""
+    for task in ids:
+        assert (cluster.submitter / f"note-{task}.txt").read_text() == task + "\n"
     # the submitter's queue says so too
     res = run_sup(cluster.submitter, "queue", "--json")
     assert res.returncode == 0, res.stderr
