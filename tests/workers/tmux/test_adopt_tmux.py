@@ -134,10 +134,11 @@ def test_a_pane_started_in_the_worktree_is_adopted_and_supervised(
 ) -> None:
     """The task's supervisor was killed; a person starts Claude Code in the worktree in a
     tmux of their own and hands the pane over: refused while their settings lack gitsup's
-    relay hooks (and for a pane that runs something else), adopted once they are in. The old worker is proven gone, the lease moves to
-    the adopting supervisor, `recovered` says `adopted` with the pane's identity, the
-    person's prompt in that pane reaches the supervisor through the hooks (a human
-    takeover), and at the end (`git sup stop`) the pane is detached, never killed, its
+    relay hooks (and for a pane that runs something else), adopted once they are in. The
+    old worker is proven gone, the lease moves to the adopting supervisor, `recovered` says
+    `adopted` with the pane's identity, the person's prompt in that pane reaches the
+    supervisor through the hooks (a human takeover, the tool call gated, the turn's end
+    recorded), and at the end (`git sup stop`) the pane is detached, never killed, its
     lease kept."""
     # each conversation replays the steps: the person's too (a Write, then a slow answer)
     steps = [COMMIT_STEPS[0], {"hang": 12, "text": "Noted."}]
