@@ -304,6 +304,9 @@ class HookBridge:
         self._waiting: dict[str, _Waiter] = {}
         self._expected: list[str] = []  # prompts gitsup pasted, not yet seen
         self.session_id: str | None = None
+        # A pane a person started and handed over (`adopt-tmux`): its session is the one
+        # whose relayed event comes first, not one this supervisor started.
+        self.learn_session = False
         self.transcript_path: str | None = None
         self.turn_active = False
         # who started the running turn: gitsup (`turn`), a person (`prompt`), unknown after
@@ -345,6 +348,9 @@ class HookBridge:
     def handle(self, payload: Mapping[str, Any], channel: str) -> Mapping[str, Any] | None:
         event = payload.get("hook_event_name")
         sid = payload.get("session_id")
+        if self.learn_session and self.session_id is None and isinstance(sid, str) and sid:
+            self.session_id = sid
+            self.learn_session = False
         ours = channel == "http" or (self.session_id is not None and sid == self.session_id)
         if channel == "http" and isinstance(sid, str) and sid and self.session_id != sid:
             self.session_id = sid

@@ -565,10 +565,13 @@ class TmuxWorker(WorkerAdapter):
         if gate is not None:
             gate.add_forward(self.hooks.port)
         self._owned = False  # adopted: detached at the end, never killed
-        with contextlib.suppress(OSError, ValueError):
-            sess = json.loads((self.ctx.task_dir / "claude-session.json").read_text())
-            if isinstance(sess, dict) and isinstance(sess.get("session_id"), str):
-                self.bridge.session_id = sess["session_id"]
+        if extra.get("started_by") == "user":  # `adopt-tmux`: a session gitsup did not start
+            self.bridge.learn_session = True
+        else:
+            with contextlib.suppress(OSError, ValueError):
+                sess = json.loads((self.ctx.task_dir / "claude-session.json").read_text())
+                if isinstance(sess, dict) and isinstance(sess.get("session_id"), str):
+                    self.bridge.session_id = sess["session_id"]
         # A turn is assumed active: its Stop arrives here now (one lost while no supervisor
         # listened cannot be replayed; the watchdog covers that case).
         with self.bridge._lock:

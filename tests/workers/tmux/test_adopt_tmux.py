@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gitsup.demo.scripted_model import ScriptedModel
+from gitsup.host.procid import ProcessId
 from gitsup.store.records import TaskStore
 from gitsup.store.suprepo import SupRepo
 from gitsup.workers.claude.tmux_screen import input_prompt_ready
@@ -131,14 +132,16 @@ def test_a_pane_started_in_the_worktree_is_adopted_and_supervised(
     scripted_model: Callable[..., ScriptedModel],
     tmux_sockets: list[Path],
 ) -> None:
-    """The task's own pane dies with its tmux server after the supervisor was killed; a
-    person starts Claude Code in the worktree in a tmux of their own (gitsup's relay hooks
-    installed) and hands the pane over. The old worker is proven gone, the lease moves to
-    the adopting supervisor, `recovered` says `adopted` with the pane's identity, the
-    person's prompt in that pane reaches the supervisor through the hooks (a human
-    takeover), and at the end (`git sup stop`) the pane is detached, never killed, its
+    """The task's supervisor was killed; a person starts Claude Code in the worktree in a
+    tmux of their own and hands the pane over: refused while their settings lack gitsup's
+    relay hooks (and for a pane that runs something else), adopted once they are in. The
+    old worker is proven gone, the lease moves to the adopting supervisor, `recovered` says
+    `adopted` with the pane's identity, the person's prompt in that pane reaches the
+    supervisor through the hooks (a human takeover, the tool call gated, the turn's end
+    recorded), and at the end (`git sup stop`) the pane is detached, never killed, its
     lease kept."""
-    steps = [COMMIT_STEPS[0], {"hang": 30, "text": "too late"}, {"text": "Noted."}]
+    # each conversation replays the steps: the person's too (a Write, then a slow answer)
+    steps = [COMMIT_STEPS[0], {"hang": 12, "text": "Noted."}]
     model = scripted_model({"default": {"steps": steps}})
     config = seed_config(tmp / "claude-config")
     spec = tmux_spec(claude_bin, model, config)
@@ -151,9 +154,6 @@ def test_a_pane_started_in_the_worktree_is_adopted_and_supervised(
     wt = Path(_record(repo, task)["worktree"])
     env = claude_env(model.url, config)
     seed_config(config, trusted=[str(wt), os.path.realpath(wt)])  # as a person's would be
-    # The person's set-up: gitsup's hooks in their settings, Claude Code in their tmux.
-    res = run_sup(repo, "hooks", "install", env={"CLAUDE_CONFIG_DIR": str(config)})
-    assert res.returncode == 0, res.stderr
     sock = str(tmp / "person.sock")
     tmux_sockets.append(Path(sock))
     envs = [f"{k}={v}" for k, v in env.items()]
@@ -163,6 +163,29 @@ def test_a_pane_started_in_the_worktree_is_adopted_and_supervised(
         check=True,
     )  # fmt: skip
     pane = tmux(sock, "display-message", "-p", "-t", "p:0.0", "#{pane_id}")
+    wait_for(
+        lambda: input_prompt_ready(tmux(sock, "capture-pane", "-p", "-t", pane)), 60, "the TUI"
+    )
+    # Refused (nothing moves): a pane in the worktree that runs something else than the
+    # task's agent, and Claude Code whose settings lack gitsup's hooks.
+    subprocess.run(
+        ["tmux", "-S", sock, "new-window", "-d", "-t", "p:1", "-c", str(wt), "sleep", "300"],
+        check=True,
+    )
+    sleeper = tmux(sock, "display-message", "-p", "-t", "p:1.0", "#{pane_id}")
+    res = run_sup(repo, "adopt-tmux", task, sleeper, "--socket", sock)
+    assert res.returncode == 2 and "agent executable" in res.stderr, res.stderr
+    res = run_sup(repo, "adopt-tmux", task, pane, "--socket", sock)
+    assert res.returncode == 2 and "lack gitsup's hooks" in res.stderr, res.stderr
+    assert ProcessId.from_dict(_leases(repo)[0]["owner"]).alive() is False  # still the dead one
+    # The person installs gitsup's hooks and starts Claude Code again.
+    res = run_sup(repo, "hooks", "install", env={"CLAUDE_CONFIG_DIR": str(config)})
+    assert res.returncode == 0, res.stderr
+    subprocess.run(
+        ["tmux", "-S", sock, "respawn-pane", "-k", "-t", pane, "-c", str(wt), "env", *envs,
+         claude_bin],
+        check=True,
+    )  # fmt: skip
     wait_for(
         lambda: input_prompt_ready(tmux(sock, "capture-pane", "-p", "-t", pane)), 60, "the TUI"
     )
@@ -200,6 +223,9 @@ def test_a_pane_started_in_the_worktree_is_adopted_and_supervised(
             except AssertionError:
                 continue
         assert "human_takeover" in task_types(repo, task)
+        # the pane's session is the task's now: its Stop ends the turn (recorded while the
+        # person has the wheel, nothing decided)
+        wait_for(lambda: "turn_completed" in task_types(repo, task), 60, "the turn's end")
         res = run_sup(repo, "stop", task)
         assert res.returncode == 0, res.stderr
         out, err = adopting.communicate(timeout=120)
@@ -210,6 +236,9 @@ def test_a_pane_started_in_the_worktree_is_adopted_and_supervised(
     (recovered,) = [e["data"] for e in evs if e["type"] == "recovered"]
     assert recovered["previous"]["pane"] == pane and recovered["extra"]["pane_id"] == pane
     assert recovered["extra"]["started_by"] == "user"
+    # the person's tool call went through the policy gate of the adopting supervisor
+    after = [e["type"] for e in evs][[e["type"] for e in evs].index("human_takeover") :]
+    assert "permission_decided" in after, after
     human = [e["data"]["text"] for e in evs if e["type"] == "human_input"]
     assert human and set(human) == {"please fix add as well"}, human
     final = json.loads(out)
