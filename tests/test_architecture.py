@@ -599,9 +599,9 @@ def test_classes_compose_their_collaborators_instead_of_inheriting_across_files(
 
 def test_inheritance_across_files_is_found(tmp_path: Path) -> None:
     pkg = tmp_path / "gitsup"
-    pkg.mkdir()
-    (pkg / "parts.py").write_text("class Worktrees:\n    pass\n")
-    (pkg / "repo.py").write_text(
-        "from gitsup.parts import Worktrees\n\nclass GitRepo(Worktrees):\n    pass\n"
+    (pkg / "git").mkdir(parents=True)
+    (pkg / "git" / "worktrees.py").write_text("class Worktrees:\n    pass\n")
+    (pkg / "git" / "repo.py").write_text(
+        "from gitsup.git.worktrees import Worktrees\n\nclass GitRepo(Worktrees):\n    pass\n"
     )
-    assert cross_file_bases(pkg) == [("gitsup/repo.py", "GitRepo", "Worktrees")]
+    assert cross_file_bases(pkg) == [("gitsup/git/repo.py", "GitRepo", "Worktrees")]

@@ -28,7 +28,7 @@ from gitsup.tasks.human import Taken
 
 # how long the submitter waits for a host to take a request: the host polls about twice a
 # second, then its supervisor has the local channel's 10 s; a task moving to another host
-# (docs/cluster.md, "Failover") takes the heartbeat timeout and the adoption on top
+# (docs/cluster.md, "The model": Failover) takes the heartbeat timeout and the adoption on top
 ACK_TIMEOUT = 60.0
 POLL_INTERVAL = 0.5
 
