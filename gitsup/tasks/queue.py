@@ -113,6 +113,7 @@ class Runner(CompositionTester):
         self.res = RunResult(into=self.q.branch, slots=self.slots)
         self._box: ConfinedChecks | None = None
         self._repairs: list[tuple[Entry, str, str, dict[str, Any]]] = []
+        self._began, self._depth = time.monotonic(), 0
 
     # lease
 

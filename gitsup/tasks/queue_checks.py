@@ -51,9 +51,18 @@ class RunResult:
     slots: int = 1  # compositions under test at once
     # the time the runner waited for checks (with slots: for the first of those running)
     waited_seconds: float = 0.0
+    # the critical path: check attempts (first runs and retries) that had to happen one after
+    # another, each started on what the ones before had shown (with one slot: all of them)
+    check_rounds: int = 0
+    # the schedule, for reading it (not in `as_dict`): per tested composition `slot`,
+    # `tasks`, `tree`, `checks`, `confirming`, `start`, `end` (seconds since the run began),
+    # `attempts`, `depth` (its place on the critical path), `passed`
+    timeline: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["timeline"]
+        return out
 
     @property
     def exit_code(self) -> int:
@@ -105,6 +114,7 @@ class Tested:
     confinement: dict[str, Any]
     setup_failed: SetupFailed | None = None
     setup_report: dict[str, Any] = field(default_factory=dict)
+    ended: float = field(default_factory=time.monotonic)  # when its last check ended
 
 
 def run_composition(
@@ -175,6 +185,10 @@ class CompositionTester:
     _flaky: dict[str, list[str]]
     _spec_cache: dict[str, TaskSpec | None]  # the queued tasks' specs, read once a run
     slots: int = 1  # compositions under test at once (gitsup/tasks/queue_slots.py)
+    # the critical path so far: the deepest `depth` of a recorded composition (a composition
+    # started now comes after every result recorded so far)
+    _depth: int = 0
+    _began: float = 0.0  # when the run began (time.monotonic)
 
     def _specs(self, task: str) -> TaskSpec | None:
         try:
@@ -266,10 +280,10 @@ class CompositionTester:
         if self._box is None:
             self._box = self._new_box("")
         self._publish([(1, comp)], [st.entry.task for st in steps])
-        t0 = time.monotonic()
+        t0, after = time.monotonic(), self._depth
         tested = run_composition(self._box, comp, setup=self._setup(), say=self.say)
         self.res.waited_seconds += time.monotonic() - t0
-        return self._record(comp, tested)
+        return self._record(comp, tested, slot=1, started=t0, after=after)
 
     def _publish(self, under_test: list[tuple[int, Composition]], predicted: list[str]) -> None:
         """What is under test in each slot now, and the predicted order (`git sup queue`)."""
@@ -294,9 +308,12 @@ class CompositionTester:
             },
         )
 
-    def _record(self, comp: Composition, tested: Tested) -> tuple[bool, list[dict[str, Any]]]:
+    def _record(
+        self, comp: Composition, tested: Tested, *, slot: int, started: float, after: int
+    ) -> tuple[bool, list[dict[str, Any]]]:
         """A composition's results into the memo, the counters and the queue's log (by the
-        runner's own thread: the one writer of the queue's state)."""
+        runner's own thread: the one writer of the queue's state). `slot` ran it from
+        `started` (time.monotonic), when the critical path was `after` rounds deep."""
         self.res.check_seconds += tested.seconds
         self.res.confinement = tested.confinement
         if tested.setup_failed is not None:
@@ -326,6 +343,23 @@ class CompositionTester:
             for old in list(st.results)[:-MAX_RESULTS]:  # the newest are the ones reused
                 del st.results[old]
         failed = [{"name": r.name, "output_tail": r.output_tail} for r in results if not r.passed]
+        attempts = (1 if results else 0) + tested.retries
+        self._depth = max(self._depth, after + attempts)
+        self.res.check_rounds = self._depth
+        self.res.timeline.append(
+            {
+                "slot": slot,
+                "tasks": comp.tasks,
+                "tree": comp.tree,
+                "checks": [c.name for c in comp.todo],
+                "confirming": confirming,
+                "start": round(started - self._began, 3),
+                "end": round(tested.ended - self._began, 3),
+                "attempts": attempts,
+                "depth": after + attempts,
+                "passed": not failed,
+            }
+        )
         self.q.event(
             QueueTested(
                 tasks=comp.tasks,

@@ -354,7 +354,7 @@ def test_bad_slots_are_refused(qs: Setup) -> None:
 def test_the_prefixes_a_run_tests_next() -> None:
     """With one slot the search is the serial queue's binary search; with more, the window
     and a spread bisection first, then a search in N+1 parts, waiting for what runs inside."""
-    from gitsup.tasks.queue_slots import points
+    from gitsup.tasks.queue_slots import nearest, points
 
     assert points(16, {}, set(), 1, spread=True) == [16]
     assert points(16, {16: False}, set(), 1, spread=False) == [8]
@@ -365,3 +365,11 @@ def test_the_prefixes_a_run_tests_next() -> None:
     assert points(16, {8: False}, {4}, 4, spread=False) == []  # 4 narrows it first
     assert points(3, {}, set(), 4, spread=True) == [3, 1, 2]  # every prefix: each on its own
     assert points(9, {9: False}, set(), 4, spread=False) == [1, 3, 5, 7]
+    # speculating that the last candidate of the shortest failing prefix is the culprit:
+    # two slots of four go to its confirmation and to what is behind it without it, the
+    # other two search, the prefix just shorter than the failing one among them (last)
+    assert points(12, {4: False}, set(), 2, spread=False, top=True) == [1, 3]
+    assert points(12, {6: False}, set(), 1, spread=False, top=True) == [5]
+    assert points(12, {6: False}, {2}, 2, spread=False, top=True) == []
+    assert [k for k in range(1, 9) if nearest(4, k)] == [2, 3, 4]
+    assert not any(nearest(2, k) for k in range(1, 9))  # the search needs the slots
