@@ -212,6 +212,13 @@ class Speculation:
         known, comps = view
         lo = max((k for k, v in known.items() if v is True), default=0)
         if lo:
+            rest = steps[lo:]
+            if rest:
+                # what is behind keeps its trees once the branch moves: the slots start on
+                # it first, so they do not wait for the signed integrations
+                known2, comps2 = self._view(rest, memo, digests)
+                if known2[1] is not False:
+                    self._plan(steps[lo - 1].merge, rest, known2, comps2, memo, digests)
             r._integrate(base, steps[:lo])
             r._flush_repairs()
             return True
@@ -227,6 +234,21 @@ class Speculation:
             )
             r._flush_repairs()
             return True
+        self._plan(base, steps, known, comps, memo, digests)
+        return False
+
+    def _plan(
+        self,
+        base: Oid,
+        steps: list[_Step],
+        known: dict[int, bool | str | None],
+        comps: dict[int, Composition],
+        memo: dict[str, dict[str, Any]],
+        digests: dict[Confinement, str],
+    ) -> None:
+        """Start tests in the free slots: the predicted order `steps` composed on `base`,
+        none of its prefixes known to pass and its first not known to fail."""
+        r = self.r
         # every composition runs once: a failure is confirmed in a slot of its own (with what
         # is left of the retries) while the slots go on, never by a retry that holds a slot
         plan = {k: (v if v != "suspect" else False) for k, v in known.items()}
@@ -236,7 +258,7 @@ class Speculation:
             # it composed without it (the nearest non-failing candidate)
             self._start(1, replace(comps[1], retries=max(0, r.retries - 1)))
             self._without(base, steps, 1, memo, digests)
-            return False
+            return
         busy = self._busy(comps)
         guess = nearest(self.n, hi)
         if not any(0 < k < hi for k in busy):  # else what runs there narrows the search first
@@ -245,7 +267,7 @@ class Speculation:
             for k in points(len(steps), plan, busy, room, spread=spread, top=guess):
                 self._start(k, replace(comps[k], retries=0))
         elif not guess:
-            return False
+            return
         # confirm the shortest failing prefix (what the serial queue's retry does): when
         # everything before it passes, its last candidate is decided
         if hi > 1 and known[hi] == "suspect":
@@ -254,7 +276,6 @@ class Speculation:
             # and speculate that its last candidate is the culprit: what is behind it,
             # composed without it, is tested while prefix hi-1 and its failure are
             self._without(base, steps, hi, memo, digests)
-        return False
 
     def _without(
         self,
