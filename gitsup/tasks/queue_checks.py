@@ -309,11 +309,20 @@ class CompositionTester:
         )
 
     def _record(
-        self, comp: Composition, tested: Tested, *, slot: int, started: float, after: int
+        self,
+        comp: Composition,
+        tested: Tested,
+        *,
+        slot: int = 1,
+        started: float | None = None,
+        after: int | None = None,
     ) -> tuple[bool, list[dict[str, Any]]]:
         """A composition's results into the memo, the counters and the queue's log (by the
         runner's own thread: the one writer of the queue's state). `slot` ran it from
-        `started` (time.monotonic), when the critical path was `after` rounds deep."""
+        `started` (time.monotonic; default: its end less its time in checks), when the
+        critical path was `after` rounds deep (default: as deep as it is now)."""
+        started = tested.ended - tested.seconds if started is None else started
+        after = self._depth if after is None else after
         self.res.check_seconds += tested.seconds
         self.res.confinement = tested.confinement
         if tested.setup_failed is not None:

@@ -7,15 +7,23 @@ test is a prefix of it: the first k candidates, candidate k on top of the k-1 ah
 as predicted now. What the memo knows of the prefixes decides:
 
 - the longest prefix whose required checks passed on its exact tree is integrated at once
-  (one signed integration per candidate, in queue order, the target moved once);
-- a first candidate whose own composition on the target fails is the culprit: it is sent
-  back, and every composition behind it (all of them included it) is composed again
-  without it and tested again: the nearest non-failing candidate is what they build on;
+  (one signed integration per candidate, in queue order, the target moved once); the free
+  slots start on what is behind it first (its trees stay the same once the target moves);
+- a first candidate whose own composition on the target fails on every attempt is the
+  culprit: it is sent back, and every composition behind it (all of them included it) is
+  composed again without it and tested again: the nearest non-failing candidate is what
+  they build on;
 - otherwise free slots test more prefixes: the whole window first and, while the window
   holds candidates that were in no composition yet, evenly spread shorter prefixes (a
   bisection made in advance); once some prefix failed, points spread evenly between the
   longest passing and the shortest failing prefix (an N-ary search; with one slot this is
   the binary search of the serial queue).
+
+Every composition runs once; a failure is confirmed in a slot of its own while the others go
+on: the first candidate's, while what is behind it is tested composed without it; the
+shortest failing prefix's, and when its search interval is small (`nearest`), while what is
+behind its last candidate is tested without that candidate (a guess that it is the culprit,
+which blames nobody: only a first candidate is ever sent back).
 
 The same check (argv) on the same tree in the same environment runs once: a check that a
 slot is running already is not started by another; the composition waits for its result.

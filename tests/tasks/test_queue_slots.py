@@ -127,6 +127,9 @@ def test_four_slots_make_the_same_main_as_the_serial_queue(qs: Setup) -> None:
     assert [n for n, _t in line1] == [f"c{i:02d}" for i in range(12) if i not in (6, 9)]
     assert line4 == line1  # the same candidates, in the same order, with the same trees
     assert out4["slots"] == 4 and out1["slots"] == 1
+    # serially every check attempt is on the critical path; with slots, fewer are
+    assert out1["check_rounds"] == out1["check_runs"] + out1["check_retries"], out1
+    assert out4["check_rounds"] < out1["check_rounds"], (out4, out1)
     # a tree is tested again only to confirm a failure (a fresh run), never after a pass
     tested = [e["data"] for e in _events(slotted.repo) if e["type"] == "queue_tested"]
     for i, t in enumerate(tested):
