@@ -1,13 +1,19 @@
 """The integration queue: 16 queued candidates, one culprit, checks taking T seconds.
 
     .venv/bin/python bench/bench_queue.py [--n 16] [--t 0.3] [--culprit 0 7 15]
-    .venv/bin/python bench/bench_queue.py --slots 4 --t 2 --culprit 7
+    .venv/bin/python bench/bench_queue.py --slots 4 --t 2 --culprit 7 [--verbose]
 
 With `--slots N` the modes are instead:
   serial         `queue run` (batch of 16, bisection: one composition at a time)
   slots          `queue run --slots N` (up to N compositions under test at once)
 Goals: slots wall <= 0.5x serial, slots check runs <= 1.5x serial, overhead <= 100 ms per
 candidate (the wall time the runner did not wait for a check, `waited_seconds`).
+Besides the wall time, which depends on how busy the machine is, each mode reports its
+critical path in check rounds (`check_rounds`: check attempts, retries included, that
+happened one after another, each started on what the ones before had shown): serially every
+attempt is one, so the ratio of rounds is what the wall time ratio tends to when checks
+dominate. `--verbose` prints the schedule: per tested composition its slot, start and end,
+the candidates it holds (c0..c15, in queue order), attempts and depth on the critical path.
 
 For each culprit position, the same 16 ready candidates (each adds one file; the culprit
 also adds BROKEN, which makes the check fail on any tree that holds it) are integrated into
@@ -30,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -135,7 +142,7 @@ def make_repo(tmp: Path, n: int, culprit: int, t: float) -> tuple[Path, list[str
     return repo, ids
 
 
-def run_queue(repo: Path, ids: list[str], batch: int, slots: int = 1) -> dict[str, float]:
+def run_queue(repo: Path, ids: list[str], batch: int, slots: int = 1) -> dict[str, Any]:
     from gitsup.store.suprepo import SupRepo
     from gitsup.tasks import queue, queue_state
 
@@ -160,7 +167,34 @@ def run_queue(repo: Path, ids: list[str], batch: int, slots: int = 1) -> dict[st
         "sent_back": len(res.sent_back),
         "retries": res.check_retries,
         "overhead_ms": max(0.0, wall - inside) / len(ids) * 1000,
+        "rounds": res.check_rounds,
+        "timeline": res.timeline,
     }
+
+
+def spans(tasks: list[str], ids: list[str]) -> str:
+    """The candidates of a composition as runs of queue positions: c0..c6+c8..c15."""
+    pos = sorted(ids.index(t) for t in tasks)
+    out: list[str] = []
+    start = prev = pos[0]
+    for p in [*pos[1:], None]:
+        if p is not None and p == prev + 1:
+            prev = p
+            continue
+        out.append(f"c{start}" if start == prev else f"c{start}..c{prev}")
+        if p is not None:
+            start = prev = p
+    return "+".join(out)
+
+
+def show_timeline(timeline: list[dict[str, Any]], ids: list[str]) -> None:
+    for x in sorted(timeline, key=lambda x: (x["start"], x["slot"])):
+        what = "confirm " if x["confirming"] else ""
+        print(
+            f"{'':>9}slot {x['slot']} {x['start']:>6.2f}-{x['end']:>6.2f}s "
+            f"{'pass' if x['passed'] else 'FAIL'} {what}{spans(x['tasks'], ids)} "
+            f"({len(x['tasks'])}) attempts {x['attempts']} depth {x['depth']}"
+        )
 
 
 def main() -> None:
@@ -169,12 +203,13 @@ def main() -> None:
     ap.add_argument("--t", type=float, default=0.3, help="seconds one check run takes")
     ap.add_argument("--culprit", type=int, nargs="*", default=[0, 7, 15])
     ap.add_argument("--slots", type=int, default=0, help="compare N slots with serial batching")
+    ap.add_argument("--verbose", action="store_true", help="print each mode's schedule")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    print(f"{args.n} candidates, one culprit, check T={args.t}s")
+    print(f"{args.n} candidates, one culprit, check T={args.t}s, load {os.getloadavg()[0]:.1f}")
     print(
-        f"{'culprit':>7} {'mode':14} {'runs':>5} {'retry':>5} {'wall s':>7} {'in checks s':>11} "
-        f"{'overhead ms/cand':>16} {'integrated':>10}"
+        f"{'culprit':>7} {'mode':14} {'runs':>5} {'retry':>5} {'rounds':>6} {'wall s':>7} "
+        f"{'in checks s':>11} {'overhead ms/cand':>16} {'integrated':>10}"
     )
     for pos in args.culprit:
         row = {}
@@ -191,15 +226,20 @@ def main() -> None:
                 r = run_queue(repo, ids, batch, slots)
                 row[mode] = r
                 print(
-                    f"{pos:>7} {mode:14} {r['runs']:>5.0f} {r['retries']:>5.0f} {r['wall']:>7.2f} "
-                    f"{r['checks_s']:>11.2f} {r['overhead_ms']:>16.1f} {r['integrated']:>10.0f}"
+                    f"{pos:>7} {mode:14} {r['runs']:>5.0f} {r['retries']:>5.0f} "
+                    f"{r['rounds']:>6.0f} {r['wall']:>7.2f} {r['checks_s']:>11.2f} "
+                    f"{r['overhead_ms']:>16.1f} {r['integrated']:>10.0f}"
                 )
+                if args.verbose:
+                    show_timeline(r["timeline"], ids)
         if args.slots:
             a, b = row["slots"], row["serial"]
             assert (a["integrated"], a["sent_back"]) == (b["integrated"], b["sent_back"])
             print(
                 f"{'':>7} ratio {args.slots} slots/serial: runs {a['runs'] / b['runs']:.2f}x "
-                f"(goal <= 1.5), wall {a['wall'] / b['wall']:.2f}x (goal <= 0.5)"
+                f"(goal <= 1.5), wall {a['wall'] / b['wall']:.2f}x (goal <= 0.5), "
+                f"rounds {a['rounds']:.0f}/{b['rounds']:.0f} = {a['rounds'] / b['rounds']:.2f}x, "
+                f"load {os.getloadavg()[0]:.1f}"
             )
             continue
         ratio = row["batched"]["runs"] / row["one-at-a-time"]["runs"]

@@ -120,6 +120,7 @@ class Runner:
             hosts=self.hosts,
         )
         self._repairs: list[tuple[Entry, str, str, dict[str, Any]]] = []
+        self.checks.began, self.checks.depth = time.monotonic(), 0
 
     @property
     def retries(self) -> int:

@@ -53,9 +53,18 @@ class RunResult:
     slots: int = 1  # compositions under test at once
     # the time the runner waited for checks (with slots: for the first of those running)
     waited_seconds: float = 0.0
+    # the critical path: check attempts (first runs and retries) that had to happen one after
+    # another, each started on what the ones before had shown (with one slot: all of them)
+    check_rounds: int = 0
+    # the schedule, for reading it (not in `as_dict`): per tested composition `slot`,
+    # `tasks`, `tree`, `checks`, `confirming`, `start`, `end` (seconds since the run began),
+    # `attempts`, `depth` (its place on the critical path), `passed`
+    timeline: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["timeline"]
+        return out
 
     @property
     def exit_code(self) -> int:
@@ -107,6 +116,7 @@ class Tested:
     confinement: dict[str, Any]
     setup_failed: SetupFailed | None = None
     setup_report: dict[str, Any] = field(default_factory=dict)
+    ended: float = field(default_factory=time.monotonic)  # when its last check ended
 
 
 class CheckSlots(Protocol):
@@ -211,6 +221,10 @@ class CompositionTester:
         self._spec_cache: dict[
             str, TaskSpec | None
         ] = {}  # the queued tasks' specs, read once a run
+        # the critical path so far: the deepest `depth` of a recorded composition (a
+        # composition started now comes after every result recorded so far)
+        self.depth = 0
+        self.began = 0.0  # when the run began (time.monotonic)
 
     def composition(
         self,
@@ -290,7 +304,7 @@ class CompositionTester:
             f"testing {k} candidate(s) on {comp.tree[:12]}: {', '.join(c.name for c in comp.todo)}"
         )
         self.publish([(1, comp)], [st.entry.task for st in steps])
-        t0 = time.monotonic()
+        t0, after = time.monotonic(), self.depth
         if self.hosts is not None:
             tested = self.hosts.submit(comp).result()
         else:
@@ -298,7 +312,7 @@ class CompositionTester:
                 self._box = self.new_box("")
             tested = run_composition(self._box, comp, setup=self.setup(), say=self.say)
         self.res.waited_seconds += time.monotonic() - t0
-        return self.record(comp, tested)
+        return self.record(comp, tested, slot=1, started=t0, after=after)
 
     def publish(self, under_test: list[tuple[int, Composition]], predicted: list[str]) -> None:
         """What is under test in each slot now, and the predicted order (`git sup queue`)."""
@@ -323,9 +337,21 @@ class CompositionTester:
             },
         )
 
-    def record(self, comp: Composition, tested: Tested) -> tuple[bool, list[dict[str, Any]]]:
+    def record(
+        self,
+        comp: Composition,
+        tested: Tested,
+        *,
+        slot: int = 1,
+        started: float | None = None,
+        after: int | None = None,
+    ) -> tuple[bool, list[dict[str, Any]]]:
         """A composition's results into the memo, the counters and the queue's log (by the
-        runner's own thread: the one writer of the queue's state)."""
+        runner's own thread: the one writer of the queue's state). `slot` ran it from
+        `started` (time.monotonic; default: its end less its time in checks), when the
+        critical path was `after` rounds deep (default: as deep as it is now)."""
+        started = tested.ended - tested.seconds if started is None else started
+        after = self.depth if after is None else after
         self.res.check_seconds += tested.seconds
         self.res.confinement = tested.confinement
         if tested.setup_failed is not None:
@@ -355,6 +381,23 @@ class CompositionTester:
             for old in list(st.results)[:-MAX_RESULTS]:  # the newest are the ones reused
                 del st.results[old]
         failed = [{"name": r.name, "output_tail": r.output_tail} for r in results if not r.passed]
+        attempts = (1 if results else 0) + tested.retries
+        self.depth = max(self.depth, after + attempts)
+        self.res.check_rounds = self.depth
+        self.res.timeline.append(
+            {
+                "slot": slot,
+                "tasks": comp.tasks,
+                "tree": comp.tree,
+                "checks": [c.name for c in comp.todo],
+                "confirming": confirming,
+                "start": round(started - self.began, 3),
+                "end": round(tested.ended - self.began, 3),
+                "attempts": attempts,
+                "depth": after + attempts,
+                "passed": not failed,
+            }
+        )
         self.q.event(
             QueueTested(
                 tasks=comp.tasks,

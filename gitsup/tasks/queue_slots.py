@@ -7,15 +7,23 @@ test is a prefix of it: the first k candidates, candidate k on top of the k-1 ah
 as predicted now. What the memo knows of the prefixes decides:
 
 - the longest prefix whose required checks passed on its exact tree is integrated at once
-  (one signed integration per candidate, in queue order, the target moved once);
-- a first candidate whose own composition on the target fails is the culprit: it is sent
-  back, and every composition behind it (all of them included it) is composed again
-  without it and tested again: the nearest non-failing candidate is what they build on;
+  (one signed integration per candidate, in queue order, the target moved once); the free
+  slots start on what is behind it first (its trees stay the same once the target moves);
+- a first candidate whose own composition on the target fails on every attempt is the
+  culprit: it is sent back, and every composition behind it (all of them included it) is
+  composed again without it and tested again: the nearest non-failing candidate is what
+  they build on;
 - otherwise free slots test more prefixes: the whole window first and, while the window
   holds candidates that were in no composition yet, evenly spread shorter prefixes (a
   bisection made in advance); once some prefix failed, points spread evenly between the
   longest passing and the shortest failing prefix (an N-ary search; with one slot this is
   the binary search of the serial queue).
+
+Every composition runs once; a failure is confirmed in a slot of its own while the others go
+on: the first candidate's, while what is behind it is tested composed without it; the
+shortest failing prefix's, and when its search interval is small (`nearest`), while what is
+behind its last candidate is tested without that candidate (a guess that it is the culprit,
+which blames nobody: only a first candidate is ever sent back).
 
 The same check (argv) on the same tree in the same environment runs once: a check that a
 slot is running already is not started by another; the composition waits for its result.
@@ -50,11 +58,28 @@ if TYPE_CHECKING:
 DEFAULT_SLOTS = 1  # `git config sup.queue.slots`, `queue run --slots`
 
 
+def nearest(slots: int, hi: int) -> bool:
+    """Whether to speculate that the last candidate of the shortest failing prefix `hi` (the
+    longest passing one is integrated at once, so it is 0) is the culprit: test what is
+    behind it composed without it while prefix hi-1 is tested and hi's failure confirmed.
+    It takes two slots and narrows the search to the others, so only when the search
+    interval is small enough for them and at least one slot is left to search."""
+    return slots >= 3 and 1 < hi <= slots
+
+
 def points(
-    n: int, known: dict[int, bool | str | None], busy: set[int], slots: int, *, spread: bool
+    n: int,
+    known: dict[int, bool | str | None],
+    busy: set[int],
+    slots: int,
+    *,
+    spread: bool,
+    top: bool = False,
 ) -> list[int]:
     """The prefixes (lengths 1..n of the predicted order) worth testing next, best first.
-    `known`: prefix -> passed (None: not known), `busy`: prefixes whose checks run now."""
+    `known`: prefix -> passed (None: not known), `busy`: prefixes whose checks run now;
+    `top`: once a prefix failed, the one just shorter than it among them (`nearest`),
+    after the others (when slots are short, the search goes on first)."""
     lo = max((k for k, v in known.items() if v is True), default=0)
     hi = min((k for k, v in known.items() if v is False and k > lo), default=None)
     if hi is None:
@@ -63,6 +88,8 @@ def points(
             want += [lo + ((n - lo) * i) // slots for i in range(1, slots)]
     elif any(lo < k < hi for k in busy):
         return []  # what runs inside the search's interval narrows it first: wait for it
+    elif top:
+        want = [lo + ((hi - 1 - lo) * i) // slots for i in range(1, slots)] + [hi - 1]
     else:
         want = [lo + ((hi - lo) * i) // (slots + 1) for i in range(1, slots + 1)]
     out: list[int] = []
@@ -131,6 +158,8 @@ class Speculation:
         # future -> (slot number, composition); memo keys being computed now
         self.running: dict[cf.Future[Tested], tuple[int, Composition]] = {}
         self.inflight: set[str] = set()
+        # future -> when it started, and the critical path's depth then
+        self.began: dict[cf.Future[Tested], tuple[float, int]] = {}
         self.seen: set[str] = set()  # candidates that were in a composition under test
         self._merges: dict[tuple[str, str], tuple[Oid, Oid]] = {}
         self._prepared: dict[str, _Step] = {}
@@ -191,6 +220,13 @@ class Speculation:
         known, comps = view
         lo = max((k for k, v in known.items() if v is True), default=0)
         if lo:
+            rest = steps[lo:]
+            if rest:
+                # what is behind keeps its trees once the branch moves: the slots start on
+                # it first, so they do not wait for the signed integrations
+                known2, comps2 = self._view(rest, memo, digests)
+                if known2[1] is not False:
+                    self._plan(steps[lo - 1].merge, rest, known2, comps2, memo, digests)
             r._integrate(base, steps[:lo])
             r._flush_repairs()
             return True
@@ -206,33 +242,75 @@ class Speculation:
             )
             r._flush_repairs()
             return True
-        # the first candidate alone on the target decides: it runs with the retries (a
-        # suspect failure is confirmed with what is left of them); the longer prefixes only
-        # steer the search, run once, and a failure of theirs is confirmed once it is first
-        head = comps[1]
-        if head.suspect:
-            self._start(1, replace(head, retries=max(0, r.retries - 1)))
-        spread = any(s.entry.task not in self.seen for s in steps)
+        self._plan(base, steps, known, comps, memo, digests)
+        return False
+
+    def _plan(
+        self,
+        base: Oid,
+        steps: list[_Step],
+        known: dict[int, bool | str | None],
+        comps: dict[int, Composition],
+        memo: dict[str, dict[str, Any]],
+        digests: dict[Confinement, str],
+    ) -> None:
+        """Start tests in the free slots: the predicted order `steps` composed on `base`,
+        none of its prefixes known to pass and its first not known to fail."""
+        r = self.r
+        # every composition runs once: a failure is confirmed in a slot of its own (with what
+        # is left of the retries) while the slots go on, never by a retry that holds a slot
         plan = {k: (v if v != "suspect" else False) for k, v in known.items()}
-        for k in points(len(steps), plan, self._busy(comps), self.n, spread=spread):
-            self._start(k, replace(comps[k], retries=r.retries if k == 1 else 0))
-        # a slot still free confirms the shortest failing prefix (what the serial queue's
-        # retry does): when everything before it passes, its last candidate is decided
         hi = min((k for k, v in plan.items() if v is False), default=0)
+        if hi == 1:
+            # the first candidate failed once: confirm it and meanwhile test what is behind
+            # it composed without it (the nearest non-failing candidate)
+            self._start(1, replace(comps[1], retries=max(0, r.retries - 1)))
+            self._without(base, steps, 1, memo, digests)
+            return
+        busy = self._busy(comps)
+        guess = nearest(self.n, hi)
+        if not any(0 < k < hi for k in busy):  # else what runs there narrows the search first
+            spread = any(s.entry.task not in self.seen for s in steps)
+            room = self.n - 2 if guess else self.n
+            for k in points(len(steps), plan, busy, room, spread=spread, top=guess):
+                self._start(k, replace(comps[k], retries=0))
+        elif not guess:
+            return
+        # confirm the shortest failing prefix (what the serial queue's retry does): when
+        # everything before it passes, its last candidate is decided
         if hi > 1 and known[hi] == "suspect":
             self._start(hi, replace(comps[hi], retries=max(0, r.retries - 1)))
-        if known[1] == "suspect" and len(steps) > 1:
-            # the nearest non-failing candidate: what is behind the first one, composed
-            # without it, tested while its failure is confirmed
-            rest = r._compose(
-                base, [replace(x) for x in steps[1:]], cache=self._merges, send_back=False
-            )
-            if rest:
-                known2, comps2 = self._view(rest, memo, digests)
-                plan2 = {k: (v if v != "suspect" else False) for k, v in known2.items()}
-                for k in points(len(rest), plan2, self._busy(comps2), self.n, spread=False):
-                    self._start(k, replace(comps2[k], retries=0))
-        return False
+        if guess:
+            # and speculate that its last candidate is the culprit: what is behind it,
+            # composed without it, is tested while prefix hi-1 and its failure are
+            self._without(base, steps, hi, memo, digests)
+
+    def _without(
+        self,
+        base: Oid,
+        steps: list[_Step],
+        k: int,
+        memo: dict[str, dict[str, Any]],
+        digests: dict[Confinement, str],
+    ) -> None:
+        """Test the predicted order without its k-th candidate: the k-1 ahead of it and
+        what is behind it, composed on `base` (a candidate that conflicts there is left
+        out, not sent back). Behind the first candidate, its prefixes are searched as the
+        predicted order's are; behind a later one, its whole length is tested once."""
+        r = self.r
+        kept = [replace(x) for x in steps[: k - 1] + steps[k:]]
+        rest = r._compose(base, kept, cache=self._merges, send_back=False)
+        if len(rest) < k:  # nothing behind it (or a conflict ahead of it)
+            return
+        if k > 1:
+            comp, failed = r.checks.composition(rest, len(rest), memo=memo, digests=digests)
+            if not failed and not comp.suspect and comp.todo:
+                self._start(len(rest), replace(comp, retries=0))
+            return
+        known2, comps2 = self._view(rest, memo, digests)
+        plan2 = {j: (v if v != "suspect" else False) for j, v in known2.items()}
+        for j in points(len(rest), plan2, self._busy(comps2), self.n, spread=False):
+            self._start(j, replace(comps2[j], retries=0))
 
     def _view(
         self,
@@ -274,7 +352,9 @@ class Speculation:
             f"slot {slot}: testing {len(comp.tasks)} candidate(s) on {comp.tree[:12]}: "
             f"{', '.join(c.name for c in todo)}"
         )
-        self.running[self.slots.submit(comp)] = (slot, comp)
+        fut = self.slots.submit(comp)
+        self.running[fut] = (slot, comp)
+        self.began[fut] = (time.monotonic(), self.r.checks.depth)
         self.inflight.update(comp.keys())
         self.seen.update(comp.tasks)
 
@@ -284,9 +364,10 @@ class Speculation:
         done, _ = cf.wait(list(self.running), return_when=cf.FIRST_COMPLETED)
         self.r.res.waited_seconds += time.monotonic() - t0
         for fut in done:
-            _slot, comp = self.running.pop(fut)
+            slot, comp = self.running.pop(fut)
+            started, after = self.began.pop(fut)
             self.inflight.difference_update(comp.keys())
-            self.r.checks.record(comp, fut.result())
+            self.r.checks.record(comp, fut.result(), slot=slot, started=started, after=after)
 
     def _publish(self, steps: list[_Step]) -> None:
         self.r.checks.publish(

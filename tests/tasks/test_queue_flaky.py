@@ -111,6 +111,7 @@ def test_a_check_that_fails_then_passes_is_flaky_and_integrates(qs: Setup) -> No
         answers.close()
     assert answers.taken == 2  # the check really ran twice
     assert out["check_runs"] == 1 and out["check_retries"] == 1, out
+    assert out["check_rounds"] == 2  # one after the other
     assert code == 0 and out["integrated"] == [t["id"]] and not out["sent_back"], json.dumps(out)
     tree = git(repo, "rev-parse", "main^{tree}")
     assert git(repo, "rev-parse", "main^1") == main
