@@ -73,9 +73,9 @@ def adopt_tmux_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Hand a tmux pane you started in a tmux task's worktree (Claude Code running there,
-    `git sup hooks install` done) to a new supervisor of the task, which supervises it from
-    then on. The task's supervisor must be gone. Runs in the foreground."""
+    """Hand a tmux pane you started in a tmux task's worktree (`claude --setting-sources
+    user` running there, `git sup hooks install` done) to a new supervisor of the task, which
+    supervises it from then on. The task's supervisor must be gone. Runs in the foreground."""
     from gitsup.cli.task_render import ProgressRenderer, print_summary
     from gitsup.store.suprepo import SupRepo
     from gitsup.supervision.recovery import adopt_pane

@@ -6,7 +6,9 @@ none is given), every tmux call bounded like the worker's own. It is adopted onl
 the pane exists and its process lives; that process runs in the task's worktree and
 belongs to this user; it, or a process below it, runs the task's agent executable (the
 running file's sha256 is the one recorded when the task started); that Claude Code runs
-with no argument that would switch supervision off (as the tmux worker refuses them);
+with `--setting-sources user` (the worktree's settings files, which the agent can write,
+never load) and no argument that would switch supervision off (as the tmux worker refuses
+them);
 and the settings it loads carry gitsup's relay hooks (`git sup hooks install`) and do not
 switch hooks off: without them no decision would reach the supervisor. What is found
 becomes the worker identity the tmux worker re-adopts (pane id, pid, start time, cwd,
@@ -169,6 +171,16 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def _user_settings_only(args: list[str]) -> bool:
+    """`--setting-sources user` (or `=user`) is among the arguments."""
+    for i, a in enumerate(args):
+        name, eq, value = a.partition("=")
+        if name == "--setting-sources":
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            return {v.strip() for v in value.split(",") if v.strip()} == {"user"}
+    return False
+
+
 def _check_supervisable(agent: Any, worktree: Path, env: Mapping[str, str], pane: str) -> None:
     """The pane's Claude Code asks the supervisor: no argument that switches supervision
     off, gitsup's relay hooks in the user settings it loads, nothing that disables hooks."""
@@ -183,6 +195,14 @@ def _check_supervisable(agent: Any, worktree: Path, env: Mapping[str, str], pane
     except psutil.Error as exc:
         raise PaneRefused(f"tmux pane {pane}: cannot read its agent's process ({exc})") from exc
     their_env = {**env, **{k: environ[k] for k in ("CLAUDE_CONFIG_DIR", "HOME") if k in environ}}
+    if not _user_settings_only(args):
+        # the worktree's own settings files could switch the hooks off during the session
+        # (disableAllHooks), as the tmux worker's own panes never load them
+        raise PaneRefused(
+            f"tmux pane {pane}: its Claude Code loads the worktree's settings files, which "
+            "the agent could change to switch gitsup's hooks off; start it with "
+            "`--setting-sources user`"
+        )
     try:
         _rest, extra_settings = split_arguments(args)
         files = list(read_settings_files(loaded_settings_files(worktree, their_env)))

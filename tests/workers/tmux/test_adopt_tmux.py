@@ -134,7 +134,8 @@ def test_a_pane_started_in_the_worktree_is_adopted_and_supervised(
 ) -> None:
     """The task's supervisor was killed; a person starts Claude Code in the worktree in a
     tmux of their own and hands the pane over: refused while their settings lack gitsup's
-    relay hooks (and for a pane that runs something else), adopted once they are in. The
+    relay hooks, or while it loads the worktree's settings files (and for a pane that runs
+    something else), adopted once both are right. The
     old worker is proven gone, the lease moves to the adopting supervisor, `recovered` says
     `adopted` with the pane's identity, the person's prompt in that pane reaches the
     supervisor through the hooks (a human takeover, the tool call gated, the turn's end
@@ -176,6 +177,16 @@ def test_a_pane_started_in_the_worktree_is_adopted_and_supervised(
     res = run_sup(repo, "adopt-tmux", task, sleeper, "--socket", sock)
     assert res.returncode == 2 and "agent executable" in res.stderr, res.stderr
     res = run_sup(repo, "adopt-tmux", task, pane, "--socket", sock)
+    assert res.returncode == 2 and "--setting-sources user" in res.stderr, res.stderr
+    subprocess.run(
+        ["tmux", "-S", sock, "respawn-pane", "-k", "-t", pane, "-c", str(wt), "env", *envs,
+         claude_bin, "--setting-sources", "user"],
+        check=True,
+    )  # fmt: skip
+    wait_for(
+        lambda: input_prompt_ready(tmux(sock, "capture-pane", "-p", "-t", pane)), 60, "the TUI"
+    )
+    res = run_sup(repo, "adopt-tmux", task, pane, "--socket", sock)
     assert res.returncode == 2 and "lack gitsup's hooks" in res.stderr, res.stderr
     assert ProcessId.from_dict(_leases(repo)[0]["owner"]).alive() is False  # still the dead one
     # The person installs gitsup's hooks and starts Claude Code again.
@@ -183,7 +194,7 @@ def test_a_pane_started_in_the_worktree_is_adopted_and_supervised(
     assert res.returncode == 0, res.stderr
     subprocess.run(
         ["tmux", "-S", sock, "respawn-pane", "-k", "-t", pane, "-c", str(wt), "env", *envs,
-         claude_bin],
+         claude_bin, "--setting-sources", "user"],
         check=True,
     )  # fmt: skip
     wait_for(
