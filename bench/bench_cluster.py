@@ -289,7 +289,11 @@ def profile(b: Bench) -> None:
         owner = h if cluster else None
         events = owner.events(task) if owner else Host("", b.repo, h.proc).events(task)
         for ev in events:
-            rows.append((float(ev["ts"]) - t0, 0.0, f"event {ev['type']}"))  # type: ignore[arg-type]
+            rows.append(
+                (float(ev["ts"]) - t0, 0.0, f"event {ev['type']} {str(ev.get('data', ''))[:80]}")
+            )  # type: ignore[arg-type]
+        if cluster:
+            rows += [(at - t0, 0.0, f"temporal {what}") for at, what in history(b.address, task)]
         rows.sort()
         n = sum(1 for *_, w in rows if w.startswith("git"))
         total = sum(t for _, t, w in rows if w.startswith("git"))
@@ -298,6 +302,24 @@ def profile(b: Bench) -> None:
             print(f"{at:7.3f}s {took * 1000:6.0f}ms  {what}")
         print(f"{n} git processes, {total:.2f}s in all (with the wrapper's cost)   load {load()}")
     b.stop_hosts()
+
+
+def history(address: str, task: str) -> list[tuple[float, str]]:
+    """The workflow's history events: (time, type)."""
+    import asyncio
+
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.client import Client
+
+    async def go() -> list[tuple[float, str]]:
+        client = await Client.connect(address)
+        out = []
+        async for e in client.get_workflow_handle(task).fetch_history_events():
+            name = EventType.Name(e.event_type).removeprefix("EVENT_TYPE_").lower()
+            out.append((e.event_time.ToDatetime().timestamp(), name))
+        return out
+
+    return asyncio.run(go())
 
 
 def timeline(

@@ -112,6 +112,9 @@ class HostWork:
             return await self._run(job, task)
         finally:
             self._live[task] -= 1
+            # the next task's supervisor loads once this one is done: loading it while a
+            # task starts would take the CPU that task's start needs
+            await asyncio.to_thread(self.ready_spare)
 
     async def _run(self, job: dict[str, Any], task: TaskId) -> dict[str, Any]:
         info = activity.info()
@@ -242,7 +245,6 @@ class HostWork:
         finally:
             if spare is not None:
                 spare.close()  # unused when the start failed before its supervisor
-            self.ready_spare()  # for the next task
 
     def _adopt(self, ctx: SupRepo, task: TaskId) -> None:
         """`git sup adopt-remote` in the background (its own session, as a detached task's

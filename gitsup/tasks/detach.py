@@ -173,8 +173,43 @@ def _main(argv: list[str]) -> int:
     return status_exit(final)
 
 
+# What a supervisor imports only once it starts its worker, besides what a task's start
+# preloads (lifecycle.after_checkout): the attention store, the environment and worker
+# checks, the seccomp filter, the egress gate. A spare loads all of it while it waits.
+_SPARE_LATE = (
+    "psutil",
+    "gitsup.attention.notify",
+    "gitsup.store.ledger",
+    "gitsup.store.control",
+    "gitsup.store.comments",
+    "gitsup.integration.keys",
+    "gitsup.environment.setup",
+    "gitsup.environment.include",
+    "gitsup.host.seccomp",
+    "gitsup.host.egress",
+    "gitsup.host.egress_gate",
+    "gitsup.workers.agentbin",
+    "gitsup.workers.preflight",
+)
+
+
+def spare_modules() -> list[str]:
+    """What a spare supervisor imports before it has a task: what any task's supervisor
+    would import (every worker kind's adapter, pyroute2 for a network namespace)."""
+    from gitsup.tasks.lifecycle import TASK_MODULES
+    from gitsup.workers.kinds import KINDS
+
+    return [*TASK_MODULES, *(k.module for k in KINDS.values()), "pyroute2", *_SPARE_LATE]
+
+
 def _spare() -> int:
-    """A spare supervisor: its task's arguments and log from stdin, then `_main`."""
+    """A spare supervisor: what a supervisor loads late loaded now, then its task's
+    arguments and log from stdin, then `_main`."""
+    import importlib
+
+    for name in spare_modules():
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
     line = sys.stdin.buffer.readline()
     if not line.strip():
         return 0  # not needed

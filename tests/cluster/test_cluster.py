@@ -74,6 +74,7 @@ def test_two_tasks_run_on_two_hosts_and_end_ready(cluster: Cluster, tmp: Path) -
     b = cluster.host("beta", "--slots", "1")
     worker = write_worker(tmp, FIX_AFTER_BARRIER.format(tmp=str(cluster.shared), n=2))
     ids = []
+    submitted = time.time()
     for _ in range(2):
         res = submit(cluster, worker, "--detach")
         assert res.returncode == 0, res.stderr
@@ -92,6 +93,9 @@ def test_two_tasks_run_on_two_hosts_and_end_ready(cluster: Cluster, tmp: Path) -
         record = host.record(task)
         assert record["host"] == name and record["state"] == "completed"
         assert record["candidate"] == results[task]["candidate"]
+        # its supervisor was the host's spare, started (and loaded) before the task existed
+        supervisor = record["supervisor"]
+        assert isinstance(supervisor, dict) and supervisor["start_time"] < submitted, supervisor
         # the host's name is in its worker_started event too
         res = run_sup(host.clone, "log", task, "--json", env=host.env)
         assert res.returncode == 0, res.stderr
