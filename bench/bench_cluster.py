@@ -314,9 +314,12 @@ def history(address: str, task: str) -> list[tuple[float, str]]:
     async def go() -> list[tuple[float, str]]:
         client = await Client.connect(address)
         out = []
+        size = 0
         async for e in client.get_workflow_handle(task).fetch_history_events():
             name = EventType.Name(e.event_type).removeprefix("EVENT_TYPE_").lower()
             out.append((e.event_time.ToDatetime().timestamp(), name))
+            size += e.ByteSize()
+        out.append((out[-1][0], f"history: {len(out)} events, {size} bytes"))
         return out
 
     return asyncio.run(go())

@@ -144,6 +144,27 @@ def test_the_same_task_id_submitted_twice_runs_once(cluster: Cluster, tmp: Path)
     assert (cluster.shared / "runs.log").read_text().split() == [task]
 
 
+def test_a_submission_whose_workflow_never_started_can_be_made_again(
+    cluster: Cluster, tmp: Path
+) -> None:
+    from tests.cluster.conftest import free_port
+
+    cluster.host("alpha")
+    worker = write_worker(tmp, FIX_AFTER_BARRIER.format(tmp=str(cluster.shared), n=1))
+    task = "20260101-5ec0d0"
+    # the cluster is away: the baseline went to the review remote, no workflow started
+    res = run_sup(
+        cluster.submitter, "start", "fix add", "--cluster", f"127.0.0.1:{free_port()}",
+        "--worker", worker, "--review", "none", "--id", task, "--detach",
+    )  # fmt: skip
+    assert res.returncode == 1 and "cannot reach the cluster" in res.stderr, res.stderr
+    assert git(cluster.origin, "rev-parse", f"refs/sup/{task}/baseline")
+    # the same id submitted again runs (its baseline is on the remote, the cluster knows it not)
+    res = submit(cluster, worker, "--id", task)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert (cluster.shared / "runs.log").read_text().split() == [task]
+
+
 def test_stop_ends_a_remote_task_stopped_with_its_work_saved(cluster: Cluster, tmp: Path) -> None:
     host = cluster.host("alpha")
     worker = write_worker(tmp, SLOW.format(tmp=str(cluster.shared)))
