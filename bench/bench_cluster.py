@@ -16,7 +16,7 @@ default check. Four parts, in one run:
   cluster/local (goal <= 1.2x).
 - profile: one cluster task with every `git` process (submitter, host, supervisor, gates)
   logged by a wrapper on PATH, and the host's task events: a timeline of where the time goes.
-- throughput: `--tasks` tasks submitted `--detach` over `--hosts` hosts (2 slots each); the
+- throughput: `--tasks` tasks submitted `--detach` (4 at a time) over `--hosts` hosts (2 slots each); the
   time until the review remote holds every candidate (tasks/min), then the proof that none
   was lost (each candidate on the remote, one commit over its baseline, the task ready) and
   none ran twice (each worker run appends its task id to a shared file: one line per task;
@@ -79,6 +79,9 @@ rc=$?
 printf '%s %s %s\\t%s\\n' "$s" "$(date +%s.%N)" "$PWD" "$*" >> {log}
 exit $rc
 """
+
+
+SUBMITTERS = 4  # submissions at once in the throughput part
 
 
 def free_port() -> int:
@@ -344,19 +347,15 @@ def throughput(b: Bench, tasks: int, hosts: int) -> None:
     runs.unlink(missing_ok=True)
     hs = [b.host(f"t{i + 1}") for i in range(hosts)]
     t0 = time.monotonic()
-    ids = []
-    for i in range(tasks):
-        ids.append(
-            sup(
-                b.repo,
-                "start",
-                f"task {i}",
-                "--cluster",
-                b.address,
-                "--detach",
-                *task_args(b, "-q"),
-            )[1].strip()
-        )
+    # submitted by several submitters at once (one submission is a process of its own)
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> str:
+        args = ["start", f"task {i}", "--cluster", b.address, "--detach", *task_args(b, "-q")]
+        return sup(b.repo, *args)[1].strip()
+
+    with ThreadPoolExecutor(SUBMITTERS) as pool:
+        ids = list(pool.map(one, range(tasks)))
     submitted = time.monotonic() - t0
     want = {f"refs/sup/{t}/candidate" for t in ids}
     while True:
