@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -34,12 +35,14 @@ from gitsup.layout import task_refs
 from gitsup.state import TERMINAL
 from gitsup.store.record import TaskRecord
 from gitsup.store.suprepo import SupRepo
+from gitsup.tasks.detach import SpareSupervisor
 from gitsup.tasks.lifecycle import status_exit
 
 # how long an ended task's supervisor may take to publish it before the result goes out
 LAST_PUBLICATION = 300.0
 # how long a host that is stopped may take to hand its tasks over (`--drain-timeout`)
 DRAIN = 60.0
+END_POLL = 0.05
 
 
 def review_remote(ctx: SupRepo) -> str:
@@ -80,6 +83,27 @@ class HostWork:
         self._pending: set[asyncio.Task[None]] = set()
         self._children: set[tuple[int, float]] = set()  # supervisors started here, running
         self._taken: dict[str, set[int]] = {}  # the requests handed to each task's supervisor
+        # a supervisor process started ahead of the next task here (gitsup/tasks/detach.py)
+        self._spare: SpareSupervisor | None = None
+        self._spare_lock = threading.Lock()
+
+    def ready_spare(self) -> None:
+        """Have a spare supervisor waiting for the next task (none when it cannot start)."""
+        with self._spare_lock:
+            if self._spare is None:
+                with contextlib.suppress(OSError):
+                    self._spare = SpareSupervisor(self.clone)
+
+    def _take_spare(self) -> SpareSupervisor | None:
+        with self._spare_lock:
+            spare, self._spare = self._spare, None
+            return spare
+
+    def close(self) -> None:
+        """The host stops serving: its spare supervisor ends."""
+        spare = self._take_spare()
+        if spare is not None:
+            spare.close()
 
     def _ctx(self) -> SupRepo:
         return SupRepo.discover(self.clone)
@@ -92,6 +116,9 @@ class HostWork:
             return await self._run(job, task)
         finally:
             self._live[task] -= 1
+            # the next task's supervisor loads once this one is done: loading it while a
+            # task starts would take the CPU that task's start needs
+            await asyncio.to_thread(self.ready_spare)
 
     async def _run(self, job: dict[str, Any], task: TaskId) -> dict[str, Any]:
         info = activity.info()
@@ -145,7 +172,9 @@ class HostWork:
                 if not await asyncio.to_thread(_supervised, record):
                     # the local supervisor died: another attempt (here or elsewhere) continues
                     raise ApplicationError(f"the supervisor of task {task} on {self.name} died")
-                await asyncio.sleep(interval)
+                # once ended, the supervisor's exit (its last publication done) is watched
+                # closely: the result goes out as soon as it has
+                await asyncio.sleep(END_POLL if ended else interval)
         except asyncio.CancelledError:
             return await self._stopped(task)
 
@@ -350,13 +379,19 @@ class HostWork:
         from gitsup.tasks.detach import start_detached
 
         spec = TaskSpec.model_validate({**job["spec"], "base": baseline})
-        start_detached(
-            SupRepo.discover(self.clone),
-            spec,
-            source=job.get("source"),
-            task_id=task,
-            host=self.name,
-        )
+        spare = self._take_spare()
+        try:
+            start_detached(
+                SupRepo.discover(self.clone),
+                spec,
+                source=job.get("source"),
+                task_id=task,
+                host=self.name,
+                spare=spare,
+            )
+        finally:
+            if spare is not None:
+                spare.close()  # unused when the start failed before its supervisor
 
     def _adopt(self, ctx: SupRepo, task: TaskId, job: dict[str, Any]) -> None:
         """`git sup adopt-remote` in the background (its own session, as a detached task's
@@ -628,8 +663,10 @@ async def _serve(
         default_heartbeat_throttle_interval=timedelta(seconds=1),
     )
     extra: list[Worker] = []
+    await asyncio.to_thread(work.ready_spare)
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(restore)
+        stack.callback(work.close)
         await stack.enter_async_context(worker)
         if integrator:
             from gitsup.cluster.integrator import Integrator

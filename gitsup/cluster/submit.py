@@ -24,6 +24,7 @@ from gitsup.cluster.settings import ClusterSettings, check_address
 from gitsup.errors import Exit, GitsupError
 from gitsup.ids import TaskId, new_task_id, parse_task_id
 from gitsup.layout import task_refs
+from gitsup.preload import preloading
 from gitsup.spec import TaskSpec
 from gitsup.store.suprepo import SupRepo
 
@@ -73,15 +74,23 @@ def submit(
         "heartbeat": settings.heartbeat,
         "attempts": attempts,
     }
-    # a duplicate is refused before anything is pushed (and for good when the workflow
-    # starts: Temporal never runs two workflows of one id; the gate never rewrites a baseline)
-    refspec = f"{baseline}:{task_refs(task)['baseline']}"
+    # A duplicate is refused before anything is pushed: a task submitted has its baseline on
+    # the review remote, which never loses a `refs/sup/` ref; when it is there, the cluster
+    # says whether that task started (a submission whose workflow never started may be
+    # made again). For good when the workflow starts: Temporal never runs two of one id.
+    ref = task_refs(task)["baseline"]
+    if transport.remote_ref(ctx.repo.main_workdir, remote, ref) is not None:
+
+        async def known() -> None:
+            await _refuse_known(await connect(settings), settings, task)
+
+        asyncio.run(known())
+    # the cluster's client loads while the baseline travels (about a second of imports)
+    with preloading(["temporalio.client", "temporalio.common", "temporalio.exceptions"]):
+        transport.push(ctx.repo.main_workdir, remote, [f"{baseline}:{ref}"])
 
     async def go() -> None:
-        client = await connect(settings)
-        await _refuse_known(client, settings, task)
-        await asyncio.to_thread(transport.push, ctx.repo.main_workdir, remote, [refspec])
-        await _start(client, settings, job)
+        await _start(await connect(settings), settings, job)
 
     asyncio.run(go())
     path = _marker(ctx, task)

@@ -88,6 +88,20 @@ def fetch(workdir: Path, remote: str, refspecs: Sequence[str]) -> None:
         raise TransportError(f"fetch from {remote} failed: {_tail(out)}")
 
 
+def remote_ref(workdir: Path, remote: str, ref: str) -> Oid | None:
+    """What `ref` names on `remote` (None: no such ref there), nothing fetched."""
+    rc, out = _git(workdir, ["ls-remote", "--exit-code", remote, ref], timeout=_TIMEOUT)
+    if rc == 2:  # --exit-code: the remote has no such ref
+        return None
+    if rc != 0:
+        raise TransportError(f"cannot list {ref} on {remote}: {_tail(out)}")
+    for line in out.splitlines():
+        oid, _, name = line.partition("\t")
+        if name.strip() == ref:
+            return Oid(oid.strip())
+    return None
+
+
 def fetch_one(workdir: Path, common_dir: Path, remote: str, ref: str) -> Oid | None:
     """The commit `ref` names on `remote`, its objects fetched here (None: no such ref there).
     Fetched into a scratch ref of its own (removed again), so that callers running at the

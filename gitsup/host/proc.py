@@ -3,7 +3,8 @@
 Every child runs in its own process group so that a stop reaches all of it;
 output is captured with a bound (the tail is kept, which is what a reader of a
 failing check wants). `run` runs a command to its end; `spawn_piped` starts a worker
-with pipes, `spawn_detached` a background gitsup process; `kill_group`, `signal_group`,
+with pipes, `spawn_detached` a background gitsup process (`spawn_waiting` one started ahead of its
+work); `kill_group`, `signal_group`,
 `wait_exit`, `descendants` and `kill_each` are the pieces every stop is made of.
 No other module of gitsup imports `subprocess` (the hook path has its own runner,
 gitsup/boundary/gitrun.py; the import contracts in pyproject.toml check both).
@@ -217,6 +218,26 @@ def spawn_detached(
             close_fds=True,
         )
     return child.pid
+
+
+def spawn_waiting(
+    argv: Sequence[str], *, cwd: str | os.PathLike[str], env: Mapping[str, str] | None = None
+) -> tuple[int, Any]:
+    """Start argv as `spawn_detached` does (its own session, no inherited descriptors,
+    nobody waits for it), but with a pipe as its stdin and no output: a process started
+    ahead of its work, which it reads from the pipe (and ends at the pipe's end, when the
+    writer is gone). Returns its pid and the pipe's writing end (a binary file)."""
+    child = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env) if env is not None else child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+    return child.pid, child.stdin
 
 
 def run_foreground(

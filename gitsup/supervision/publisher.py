@@ -124,17 +124,38 @@ def publish_refs(
     notes_pushed: Oid | None = None,
 ) -> Published:
     """Push the task's refs (atomically) and merge-push the notes to the review remote
-    (skipped while the notes are still `notes_pushed`, what this caller pushed last).
+    (skipped while the notes are still `notes_pushed`, what this caller pushed last): the
+    notes merged with the remote's first, then pushed in the same atomic push as the refs;
+    when that push is refused, the refs alone, then the notes as `publish_notes` does.
     Raises GitsupError (transport.TransportError when the remote or a gate refused)."""
     name = review_remote(repo, remote)
     if layout.record(task).is_file():
         record_refs(repo, layout, task)
     names = [*task_refs(task).values(), task_record_ref(task)]
     have = {r: t for r in names if (t := repo.ref_target(r)) is not None}
-    transport.push(repo.main_workdir, name, [f"{r}:{r}" for r in have])
+    specs = [f"{r}:{r}" for r in have]
     current = repo.ref_target(NOTES_REF)
-    if notes_pushed is not None and current == notes_pushed:
+    if current is None or current == notes_pushed:
+        # no notes here, or none since the last publication: the task's refs only
+        transport.push(repo.main_workdir, name, specs)
         return Published(name, have, current)
+    # the notes merged with the remote's first, then pushed with the task's refs: one push
+    try:
+        theirs = transport.fetch_one(repo.main_workdir, repo.common_dir, name, NOTES_REF)
+    except transport.TransportError:
+        transport.push(repo.main_workdir, name, specs)  # the task's refs all the same
+        raise
+    ours = repo.merge_notes(theirs) if theirs is not None else current
+    if ours is not None and ours != theirs:
+        try:
+            transport.push(repo.main_workdir, name, [*specs, f"{NOTES_REF}:{NOTES_REF}"])
+            return Published(name, have, ours)
+        except transport.TransportError:
+            # another clone pushed notes in between (or a ref was refused): one at a time
+            pass
+    transport.push(repo.main_workdir, name, specs)
+    if ours is None or ours == theirs:
+        return Published(name, have, ours)
     return Published(name, have, publish_notes(repo, name))
 
 

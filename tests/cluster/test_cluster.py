@@ -74,6 +74,7 @@ def test_two_tasks_run_on_two_hosts_and_end_ready(cluster: Cluster, tmp: Path) -
     b = cluster.host("beta", "--slots", "1")
     worker = write_worker(tmp, FIX_AFTER_BARRIER.format(tmp=str(cluster.shared), n=2))
     ids = []
+    submitted = time.time()
     for _ in range(2):
         res = submit(cluster, worker, "--detach")
         assert res.returncode == 0, res.stderr
@@ -92,6 +93,9 @@ def test_two_tasks_run_on_two_hosts_and_end_ready(cluster: Cluster, tmp: Path) -
         record = host.record(task)
         assert record["host"] == name and record["state"] == "completed"
         assert record["candidate"] == results[task]["candidate"]
+        # its supervisor was the host's spare, started (and loaded) before the task existed
+        supervisor = record["supervisor"]
+        assert isinstance(supervisor, dict) and supervisor["start_time"] < submitted, supervisor
         # the host's name is in its worker_started event too
         res = run_sup(host.clone, "log", task, "--json", env=host.env)
         assert res.returncode == 0, res.stderr
@@ -137,6 +141,27 @@ def test_the_same_task_id_submitted_twice_runs_once(cluster: Cluster, tmp: Path)
     # and once it ended, still refused (foreground too)
     third = submit(cluster, worker, "--id", task)
     assert third.returncode == 2, (third.stdout, third.stderr)
+    assert (cluster.shared / "runs.log").read_text().split() == [task]
+
+
+def test_a_submission_whose_workflow_never_started_can_be_made_again(
+    cluster: Cluster, tmp: Path
+) -> None:
+    from tests.cluster.conftest import free_port
+
+    cluster.host("alpha")
+    worker = write_worker(tmp, FIX_AFTER_BARRIER.format(tmp=str(cluster.shared), n=1))
+    task = "20260101-5ec0d0"
+    # the cluster is away: the baseline went to the review remote, no workflow started
+    res = run_sup(
+        cluster.submitter, "start", "fix add", "--cluster", f"127.0.0.1:{free_port()}",
+        "--worker", worker, "--review", "none", "--id", task, "--detach",
+    )  # fmt: skip
+    assert res.returncode == 1 and "cannot reach the cluster" in res.stderr, res.stderr
+    assert git(cluster.origin, "rev-parse", f"refs/sup/{task}/baseline")
+    # the same id submitted again runs (its baseline is on the remote, the cluster knows it not)
+    res = submit(cluster, worker, "--id", task)
+    assert res.returncode == 0, (res.stdout, res.stderr)
     assert (cluster.shared / "runs.log").read_text().split() == [task]
 
 
