@@ -14,6 +14,7 @@ import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +62,15 @@ sys.exit(1 if os.path.exists("A") and os.path.exists("B") else 0)
 """
 
 
-def _host(c: Cluster, name: str, *args: str) -> Host:
+def _host(
+    c: Cluster, name: str, *args: str, setup: Callable[[Path], None] | None = None
+) -> Host:
     """A host whose confined runner works in a TMPDIR of its own."""
     own = c.tmp / f"tmp-{name}"
     own.mkdir(exist_ok=True)
     c.env = {**c.env, "TMPDIR": str(own)}
     try:
-        return c.host(name, *args)
+        return c.host(name, *args, setup=setup)
     finally:
         c.env = {k: v for k, v in c.env.items() if k != "TMPDIR"}
 
@@ -84,10 +87,12 @@ def _key(c: Cluster) -> Path:
 
 def _integrator(c: Cluster) -> Host:
     _key(c)
-    h = _host(c, "integrator", "--integrator", "--slots", "1")
-    for v in git(c.submitter, "config", "--get-all", "sup.trustRoot", check=False).splitlines():
-        git(h.clone, "config", "--add", "sup.trustRoot", v)
-    return h
+
+    def trust(clone: Path) -> None:  # the operator's configuration, as the key is
+        for v in git(c.submitter, "config", "--get-all", "sup.trustRoot", check=False).split():
+            git(clone, "config", "--add", "sup.trustRoot", v)
+
+    return _host(c, "integrator", "--integrator", "--slots", "1", setup=trust)
 
 
 def _candidates(c: Cluster, tmp: Path, names: list[str], *, hold: bool = False) -> list[str]:
