@@ -34,7 +34,7 @@ from gitsup.names import TASK_MARKER
 from gitsup.spec import TaskSpec
 from gitsup.state import TERMINAL
 from gitsup.store.events import Event
-from gitsup.store.lease import CLEANUP_PENDING
+from gitsup.store.lease import CLEANUP_PENDING, Lease
 from gitsup.store.record import TaskRecord
 from gitsup.store.suprepo import SupRepo
 from gitsup.supervision.supervisor import Supervisor
@@ -184,13 +184,7 @@ def recover_task(
     # A takeover is a transaction: the lease says `cleanup-pending` before anything of the
     # old owner's is touched, and is settled once the cleanup is done; a taker that dies
     # in between leaves a lease the next reader reconciles (`reconcile_takeovers`).
-    lease = ctx.leases.acquire(
-        record.worktree,
-        record.id,
-        steal_dead=True,
-        state=CLEANUP_PENDING,
-        extra={"taken_from": record.supervisor},
-    )
+    lease = _take_pending(ctx, record)
     fault("takeover_cleanup_pending")
     proof = prove_worker_gone(record, kill=True)
     fault("takeover_worker_proven")
@@ -312,13 +306,7 @@ def adopt_pane(
         env=child_env(),
     )
     old = record.worker or {}
-    lease = ctx.leases.acquire(
-        record.worktree,
-        record.id,
-        steal_dead=True,
-        state=CLEANUP_PENDING,
-        extra={"taken_from": record.supervisor},
-    )
+    lease = _take_pending(ctx, record)
     proof = prove_worker_gone(record, kill=True)
     if not proof.gone:
         ctx.leases.settle(lease)
@@ -846,3 +834,15 @@ __all__ = [
     "recover_task",
     "release_dead",
 ]
+
+
+def _take_pending(ctx: SupRepo, record: TaskRecord) -> Lease:
+    """The dead owner's lease, taken as `cleanup-pending` (a takeover's first step: a taker
+    that dies before settling it leaves it to `reconcile_takeovers`)."""
+    return ctx.leases.acquire(
+        record.worktree,
+        record.id,
+        steal_dead=True,
+        state=CLEANUP_PENDING,
+        extra={"taken_from": record.supervisor},
+    )

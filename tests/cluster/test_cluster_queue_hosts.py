@@ -62,9 +62,7 @@ sys.exit(1 if os.path.exists("A") and os.path.exists("B") else 0)
 """
 
 
-def _host(
-    c: Cluster, name: str, *args: str, setup: Callable[[Path], None] | None = None
-) -> Host:
+def _host(c: Cluster, name: str, *args: str, setup: Callable[[Path], None] | None = None) -> Host:
     """A host whose confined runner works in a TMPDIR of its own."""
     own = c.tmp / f"tmp-{name}"
     own.mkdir(exist_ok=True)

@@ -18,6 +18,7 @@ command, socket), the same checks then run again at adoption.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 from collections.abc import Mapping
@@ -35,36 +36,6 @@ _FORMAT = "#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{socket_path}"
 
 class PaneRefused(GitsupError):
     """The pane is not one `adopt-tmux` hands to the task (exit 2)."""
-
-
-@dataclass(frozen=True)
-class PaneFound:
-    pane_id: str
-    pid: int
-    socket: str
-    start_time: float
-    cwd: str
-    command: list[str]
-    agent_pid: int  # the pane's process or the one below it that runs the agent
-
-    def identity(self) -> dict[str, Any]:
-        """The worker identity the tmux worker re-adopts (gitsup/workers/claude/tmux.py)."""
-        return {
-            "pid": self.pid,
-            "start_time": self.start_time,
-            "pgid": self.pid,
-            "extra": {
-                "socket": self.socket,
-                "session": None,
-                "pane_id": self.pane_id,
-                "pane_pid": self.pid,
-                "pane_start_time": self.start_time,
-                "cwd": self.cwd,
-                "command": self.command,
-                "agent_pid": self.agent_pid,
-                "started_by": "user",
-            },
-        }
 
 
 def _tmux(socket: str | None, *args: str) -> list[str]:
@@ -89,6 +60,32 @@ class PaneProcess:
     start_time: float
     cwd: str
     command: list[str]
+
+
+@dataclass(frozen=True)
+class PaneFound(PaneProcess):
+    """A pane that runs the task's agent (`check_agent`)."""
+
+    agent_pid: int  # the pane's process or the one below it that runs the agent
+
+    def identity(self) -> dict[str, Any]:
+        """The worker identity the tmux worker re-adopts (gitsup/workers/claude/tmux.py)."""
+        return {
+            "pid": self.pid,
+            "start_time": self.start_time,
+            "pgid": self.pid,
+            "extra": {
+                "socket": self.socket,
+                "session": None,
+                "pane_id": self.pane_id,
+                "pane_pid": self.pid,
+                "pane_start_time": self.start_time,
+                "cwd": self.cwd,
+                "command": self.command,
+                "agent_pid": self.agent_pid,
+                "started_by": "user",
+            },
+        }
 
 
 def locate_pane(pane: str, *, socket: str | None, worktree: Path) -> PaneProcess:
@@ -136,15 +133,7 @@ def check_agent(
             + ("" if agent_sha256 else " (the task recorded none)")
         )
     _check_supervisable(agent, worktree, env, found.pane_id)
-    return PaneFound(
-        found.pane_id,
-        found.pid,
-        found.socket,
-        found.start_time,
-        found.cwd,
-        found.command,
-        agent.pid,
-    )
+    return PaneFound(**dataclasses.asdict(found), agent_pid=agent.pid)
 
 
 def _agent_process(root: Any, sha256: str | None) -> Any:
