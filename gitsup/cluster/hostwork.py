@@ -86,11 +86,13 @@ class HostWork:
         # a supervisor process started ahead of the next task here (gitsup/tasks/detach.py)
         self._spare: SpareSupervisor | None = None
         self._spare_lock = threading.Lock()
+        self._closed = False
 
     def ready_spare(self) -> None:
-        """Have a spare supervisor waiting for the next task (none when it cannot start)."""
+        """Have a spare supervisor waiting for the next task (none when it cannot start,
+        and none once the host stops)."""
         with self._spare_lock:
-            if self._spare is None:
+            if self._spare is None and not self._closed:
                 with contextlib.suppress(OSError):
                     self._spare = SpareSupervisor(self.clone)
 
@@ -100,10 +102,13 @@ class HostWork:
             return spare
 
     def close(self) -> None:
-        """The host stops serving: its spare supervisor ends."""
+        """The host stops serving: its spare supervisor ends (waited for, so that nothing
+        of the host's runs after it), and no other starts."""
+        with self._spare_lock:
+            self._closed = True
         spare = self._take_spare()
         if spare is not None:
-            spare.close()
+            spare.close(wait=10.0)
 
     def _ctx(self) -> SupRepo:
         return SupRepo.discover(self.clone)
@@ -317,6 +322,7 @@ class HostWork:
         move once its heartbeats stop. Returns how many."""
         from gitsup.supervision.recovery import release_dead
 
+        self.close()  # no spare supervisor outlives the host either
         ctx = self._ctx()
         left = 0
         for name, n in list(self._live.items()):

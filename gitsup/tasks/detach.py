@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -23,8 +24,8 @@ from pathlib import Path
 
 from gitsup.errors import Exit, GitsupError
 from gitsup.git import GitRepo
-from gitsup.host.proc import gitsup_python, spawn_detached, spawn_waiting
-from gitsup.host.procid import ProcessId
+from gitsup.host.proc import gitsup_python, signal_group, spawn_detached, spawn_waiting
+from gitsup.host.procid import ProcessId, pid_alive
 from gitsup.ids import TaskId
 from gitsup.layout import Layout
 from gitsup.spec import TaskSpec
@@ -66,12 +67,27 @@ class SpareSupervisor:
                 return False
             return True
 
-    def close(self) -> None:
-        """It is not needed: it ends."""
+    def close(self, *, wait: float = 0.0) -> None:
+        """It is not needed: it ends. With `wait`, return once it has (its process group
+        is killed after `wait` seconds): a host that stops leaves nothing running."""
         with self._lock:
-            self._used = True
-            with contextlib.suppress(OSError):
+            used, self._used = self._used, True
+            with contextlib.suppress(OSError, ValueError):
                 self._pipe.close()
+        if used or wait <= 0:
+            return  # a supervisor that took a task is the task's, not ours to end
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            try:
+                done, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # not our child (or reaped): ask the kernel
+                done = 0 if pid_alive(self.pid) else self.pid
+            if done:
+                return
+            time.sleep(0.05)
+        signal_group(self.pid, signal.SIGKILL)  # its own session: the group is its own
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
 
 
 def start_detached(
