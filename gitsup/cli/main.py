@@ -159,7 +159,7 @@ def run() -> None:
     try:
         _run()
     except SystemExit as exc:
-        if "temporalio.bridge" in sys.modules:
+        if "temporalio.bridge" in sys.modules and _a_process_of_its_own():
             # A cluster command: the threads of Temporal's client core (Rust) can abort the
             # interpreter's own shutdown, so leave without it once the output is out.
             import os
@@ -169,6 +169,19 @@ def run() -> None:
             sys.stderr.flush()
             os._exit(code)
         raise
+
+
+def _a_process_of_its_own() -> bool:
+    """Whether this process is the command (`git-sup`, `python -m gitsup`), which may end
+    the interpreter: not a program that called `run()` (a test runner, an embedding), whose
+    process must go on."""
+    import os
+
+    main = sys.modules.get("__main__")
+    script = os.path.basename(str(getattr(main, "__file__", "") or ""))
+    if script.startswith("git-sup"):
+        return True
+    return script == "__main__.py" and getattr(main, "__package__", None) == "gitsup"
 
 
 def _run() -> None:

@@ -103,3 +103,25 @@ def test_every_command_is_registered_by_the_module_that_defines_it() -> None:
             assert group.name not in main.COMMAND_MODULE
     missing = {n: m for n, m in defined.items() if n and m and main.COMMAND_MODULE.get(n) != m}
     assert not missing, f"COMMAND_MODULE lacks or misplaces: {missing}"
+
+
+def test_run_called_by_another_program_returns_to_it_after_temporal_loaded() -> None:
+    # `run()` leaves a cluster command's process without the interpreter's shutdown; called
+    # in a process of another program's (a test runner, an embedding) it must raise
+    # SystemExit as usual and let that program go on
+    import subprocess
+
+    from tests.conftest import PYTHON
+
+    code = (
+        "import sys, temporalio.bridge.client\n"
+        "from gitsup.cli import main\n"
+        "sys.argv = ['git-sup', 'ls', '--no-such-flag']\n"
+        "try:\n"
+        "    main.run()\n"
+        "except SystemExit as exc:\n"
+        "    print('returned', exc.code, flush=True)\n"
+        "print('still here', flush=True)\n"
+    )
+    res = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "returned 2" in res.stdout and "still here" in res.stdout, (res.stdout, res.stderr)
