@@ -528,6 +528,8 @@ def _reap(children: set[tuple[int, float]], record: TaskRecord) -> None:
 
     import psutil
 
+    from gitsup.host.procid import same_start
+
     owner = record.supervisor or {}
     pid, started = owner.get("pid"), owner.get("start_time")
     if isinstance(pid, int) and isinstance(started, int | float):
@@ -536,7 +538,7 @@ def _reap(children: set[tuple[int, float]], record: TaskRecord) -> None:
         try:
             proc = psutil.Process(pid)
             # that process (not another that took its pid), and ours
-            if abs(proc.create_time() - started) > 0.01 or proc.ppid() != os.getpid():
+            if not same_start(started, proc.create_time()) or proc.ppid() != os.getpid():
                 children.discard((pid, started))
             elif proc.status() == psutil.STATUS_ZOMBIE:
                 os.waitpid(pid, os.WNOHANG)

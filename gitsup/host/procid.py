@@ -22,6 +22,20 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def same_start(recorded: float, now: float) -> bool:
+    """Whether a process's start time read now (`now`, psutil's `create_time()`) is the one
+    recorded for it. Linux gives a start time as ticks since boot, which psutil adds to the
+    boot time; the kernel reports the boot time in whole seconds and moves it when the clock
+    is set or slewed across a second boundary. So the same process can read a whole number
+    of seconds (a couple at most) off what was recorded, and never a fraction: that is
+    still the same process, while pid reuse gives a start time off by any amount."""
+    d = now - recorded
+    if abs(d) <= 0.01:
+        return True
+    k = round(d)
+    return abs(k) <= 2 and abs(d - k) <= 0.01
+
+
 @dataclass(frozen=True)
 class ProcessId:
     pid: int
@@ -43,7 +57,7 @@ class ProcessId:
 
         try:
             p = psutil.Process(self.pid)
-            if abs(p.create_time() - self.start_time) > 0.01:
+            if not same_start(self.start_time, p.create_time()):
                 return False
             return p.status() != psutil.STATUS_ZOMBIE
         except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):

@@ -39,7 +39,7 @@ from gitsup.boundary.trust import TrustCheck
 from gitsup.errors import Exit, GitsupError
 from gitsup.git import GitRepo, RefConflict
 from gitsup.host import proc
-from gitsup.host.procid import ProcessId
+from gitsup.host.procid import ProcessId, same_start
 from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.integration.keys import (
     SigningSetup,
@@ -134,7 +134,7 @@ def inside_task(ctx: SupRepo, *, env: Mapping[str, str], cwd: str) -> str | None
             if hit is None:
                 continue
             try:
-                same = abs(p.create_time() - hit[1].start_time) < 0.01
+                same = same_start(hit[1].start_time, p.create_time())
             except psutil.Error:
                 continue
             if same:

@@ -273,3 +273,17 @@ def test_doctor_lists_quarantined_lease_files(repo: Path) -> None:
     assert len(found) == 1 and str(kept[0]) in found[0]["detail"] and found[0]["fixed"] is None
     res = run_sup(repo, "doctor")
     assert "quarantined-lease" in res.stdout and kept[0].exists()
+
+
+def test_a_start_time_a_whole_second_off_is_the_same_process() -> None:
+    # the kernel's boot time is whole seconds and moves when the clock is adjusted: the same
+    # live process then reads a start time a whole second off; pid reuse is any amount off
+    from gitsup.host.procid import same_start
+
+    me = ProcessId.current()
+    assert ProcessId(me.pid, me.start_time - 1.0).alive()
+    assert ProcessId(me.pid, me.start_time + 2.0).alive()
+    assert not ProcessId(me.pid, me.start_time - 0.5).alive()
+    assert not ProcessId(me.pid, me.start_time + 3.0).alive()
+    assert same_start(100.0, 101.004) and same_start(100.0, 99.0)
+    assert not same_start(100.0, 100.3) and not same_start(100.0, 103.0)

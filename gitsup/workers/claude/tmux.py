@@ -44,6 +44,7 @@ from typing import Any
 from gitsup import faults
 from gitsup.errors import GitsupError
 from gitsup.host import proc
+from gitsup.host.procid import same_start
 from gitsup.names import TASK_MARKER
 from gitsup.store.eventtypes import WorkspaceTrustAccepted
 from gitsup.workers.base import (
@@ -534,7 +535,7 @@ class TmuxWorker(WorkerAdapter):
         else:
             try:
                 p = psutil.Process(pid)
-                if abs(p.create_time() - float(extra.get("pane_start_time") or 0)) > 0.01:
+                if not same_start(float(extra.get("pane_start_time") or 0), p.create_time()):
                     problems.append("the pane's process has another start time (pid reused)")
                 if p.cmdline() != list(extra.get("command") or []):
                     problems.append("the pane's command differs")
