@@ -221,9 +221,11 @@ class Speculation:
         lo = max((k for k, v in known.items() if v is True), default=0)
         if lo:
             rest = steps[lo:]
-            if rest:
+            if rest and r.hosts is None:
                 # what is behind keeps its trees once the branch moves: the slots start on
-                # it first, so they do not wait for the signed integrations
+                # it first, so they do not wait for the signed integrations (not on the
+                # cluster's hosts: they fetch a composition's base from the target branch,
+                # which only signed integrations reach)
                 known2, comps2 = self._view(rest, memo, digests)
                 if known2[1] is not False:
                     self._plan(steps[lo - 1].merge, rest, known2, comps2, memo, digests)
