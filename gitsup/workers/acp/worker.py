@@ -225,12 +225,14 @@ class AcpWorker(PipedAgent):
             open_reqs = [(rid, e) for rid, e in self._pending.items()]
             self._pending.clear()
         for rid, (rpc_id, kind, _data) in open_reqs:
+            # recorded before the agent hears it: what the answer makes it do (end the turn)
+            # comes after the cancellation in the task's events
+            self.ctx.inbox.put(PermissionCancelled(rid))
             with contextlib.suppress(WorkerError):
                 if kind == "permission":
                     self._io.write(ap.result(rpc_id, ap.permission_outcome(None)))
                 else:
                     self._io.write(ap.error(rpc_id, ap.REFUSED, "the turn was cancelled"))
-            self.ctx.inbox.put(PermissionCancelled(rid))
         if session is not None:
             with contextlib.suppress(WorkerError):
                 self._io.write(ap.notification("session/cancel", {"sessionId": session}))
