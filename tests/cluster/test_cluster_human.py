@@ -238,8 +238,9 @@ def _in_sandbox(record: dict[str, Any]) -> list[int]:
         except (FileNotFoundError, ProcessLookupError):
             continue
         assert netns != ours, (pid, cmdline)
-        name = status.split("\n", 1)[0].removeprefix("Name:\t")
-        if name != "python3":  # the sandbox's bootstrap (it execs the worker) aside
+        # the sandbox's bootstrap aside (it starts the worker; its name is that of the
+        # interpreter gitsup runs on, `python` or `python3`): known by the module it runs
+        if b" gitsup.host.bootstrap " not in cmdline:
             assert "\nSeccomp:\t2" in status and "\nNoNewPrivs:\t1" in status, (pid, cmdline)
             claude.append(pid)
     return claude
