@@ -222,11 +222,11 @@ def spawn_detached(
 
 def spawn_waiting(
     argv: Sequence[str], *, cwd: str | os.PathLike[str], env: Mapping[str, str] | None = None
-) -> tuple[int, Any]:
-    """Start argv as `spawn_detached` does (its own session, no inherited descriptors,
-    nobody waits for it), but with a pipe as its stdin and no output: a process started
-    ahead of its work, which it reads from the pipe (and ends at the pipe's end, when the
-    writer is gone). Returns its pid and the pipe's writing end (a binary file)."""
+) -> subprocess.Popen[bytes]:
+    """Start argv as `spawn_detached` does (its own session, no inherited descriptors),
+    but with a pipe as its stdin and no output: a process started ahead of its work, which
+    it reads from the pipe (and ends at the pipe's end, when the writer is gone). Returns
+    the child (`stdin` the pipe's writing end; `wait_exit` collects it)."""
     child = subprocess.Popen(
         list(argv),
         cwd=cwd,
@@ -237,7 +237,7 @@ def spawn_waiting(
         start_new_session=True,
         close_fds=True,
     )
-    return child.pid, child.stdin
+    return child
 
 
 def run_foreground(

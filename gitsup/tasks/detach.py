@@ -24,8 +24,8 @@ from pathlib import Path
 
 from gitsup.errors import Exit, GitsupError
 from gitsup.git import GitRepo
-from gitsup.host.proc import gitsup_python, signal_group, spawn_detached, spawn_waiting
-from gitsup.host.procid import ProcessId, pid_alive
+from gitsup.host.proc import gitsup_python, signal_group, spawn_detached, spawn_waiting, wait_exit
+from gitsup.host.procid import ProcessId
 from gitsup.ids import TaskId
 from gitsup.layout import Layout
 from gitsup.spec import TaskSpec
@@ -48,7 +48,10 @@ class SpareSupervisor:
 
     def __init__(self, cwd: Path) -> None:
         self.cwd = cwd
-        self.pid, self._pipe = spawn_waiting(gitsup_python("gitsup.tasks.detach", SPARE), cwd=cwd)
+        self._child = spawn_waiting(gitsup_python("gitsup.tasks.detach", SPARE), cwd=cwd)
+        self.pid = self._child.pid
+        assert self._child.stdin is not None
+        self._pipe = self._child.stdin
         self._lock = threading.Lock()
         self._used = False
 
@@ -76,18 +79,9 @@ class SpareSupervisor:
                 self._pipe.close()
         if used or wait <= 0:
             return  # a supervisor that took a task is the task's, not ours to end
-        end = time.monotonic() + wait
-        while time.monotonic() < end:
-            try:
-                done, _ = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # not our child (or reaped): ask the kernel
-                done = 0 if pid_alive(self.pid) else self.pid
-            if done:
-                return
-            time.sleep(0.05)
-        signal_group(self.pid, signal.SIGKILL)  # its own session: the group is its own
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)
+        if not wait_exit(self._child, wait):
+            signal_group(self.pid, signal.SIGKILL)  # its own session: the group is its own
+            wait_exit(self._child, 10.0)
 
 
 def start_detached(
