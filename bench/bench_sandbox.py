@@ -176,7 +176,7 @@ def ratio_line(
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spawns", type=int, default=60)
-    ap.add_argument("--checks", type=int, default=12)
+    ap.add_argument("--checks", type=int, default=64)
     ap.add_argument("--integrations", type=int, default=10)
     ap.add_argument("--shared-git", action="store_true", help="a task without a Git dir of its own")
     args = ap.parse_args()
