@@ -23,7 +23,7 @@ from gitsup.policy.allow.programs import (
 from gitsup.policy.allow.state import AllowState
 from gitsup.policy.config import Policy
 from gitsup.policy.decision import Decision, allow, ask, make_decision
-from gitsup.policy.facts import PYTHON
+from gitsup.policy.facts import MUTATORS, PYTHON
 from gitsup.policy.normalise.expand import UNKNOWN, resolve
 from gitsup.policy.parse.script import Part, Script, Word, plain_argv
 from gitsup.policy.rules import RuleId
@@ -37,31 +37,17 @@ def _is_name(prog: str) -> bool:
     return PROGRAM_NAME.match(prog) is not None
 
 
-_MUTATORS = frozenset(
-    {
-        "rm",
-        "rmdir",
-        "mv",
-        "cp",
-        "ln",
-        "chmod",
-        "chown",
-        "chgrp",
-        "truncate",
-        "unlink",
-        "install",
-        "shred",
-        "dd",
-        "tar",
-        "unzip",
-        "gzip",
-        "gunzip",
-        "patch",
-        "rsync",
-        "sed",
-        "perl",
-    }
-)
+# Programs whose ask says they change files (`ask.mutation`): the file changers the deny side
+# knows (`facts.MUTATORS`) and the archivers, less those an ask calls unknown (`chattr`,
+# `setfacl`) or that are utilities judged before (`mkdir`, `tee`, `touch`).
+_MUTATORS = (MUTATORS - {"chattr", "setfacl", "mkdir", "tee", "touch"}) | {
+    "dd",
+    "tar",
+    "unzip",
+    "gzip",
+    "gunzip",
+    "perl",
+}
 
 
 _STRUCTURE: str = RuleId.A_STRUCTURE.value

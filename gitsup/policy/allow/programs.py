@@ -89,6 +89,16 @@ def _takes(spec: UtilitySpec) -> tuple[frozenset[str], tuple[str, ...]]:
     return hit[1], hit[2]
 
 
+def _path_value(
+    prog: str, opt: str, value: str, st: AllowState, src: str, paths: list[str]
+) -> Decision | None:
+    """The value of an option that names a path: kept in `paths`; outside W it asks."""
+    paths.append(value)
+    if st.path_inside(value):
+        return None
+    return ask(RuleId.ASK_OUTSIDE_PATH, f"`{prog} {opt}` names {value} outside the worktree", src)
+
+
 def judge_utility(
     prog: str,
     args: list[str],
@@ -136,13 +146,9 @@ def judge_utility(
             if canon in takes:
                 value = val if eq else (args[i + 1] if i + 1 < n else "")
                 if canon in spec.path_opts:
-                    paths.append(value)
-                if canon in spec.path_opts and not st.path_inside(value):
-                    return ask(
-                        RuleId.ASK_OUTSIDE_PATH,
-                        f"`{prog} {canon}` names {value} outside the worktree",
-                        src,
-                    )
+                    outside = _path_value(prog, canon, value, st, src, paths)
+                    if outside is not None:
+                        return outside
                 i += 1 if eq else 2
                 continue
             i += 1
@@ -163,13 +169,9 @@ def judge_utility(
                 value = rest if rest else (args[i + 1] if i + 1 < n else "")
                 consumed = 0 if rest else 1
                 if opt in spec.path_opts:
-                    paths.append(value)
-                if opt in spec.path_opts and not st.path_inside(value):
-                    return ask(
-                        RuleId.ASK_OUTSIDE_PATH,
-                        f"`{prog} {opt}` names {value} outside the worktree",
-                        src,
-                    )
+                    outside = _path_value(prog, opt, value, st, src, paths)
+                    if outside is not None:
+                        return outside
                 break
             if a[k].isdigit():
                 break

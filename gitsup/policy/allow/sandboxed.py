@@ -69,29 +69,13 @@ def sandboxed_program(
 
 
 # -- reads anywhere the kernel lets the task read -------------------------------------------
-class _Reading(AllowState):
-    """The same state, with every path readable: the kernel decides what the task may read."""
-
-    __slots__ = ()
-
-    def path_inside(self, value: str) -> bool:
-        return True
-
-
-def _reading(st: AllowState) -> AllowState:
-    r = _Reading.__new__(_Reading)
-    for name in AllowState.__slots__:
-        setattr(r, name, getattr(st, name))
-    return r
-
-
 def read_anywhere(
     prog: str, args: list[str], st: AllowState, src: str, what: str = "reads outside the worktree"
 ) -> Decision | None:
     """A read-only utility, `find`, `test` or `sed -n` that reads outside W (or an unresolved
     expansion): allowed when that is all that kept it from the allow list."""
     policy = st.policy
-    reading = _reading(st)
+    reading = st.reading()
     if prog in policy.sandboxed_reads or prog in policy.sandboxed_prints:
         spec = policy.utilities.get(prog)
         if spec is None or spec.create:
@@ -144,7 +128,7 @@ def expanded_part(part: Part, first: Word, st: AllowState) -> Decision | None:
     if part.kind == "test":
         d = judge_test(
             [" ".join(a[0]) if a else "" for a in map(ex.word, part.words)],
-            _reading(st),
+            st.reading(),
             src,
             brackets=False,
             double=part.src.startswith("[["),

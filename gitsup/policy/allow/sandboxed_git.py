@@ -27,6 +27,39 @@ def _paths_ok(paths: list[str], st: AllowState, src: str, what: str) -> Decision
     return None
 
 
+def _operands(
+    args: list[str],
+    ok: set[str],
+    takes: tuple[str, ...],
+    attached: tuple[str, ...],
+    sub: str,
+    src: str,
+    bundled: bool = False,
+) -> list[str] | Decision:
+    """The words of `git <sub> args` that are not options (all of them after `--`): options in
+    `ok` (short ones bundled too, with `bundled`), those in `takes` with the next word as their
+    value, those that start with one of `attached` with their value attached; any other option
+    asks."""
+    out: list[str] = []
+    i = 0
+    dd = False
+    while i < len(args):
+        x = args[i]
+        if not dd and x == "--":
+            dd = True
+        elif not dd and x in takes:
+            i += 1
+        elif not dd and x.startswith(attached):
+            pass
+        elif not dd and x.startswith("-"):
+            if x not in ok and not (bundled and len(x) > 1 and all("-" + c in ok for c in x[1:])):
+                return ask(RuleId.ASK_GIT_CHANGE, f"`git {sub} {x}` is not accounted for", src)
+        else:
+            out.append(x)
+        i += 1
+    return out
+
+
 def git_worktree_op(sub: str, a: list[str], st: AllowState, src: str) -> Decision | None:
     """`git reset|stash|restore|checkout -- paths|rebase|rm|mv` on the task branch."""
     what = f"git {sub}"
@@ -43,16 +76,9 @@ def git_worktree_op(sub: str, a: list[str], st: AllowState, src: str) -> Decisio
     if sub in ("rm", "mv"):
         ok = {"-r", "-f", "--force", "--cached", "-q", "--quiet", "-n", "--dry-run", "-k", "-v"}
         ok |= {"--ignore-unmatch", "--verbose", "--sparse"}
-        paths: list[str] = []
-        dd = False
-        for x in a:
-            if not dd and x == "--":
-                dd = True
-            elif not dd and x.startswith("-"):
-                if x not in ok and not (len(x) > 1 and all("-" + c in ok for c in x[1:])):
-                    return ask(RuleId.ASK_GIT_CHANGE, f"`{what} {x}` is not accounted for", src)
-            else:
-                paths.append(x)
+        paths = _operands(a, ok, (), (), sub, src, bundled=True)
+        if isinstance(paths, Decision):
+            return paths
         if not paths or any(not st.strictly_inside(p) for p in paths):
             return ask(RuleId.ASK_OUTSIDE_PATH, f"`{what}` needs paths inside the worktree", src)
         return _paths_ok(paths, st, src, what) or sandboxed_ok(
@@ -103,23 +129,10 @@ def _git_stash(a: list[str], st: AllowState, src: str) -> Decision | None:
         return None
     ok = {"-u", "--include-untracked", "-a", "--all", "-k", "--keep-index", "--no-keep-index"}
     ok |= {"-q", "--quiet", "-S", "--staged"}
-    paths: list[str] = []
-    i = 0
-    dd = False
-    while i < len(rest):
-        x = rest[i]
-        if not dd and x == "--":
-            dd = True
-        elif not dd and x in ("-m", "--message"):
-            i += 1
-        elif not dd and x.startswith(("--message=", "-m")):
-            pass
-        elif not dd and x.startswith("-"):
-            if x not in ok:
-                return ask(RuleId.ASK_GIT_CHANGE, f"`git stash {x}` is not accounted for", src)
-        elif verb == "push":
-            paths.append(x)
-        i += 1
+    found = _operands(rest, ok, ("-m", "--message"), ("--message=", "-m"), "stash", src)
+    if isinstance(found, Decision):
+        return found
+    paths = found if verb == "push" else []  # `save`'s words are its message
     return _paths_ok(paths, st, src, "git stash") or sandboxed_ok(
         "`git stash` of the working tree", src
     )
@@ -129,23 +142,11 @@ def _git_restore(a: list[str], st: AllowState, src: str) -> Decision | None:
     ok = {"-S", "--staged", "-W", "--worktree", "-q", "--quiet", "--ours", "--theirs", "-m"}
     ok |= {"--merge", "--ignore-unmerged", "--overlay", "--no-overlay", "--progress"}
     ok |= {"--no-progress", "--ignore-skip-worktree-bits"}
-    paths: list[str] = []
-    i = 0
-    dd = False
-    while i < len(a):
-        x = a[i]
-        if not dd and x == "--":
-            dd = True
-        elif not dd and x in ("-s", "--source"):
-            i += 1
-        elif not dd and (x.startswith(("--source=", "--conflict=")) or x.startswith("-s")):
-            pass
-        elif not dd and x.startswith("-"):
-            if x not in ok and not (len(x) > 1 and all("-" + c in ok for c in x[1:])):
-                return ask(RuleId.ASK_GIT_CHANGE, f"`git restore {x}` is not accounted for", src)
-        else:
-            paths.append(x)
-        i += 1
+    paths = _operands(
+        a, ok, ("-s", "--source"), ("--source=", "--conflict=", "-s"), "restore", src, bundled=True
+    )
+    if isinstance(paths, Decision):
+        return paths
     if not paths:
         return None
     return _paths_ok(paths, st, src, "git restore") or sandboxed_ok("`git restore` of paths", src)

@@ -1,7 +1,7 @@
 """What the allow list judges against (`AllowState`): the policy, the worktree, the working
 directories a command may run in, and, when the task's kernel sandbox is enforced, the sandboxed
 mode (`SandboxedMode`, passed in by the classifier); it decides whether a path stays inside the
-worktree."""
+worktree (always, for the sandboxed mode's reads: `AllowState.reading`)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ class AllowState:
     sandboxed: bool  # the task's kernel sandbox is enforced (docs/policy.md, "Sandboxed mode")
     sandbox: SandboxedMode | None  # the sandboxed mode's judges, when `sandboxed`
     dotglob: bool
+    reads_anywhere: bool  # every path counts as inside: a read the kernel confines (`reading`)
     _root_only: bool = field(repr=False)  # the worktree is in its normal form
     _expander: Expander | None = field(repr=False)
 
@@ -76,6 +77,7 @@ class AllowState:
         self.sandboxed = sandbox is not None
         self.sandbox = sandbox
         self.dotglob = dotglob
+        self.reads_anywhere = False
         self._root_only = normal_form(worktree) == worktree
         self._expander = None
 
@@ -86,7 +88,18 @@ class AllowState:
             ex = self._expander = Expander({}, self.home, self.worktree)
         return ex
 
+    def reading(self) -> AllowState:
+        """The same state with every path readable: in the sandboxed mode the kernel decides
+        what the task may read."""
+        r = AllowState.__new__(AllowState)
+        for name in AllowState.__slots__:
+            setattr(r, name, getattr(self, name))
+        r.reads_anywhere = True
+        return r
+
     def path_inside(self, value: str) -> bool:
+        if self.reads_anywhere:
+            return True
         if value in ("/dev/null", "-", ""):
             return True
         if UNKNOWN in value:

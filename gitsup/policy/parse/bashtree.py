@@ -8,7 +8,13 @@ import re
 
 from tree_sitter import Node
 
-from gitsup.policy.parse.bashwords import WordBuilder
+from gitsup.policy.parse.bashwords import (
+    LITERAL_NODES,
+    descend_substitutions,
+    node_text,
+    word,
+    word_of,
+)
 from gitsup.policy.parse.script import Part, Redirect, Script, Seg, Word, piped_into
 
 _SAFE_GAP = re.compile(r"[\sA-Za-z0-9_./=+:,@%-]*")
@@ -59,35 +65,29 @@ _CONTAINERS = frozenset(
 )
 
 
-_WORDISH = frozenset(
-    {
-        "word",
-        "string",
-        "raw_string",
-        "ansi_c_string",
-        "translated_string",
-        "concatenation",
-        "simple_expansion",
-        "expansion",
-        "command_substitution",
-        "process_substitution",
-        "arithmetic_expansion",
-        "number",
-        "brace_expression",
-        "extglob_pattern",
-        "regex",
-        "test_operator",
-        "special_variable_name",
-        "variable_name",
-        "array",
-    }
-)
+_WORDISH = LITERAL_NODES | {
+    "word",
+    "string",
+    "raw_string",
+    "ansi_c_string",
+    "translated_string",
+    "concatenation",
+    "simple_expansion",
+    "expansion",
+    "command_substitution",
+    "process_substitution",
+    "arithmetic_expansion",
+    "number",
+    "array",
+}
 
 
 _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 
 
-class TreeBuilder(WordBuilder):
+class TreeBuilder:
+    """The statement walk; it is the `Walk` the word functions (`bashwords.py`) read from."""
+
     def __init__(self, data: bytes, command: str) -> None:
         """`data` is `command` encoded (utf-8, surrogateescape)."""
         self.data = data
@@ -104,6 +104,14 @@ class TreeBuilder(WordBuilder):
         self.recovered: set[int] = set()
 
     # -- helpers -------------------------------------------------------------------------
+    def nested(self, node: Node) -> list[Part]:
+        """The commands of a substitution, one level deeper: the parts they made."""
+        start = len(self.parts)
+        self.depth += 1
+        self.container(node, None)
+        self.depth -= 1
+        return self.parts[start:]
+
     def add(self, part: Part, node: Node) -> Part:
         part.depth = self.depth
         part.in_function = self.in_function > 0
@@ -134,11 +142,11 @@ class TreeBuilder(WordBuilder):
         if t == "for_statement" or t == "case_statement":
             return self.loop(node)
         if t == "c_style_for_statement":
-            self.add(Part(self.text(node), "arith"), node)
+            self.add(Part(node_text(self, node), "arith"), node)
             return self.container(node, pipe_prev)
         if t == "compound_statement" and node.child_count and node.children[0].type == "((":
-            part = self.add(Part(self.text(node), "arith"), node)
-            self.descend_substitutions(node)
+            part = self.add(Part(node_text(self, node), "arith"), node)
+            descend_substitutions(self, node)
             return [part]
         if t in _CONTAINERS:
             return self.container(node, pipe_prev)
@@ -148,7 +156,7 @@ class TreeBuilder(WordBuilder):
             self.mark_error(node)
             return self.container(node, pipe_prev)
         # Something this walker does not know: judged opaque (ask), still searched for denies.
-        part = self.add(Part(self.text(node), "opaque"), node)
+        part = self.add(Part(node_text(self, node), "opaque"), node)
         self.container(node, pipe_prev)
         return [part]
 
@@ -195,14 +203,18 @@ class TreeBuilder(WordBuilder):
                 last = self.statement(child, pipe_prev)
                 made.extend(last)
             elif ct in _WORDISH:
-                w = self.word(child)
+                w = word(self, child)
                 made.append(self.add(Part(w.src, "words", words=[w]), child))
             elif ct == "comment" or ct in ("heredoc_body", "heredoc_start", "heredoc_end"):
                 continue
             elif ct in _REDIRECTS:
                 made.append(
                     self.add(
-                        Part(self.text(child), "redirects", redirects=self.redirect(child, None)),
+                        Part(
+                            node_text(self, child),
+                            "redirects",
+                            redirects=self.redirect(child, None),
+                        ),
                         child,
                     )
                 )
@@ -225,7 +237,7 @@ class TreeBuilder(WordBuilder):
 
     def function(self, node: Node) -> list[Part]:
         name_node = node.child_by_field_name("name")
-        name = self.text(name_node) if name_node is not None else ""
+        name = node_text(self, name_node) if name_node is not None else ""
         self.script.flags.add("function")
         start = len(self.parts)
         self.in_function += 1
@@ -242,7 +254,7 @@ class TreeBuilder(WordBuilder):
                 and p.words[0].src == name
                 and (p.pipe_prev is not None or p.background or piped_into(p, inner))
             ):
-                self.script.fork_bombs.append(self.text(node))
+                self.script.fork_bombs.append(node_text(self, node))
                 break
         return []
 
@@ -254,14 +266,14 @@ class TreeBuilder(WordBuilder):
             if not child.is_named:
                 continue
             if node.type == "for_statement" and child.type == "variable_name" and not var:
-                var = self.text(child)
+                var = node_text(self, child)
             elif child.type in _WORDISH:
-                words.append(self.word(child))
+                words.append(word(self, child))
             elif child.type == "comment":
                 continue
             else:
                 made.extend(self.statement(child))
-        part = Part(self.text(node).split("\n", 1)[0], "words", words=words)
+        part = Part(node_text(self, node).split("\n", 1)[0], "words", words=words)
         if var:
             part.assigns.append((var, None))
             part.words = words
@@ -275,12 +287,12 @@ class TreeBuilder(WordBuilder):
         def walk(n: Node) -> None:
             for c in n.named_children:
                 if c.type in _WORDISH:
-                    words.append(self.word(c))
+                    words.append(word(self, c))
                 else:
                     walk(c)
 
         walk(node)
-        return self.add(Part(self.text(node), "test", words=words, pipe_prev=pipe_prev), node)
+        return self.add(Part(node_text(self, node), "test", words=words, pipe_prev=pipe_prev), node)
 
     def assignment(self, node: Node) -> Part:
         assigns: list[tuple[str, Word | None]] = []
@@ -288,19 +300,19 @@ class TreeBuilder(WordBuilder):
         for n in nodes:
             if n.type == "variable_assignment":
                 assigns.append(self.assign(n))
-        return self.add(Part(self.text(node), "assign", assigns=assigns), node)
+        return self.add(Part(node_text(self, node), "assign", assigns=assigns), node)
 
     def assign(self, node: Node) -> tuple[str, Word | None]:
         name_node = node.child_by_field_name("name")
-        name = self.text(name_node) if name_node is not None else ""
+        name = node_text(self, name_node) if name_node is not None else ""
         value = node.child_by_field_name("value")
         if value is None:
             return (name, Word("", [Seg("lit", "", True)], "string"))
         if value.type == "array":
-            w = self.word(value)
+            w = word(self, value)
             w.segs = [Seg("opaque", w.src, False)]
             return (name, w)
-        return (name, self.word(value))
+        return (name, word(self, value))
 
     def declaration(self, node: Node, pipe_prev: Part | None) -> Part:
         words: list[Word] = []
@@ -316,14 +328,16 @@ class TreeBuilder(WordBuilder):
                 assigns.append((name, value))
                 words.append(
                     Word(
-                        self.text(child),
+                        node_text(self, child),
                         [Seg("lit", name + "=", False)] + (value.segs if value else []),
                         "concatenation",
                     )
                 )
             elif ct in _WORDISH:
-                words.append(self.word(child))
-        part = Part(self.text(node), "decl", words=words, assigns=assigns, pipe_prev=pipe_prev)
+                words.append(word(self, child))
+        part = Part(
+            node_text(self, node), "decl", words=words, assigns=assigns, pipe_prev=pipe_prev
+        )
         return self.add(part, node)
 
     def redirected(self, node: Node, pipe_prev: Part | None) -> list[Part]:
@@ -358,7 +372,7 @@ class TreeBuilder(WordBuilder):
                 else:
                     self.script.flags.add("gap")
             part.redirects.extend(redirects)
-            src = self.text(node)
+            src = node_text(self, node)
             part.src = (
                 src.split("\n", 1)[0] if heredoc or any(r.is_heredoc for r in redirects) else src
             )
@@ -371,10 +385,14 @@ class TreeBuilder(WordBuilder):
             if last is not None:
                 last.redirects.extend(redirects)
             else:
-                made.append(self.add(Part(self.text(node), "redirects", redirects=redirects), node))
+                made.append(
+                    self.add(Part(node_text(self, node), "redirects", redirects=redirects), node)
+                )
         else:
             made = self.statement(body, pipe_prev) if body is not None else []
-            made.append(self.add(Part(self.text(node), "redirects", redirects=redirects), node))
+            made.append(
+                self.add(Part(node_text(self, node), "redirects", redirects=redirects), node)
+            )
         # `cat <<EOF | bash` / `cat <<EOF && x`: tree-sitter puts the rest inside the heredoc.
         for kind, tail in tails:
             if kind == "pipe":
@@ -424,20 +442,20 @@ class TreeBuilder(WordBuilder):
                         if "\\" not in text:
                             words.append(Word(text, [Seg("lit", text, False)], "word"))
                             continue
-                    words.append(self.word(name))
+                    words.append(word(self, name))
                 else:
-                    words.append(self.word_of(child, inner))
+                    words.append(word_of(self, child, inner))
             elif ct == "$" and not child.is_named:
                 pending_dollar = True  # `$"..."` (translated string): a `$` then a string
             elif child.is_named and ct != "comment":
-                w = self.word(child)
+                w = word(self, child)
                 if pending_dollar:
                     w.src = "$" + w.src
                     w.node_type = "translated_string"
                 words.append(w)
                 pending_dollar = False
         part = Part(
-            self.text(node),
+            node_text(self, node),
             "cmd" if words else "assign" if assigns else "redirects",
             words,
             assigns,
@@ -465,11 +483,11 @@ class TreeBuilder(WordBuilder):
                 if ct in ("<<", "<<-"):
                     op = ct
                 elif ct == "heredoc_start":
-                    start = self.text(c)
+                    start = node_text(self, c)
                 elif ct == "heredoc_body":
                     body_node = c
                 elif ct == "file_descriptor":
-                    fd = self.text(c)
+                    fd = node_text(self, c)
                 elif ct in _REDIRECTS:
                     out.extend(self.redirect(c, tails))
                 elif ct in ("heredoc_end", "&&", "||", "|", "|&", ";", "&"):
@@ -481,24 +499,24 @@ class TreeBuilder(WordBuilder):
                 elif c.is_named:
                     self.statement(c)
             quoted = "'" in start or '"' in start or "\\" in start
-            body = self.text(body_node) if body_node is not None else ""
+            body = node_text(self, body_node) if body_node is not None else ""
             if op == "<<-":
                 body = "\n".join(line.lstrip("\t") for line in body.split("\n"))
             expands = False
             if not quoted and body_node is not None:
                 expands = "$" in body or "`" in body
-                self.descend_substitutions(body_node)
+                descend_substitutions(self, body_node)
             out.insert(0, Redirect(op or "<<", fd, None, body, quoted, expands))
             return out
         target: Word | None = None
         for c in node.children:
             ct = c.type
             if ct == "file_descriptor":
-                fd = self.text(c)
+                fd = node_text(self, c)
             elif not c.is_named:
                 op += ct
             elif ct in _WORDISH:
-                target = self.word(c)
+                target = word(self, c)
         if t == "herestring_redirect":
             op = "<<<"
         out.append(Redirect(op, fd, target))

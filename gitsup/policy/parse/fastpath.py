@@ -113,8 +113,7 @@ def fast_parse(command: str) -> Script | None:
     fields: list[str] = []  # each word's one field (the text a fast-path word stands for)
     start = 0
     end = 0
-    pipe = piped = chained = False
-    prev: Part | None = None
+    seen = 0  # the operators so far (`_end_command`)
     pos = 0
     n = len(command)
     match = _FAST_TOKEN.match
@@ -132,25 +131,13 @@ def fast_parse(command: str) -> Script | None:
             first = words[0]
             if first.node_type in ("word", "number") and not _may_lead(first.src):
                 return None
-            prev = Part(
-                command[start:end],
-                "cmd",
-                words,
-                pipe_prev=prev if pipe else None,
-                argv=fields,
-            )
-            parts.append(prev)
+            seen = _end_command(parts, command[start:end], words, fields, op, seen)
+            if seen < 0:
+                return None
             words = []
             fields = []
             if op is None:
                 return script if m.end() == n else None
-            pipe = op == "|"
-            if pipe:
-                piped = True
-            elif op != ";":
-                chained = True
-            if piped and chained:
-                return None  # tree-sitter nests `a | b | c && d` its own way
             pos = m.end()
             continue
         if not words:
@@ -196,29 +183,17 @@ def fast_ops(command: str) -> Script | None:
     parts: list[Part] = []
     words: list[Word] = []
     start = end = pos = 0
-    pipe = piped = chained = False
-    prev: Part | None = None
+    seen = 0  # the operators so far (`_end_command`)
     for t in command.split():
         pos = command.find(t, pos)
         if t in _FAST_OPS:
             if not words or not _may_lead(words[0].src):
                 return None
-            prev = Part(
-                command[start:end],
-                "cmd",
-                words,
-                pipe_prev=prev if pipe else None,
-                argv=[w.src for w in words],  # bare words: each one's field is its text
-            )
-            parts.append(prev)
-            words = []
-            pipe = t == "|"
-            if pipe:
-                piped = True
-            elif t != ";":
-                chained = True
-            if piped and chained:
+            # bare words: each one's field is its text
+            seen = _end_command(parts, command[start:end], words, [w.src for w in words], t, seen)
+            if seen < 0:
                 return None
+            words = []
             pos += len(t)
             continue
         if "&" in t or "|" in t or ";" in t:
@@ -233,16 +208,33 @@ def fast_ops(command: str) -> Script | None:
         words.append(word)
     if not words or not _may_lead(words[0].src):
         return None
-    parts.append(
-        Part(
-            command[start:end],
-            "cmd",
-            words,
-            pipe_prev=prev if pipe else None,
-            argv=[w.src for w in words],
-        )
-    )
+    _end_command(parts, command[start:end], words, [w.src for w in words], None, seen)
     return Script(command, parts)
+
+
+# What `_end_command` has seen: a pipe, a chaining operator (`&&`, `||`), the last one a pipe.
+_PIPED = 1
+_CHAINED = 2
+_PIPE_NEXT = 4
+
+
+def _end_command(
+    parts: list[Part], src: str, words: list[Word], argv: list[str], op: str | None, seen: int
+) -> int:
+    """Append the simple command `words` (its text `src`, its fields `argv`), piped from the
+    last part when the operator before it was `|`, and ended by `op` (None at the end); return
+    what is seen after `op`, or -1 for pipes and chaining mixed (`a | b && c`): tree-sitter
+    nests those its own way, the fast path leaves them."""
+    parts.append(
+        Part(src, "cmd", words, pipe_prev=parts[-1] if seen & _PIPE_NEXT else None, argv=argv)
+    )
+    if op is None:
+        return seen
+    if op == "|":
+        seen |= _PIPED | _PIPE_NEXT
+    else:
+        seen = (seen & ~_PIPE_NEXT) | (0 if op == ";" else _CHAINED)
+    return -1 if seen & _PIPED and seen & _CHAINED else seen
 
 
 # The message form: bare words, then one "$(cat <<'EOF' ... EOF)" word holding a quoted heredoc
