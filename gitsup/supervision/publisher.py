@@ -222,8 +222,9 @@ class Publisher:
         self._pusher: threading.Thread | None = None
         self._again = False
         self._remote = ctx.repo.config_get("sup.reviewRemote") or "(sup.reviewRemote is not set)"
+        self._task, self._common_dir = TaskId(ctx.record.id), ctx.repo.common_dir
         if self.enabled:  # a supervisor takes the task: its end is not published yet
-            self.layout.published(TaskId(ctx.record.id)).unlink(missing_ok=True)
+            self.layout.published(self._task).unlink(missing_ok=True)
 
     def turn(self) -> None:
         """A turn ended (the worker's commits imported, the worker held): its state in the
@@ -257,7 +258,7 @@ class Publisher:
         # the end is on the remote (or its failure in the log): who waits for it may go on
         # before this process has exited (gitsup/cluster/hostwork.py)
         with contextlib.suppress(OSError):  # then the process's exit says it
-            marker = self.layout.published(TaskId(self.ctx.record.id))
+            marker = self.layout.published(self._task)
             marker.write_text("ok\n" if not errors else "failed\n", encoding="utf-8")
 
     def wait(self) -> None:
@@ -270,15 +271,18 @@ class Publisher:
             pusher.join()
 
     def _push_turns(self) -> None:
-        while True:
-            errors = self._push(own_repo=True)
-            if errors:
-                self._failed("turn", errors)
+        """The background pusher: this turn's publication, then the one due after it."""
+        again = True
+        try:
+            while again:
+                errors = self._push(own_repo=True)
+                if errors:
+                    self._failed("turn", errors)
+                with self._lock:
+                    again, self._again = self._again, False
+        finally:
             with self._lock:
-                if not self._again:
-                    self._pusher = None
-                    return
-                self._again = False
+                self._pusher, self._again = None, False
 
     def _snapshot(self) -> list[str]:
         record = self.ctx.record
@@ -294,13 +298,17 @@ class Publisher:
     def _push(self, *, own_repo: bool = False) -> list[str]:
         """Push the task's refs and notes; the errors. `own_repo`: through a repository
         object of this thread's own (the supervisor's is not shared across threads)."""
-        task = TaskId(self.ctx.record.id)
         try:
-            repo = GitRepo.open(self.repo.common_dir) if own_repo else self.repo
-            done = publish_refs(repo, self.layout, task, notes_pushed=self._notes_pushed)
+            repo = GitRepo.open(self._common_dir) if own_repo else self.repo
+            done = publish_refs(repo, self.layout, self._task, notes_pushed=self._notes_pushed)
             self._notes_pushed = done.notes
         except (GitsupError, RefConflict, OSError) as exc:
             return [str(exc)]
+        except Exception as exc:
+            if not own_repo:
+                raise
+            # in the background nothing else would hear of it
+            return [f"{type(exc).__name__}: {exc}"]
         return []
 
     def _failed(self, stage: str, errors: list[str]) -> None:
