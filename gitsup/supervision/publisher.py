@@ -216,7 +216,9 @@ class Publisher:
         self.repo, self.layout = ctx.repo, ctx.layout
         self._limits = limits
         self.enabled = publish_enabled(ctx.repo) if enabled is None else enabled
-        self._notes_pushed: Oid | None = None  # the notes tip the last publication pushed
+        # the notes tip the last publication pushed (at first, the last this clone pushed
+        # to that remote: the remote has it, or notes grown from it)
+        self._notes_pushed: Oid | None = None
         # the one push in the background (a turn's), and whether another is due after it
         self._lock = threading.Lock()
         self._pusher: threading.Thread | None = None
@@ -225,6 +227,7 @@ class Publisher:
         self._task, self._common_dir = TaskId(ctx.record.id), ctx.repo.common_dir
         if self.enabled:  # a supervisor takes the task: its end is not published yet
             self.layout.published(self._task).unlink(missing_ok=True)
+            self._notes_pushed = _notes_pushed(self.layout, self._remote)
 
     def turn(self) -> None:
         """A turn ended (the worker's commits imported, the worker held): its state in the
@@ -301,6 +304,8 @@ class Publisher:
         try:
             repo = GitRepo.open(self._common_dir) if own_repo else self.repo
             done = publish_refs(repo, self.layout, self._task, notes_pushed=self._notes_pushed)
+            if done.notes is not None and done.notes != self._notes_pushed:
+                _remember_notes(self.layout, self._remote, done.notes)
             self._notes_pushed = done.notes
         except (GitsupError, RefConflict, OSError) as exc:
             return [str(exc)]
@@ -317,3 +322,38 @@ class Publisher:
         self.ctx.emit(
             et.PublishFailed(remote=self._remote, stage=stage, error="; ".join(errors)[:4000])
         )
+
+
+# what this clone's supervisors pushed of `refs/notes/sup` last, by remote: a hint only (a
+# push made from it is a fast-forward or refused, never a rewrite)
+NOTES_PUSHED_FILE = "notes-pushed.json"
+
+
+def _notes_pushed(layout: Layout, remote: str) -> Oid | None:
+    import json
+
+    try:
+        known = json.loads((layout.root / NOTES_PUSHED_FILE).read_text(encoding="utf-8"))
+        oid = known.get(remote) if isinstance(known, dict) else None
+    except (OSError, ValueError):
+        return None
+    return Oid(oid) if isinstance(oid, str) and len(oid) in (40, 64) else None
+
+
+def _remember_notes(layout: Layout, remote: str, notes: Oid) -> None:
+    import json
+    import os
+    import secrets
+
+    path = layout.root / NOTES_PUSHED_FILE
+    try:
+        known = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    known[remote] = notes
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}")
+    with contextlib.suppress(OSError):
+        tmp.write_text(json.dumps(known), encoding="utf-8")
+        os.replace(tmp, path)

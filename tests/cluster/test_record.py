@@ -361,6 +361,23 @@ def test_a_failed_publication_is_an_event_never_a_lost_task(cluster: Cluster) ->
     assert git(a.clone, "rev-parse", f"refs/sup/{rec['id']}/candidate") == rec["candidate"]
 
 
+def test_notes_pushed_without_a_fetch_never_lose_another_clone_s(cluster: Cluster) -> None:
+    # A clone's supervisors push notes that only grew since the clone last pushed them
+    # without fetching the remote's first. Another clone pushed notes in between: that push
+    # is refused, the notes are merged and pushed, and every task's note is on the remote.
+    a, b = cluster.host("a"), cluster.host("b")
+    first = run_ready(a, quick_spec(cluster.tmp, "first"))
+    assert (a.clone / ".git" / "sup" / "notes-pushed.json").is_file()
+    other = run_ready(b, quick_spec(cluster.tmp, "other"))
+    last = run_ready(a, quick_spec(cluster.tmp, "last"))
+    origin = cluster.origin
+    for rec in (first, other, last):
+        note = json.loads(git(origin, "notes", "--ref=sup", "show", rec["candidate"]))
+        assert note["task"] == rec["id"], note
+        types = {e["type"] for e in remote_events(origin, rec["id"])}
+        assert "publish_failed" not in types, (rec["id"], types)
+
+
 # Runs on the review remote before its gate (`pre-receive.local`): logs each push's ref
 # updates, and holds the first push after the flag file is made until the task has ended
 # in its clone (its record says so; a minute at most), then until another push came (3 s
