@@ -420,9 +420,17 @@ def failover(b: Bench, heartbeat: float) -> None:
     )
     task = out.strip()
     end = time.monotonic() + 300
-    while not (b.shared / "check-ran").exists():
+    # its check runs, and its first turn is published (pushed while the check runs)
+    while (
+        not (b.shared / "check-ran").exists()
+        or subprocess.run(
+            ["git", "rev-parse", "-q", "--verify", f"refs/sup/{task}/wip"],
+            cwd=b.origin,
+            capture_output=True,
+        ).returncode
+    ):
         if time.monotonic() > end:
-            raise SystemExit("the failover task's check never ran")
+            raise SystemExit("the failover task's check never ran after its first turn's push")
         time.sleep(0.1)
     hb = b.host("fb")
     killed = kill_machine(b, a)

@@ -52,6 +52,13 @@ class Layout:
         in another clone): its record is a copy, no supervisor of this clone owns it."""
         return self.task_dir(task) / "fetched.json"
 
+    def published(self, task: TaskId) -> Path:
+        """Written by the task's supervisor once its last publication to the review remote
+        is done (or its failure recorded), removed when a supervisor takes the task: the
+        task's end is on the remote before the supervisor process has exited
+        (gitsup/supervision/publisher.py)."""
+        return self.task_dir(task) / "published"
+
     def ensure(self) -> None:
         for d in (self.root, self.tasks, self.leases):
             d.mkdir(parents=True, exist_ok=True)

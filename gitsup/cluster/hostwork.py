@@ -42,7 +42,8 @@ from gitsup.tasks.lifecycle import status_exit
 LAST_PUBLICATION = 300.0
 # how long a host that is stopped may take to hand its tasks over (`--drain-timeout`)
 DRAIN = 60.0
-END_POLL = 0.05
+# how often the sign of a task's last publication is looked for
+END_POLL = 0.02
 
 
 def review_remote(ctx: SupRepo) -> str:
@@ -148,6 +149,7 @@ class HostWork:
             return await self._stopped(task)
         ended = 0.0
         asks = _Asks(self._ctx(), task)
+        published = self._ctx().layout.published(task)
         polled = 0.0
         try:
             while True:
@@ -168,20 +170,40 @@ class HostWork:
                     if _owner_alive(record):
                         await self._take_requests(task)
                 if record.state in TERMINAL:
-                    # the result once the supervisor is done: its last publication (the
-                    # candidate, the notes) is on the review remote before anyone reads it
+                    # the result once the supervisor's last publication (the candidate, the
+                    # notes) is on the review remote, before anyone reads it: it says so
+                    # (`published`), or it exited
                     loop = asyncio.get_running_loop()
                     ended = ended or loop.time()
-                    if not _owner_alive(record) or loop.time() - ended > LAST_PUBLICATION:
+                    if (
+                        published.exists()
+                        or not _owner_alive(record)
+                        or loop.time() - ended > LAST_PUBLICATION
+                    ):
+                        self._collect_later(record)
                         return result_of(record)
                 if not await asyncio.to_thread(_supervised, record):
                     # the local supervisor died: another attempt (here or elsewhere) continues
                     raise ApplicationError(f"the supervisor of task {task} on {self.name} died")
-                # once ended, the supervisor's exit (its last publication done) is watched
-                # closely: the result goes out as soon as it has
-                await asyncio.sleep(END_POLL if ended else interval)
+                # between two readings of the record, the sign of the last publication is
+                # watched closely: the result goes out as soon as it is there
+                await _until(published, END_POLL if ended else interval)
         except asyncio.CancelledError:
             return await self._stopped(task)
+
+    def _collect_later(self, record: TaskRecord) -> None:
+        """The task's result goes out while its supervisor may still be exiting: collect
+        its exit once it has (a host would otherwise keep one zombie per task)."""
+
+        async def collect() -> None:
+            end = asyncio.get_running_loop().time() + LAST_PUBLICATION
+            while _owner_alive(record) and asyncio.get_running_loop().time() < end:
+                await asyncio.sleep(0.2)
+            _reap(self._children, record)
+
+        job = asyncio.create_task(collect())
+        self._pending.add(job)
+        job.add_done_callback(self._pending.discard)
 
     async def _take_requests(self, task: TaskId) -> None:
         """A person's requests for the task waiting in its workflow (`gitsup/cluster/control.py`):
@@ -359,23 +381,24 @@ class HostWork:
             self._adopt(ctx, task, job)  # it ran here and its supervisor died: continue it
             return
         repo = ctx.repo
+        record_ref, ref = task_record_ref(task), task_refs(task)["baseline"]
         try:
-            published = transport.fetch_one(
-                repo.main_workdir, repo.common_dir, remote, task_record_ref(task)
-            )
+            # one look at the remote: was the task published (its record), and its baseline
+            there = transport.remote_refs(repo.main_workdir, remote, [record_ref, ref])
         except transport.TransportError as exc:  # the remote is away: try again
             raise ApplicationError(f"cannot read {task} on {remote}: {exc.message}") from None
-        if published is not None:
+        if record_ref in there:
             self._adopt(ctx, task, job)  # another host ran it and is gone: continue its work
             return
         # nothing published: a new task (or one whose host died before its first turn
-        # ended), started from its baseline
-        ref = task_refs(task)["baseline"]
+        # ended), started from its baseline (fetched unless this clone has that commit)
         baseline = Oid(str(job["baseline"]))
-        try:
-            fetched = transport.fetch_one(repo.main_workdir, repo.common_dir, remote, ref)
-        except transport.TransportError as exc:
-            raise ApplicationError(f"cannot fetch {ref} from {remote}: {exc.message}") from None
+        fetched = there.get(ref)
+        if fetched is not None and not repo.has_object(fetched):
+            try:
+                fetched = transport.fetch_listed(repo.main_workdir, repo.common_dir, remote, ref)
+            except transport.TransportError as exc:
+                raise ApplicationError(f"cannot fetch {ref} from {remote}: {exc.message}") from None
         if fetched != baseline:
             raise ApplicationError(
                 f"{ref} on {remote} is {fetched}, not the submitted {baseline}",
@@ -511,6 +534,17 @@ def _kill_supervisor(record: TaskRecord) -> list[int]:
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(owner.pid, os.WNOHANG)
     return killed
+
+
+async def _until(path: Path, seconds: float) -> None:
+    """Sleep `seconds`, or less: until `path` exists (looked for every END_POLL)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while not path.exists():
+        left = end - loop.time()
+        if left <= 0:
+            return
+        await asyncio.sleep(min(END_POLL, left))
 
 
 def _supervised(record: TaskRecord) -> bool:

@@ -102,6 +102,34 @@ def remote_ref(workdir: Path, remote: str, ref: str) -> Oid | None:
     return None
 
 
+def remote_refs(workdir: Path, remote: str, refs: Sequence[str]) -> dict[str, Oid]:
+    """What each of `refs` names on `remote` (those it has), with one `ls-remote`, nothing
+    fetched."""
+    rc, out = _git(workdir, ["ls-remote", remote, *refs], timeout=_TIMEOUT)
+    if rc != 0:
+        raise TransportError(f"cannot list {', '.join(refs)} on {remote}: {_tail(out)}")
+    found = {}
+    for line in out.splitlines():
+        oid, _, name = line.partition("\t")
+        if name.strip() in refs:
+            found[name.strip()] = Oid(oid.strip())
+    return found
+
+
+def fetch_listed(workdir: Path, common_dir: Path, remote: str, ref: str) -> Oid | None:
+    """`fetch_one` for a ref known to be on `remote` (no `ls-remote` first): its commit,
+    its objects fetched here; None when the remote has no such ref after all."""
+    from gitsup.git import GitRepo
+
+    scratch = f"refs/gitsup-fetch/{os.getpid()}-{secrets.token_hex(4)}"
+    fetch(workdir, remote, [f"+{ref}:{scratch}"])
+    repo = GitRepo.open(common_dir)
+    try:
+        return repo.ref_target(scratch)
+    finally:
+        repo.delete_ref(scratch)
+
+
 def fetch_one(workdir: Path, common_dir: Path, remote: str, ref: str) -> Oid | None:
     """The commit `ref` names on `remote`, its objects fetched here (None: no such ref there).
     Fetched into a scratch ref of its own (removed again), so that callers running at the

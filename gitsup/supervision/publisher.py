@@ -12,15 +12,26 @@ move forward and never be deleted, so a publication never rewrites one):
     refs/sup/<id>/log         the sealed event log (sealed right before it is pushed)
     refs/sup/<id>/record      `task.json` and `spec.json`, one commit per change
     refs/notes/sup            merged with the remote's first (fetch, merge, push; again when
-                              another clone pushed in between), never pushed over it
+                              another clone pushed in between), never pushed over it; notes
+                              that only grew since this supervisor pushed them are pushed
+                              as they are (a fast-forward), merged when that is refused
 
 With `git config sup.cluster.publish true` the supervisor publishes at the end of every turn
 (after the worker's commits are imported, while the worker is held) and at the end of the
 task. A publication that fails is an event (`publish_failed`); the task goes on.
+
+A turn's publication is taken while the worker is held (the wip snapshot, the log sealed)
+and pushed in the background, so that verification does not wait for the remote. The pushes
+are ordered: one thread pushes them, one after the other, and the task's last publication
+waits for the one in flight before it pushes; a push names the refs as they are when it
+starts, so a later push never carries older refs than an earlier one (and the remote's gate
+would refuse a ref moving back all the same).
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -126,7 +137,9 @@ def publish_refs(
     """Push the task's refs (atomically) and merge-push the notes to the review remote
     (skipped while the notes are still `notes_pushed`, what this caller pushed last): the
     notes merged with the remote's first, then pushed in the same atomic push as the refs;
-    when that push is refused, the refs alone, then the notes as `publish_notes` does.
+    when that push is refused, the refs alone, then the notes as `publish_notes` does. Notes
+    that only grew since `notes_pushed` are first pushed as they are (the remote's gate and
+    Git take them only as a fast-forward), merged as above when that is refused.
     Raises GitsupError (transport.TransportError when the remote or a gate refused)."""
     name = review_remote(repo, remote)
     if layout.record(task).is_file():
@@ -139,6 +152,14 @@ def publish_refs(
         # no notes here, or none since the last publication: the task's refs only
         transport.push(repo.main_workdir, name, specs)
         return Published(name, have, current)
+    notes = [*specs, f"{NOTES_REF}:{NOTES_REF}"]
+    if notes_pushed is not None and _grew(repo, notes_pushed, current):
+        # ours only grew since this caller pushed them: when the remote still has those,
+        # ours are a fast-forward there, pushed as they are (no fetch, no merge); when
+        # another clone pushed notes since, Git refuses the push and they are merged below
+        with contextlib.suppress(transport.TransportError):
+            transport.push(repo.main_workdir, name, notes)
+            return Published(name, have, current)
     # the notes merged with the remote's first, then pushed with the task's refs: one push
     try:
         theirs = transport.fetch_one(repo.main_workdir, repo.common_dir, name, NOTES_REF)
@@ -148,7 +169,7 @@ def publish_refs(
     ours = repo.merge_notes(theirs) if theirs is not None else current
     if ours is not None and ours != theirs:
         try:
-            transport.push(repo.main_workdir, name, [*specs, f"{NOTES_REF}:{NOTES_REF}"])
+            transport.push(repo.main_workdir, name, notes)
             return Published(name, have, ours)
         except transport.TransportError:
             # another clone pushed notes in between (or a ref was refused): one at a time
@@ -157,6 +178,13 @@ def publish_refs(
     if ours is None or ours == theirs:
         return Published(name, have, ours)
     return Published(name, have, publish_notes(repo, name))
+
+
+def _grew(repo: GitRepo, old: Oid, new: Oid) -> bool:
+    try:
+        return repo.is_ancestor(old, new)
+    except Exception:  # `old` is not here any more (pygit2.GitError): not known to be
+        return False
 
 
 def publish_notes(repo: GitRepo, remote: str) -> Oid | None:
@@ -178,7 +206,8 @@ def publish_notes(repo: GitRepo, remote: str) -> Oid | None:
 
 
 class Publisher:
-    """The supervisor's publications (`sup.cluster.publish`): at a turn's end and the task's."""
+    """The supervisor's publications (`sup.cluster.publish`): at a turn's end (pushed in the
+    background) and the task's (pushed once the turn's push in flight is done)."""
 
     def __init__(
         self, ctx: TaskContext, limits: Callable[[], ImportLimits], *, enabled: bool | None = None
@@ -187,43 +216,144 @@ class Publisher:
         self.repo, self.layout = ctx.repo, ctx.layout
         self._limits = limits
         self.enabled = publish_enabled(ctx.repo) if enabled is None else enabled
-        self._notes_pushed: Oid | None = None  # the notes tip the last publication pushed
+        # the notes tip the last publication pushed (at first, the last this clone pushed
+        # to that remote: the remote has it, or notes grown from it)
+        self._notes_pushed: Oid | None = None
+        # the one push in the background (a turn's), and whether another is due after it
+        self._lock = threading.Lock()
+        self._pusher: threading.Thread | None = None
+        self._again = False
+        self._remote = ctx.repo.config_get("sup.reviewRemote") or "(sup.reviewRemote is not set)"
+        self._task, self._common_dir = TaskId(ctx.record.id), ctx.repo.common_dir
+        if self.enabled:  # a supervisor takes the task: its end is not published yet
+            self.layout.published(self._task).unlink(missing_ok=True)
+            self._notes_pushed = _notes_pushed(self.layout, self._remote)
 
     def turn(self) -> None:
         """A turn ended (the worker's commits imported, the worker held): its state in the
-        wip, the log sealed, everything pushed."""
+        wip and the log sealed now, everything pushed in the background."""
         if not self.enabled:
             return
-        self._publish("turn", snapshot=True)
+        errors = self._snapshot()
+        if errors:
+            self._failed("turn", errors)
+        with self._lock:
+            if self._pusher is not None:
+                # a push runs: one more follows it (refs as they are then: this turn's)
+                self._again = True
+                return
+            self._pusher = threading.Thread(
+                target=self._push_turns, name="gitsup-publish", daemon=True
+            )
+            self._pusher.start()
 
     def end(self) -> None:
-        """The task ended (its record final, its log sealed): everything pushed."""
+        """The task ended (its record final, its log sealed): everything pushed, after the
+        turn's push in flight (never at the same time, never overtaken by it); then
+        `Layout.published` says so."""
         if not self.enabled:
             return
-        self._publish("end", snapshot=False)
+        self.wait()
+        errors = self._push()
+        if errors:
+            self._failed("end", errors)
+            self.ctx.journal.seal("publish failed")
+        # the end is on the remote (or its failure in the log): who waits for it may go on
+        # before this process has exited (gitsup/cluster/hostwork.py)
+        with contextlib.suppress(OSError):  # then the process's exit says it
+            marker = self.layout.published(self._task)
+            marker.write_text("ok\n" if not errors else "failed\n", encoding="utf-8")
 
-    def _publish(self, stage: str, *, snapshot: bool) -> None:
-        from gitsup.store import eventtypes as et
+    def wait(self) -> None:
+        """Return once no turn's push is in flight or due."""
+        while True:
+            with self._lock:
+                pusher = self._pusher
+            if pusher is None:
+                return
+            pusher.join()
 
-        record = self.ctx.record
-        task = TaskId(record.id)
-        remote = self.repo.config_get("sup.reviewRemote") or "(sup.reviewRemote is not set)"
-        errors = []
-        if snapshot:
-            try:
-                snapshot_wip(self.repo, self.layout, record, self._limits())
-            except (GitsupError, RefConflict, OSError) as exc:
-                # the refs are pushed all the same: the wip as it was published last
-                errors.append(f"wip snapshot: {exc}")
-            self.ctx.journal.seal(f"turn {record.turns} ended: published")
+    def _push_turns(self) -> None:
+        """The background pusher: this turn's publication, then the one due after it."""
+        again = True
         try:
-            done = publish_refs(self.repo, self.layout, task, notes_pushed=self._notes_pushed)
+            while again:
+                errors = self._push(own_repo=True)
+                if errors:
+                    self._failed("turn", errors)
+                with self._lock:
+                    again, self._again = self._again, False
+        finally:
+            with self._lock:
+                self._pusher, self._again = None, False
+
+    def _snapshot(self) -> list[str]:
+        record = self.ctx.record
+        errors = []
+        try:
+            snapshot_wip(self.repo, self.layout, record, self._limits())
+        except (GitsupError, RefConflict, OSError) as exc:
+            # the refs are pushed all the same: the wip as it was published last
+            errors.append(f"wip snapshot: {exc}")
+        self.ctx.journal.seal(f"turn {record.turns} ended: published")
+        return errors
+
+    def _push(self, *, own_repo: bool = False) -> list[str]:
+        """Push the task's refs and notes; the errors. `own_repo`: through a repository
+        object of this thread's own (the supervisor's is not shared across threads)."""
+        try:
+            repo = GitRepo.open(self._common_dir) if own_repo else self.repo
+            done = publish_refs(repo, self.layout, self._task, notes_pushed=self._notes_pushed)
+            if done.notes is not None and done.notes != self._notes_pushed:
+                _remember_notes(self.layout, self._remote, done.notes)
             self._notes_pushed = done.notes
         except (GitsupError, RefConflict, OSError) as exc:
-            errors.append(str(exc))
-        if errors:
-            self.ctx.emit(
-                et.PublishFailed(remote=remote, stage=stage, error="; ".join(errors)[:4000])
-            )
-            if stage == "end":
-                self.ctx.journal.seal("publish failed")
+            return [str(exc)]
+        except Exception as exc:
+            if not own_repo:
+                raise
+            # in the background nothing else would hear of it
+            return [f"{type(exc).__name__}: {exc}"]
+        return []
+
+    def _failed(self, stage: str, errors: list[str]) -> None:
+        from gitsup.store import eventtypes as et
+
+        self.ctx.emit(
+            et.PublishFailed(remote=self._remote, stage=stage, error="; ".join(errors)[:4000])
+        )
+
+
+# what this clone's supervisors pushed of `refs/notes/sup` last, by remote: a hint only (a
+# push made from it is a fast-forward or refused, never a rewrite)
+NOTES_PUSHED_FILE = "notes-pushed.json"
+
+
+def _notes_pushed(layout: Layout, remote: str) -> Oid | None:
+    import json
+
+    try:
+        known = json.loads((layout.root / NOTES_PUSHED_FILE).read_text(encoding="utf-8"))
+        oid = known.get(remote) if isinstance(known, dict) else None
+    except (OSError, ValueError):
+        return None
+    return Oid(oid) if isinstance(oid, str) and len(oid) in (40, 64) else None
+
+
+def _remember_notes(layout: Layout, remote: str, notes: Oid) -> None:
+    import json
+    import os
+    import secrets
+
+    path = layout.root / NOTES_PUSHED_FILE
+    try:
+        known = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    known[remote] = notes
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}")
+    with contextlib.suppress(OSError):
+        tmp.write_text(json.dumps(known), encoding="utf-8")
+        os.replace(tmp, path)

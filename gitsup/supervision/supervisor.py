@@ -384,6 +384,9 @@ class Supervisor:
                     with contextlib.suppress(BaseException):
                         self._drive(Abandon())
                 raise
+            finally:
+                # a turn's push still in flight (the task's end waited for it already)
+                self.publisher.wait()
         return self.record
 
     def _decision_time(self) -> DecisionTime:

@@ -277,6 +277,15 @@ else:
 """
 
 
+def published_ref(origin: Path, ref: str, timeout: float = 120) -> str:
+    """What `ref` names on the bare `origin`, once it is there."""
+    end = time.monotonic() + timeout
+    while not (out := git(origin, "for-each-ref", "--format=%(objectname)", ref)):
+        assert time.monotonic() < end, f"{ref} never came to {origin}"
+        time.sleep(0.1)
+    return out
+
+
 def kill_machine(c: Cluster, host: Host) -> None:
     """What a dead machine leaves: nothing of its gitsup runs (kill -9 of the host process,
     its tasks' supervisors, workers and checks: every process in its clone or worktrees)."""
@@ -321,8 +330,8 @@ def test_a_killed_host_s_task_ends_ready_on_the_other_host(cluster: Cluster) -> 
     assert res.returncode == 0, res.stderr
     task = res.stdout.strip()
     wait_for(cluster.shared / f"checking-{task}")
-    # the turn ended on alpha: its work was published before the checks began
-    published = git(cluster.origin, "rev-parse", f"refs/sup/{task}/wip")
+    # the turn ended on alpha: its work is published (pushed while the checks run)
+    published = published_ref(cluster.origin, f"refs/sup/{task}/wip")
     assert git(cluster.origin, "show", f"{published}:work.txt") == "written by run 1"
     kill_machine(cluster, a)
     b = cluster.host("beta")
@@ -345,3 +354,35 @@ def test_a_killed_host_s_task_ends_ready_on_the_other_host(cluster: Cluster) -> 
     events = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
     changed = [e["data"] for e in events if e["type"] == "host_changed"]
     assert [(h["from"], h["to"]) for h in changed] == [("alpha", "beta")], changed
+
+
+# Runs on the review remote before its gate: holds the push that brings a task's
+# candidate (the task's last publication) for a few seconds.
+HOLD_THE_END = """#!/bin/sh
+input=$(cat)
+case "$input" in
+*/candidate*) sleep 3 ;;
+esac
+"""
+
+
+def test_the_result_goes_out_once_the_task_s_end_is_on_the_remote(cluster: Cluster) -> None:
+    # The host returns a task's result before its supervisor has exited, on the sign of its
+    # last publication: never before that publication is on the review remote. The remote
+    # takes its time over it here; the submitter, once told the task ended, finds it there.
+    cluster.host("alpha")
+    hook = cluster.origin / "hooks" / "pre-receive.local"
+    hook.write_text(HOLD_THE_END)
+    hook.chmod(0o755)
+    worker = write_worker(cluster.tmp, FIX_ONCE.format(shared=str(cluster.shared)))
+    res = submit(cluster, worker, "--json")
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    final = json.loads(res.stdout)
+    task, candidate = final.get("task") or final["id"], final["candidate"]
+    assert final["status"] == "ready" and candidate, final
+    assert git(cluster.origin, "rev-parse", f"refs/sup/{task}/candidate") == candidate
+    record = json.loads(
+        git(cluster.origin, "cat-file", "blob", f"refs/sup/{task}/record:task.json")
+    )
+    assert (record["status"], record["candidate"]) == ("ready", candidate)
+    assert git(cluster.submitter, "rev-parse", f"refs/sup/{task}/candidate") == candidate

@@ -361,6 +361,83 @@ def test_a_failed_publication_is_an_event_never_a_lost_task(cluster: Cluster) ->
     assert git(a.clone, "rev-parse", f"refs/sup/{rec['id']}/candidate") == rec["candidate"]
 
 
+def test_notes_pushed_without_a_fetch_never_lose_another_clone_s(cluster: Cluster) -> None:
+    # A clone's supervisors push notes that only grew since the clone last pushed them
+    # without fetching the remote's first. Another clone pushed notes in between: that push
+    # is refused, the notes are merged and pushed, and every task's note is on the remote.
+    a, b = cluster.host("a"), cluster.host("b")
+    first = run_ready(a, quick_spec(cluster.tmp, "first"))
+    assert (a.clone / ".git" / "sup" / "notes-pushed.json").is_file()
+    other = run_ready(b, quick_spec(cluster.tmp, "other"))
+    last = run_ready(a, quick_spec(cluster.tmp, "last"))
+    origin = cluster.origin
+    for rec in (first, other, last):
+        note = json.loads(git(origin, "notes", "--ref=sup", "show", rec["candidate"]))
+        assert note["task"] == rec["id"], note
+        types = {e["type"] for e in remote_events(origin, rec["id"])}
+        assert "publish_failed" not in types, (rec["id"], types)
+
+
+# Runs on the review remote before its gate (`pre-receive.local`): logs each push's ref
+# updates, and holds the first push after the flag file is made until the task has ended
+# in its clone (its record says so; a minute at most), then until another push came (3 s
+# at most): one that does not wait for it would come then.
+HOLD_ONCE = """#!/bin/sh
+input=$(cat)
+printf '%s\\n--\\n' "$input" >> {log}
+if [ -e {flag} ]; then
+    rm -f {flag}
+    n=0
+    until grep -qs '"state": *"completed"' {records} || [ $n -ge 600 ]; do
+        sleep 0.1
+        n=$((n + 1))
+    done
+    n=0
+    until [ "$(grep -c '^--$' {log})" -ge 2 ] || [ $n -ge 30 ]; do
+        sleep 0.1
+        n=$((n + 1))
+    done
+fi
+"""
+
+
+def test_a_slow_turn_publication_is_never_overtaken_by_the_task_s_end(cluster: Cluster) -> None:
+    # A turn's publication is pushed in the background while the task goes on (verifies,
+    # ends). The remote holds that push until the task has ended: the task's last
+    # publication comes after it, not at the same time (one of two racing pushes would be
+    # refused) and not before (the remote would end with the turn's refs): both go
+    # through, in order, and the remote ends with the task's end.
+    a = cluster.host("a")
+    hooks, flag, pushes = (
+        cluster.origin / "hooks",
+        cluster.tmp / "slow-once",
+        cluster.tmp / "pushes",
+    )
+    hook = hooks / "pre-receive.local"
+    records = shlex.quote(str(a.clone / ".git" / "sup" / "tasks")) + "/*/task.json"
+    hook.write_text(
+        HOLD_ONCE.format(log=shlex.quote(str(pushes)), flag=shlex.quote(str(flag)), records=records)
+    )
+    hook.chmod(0o755)
+    flag.write_text("")
+    rec = run_ready(a, quick_spec(cluster.tmp, "fix"))
+    tid, origin = rec["id"], cluster.origin
+    # The held push was the turn's (it brought the first wip), and it went through.
+    first = pushes.read_text().split("\n--\n")[0]
+    assert f"refs/sup/{tid}/wip" in first and not flag.exists(), pushes.read_text()
+    # The remote ends with the end: the record, the candidate, the last sealed log.
+    published = json.loads(git(origin, "cat-file", "blob", f"refs/sup/{tid}/record:task.json"))
+    assert published["status"] == "ready" and published["candidate"] == rec["candidate"]
+    assert remote_ref(origin, f"refs/sup/{tid}/candidate") == rec["candidate"]
+    assert remote_ref(origin, f"refs/sup/{tid}/log") == git(
+        a.clone, "rev-parse", f"refs/sup/{tid}/log"
+    )
+    types = [e["type"] for e in remote_events(origin, tid)]
+    assert types[-1] == "task_finished" and "publish_failed" not in types, types
+    local = a.sup("log", tid, "--json").stdout
+    assert '"publish_failed"' not in local, local
+
+
 def test_a_published_record_naming_another_branch_is_refused(cluster: Cluster) -> None:
     # A host that publishes can write any record: one that names this clone's main as the
     # task's branch must not make a worker's commits land on main here.
