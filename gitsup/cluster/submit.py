@@ -4,8 +4,10 @@ from the clone that submitted it (`wait`, `show`, `stop`).
 A submission is one workflow whose id is the task id: Temporal refuses a second workflow of
 that id (running or ended), so a task runs once across every machine. The baseline goes to
 the review remote first, as `refs/sup/<id>/baseline` (which the gate never lets anyone
-rewrite), then the workflow starts; a host starts the task only when that ref holds the
-commit the workflow names.
+rewrite), while Temporal's client loads and connects; the workflow starts once the push has
+ended, and a host starts the task only when that ref holds the commit the workflow names.
+The push only creates the ref: when it is there, the id was submitted before, and the
+cluster says whether that submission started.
 
 The clone keeps `$GIT_COMMON_DIR/sup/cluster/<id>.json` (the cluster's address, namespace and
 queue), which is how `wait`, `show` and `stop` know the task runs on the cluster."""
@@ -91,6 +93,7 @@ async def _submit(
     ctx: SupRepo, settings: ClusterSettings, spec: TaskSpec, task_id: str | None, attempts: int
 ) -> tuple[Any, TaskId]:
     """Push the baseline and start the workflow: the client, connected, and the task id."""
+    import gitsup.host.proc  # noqa: F401 - by this thread, not by the push's
     from gitsup.git import remote as transport
     from gitsup.tasks.lifecycle import source_branch_of
 
