@@ -151,8 +151,8 @@ def fetch_and_one(
     from gitsup.git import GitRepo
 
     scratch = f"refs/gitsup-fetch/{os.getpid()}-{secrets.token_hex(4)}"
-    # `ref*` also matches refs named `ref` and more (`refs/notes/supx`): each lands under
-    # the scratch prefix, only `ref`'s own is read, all of them are removed
+    # the pattern `ref*` also matches longer names (`refs/notes/supx` for `refs/notes/sup`):
+    # each lands under the scratch prefix, only `ref`'s own is read, all are removed
     try:
         fetch(workdir, remote, [*refspecs, f"+{ref}*:{scratch}/ref*"])
     finally:
