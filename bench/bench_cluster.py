@@ -304,6 +304,15 @@ def profile(b: Bench) -> None:
         for at, took, what in rows:
             print(f"{at:7.3f}s {took * 1000:6.0f}ms  {what}")
         print(f"{n} git processes, {total:.2f}s in all (with the wrapper's cost)   load {load()}")
+        if cluster:  # the submitter's own share: to the workflow's start, from its end
+            marks = {w: at for at, _, w in rows if w.startswith("temporal workflow_execution")}
+            began = marks.get("temporal workflow_execution_started")
+            ended = marks.get("temporal workflow_execution_completed")
+            if began is not None and ended is not None:
+                print(
+                    f"submitter: {began:.2f}s to the workflow's start, "
+                    f"{t1 - t0 - ended:.2f}s from its end to the exit"
+                )
     b.stop_hosts()
 
 

@@ -324,20 +324,30 @@ def _start_cluster(
 
     require_sdk()
     from gitsup.cluster.settings import load
-    from gitsup.cluster.submit import follow, submit
+    from gitsup.cluster.submit import submit, submit_and_follow
 
     settings = load(ctx.repo, address)
-    task = submit(ctx, settings, spec, task_id=task_id)
     if detach:
+        task = submit(ctx, settings, spec, task_id=task_id)
         if json_out:
             emit_json({"task": task, "cluster": settings.address})
         else:
             out(task)
             progress(f"task {task} submitted to {settings.describe()}; `git sup wait {task}`")
         return
-    if not quiet:
-        progress(f"task {task} submitted to {settings.describe()}")
-    result = follow(settings, task, on_progress=None if quiet else progress)
+
+    def submitted(task: str) -> None:
+        if not quiet:
+            progress(f"task {task} submitted to {settings.describe()}")
+
+    task, result = submit_and_follow(
+        ctx,
+        settings,
+        spec,
+        task_id=task_id,
+        on_submitted=submitted,
+        on_progress=None if quiet else progress,
+    )
     from gitsup.cli.cluster_cmd import fetch_after
     from gitsup.cli.task_render import print_cluster_result
 

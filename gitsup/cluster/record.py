@@ -104,8 +104,13 @@ class Fetched:
 def _fetch_refs(ctx: SupRepo, tid: TaskId, remote: str) -> dict[str, Oid]:
     repo = ctx.repo
     try:
-        transport.fetch(repo.main_workdir, remote, [f"refs/sup/{tid}/*:refs/sup/{tid}/*"])
-        theirs = transport.fetch_one(repo.main_workdir, repo.common_dir, remote, NOTES_REF)
+        theirs = transport.fetch_and_one(
+            repo.main_workdir,
+            repo.common_dir,
+            remote,
+            [f"refs/sup/{tid}/*:refs/sup/{tid}/*"],
+            NOTES_REF,
+        )
     except transport.TransportError as exc:
         raise GitsupError(
             f"cannot fetch task {tid} from {remote}: {exc.message}",

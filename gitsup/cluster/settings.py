@@ -15,13 +15,28 @@ _ADDRESS = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
 
 
 def require_sdk() -> None:
-    """The cluster needs the `cluster` extra; without it a cluster command is bad input."""
+    """The cluster needs the `cluster` extra; without it a cluster command is bad input.
+    Found, not imported: importing Temporal's SDK takes a few tenths of a second, which a
+    submission spends while its baseline is pushed (submit.py)."""
+    import importlib.util
+
     try:
-        import temporalio  # noqa: F401
-    except ImportError:
+        found = importlib.util.find_spec("temporalio") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise GitsupError("the cluster needs Temporal's Python SDK: pip install 'gitsup[cluster]'")
+
+
+def review_remote(repo: GitRepo) -> str:
+    """The review remote every clone of the cluster shares (`sup.reviewRemote`)."""
+    remote = repo.config_get("sup.reviewRemote")
+    if not remote:
         raise GitsupError(
-            "the cluster needs Temporal's Python SDK: pip install 'gitsup[cluster]'"
-        ) from None
+            "the cluster keeps every task's refs on the review remote, and this clone has none",
+            hint="git config sup.reviewRemote <remote> (the gated remote every clone shares)",
+        )
+    return remote
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,10 @@ from the clone that submitted it (`wait`, `show`, `stop`).
 A submission is one workflow whose id is the task id: Temporal refuses a second workflow of
 that id (running or ended), so a task runs once across every machine. The baseline goes to
 the review remote first, as `refs/sup/<id>/baseline` (which the gate never lets anyone
-rewrite), then the workflow starts; a host starts the task only when that ref holds the
-commit the workflow names.
+rewrite), while Temporal's client loads and connects; the workflow starts once the push has
+ended, and a host starts the task only when that ref holds the commit the workflow names.
+The push only creates the ref: when it is there, the id was submitted before, and the
+cluster says whether that submission started.
 
 The clone keeps `$GIT_COMMON_DIR/sup/cluster/<id>.json` (the cluster's address, namespace and
 queue), which is how `wait`, `show` and `stop` know the task runs on the cluster."""
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gitsup.cluster.client import connect
-from gitsup.cluster.settings import ClusterSettings, check_address
+from gitsup.cluster.settings import ClusterSettings, check_address, review_remote
 from gitsup.errors import Exit, GitsupError
 from gitsup.ids import TaskId, new_task_id, parse_task_id
 from gitsup.layout import task_refs
@@ -57,14 +59,48 @@ def submit(
     attempts: int = 0,
 ) -> TaskId:
     """Push the task's baseline and start its workflow; returns the task id."""
-    from gitsup.cluster.hostwork import review_remote
+
+    async def go() -> TaskId:
+        return (await _submit(ctx, settings, spec, task_id, attempts))[1]
+
+    return asyncio.run(go())
+
+
+def submit_and_follow(
+    ctx: SupRepo,
+    settings: ClusterSettings,
+    spec: TaskSpec,
+    *,
+    task_id: str | None = None,
+    on_submitted: Callable[[TaskId], None] | None = None,
+    on_progress: Progress | None = None,
+) -> tuple[TaskId, dict[str, Any]]:
+    """`submit`, then `follow` the task to its end on the same connection: the task id and
+    its final record."""
+
+    async def go() -> tuple[TaskId, dict[str, Any]]:
+        client, task = await _submit(ctx, settings, spec, task_id, 0)
+        if on_submitted is not None:
+            on_submitted(task)
+        # what fetches the task once it ended loads while it runs
+        with preloading(["gitsup.cluster.record"]):
+            return task, await _follow_on(client, task, on_progress, None)
+
+    return asyncio.run(go())
+
+
+async def _submit(
+    ctx: SupRepo, settings: ClusterSettings, spec: TaskSpec, task_id: str | None, attempts: int
+) -> tuple[Any, TaskId]:
+    """Push the baseline and start the workflow: the client, connected, and the task id."""
+    import gitsup.host.proc  # noqa: F401 - by this thread, not by the push's
     from gitsup.git import remote as transport
     from gitsup.tasks.lifecycle import source_branch_of
 
     task = parse_task_id(task_id) if task_id is not None else new_task_id()
     if ctx.store.exists(task):
         raise GitsupError(f"task {task} already exists in this repository")
-    remote = review_remote(ctx)
+    remote = review_remote(ctx.repo)
     baseline = ctx.repo.resolve_commit(spec.base)
     job = {
         "task": task,
@@ -74,25 +110,33 @@ def submit(
         "heartbeat": settings.heartbeat,
         "attempts": attempts,
     }
-    # A duplicate is refused before anything is pushed: a task submitted has its baseline on
-    # the review remote, which never loses a `refs/sup/` ref; when it is there, the cluster
-    # says whether that task started (a submission whose workflow never started may be
-    # made again). For good when the workflow starts: Temporal never runs two of one id.
     ref = task_refs(task)["baseline"]
-    if transport.remote_ref(ctx.repo.main_workdir, remote, ref) is not None:
-
-        async def known() -> None:
-            await _refuse_known(await connect(settings), settings, task)
-
-        asyncio.run(known())
-    # the cluster's client loads while the baseline travels (about a second of imports)
-    with preloading(["temporalio.client", "temporalio.common", "temporalio.exceptions"]):
-        transport.push(ctx.repo.main_workdir, remote, [f"{baseline}:{ref}"])
-
-    async def go() -> None:
-        await _start(await connect(settings), settings, job)
-
-    asyncio.run(go())
+    workdir = ctx.repo.main_workdir
+    # The baseline travels while Temporal's client loads (a few tenths of a second of
+    # imports) and connects. The push only creates the ref: where the review remote has it
+    # already, nothing there moves.
+    pushing = asyncio.ensure_future(
+        asyncio.to_thread(transport.push_new, workdir, remote, ref, baseline)
+    )
+    try:
+        client = await connect(settings)
+    except GitsupError:
+        await asyncio.wait([pushing])  # a refused push is said first
+        if (refused := pushing.exception()) is not None:
+            raise refused from None
+        raise
+    pushed = await pushing
+    if pushed != "created":
+        # This id was submitted before: the review remote never loses a `refs/sup/` ref,
+        # and a submission pushes its baseline first. The cluster says whether that task
+        # started; a submission whose workflow never started may be made again (its
+        # baseline moving forward, never back: the gate's rule). For good when the workflow
+        # starts: Temporal never runs two of one id.
+        await _refuse_known(client, settings, task)
+        if pushed == "other":
+            await asyncio.to_thread(transport.push, workdir, remote, [f"{baseline}:{ref}"])
+    # only now, with the baseline on the review remote: a host that takes the task finds it
+    await _start(client, settings, job)
     path = _marker(ctx, task)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
@@ -102,7 +146,7 @@ def submit(
         + "\n",
         encoding="utf-8",
     )
-    return task
+    return client, task
 
 
 def _duplicate(task: str) -> GitsupError:
@@ -165,9 +209,14 @@ def follow(
 async def _follow(
     settings: ClusterSettings, task: str, on_progress: Progress | None, timeout: float | None
 ) -> dict[str, Any]:
+    return await _follow_on(await connect(settings), task, on_progress, timeout)
+
+
+async def _follow_on(
+    client: Any, task: str, on_progress: Progress | None, timeout: float | None
+) -> dict[str, Any]:
     from temporalio.client import WorkflowExecutionStatus
 
-    client = await connect(settings)
     handle = client.get_workflow_handle(task)
     loop = asyncio.get_running_loop()
     end = None if timeout is None else loop.time() + timeout

@@ -63,6 +63,24 @@ def push(
     return results
 
 
+def push_new(workdir: Path, remote: str, ref: str, commit: Oid) -> str:
+    """Push `commit` as `ref` to `remote` only where the remote has no `ref` yet (a lease
+    that expects no ref, so nothing there ever moves; hooks and gates run): "created" when
+    this push made it, "same" when the remote's `ref` names `commit` already, "other" when
+    it names another commit (nothing pushed). Raises TransportError when anything else
+    refused it."""
+    lease = f"--force-with-lease={ref}:"
+    args = ["push", "--porcelain", "--atomic", lease, remote, f"{commit}:{ref}"]
+    rc, out = _git(workdir, args, timeout=_TIMEOUT)
+    mine = [r for r in _porcelain(out) if r.ref == ref]
+    if mine and not mine[0].ok and "stale info" in mine[0].summary:
+        return "other"  # the lease: the remote has the ref, at another commit
+    if rc != 0 or not mine or not mine[0].ok:
+        what = f"{ref} ({mine[0].summary})" if mine else "the push"
+        raise TransportError(f"push to {remote} refused: {what}: {_tail(out)}")
+    return "same" if "up to date" in mine[0].summary else "created"
+
+
 def _porcelain(out: str) -> Iterator[RefResult]:
     """The per-ref lines of `git push --porcelain`: `<flag>\\t<from>:<to>\\t<summary>`."""
     for line in out.splitlines():
@@ -148,6 +166,29 @@ def fetch_one(workdir: Path, common_dir: Path, remote: str, ref: str) -> Oid | N
         return repo.ref_target(scratch)
     finally:
         repo.delete_ref(scratch)
+
+
+def fetch_and_one(
+    workdir: Path, common_dir: Path, remote: str, refspecs: Sequence[str], ref: str
+) -> Oid | None:
+    """`fetch` the refspecs and, in the same `git fetch`, what `fetch_one` gives of `ref`:
+    the commit it names on `remote`, its objects fetched here, None when the remote has no
+    such ref. One process and one connection where the two would take three (the
+    `ls-remote` is not needed: `ref` is fetched by a pattern that matches nothing when it
+    is absent)."""
+    from gitsup.git import GitRepo
+
+    scratch = f"refs/gitsup-fetch/{os.getpid()}-{secrets.token_hex(4)}"
+    # the pattern `ref*` also matches longer names (`refs/notes/supx` for `refs/notes/sup`):
+    # each lands under the scratch prefix, only `ref`'s own is read, all are removed
+    try:
+        fetch(workdir, remote, [*refspecs, f"+{ref}*:{scratch}/ref*"])
+    finally:
+        repo = GitRepo.open(common_dir)
+        found = dict(repo.direct_refs([f"{scratch}/"]))
+        for name in found:
+            repo.delete_ref(name)
+    return found.get(f"{scratch}/ref")
 
 
 def read_tree_onto(git_dir: Path, worktree: Path, head: Oid, snapshot: Oid) -> None:

@@ -136,6 +136,17 @@ def test_the_same_task_id_submitted_twice_runs_once(cluster: Cluster, tmp: Path)
     second = submit(cluster, worker, "--id", task, "--detach")
     assert second.returncode == 2, (second.stdout, second.stderr)
     assert f"task {task} was submitted already" in second.stderr
+    # from a branch that moved on (another baseline): refused, and the task's baseline on
+    # the review remote is still the one it runs on (a fast-forward the gate would allow)
+    ref = f"refs/sup/{task}/baseline"
+    baseline = git(cluster.origin, "rev-parse", ref)
+    (cluster.submitter / "later.txt").write_text("later\n")
+    git(cluster.submitter, "add", "later.txt")
+    git(cluster.submitter, "commit", "-q", "-m", "later")
+    moved = submit(cluster, worker, "--id", task, "--detach")
+    assert moved.returncode == 2, (moved.stdout, moved.stderr)
+    assert f"task {task} was submitted already" in moved.stderr
+    assert git(cluster.origin, "rev-parse", ref) == baseline
     done = run_sup(cluster.submitter, "wait", task, timeout=300)
     assert done.returncode == 0, (done.stdout, done.stderr)
     # and once it ended, still refused (foreground too)
@@ -162,6 +173,88 @@ def test_a_submission_whose_workflow_never_started_can_be_made_again(
     # the same id submitted again runs (its baseline is on the remote, the cluster knows it not)
     res = submit(cluster, worker, "--id", task)
     assert res.returncode == 0, (res.stdout, res.stderr)
+    assert (cluster.shared / "runs.log").read_text().split() == [task]
+
+
+# The review remote's own hook (run before its gate): holds a push of a task's baseline while
+# the file HOLD exists, having said so in the file HELD.
+HOLD_BASELINE = """#!/bin/sh
+input=$(cat)
+case "$input" in
+*/baseline*)
+    touch {held}
+    while [ -e {hold} ]; do sleep 0.05; done ;;
+esac
+exit 0
+"""
+
+
+def _connected(pid: int, port: int) -> bool:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for conn in psutil.Process(pid).net_connections(kind="tcp"):
+            if conn.raddr and conn.raddr.port == port and conn.status == psutil.CONN_ESTABLISHED:
+                return True
+    return False
+
+
+def _workflow_exists(address: str, task: str) -> bool:
+    import asyncio
+
+    from temporalio.client import Client
+    from temporalio.service import RPCError, RPCStatusCode
+
+    async def go() -> bool:
+        client = await Client.connect(address)
+        try:
+            await client.get_workflow_handle(task).describe()
+        except RPCError as exc:
+            assert exc.status == RPCStatusCode.NOT_FOUND, exc
+            return False
+        return True
+
+    return asyncio.run(go())
+
+
+def test_the_workflow_starts_only_once_the_baseline_is_on_the_review_remote(
+    cluster: Cluster, tmp: Path
+) -> None:
+    cluster.host("alpha")
+    worker = write_worker(tmp, FIX_AFTER_BARRIER.format(tmp=str(cluster.shared), n=1))
+    hold, held = tmp / "hold", tmp / "held"
+    hook = cluster.origin / "hooks" / "pre-receive.local"
+    hook.write_text(HOLD_BASELINE.format(hold=shlex.quote(str(hold)), held=shlex.quote(str(held))))
+    hook.chmod(0o755)
+    hold.write_text("")
+    task = "20260101-0bde70"
+    # the submitter pushes the baseline and connects to the cluster at the same time
+    proc = subprocess.Popen(
+        [GIT_SUP, "start", "fix add", "--cluster", cluster.address, "--worker", worker,
+         "--check", PYTEST_CHECK, "--review", "none", "--id", task],
+        cwd=cluster.submitter, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(held)
+        port = int(cluster.address.rsplit(":", 1)[1])
+        end = time.monotonic() + 120
+        while not _connected(proc.pid, port):
+            assert proc.poll() is None and time.monotonic() < end, proc.communicate()
+            time.sleep(0.05)
+        # connected, the baseline still on its way: the workflow is not there, however long
+        # the push takes (a second more here, for a start that would come right after)
+        time.sleep(1)
+        assert not _workflow_exists(cluster.address, task)
+        assert proc.poll() is None
+        assert not git(cluster.origin, "for-each-ref", f"refs/sup/{task}/")
+    finally:
+        hold.unlink()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (out, err)
+    assert _workflow_exists(cluster.address, task)
+    assert git(cluster.origin, "rev-parse", f"refs/sup/{task}/baseline") == git(
+        cluster.submitter, "rev-parse", "main"
+    )
     assert (cluster.shared / "runs.log").read_text().split() == [task]
 
 
