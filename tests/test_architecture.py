@@ -557,7 +557,6 @@ NOT_YET_COMPOSED = frozenset(
     {
         ("gitsup/policy/allow/sandboxed.py", "AllowState"),
         ("gitsup/policy/parse/bashtree.py", "WordBuilder"),
-        ("gitsup/workers/codex/worker.py", "ClaudeWorker"),
     }
 )
 
