@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import IO
 
 from gitsup.host import proc
-from gitsup.host.procid import ProcessId
 from gitsup.redact import redact_text
 from gitsup.workers.base import (
     WorkerAdapter,
@@ -149,10 +148,7 @@ class PipedAgent(WorkerAdapter):
     def _spawn(self, argv: list[str], env: Mapping[str, str]) -> WorkerIdentity:
         """Start `argv` (through the `wrap` option, if any) in the worktree with `env`,
         and the threads that read its output and wait for its exit."""
-        wrap = self.ctx.options.wrap
-        if wrap is not None:
-            argv = wrap(argv)
-        self._proc = spawn_piped(argv, cwd=self.ctx.worktree, env=env)
+        self._proc, identity = spawn_piped(self.ctx, argv, env)
         p = self._proc
         assert p.stdin is not None and p.stdout is not None and p.stderr is not None
         self._input.attach(p.stdin, self._write_timeout())
@@ -160,11 +156,7 @@ class PipedAgent(WorkerAdapter):
         threading.Thread(target=self._read_stdout, args=(p.stdout, out_done), daemon=True).start()
         threading.Thread(target=self._read_stderr, args=(p.stderr, err_done), daemon=True).start()
         threading.Thread(target=self._wait, args=(out_done, err_done), daemon=True).start()
-        try:
-            start_time = ProcessId.of(p.pid).start_time
-        except Exception:
-            start_time = 0.0
-        return WorkerIdentity(pid=p.pid, start_time=start_time, pgid=p.pid)
+        return identity
 
     def _write_timeout(self) -> float:
         spec = self.ctx.options.spec

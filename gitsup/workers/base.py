@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from gitsup.host import proc
+from gitsup.host.procid import ProcessId
 from gitsup.store.payload import Payload
 
 if TYPE_CHECKING:
@@ -250,9 +251,21 @@ class WorkerAdapter(ABC):
     def alive(self) -> bool: ...
 
 
-def spawn_piped(argv: list[str], *, cwd: Path, env: Mapping[str, str]) -> proc.Popen[bytes]:
-    """Start a worker with stdin/stdout/stderr pipes in its own session (process group)."""
+def spawn_piped(
+    ctx: WorkerSetup, argv: list[str], env: Mapping[str, str]
+) -> tuple[proc.Popen[bytes], WorkerIdentity]:
+    """Start a worker's `argv` (through the `wrap` option, the sandbox's bootstrap, when
+    given) in the worktree with stdin/stdout/stderr pipes, in its own session (process
+    group); the process and what identifies it."""
+    wrap = ctx.options.wrap
+    if wrap is not None:
+        argv = wrap(argv)
     try:
-        return proc.spawn_piped(argv, cwd=cwd, env=env)
+        p = proc.spawn_piped(argv, cwd=ctx.worktree, env=env)
     except OSError as exc:
         raise WorkerError(f"cannot start worker {argv[0]!r}: {exc.strerror or exc}") from exc
+    try:
+        start_time = ProcessId.of(p.pid).start_time
+    except Exception:
+        start_time = 0.0
+    return p, WorkerIdentity(pid=p.pid, start_time=start_time, pgid=p.pid)

@@ -42,7 +42,11 @@ from gitsup.workers.base import (
     WorkerOutput,
     WorkerSetup,
 )
-from gitsup.workers.claude.rules import read_settings_value, refused_flags, refused_modes
+from gitsup.workers.claude.rules import (
+    check_flag,
+    read_settings_value,
+    refused_modes,
+)
 
 BASE_FLAGS = (
     "-p",
@@ -59,7 +63,6 @@ BASE_FLAGS = (
 # Tools whose every call must reach the supervisor as a can_use_tool request.
 ASK_TOOLS = ("Bash", "Write", "Edit", "MultiEdit", "NotebookEdit", "WebFetch", "WebSearch")
 
-_FORBIDDEN_FLAGS = refused_flags("headless")
 _ALLOW_FLAGS = ("--allowedTools", "--allowed-tools")
 _BAD_MODES = refused_modes("headless")
 
@@ -124,9 +127,8 @@ def check_arguments(args: Sequence[str]) -> None:
     i = 0
     while i < len(args):
         a = args[i]
+        check_flag("headless", args, i)
         name, _, inline = a.partition("=")
-        if name in _FORBIDDEN_FLAGS:
-            raise WorkerError(f"worker argument {a!r} is refused: {_FORBIDDEN_FLAGS[name]}")
         if name in _ALLOW_FLAGS:
             values = [inline] if inline else []
             j = i + 1
@@ -139,12 +141,6 @@ def check_arguments(args: Sequence[str]) -> None:
                 raise WorkerError(
                     f"worker argument {name} {' '.join(values)!r} pre-authorizes Bash ({', '.join(bad)}); "
                     "gitsup must see every Bash call"
-                )
-        if name == "--permission-mode":
-            mode = inline or (args[i + 1] if i + 1 < len(args) else "")
-            if mode in _BAD_MODES:
-                raise WorkerError(
-                    f"--permission-mode {mode} is refused: it hides permission requests from gitsup"
                 )
         if name == "--settings":
             value = inline or (args[i + 1] if i + 1 < len(args) else "")
