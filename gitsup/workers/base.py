@@ -22,12 +22,23 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from gitsup.host import proc
 from gitsup.host.procid import ProcessId
+from gitsup.redact import redact_text
 from gitsup.store.payload import Payload
 
 if TYPE_CHECKING:
     from gitsup.spec import TaskSpec
 
 Inbox = queue.SimpleQueue[object]
+
+MAX_NOISE_LINE = 512  # characters of a bad line kept in ProtocolNoise
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to about `limit` characters, saying how many more there were."""
+    if len(text) <= limit:
+        return text
+    cut = max(0, limit - 40)
+    return f"{text[:cut]}… [{len(text) - cut} more chars]"
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,11 @@ class ProtocolNoise:
 
     line: str
     error: str
+
+    @classmethod
+    def of(cls, line: str, error: str) -> ProtocolNoise:
+        """The noise of `line` as the worker wrote it: redacted, clipped to MAX_NOISE_LINE."""
+        return cls(line=clip(redact_text(line), MAX_NOISE_LINE), error=error)
 
 
 @dataclass(frozen=True)

@@ -295,10 +295,7 @@ class ClaudeWorker(PipedAgent):
                     self._pending[ev.request_id] = ev.tool_input
             if repeated:
                 inbox.put(
-                    ProtocolNoise(
-                        line=redact_text(line)[: sj.MAX_NOISE_LINE],
-                        error="duplicate permission request ignored (already asked)",
-                    )
+                    ProtocolNoise.of(line, "duplicate permission request ignored (already asked)")
                 )
                 return
             inbox.put(ev)
@@ -333,10 +330,7 @@ class ClaudeWorker(PipedAgent):
             if duplicate:
                 # One turn, one completion: a result with no turn open is not a completion.
                 inbox.put(
-                    ProtocolNoise(
-                        line=redact_text(line)[: sj.MAX_NOISE_LINE],
-                        error="result record outside a turn (duplicate) ignored",
-                    )
+                    ProtocolNoise.of(line, "result record outside a turn (duplicate) ignored")
                 )
                 return
             inbox.put(self._per_turn(ev))

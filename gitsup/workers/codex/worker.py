@@ -242,11 +242,7 @@ class CodexWorker(PipedAgent):
                     duplicate = not self._turn_active
                     self._turn_active = False
                 if duplicate:
-                    inbox.put(
-                        ProtocolNoise(
-                            line=redact_text(line)[:512], error="turn/completed outside a turn"
-                        )
-                    )
+                    inbox.put(ProtocolNoise.of(line, "turn/completed outside a turn"))
                     continue
                 inbox.put(ev)  # the session already reports per-turn usage and cost
                 self._result_seen.set()
