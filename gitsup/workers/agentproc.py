@@ -1,12 +1,14 @@
 """What the piped agent workers (claude, codex, acp) share: finding the agent's binary,
-spawning it with its stdout/stderr readers, classifying its exit, and stopping it.
+spawning it with its stdout/stderr readers, writing its input (one writer, each write
+bounded in time), classifying its exit, and stopping it.
 
-A subclass gives the line handler (`_on_line`), closing its input (`_close_stdin`) and
-interrupting a turn (`interrupt`); its turn state is guarded by `_state_lock`.
+A subclass gives the line handler (`_on_line`) and interrupting a turn (`interrupt`); it
+writes to the agent through `_input`; its turn state is guarded by `_state_lock`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -17,18 +19,22 @@ from pathlib import Path
 from typing import IO
 
 from gitsup.host import proc
-from gitsup.host.procid import ProcessId
 from gitsup.redact import redact_text
 from gitsup.workers.base import (
     WorkerAdapter,
     WorkerError,
     WorkerExited,
     WorkerIdentity,
+    WorkerInputStalled,
     WorkerOutput,
     WorkerSetup,
     spawn_piped,
 )
 from gitsup.workers.stream_json import LineFramer
+
+# A write to the agent's input that takes longer (2 x stop_grace, at least this) means the
+# agent stopped reading.
+MIN_WRITE_TIMEOUT = 5.0
 
 
 def find_agent(
@@ -105,18 +111,12 @@ class PipedAgent(WorkerAdapter):
         self._stopping = False
         self._result_seen = threading.Event()
         self._exited = threading.Event()
-        self._stdin_closed = False
+        self._input = AgentInput()
 
     # --- what a subclass gives ----------------------------------------------------------
 
     def _on_line(self, line: str) -> None:
         raise NotImplementedError
-
-    def _close_stdin(self) -> None:
-        raise NotImplementedError
-
-    def _attach(self, p: proc.Popen[bytes]) -> None:
-        """Called once the process runs, before its output is read."""
 
     # --- turns --------------------------------------------------------------------------
 
@@ -148,22 +148,20 @@ class PipedAgent(WorkerAdapter):
     def _spawn(self, argv: list[str], env: Mapping[str, str]) -> WorkerIdentity:
         """Start `argv` (through the `wrap` option, if any) in the worktree with `env`,
         and the threads that read its output and wait for its exit."""
-        wrap = self.ctx.options.wrap
-        if wrap is not None:
-            argv = wrap(argv)
-        self._proc = spawn_piped(argv, cwd=self.ctx.worktree, env=env)
+        self._proc, identity = spawn_piped(self.ctx, argv, env)
         p = self._proc
-        assert p.stdout is not None and p.stderr is not None
-        self._attach(p)
+        assert p.stdin is not None and p.stdout is not None and p.stderr is not None
+        self._input.attach(p.stdin, self._write_timeout())
         out_done, err_done = threading.Event(), threading.Event()
         threading.Thread(target=self._read_stdout, args=(p.stdout, out_done), daemon=True).start()
         threading.Thread(target=self._read_stderr, args=(p.stderr, err_done), daemon=True).start()
         threading.Thread(target=self._wait, args=(out_done, err_done), daemon=True).start()
-        try:
-            start_time = ProcessId.of(p.pid).start_time
-        except Exception:
-            start_time = 0.0
-        return WorkerIdentity(pid=p.pid, start_time=start_time, pgid=p.pid)
+        return identity
+
+    def _write_timeout(self) -> float:
+        spec = self.ctx.options.spec
+        grace = float(spec.worker.stop_grace) if spec is not None else 5.0
+        return max(MIN_WRITE_TIMEOUT, 2 * grace)
 
     # --- stdout / stderr / exit ---------------------------------------------------------
 
@@ -227,7 +225,7 @@ class PipedAgent(WorkerAdapter):
         return proc.stop_session(
             self._proc,
             grace=grace,
-            close_input=self._close_stdin,
+            close_input=self._input.close,
             interrupt=lambda: self._interrupt_turn(grace),
             interrupted=self.interrupted,
         )
@@ -244,11 +242,62 @@ class PipedAgent(WorkerAdapter):
 
     @property
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None and not self._stdin_closed
+        return self._proc is not None and self._proc.poll() is None and not self._input.closed
 
     @property
     def session_id(self) -> str | None:
         return self._session_id
+
+
+class AgentInput:
+    """The agent's stdin: one writer at a time, each write bounded in time (an agent that
+    stops reading makes it raise WorkerInputStalled, and the input unusable, instead of
+    blocking the supervisor)."""
+
+    def __init__(self) -> None:
+        self._stream: IO[bytes] | None = None
+        self._timeout = MIN_WRITE_TIMEOUT
+        self._lock = threading.Lock()
+        self._closed = False
+        self._stalled: str | None = None
+
+    def attach(self, stream: IO[bytes], timeout: float) -> None:
+        self._stream, self._timeout = stream, timeout
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def write(self, data: bytes) -> None:
+        """Write one record; WorkerError when it cannot be written."""
+        with self._lock:
+            if self._closed:
+                raise WorkerError("the worker's input is closed")
+            s = self._stream
+            if s is None:
+                raise WorkerError("the worker is not running")
+            if self._stalled:
+                raise WorkerInputStalled(self._stalled)
+            try:
+                written = write_within(s.fileno(), data, self._timeout)
+            except (OSError, ValueError) as exc:
+                raise WorkerError(f"cannot write to the worker: {exc}") from exc
+            if written < len(data):
+                self._stalled = (
+                    f"the worker stopped reading its input: a write of {len(data)} bytes "
+                    f"did not complete within {self._timeout:g}s ({written} written)"
+                )
+                raise WorkerInputStalled(self._stalled)
+
+    def close(self) -> None:
+        """Close it (once; a write under way finishes first)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._stream is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    self._stream.close()
 
 
 def write_within(fd: int, data: bytes, timeout: float) -> int:

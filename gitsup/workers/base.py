@@ -21,12 +21,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from gitsup.host import proc
+from gitsup.host.procid import ProcessId
+from gitsup.redact import redact_text
 from gitsup.store.payload import Payload
 
 if TYPE_CHECKING:
     from gitsup.spec import TaskSpec
 
 Inbox = queue.SimpleQueue[object]
+
+MAX_NOISE_LINE = 512  # characters of a bad line kept in ProtocolNoise
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to about `limit` characters, saying how many more there were."""
+    if len(text) <= limit:
+        return text
+    cut = max(0, limit - 40)
+    return f"{text[:cut]}… [{len(text) - cut} more chars]"
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,11 @@ class ProtocolNoise:
 
     line: str
     error: str
+
+    @classmethod
+    def of(cls, line: str, error: str) -> ProtocolNoise:
+        """The noise of `line` as the worker wrote it: redacted, clipped to MAX_NOISE_LINE."""
+        return cls(line=clip(redact_text(line), MAX_NOISE_LINE), error=error)
 
 
 @dataclass(frozen=True)
@@ -250,9 +267,21 @@ class WorkerAdapter(ABC):
     def alive(self) -> bool: ...
 
 
-def spawn_piped(argv: list[str], *, cwd: Path, env: Mapping[str, str]) -> proc.Popen[bytes]:
-    """Start a worker with stdin/stdout/stderr pipes in its own session (process group)."""
+def spawn_piped(
+    ctx: WorkerSetup, argv: list[str], env: Mapping[str, str]
+) -> tuple[proc.Popen[bytes], WorkerIdentity]:
+    """Start a worker's `argv` (through the `wrap` option, the sandbox's bootstrap, when
+    given) in the worktree with stdin/stdout/stderr pipes, in its own session (process
+    group); the process and what identifies it."""
+    wrap = ctx.options.wrap
+    if wrap is not None:
+        argv = wrap(argv)
     try:
-        return proc.spawn_piped(argv, cwd=cwd, env=env)
+        p = proc.spawn_piped(argv, cwd=ctx.worktree, env=env)
     except OSError as exc:
         raise WorkerError(f"cannot start worker {argv[0]!r}: {exc.strerror or exc}") from exc
+    try:
+        start_time = ProcessId.of(p.pid).start_time
+    except Exception:
+        start_time = 0.0
+    return p, WorkerIdentity(pid=p.pid, start_time=start_time, pgid=p.pid)

@@ -14,7 +14,6 @@ import threading
 from typing import IO
 
 from gitsup.host import proc
-from gitsup.host.procid import ProcessId
 from gitsup.redact import redact_text
 from gitsup.workers.base import (
     Capabilities,
@@ -46,10 +45,7 @@ class ProcessWorker(WorkerAdapter):
             raise WorkerError("the process worker needs worker.argv (the command to run)")
         env = dict(self.ctx.env)
         env["GITSUP_GOAL"] = goal
-        wrap = self.ctx.options.wrap
-        if wrap is not None:
-            argv = wrap(argv)
-        self._proc = spawn_piped(argv, cwd=self.ctx.worktree, env=env)
+        self._proc, identity = spawn_piped(self.ctx, argv, env)
         p = self._proc
         assert p.stdin is not None and p.stdout is not None and p.stderr is not None
         threading.Thread(target=self._feed_stdin, args=(p.stdin, goal), daemon=True).start()
@@ -59,12 +55,7 @@ class ProcessWorker(WorkerAdapter):
             t.start()
             self._readers.append(t)
         threading.Thread(target=self._wait, args=(done,), daemon=True).start()
-        try:
-            ident = ProcessId.of(p.pid)
-            start_time = ident.start_time
-        except Exception:
-            start_time = 0.0
-        return WorkerIdentity(pid=p.pid, start_time=start_time, pgid=p.pid)
+        return identity
 
     def _feed_stdin(self, stdin: IO[bytes], goal: str) -> None:
         with contextlib.suppress(BrokenPipeError, OSError, ValueError):

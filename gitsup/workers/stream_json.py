@@ -20,12 +20,14 @@ from typing import Any
 from gitsup import jsonio
 from gitsup.redact import redact, redact_text
 from gitsup.workers.base import (
+    MAX_NOISE_LINE,
     PermissionAnswer,
     PermissionCancelled,
     PermissionRequest,
     ProtocolNoise,
     TurnCompleted,
     WorkerOutput,
+    clip,
 )
 
 # dict first: what json.loads makes, checked without the Mapping ABC's slower isinstance
@@ -51,7 +53,6 @@ __all__ = [
 DEFAULT_MAX_LINE = 4 * 1024 * 1024  # one record; a big Write/Read tool_result fits
 DEFAULT_MAX_TEXT = 16 * 1024  # one WorkerOutput text (WorkerSetup.max_output_bytes)
 MAX_TOOL_INPUT = 2000  # characters of one tool input shown in a summary
-MAX_NOISE_LINE = 512  # characters of a bad line kept in ProtocolNoise
 DENY_DEFAULT = "Denied by the supervisor."
 
 
@@ -187,17 +188,6 @@ def _emit(raw: bytes, out: list[str]) -> None:
 # --- parsing -----------------------------------------------------------------------------
 
 
-def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    cut = max(0, limit - 40)
-    return f"{text[:cut]}… [{len(text) - cut} more chars]"
-
-
-def _noise(line: str, error: str) -> ProtocolNoise:
-    return ProtocolNoise(line=_clip(redact_text(line), MAX_NOISE_LINE), error=error)
-
-
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -231,7 +221,7 @@ def _summarise(content: Any, limit: int) -> tuple[str, list[dict[str, Any]], lis
     uses: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
     if isinstance(content, str):
-        return _clip(redact_text(content), limit), uses, results
+        return clip(redact_text(content), limit), uses, results
     if not isinstance(content, list):
         return "", uses, results
     parts: list[str] = []
@@ -244,19 +234,19 @@ def _summarise(content: Any, limit: int) -> tuple[str, list[dict[str, Any]], lis
         elif kind in ("tool_use", "server_tool_use"):
             name = str(block.get("name", "?"))
             uses.append({"id": _str(block.get("id")), "name": name})
-            shown = _clip(redact_text(_compact(block.get("input"))), MAX_TOOL_INPUT)
+            shown = clip(redact_text(_compact(block.get("input"))), MAX_TOOL_INPUT)
             parts.append(f"[tool_use {name}] {shown}")
         elif kind == "tool_result":
             is_error = block.get("is_error") is True
             results.append({"tool_use_id": _str(block.get("tool_use_id")), "is_error": is_error})
             label = "tool_result error" if is_error else "tool_result"
-            text = _clip(redact_text(_result_text(block.get("content"))), MAX_TOOL_INPUT)
+            text = clip(redact_text(_result_text(block.get("content"))), MAX_TOOL_INPUT)
             parts.append(f"[{label}] {text}")
         elif kind in ("thinking", "redacted_thinking"):
             parts.append("[thinking]")
         else:
             parts.append(f"[{kind}]")
-    return _clip("\n".join(parts), limit), uses, results
+    return clip("\n".join(parts), limit), uses, results
 
 
 _new = object.__new__
@@ -331,7 +321,7 @@ def _turn_completed(record: Mapping[str, Any], limit: int) -> TurnCompleted:
             data[key] = record[key]
     errors = record.get("errors")
     if isinstance(errors, list):
-        data["errors"] = [_clip(redact_text(str(e)), MAX_TOOL_INPUT) for e in errors[:20]]
+        data["errors"] = [clip(redact_text(str(e)), MAX_TOOL_INPUT) for e in errors[:20]]
     denials = record.get("permission_denials")
     if isinstance(denials, list) and denials:
         data["permission_denials"] = [
@@ -342,7 +332,7 @@ def _turn_completed(record: Mapping[str, Any], limit: int) -> TurnCompleted:
     return TurnCompleted(
         subtype=subtype,
         is_error=is_error if isinstance(is_error, bool) else subtype != "success",
-        result=None if result is None else _clip(redact_text(result), limit),
+        result=None if result is None else clip(redact_text(result), limit),
         cost_usd=_number(record.get("total_cost_usd")),
         num_turns=num_turns
         if isinstance(num_turns, int) and not isinstance(num_turns, bool)
@@ -358,14 +348,14 @@ def _models(usage: Any) -> tuple[str, ...]:
     """The model names a result's `modelUsage` lists (a few, bounded)."""
     if not isinstance(usage, _MAPPING):
         return ()
-    return tuple(_clip(str(k), 100) for k in list(usage)[:8])
+    return tuple(clip(str(k), 100) for k in list(usage)[:8])
 
 
 def _control_request(record: Mapping[str, Any], line: str) -> object:
     request_id = record.get("request_id")
     request = record.get("request")
     if not isinstance(request_id, str) or not request_id:
-        return _noise(line, "control_request without a request_id")
+        return ProtocolNoise.of(line, "control_request without a request_id")
     if not isinstance(request, _MAPPING):
         return ControlRequest(request_id, "", {})
     subtype = _str(request.get("subtype")) or ""
@@ -385,7 +375,7 @@ def _control_request(record: Mapping[str, Any], line: str) -> object:
 def _control_response(record: Mapping[str, Any], line: str) -> object:
     response = record.get("response")
     if not isinstance(response, _MAPPING) or not isinstance(response.get("request_id"), str):
-        return _noise(line, "control_response without a request_id")
+        return ProtocolNoise.of(line, "control_response without a request_id")
     ok = response.get("subtype") == "success"
     body = response.get("response")
     error = response.get("error")
@@ -436,16 +426,16 @@ def parse_record(line: str, *, max_text: int = DEFAULT_MAX_TEXT) -> object | Non
     back to the worker unchanged (the event log redacts what it records of it).
     """
     if isinstance(line, OversizedLine):
-        return _noise(str(line), f"line of {line.size} bytes exceeds the framing limit")
+        return ProtocolNoise.of(str(line), f"line of {line.size} bytes exceeds the framing limit")
     try:
         record = jsonio.loads(line)
     except (ValueError, RecursionError) as exc:
-        return _noise(line, f"invalid JSON: {exc}")
+        return ProtocolNoise.of(line, f"invalid JSON: {exc}")
     if not isinstance(record, dict):
-        return _noise(line, f"not a JSON object: {type(record).__name__}")
+        return ProtocolNoise.of(line, f"not a JSON object: {type(record).__name__}")
     kind = record.get("type")
     if not isinstance(kind, str):
-        return _noise(line, "record without a type")
+        return ProtocolNoise.of(line, "record without a type")
     if kind in ("assistant", "user"):
         return _message_output(record, kind, max_text)
     if kind == "result":
@@ -455,7 +445,7 @@ def parse_record(line: str, *, max_text: int = DEFAULT_MAX_TEXT) -> object | Non
     if kind == "control_cancel_request":
         request_id = record.get("request_id")
         if not isinstance(request_id, str):
-            return _noise(line, "control_cancel_request without a request_id")
+            return ProtocolNoise.of(line, "control_cancel_request without a request_id")
         return PermissionCancelled(request_id)
     if kind == "control_response":
         return _control_response(record, line)

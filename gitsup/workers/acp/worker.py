@@ -25,17 +25,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from gitsup import __version__
 from gitsup.host import proc
 from gitsup.names import TASK_MARKER
 from gitsup.redact import redact_text
 from gitsup.workers.acp import protocol as ap
-from gitsup.workers.agentproc import PipedAgent, find_agent, write_within
+from gitsup.workers.agentproc import PipedAgent, find_agent
 from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
@@ -45,7 +44,6 @@ from gitsup.workers.base import (
     TurnCompleted,
     WorkerError,
     WorkerIdentity,
-    WorkerInputStalled,
     WorkerOutput,
     WorkerSetup,
 )
@@ -114,7 +112,6 @@ class AcpWorker(PipedAgent):
 
     def __init__(self, ctx: WorkerSetup) -> None:
         super().__init__(ctx)
-        self._io = _Pipe()
         self._next_id = 0
         # our outstanding requests: id -> what it was ("initialize", "prompt" …)
         self._calls: dict[int, str] = {}
@@ -152,21 +149,12 @@ class AcpWorker(PipedAgent):
         self._call("initialize", ap.initialize_params(__version__))
         return identity
 
-    def _attach(self, p: proc.Popen[bytes]) -> None:
-        assert p.stdin is not None
-        self._io.attach(p.stdin, self._write_timeout())
-
-    def _write_timeout(self) -> float:
-        spec = self.ctx.options.spec
-        grace = float(spec.worker.stop_grace) if spec is not None else 5.0
-        return max(5.0, 2 * grace)
-
     def _call(self, method: str, params: Mapping[str, Any], what: str | None = None) -> int:
         with self._state_lock:
             self._next_id += 1
             msg_id = self._next_id
             self._calls[msg_id] = what or method
-        self._io.write(ap.request(msg_id, method, params))
+        self._input.write(ap.request(msg_id, method, params))
         return msg_id
 
     # --- turns --------------------------------------------------------------------
@@ -190,12 +178,12 @@ class AcpWorker(PipedAgent):
             if answer.allow and option is None:
                 # no allow_once offered: an "always" answer is never given
                 option = ap.pick_option(data.get("options"), False)
-            self._io.write(ap.result(rpc_id, ap.permission_outcome(option, answer.message)))
+            self._input.write(ap.result(rpc_id, ap.permission_outcome(option, answer.message)))
             return
         if not answer.allow:
-            self._io.write(ap.error(rpc_id, ap.REFUSED, answer.message or "refused by gitsup"))
+            self._input.write(ap.error(rpc_id, ap.REFUSED, answer.message or "refused by gitsup"))
             return
-        self._io.write(self._serve_fs(rpc_id, kind, data))
+        self._input.write(self._serve_fs(rpc_id, kind, data))
 
     def _serve_fs(self, rpc_id: int | str, kind: str, data: Mapping[str, Any]) -> bytes:
         """Serve an allowed fs/* request, only inside the worktree (resolved, symlinks too)."""
@@ -230,12 +218,12 @@ class AcpWorker(PipedAgent):
             self.ctx.inbox.put(PermissionCancelled(rid))
             with contextlib.suppress(WorkerError):
                 if kind == "permission":
-                    self._io.write(ap.result(rpc_id, ap.permission_outcome(None)))
+                    self._input.write(ap.result(rpc_id, ap.permission_outcome(None)))
                 else:
-                    self._io.write(ap.error(rpc_id, ap.REFUSED, "the turn was cancelled"))
+                    self._input.write(ap.error(rpc_id, ap.REFUSED, "the turn was cancelled"))
         if session is not None:
             with contextlib.suppress(WorkerError):
-                self._io.write(ap.notification("session/cancel", {"sessionId": session}))
+                self._input.write(ap.notification("session/cancel", {"sessionId": session}))
 
     # --- reading ------------------------------------------------------------------
 
@@ -333,7 +321,7 @@ class AcpWorker(PipedAgent):
         if msg.method in ("fs/read_text_file", "fs/write_text_file"):
             path = msg.params.get("path")
             if not isinstance(path, str) or not os.path.isabs(path):
-                self._io.write(ap.error(msg.id, ap.INVALID_PARAMS, "path must be absolute"))
+                self._input.write(ap.error(msg.id, ap.INVALID_PARAMS, "path must be absolute"))
                 return
             reading = msg.method == "fs/read_text_file"
             data: dict[str, Any] = {"file_path": path}
@@ -356,7 +344,7 @@ class AcpWorker(PipedAgent):
             return
         # terminal/* and anything else: refused, and recorded
         with contextlib.suppress(WorkerError):
-            self._io.write(
+            self._input.write(
                 ap.error(msg.id, ap.METHOD_NOT_FOUND, f"gitsup does not serve {msg.method}")
             )
         self.ctx.inbox.put(
@@ -513,50 +501,3 @@ class AcpWorker(PipedAgent):
             )
         self.ctx.inbox.put(tc)
         self._result_seen.set()
-
-    # --- stopping -----------------------------------------------------------------
-
-    def _close_stdin(self) -> None:
-        self._stdin_closed = True
-        self._io.close()
-
-
-class _Pipe:
-    """The agent's stdin: one writer at a time, each write bounded in time (a stalled
-    agent makes it raise WorkerInputStalled instead of blocking the supervisor)."""
-
-    def __init__(self) -> None:
-        self._stream: IO[bytes] | None = None
-        self._timeout = 5.0
-        self._state_lock = threading.Lock()
-        self._closed = False
-        self._stalled: str | None = None
-
-    def attach(self, stream: IO[bytes], timeout: float) -> None:
-        self._stream, self._timeout = stream, timeout
-
-    def write(self, data: bytes) -> None:
-        with self._state_lock:
-            s = self._stream
-            if s is None or self._closed:
-                raise WorkerError("the worker's input is closed")
-            if self._stalled:
-                raise WorkerInputStalled(self._stalled)
-            try:
-                if write_within(s.fileno(), data, self._timeout) < len(data):
-                    self._stalled = (
-                        f"the worker stopped reading its input: a write of {len(data)} "
-                        f"bytes did not complete within {self._timeout:g}s"
-                    )
-                    raise WorkerInputStalled(self._stalled)
-            except (BrokenPipeError, OSError, ValueError) as exc:
-                raise WorkerError(f"cannot write to the worker: {exc}") from exc
-
-    def close(self) -> None:
-        with self._state_lock:
-            if self._closed or self._stream is None:
-                self._closed = True
-                return
-            self._closed = True
-            with contextlib.suppress(OSError, ValueError):
-                self._stream.close()

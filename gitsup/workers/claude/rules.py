@@ -10,7 +10,7 @@ Each row says, per transport, why the flag is refused (None: allowed there).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -63,6 +63,27 @@ def refused_flags(transport: Transport) -> dict[str, str]:
 
 def refused_modes(transport: Transport) -> frozenset[str]:
     return frozenset(mode for mode, where in MODES.items() if transport in where)
+
+
+# Why a refused `--permission-mode` is refused, per transport.
+_MODE_WHY: Mapping[Transport, str] = {
+    "headless": "it hides permission requests from gitsup",
+    "tmux": "it skips the hooks gitsup supervises the TUI through",
+}
+
+
+def check_flag(transport: Transport, args: Sequence[str], i: int) -> None:
+    """Refuse the argument `args[i]` when `transport` refuses its flag, or the mode it sets
+    (`--permission-mode MODE` or `--permission-mode=MODE`)."""
+    a = args[i]
+    name, _, inline = a.partition("=")
+    why = refused_flags(transport).get(name)
+    if why is not None:
+        raise WorkerError(f"worker argument {a!r} is refused: {why}")
+    if name == "--permission-mode":
+        mode = inline or (args[i + 1] if i + 1 < len(args) else "")
+        if mode in refused_modes(transport):
+            raise WorkerError(f"--permission-mode {mode} is refused: {_MODE_WHY[transport]}")
 
 
 def read_settings_value(value: str, where: str, *, strict: bool) -> Any:

@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from gitsup.workers.base import WorkerError
-from gitsup.workers.claude.rules import read_settings_value, refused_flags, refused_modes
+from gitsup.workers.claude.rules import (
+    check_flag,
+    read_settings_value,
+    refused_modes,
+)
 
 _SUN_PATH_MAX = 104
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
-_FORBIDDEN_FLAGS = refused_flags("tmux")
 _BAD_MODES = refused_modes("tmux")
 
 
@@ -45,13 +48,8 @@ def split_arguments(args: Sequence[str]) -> tuple[list[str], list[Any]]:
     i = 0
     while i < len(args):
         a = args[i]
+        check_flag("tmux", args, i)
         name, eq, inline = a.partition("=")
-        if name in _FORBIDDEN_FLAGS:
-            raise WorkerError(f"worker argument {a!r} is refused: {_FORBIDDEN_FLAGS[name]}")
-        if name == "--permission-mode":
-            mode = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-            if mode in _BAD_MODES:
-                raise WorkerError(f"--permission-mode {mode} is refused")
         if name == "--setting-sources":
             value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
             sources = {v.strip() for v in value.split(",") if v.strip()}

@@ -14,19 +14,18 @@ untouched. The file is replaced atomically, with its mode kept (0600 for a new o
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
 import shlex
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gitsup.errors import GitsupError
+from gitsup.host.fsutil import atomic_write
 
 RELAY_MODULE = "gitsup.hookrelay"
 EVENTS = ("PreToolUse", "PermissionRequest", "UserPromptSubmit", "Stop")
@@ -172,15 +171,5 @@ def _write(path: Path, data: Mapping[str, Any]) -> None:
         mode = target.stat().st_mode & 0o7777
     except FileNotFoundError:
         mode = 0o600
-    fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".json", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    atomic_write(target, text.encode("utf-8"), mode=mode)

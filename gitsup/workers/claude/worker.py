@@ -21,17 +21,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gitsup.host import proc
 from gitsup.names import TASK_MARKER
 from gitsup.redact import redact_text
 from gitsup.workers import stream_json as sj
-from gitsup.workers.agentproc import PipedAgent, find_agent, write_within
+from gitsup.workers.agentproc import PipedAgent, find_agent
 from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
@@ -41,11 +39,14 @@ from gitsup.workers.base import (
     TurnCompleted,
     WorkerError,
     WorkerIdentity,
-    WorkerInputStalled,
     WorkerOutput,
     WorkerSetup,
 )
-from gitsup.workers.claude.rules import read_settings_value, refused_flags, refused_modes
+from gitsup.workers.claude.rules import (
+    check_flag,
+    read_settings_value,
+    refused_modes,
+)
 
 BASE_FLAGS = (
     "-p",
@@ -62,11 +63,7 @@ BASE_FLAGS = (
 # Tools whose every call must reach the supervisor as a can_use_tool request.
 ASK_TOOLS = ("Bash", "Write", "Edit", "MultiEdit", "NotebookEdit", "WebFetch", "WebSearch")
 
-_FORBIDDEN_FLAGS = refused_flags("headless")
 _ALLOW_FLAGS = ("--allowedTools", "--allowed-tools")
-# A write to the worker's input that takes longer (2 x stop_grace, at least this) means
-# the worker stopped reading.
-MIN_WRITE_TIMEOUT = 5.0
 _BAD_MODES = refused_modes("headless")
 
 
@@ -130,9 +127,8 @@ def check_arguments(args: Sequence[str]) -> None:
     i = 0
     while i < len(args):
         a = args[i]
+        check_flag("headless", args, i)
         name, _, inline = a.partition("=")
-        if name in _FORBIDDEN_FLAGS:
-            raise WorkerError(f"worker argument {a!r} is refused: {_FORBIDDEN_FLAGS[name]}")
         if name in _ALLOW_FLAGS:
             values = [inline] if inline else []
             j = i + 1
@@ -145,12 +141,6 @@ def check_arguments(args: Sequence[str]) -> None:
                 raise WorkerError(
                     f"worker argument {name} {' '.join(values)!r} pre-authorizes Bash ({', '.join(bad)}); "
                     "gitsup must see every Bash call"
-                )
-        if name == "--permission-mode":
-            mode = inline or (args[i + 1] if i + 1 < len(args) else "")
-            if mode in _BAD_MODES:
-                raise WorkerError(
-                    f"--permission-mode {mode} is refused: it hides permission requests from gitsup"
                 )
         if name == "--settings":
             value = inline or (args[i + 1] if i + 1 < len(args) else "")
@@ -223,7 +213,6 @@ class ClaudeWorker(PipedAgent):
 
     def __init__(self, ctx: WorkerSetup) -> None:
         super().__init__(ctx)
-        self._write_lock = threading.Lock()
         self._pending: dict[str, Mapping[str, Any]] = {}
         # Every permission request id this worker has asked: a record delivered twice is
         # decided, recorded and answered once.
@@ -231,7 +220,6 @@ class ClaudeWorker(PipedAgent):
         self._last_total_cost = 0.0
         self._req_counter = 0
         self._turn_api_error: str | None = None
-        self._stalled: str | None = None
 
     # --- spawning -----------------------------------------------------------------
 
@@ -274,62 +262,23 @@ class ClaudeWorker(PipedAgent):
         self.send_turn(goal, key="goal")
         return identity
 
-    # --- stdin (one writer) -----------------------------------------------------------
-
-    def _write_timeout(self) -> float:
-        spec = self.ctx.options.spec
-        grace = float(spec.worker.stop_grace) if spec is not None else 5.0
-        return max(MIN_WRITE_TIMEOUT, 2 * grace)
-
-    def _write(self, data: bytes) -> None:
-        """Write one record, bounded in time: a worker that stops reading its input makes
-        this raise WorkerInputStalled (and its input unusable) instead of blocking forever."""
-        p = self._proc
-        if p is None or p.stdin is None:
-            raise WorkerError("the worker is not running")
-        with self._write_lock:
-            if self._stdin_closed:
-                raise WorkerError("the worker's input is closed")
-            if self._stalled:
-                raise WorkerInputStalled(self._stalled)
-            timeout = self._write_timeout()
-            try:
-                written = write_within(p.stdin.fileno(), data, timeout)
-                if written < len(data):
-                    self._stalled = (
-                        f"the worker stopped reading its input: a write of {len(data)} "
-                        f"bytes did not complete within {timeout:g}s ({written} written)"
-                    )
-                    raise WorkerInputStalled(self._stalled)
-            except (BrokenPipeError, OSError, ValueError) as exc:
-                raise WorkerError(f"cannot write to the worker: {exc}") from exc
-
     def send_turn(self, message: str, *, key: str) -> bool:
         msg_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"gitsup:{self.ctx.task_id}:{key}"))
-        return self._open_turn(key, lambda: self._write(sj.user_message(message, msg_uuid)))
+        return self._open_turn(key, lambda: self._input.write(sj.user_message(message, msg_uuid)))
 
     def answer(self, request_id: str, answer: PermissionAnswer) -> None:
         with self._state_lock:
             original = self._pending.pop(request_id, None)
         if original is None:
             return  # cancelled, or already answered: answer once
-        self._write(sj.permission_response(request_id, answer, original))
+        self._input.write(sj.permission_response(request_id, answer, original))
 
     def interrupt(self) -> None:
         self._req_counter += 1
         with contextlib.suppress(WorkerError):
-            self._write(
+            self._input.write(
                 sj.interrupt_request(f"gitsup_int_{self._req_counter}_{os.urandom(4).hex()}")
             )
-
-    def _close_stdin(self) -> None:
-        p = self._proc
-        with self._write_lock:
-            if self._stdin_closed or p is None or p.stdin is None:
-                return
-            self._stdin_closed = True
-            with contextlib.suppress(OSError, ValueError):
-                p.stdin.close()
 
     # --- stdout / stderr --------------------------------------------------------------
 
@@ -346,10 +295,7 @@ class ClaudeWorker(PipedAgent):
                     self._pending[ev.request_id] = ev.tool_input
             if repeated:
                 inbox.put(
-                    ProtocolNoise(
-                        line=redact_text(line)[: sj.MAX_NOISE_LINE],
-                        error="duplicate permission request ignored (already asked)",
-                    )
+                    ProtocolNoise.of(line, "duplicate permission request ignored (already asked)")
                 )
                 return
             inbox.put(ev)
@@ -359,7 +305,7 @@ class ClaudeWorker(PipedAgent):
             inbox.put(ev)
         elif isinstance(ev, sj.ControlRequest):
             with contextlib.suppress(WorkerError):
-                self._write(
+                self._input.write(
                     sj.control_error(
                         ev.request_id, f"gitsup does not handle {ev.subtype or 'this'} requests"
                     )
@@ -384,10 +330,7 @@ class ClaudeWorker(PipedAgent):
             if duplicate:
                 # One turn, one completion: a result with no turn open is not a completion.
                 inbox.put(
-                    ProtocolNoise(
-                        line=redact_text(line)[: sj.MAX_NOISE_LINE],
-                        error="result record outside a turn (duplicate) ignored",
-                    )
+                    ProtocolNoise.of(line, "result record outside a turn (duplicate) ignored")
                 )
                 return
             inbox.put(self._per_turn(ev))
@@ -423,7 +366,3 @@ class ClaudeWorker(PipedAgent):
             },
             models=tc.models,
         )
-
-
-# The name other worker adapters imported before proc.signal_group existed.
-_kill_group = proc.signal_group

@@ -40,6 +40,7 @@ from gitsup.workers.base import (
     ProtocolNoise,
     TurnCompleted,
     WorkerOutput,
+    clip,
 )
 from gitsup.workers.codex.app_server_protocol import (
     APPROVAL_POLICY,
@@ -51,12 +52,10 @@ from gitsup.workers.codex.app_server_protocol import (
     USAGE_FIELDS,
     ConfigRefused,
     Usage,
-    clip,
     cost_usd,
     encode,
     error_class,
     http_status,
-    noise,
     unwrap_shell,
 )
 
@@ -225,10 +224,10 @@ class AppServerSession:
         try:
             msg = jsonio.loads(line)
         except (ValueError, RecursionError) as exc:
-            result.events.append(noise(line, f"invalid JSON: {exc}"))
+            result.events.append(ProtocolNoise.of(line, f"invalid JSON: {exc}"))
             return result
         if not isinstance(msg, dict):
-            result.events.append(noise(line, f"not a JSON object: {type(msg).__name__}"))
+            result.events.append(ProtocolNoise.of(line, f"not a JSON object: {type(msg).__name__}"))
             return result
         method = msg.get("method")
         if "id" in msg and isinstance(method, str):
@@ -239,14 +238,16 @@ class AppServerSession:
         elif "id" in msg:
             self._response(msg, line, result)
         else:
-            result.events.append(noise(line, "neither a request, a response nor a notification"))
+            result.events.append(
+                ProtocolNoise.of(line, "neither a request, a response nor a notification")
+            )
         return result
 
     def _response(self, msg: Mapping[str, Any], line: str, result: Feed) -> None:
         rid = msg.get("id")
         method = self._calls.pop(rid, None) if isinstance(rid, int) else None
         if method is None:
-            result.events.append(noise(line, "response to no request of ours"))
+            result.events.append(ProtocolNoise.of(line, "response to no request of ours"))
             return
         error = msg.get("error")
         if error is not None:

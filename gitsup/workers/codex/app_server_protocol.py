@@ -13,13 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gitsup.redact import redact_text
-from gitsup.workers.base import ProtocolNoise
-
 APPROVAL_POLICY = "untrusted"  # measured: every command and every patch asks
 SANDBOX_MODE = "danger-full-access"  # gitsup's kernel sandbox is the boundary, not Codex's
 APPROVALS_REVIEWER = "user"  # never `auto_review`: the gate answers, not a model
-MAX_NOISE_LINE = 512
 MAX_TOOL_TEXT = 2000
 _SHELLS = {"bash", "sh", "zsh", "dash"}
 IGNORED_NOTIFICATIONS = frozenset(
@@ -131,17 +127,6 @@ def unwrap_shell(command: str) -> str:
     if len(argv) == 3 and os.path.basename(argv[0]) in _SHELLS and argv[1] in ("-c", "-lc", "-cl"):
         return argv[2]
     return command
-
-
-def clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    cut = max(0, limit - 40)
-    return f"{text[:cut]}… [{len(text) - cut} more chars]"
-
-
-def noise(line: str, error: str) -> ProtocolNoise:
-    return ProtocolNoise(line=clip(redact_text(line), MAX_NOISE_LINE), error=error)
 
 
 def http_status(info: Any) -> int | None:

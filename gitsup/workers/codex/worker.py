@@ -13,7 +13,8 @@ copied from the user's CODEX_HOME (or ~/.codex).
 
 Repairable (another turn in the same thread), not persistent. The transport
 lifecycle (bounded writes, stop escalation: turn/interrupt -> close stdin ->
-SIGTERM -> SIGKILL of the process group) is the claude adapter's.
+SIGTERM -> SIGKILL of the process group) is the piped agent's, as for the claude
+and acp adapters.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gitsup.host import proc
 from gitsup.names import TASK_MARKER
 from gitsup.redact import redact_text
-from gitsup.workers.agentproc import find_agent
+from gitsup.workers.agentproc import PipedAgent, find_agent
 from gitsup.workers.base import (
     Capabilities,
     PermissionAnswer,
@@ -42,7 +44,6 @@ from gitsup.workers.base import (
     WorkerOutput,
     WorkerSetup,
 )
-from gitsup.workers.claude.worker import ClaudeWorker, _kill_group
 from gitsup.workers.codex import app_server as aps
 from gitsup.workers.codex.app_server_protocol import DEFAULT_PRICE, ConfigRefused
 
@@ -162,7 +163,7 @@ def price_table(spec: Any) -> dict[str, float]:
     return {**DEFAULT_PRICE, **(dict(custom) if custom else {})}
 
 
-class CodexWorker(ClaudeWorker):
+class CodexWorker(PipedAgent):
     kind = "codex"
     capabilities = Capabilities(repairable=True, persistent=False)
 
@@ -194,7 +195,7 @@ class CodexWorker(ClaudeWorker):
         with self._session_lock:
             opening = self._session.open()
         for data in opening:
-            self._write(data)
+            self._input.write(data)
         self.send_turn(goal, key="goal")
         return identity
 
@@ -203,7 +204,7 @@ class CodexWorker(ClaudeWorker):
             with self._session_lock:
                 out = self._session.send_turn(message)
             for data in out:
-                self._write(data)
+                self._input.write(data)
 
         return self._open_turn(key, send)
 
@@ -211,14 +212,14 @@ class CodexWorker(ClaudeWorker):
         with self._session_lock:
             out = self._session.answer(request_id, answer)
         for data in out:
-            self._write(data)
+            self._input.write(data)
 
     def interrupt(self) -> None:
         with self._session_lock:
             out = self._session.interrupt()
         for data in out:
             with contextlib.suppress(WorkerError):
-                self._write(data)
+                self._input.write(data)
 
     def _on_line(self, line: str) -> None:
         inbox = self.ctx.inbox
@@ -230,24 +231,20 @@ class CodexWorker(ClaudeWorker):
             inbox.put(WorkerOutput("error", redact_text(f"refused: {exc}"), {"refused": True}))
             p = self._proc
             if p is not None:
-                _kill_group(p.pid, signal.SIGKILL)
+                proc.signal_group(p.pid, signal.SIGKILL)
             return
         for data in fed.out:
             with contextlib.suppress(WorkerError):
-                self._write(data)
+                self._input.write(data)
         for ev in fed.events:
             if isinstance(ev, TurnCompleted):
                 with self._state_lock:
                     duplicate = not self._turn_active
                     self._turn_active = False
                 if duplicate:
-                    inbox.put(
-                        ProtocolNoise(
-                            line=redact_text(line)[:512], error="turn/completed outside a turn"
-                        )
-                    )
+                    inbox.put(ProtocolNoise.of(line, "turn/completed outside a turn"))
                     continue
-                inbox.put(self._per_turn(ev))
+                inbox.put(ev)  # the session already reports per-turn usage and cost
                 self._result_seen.set()
             elif isinstance(
                 ev, PermissionRequest | PermissionCancelled | WorkerOutput | ProtocolNoise
@@ -255,9 +252,6 @@ class CodexWorker(ClaudeWorker):
                 inbox.put(ev)
             if isinstance(ev, WorkerOutput) and ev.stream == "system":
                 self._session_id = self._session.thread_id
-
-    def _per_turn(self, tc: TurnCompleted) -> TurnCompleted:
-        return tc  # the session already reports per-turn usage and cost
 
     @property
     def session_id(self) -> str | None:

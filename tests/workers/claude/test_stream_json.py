@@ -330,6 +330,12 @@ def test_malformed_lines_are_noise(line: str) -> None:
     assert len(event.line) <= 512
 
 
+def test_noise_keeps_no_secret() -> None:
+    token = "ghp_" + "a1B2c3D4e5" * 3 + "f6G7h8"
+    event = parse_record(f'{{"type": "result", "note": "{token}"')
+    assert isinstance(event, ProtocolNoise) and token not in event.line
+
+
 @pytest.mark.parametrize(
     "line",
     [

@@ -284,6 +284,13 @@ def test_garbage_lines_are_noise_and_never_raise() -> None:
         assert isinstance(ev, ProtocolNoise)
 
 
+def test_noise_keeps_no_secret_and_a_bounded_line() -> None:
+    token = "ghp_" + "a1B2c3D4e5" * 3 + "f6G7h8"
+    (ev,) = opened().feed(f'{{"token": "{token}", ' + "x" * 5000).events
+    assert isinstance(ev, ProtocolNoise)
+    assert token not in ev.line and len(ev.line) <= 512
+
+
 def test_unwrap_shell() -> None:
     assert unwrap_shell("/bin/bash -lc 'echo hi > f'") == "echo hi > f"
     assert unwrap_shell("bash -c ls") == "ls"
