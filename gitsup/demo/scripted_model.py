@@ -54,7 +54,6 @@ from typing import Any
 from gitsup.demo.scripted_model_server import Answer, ScriptHandler, ScriptServer, serve
 from gitsup.demo.scripted_model_steps import (
     ModelScript,
-    ScriptError,
     estimate_tokens,
     load_scenario,
 )
@@ -246,27 +245,13 @@ class ScriptedModel(ScriptServer):
 
     @property
     def url(self) -> str:
-        if self._server is None:
-            raise ScriptError("the scripted model is not running")
-        return f"http://{self.host}:{self._server.server_address[1]}"
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise ScriptError("the scripted model is not running")
-        return int(self._server.server_address[1])
+        return self._origin()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         return _make_handler(self)
 
     def _choose_script(self, body: Mapping[str, Any]) -> ModelScript | None:
-        first = _first_user_text(body)
-        system = _text_of(body.get("system"))
-        for haystack in (first, system):
-            for script in self.scripts.values():
-                if script.match and script.match in haystack:
-                    return script
-        return self.scripts.get("default")
+        return self._script_matching((_first_user_text(body), _text_of(body.get("system"))))
 
     def _housekeeping(self, body: Mapping[str, Any]) -> bool:
         return not body.get("tools")

@@ -82,6 +82,26 @@ class ScriptServer:
         """Whether the request is answered outside the scripts."""
         return False
 
+    # what a subclass uses
+
+    @property
+    def port(self) -> int:
+        """The port the running server listens on."""
+        if self._server is None:
+            raise ScriptError("the scripted model is not running")
+        return int(self._server.server_address[1])
+
+    def _origin(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _script_matching(self, texts: Iterable[str]) -> ModelScript | None:
+        """The first script whose `match` stands in a text (texts in order), else `default`."""
+        for text in texts:
+            for script in self.scripts.values():
+                if script.match and script.match in text:
+                    return script
+        return self.scripts.get("default")
+
     # lifecycle
 
     def start(self) -> Self:

@@ -48,7 +48,6 @@ from typing import Any
 from gitsup.demo.scripted_model_server import Answer, ScriptHandler, ScriptServer, serve
 from gitsup.demo.scripted_model_steps import (
     ModelScript,
-    ScriptError,
     estimate_tokens,
     scenario_scripts,
 )
@@ -345,19 +344,13 @@ class ScriptedResponses(ScriptServer):
 
     @property
     def url(self) -> str:
-        if self._server is None:
-            raise ScriptError("the scripted model is not running")
-        return f"http://{self.host}:{self._server.server_address[1]}/v1"
+        return self._origin() + "/v1"
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         return _make_handler(self)
 
     def _choose_script(self, body: Mapping[str, Any]) -> ModelScript | None:
-        for text in [*_user_texts(body), *_other_texts(body)]:
-            for script in self.scripts.values():
-                if script.match and script.match in text:
-                    return script
-        return self.scripts.get("default")
+        return self._script_matching([*_user_texts(body), *_other_texts(body)])
 
     def _turn(self, body: Mapping[str, Any]) -> int:
         return responses_so_far(body)
