@@ -40,7 +40,6 @@ consumes no step. A script that has run out of steps answers "done"
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 import json
@@ -48,7 +47,6 @@ import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 from typing import Any
 
 from gitsup.demo.scripted_model_server import Answer, ScriptHandler, ScriptServer, serve
@@ -392,15 +390,11 @@ def _whole_message(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m gitsup.demo.scripted_model",
-        description="Serve a scripted Messages API on 127.0.0.1 until killed.",
-    )
-    parser.add_argument("scenario", type=Path, help="scenario JSON file")
-    parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
-    args = parser.parse_args(argv)
     return serve(
-        "scripted_model", lambda: ScriptedModel(load_scenario(args.scenario), port=args.port)
+        "scripted_model",
+        "Messages API",
+        lambda scenario, port: ScriptedModel(load_scenario(scenario), port=port),
+        argv,
     )
 
 

@@ -5,14 +5,16 @@ request from the step of the script it matches, its JSON and event-stream plumbi
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Self
 
 from gitsup.demo.scripted_model_steps import (
@@ -319,11 +321,21 @@ class ScriptHandler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-def serve(name: str, make: Callable[[], ScriptServer]) -> int:
-    """Start the server `make()` builds, print its URL and serve until SIGTERM or ^C;
-    2 (and the reason on stderr, after `name:`) when it cannot start."""
+def serve(
+    name: str, api: str, make: Callable[[Path, int], ScriptServer], argv: Sequence[str] | None
+) -> int:
+    """`python -m gitsup.demo.NAME SCENARIO [--port N]`: start the server `make(scenario,
+    port)` builds, print its URL and serve the scripted `api` until SIGTERM or ^C; 2 (and the
+    reason on stderr, after `name:`) when it cannot start."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m gitsup.demo.{name}",
+        description=f"Serve a scripted {api} on 127.0.0.1 until killed.",
+    )
+    parser.add_argument("scenario", type=Path, help="scenario JSON file")
+    parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
+    args = parser.parse_args(argv)
     try:
-        model = make().start()
+        model = make(args.scenario, args.port).start()
     except (ScriptError, OSError) as exc:
         sys.stderr.write(f"{name}: {exc}\n")
         return 2

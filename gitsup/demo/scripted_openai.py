@@ -35,7 +35,6 @@ Codex states in its `<environment_context>`.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -415,14 +414,12 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m gitsup.demo.scripted_openai",
-        description="Serve a scripted Responses API on 127.0.0.1 until killed.",
+    return serve(
+        "scripted_openai",
+        "Responses API",
+        lambda scenario, port: ScriptedResponses(scenario, port=port),
+        argv,
     )
-    parser.add_argument("scenario", type=Path, help="scenario JSON file")
-    parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
-    args = parser.parse_args(argv)
-    return serve("scripted_openai", lambda: ScriptedResponses(args.scenario, port=args.port))
 
 
 if __name__ == "__main__":
