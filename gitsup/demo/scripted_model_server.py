@@ -260,6 +260,14 @@ class ScriptHandler(BaseHTTPRequestHandler):
     def _answer(self, body: dict[str, Any], answer: Answer) -> None:
         raise NotImplementedError
 
+    def _hangs(self, model: ScriptServer, step: Mapping[str, Any]) -> bool:
+        """A step with `hang` waits that many seconds first; True when the server stops
+        meanwhile (the connection is then closed unanswered)."""
+        if "hang" in step and not model._wait(float(step["hang"])):
+            self.close_connection = True
+            return True
+        return False
+
     def _answer_fault(
         self,
         step: Mapping[str, Any],

@@ -384,8 +384,7 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
                 "resp_" + hashlib.sha256(f"{seed}:{len(model.requests)}".encode()).hexdigest()[:24]
             )
             step = answer.step or {}
-            if "hang" in step and not model._wait(float(step["hang"])):
-                self.close_connection = True
+            if self._hangs(model, step):
                 return
             if answer.kind == "fault":
                 self._answer_fault(
