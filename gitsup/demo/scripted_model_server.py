@@ -255,9 +255,11 @@ class ScriptHandler(BaseHTTPRequestHandler):
             )
         )
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self._answer(body, answer)
+            if not self._hangs(model, answer.step or {}):
+                self._answer(body, answer)
 
     def _answer(self, body: dict[str, Any], answer: Answer) -> None:
+        """Answer the request from `answer` (a step's hang is already waited out)."""
         raise NotImplementedError
 
     def _hangs(self, model: ScriptServer, step: Mapping[str, Any]) -> bool:

@@ -384,8 +384,6 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
                 "resp_" + hashlib.sha256(f"{seed}:{len(model.requests)}".encode()).hexdigest()[:24]
             )
             step = answer.step or {}
-            if self._hangs(model, step):
-                return
             if answer.kind == "fault":
                 self._answer_fault(
                     step,
