@@ -621,19 +621,26 @@ def _shell_checks(data: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**data, "checks": out}
 
 
+def read_toml(raw: bytes, what: str, limit: int) -> dict[str, Any]:
+    """A TOML file's bytes (`what` names it in the errors), at most `limit` bytes (a whole
+    number of KiB): GitsupError when larger, not UTF-8 TOML, or nested too deeply."""
+    if len(raw) > limit:
+        size = f"{limit // 2**20} MiB" if limit % 2**20 == 0 else f"{limit // 2**10} KiB"
+        raise GitsupError(f"{what} is {len(raw)} bytes; the limit is {size}")
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise GitsupError(f"{what} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise GitsupError(f"{what} is nested too deeply to read") from None
+
+
 def load_spec(path: Path, overrides: Mapping[str, Any] | None = None) -> TaskSpec:
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise GitsupError(f"cannot read spec {path}: {exc.strerror}") from None
-    if len(raw) > 1024 * 1024:
-        raise GitsupError(f"spec {path} is {len(raw)} bytes; the limit is 1 MiB")
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise GitsupError(f"spec {path} is not valid TOML: {exc}") from None
-    except RecursionError:
-        raise GitsupError(f"spec {path} is nested too deeply to read") from None
+    data = read_toml(raw, f"spec {path}", 1024 * 1024)
     if overrides:
         data = _deep_merge(data, overrides)
     return spec_from_mapping(data, str(path))

@@ -7,7 +7,7 @@ pre-receive: `<old sha> SP <new sha> SP <ref name> LF`
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from gitsup.boundary.evaluate import ZERO, RefUpdate
 
@@ -21,32 +21,33 @@ def _is_oid(s: str) -> bool:
 
 
 def parse_pre_push(lines: Iterable[str]) -> list[RefUpdate]:
-    out: list[RefUpdate] = []
-    for raw in lines:
-        line = raw.strip()
-        if not line:
-            continue
-        # A local ref may be an expression with spaces in odd cases; the last three fields are fixed.
-        parts = line.rsplit(" ", 3)
-        if len(parts) != 4 or not _is_oid(parts[1]) or not _is_oid(parts[3]):
-            raise HookInputError(f"unexpected pre-push input line: {line!r}")
-        local_ref, local_sha, remote_ref, remote_sha = parts
-        out.append(RefUpdate(ref=remote_ref, old=remote_sha, new=local_sha, local_ref=local_ref))
-    return out
+    return _each_line(lines, _pre_push_line)
 
 
 def parse_pre_receive(lines: Iterable[str]) -> list[RefUpdate]:
-    out: list[RefUpdate] = []
-    for raw in lines:
-        line = raw.strip()
-        if not line:
-            continue
-        parts = line.split(" ", 2)
-        if len(parts) != 3 or not _is_oid(parts[0]) or not _is_oid(parts[1]):
-            raise HookInputError(f"unexpected pre-receive input line: {line!r}")
-        old, new, ref = parts
-        out.append(RefUpdate(ref=ref, old=old, new=new))
-    return out
+    return _each_line(lines, _pre_receive_line)
+
+
+def _each_line(lines: Iterable[str], parse: Callable[[str], RefUpdate]) -> list[RefUpdate]:
+    """Each line that is not blank, stripped and parsed."""
+    return [parse(line) for line in (raw.strip() for raw in lines) if line]
+
+
+def _pre_push_line(line: str) -> RefUpdate:
+    # A local ref may be an expression with spaces in odd cases; the last three fields are fixed.
+    parts = line.rsplit(" ", 3)
+    if len(parts) != 4 or not _is_oid(parts[1]) or not _is_oid(parts[3]):
+        raise HookInputError(f"unexpected pre-push input line: {line!r}")
+    local_ref, local_sha, remote_ref, remote_sha = parts
+    return RefUpdate(ref=remote_ref, old=remote_sha, new=local_sha, local_ref=local_ref)
+
+
+def _pre_receive_line(line: str) -> RefUpdate:
+    parts = line.split(" ", 2)
+    if len(parts) != 3 or not _is_oid(parts[0]) or not _is_oid(parts[1]):
+        raise HookInputError(f"unexpected pre-receive input line: {line!r}")
+    old, new, ref = parts
+    return RefUpdate(ref=ref, old=old, new=new)
 
 
 def pre_commit_update(env: Mapping[str, str] = os.environ) -> RefUpdate | None:

@@ -17,6 +17,7 @@ from gitsup.errors import GitsupError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from gitsup.cluster.settings import ClusterSettings
     from gitsup.tasks.human import Taken
 
 cluster_app = typer.Typer(no_args_is_help=True, help="The Temporal cluster tasks run on.")
@@ -127,7 +128,7 @@ def host_run_cmd(
 # --- a cluster task, from the clone that submitted it (`show`, `wait`, `stop`) -------------
 
 
-def _settings_of(ctx: object, task: str) -> object:
+def _settings_of(ctx: object, task: str) -> ClusterSettings:
     from gitsup.cluster.settings import require_sdk
 
     require_sdk()
@@ -157,23 +158,20 @@ def control_cluster(ctx: object, task: str, kind: str, data: Mapping[str, object
     """`answer`, `send`, `continue` for a task this clone submitted to the cluster: to the host
     that runs it (gitsup/cluster/control.py)."""
     from gitsup.cluster.control import request
-    from gitsup.cluster.settings import ClusterSettings
     from gitsup.store.suprepo import SupRepo
     from gitsup.tasks.human import who
 
     settings = _settings_of(ctx, task)
-    assert isinstance(settings, ClusterSettings) and isinstance(ctx, SupRepo)
+    assert isinstance(ctx, SupRepo)
     return request(settings, task, kind, dict(data), by=who(ctx))
 
 
 def show_cluster(ctx: object, task: str, *, json_out: bool) -> None:
     from gitsup.cli.output import emit_json
     from gitsup.cli.task_render import print_cluster_result
-    from gitsup.cluster.settings import ClusterSettings
     from gitsup.cluster.submit import describe
 
     settings = _settings_of(ctx, task)
-    assert isinstance(settings, ClusterSettings)
     res = describe(settings, task)
     res["cluster"] = settings.address
     if json_out:
@@ -190,11 +188,9 @@ def show_cluster(ctx: object, task: str, *, json_out: bool) -> None:
 def wait_cluster(ctx: object, task: str, *, timeout: float | None, json_out: bool) -> None:
     from gitsup.cli.output import emit_json
     from gitsup.cli.task_render import print_cluster_result
-    from gitsup.cluster.settings import ClusterSettings
     from gitsup.cluster.submit import follow
 
     settings = _settings_of(ctx, task)
-    assert isinstance(settings, ClusterSettings)
     res = follow(settings, task, timeout=timeout)
     fetch_after(ctx, task)
     if json_out:
@@ -206,11 +202,9 @@ def wait_cluster(ctx: object, task: str, *, timeout: float | None, json_out: boo
 
 def stop_cluster(ctx: object, task: str, *, wait: float, json_out: bool) -> None:
     from gitsup.cli.output import emit_json
-    from gitsup.cluster.settings import ClusterSettings
     from gitsup.cluster.submit import stop
 
     settings = _settings_of(ctx, task)
-    assert isinstance(settings, ClusterSettings)
     res = stop(settings, task, wait=wait)
     fetch_after(ctx, task)
     if json_out:

@@ -105,6 +105,13 @@ def command_text(words: list[str]) -> str:
     return words[0] if len(words) == 1 else shlex.join(words)
 
 
+def _words(command: list[str] | None, example: str) -> list[str]:
+    """The command's words after `--`; none is bad input (`example` shows how)."""
+    if not command:
+        raise GitsupError("no command given", hint=example)
+    return command
+
+
 @policy_app.command("check")
 def check_cmd(
     command: Annotated[
@@ -119,9 +126,7 @@ def check_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Print the verdict, the rule that decided, and the reason. Exit 0 whatever the verdict."""
-    words = command or []
-    if not words:
-        raise GitsupError("no command given", hint="git sup policy check -- git push origin main")
+    words = _words(command, "git sup policy check -- git push origin main")
     worktree, policy = _context(cwd)
     if words == ["-"]:
         _batch(worktree, policy, sandboxed)
@@ -150,9 +155,7 @@ def explain_cmd(
 ) -> None:
     """Print every rule that looked at the command (built-in and repository), its verdict,
     why and what it did, then the decision. Exit 0 whatever the verdict."""
-    words = command or []
-    if not words:
-        raise GitsupError("no command given", hint="git sup policy explain -- npm publish")
+    words = _words(command, "git sup policy explain -- npm publish")
     worktree, policy = _context(cwd)
     from gitsup.policy.explain import explain_command
 

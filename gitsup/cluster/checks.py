@@ -39,6 +39,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from gitsup.cluster.client import connect
+from gitsup.cluster.heartbeat import heartbeating
 from gitsup.cluster.settings import ClusterSettings
 from gitsup.cluster.workflow import CHECK_ACTIVITY, CHECK_WORKFLOW, checks_queue
 from gitsup.errors import Exit, GitsupError
@@ -199,11 +200,7 @@ class CompositionChecks:
 
     @activity.defn(name=CHECK_ACTIVITY)
     async def check(self, job: dict[str, Any]) -> dict[str, Any]:
-        run = asyncio.ensure_future(asyncio.to_thread(self._spawn, job))
-        while not run.done():
-            activity.heartbeat({"host": self.name})
-            await asyncio.wait([run], timeout=1.0)
-        answer = run.result()
+        answer = await heartbeating(self._spawn, job, details={"host": self.name})
         if "error" in answer:
             raise ApplicationError(
                 str(answer["error"]),

@@ -509,31 +509,14 @@ def _kill_supervisor(record: TaskRecord) -> list[int]:
     """SIGKILL the task's supervisor and every process under it (its checks, its
     decider), stopped first so that none of them acts on the others' end. Returns the
     pids killed."""
-    import os
-
-    import psutil
-
+    from gitsup.host import proc
     from gitsup.host.procid import ProcessId
 
     owner = ProcessId.from_dict(record.supervisor)
     if owner is None or not owner.alive():
         return []
-    try:
-        top = psutil.Process(owner.pid)
-        top.suspend()
-        procs = [top, *top.children(recursive=True)]
-    except psutil.Error:
-        return []
-    killed = []
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-            killed.append(p.pid)
-    psutil.wait_procs(procs, timeout=10)
-    # ours (the supervisor this host started): collect it
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(owner.pid, os.WNOHANG)
-    return killed
+    # ours (the supervisor this host started) is reaped too
+    return proc.kill_tree(owner.pid, wait=10)
 
 
 async def _until(path: Path, seconds: float) -> None:

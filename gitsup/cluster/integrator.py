@@ -26,6 +26,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from gitsup.cluster.client import connect
+from gitsup.cluster.heartbeat import heartbeating
 from gitsup.cluster.settings import ClusterSettings
 from gitsup.cluster.workflow import INTEGRATE_ACTIVITY, QUEUE_WORKFLOW, integrator_queue
 from gitsup.errors import Exit, GitsupError
@@ -67,12 +68,8 @@ class Integrator:
 
     @activity.defn(name=INTEGRATE_ACTIVITY)
     async def integrate(self, job: dict[str, Any]) -> dict[str, Any]:
-        run = asyncio.ensure_future(asyncio.to_thread(self._integrate, job))
-        while not run.done():
-            activity.heartbeat({"integrator": self.name})
-            await asyncio.wait([run], timeout=1.0)
         try:
-            return run.result()
+            return await heartbeating(self._integrate, job, details={"integrator": self.name})
         except GitsupError as exc:
             raise ApplicationError(exc.message, type="GitsupError", non_retryable=True) from None
 

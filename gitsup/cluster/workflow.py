@@ -57,18 +57,11 @@ class TaskWorkflow:
     async def _run(self, job: dict[str, Any]) -> dict[str, Any]:
         self._state = "running"
         try:
-            result: dict[str, Any] = await workflow.execute_activity(
+            result = await _job_activity(
                 ACTIVITY,
                 job,
-                start_to_close_timeout=RUN_LIMIT,
-                heartbeat_timeout=timedelta(seconds=float(job["heartbeat"])),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=1),
-                    backoff_coefficient=2.0,
-                    maximum_interval=timedelta(seconds=10),
-                    maximum_attempts=int(job.get("attempts", 0)),
-                    non_retryable_error_types=["GitsupError"],
-                ),
+                heartbeat=float(job["heartbeat"]),
+                attempts=int(job.get("attempts", 0)),
                 # a stop waits for the host to stop the task and push its work
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
@@ -133,6 +126,29 @@ class TaskWorkflow:
         self._outcomes[seq] = outcome
 
 
+async def _job_activity(
+    name: str, job: dict[str, Any], *, heartbeat: float, attempts: int, **options: Any
+) -> dict[str, Any]:
+    """The activity `name` run on `job`, lost to another worker when silent for `heartbeat`
+    seconds; tried again after 1 s, the wait doubling up to 10 s, `attempts` times in all (0
+    is without end); a refusal (GitsupError) never."""
+    result: dict[str, Any] = await workflow.execute_activity(
+        name,
+        job,
+        start_to_close_timeout=RUN_LIMIT,
+        heartbeat_timeout=timedelta(seconds=heartbeat),
+        retry_policy=RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=10),
+            maximum_attempts=attempts,
+            non_retryable_error_types=["GitsupError"],
+        ),
+        **options,
+    )
+    return result
+
+
 def _message(exc: BaseException) -> str:
     cause = exc.cause if isinstance(exc, ActivityError) else None
     return str(cause or exc)
@@ -156,19 +172,7 @@ class QueueWorkflow:
 
     @workflow.run
     async def run(self, job: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = await workflow.execute_activity(
-            INTEGRATE_ACTIVITY,
-            job,
-            start_to_close_timeout=RUN_LIMIT,
-            heartbeat_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=1),
-                maximum_interval=timedelta(seconds=10),
-                maximum_attempts=3,
-                non_retryable_error_types=["GitsupError"],
-            ),
-        )
-        return result
+        return await _job_activity(INTEGRATE_ACTIVITY, job, heartbeat=60, attempts=3)
 
 
 CHECK_WORKFLOW = "gitsup-queue-check"
@@ -191,16 +195,9 @@ class CheckWorkflow:
 
     @workflow.run
     async def run(self, job: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = await workflow.execute_activity(
+        return await _job_activity(
             CHECK_ACTIVITY,
             job,
-            start_to_close_timeout=RUN_LIMIT,
-            heartbeat_timeout=timedelta(seconds=float(job["heartbeat"])),
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=1),
-                maximum_interval=timedelta(seconds=10),
-                maximum_attempts=int(job.get("attempts", 5)),
-                non_retryable_error_types=["GitsupError"],
-            ),
+            heartbeat=float(job["heartbeat"]),
+            attempts=int(job.get("attempts", 5)),
         )
-        return result

@@ -40,7 +40,6 @@ consumes no step. A script that has run out of steps answers "done"
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 import json
@@ -48,13 +47,11 @@ import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 from typing import Any
 
 from gitsup.demo.scripted_model_server import Answer, ScriptHandler, ScriptServer, serve
 from gitsup.demo.scripted_model_steps import (
     ModelScript,
-    ScriptError,
     estimate_tokens,
     load_scenario,
 )
@@ -246,27 +243,13 @@ class ScriptedModel(ScriptServer):
 
     @property
     def url(self) -> str:
-        if self._server is None:
-            raise ScriptError("the scripted model is not running")
-        return f"http://{self.host}:{self._server.server_address[1]}"
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise ScriptError("the scripted model is not running")
-        return int(self._server.server_address[1])
+        return self._origin()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         return _make_handler(self)
 
     def _choose_script(self, body: Mapping[str, Any]) -> ModelScript | None:
-        first = _first_user_text(body)
-        system = _text_of(body.get("system"))
-        for haystack in (first, system):
-            for script in self.scripts.values():
-                if script.match and script.match in haystack:
-                    return script
-        return self.scripts.get("default")
+        return self._script_matching((_first_user_text(body), _text_of(body.get("system"))))
 
     def _housekeeping(self, body: Mapping[str, Any]) -> bool:
         return not body.get("tools")
@@ -321,9 +304,6 @@ def _make_handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
             step = answer.step or {}
             # Tool ids are stable per script step, so a retried request gets the same ids.
             id_seed = f"{answer.script}:{answer.step_index}"
-            if "hang" in step and not model._wait(float(step["hang"])):
-                self.close_connection = True
-                return
             if answer.kind == "fault":
                 self._answer_fault(
                     step,
@@ -407,15 +387,11 @@ def _whole_message(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m gitsup.demo.scripted_model",
-        description="Serve a scripted Messages API on 127.0.0.1 until killed.",
-    )
-    parser.add_argument("scenario", type=Path, help="scenario JSON file")
-    parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
-    args = parser.parse_args(argv)
     return serve(
-        "scripted_model", lambda: ScriptedModel(load_scenario(args.scenario), port=args.port)
+        "scripted_model",
+        "Messages API",
+        lambda scenario, port: ScriptedModel(load_scenario(scenario), port=port),
+        argv,
     )
 
 

@@ -5,14 +5,16 @@ request from the step of the script it matches, its JSON and event-stream plumbi
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Self
 
 from gitsup.demo.scripted_model_steps import (
@@ -81,6 +83,26 @@ class ScriptServer:
     def _housekeeping(self, body: Mapping[str, Any]) -> bool:
         """Whether the request is answered outside the scripts."""
         return False
+
+    # what a subclass uses
+
+    @property
+    def port(self) -> int:
+        """The port the running server listens on."""
+        if self._server is None:
+            raise ScriptError("the scripted model is not running")
+        return int(self._server.server_address[1])
+
+    def _origin(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _script_matching(self, texts: Iterable[str]) -> ModelScript | None:
+        """The first script whose `match` stands in a text (texts in order), else `default`."""
+        for text in texts:
+            for script in self.scripts.values():
+                if script.match and script.match in text:
+                    return script
+        return self.scripts.get("default")
 
     # lifecycle
 
@@ -233,10 +255,20 @@ class ScriptHandler(BaseHTTPRequestHandler):
             )
         )
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self._answer(body, answer)
+            if not self._hangs(model, answer.step or {}):
+                self._answer(body, answer)
 
     def _answer(self, body: dict[str, Any], answer: Answer) -> None:
+        """Answer the request from `answer` (a step's hang is already waited out)."""
         raise NotImplementedError
+
+    def _hangs(self, model: ScriptServer, step: Mapping[str, Any]) -> bool:
+        """A step with `hang` waits that many seconds first; True when the server stops
+        meanwhile (the connection is then closed unanswered)."""
+        if "hang" in step and not model._wait(float(step["hang"])):
+            self.close_connection = True
+            return True
+        return False
 
     def _answer_fault(
         self,
@@ -299,11 +331,21 @@ class ScriptHandler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-def serve(name: str, make: Callable[[], ScriptServer]) -> int:
-    """Start the server `make()` builds, print its URL and serve until SIGTERM or ^C;
-    2 (and the reason on stderr, after `name:`) when it cannot start."""
+def serve(
+    name: str, api: str, make: Callable[[Path, int], ScriptServer], argv: Sequence[str] | None
+) -> int:
+    """`python -m gitsup.demo.NAME SCENARIO [--port N]`: start the server `make(scenario,
+    port)` builds, print its URL and serve the scripted `api` until SIGTERM or ^C; 2 (and the
+    reason on stderr, after `name:`) when it cannot start."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m gitsup.demo.{name}",
+        description=f"Serve a scripted {api} on 127.0.0.1 until killed.",
+    )
+    parser.add_argument("scenario", type=Path, help="scenario JSON file")
+    parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
+    args = parser.parse_args(argv)
     try:
-        model = make().start()
+        model = make(args.scenario, args.port).start()
     except (ScriptError, OSError) as exc:
         sys.stderr.write(f"{name}: {exc}\n")
         return 2

@@ -35,7 +35,6 @@ Codex states in its `<environment_context>`.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -48,7 +47,6 @@ from typing import Any
 from gitsup.demo.scripted_model_server import Answer, ScriptHandler, ScriptServer, serve
 from gitsup.demo.scripted_model_steps import (
     ModelScript,
-    ScriptError,
     estimate_tokens,
     scenario_scripts,
 )
@@ -345,19 +343,13 @@ class ScriptedResponses(ScriptServer):
 
     @property
     def url(self) -> str:
-        if self._server is None:
-            raise ScriptError("the scripted model is not running")
-        return f"http://{self.host}:{self._server.server_address[1]}/v1"
+        return self._origin() + "/v1"
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         return _make_handler(self)
 
     def _choose_script(self, body: Mapping[str, Any]) -> ModelScript | None:
-        for text in [*_user_texts(body), *_other_texts(body)]:
-            for script in self.scripts.values():
-                if script.match and script.match in text:
-                    return script
-        return self.scripts.get("default")
+        return self._script_matching([*_user_texts(body), *_other_texts(body)])
 
     def _turn(self, body: Mapping[str, Any]) -> int:
         return responses_so_far(body)
@@ -392,9 +384,6 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
                 "resp_" + hashlib.sha256(f"{seed}:{len(model.requests)}".encode()).hexdigest()[:24]
             )
             step = answer.step or {}
-            if "hang" in step and not model._wait(float(step["hang"])):
-                self.close_connection = True
-                return
             if answer.kind == "fault":
                 self._answer_fault(
                     step,
@@ -422,14 +411,12 @@ def _make_handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m gitsup.demo.scripted_openai",
-        description="Serve a scripted Responses API on 127.0.0.1 until killed.",
+    return serve(
+        "scripted_openai",
+        "Responses API",
+        lambda scenario, port: ScriptedResponses(scenario, port=port),
+        argv,
     )
-    parser.add_argument("scenario", type=Path, help="scenario JSON file")
-    parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
-    args = parser.parse_args(argv)
-    return serve("scripted_openai", lambda: ScriptedResponses(args.scenario, port=args.port))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ ignored, missing, a link out of the checkout) is decided by `include.resolve`.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gitsup.errors import GitsupError
-from gitsup.spec import Environment
+from gitsup.spec import Environment, read_toml
 
 ENVIRONMENT_FILE = ".gitsup/environment.toml"
 KEYS: tuple[str, ...] = tuple(Environment.model_fields)
@@ -81,14 +80,7 @@ def read_file(main_root: Path | None) -> Environment | None:
 
 def parse_file(raw: bytes, source: str) -> Environment:
     """The `[environment]` table of an environment file's bytes (GitsupError when invalid)."""
-    if len(raw) > MAX_FILE_BYTES:
-        raise GitsupError(f"environment file {source} is {len(raw)} bytes; the limit is 256 KiB")
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise GitsupError(f"environment file {source} is not valid TOML: {exc}") from None
-    except RecursionError:
-        raise GitsupError(f"environment file {source} is nested too deeply to read") from None
+    data = read_toml(raw, f"environment file {source}", MAX_FILE_BYTES)
     hint = "the file holds one [environment] table (docs/environments.md)"
     for key in data:
         if key != "environment":

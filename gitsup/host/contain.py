@@ -87,23 +87,20 @@ class Cgroup:
 
     def freeze(self, *, timeout: float = 5.0) -> bool:
         """Stop every process inside (cgroup.freeze); True once `cgroup.events` says frozen."""
-        try:
-            (self.path / "cgroup.freeze").write_text("1")
-        except OSError:
-            return False
-        return self._wait_frozen(True, timeout)
+        return self._set_frozen(True, timeout)
 
     def thaw(self, *, timeout: float = 5.0) -> bool:
-        try:
-            (self.path / "cgroup.freeze").write_text("0")
-        except OSError:
-            return False
-        return self._wait_frozen(False, timeout)
+        return self._set_frozen(False, timeout)
 
     def frozen(self) -> bool:
         return self._events(self.path / "cgroup.events").get("frozen") == 1
 
-    def _wait_frozen(self, want: bool, timeout: float) -> bool:
+    def _set_frozen(self, want: bool, timeout: float) -> bool:
+        """Ask for `want` (cgroup.freeze); True once `cgroup.events` says it holds."""
+        try:
+            (self.path / "cgroup.freeze").write_text("1" if want else "0")
+        except OSError:
+            return False
         end = time.monotonic() + timeout
         while True:
             if self.frozen() == want:

@@ -5,7 +5,8 @@ output is captured with a bound (the tail is kept, which is what a reader of a
 failing check wants). `run` runs a command to its end; `spawn_piped` starts a worker
 with pipes, `spawn_detached` a background gitsup process (`spawn_waiting` one started ahead of its
 work); `kill_group`, `signal_group`,
-`wait_exit`, `descendants` and `kill_each` are the pieces every stop is made of.
+`wait_exit`, `descendants` and `kill_each` are the pieces every stop is made of (`kill_tree`
+puts them together for a process and all below it).
 No other module of gitsup imports `subprocess` (the hook path has its own runner,
 gitsup/boundary/gitrun.py; the import contracts in pyproject.toml check both).
 """
@@ -298,11 +299,33 @@ def descendants(pid: int) -> list[Any]:
         return []
 
 
-def kill_each(procs: Sequence[Any]) -> None:
-    """SIGKILL each of `procs` (from `descendants`) that still runs."""
+def kill_each(procs: Sequence[Any]) -> list[int]:
+    """SIGKILL each of `procs` (from `descendants`) that still runs. Returns the pids killed."""
+    killed = []
     for p in procs:
         with contextlib.suppress(Exception):
             p.kill()
+            killed.append(int(p.pid))
+    return killed
+
+
+def kill_tree(pid: int, *, wait: float) -> list[int]:
+    """SIGKILL `pid` and every process below it, `pid` stopped (SIGSTOP) first so that none
+    of them acts on the others' end; wait up to `wait` for them to be gone, and reap `pid`
+    when it is a child of this process. Returns the pids killed."""
+    import psutil
+
+    try:
+        top = psutil.Process(pid)
+        top.suspend()
+    except psutil.Error:
+        return []
+    procs = [top, *descendants(pid)]
+    killed = kill_each(procs)
+    psutil.wait_procs(procs, timeout=wait)
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+    return killed
 
 
 def stop_session(

@@ -478,6 +478,13 @@ def required_problems(plan: SandboxPlan) -> list[str]:
     return [f'sandbox is required ([sandbox] mode = "required") but {m}' for m in plan.host.missing]
 
 
+def require_enforced(plan: SandboxPlan, *, hint: str | None = None) -> None:
+    """Refuse (GitsupError) a plan whose `required` mode this host cannot enforce."""
+    problems = required_problems(plan)
+    if problems:
+        raise GitsupError("; ".join(problems), hint=hint)
+
+
 def _under(p: str, d: str) -> bool:
     return p == d or p.startswith(d.rstrip("/") + "/")
 

@@ -142,7 +142,7 @@ def _confined(
     in the review's cgroup, which is killed and removed when the block ends. What applied
     goes into `applied`."""
     from gitsup.host.contain import bootstrap_argv, isolated_netns
-    from gitsup.host.sandbox import build_plan, load_rules, required_problems, resolve_mode
+    from gitsup.host.sandbox import build_plan, load_rules, require_enforced, resolve_mode
     from gitsup.verification.confined import sandbox_summary
 
     env = proc.child_env({"GITSUP_INTEGRATION": LABEL}, drop=(TASK_MARKER, "CLAUDECODE"))
@@ -158,13 +158,11 @@ def _confined(
         programs=[argv] if argv else [],
         protect=list(protect),
     )
-    problems = required_problems(plan)
-    if problems:
-        raise GitsupError(
-            "; ".join(problems),
-            hint="the integration review runs only in the task sandbox; "
-            "`git config sup.sandbox auto` runs it with what this host enforces",
-        )
+    require_enforced(
+        plan,
+        hint="the integration review runs only in the task sandbox; "
+        "`git config sup.sandbox auto` runs it with what this host enforces",
+    )
     applied.sandbox = sandbox_summary(plan)
     cg_base = cgroup_base(spec.isolation.cgroup, applied)  # raises when required and missing
 

@@ -277,7 +277,7 @@ class Launcher:
         closed: nothing runs when the sandbox could not be built or is required but missing
         (a path that skips the spawn preflight, such as verifying after a recovery).
         `observe`: the process reports what it sees of its sandbox (the worker)."""
-        from gitsup.host.sandbox import required_problems
+        from gitsup.host.sandbox import require_enforced
 
         plan = self.sandbox_plan()
         if plan is not None and cg is None and netns is None and not plan.active:
@@ -286,9 +286,7 @@ class Launcher:
         def wrap(argv: list[str]) -> list[str]:
             if plan is None:
                 raise GitsupError(f"sandbox: {self._sandbox_error}")
-            problems = required_problems(plan)
-            if problems:
-                raise GitsupError("; ".join(problems))
+            require_enforced(plan)
             sandbox = plan.argv(read_only=read_only, files=argv, observe=observe)
             return bootstrap_argv(argv, cgroup=cg, netns=netns, sandbox=sandbox)
 

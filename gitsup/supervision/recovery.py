@@ -110,6 +110,21 @@ def prove_worker_gone(record: TaskRecord, *, kill: bool) -> WorkerProof:
     return WorkerProof(True, how, killed)
 
 
+def require_worker_gone(
+    ctx: SupRepo, record: TaskRecord, task: str, *, at: str, worker: str, kept: str, hint: str
+) -> WorkerProof:
+    """The task's `worker` proven gone (killed if need be), or the action is refused: the
+    record says it was left behind (`at` the action) and the error says what is `kept`."""
+    proof = prove_worker_gone(record, kill=True)
+    if not proof.gone:
+        record.left_behind = [f"at {at}: {proof.how}"]
+        ctx.store.save(record)
+        raise GitsupError(
+            f"task {task}: its {worker} is not provably gone ({proof.how}); {kept}", hint=hint
+        )
+    return proof
+
+
 def release_dead(ctx: SupRepo, record: TaskRecord) -> WorkerProof:
     """What a task's dead supervisor held, let go: its worker proven gone (killed if need
     be), its network namespaces and egress gates removed, and, once the worker is gone,
@@ -307,16 +322,19 @@ def adopt_pane(
     )
     old = record.worker or {}
     lease = _take_pending(ctx, record)
-    proof = prove_worker_gone(record, kill=True)
-    if not proof.gone:
-        ctx.leases.settle(lease)
-        record.left_behind = [f"at adopt-tmux: {proof.how}"]
-        ctx.store.save(record)
-        raise GitsupError(
-            f"task {task}: its old worker is not provably gone ({proof.how}); "
-            "the pane was not adopted and the lease stays held",
+    try:
+        proof = require_worker_gone(
+            ctx,
+            record,
+            task,
+            at="adopt-tmux",
+            worker="old worker",
+            kept="the pane was not adopted and the lease stays held",
             hint="`git sup doctor --fix` stops what is left",
         )
+    except GitsupError:
+        ctx.leases.settle(lease)
+        raise
     previous: dict[str, Any] = {
         "supervisor": record.supervisor,
         "worker": old,
@@ -833,6 +851,7 @@ __all__ = [
     "recover_hint",
     "recover_task",
     "release_dead",
+    "require_worker_gone",
 ]
 
 

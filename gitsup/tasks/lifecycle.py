@@ -492,17 +492,17 @@ def discard_task(ctx: SupRepo, task: str, *, force: bool = False) -> DiscardResu
     if record.state not in TERMINAL and record.worker:
         # Its supervisor died mid-task: the worker may live on. The same proof as at
         # recovery (cgroup emptied, pid gone, no marked process), or nothing is removed.
-        from gitsup.supervision.recovery import prove_worker_gone
+        from gitsup.supervision.recovery import require_worker_gone
 
-        proof = prove_worker_gone(record, kill=True)
-        if not proof.gone:
-            record.left_behind = [f"at discard: {proof.how}"]
-            ctx.store.save(record)
-            raise GitsupError(
-                f"task {task}: its worker is not provably gone ({proof.how}); "
-                "the worktree and its lease are kept",
-                hint="`git sup doctor --fix` stops it and releases the lease; then discard",
-            )
+        require_worker_gone(
+            ctx,
+            record,
+            task,
+            at="discard",
+            worker="worker",
+            kept="the worktree and its lease are kept",
+            hint="`git sup doctor --fix` stops it and releases the lease; then discard",
+        )
     if not force:
         uncaptured = _uncaptured_work(ctx, record)
         if uncaptured:

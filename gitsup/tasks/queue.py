@@ -693,29 +693,25 @@ def run(
 def configured_slots(ctx: SupRepo) -> int:
     """`git config sup.queue.slots` (default 1: one composition at a time, batching and
     bisection): compositions under test at once."""
-    raw = ctx.repo.config_get("sup.queue.slots")
-    if raw is None or raw.strip() == "":
-        return DEFAULT_SLOTS
-    try:
-        n = int(raw.strip())
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise QueueError(f"sup.queue.slots must be a number >= 1, not {raw!r}")
-    return n
+    return _configured_count(ctx, "sup.queue.slots", DEFAULT_SLOTS, least=1)
 
 
 def configured_retries(ctx: SupRepo) -> int:
     """`git config sup.queue.retries` (default 1): fresh runs of a failing composition check."""
-    raw = ctx.repo.config_get("sup.queue.retries")
+    return _configured_count(ctx, "sup.queue.retries", DEFAULT_RETRIES, least=0)
+
+
+def _configured_count(ctx: SupRepo, key: str, default: int, *, least: int) -> int:
+    """A whole number >= `least` from `git config KEY`; `default` when unset or empty."""
+    raw = ctx.repo.config_get(key)
     if raw is None or raw.strip() == "":
-        return DEFAULT_RETRIES
+        return default
     try:
         n = int(raw.strip())
     except ValueError:
-        n = -1
-    if n < 0:
-        raise QueueError(f"sup.queue.retries must be a number >= 0, not {raw!r}")
+        n = least - 1
+    if n < least:
+        raise QueueError(f"{key} must be a number >= {least}, not {raw!r}")
     return n
 
 

@@ -370,7 +370,7 @@ class ConfinedChecks:
         self.applied.environment = done.report()
 
     def _plan(self, checks: Sequence[Check]) -> tuple[SandboxPlan, dict[str, str]]:
-        from gitsup.host.sandbox import build_plan, load_rules, required_problems, resolve_mode
+        from gitsup.host.sandbox import build_plan, load_rules, require_enforced, resolve_mode
 
         key = repr([list(c.argv) for c in checks])
         plan = self._plans.get(key)
@@ -392,13 +392,11 @@ class ConfinedChecks:
                 programs=[list(c.argv) for c in checks],
                 protect=self.protect,
             )
-            problems = required_problems(plan)
-            if problems:
-                raise GitsupError(
-                    "; ".join(problems),
-                    hint="the checks of a candidate run only in the task sandbox; "
-                    "`git config sup.sandbox auto` runs them with what this host enforces",
-                )
+            require_enforced(
+                plan,
+                hint="the checks of a candidate run only in the task sandbox; "
+                "`git config sup.sandbox auto` runs them with what this host enforces",
+            )
             if not plan.active:  # the allowlist all the same: never gitsup's environment
                 plan.env = _allowlisted(env, rules.env, self.root / "sandbox")
             self._plans[key] = plan

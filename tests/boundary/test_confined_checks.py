@@ -205,6 +205,7 @@ def test_sandbox_required_on_a_host_without_it_refuses(
         res = run_sup(setup.repo, "queue", "run")
     assert res.returncode == 2, res.stderr
     assert "sandbox is required" in res.stderr and "landlock" in res.stderr
+    assert "the checks of a candidate run only in the task sandbox" in res.stderr
     assert "Traceback" not in res.stderr
     assert not ran.exists()
     assert git(setup.repo, "rev-parse", "main") == before

@@ -81,6 +81,8 @@ BAD_SPECS = {
     "newer_version": ('version = 99\ngoal = "x"\n', ["version", "newer"]),
     "not_toml": ('goal = "x\n', ["not valid TOML"]),
     "not_toml_at_all": ("this is { not toml\n", ["not valid TOML"]),
+    "too_large": ('goal = "x"\n' + "#" * 1024 * 1024 + "\n", ["the limit is 1 MiB"]),
+    "too_deep": ("goal = " + "[" * 5000 + "]" * 5000 + "\n", ["nested too deeply to read"]),
     "limits_bad_size": ('goal = "x"\n[limits]\nmemory = "12x"\n', ["limits.memory", "size"]),
     "limits_too_small": (
         'goal = "x"\n[limits]\npids = 3\nmemory = "1M"\n',

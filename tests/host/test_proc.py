@@ -166,6 +166,26 @@ def test_descendants_collected_before_a_stop_are_killed_even_after_they_left_the
     proc.signal_group(p.pid, 9)
 
 
+def test_kill_tree_kills_a_process_and_all_below_it_and_reaps_our_child() -> None:
+    # a shell whose subshell runs two sleeps, one of them in a session of its own
+    p = proc.spawn_piped(
+        ["sh", "-c", "(sleep 60 & setsid sleep 60 & wait) & wait"],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    wait_for(lambda: len(proc.descendants(p.pid)) == 3, 30)
+    tree = {p.pid, *(k.pid for k in proc.descendants(p.pid))}
+    killed = proc.kill_tree(p.pid, wait=30)
+    assert sorted(killed) == sorted(tree)
+    # our child is reaped (no zombie left of it); the others are gone or a zombie for a
+    # moment (their parent, killed, was not ours)
+    assert not psutil.pid_exists(p.pid)
+    for pid in tree - {p.pid}:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    # a process that is gone: nothing killed, no error
+    assert proc.kill_tree(p.pid, wait=1) == []
+
+
 def test_wait_exit_says_whether_the_child_ended() -> None:
     p = proc.spawn_piped(
         [sys.executable, "-c", "import time; time.sleep(60)"], cwd="/", env={"PATH": "/usr/bin"}

@@ -73,3 +73,55 @@ def test_discard_of_a_task_with_a_dead_supervisor_proves_its_worker_gone(
         p.wait(timeout=30)
         if worker_id is not None and worker_id.alive():
             os.kill(worker_id.pid, signal.SIGKILL)
+
+
+def test_discard_refuses_when_the_worker_s_cgroup_was_replaced(repo: Path, tmp: Path) -> None:
+    # The worker's cgroup, emptied and made again at its path (another inode): nothing proves
+    # the worker gone, so nothing is removed and the record says what was left behind.
+    worker = write_worker(tmp, HANG)
+    args = ["start", "fix add", "--worker", worker, "--review", "none"]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "gitsup", *args, "--json", "-q"],
+        cwd=repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    cgroup: Path | None = None
+    try:
+        ls = lambda: json.loads(run_sup(repo, "ls", "--json").stdout or "[]")  # noqa: E731
+        task = _wait(lambda: (ls() or [{}])[0].get("id"))
+        w = _wait(
+            lambda: (
+                (_record(repo, task).get("worker") or {}).get("pid")
+                and _record(repo, task)["worker"]
+            )
+        )
+        assert isinstance(w.get("cgroup"), str), w
+        cgroup = Path(w["cgroup"])
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
+        (cgroup / "cgroup.kill").write_text("1")
+        _wait(lambda: not (cgroup / "cgroup.procs").read_text().strip())
+        _wait(lambda: _rmdir(cgroup))
+        cgroup.mkdir()
+        res = run_sup(repo, "discard", task, "--force")
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert f"task {task}: its worker is not provably gone (cgroup" in res.stderr
+        assert "the worktree and its lease are kept" in res.stderr
+        rec = _record(repo, task)
+        assert rec["left_behind"] == [f"at discard: cgroup {cgroup} was replaced (inode differs)"]
+        assert Path(rec["worktree"]).is_dir()
+    finally:
+        p.kill()
+        p.wait(timeout=30)
+        if cgroup is not None and cgroup.is_dir():
+            _rmdir(cgroup)
+
+
+def _rmdir(path: Path) -> bool:
+    try:
+        path.rmdir()
+    except OSError:
+        return False
+    return True
