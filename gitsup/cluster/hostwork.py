@@ -27,7 +27,7 @@ from temporalio.worker import Worker
 
 from gitsup.cluster.client import connect
 from gitsup.cluster.control import POLL_INTERVAL
-from gitsup.cluster.settings import ClusterSettings
+from gitsup.cluster.settings import ClusterSettings, review_remote
 from gitsup.cluster.workflow import ACTIVITY, TaskWorkflow
 from gitsup.errors import Exit, GitsupError
 from gitsup.ids import Oid, TaskId, parse_task_id
@@ -44,16 +44,6 @@ LAST_PUBLICATION = 300.0
 DRAIN = 60.0
 # how often the sign of a task's last publication is looked for
 END_POLL = 0.02
-
-
-def review_remote(ctx: SupRepo) -> str:
-    remote = ctx.repo.config_get("sup.reviewRemote")
-    if not remote:
-        raise GitsupError(
-            "the cluster keeps every task's refs on the review remote, and this clone has none",
-            hint="git config sup.reviewRemote <remote> (the gated remote every clone shares)",
-        )
-    return remote
 
 
 def result_of(record: TaskRecord) -> dict[str, Any]:
@@ -373,7 +363,7 @@ class HostWork:
         from gitsup.store.suprepo import SupRepo
 
         ctx = self._ctx()
-        remote = review_remote(ctx)
+        remote = review_remote(ctx.repo)
         if ctx.store.exists(task) and not ctx.layout.fetched(task).exists():
             record = ctx.store.load(task)
             if record.state in TERMINAL or not _dead(record):
@@ -598,7 +588,7 @@ def serve(
     integrations (`gitsup/cluster/integrator.py`)."""
     from gitsup.supervision.publisher import PUBLISH_KEY, publish_enabled
 
-    review_remote(ctx)
+    review_remote(ctx.repo)
     if not publish_enabled(ctx.repo):
         if ctx.repo.config_get(PUBLISH_KEY) is not None:
             raise GitsupError(
