@@ -152,20 +152,12 @@ def fetch_one(workdir: Path, common_dir: Path, remote: str, ref: str) -> Oid | N
     """The commit `ref` names on `remote`, its objects fetched here (None: no such ref there).
     Fetched into a scratch ref of its own (removed again), so that callers running at the
     same time neither see nor move each other's."""
-    from gitsup.git import GitRepo
-
-    scratch = f"refs/gitsup-fetch/{os.getpid()}-{secrets.token_hex(4)}"
     rc, out = _git(workdir, ["ls-remote", "--exit-code", remote, ref], timeout=_TIMEOUT)
     if rc == 2:  # --exit-code: the remote has no such ref
         return None
     if rc != 0:
         raise TransportError(f"cannot list {ref} on {remote}: {_tail(out)}")
-    fetch(workdir, remote, [f"+{ref}:{scratch}"])
-    repo = GitRepo.open(common_dir)
-    try:
-        return repo.ref_target(scratch)
-    finally:
-        repo.delete_ref(scratch)
+    return fetch_listed(workdir, common_dir, remote, ref)
 
 
 def fetch_and_one(
