@@ -34,12 +34,11 @@ def _record(repo: Path, task: str) -> dict[str, Any]:
     return dict(json.loads(run_sup(repo, "show", task, "--json").stdout or "{}"))
 
 
-def test_discard_of_a_task_with_a_dead_supervisor_proves_its_worker_gone(
-    repo: Path, tmp: Path
-) -> None:
-    worker = write_worker(tmp, HANG)
-    check = check_cmd("from calc import add; assert add(1, 2) == 3")
-    args = ["start", "fix add", "--worker", worker, "--check", check, "--review", "none"]
+def _start_hanging(
+    repo: Path, args: list[str]
+) -> tuple[subprocess.Popen[bytes], str, dict[str, Any]]:
+    """`git sup start ARGS` in the background; the task's id and its worker's record once the
+    worker runs."""
     p = subprocess.Popen(
         [sys.executable, "-m", "gitsup", *args, "--json", "-q"],
         cwd=repo,
@@ -47,7 +46,6 @@ def test_discard_of_a_task_with_a_dead_supervisor_proves_its_worker_gone(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    worker_id: ProcessId | None = None
     try:
         ls = lambda: json.loads(run_sup(repo, "ls", "--json").stdout or "[]")  # noqa: E731
         task = _wait(lambda: (ls() or [{}])[0].get("id"))
@@ -57,6 +55,22 @@ def test_discard_of_a_task_with_a_dead_supervisor_proves_its_worker_gone(
                 and _record(repo, task)["worker"]
             )
         )
+    except BaseException:
+        p.kill()
+        p.wait(timeout=30)
+        raise
+    return p, str(task), dict(w)
+
+
+def test_discard_of_a_task_with_a_dead_supervisor_proves_its_worker_gone(
+    repo: Path, tmp: Path
+) -> None:
+    worker = write_worker(tmp, HANG)
+    check = check_cmd("from calc import add; assert add(1, 2) == 3")
+    args = ["start", "fix add", "--worker", worker, "--check", check, "--review", "none"]
+    p, task, w = _start_hanging(repo, args)
+    worker_id: ProcessId | None = None
+    try:
         worker_id = ProcessId.from_dict(w)
         assert worker_id is not None and worker_id.alive()
         os.kill(p.pid, signal.SIGKILL)  # the supervisor dies; its worker lives on
@@ -80,23 +94,9 @@ def test_discard_refuses_when_the_worker_s_cgroup_was_replaced(repo: Path, tmp: 
     # the worker gone, so nothing is removed and the record says what was left behind.
     worker = write_worker(tmp, HANG)
     args = ["start", "fix add", "--worker", worker, "--review", "none"]
-    p = subprocess.Popen(
-        [sys.executable, "-m", "gitsup", *args, "--json", "-q"],
-        cwd=repo,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    p, task, w = _start_hanging(repo, args)
     cgroup: Path | None = None
     try:
-        ls = lambda: json.loads(run_sup(repo, "ls", "--json").stdout or "[]")  # noqa: E731
-        task = _wait(lambda: (ls() or [{}])[0].get("id"))
-        w = _wait(
-            lambda: (
-                (_record(repo, task).get("worker") or {}).get("pid")
-                and _record(repo, task)["worker"]
-            )
-        )
         assert isinstance(w.get("cgroup"), str), w
         cgroup = Path(w["cgroup"])
         os.kill(p.pid, signal.SIGKILL)
