@@ -112,8 +112,7 @@ def _run(
     on_call: CallSink | None,
 ) -> str:
     from gitsup.policy import decide_tool, load_policy
-    from gitsup.workers.base import WorkerAdapter
-    from gitsup.workers.claude.worker import ClaudeWorker
+    from gitsup.workers.kinds import one_shot_kind
 
     inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
     wctx = WorkerSetup(
@@ -130,21 +129,13 @@ def _run(
             codex_home=Path(codex_home) if codex_home else None,
         ),
     )
-    worker: WorkerAdapter
-    if kind == "codex":
-        from gitsup.workers.codex.worker import CodexWorker
-
-        worker = CodexWorker(wctx)
-    elif kind == "acp":  # an ACP agent: every call but the read-only tools asks, and is denied
-        from gitsup.workers.acp.worker import AcpWorker
+    if kind == "acp":  # an ACP agent: every call but the read-only tools asks, and is denied
         from gitsup.workers.claude.worker import ASK_TOOLS
 
         wctx = dataclasses.replace(
             wctx, options=dataclasses.replace(wctx.options, ask_tools=ASK_TOOLS)
         )
-        worker = AcpWorker(wctx)
-    else:
-        worker = ClaudeWorker(wctx)
+    worker = one_shot_kind(kind).adapter_class()(wctx)
     policy = load_policy(None)
     deadline = time.monotonic() + timeout
     try:

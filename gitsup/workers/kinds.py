@@ -83,3 +83,12 @@ def claude_config_agents() -> tuple[str, ...]:
     return tuple(
         dict.fromkeys(k.agent for k in KINDS.values() if k.agent is not None and k.claude_config)
     )
+
+
+def one_shot_kind(agent: str) -> WorkerKind:
+    """The kind that runs `agent` as a process of its own that ends with the task (not a
+    persistent one): what a reviewer's or decider's single call to that agent runs."""
+    for k in KINDS.values():
+        if k.agent == agent and not k.persistent:
+            return k
+    raise GitsupError(f"unknown agent {agent!r}", hint="one of: " + ", ".join(agent_names()))

@@ -229,3 +229,15 @@ def test_a_call_the_agent_asks_to_make_is_answered_by_the_policy(
     )
     assert git(remote, "for-each-ref") == before
     assert (code, rec["status"]) == (0, "ready"), (rec.get("reasons"), evs[-8:])
+
+
+def test_a_reviewer_s_single_call_runs_each_agent_s_own_headless_kind() -> None:
+    """A reviewer or decider names an agent; its one call runs the kind of that agent that
+    ends with its process (Claude Code headless, not its tmux pane), chosen in the registry."""
+    from gitsup.errors import GitsupError
+    from gitsup.workers.kinds import agent_names, one_shot_kind
+
+    chosen = {agent: one_shot_kind(agent).name for agent in agent_names()}
+    assert chosen == {"claude": "claude", "codex": "codex", "acp": "acp"}
+    with pytest.raises(GitsupError, match="unknown agent 'tmux'"):
+        one_shot_kind("tmux")
