@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -332,22 +332,28 @@ class HostWork:
         """The hand-over took too long (or a second signal came): kill the supervisors and
         workers of the tasks this host still runs, leaving each live for the cluster to
         move once its heartbeats stop. Returns how many."""
+        from gitsup.host.procid import ProcessId
         from gitsup.supervision.recovery import release_dead
 
         self.close()  # no spare supervisor outlives the host either
         ctx = self._ctx()
         left = 0
+        finishing: list[int] = []  # supervisors publishing a task's end: they finish
         for name, n in list(self._live.items()):
             task = TaskId(name)
             if n <= 0 or not ctx.store.exists(task):
                 continue
             record = ctx.store.load(task)
             if record.state in TERMINAL:
+                owner = ProcessId.from_dict(record.supervisor)
+                if owner is not None and owner.alive():
+                    finishing.append(owner.pid)
                 continue
             _kill_supervisor(record)
             with contextlib.suppress(Exception):
                 release_dead(ctx, ctx.store.load(task))
             left += 1
+        _end_own_children(keep=finishing)
         return left
 
     async def _stop_if_unfollowed(self, task: TaskId, grace: float) -> None:
@@ -493,6 +499,26 @@ class _Asks:
             self._size = size
             self._last = pending(self._ctx, record)
         return self._last
+
+
+def _end_own_children(*, keep: Sequence[int] = (), rounds: int = 3) -> None:
+    """SIGKILL what this host process still runs below it (a hand-over's push in flight, a
+    composition's checks), except the processes `keep` and theirs: an abandoning host
+    leaves nothing else running in its clone. A few rounds, for a thread that started one
+    more while the others were killed."""
+    import os
+
+    import psutil
+
+    from gitsup.host import proc
+
+    kept = set(keep) | {p.pid for pid in keep for p in proc.descendants(pid)}
+    for _ in range(rounds):
+        rest = [p for p in proc.descendants(os.getpid()) if p.pid not in kept]
+        if not rest:
+            return
+        proc.kill_each(rest)
+        psutil.wait_procs(rest, timeout=5)
 
 
 def _kill_supervisor(record: TaskRecord) -> list[int]:

@@ -4,6 +4,7 @@ tasks over to another host (which continues from the state it published), within
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 from pathlib import Path
@@ -126,6 +127,53 @@ def test_a_second_sigterm_ends_the_hand_over_and_the_task_still_moves(
     assert a.proc.wait(timeout=120) == 1, a.log.read_text()
     assert "stopped before handing over 1 task(s)" in a.log.read_text()
     assert running_in(cluster, a) == []
+    ended_ready_on(cluster, task, b)
+
+
+HOLD_WIP = """#!/bin/sh
+input=$(cat)
+case "$input" in
+*/wip*)
+    if [ -e {hold} ]; then
+        touch {held}
+        while [ -e {hold} ]; do sleep 0.05; done
+    fi ;;
+esac
+exit 0
+"""
+
+
+def test_a_host_that_gives_up_a_hand_over_ends_the_push_it_had_in_flight(
+    cluster: Cluster,
+) -> None:
+    # the hand-over's publication hangs at the review remote past the drain: the host gives
+    # up, and what it still ran (that push, its remote side) ends with it rather than going
+    # on without a host; the task moves as for a dead host
+    a = cluster.host("alpha", "--drain-timeout", "2")
+    task = start_half(cluster)
+    hold, held = cluster.tmp / "hold", cluster.tmp / "held"
+    hook = cluster.origin / "hooks" / "pre-receive.local"
+    hook.write_text(HOLD_WIP.format(hold=shlex.quote(str(hold)), held=shlex.quote(str(held))))
+    hook.chmod(0o755)
+    hold.write_text("")
+    assert a.proc is not None
+    try:
+        a.proc.send_signal(signal.SIGTERM)
+        wait_for(held)
+        assert a.proc.wait(timeout=120) == 1, a.log.read_text()
+        assert "stopped before handing over 1 task(s)" in a.log.read_text()
+        assert running_in(cluster, a) == []
+        # the push was ended, not left waiting: nothing of it is still at the remote
+        at_remote = [
+            p.info["cmdline"]
+            for p in psutil.process_iter(["cwd", "cmdline"])
+            if (p.info["cwd"] or "").startswith(str(cluster.origin))
+        ]
+        assert at_remote == []
+    finally:
+        hold.unlink(missing_ok=True)
+    hook.unlink()
+    b = cluster.host("beta")
     ended_ready_on(cluster, task, b)
 
 
