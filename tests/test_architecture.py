@@ -597,3 +597,18 @@ def test_inheritance_across_files_is_found(tmp_path: Path) -> None:
         "from gitsup.git.worktrees import Worktrees\n\nclass GitRepo(Worktrees):\n    pass\n"
     )
     assert cross_file_bases(pkg) == [("gitsup/git/repo.py", "GitRepo", "Worktrees")]
+
+
+def test_a_task_s_files_and_marker_are_spelled_only_in_names_py() -> None:
+    """`task.json`, `spec.json` and `GITSUP_TASK` as string constants in one module,
+    gitsup/names.py: every other module imports them from there."""
+    spelled = {"task.json", "spec.json", "GITSUP_TASK"}
+    found = []
+    for path in sorted((REPO_ROOT / "gitsup").rglob("*.py")):
+        rel = path.relative_to(REPO_ROOT).as_posix()
+        if rel == "gitsup/names.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in spelled:
+                found.append(f"{rel}:{node.lineno}: {node.value!r}")
+    assert not found, "spelled outside gitsup/names.py:\n" + "\n".join(found)

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from gitsup.boundary.evaluate import Pusher
-from gitsup.names import TASK_MARKER
+from gitsup.names import RECORD_FILE, TASK_MARKER
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -74,7 +74,7 @@ def task_records(common_dir: str) -> list[TaskRef]:
         import json
 
         try:
-            with open(os.path.join(tasks, name, "task.json"), "rb") as fh:
+            with open(os.path.join(tasks, name, RECORD_FILE), "rb") as fh:
                 raw = json.load(fh)
         except (OSError, ValueError):
             continue
@@ -105,13 +105,13 @@ def task_of_git_dir(git_dir: str, common_dir: str) -> str | None:
             os.path.basename(tasks) == "tasks"
             and os.path.basename(os.path.dirname(tasks)) == "sup"
             and is_task_id(task)
-            and os.path.exists(os.path.join(parent, "task.json"))
+            and os.path.exists(os.path.join(parent, RECORD_FILE))
         ):
             return task
         return None
     if os.path.basename(parent) != "worktrees" or not is_task_id(name):
         return None
-    if os.path.exists(os.path.join(common_dir, "sup", "tasks", name, "task.json")):
+    if os.path.exists(os.path.join(common_dir, "sup", "tasks", name, RECORD_FILE)):
         return name
     return None
 

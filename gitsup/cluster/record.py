@@ -38,6 +38,7 @@ from gitsup.git import NOTES_REF, GitRepo
 from gitsup.git import remote as transport
 from gitsup.ids import Oid, TaskId, parse_task_id
 from gitsup.layout import task_branch, task_record_ref, task_refs
+from gitsup.names import RECORD_FILE, SPEC_FILE
 from gitsup.state import TERMINAL
 from gitsup.store.events import Event
 from gitsup.store.record import TaskRecord
@@ -84,7 +85,7 @@ def publish(ctx: SupRepo, task: str, *, remote: str | None = None) -> Published:
         raise GitsupError(
             f"task {tid} is a copy fetched from the review remote; its own host publishes it"
         )
-    with task_log(ctx.layout, tid, _spec(ctx.layout.task_dir(tid) / "spec.json")) as log:
+    with task_log(ctx.layout, tid, _spec(ctx.layout.task_dir(tid) / SPEC_FILE)) as log:
         log.seal(ctx.repo, "published")
     return publish_refs(ctx.repo, ctx.layout, tid, remote=remote)
 
@@ -153,7 +154,7 @@ def fetch_task(ctx: SupRepo, task: str, *, remote: str | None = None) -> Fetched
             return Fetched(tid, name, True, ctx.store.load(tid), refs)
         return Fetched(tid, name, True, None, refs)
     files = _published(ctx.repo, tid)
-    if "task.json" not in files:
+    if RECORD_FILE not in files:
         if task_refs(tid)["baseline"] not in refs:
             raise GitsupError(
                 f"the review remote {name} has no task {tid}",
@@ -162,7 +163,7 @@ def fetch_task(ctx: SupRepo, task: str, *, remote: str | None = None) -> Fetched
         return Fetched(tid, name, False, None, refs)
     ctx.layout.ensure()
     d.mkdir(exist_ok=True)
-    for fname in ("spec.json", "task.json"):
+    for fname in (SPEC_FILE, RECORD_FILE):
         if fname in files:
             _write(d / fname, files[fname])
     _write(ctx.layout.events(tid), _sealed_log(ctx.repo, tid))
@@ -312,16 +313,16 @@ def adopt(
         return _continue_here(ctx, tid, name, on_event, allow_new_binary, run=run)
     refs = _fetch_refs(ctx, tid, name)
     files = _published(repo, tid)
-    if "task.json" not in files or "spec.json" not in files:
+    if RECORD_FILE not in files or SPEC_FILE not in files:
         raise GitsupError(f"the review remote {name} has no published record of task {tid}")
-    raw = jsonio.loads(files["task.json"])
+    raw = jsonio.loads(files[RECORD_FILE])
     record = TaskRecord.model_validate(raw)
     if record.state in TERMINAL:
         fetched = fetch_task(ctx, tid, remote=name)
         return fetched.record or record
     if spec is not None:
-        _same_spec(tid, name, files["spec.json"], spec)
-        files["spec.json"] = spec.model_dump_json(indent=1).encode()
+        _same_spec(tid, name, files[SPEC_FILE], spec)
+        files[SPEC_FILE] = spec.model_dump_json(indent=1).encode()
     wref, cref = task_refs(tid)["wip"], task_refs(tid)["candidate"]
     baseline = Oid(record.baseline)
     # What is published is only data to check: the task's own branch and baseline, and a
@@ -364,8 +365,8 @@ def adopt(
                 stale.unlink()
         d.mkdir(parents=True, exist_ok=True)
         undo.append(lambda: shutil.rmtree(d, ignore_errors=True))
-        (d / "spec.json").write_bytes(files["spec.json"])
-        spec = _spec(d / "spec.json")
+        (d / SPEC_FILE).write_bytes(files[SPEC_FILE])
+        spec = _spec(d / SPEC_FILE)
         repo.add_worktree(tid, wt, branch)
         undo.append(lambda: repo.remove_worktree(tid, wt))
         taskgit.create(repo, layout, tid, wt, branch, head)

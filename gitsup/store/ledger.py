@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gitsup import jsonio
+from gitsup.names import RECORD_FILE
 from gitsup.store.eventtypes import ModelCall
 from gitsup.store.payload import UNSET
 
@@ -229,7 +230,7 @@ def task_ids(ctx: SupRepo) -> list[str]:
             ):
                 ids.add(name.split("/")[2])
     if ctx.layout.tasks.is_dir():
-        ids.update(p.name for p in ctx.layout.tasks.iterdir() if (p / "task.json").exists())
+        ids.update(p.name for p in ctx.layout.tasks.iterdir() if (p / RECORD_FILE).exists())
     return sorted(ids)
 
 

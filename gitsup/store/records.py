@@ -18,6 +18,7 @@ from gitsup.errors import GitsupError
 from gitsup.host.fsutil import atomic_write
 from gitsup.ids import TaskId, is_task_id, new_task_id, parse_task_id
 from gitsup.layout import Layout
+from gitsup.names import RECORD_FILE
 
 if TYPE_CHECKING:
     from gitsup.spec import TaskSpec
@@ -149,7 +150,7 @@ class TaskStore:
         if not self.layout.tasks.exists():
             return []
         return sorted(
-            TaskId(p.name) for p in self.layout.tasks.iterdir() if (p / "task.json").exists()
+            TaskId(p.name) for p in self.layout.tasks.iterdir() if (p / RECORD_FILE).exists()
         )
 
     def iter_raw(self) -> Iterator[dict[str, Any]]:

@@ -32,6 +32,8 @@ from __future__ import annotations
 import os
 import sys
 
+from gitsup.names import RECORD_FILE
+
 DEFAULT_TIMEOUT = 65.0  # seconds; a little above the supervisor's own decision bound
 MAX_PAYLOAD = 4 * 1024 * 1024
 _SUN_PATH_MAX = 104  # portable limit for sockaddr_un.sun_path, including the NUL
@@ -65,7 +67,7 @@ def private_git_dir_owner(gitdir: str) -> str | None:
     if (
         len(parts) == 5
         and parts[1:] == ["sup", "tasks", parts[3], "git"]
-        and os.path.isfile(os.path.join(gitdir, os.pardir, "task.json"))
+        and os.path.isfile(os.path.join(gitdir, os.pardir, RECORD_FILE))
     ):
         return parts[0]
     return None
