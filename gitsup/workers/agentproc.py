@@ -107,6 +107,9 @@ class PipedAgent(WorkerAdapter):
         self._state_lock = threading.Lock()
         self._turn_active = False
         self._sent_keys: set[str] = set()
+        # every request id the agent asked gitsup to decide: one delivered twice is decided,
+        # recorded and answered once (`_first_ask`)
+        self._asked: set[str] = set()
         self._session_id: str | None = None
         self._stopping = False
         self._result_seen = threading.Event()
@@ -195,6 +198,21 @@ class PipedAgent(WorkerAdapter):
         finally:
             done.set()
 
+    def _close_turn(self) -> bool:
+        """End the running turn; whether one was running (a completion that finds none is a
+        repeat, protocol noise: one turn, one completion)."""
+        with self._state_lock:
+            running = self._turn_active
+            self._turn_active = False
+        return running
+
+    def _first_ask(self, request_id: str) -> bool:
+        """Whether the agent asks `request_id` for the first time (else: a repeat)."""
+        with self._state_lock:
+            first = request_id not in self._asked
+            self._asked.add(request_id)
+        return first
+
     def _wait(self, out_done: threading.Event, err_done: threading.Event) -> None:
         p = self._proc
         assert p is not None
@@ -202,9 +220,7 @@ class PipedAgent(WorkerAdapter):
         out_done.wait(timeout=5.0)
         err_done.wait(timeout=1.0)
         sig = -rc if rc < 0 else None
-        with self._state_lock:
-            mid_turn = self._turn_active
-            self._turn_active = False
+        mid_turn = self._close_turn()
         if self._stopping:
             how = "stopped"
         elif mid_turn:

@@ -117,9 +117,6 @@ class AcpWorker(PipedAgent):
         self._calls: dict[int, str] = {}
         # the agent's requests waiting for the supervisor: request_id -> (rpc id, kind, data)
         self._pending: dict[str, tuple[int | str, str, Mapping[str, Any]]] = {}
-        # every request id the agent has asked gitsup to decide: one delivered twice is
-        # decided, recorded and answered once
-        self._asked: set[str] = set()
         self._queued_prompt: str | None = None
         self._session_cost: float | None = None
         self._last_cost = 0.0
@@ -292,18 +289,15 @@ class AcpWorker(PipedAgent):
             self.ctx.inbox.put(WorkerOutput("stderr", redact_text(f"acp: {exc}")))
 
     def _dispatch_request(self, msg: ap.Request, rid: str, line: str) -> None:
-        if msg.method in ("session/request_permission", "fs/read_text_file", "fs/write_text_file"):
-            with self._state_lock:
-                repeated = rid in self._asked
-                self._asked.add(rid)
-            if repeated:
-                self.ctx.inbox.put(
-                    ProtocolNoise(
-                        ap.noise_line(line),
-                        "duplicate permission request ignored (already asked)",
-                    )
+        asks = ("session/request_permission", "fs/read_text_file", "fs/write_text_file")
+        if msg.method in asks and not self._first_ask(rid):
+            self.ctx.inbox.put(
+                ProtocolNoise(
+                    ap.noise_line(line),
+                    "duplicate permission request ignored (already asked)",
                 )
-                return
+            )
+            return
         if msg.method == "session/request_permission":
             tool_call = msg.params.get("toolCall")
             name, tool_input = ap.tool_of(tool_call)
@@ -441,8 +435,7 @@ class AcpWorker(PipedAgent):
         self.ctx.inbox.put(
             TurnCompleted(subtype="error_during_execution", is_error=True, result=f"acp: {why}")
         )
-        with self._state_lock:
-            self._turn_active = False
+        self._close_turn()
         self._result_seen.set()
         p = self._proc
         if p is not None:

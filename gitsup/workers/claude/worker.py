@@ -214,9 +214,6 @@ class ClaudeWorker(PipedAgent):
     def __init__(self, ctx: WorkerSetup) -> None:
         super().__init__(ctx)
         self._pending: dict[str, Mapping[str, Any]] = {}
-        # Every permission request id this worker has asked: a record delivered twice is
-        # decided, recorded and answered once.
-        self._asked: set[str] = set()
         self._last_total_cost = 0.0
         self._req_counter = 0
         self._turn_api_error: str | None = None
@@ -288,16 +285,13 @@ class ClaudeWorker(PipedAgent):
         if ev is None:
             return
         if isinstance(ev, PermissionRequest):
-            with self._state_lock:
-                repeated = ev.request_id in self._asked
-                if not repeated:
-                    self._asked.add(ev.request_id)
-                    self._pending[ev.request_id] = ev.tool_input
-            if repeated:
+            if not self._first_ask(ev.request_id):
                 inbox.put(
                     ProtocolNoise.of(line, "duplicate permission request ignored (already asked)")
                 )
                 return
+            with self._state_lock:
+                self._pending[ev.request_id] = ev.tool_input
             inbox.put(ev)
         elif isinstance(ev, PermissionCancelled):
             with self._state_lock:
@@ -322,12 +316,10 @@ class ClaudeWorker(PipedAgent):
         elif isinstance(ev, sj.ControlResponse):
             return
         elif isinstance(ev, TurnCompleted):
+            running = self._close_turn()
             with self._state_lock:
-                duplicate = not self._turn_active
-                self._turn_active = False
-                # Requests of a finished turn can no longer be answered.
-                self._pending.clear()
-            if duplicate:
+                self._pending.clear()  # requests of a finished turn can no longer be answered
+            if not running:
                 # One turn, one completion: a result with no turn open is not a completion.
                 inbox.put(
                     ProtocolNoise.of(line, "result record outside a turn (duplicate) ignored")

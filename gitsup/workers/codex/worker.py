@@ -238,10 +238,7 @@ class CodexWorker(PipedAgent):
                 self._input.write(data)
         for ev in fed.events:
             if isinstance(ev, TurnCompleted):
-                with self._state_lock:
-                    duplicate = not self._turn_active
-                    self._turn_active = False
-                if duplicate:
+                if not self._close_turn():
                     inbox.put(ProtocolNoise.of(line, "turn/completed outside a turn"))
                     continue
                 inbox.put(ev)  # the session already reports per-turn usage and cost
