@@ -71,6 +71,8 @@ class HostWork:
         # the activities that follow each task here now (a retry may follow what an earlier
         # attempt started), and the delayed stops of tasks no attempt follows any more
         self._live: dict[str, int] = {}
+        # when an attempt of each task last came to this host (the event loop's clock)
+        self._arrived: dict[str, float] = {}
         self._pending: set[asyncio.Task[None]] = set()
         self._children: set[tuple[int, float]] = set()  # supervisors started here, running
         self._taken: dict[str, set[int]] = {}  # the requests handed to each task's supervisor
@@ -108,6 +110,7 @@ class HostWork:
     async def run_task(self, job: dict[str, Any]) -> dict[str, Any]:
         task = parse_task_id(str(job["task"]))
         self._live[task] = self._live.get(task, 0) + 1
+        self._arrived[task] = asyncio.get_running_loop().time()
         try:
             return await self._run(job, task)
         finally:
@@ -246,7 +249,8 @@ class HostWork:
             # timed out, or no longer known to the server (it timed the attempt out)
             timeout = activity.info().heartbeat_timeout
             grace = 3 * (timeout.total_seconds() if timeout is not None else 30.0)
-            later = asyncio.create_task(self._stop_if_unfollowed(task, grace))
+            since = asyncio.get_running_loop().time()
+            later = asyncio.create_task(self._stop_if_unfollowed(task, grace, since))
             self._pending.add(later)
             later.add_done_callback(self._pending.discard)
             raise asyncio.CancelledError()
@@ -356,9 +360,13 @@ class HostWork:
         _end_own_children(keep=finishing)
         return left
 
-    async def _stop_if_unfollowed(self, task: TaskId, grace: float) -> None:
+    async def _stop_if_unfollowed(self, task: TaskId, grace: float, since: float) -> None:
+        """Stop the task here when no attempt of it came to this host within `grace` after
+        the one the cluster timed out at `since`. Not merely none live at the end: a later
+        attempt that also timed out leaves a gap before the next (the retry's backoff), and
+        it watches the grace of its own."""
         await asyncio.sleep(grace)
-        if not self._live.get(task):
+        if not self._live.get(task) and self._arrived.get(task, 0.0) <= since:
             await asyncio.to_thread(self._stop, task)
 
     def _begin(self, job: dict[str, Any], task: TaskId, attempt: int) -> None:
