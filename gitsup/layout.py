@@ -25,6 +25,13 @@ class Layout:
     def leases(self) -> Path:
         return self.root / "leases"
 
+    @property
+    def notes_pushed(self) -> Path:
+        """What this clone's supervisors pushed of `refs/notes/sup` last, by review remote:
+        a hint only (a push made from it is a fast-forward or refused, never a rewrite;
+        gitsup/supervision/publisher.py)."""
+        return self.root / "notes-pushed.json"
+
     def task_dir(self, task: TaskId) -> Path:
         return self.tasks / task
 

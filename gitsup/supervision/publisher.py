@@ -324,36 +324,28 @@ class Publisher:
         )
 
 
-# what this clone's supervisors pushed of `refs/notes/sup` last, by remote: a hint only (a
-# push made from it is a fast-forward or refused, never a rewrite)
-NOTES_PUSHED_FILE = "notes-pushed.json"
-
-
-def _notes_pushed(layout: Layout, remote: str) -> Oid | None:
+def _notes_known(layout: Layout) -> dict[str, object]:
+    """`Layout.notes_pushed`, read; empty when missing or not what was written."""
     import json
 
     try:
-        known = json.loads((layout.root / NOTES_PUSHED_FILE).read_text(encoding="utf-8"))
-        oid = known.get(remote) if isinstance(known, dict) else None
+        known = json.loads(layout.notes_pushed.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
+        return {}
+    return known if isinstance(known, dict) else {}
+
+
+def _notes_pushed(layout: Layout, remote: str) -> Oid | None:
+    oid = _notes_known(layout).get(remote)
     return Oid(oid) if isinstance(oid, str) and len(oid) in (40, 64) else None
 
 
 def _remember_notes(layout: Layout, remote: str, notes: Oid) -> None:
     import json
-    import os
-    import secrets
 
-    path = layout.root / NOTES_PUSHED_FILE
-    try:
-        known = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        known = {}
-    if not isinstance(known, dict):
-        known = {}
-    known[remote] = notes
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}")
+    from gitsup.host.fsutil import atomic_write
+
+    known = _notes_known(layout)
+    known[remote] = str(notes)
     with contextlib.suppress(OSError):
-        tmp.write_text(json.dumps(known), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write(layout.notes_pushed, json.dumps(known).encode("utf-8"))
