@@ -106,20 +106,6 @@ def fetch(workdir: Path, remote: str, refspecs: Sequence[str]) -> None:
         raise TransportError(f"fetch from {remote} failed: {_tail(out)}")
 
 
-def remote_ref(workdir: Path, remote: str, ref: str) -> Oid | None:
-    """What `ref` names on `remote` (None: no such ref there), nothing fetched."""
-    rc, out = _git(workdir, ["ls-remote", "--exit-code", remote, ref], timeout=_TIMEOUT)
-    if rc == 2:  # --exit-code: the remote has no such ref
-        return None
-    if rc != 0:
-        raise TransportError(f"cannot list {ref} on {remote}: {_tail(out)}")
-    for line in out.splitlines():
-        oid, _, name = line.partition("\t")
-        if name.strip() == ref:
-            return Oid(oid.strip())
-    return None
-
-
 def remote_refs(workdir: Path, remote: str, refs: Sequence[str]) -> dict[str, Oid]:
     """What each of `refs` names on `remote` (those it has), with one `ls-remote`, nothing
     fetched."""
@@ -134,12 +120,18 @@ def remote_refs(workdir: Path, remote: str, refs: Sequence[str]) -> dict[str, Oi
     return found
 
 
+def _scratch_ref() -> str:
+    """A ref of this fetch's own to fetch into: callers running at the same time neither
+    see nor move each other's (removed again after the fetch)."""
+    return f"refs/gitsup-fetch/{os.getpid()}-{secrets.token_hex(4)}"
+
+
 def fetch_listed(workdir: Path, common_dir: Path, remote: str, ref: str) -> Oid | None:
     """`fetch_one` for a ref known to be on `remote` (no `ls-remote` first): its commit,
     its objects fetched here; None when the remote has no such ref after all."""
     from gitsup.git import GitRepo
 
-    scratch = f"refs/gitsup-fetch/{os.getpid()}-{secrets.token_hex(4)}"
+    scratch = _scratch_ref()
     fetch(workdir, remote, [f"+{ref}:{scratch}"])
     repo = GitRepo.open(common_dir)
     try:
@@ -170,7 +162,7 @@ def fetch_and_one(
     is absent)."""
     from gitsup.git import GitRepo
 
-    scratch = f"refs/gitsup-fetch/{os.getpid()}-{secrets.token_hex(4)}"
+    scratch = _scratch_ref()
     # the pattern `ref*` also matches longer names (`refs/notes/supx` for `refs/notes/sup`):
     # each lands under the scratch prefix, only `ref`'s own is read, all are removed
     try:
